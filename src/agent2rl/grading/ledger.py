@@ -1,0 +1,210 @@
+"""The run's ledger: the only source of scores.
+
+SQLite in WAL mode, in the run directory (never inside the workspace). The grading service is
+its only writer during a run; the orchestrator writes the baseline into ``meta`` before the
+service starts, and the analysis reads it afterwards. Tables:
+
+``meta(key, value)``
+    JSON values: ``task``, ``task_version``, ``eval_hash``, ``baseline`` (a score record: score,
+    n_items, items_path, eval_seconds), ``base_weights_hash``.
+``submissions``
+    one row per accepted submission (graded, failed, duplicate or copy), in order.
+``rejections``
+    one row per refused attempt (bad path, bad files, bad token...), for the report.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    id INTEGER PRIMARY KEY,
+    submitted_at REAL NOT NULL,
+    finished_at REAL,
+    path TEXT NOT NULL,
+    weights_hash TEXT,
+    status TEXT NOT NULL,          -- evaluating | graded | failed
+    score REAL,
+    n_items INTEGER,
+    items_path TEXT,               -- per-item results (JSONL), relative to the run directory
+    eval_seconds REAL,
+    error TEXT,
+    snapshot TEXT,                 -- commit id in record/code.git
+    is_copy INTEGER NOT NULL DEFAULT 0,
+    duplicate_of INTEGER,
+    eval_hash TEXT
+);
+CREATE TABLE IF NOT EXISTS rejections (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    path TEXT,
+    http_status INTEGER NOT NULL,
+    reason TEXT NOT NULL
+);
+"""
+
+
+@dataclass
+class Submission:
+    """One row of ``submissions``. ``score`` is None unless ``status == 'graded'``."""
+
+    id: int
+    submitted_at: float
+    path: str
+    status: str
+    finished_at: float | None = None
+    weights_hash: str | None = None
+    score: float | None = None
+    n_items: int | None = None
+    items_path: str | None = None
+    eval_seconds: float | None = None
+    error: str | None = None
+    snapshot: str | None = None
+    is_copy: bool = False
+    duplicate_of: int | None = None
+    eval_hash: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        """Graded with a score (copies and duplicates of valid submissions count as valid)."""
+        return self.status == "graded" and self.score is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Rejection:
+    id: int
+    at: float
+    path: str | None
+    http_status: int
+    reason: str
+
+
+_SUB_FIELDS = [f.name for f in fields(Submission)]
+
+
+class Ledger:
+    """A connection to one run's ledger. Safe to open from several processes (WAL + busy timeout).
+
+    Each method is its own transaction; readers never see a half-written submission.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                     check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        self._conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+
+    # -- meta -----------------------------------------------------------------------------
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._tx() as c:
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                      (key, json.dumps(value)))
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    # -- submissions ----------------------------------------------------------------------
+    def add_submission(self, path: str, weights_hash: str | None, eval_hash: str | None,
+                       snapshot: str | None = None, at: float | None = None) -> int:
+        """Insert a row in status ``evaluating`` and return its id."""
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO submissions(submitted_at, path, weights_hash, status, eval_hash,"
+                " snapshot) VALUES (?, ?, ?, 'evaluating', ?, ?)",
+                (at if at is not None else time.time(), path, weights_hash, eval_hash, snapshot),
+            )
+            return int(cur.lastrowid)
+
+    def update_submission(self, submission_id: int, **values: Any) -> None:
+        """Set columns of one row; unknown column names raise ``ValueError``."""
+        bad = set(values) - set(_SUB_FIELDS)
+        if bad:
+            raise ValueError(f"unknown submission columns: {sorted(bad)}")
+        if not values:
+            return
+        cols = ", ".join(f"{k} = ?" for k in values)
+        with self._tx() as c:
+            c.execute(f"UPDATE submissions SET {cols} WHERE id = ?",
+                      (*[int(v) if isinstance(v, bool) else v for v in values.values()],
+                       submission_id))
+
+    def submission(self, submission_id: int) -> Submission | None:
+        row = self._conn.execute("SELECT * FROM submissions WHERE id = ?",
+                                 (submission_id,)).fetchone()
+        return _row_to_submission(row) if row else None
+
+    def submissions(self) -> list[Submission]:
+        """All accepted submissions, oldest first."""
+        rows = self._conn.execute("SELECT * FROM submissions ORDER BY id").fetchall()
+        return [_row_to_submission(r) for r in rows]
+
+    def graded_with_hash(self, weights_hash: str) -> Submission | None:
+        """The first graded (or failed) original submission with these weights, if any."""
+        row = self._conn.execute(
+            "SELECT * FROM submissions WHERE weights_hash = ? AND duplicate_of IS NULL"
+            " AND status IN ('graded', 'failed') ORDER BY id LIMIT 1", (weights_hash,),
+        ).fetchone()
+        return _row_to_submission(row) if row else None
+
+    def in_flight(self) -> list[Submission]:
+        return [s for s in self.submissions() if s.status == "evaluating"]
+
+    def best(self) -> Submission | None:
+        """The valid submission with the highest score (earliest wins ties)."""
+        valid = [s for s in self.submissions() if s.valid]
+        return max(valid, key=lambda s: (s.score, -s.id)) if valid else None
+
+    # -- rejections -----------------------------------------------------------------------
+    def add_rejection(self, path: str | None, http_status: int, reason: str) -> int:
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)",
+                (time.time(), path, http_status, reason),
+            )
+            return int(cur.lastrowid)
+
+    def rejections(self) -> list[Rejection]:
+        rows = self._conn.execute("SELECT * FROM rejections ORDER BY id").fetchall()
+        return [Rejection(**dict(r)) for r in rows]
+
+
+def _row_to_submission(row: sqlite3.Row) -> Submission:
+    d = dict(row)
+    d["is_copy"] = bool(d["is_copy"])
+    return Submission(**{k: d[k] for k in _SUB_FIELDS})

@@ -1,0 +1,158 @@
+"""The layout of one run directory, shared by every stage that reads or writes it.
+
+::
+
+    runs/<run_id>/
+      run.json              RunInfo: task, agent, model, budget, clock, status (atomic writes)
+      ledger.db             SQLite (WAL): meta, submissions, rejections — written by the grader
+      agent.log             the agent's stdout+stderr
+      workspace/            the only part the agent sees
+        code/ output/ data/ models/base/ description.md instructions.md run_meta.json
+      grading/              service.log, service.json (port), baseline/, submissions/<id>/
+      record/               code.git (snapshots), resources.jsonl (CPU/RAM timeline)
+      report/               metrics.json, report.md, report.html, diffs/
+
+Nothing outside ``workspace/`` is mounted into the agent's sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Paths inside one run directory (nothing is created by constructing it)."""
+
+    root: Path
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.db"
+
+    @property
+    def agent_log(self) -> Path:
+        return self.root / "agent.log"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def code(self) -> Path:
+        return self.workspace / "code"
+
+    @property
+    def output(self) -> Path:
+        return self.workspace / "output"
+
+    @property
+    def data(self) -> Path:
+        return self.workspace / "data"
+
+    @property
+    def base_model(self) -> Path:
+        return self.workspace / "models" / "base"
+
+    @property
+    def grading(self) -> Path:
+        return self.root / "grading"
+
+    @property
+    def service_json(self) -> Path:
+        return self.grading / "service.json"
+
+    @property
+    def service_log(self) -> Path:
+        return self.grading / "service.log"
+
+    def submission_dir(self, submission_id: int) -> Path:
+        return self.grading / "submissions" / f"{submission_id:04d}"
+
+    @property
+    def baseline_dir(self) -> Path:
+        return self.grading / "baseline"
+
+    @property
+    def record(self) -> Path:
+        return self.root / "record"
+
+    @property
+    def code_git(self) -> Path:
+        return self.record / "code.git"
+
+    @property
+    def resources(self) -> Path:
+        return self.record / "resources.jsonl"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` via a temp file in the same directory and an atomic rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file written by :func:`write_json_atomic`."""
+    return json.loads(Path(path).read_text())
+
+
+@dataclass
+class RunInfo:
+    """The contents of ``run.json``: what was run and how it ended.
+
+    ``start``/``deadline`` are epoch seconds of the budget clock (the baseline is measured
+    before ``start``). ``status`` is one of ``preparing``, ``running``, ``completed`` (the agent
+    exited before the deadline), ``deadline`` (killed at the deadline), ``agent_error`` (the
+    agent exited non-zero) or ``harness_error``.
+    """
+
+    run_id: str
+    task: str
+    task_version: str
+    level: int
+    agent: str
+    model: str
+    budget_s: float
+    seed: int
+    sandbox: str
+    created_at: float
+    driver: str | None = None
+    model_path: str | None = None
+    start: float | None = None
+    deadline: float | None = None
+    ended_at: float | None = None
+    status: str = "preparing"
+    agent_exit_code: int | None = None
+    eval_hash: str | None = None
+    error: str | None = None
+
+    def save(self, paths: RunPaths) -> None:
+        write_json_atomic(paths.run_json, self.__dict__)
+
+    @classmethod
+    def load(cls, paths: RunPaths) -> RunInfo:
+        data = read_json(paths.run_json)
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)

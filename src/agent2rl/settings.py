@@ -1,0 +1,74 @@
+"""Paths and defaults.
+
+Everything a run reads or writes outside its run directory lives under ``AGENT2RL_HOME``
+(default ``~/.agent2rl``): the task store (public and private splits), the model store,
+the baseline cache and the per-device evaluation locks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent2rl.errors import UserError
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved paths; build with :func:`load_settings`."""
+
+    home: Path
+
+    @property
+    def task_store(self) -> Path:
+        return self.home / "tasks"
+
+    @property
+    def model_store(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def baseline_cache(self) -> Path:
+        return self.home / "cache" / "baselines"
+
+    @property
+    def locks(self) -> Path:
+        return self.home / "locks"
+
+
+def load_settings() -> Settings:
+    """Read ``AGENT2RL_HOME`` from the environment (``~/.agent2rl`` when unset)."""
+    home = Path(os.environ.get("AGENT2RL_HOME") or Path.home() / ".agent2rl").expanduser()
+    return Settings(home=home.resolve())
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a budget like ``90s``, ``30m``, ``12h``, ``1.5h`` or a bare number of seconds.
+
+    Raises :class:`UserError` for anything else, including zero or negative budgets.
+    """
+    match = _DURATION.match(str(text))
+    if not match:
+        raise UserError(f"bad duration {text!r}: use a number with s, m or h, e.g. 90s, 30m, 12h")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+    if seconds <= 0:
+        raise UserError(f"bad duration {text!r}: it must be more than zero")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Format seconds as ``1h02m03s`` / ``2m05s`` / ``42s`` (negative values clamp to 0)."""
+    s = max(0, int(round(seconds)))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m{sec:02d}s"
+    if m:
+        return f"{m}m{sec:02d}s"
+    return f"{sec}s"
