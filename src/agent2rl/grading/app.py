@@ -1,0 +1,210 @@
+"""The grading service's HTTP API (FastAPI), one instance per run.
+
+Every endpoint but ``/health`` needs ``Authorization: Bearer <run token>``. Errors are 4xx
+with a JSON body ``{"error": "..."}`` naming the fix; every refused submission attempt is
+recorded in the ledger's ``rejections`` table. There is no endpoint that changes the
+baseline, the clock or past results.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agent2rl.grading.evaluator import run_evaluation
+from agent2rl.grading.ledger import Ledger, Submission
+from agent2rl.grading.submission import (
+    SubmissionError,
+    SubmissionLimits,
+    precheck_submission,
+    resolve_submission,
+    stage_submission,
+)
+from agent2rl.models.weights import weights_hash
+from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.settings import Settings
+
+
+class SubmitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model_path: str
+
+
+@dataclass
+class GradingContext:
+    """What the service needs to grade one run."""
+
+    paths: RunPaths
+    info: RunInfo
+    token: str
+    settings: Settings
+    limits: SubmissionLimits
+    eval_timeout_s: float
+    base_model_dir: Path
+    backend: str = "auto"
+    snapshot: Any = None  # callable(message) -> commit id, or None
+    eval_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.path = status, message, path
+
+
+def create_app(ctx: GradingContext) -> FastAPI:
+    """Build the app for one run. The ledger must already hold the baseline."""
+    app = FastAPI(title="agent2rl grading service", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    ledger = Ledger(ctx.paths.ledger)
+    baseline: dict = ledger.get_meta("baseline") or {}
+    base_hash: str | None = ledger.get_meta("base_weights_hash")
+
+    def authorize(request: Request, path: str | None = None) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), ctx.token):
+            raise _Refused(401, "missing or wrong token: send the header 'Authorization: Bearer "
+                           "$GRADING_TOKEN'", path)
+
+    @app.exception_handler(_Refused)
+    async def _refused(request: Request, exc: _Refused) -> JSONResponse:
+        if request.url.path == "/submit":
+            ledger.add_rejection(exc.path, exc.status, exc.message)
+        return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        msg = ('request body must be JSON like {"model_path": "output/v1"} with the header '
+               "Content-Type: application/json")
+        if request.url.path == "/submit":
+            ledger.add_rejection(None, 400, msg)
+        return JSONResponse({"error": msg}, status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    def deadline() -> float | None:
+        # The orchestrator starts the clock only after this service is up: re-read run.json
+        # until the deadline is set (a file read per request before the run starts).
+        if ctx.info.deadline is None:
+            ctx.info = RunInfo.load(ctx.paths)
+        return ctx.info.deadline
+
+    def remaining() -> float:
+        end = deadline()
+        return max(0.0, end - time.time()) if end is not None else 0.0
+
+    def public_view(s: Submission) -> dict[str, Any]:
+        base = baseline.get("score")
+        improvement = s.score - base if (s.score is not None and base is not None) else None
+        # Never per-item results: predictions next to targets would leak the test set.
+        return {"submission_id": s.id, "submitted_at": s.submitted_at, "path": s.path,
+                "status": s.status, "score": s.score, "improvement": improvement,
+                "is_copy": s.is_copy, "duplicate_of": s.duplicate_of, "error": s.error,
+                "eval_seconds": s.eval_seconds}
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "task": ctx.info.task}
+
+    @app.get("/time")
+    def get_time(request: Request) -> dict[str, Any]:
+        authorize(request)
+        end = deadline()
+        return {"start": ctx.info.start, "deadline": end, "now": time.time(),
+                "remaining_s": remaining(), "budget_s": ctx.info.budget_s}
+
+    @app.get("/submissions")
+    def list_submissions(request: Request) -> dict[str, Any]:
+        authorize(request)
+        subs = ledger.submissions()
+        best = ledger.best()
+        return {"baseline": baseline.get("score"), "best_score": best.score if best else None,
+                "submissions": [public_view(s) for s in subs]}
+
+    @app.post("/submit")
+    def submit(req: SubmitRequest, request: Request) -> dict[str, Any]:
+        authorize(request, req.model_path)
+        end = deadline()
+        if end is None:
+            raise _Refused(409, "the run has not started yet: try again in a moment",
+                           req.model_path)
+        if time.time() > end:
+            raise _Refused(409, "the budget is over: no more submissions are graded",
+                           req.model_path)
+        staging = ctx.paths.grading / "staging" / secrets.token_hex(8)
+        try:
+            model_dir = resolve_submission(req.model_path, ctx.paths.workspace)
+            precheck_submission(model_dir)
+            roots = [ctx.paths.output.resolve(), ctx.base_model_dir.resolve()]
+            stage_submission(model_dir, staging, roots, ctx.limits)
+        except SubmissionError as err:
+            raise _Refused(err.status, str(err), req.model_path) from None
+        rel = str(model_dir.relative_to(ctx.paths.workspace.resolve()))
+        snapshot = ctx.snapshot(f"submission: {rel}") if ctx.snapshot else None
+        sub_id = ledger.add_submission(rel, None, None, snapshot)
+        copy = ctx.paths.submission_dir(sub_id) / "model"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(copy)
+        with ctx.eval_lock:  # one evaluation at a time for this run
+            _grade(sub_id, copy)
+        s = ledger.submission(sub_id)
+        best = ledger.best()
+        return {**public_view(s), "baseline": baseline.get("score"),
+                "best_score": best.score if best else None,
+                "best_submission_id": best.id if best else None,
+                "submissions": len(ledger.submissions()), "remaining_s": remaining()}
+
+    def _grade(sub_id: int, copy: Path) -> None:
+        """Hash, de-duplicate, evaluate the private copy; leaves the row graded or failed."""
+        sub_dir = ctx.paths.submission_dir(sub_id)
+        try:
+            digest = weights_hash(copy)
+        except (OSError, ValueError) as err:
+            ledger.update_submission(sub_id, status="failed", finished_at=time.time(),
+                                     error=f"could not read the submission: {err}")
+            return
+        ledger.update_submission(sub_id, weights_hash=digest)
+        if base_hash and digest == base_hash:
+            shutil.rmtree(copy, ignore_errors=True)
+            ledger.update_submission(sub_id, status="graded", is_copy=True,
+                                     score=baseline.get("score"), n_items=baseline.get("n_items"),
+                                     items_path=baseline.get("items_path"), eval_seconds=0.0,
+                                     eval_hash=baseline.get("eval_hash"), finished_at=time.time())
+            return
+        earlier = ledger.graded_with_hash(digest)
+        if earlier is not None and earlier.id != sub_id:
+            shutil.rmtree(copy, ignore_errors=True)
+            ledger.update_submission(sub_id, status=earlier.status, duplicate_of=earlier.id,
+                                     score=earlier.score, n_items=earlier.n_items,
+                                     items_path=earlier.items_path, eval_seconds=0.0,
+                                     eval_hash=earlier.eval_hash, error=earlier.error,
+                                     is_copy=earlier.is_copy, finished_at=time.time())
+            return
+        outcome = run_evaluation(ctx.info.task, copy, sub_dir, ctx.settings,
+                                 timeout_s=ctx.eval_timeout_s, backend=ctx.backend)
+        # The weights copy is only needed while evaluating; keep config for the record.
+        for f in copy.glob("*.safetensors"):
+            f.unlink(missing_ok=True)
+        items = (str(outcome.items_path.relative_to(ctx.paths.root))
+                 if outcome.items_path else None)
+        ledger.update_submission(
+            sub_id, status="graded" if outcome.error is None else "failed", score=outcome.score,
+            n_items=outcome.n_items, items_path=items, eval_seconds=outcome.seconds,
+            eval_hash=outcome.eval_hash, error=outcome.error, finished_at=time.time())
+
+    return app

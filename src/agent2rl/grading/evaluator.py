@@ -1,0 +1,74 @@
+"""Run one evaluation in a child process, with a timeout that kills its whole group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent2rl.settings import Settings
+
+
+@dataclass(frozen=True)
+class EvalOutcome:
+    """``score`` is None when ``error`` is set (crash, timeout, unloadable model)."""
+
+    score: float | None
+    n_items: int | None
+    items_path: Path | None
+    seconds: float
+    eval_hash: str | None
+    error: str | None = None
+
+
+def run_evaluation(task: str, model_dir: Path, out: Path, settings: Settings,
+                   timeout_s: float, backend: str = "auto", limit: int | None = None,
+                   log_path: Path | None = None) -> EvalOutcome:
+    """Evaluate ``model_dir`` on ``task`` in a child process; results land in ``out``.
+
+    The child runs in its own session; on timeout the whole process group gets SIGKILL and
+    the outcome carries an error. The child's output is appended to ``log_path``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "agent2rl.grading.worker", "--task", task, "--model",
+           str(model_dir), "--out", str(out), "--store", str(settings.task_store), "--locks",
+           str(settings.locks), "--backend", backend]
+    if limit:
+        cmd += ["--limit", str(limit)]
+    log = open(log_path or out / "eval.log", "ab")  # noqa: SIM115 - closed below
+    started = time.time()
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return EvalOutcome(None, None, None, time.time() - started, None,
+                           f"evaluation timed out after {timeout_s:.0f}s")
+    finally:
+        log.close()
+    seconds = time.time() - started
+    if proc.returncode == 0 and (out / "result.json").exists():
+        res = json.loads((out / "result.json").read_text())
+        return EvalOutcome(res["score"], res["n_items"], out / "items.jsonl", seconds,
+                           res["eval_hash"])
+    error = f"evaluation failed (exit code {proc.returncode})"
+    if (out / "error.json").exists():
+        error = "evaluation failed: " + json.loads((out / "error.json").read_text())["error"]
+    elif proc.returncode and proc.returncode < 0:
+        error = f"evaluation killed by signal {-proc.returncode} (out of memory?)"
+    return EvalOutcome(None, None, None, seconds, None, error)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,0 +1,126 @@
+"""The grading service process: ``python -m agent2rl.grading.service RUN_DIR``.
+
+The orchestrator starts it (one per run) with the run token in the environment variable
+``AGENT2RL_GRADING_TOKEN``. It binds a random free port on 127.0.0.1, writes
+``grading/service.json`` (port, pid) atomically once it is ready to accept connections, and
+serves until SIGTERM. :func:`start_service` is the orchestrator's side of that handshake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent2rl.errors import UserError
+from agent2rl.rundir import RunInfo, RunPaths, read_json, write_json_atomic
+from agent2rl.settings import load_settings
+
+TOKEN_ENV = "AGENT2RL_GRADING_TOKEN"
+
+
+@dataclass
+class ServiceHandle:
+    """A running grading service."""
+
+    proc: subprocess.Popen
+    url: str
+    port: int
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; idempotent."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_service(paths: RunPaths, token: str, *, eval_timeout_s: float, max_bytes: int,
+                  base_model_dir: Path, backend: str = "auto",
+                  ready_timeout: float = 60.0) -> ServiceHandle:
+    """Start the service for the run in ``paths`` and wait until it answers."""
+    paths.service_json.unlink(missing_ok=True)
+    log = open(paths.service_log, "ab")  # noqa: SIM115 - the child owns it
+    cmd = [sys.executable, "-m", "agent2rl.grading.service", str(paths.root),
+           "--eval-timeout", str(eval_timeout_s), "--max-bytes", str(max_bytes),
+           "--base-model", str(base_model_dir), "--backend", backend]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, TOKEN_ENV: token})
+    log.close()
+    deadline = time.time() + ready_timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"grading service exited with code {proc.returncode}; "
+                               f"see {paths.service_log}")
+        if paths.service_json.exists():
+            port = int(read_json(paths.service_json)["port"])
+            return ServiceHandle(proc, f"http://127.0.0.1:{port}", port)
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"grading service did not start in {ready_timeout:.0f}s; "
+                       f"see {paths.service_log}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    from agent2rl.grading.app import GradingContext, create_app
+    from agent2rl.grading.submission import SubmissionLimits
+    from agent2rl.recording import CodeRecorder
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--eval-timeout", type=float, required=True)
+    ap.add_argument("--max-bytes", type=int, required=True)
+    ap.add_argument("--base-model", type=Path, required=True)
+    ap.add_argument("--backend", default="auto")
+    args = ap.parse_args(argv)
+    token = os.environ.pop(TOKEN_ENV, "")
+    if not token:
+        raise UserError(f"{TOKEN_ENV} is not set")
+    paths = RunPaths(args.run_dir.resolve())
+    recorder = CodeRecorder(paths.code_git, paths.workspace)
+    ctx = GradingContext(paths=paths, info=RunInfo.load(paths), token=token,
+                         settings=load_settings(),
+                         limits=SubmissionLimits(max_bytes=args.max_bytes),
+                         eval_timeout_s=args.eval_timeout, base_model_dir=args.base_model,
+                         backend=args.backend, snapshot=recorder.snapshot)
+    app = create_app(ctx)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=True, timeout_keep_alive=30)
+    server = uvicorn.Server(config)
+
+    # Announce readiness only once uvicorn is serving on our socket.
+    async def _announce() -> None:
+        import asyncio
+
+        while not server.started:
+            await asyncio.sleep(0.02)
+        write_json_atomic(paths.service_json, {"port": port, "pid": os.getpid()})
+
+    import asyncio
+
+    async def _serve() -> None:
+        task = asyncio.create_task(_announce())
+        await server.serve(sockets=[sock])
+        task.cancel()
+
+    asyncio.run(_serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

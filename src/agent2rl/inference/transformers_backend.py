@@ -1,0 +1,82 @@
+"""Batched greedy generation with Hugging Face transformers (CPU, or one GPU if present)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent2rl.inference.backend import GenerationSettings, truncate_at_stop
+
+
+class TransformersBackend:
+    """Greedy generation with left padding, stop strings and max-new-tokens.
+
+    Prompts are sorted by length before batching so a batch wastes little padding; results
+    come back in the original order. A tokenizer without a pad token pads with EOS.
+    """
+
+    name = "transformers"
+
+    def __init__(self, model_dir: Path, device: str | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, trust_remote_code=False, use_safetensors=True, dtype=dtype
+        ).to(self.device)
+        self.model.eval()
+        self._dtype = str(dtype).replace("torch.", "")
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "dtype": self._dtype}
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
+        if not getattr(self.tokenizer, "chat_template", None):
+            return None
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
+        import torch
+
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        out: list[str] = [""] * len(prompts)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        for start in range(0, len(order), settings.batch_size):
+            idx = order[start : start + settings.batch_size]
+            batch = self.tokenizer([prompts[i] for i in idx], return_tensors="pt",
+                                   padding=True, add_special_tokens=False)
+            if limit and batch["input_ids"].shape[1] + settings.max_new_tokens > limit:
+                # Keep the end of over-long prompts (the question is at the end).
+                keep = max(1, limit - settings.max_new_tokens)
+                batch = {k: v[:, -keep:] for k, v in batch.items()}
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            kwargs: dict[str, Any] = {}
+            if settings.stop:
+                kwargs = {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}
+            with torch.inference_mode():
+                gen = self.model.generate(
+                    **batch, max_new_tokens=settings.max_new_tokens, do_sample=False,
+                    pad_token_id=self.tokenizer.pad_token_id, **kwargs,
+                )
+            new = gen[:, batch["input_ids"].shape[1]:]
+            texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
+            for i, text in zip(idx, texts, strict=True):
+                out[i] = truncate_at_stop(text, settings.stop)
+        return out
+
+    def close(self) -> None:
+        import gc
+
+        import torch
+
+        del self.model
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

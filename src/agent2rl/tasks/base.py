@@ -1,0 +1,103 @@
+"""The Task interface: what every benchmark task declares and how it is graded.
+
+A task knows its name, level and version; it prepares a *public* split (what the agent sees)
+and a *private* split (held out, never inside a workspace) into the task store; it writes the
+instructions an agent reads; and it evaluates a model directory into an :class:`EvalResult`
+with per-item outcomes, so that analysis can bootstrap intervals and compare submissions
+item by item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent2rl.inference.backend import Backend
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """One graded item. ``score`` is in [0, 1]; ``correct`` is ``score >= 1`` for binary tasks."""
+
+    id: str
+    prediction: str
+    target: str
+    correct: bool
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class EvalResult:
+    """A task-level score (0-100) with the per-item results behind it."""
+
+    score: float
+    items: list[ItemResult]
+    seconds: float = 0.0
+    eval_hash: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_items(self) -> int:
+        return len(self.items)
+
+    @staticmethod
+    def from_items(items: list[ItemResult], **kw: Any) -> EvalResult:
+        """Score = 100 x mean item score (0 for an empty list)."""
+        score = 100.0 * sum(i.score for i in items) / len(items) if items else 0.0
+        return EvalResult(score=score, items=items, **kw)
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    """Where a task's splits live in the task store (``public`` is copied into workspaces)."""
+
+    public: Path
+    private: Path
+
+
+class Task(ABC):
+    """A benchmark task. Subclasses set the class attributes and implement the methods.
+
+    ``version`` must change whenever data, prompts or grading change, since baselines are
+    cached by it and scores are only comparable within one version.
+    """
+
+    name: str
+    level: int
+    version: str
+    summary: str
+
+    @abstractmethod
+    def prepare(self, root: Path) -> PreparedTask:
+        """Write the public and private splits under ``root`` (idempotent, atomic per file)."""
+
+    @abstractmethod
+    def description(self, prepared: PreparedTask) -> str:
+        """Markdown for the workspace's ``description.md``: the task, data and exact
+        evaluation protocol (prompt format, generation settings, how answers are graded)."""
+
+    @abstractmethod
+    def evaluate(self, backend: Backend, prepared: PreparedTask,
+                 limit: int | None = None) -> EvalResult:
+        """Grade the model behind ``backend`` on the private split (the first ``limit`` items
+        when given, for quick checks; official scores never set it)."""
+
+    def eval_settings(self) -> dict[str, Any]:
+        """Everything that changes a score besides the model: hashed into ``eval_hash``."""
+        return {"task": self.name, "version": self.version}
+
+    def eval_hash(self, backend_settings: dict[str, Any]) -> str:
+        """A short hash of task version, evaluation settings and backend settings.
+
+        Scores with different hashes are not comparable.
+        """
+        blob = json.dumps({"task": self.eval_settings(), "backend": backend_settings},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,366 @@
+"""Per-run metrics, reports and the results ledger, on real run directories (SQLite + git)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from agent2rl.analysis import (
+    EMPTY_TREE,
+    bootstrap_ci,
+    compute_metrics,
+    list_runs,
+    load_item_scores,
+    paired_bootstrap_ci,
+    record_run,
+    write_report,
+)
+from agent2rl.grading.ledger import Ledger
+from agent2rl.rundir import RunInfo, RunPaths
+
+START = 1_000_000.0
+BUDGET = 600.0
+EVIL_PATH = "output/<script>alert(1)</script>"
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _git_env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "test",
+        "GIT_AUTHOR_EMAIL": "test@example.com",
+        "GIT_COMMITTER_NAME": "test",
+        "GIT_COMMITTER_EMAIL": "test@example.com",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(home),
+    }
+
+
+class CodeRepo:
+    """A bare repo like ``record/code.git``, committed into from a scratch work tree."""
+
+    def __init__(self, git_dir: Path, work: Path) -> None:
+        self.git_dir, self.work = git_dir, work
+        work.mkdir(parents=True)
+        self.env = _git_env(work.parent)
+        subprocess.run(["git", "init", "-q", "--bare", str(git_dir)], check=True, env=self.env)
+
+    def _git(self, *args: str) -> str:
+        cmd = ["git", f"--git-dir={self.git_dir}", f"--work-tree={self.work}", *args]
+        return subprocess.run(cmd, check=True, env=self.env, capture_output=True, text=True).stdout
+
+    def commit(self, files: dict[str, str | bytes | None]) -> str:
+        """Write (str/bytes) or delete (None) files, commit everything, return the commit id."""
+        for name, content in files.items():
+            path = self.work / name
+            if content is None:
+                path.unlink()
+            elif isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        self._git("add", "-A")
+        self._git("commit", "-q", "--allow-empty", "-m", "snapshot")
+        return self._git("rev-parse", "HEAD").strip()
+
+
+def write_items(path: Path, scores: list[float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for i, s in enumerate(scores):
+            row = {"id": f"q{i}", "prediction": "p", "target": "t", "correct": s >= 1.0, "score": s}
+            fh.write(json.dumps(row) + "\n")
+
+
+@dataclass
+class Sub:
+    t: float
+    items: list[float] | None = None  # per-item scores; None: no items file
+    status: str = "graded"
+    snapshot: str | None = None
+    is_copy: bool = False
+    duplicate_of: int | None = None
+    error: str | None = None
+    path: str = "output/model"
+    score: float | None = field(default=None)
+
+
+def make_run(
+    root: Path,
+    baseline: list[float] | None,
+    subs: list[Sub],
+    *,
+    ended_after: float = 300.0,
+    rejections: list[tuple[str, int, str]] = (),
+    with_ledger: bool = True,
+) -> RunPaths:
+    """A finished run directory: run.json, ledger.db, per-item files under grading/."""
+    paths = RunPaths(root)
+    root.mkdir(parents=True, exist_ok=True)
+    RunInfo(
+        run_id=root.name,
+        task="arith-lite",
+        task_version="1",
+        level=1,
+        agent="scripted",
+        model="tiny",
+        budget_s=BUDGET,
+        seed=0,
+        sandbox="none",
+        created_at=START - 50,
+        driver="reference",
+        start=START,
+        deadline=START + BUDGET,
+        ended_at=START + ended_after,
+        status="completed",
+    ).save(paths)
+    if not with_ledger:
+        return paths
+    with Ledger(paths.ledger) as ledger:
+        if baseline is not None:
+            write_items(paths.baseline_dir / "items.jsonl", baseline)
+            ledger.set_meta(
+                "baseline",
+                {
+                    "score": 100 * sum(baseline) / len(baseline),
+                    "n_items": len(baseline),
+                    "items_path": "grading/baseline/items.jsonl",
+                    "eval_seconds": 1.0,
+                },
+            )
+        for sub in subs:
+            sid = ledger.add_submission(sub.path, "h", "e", snapshot=sub.snapshot, at=START + sub.t)
+            values: dict = {
+                "status": sub.status,
+                "is_copy": sub.is_copy,
+                "duplicate_of": sub.duplicate_of,
+                "error": sub.error,
+            }
+            if sub.items is not None:
+                rel = f"grading/submissions/{sid:04d}/items.jsonl"
+                write_items(root / rel, sub.items)
+                values.update(items_path=rel, n_items=len(sub.items))
+            if sub.status == "graded":
+                score = (
+                    sub.score if sub.score is not None else 100 * sum(sub.items) / len(sub.items)
+                )
+                values["score"] = score
+            ledger.update_submission(sid, **values)
+        for path, code, reason in rejections:
+            ledger.add_rejection(path, code, reason)
+    return paths
+
+
+HALF = [1.0, 0.0] * 20  # 40 items, baseline score 50
+
+
+@pytest.fixture(scope="module")
+def rich(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunPaths, list[str]]:
+    """Five submissions (failed first, a copy, a duplicate), three snapshots, resources."""
+    root = tmp_path_factory.mktemp("runs") / "run-rich"
+    repo = CodeRepo(root / "record" / "code.git", root.parent / "scratch")
+    c1 = repo.commit({"a.py": "x = 1\ny = 2\nz = 3\n", "b.txt": "one\ntwo\n"})
+    # one line of a.py changed, two appended, and a binary file that numstat must ignore
+    c2 = repo.commit(
+        {"a.py": "x = 1\ny = 20\nz = 3\nu = 4\nv = 5\n", "w.bin": b"\x00\x01\x02" * 100}
+    )
+    c3 = repo.commit({"b.txt": None})
+    seventy = [1.0] * 28 + [0.0] * 12
+    paths = make_run(
+        root,
+        HALF,
+        [
+            Sub(t=30, status="failed", snapshot=c1, error="CUDA <b>OOM</b>", items=None),
+            Sub(t=60, items=HALF, snapshot=c2, path=EVIL_PATH),
+            Sub(t=120, items=seventy, snapshot=None),
+            Sub(t=180, items=[1.0] * 24 + [0.0] * 16, snapshot=c3, is_copy=True),
+            Sub(t=240, items=seventy, duplicate_of=3, snapshot=c3),
+        ],
+        rejections=[(EVIL_PATH, 400, "path escapes output/"), (None, 401, "bad token")],
+    )
+    paths.record.mkdir(exist_ok=True)
+    samples = [
+        {"t": START + i, "cpu_percent": 10.0 * i, "rss_bytes": 1000 * i, "n_procs": i}
+        for i in range(1, 5)
+    ]
+    paths.resources.write_text("".join(json.dumps(s) + "\n" for s in samples) + '{"t": 1')
+    return paths, [c1, c2, c3]
+
+
+# -- bootstrap ---------------------------------------------------------------------------------
+def test_bootstrap_ci_edges_and_determinism() -> None:
+    assert bootstrap_ci([]) is None
+    assert bootstrap_ci([3.0] * 10) == pytest.approx((3.0, 3.0))
+    values = [(i * 37 % 101) / 100 for i in range(100)]  # spread over [0, 1], mean ~0.5
+    lo, hi = bootstrap_ci(values)
+    assert lo < 0.5 < hi and hi - lo < 0.3
+    assert bootstrap_ci(values) == (lo, hi)  # fixed seed
+    assert bootstrap_ci(values, seed=1) != (lo, hi)
+    with pytest.raises(ValueError):
+        paired_bootstrap_ci([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
+        bootstrap_ci(values, confidence=1.5)
+
+
+def test_paired_bootstrap_is_tighter_than_unpaired() -> None:
+    # b is a plus a constant shift: pairing removes item variance entirely
+    a = [float(i % 7) for i in range(60)]
+    b = [x + 1.0 for x in a]
+    assert paired_bootstrap_ci(b, a) == pytest.approx((1.0, 1.0))
+
+
+# -- metrics -----------------------------------------------------------------------------------
+def test_identical_to_baseline_is_within_noise(tmp_path: Path) -> None:
+    m = compute_metrics(make_run(tmp_path / "r", HALF, [Sub(t=60, items=HALF)]))
+    assert m["improvement"] == 0.0
+    assert m["improvement_ci95"] == [0.0, 0.0]
+    assert m["within_noise"] is True
+    assert m["time_to_first_improvement"] is None
+    assert m["n_items_paired"] == 40
+
+
+def test_clearly_better_excludes_zero(tmp_path: Path) -> None:
+    better = [1.0, 1.0] * 18 + [1.0, 0.0] * 2  # 38 of 40 right; never worse on an item
+    m = compute_metrics(make_run(tmp_path / "r", HALF, [Sub(t=90, items=better)]))
+    assert m["improvement"] == pytest.approx(45.0)
+    lo, hi = m["improvement_ci95"]
+    assert 0 < lo < 45 < hi
+    assert m["within_noise"] is False
+    assert m["best_score_ci95"][0] < 95 < m["best_score_ci95"][1] <= 100
+    assert m["time_to_first_improvement"] == pytest.approx(90.0)
+
+
+def test_missing_item_files_give_no_interval(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "r", HALF, [Sub(t=60, items=None, score=80.0)])
+    m = compute_metrics(paths)
+    assert m["improvement"] == pytest.approx(30.0)
+    assert m["improvement_ci95"] is None and m["within_noise"] is None
+    assert load_item_scores(paths.root / "nope.jsonl") is None
+
+
+def test_submission_sequence_metrics(rich: tuple[RunPaths, list[str]]) -> None:
+    m = compute_metrics(rich[0])
+    assert m["submissions"] == 5 and m["valid_submissions"] == 4
+    assert m["valid_submission_rate"] == pytest.approx(0.8)
+    assert m["first_valid_idx"] == 2  # the first submission failed
+    assert m["baseline"] == pytest.approx(50.0)
+    assert m["best_score"] == pytest.approx(70.0)
+    assert m["best_submission_id"] == 3  # the later duplicate ties and loses
+    assert m["time_to_first_improvement"] == pytest.approx(120.0)  # #2 only equals baseline
+    assert m["time_to_best"] == pytest.approx(120.0)
+    assert m["monotonic_ratio"] == pytest.approx(2 / 3)  # 50 -> 70 -> 60 -> 70
+    assert m["copy_model_count"] == 1 and m["duplicate_count"] == 1
+    assert m["rejected_attempts"] == 2
+    assert m["time_used_ratio"] == pytest.approx(0.5)
+    assert m["last_submit_gap"] == pytest.approx(BUDGET - 240)
+    assert m["duration_s"] == pytest.approx(300.0)
+    assert [t["best_so_far"] for t in m["trajectory"]] == [None, 50.0, 70.0, 70.0, 70.0]
+    assert [t["t"] for t in m["trajectory"]] == [30, 60, 120, 180, 240]
+    assert m["trajectory"][0]["error"] == "CUDA <b>OOM</b>"
+    assert m["resources"]["peak_rss_bytes"] == 4000  # the truncated last line is skipped
+    assert m["resources"]["mean_cpu_percent"] == pytest.approx(25.0)
+    json.dumps(m)  # JSON-serialisable as is
+
+
+def test_code_changes_match_numstat(rich: tuple[RunPaths, list[str]]) -> None:
+    c1, c2, c3 = rich[1]
+    changes = compute_metrics(rich[0])["code_changes"]
+    got = [(c["id"], c["base"], c["added"], c["removed"]) for c in changes]
+    assert got == [
+        (1, EMPTY_TREE, 5, 0),  # a.py (3) + b.txt (2)
+        (2, c1, 3, 1),  # one line changed, two added; w.bin is binary and ignored
+        (3, None, None, None),  # no snapshot
+        (4, c2, 0, 2),  # b.txt deleted
+        (5, c3, 0, 0),  # same snapshot again
+    ]
+    assert compute_metrics(rich[0])["total_lines_changed"] == 11
+
+
+def test_time_used_ratio_is_capped(tmp_path: Path) -> None:
+    m = compute_metrics(make_run(tmp_path / "r", HALF, [], ended_after=BUDGET + 100))
+    assert m["time_used_ratio"] == 1.0
+
+
+# -- report ------------------------------------------------------------------------------------
+def test_html_report_plot_anchors_and_escaping(rich: tuple[RunPaths, list[str]]) -> None:
+    out = write_report(rich[0])
+    page = (out / "report.html").read_text()
+    assert "<svg" in page and 'class="baseline"' in page and 'class="bsf"' in page
+    assert len(re.findall(r'<g class="pt ', page)) == 5
+    assert page.count('class="pt pt-failed"') == 1 and page.count('class="pt pt-copy"') == 1
+    for sid in range(1, 6):
+        assert f'href="#diff-{sid}"' in page
+        assert page.count(f'<details id="diff-{sid}">') == 1
+    # the diff of #2 is embedded, escaped, with its +/- lines
+    assert '<span class="a">+y = 20</span>' in page and '<span class="d">-y = 2</span>' in page
+    # agent-controlled strings never reach the page as markup
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>OOM</b>" not in page
+    # self-contained: nothing loaded from elsewhere
+    assert not re.search(r"<link|<img|\bsrc=|@import|https?://(?!www\.w3\.org/2000/svg)", page)
+    md = (out / "report.md").read_text()
+    assert "<script>" not in md and "&lt;script&gt;" in md
+    assert "within noise" in md or "beyond noise" in md
+    assert "Peak RSS" in md
+
+
+def test_report_writes_diffs_and_is_idempotent(rich: tuple[RunPaths, list[str]]) -> None:
+    out = write_report(rich[0])
+    (out / "diffs" / "99.diff").write_text("stale")
+    assert sorted(p.name for p in (out / "diffs").iterdir()) == [
+        "1.diff",
+        "2.diff",
+        "4.diff",
+        "5.diff",
+        "99.diff",
+    ]
+    first = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.stem != "99"}
+    write_report(rich[0])
+    second = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert second == first  # same bytes, and the stale diff is gone
+    assert "+x = 1" in (out / "diffs" / "1.diff").read_text()
+    assert (out / "diffs" / "5.diff").read_text() == ""  # same snapshot as #4
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["best_submission_id"] == 3
+
+
+@pytest.mark.parametrize("with_ledger", [True, False])
+def test_run_without_submissions_still_reports(tmp_path: Path, with_ledger: bool) -> None:
+    paths = make_run(tmp_path / "r", HALF, [], with_ledger=with_ledger)
+    out = write_report(paths)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["improvement"] is None and m["best_score"] is None and m["submissions"] == 0
+    assert m["first_valid_idx"] is None and m["monotonic_ratio"] is None
+    assert m["baseline"] == (50.0 if with_ledger else None)
+    page = (out / "report.html").read_text()
+    assert "<svg" in page and 'class="pt ' not in page
+    assert "No submissions." in (out / "report.md").read_text()
+    assert not (paths.ledger.exists() and not with_ledger)  # analysis creates no ledger
+
+
+# -- results ledger ----------------------------------------------------------------------------
+def test_results_ledger_replaces_by_run_id(tmp_path: Path) -> None:
+    better = [1.0] * 30 + [0.0] * 10
+    paths = make_run(tmp_path / "runs" / "run-a", HALF, [Sub(t=60, items=better)])
+    assert list_runs(tmp_path / "runs") == []
+    for _ in range(2):
+        out = write_report(paths)
+        record_run(tmp_path / "runs", paths.root, json.loads((out / "metrics.json").read_text()))
+    rows = list_runs(tmp_path / "runs")
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["run_id"] == "run-a" and row["task"] == "arith-lite" and row["driver"] == "reference"
+    assert row["baseline"] == pytest.approx(50.0) and row["best"] == pytest.approx(75.0)
+    assert row["improvement"] == pytest.approx(25.0) and row["submissions"] == 1
+    assert row["ci_lo"] > 0 and row["ci_hi"] > row["ci_lo"]
+    assert row["finished_at"] == pytest.approx(START + 300) and row["status"] == "completed"
+    assert row["run_dir"] == str(paths.root.resolve())
+    other = make_run(tmp_path / "runs" / "run-b", HALF, [])
+    record_run(tmp_path / "runs", other.root, compute_metrics(other))
+    assert [r["run_id"] for r in list_runs(tmp_path / "runs")] == ["run-a", "run-b"]
