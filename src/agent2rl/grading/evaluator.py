@@ -42,7 +42,8 @@ def run_evaluation(task: str, model_dir: Path, out: Path, settings: Settings,
         cmd += ["--limit", str(limit)]
     log = open(log_path or out / "eval.log", "ab")  # noqa: SIM115 - closed below
     started = time.time()
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env=env)
     try:

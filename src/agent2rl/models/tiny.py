@@ -73,6 +73,9 @@ def build_tiny(dest: Path, seed: int = 0) -> Path:
         (tmp / "agent2rl_model.json").write_text(
             json.dumps({"name": "tiny", "version": TINY_VERSION, "seed": seed}) + "\n"
         )
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        tmp.chmod(0o755)  # mkdtemp makes 0700; agents may run as another user
         if dest.exists():
             shutil.rmtree(dest)
         tmp.rename(dest)

@@ -96,6 +96,7 @@ class ArithLite(Task):
     level = 1
     version = "1"
     summary = "Arithmetic word problems in GSM8K format (CPU-sized, offline)"
+    eval_timeout_s = 300.0
 
     def prepare(self, root: Path) -> PreparedTask:
         public, private = root / "public", root / "private"

@@ -73,6 +73,8 @@ class Task(ABC):
     level: int
     version: str
     summary: str
+    #: an evaluation running longer than this is killed and the submission fails
+    eval_timeout_s: float = 1800.0
 
     @abstractmethod
     def prepare(self, root: Path) -> PreparedTask:

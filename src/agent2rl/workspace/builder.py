@@ -76,6 +76,9 @@ def agent_env(paths: RunPaths, info: RunInfo, model: ModelRef, url: str, token: 
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # Busy-waiting OpenMP threads slow CPU training ~5x when anything else runs (an
+        # evaluation, another run); the agent may override it.
+        "OMP_WAIT_POLICY": "PASSIVE",
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
     }

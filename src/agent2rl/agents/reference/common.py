@@ -8,6 +8,7 @@ library (the harness package itself is not importable inside the sandbox).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -22,6 +23,11 @@ OUTPUT_DIR = Path(os.environ["OUTPUT_DIR"])
 SERVER = os.environ["GRADING_SERVER_URL"].rstrip("/")
 TOKEN = os.environ["GRADING_TOKEN"]
 DEADLINE = float(os.environ["DEADLINE"])
+
+# Progress bars flood the agent's log: off before datasets/huggingface_hub are imported (and
+# again in quiet(), for libraries imported before this module).
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def log(msg: str) -> None:
@@ -57,6 +63,56 @@ def prompt_completion_rows(tokenizer) -> list[dict]:
             completion = fmt["completion_template"].format(**row)
         out.append({"prompt": prompt, "completion": completion, "answer": row["answer"]})
     return out
+
+
+def grpo_rows(tokenizer) -> list[dict]:
+    """The training prompts for GRPO, as the grader will ask them, with the ``answer`` column.
+
+    Base models get the prompt text; chat models get the user message as a conversation (the
+    trainer applies the chat template with the generation prompt, as the grader does).
+    """
+    fmt = eval_format()
+    chat = bool(getattr(tokenizer, "chat_template", None))
+    out = []
+    for row in train_rows():
+        if chat:
+            prompt = [{"role": "user", "content": fmt["chat_template"].format(**row)}]
+        else:
+            prompt = fmt["template"].format(**row)
+        out.append({"prompt": prompt, "answer": row["answer"]})
+    return out
+
+
+@functools.cache
+def _stops() -> tuple[str, ...]:
+    return tuple(s for s in eval_format().get("stop", []) if s)
+
+
+def graded_text(completion) -> str:
+    """A sampled completion as the grader would read it: plain text cut at the first stop
+    string (the grader stops generating there; sampling during training does not)."""
+    if not isinstance(completion, str):  # conversational: a list of messages
+        completion = "".join(str(m.get("content", "")) for m in completion)
+    cut = len(completion)
+    for stop in _stops():
+        i = completion.find(stop)
+        if i != -1:
+            cut = min(cut, i)
+    return completion[:cut]
+
+
+def gold_number(answer: str) -> str:
+    """The reference's final number: what follows the last '####' in a GSM8K-style answer."""
+    return answer.rsplit("####", 1)[-1].strip().replace(",", "")
+
+
+def same_number(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return False
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return a.strip() == b.strip()
 
 
 def final_answer(text: str) -> str | None:
@@ -122,6 +178,7 @@ def sft(model, tokenizer, rows: list[dict], seconds: float, lr: float, seed: int
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    quiet()
     stop_at = time.time() + seconds
     args = SFTConfig(
         output_dir=str(Path("code") / ".trainer"), max_steps=1_000_000, learning_rate=lr,
@@ -139,6 +196,87 @@ def sft(model, tokenizer, rows: list[dict], seconds: float, lr: float, seed: int
     return trainer.model
 
 
+def grpo(model, tokenizer, rows: list[dict], reward_funcs, seconds: float, lr: float,
+         seed: int = 0, num_generations: int = 8, prompts_per_step: int = 4,
+         max_completion_length: int = 40, temperature: float = 1.0, beta: float = 0.0):
+    """GRPO with trl for about ``seconds`` on ``rows`` (``prompt`` plus extra columns, which
+    reach the reward functions as keyword arguments); returns ``(model, stats)``.
+
+    ``stats``: ``steps``, ``seconds``, ``rewards`` (the mean reward of each logging window).
+    Constant learning rate, no reference model by default (``beta=0``), CPU-safe settings.
+    """
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    quiet()
+    started = time.time()
+    stop_at = started + seconds
+    # trl turns gradient checkpointing on by default; transformers 5 renamed it.
+    no_checkpointing = {"gradient_checkpointing": False}
+    if "activation_checkpointing" in GRPOConfig.__dataclass_fields__:
+        no_checkpointing["activation_checkpointing"] = False
+    args = GRPOConfig(
+        output_dir=str(Path("code") / ".trainer"), max_steps=1_000_000, learning_rate=lr,
+        lr_scheduler_type="constant", warmup_steps=0, seed=seed,
+        per_device_train_batch_size=num_generations * prompts_per_step,
+        num_generations=num_generations, max_completion_length=max_completion_length,
+        temperature=temperature, beta=beta, logging_steps=10, save_strategy="no",
+        report_to=[], use_cpu=not _cuda(), bf16=False, dataloader_num_workers=0,
+        disable_tqdm=True, log_completions=False, **no_checkpointing,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args,
+                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          callbacks=[time_callback(stop_at)])
+    # The default printer writes every metric of every log; one short line per log instead.
+    trainer.remove_callback(PrinterCallback)
+    rewards: list[float] = []
+    trainer.add_callback(_grpo_log_callback(rewards))
+    trainer.train()
+    spent = time.time() - started
+    steps = trainer.state.global_step
+    trend = " -> ".join(f"{r:.3f}" for r in _sparse(rewards, 8))
+    log(f"GRPO: {steps} steps in {spent:.0f}s ({steps / max(spent, 1e-9):.2f} steps/s),"
+        f" mean reward per window: {trend or 'n/a'}")
+    return trainer.model, {"steps": steps, "seconds": spent, "rewards": rewards}
+
+
+def _grpo_log_callback(rewards: list[float]):
+    from transformers import TrainerCallback
+
+    class GRPOLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                rewards.append(float(logs["reward"]))
+                log(f"GRPO step {state.global_step}: reward {logs['reward']:.3f}"
+                    f" (std {logs.get('reward_std', float('nan')):.3f}), completion length"
+                    f" {logs.get('completions/mean_length', float('nan')):.1f},"
+                    f" loss {logs.get('loss', float('nan')):.4f}")
+            return control
+
+    return GRPOLog()
+
+
+def _sparse(values: list[float], n: int) -> list[float]:
+    """At most ``n`` values spread evenly over ``values``, first and last included."""
+    if len(values) <= n:
+        return values
+    return [values[round(i * (len(values) - 1) / (n - 1))] for i in range(n)]
+
+
+def quiet() -> None:
+    """Turn off the datasets/transformers progress bars (they flood the agent's log)."""
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+    except ImportError:
+        pass
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def _last_loss(trainer) -> float:
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return losses[-1] if losses else float("nan")
@@ -153,6 +291,7 @@ def _cuda() -> bool:
 def load(path: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     return model, tokenizer

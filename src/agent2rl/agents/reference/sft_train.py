@@ -12,7 +12,15 @@ import time
 from common import MODEL_PATH, load, log, prompt_completion_rows, save, sft, submit, time_left
 
 ROUNDS = 3
+MIN_ROUND_S = 15.0
 SAFETY_S = 8.0  # stop early enough that the last submission is graded before the deadline
+
+
+def plan_round(left: float, rounds_left: int, eval_estimate: float) -> float:
+    """Seconds of training for the next round: fewer, longer rounds when time is short."""
+    while rounds_left > 1 and left / rounds_left - eval_estimate < MIN_ROUND_S:
+        rounds_left -= 1
+    return left / rounds_left - eval_estimate
 
 
 def main() -> None:
@@ -22,8 +30,8 @@ def main() -> None:
     eval_estimate = 20.0  # refined from the first submission's round trip
     for done in range(ROUNDS):
         left = time_left() - SAFETY_S
-        per_round = left / (ROUNDS - done) - eval_estimate
-        if per_round < 10:
+        per_round = plan_round(left, ROUNDS - done, eval_estimate)
+        if per_round < MIN_ROUND_S / 2:
             log(f"{left:.0f}s left: not enough for another round")
             break
         log(f"round {done + 1}/{ROUNDS}: training {per_round:.0f}s at lr={lr:g}")

@@ -1,0 +1,156 @@
+"""The ``agent2rl`` command line (Typer + rich).
+
+User errors print one line (``error: ...``) and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent2rl.errors import UserError
+from agent2rl.settings import format_duration, parse_duration
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="agent2rl: benchmark LLM coding agents on RL post-training.")
+console = Console()
+err_console = Console(stderr=True)
+
+DEMO_TASK, DEMO_AGENT, DEMO_MODEL, DEMO_BUDGET = "arith-lite", "reference-grpo", "tiny", "4m"
+
+
+def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as err:
+            err_console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("[red]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _print_outcome(outcome: Any) -> None:
+    m = outcome.metrics
+    report = outcome.run_dir / "report" / "report.html"
+    console.print()
+    console.print(f"[bold]run finished[/]: status={outcome.status}")
+    if m:
+        base, best, imp = m.get("baseline"), m.get("best_score"), m.get("improvement")
+        ci = m.get("improvement_ci95")
+        ci_txt = f" (95% CI {ci[0]:+.2f} .. {ci[1]:+.2f})" if ci else ""
+        console.print(f"baseline {_fmt(base)} -> best {_fmt(best)}  improvement "
+                      f"{_fmt(imp, signed=True)}{ci_txt}")
+        console.print(f"submissions {m.get('submissions', 0)} "
+                      f"(valid {m.get('valid_submissions', 0)})")
+    console.print(f"report: {report}")
+
+
+def _fmt(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.2f}" if signed else f"{x:.2f}"
+
+
+@app.command()
+@_user_errors
+def run(
+    task: str = typer.Option(..., "--task", "-t", help="Task name (see `agent2rl tasks`)."),
+    agent: str = typer.Option(..., "--agent", "-a",
+                              help="Agent name (see `agent2rl agents`) or a spec .toml file."),
+    model: str = typer.Option("tiny", "--model", "-m",
+                              help="'tiny', a local HF model directory, or a hub id."),
+    budget: str = typer.Option("30m", "--budget", "-b", help="Time budget: 90s, 30m, 12h."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    seed: int = typer.Option(0, "--seed", help="Seed recorded with the run."),
+    sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none."),
+    backend: str = typer.Option("auto", "--backend", help="Inference backend for grading."),
+    driver: str | None = typer.Option(None, "--driver", help="Driver LLM (LLM agents only)."),
+) -> None:
+    """Run one agent on one task within a budget, then write its report."""
+    from agent2rl.orchestration.run import RunRequest, execute_run
+
+    req = RunRequest(task=task, agent=agent, model=model, budget_s=parse_duration(budget),
+                     runs_dir=runs_dir, seed=seed, sandbox=sandbox, backend=backend,
+                     driver=driver)
+    outcome = execute_run(req, console)
+    _print_outcome(outcome)
+    if outcome.status == "harness_error":
+        raise typer.Exit(1)
+
+
+@app.command()
+@_user_errors
+def demo(
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    budget: str = typer.Option(DEMO_BUDGET, "--budget", help="Time budget of the demo run."),
+    sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none."),
+) -> None:
+    """The embedded default: reference-grpo on arith-lite with the tiny model (~5 min)."""
+    from agent2rl.orchestration.run import RunRequest, execute_run
+
+    console.print(f"[bold]agent2rl demo[/]: {DEMO_AGENT} on {DEMO_TASK} with the {DEMO_MODEL} "
+                  f"model, budget {format_duration(parse_duration(budget))}")
+    req = RunRequest(task=DEMO_TASK, agent=DEMO_AGENT, model=DEMO_MODEL,
+                     budget_s=parse_duration(budget), runs_dir=runs_dir, sandbox=sandbox)
+    outcome = execute_run(req, console)
+    _print_outcome(outcome)
+    if outcome.status == "harness_error":
+        raise typer.Exit(1)
+
+
+@app.command()
+def tasks() -> None:
+    """List the tasks with their level and description."""
+    from agent2rl.tasks import get_task, task_names
+
+    table = Table("task", "level", "version", "description")
+    for name in task_names():
+        t = get_task(name)
+        table.add_row(t.name, f"L{t.level}", t.version, t.summary)
+    console.print(table)
+
+
+@app.command()
+def agents() -> None:
+    """List the built-in agents."""
+    from agent2rl.agents import builtin_specs
+
+    table = Table("agent", "kind", "description")
+    for spec in builtin_specs().values():
+        table.add_row(spec.name, spec.kind, spec.description)
+    console.print(table)
+
+
+@app.command()
+@_user_errors
+def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_id>).")) -> None:
+    """Re-generate a run's report from its run directory."""
+    from agent2rl.analysis import compute_metrics, record_run, write_report
+    from agent2rl.rundir import RunPaths
+
+    paths = RunPaths(run_dir.expanduser().resolve())
+    if not paths.run_json.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no run.json): pass runs/<run_id>")
+    out = write_report(paths)
+    record_run(paths.root.parent, paths.root, compute_metrics(paths))
+    console.print(f"report: {out / 'report.html'}")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The agent's process tree: launch it in its own process group, and kill all of it.
+
+"All of it" includes processes that left the group (``setsid``, double forks). Three nets
+catch them: the process group; every pid the resource sampler ever saw in the tree; and a
+marker environment variable (``AGENT2RL_AGENT_MARK``) that every process the agent starts
+inherits, found by scanning ``/proc``. Under bubblewrap the pid namespace dies with the
+sandbox as well, which catches even a process that scrubbed its environment.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+MARK_ENV = "AGENT2RL_AGENT_MARK"
+
+
+class AgentProcess:
+    """One launched agent: ``argv`` runs with ``cwd`` and exactly ``env`` (plus the marker)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> None:
+        self.argv, self.cwd, self.log_path = argv, cwd, log_path
+        self.mark = secrets.token_hex(12)
+        self.env = {**env, MARK_ENV: self.mark}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> int:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        return self.proc.pid
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "agent not started"
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def survivors(self, seen: Iterable[psutil.Process] = ()) -> list[psutil.Process]:
+        """Live processes of this agent: its group, the marked, and ``seen`` (sampler)."""
+        found: dict[int, psutil.Process] = {}
+        me = os.getpid()
+        for p in list(seen) + _marked(self.mark) + self._group():
+            if p.pid != me and _alive(p):
+                found[p.pid] = p
+        return list(found.values())
+
+    def terminate_tree(self, seen: Iterable[psutil.Process] = (), grace_s: float = 10.0) -> int:
+        """SIGTERM every survivor, wait up to ``grace_s``, SIGKILL the rest; returns how
+        many needed SIGKILL. Safe to call after the agent already exited."""
+        seen = list(seen)
+        self._signal_group(signal.SIGTERM)
+        for p in self.survivors(seen):
+            _send(p, signal.SIGTERM)
+        end = time.time() + grace_s
+        while time.time() < end:
+            if self.proc is not None:
+                self.proc.poll()
+            if not self.survivors(seen) and (self.proc is None or self.proc.returncode is not None):
+                return 0
+            time.sleep(0.1)
+        left = self.survivors(seen)
+        self._signal_group(signal.SIGKILL)
+        for p in left:
+            _send(p, signal.SIGKILL)
+        psutil.wait_procs(left, timeout=5)
+        if self.proc is not None:
+            self.proc.wait()
+        return len(left)
+
+    def _group(self) -> list[psutil.Process]:
+        if self.proc is None:
+            return []
+        out = []
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(p.pid) == self.proc.pid:
+                    out.append(p)
+            except (ProcessLookupError, PermissionError):
+                continue
+        return out
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _marked(mark: str) -> list[psutil.Process]:
+    """Processes whose environment carries ``MARK_ENV=mark`` (read from /proc)."""
+    needle = f"{MARK_ENV}={mark}".encode()
+    out = []
+    for pid in psutil.pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle in fh.read():
+                    out.append(psutil.Process(pid))
+        except (OSError, psutil.NoSuchProcess):
+            continue
+    return out
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _send(p: psutil.Process, sig: int) -> None:
+    try:
+        p.send_signal(sig)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass

@@ -1,0 +1,67 @@
+"""The baseline: the base model's score, measured before the budget starts and cached.
+
+The cache key is (task, task version, evaluation settings, base weights hash, backend); a
+failed baseline is never cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from agent2rl.errors import UserError
+from agent2rl.grading.evaluator import run_evaluation
+from agent2rl.models.resolve import ModelRef
+from agent2rl.rundir import RunPaths, read_json
+from agent2rl.settings import Settings
+from agent2rl.tasks.base import Task
+
+
+def baseline_key(task: Task, model: ModelRef, backend: str) -> str:
+    blob = json.dumps({"task": task.eval_settings(), "weights": model.weights_hash,
+                       "backend": backend}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def measure_baseline(task: Task, model: ModelRef, settings: Settings, paths: RunPaths,
+                     backend: str = "auto") -> dict:
+    """Evaluate the base model (or reuse the cached result) into ``grading/baseline/``.
+
+    Returns the ledger's baseline record: score, n_items, items_path (relative to the run
+    directory), eval_seconds, eval_hash, cached. Raises :class:`UserError` if the base model
+    cannot be evaluated.
+    """
+    cache = settings.baseline_cache / baseline_key(task, model, backend)
+    out = paths.baseline_dir
+    cached = (cache / "result.json").exists() and (cache / "items.jsonl").exists()
+    if cached:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("result.json", "items.jsonl"):
+            shutil.copyfile(cache / name, out / name)
+        result = read_json(out / "result.json")
+    else:
+        outcome = run_evaluation(task.name, model.path, out, settings,
+                                 timeout_s=task.eval_timeout_s, backend=backend)
+        if outcome.error:
+            raise UserError(f"the base model could not be evaluated ({outcome.error}); see "
+                            f"{out / 'eval.log'}")
+        result = read_json(out / "result.json")
+        _store(cache, out)
+    return {"score": result["score"], "n_items": result["n_items"],
+            "items_path": str((out / "items.jsonl").relative_to(paths.root)),
+            "eval_seconds": result["seconds"], "eval_hash": result["eval_hash"],
+            "cached": cached}
+
+
+def _store(cache: Path, out: Path) -> None:
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".baseline-", dir=cache.parent))
+    for name in ("result.json", "items.jsonl"):
+        shutil.copyfile(out / name, tmp / name)
+    try:
+        tmp.rename(cache)
+    except OSError:  # another run cached it first; theirs is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
