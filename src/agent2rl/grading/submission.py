@@ -103,9 +103,9 @@ def stage_submission(model_dir: Path, dest: Path, allowed_roots: list[Path],
                      limits: SubmissionLimits) -> Path:
     """Copy the files a model needs into ``dest`` (private), checking each as it is copied.
 
-    Each file is opened first and its real path read back from the open descriptor, so a
-    symlink swapped in after a check cannot smuggle in a file from outside ``allowed_roots``
-    (the workspace's output/ and the base model, whose tokenizer files agents often link).
+    Each file's real path must lie in ``allowed_roots`` (the workspace's output/ and the base
+    model, whose tokenizer files agents often link) and is opened without following symlinks
+    from there, so nothing outside can be smuggled in (see :func:`_open_beneath`).
     The size bound is enforced on the bytes actually copied. After copying, the copied
     configs are checked for ``auto_map`` (custom model code). On any refusal ``dest`` is
     removed and :class:`SubmissionError` raised.
@@ -130,16 +130,37 @@ def stage_submission(model_dir: Path, dest: Path, allowed_roots: list[Path],
     return dest
 
 
-def _copy_checked(src: Path, dst: Path, roots: list[Path], max_bytes: int, total: int) -> int:
+def _open_beneath(real: Path, roots: list[Path], name: str) -> int:
+    """Open ``real`` for reading without following any symlink below its root.
+
+    Why so careful: opening the run's ledger (SQLite) in this process and closing it again
+    would drop SQLite's POSIX locks on it, so a submission's symlink to the ledger must never
+    be opened, not even to be refused. ``real`` is checked against ``roots`` first; then each
+    component is opened with ``O_NOFOLLOW`` relative to its parent, so a symlink swapped in
+    after the check fails instead of being followed.
+    """
+    root = next((r for r in roots if real.is_relative_to(r)), None)
+    if root is None:
+        raise SubmissionError(f"{name} links outside output/ and the base model: copy the file "
+                              "into the submission instead", 403)
+    parts = real.relative_to(root).parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fd = os.open(src, os.O_RDONLY)
-    except OSError as err:
-        raise SubmissionError(f"cannot read {src.name}: {err.strerror}") from None
+        for part in parts[:-1]:
+            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        raise SubmissionError(f"{name} changed while it was being read: submit again once the "
+                              "model is fully written") from None
+    finally:
+        os.close(fd)
+
+
+def _copy_checked(src: Path, dst: Path, roots: list[Path], max_bytes: int, total: int) -> int:
+    fd = _open_beneath(Path(os.path.realpath(src)), roots, src.name)
     with os.fdopen(fd, "rb") as fh:
-        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        if not any(real.is_relative_to(r) for r in roots):
-            raise SubmissionError(f"{src.name} links outside output/ and the base model: copy "
-                                  "the file into the submission instead", 403)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise SubmissionError(f"{src.name} is not a regular file")
         with dst.open("wb") as out:
