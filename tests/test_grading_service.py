@@ -10,12 +10,11 @@ import shutil
 import httpx
 import pytest
 import torch
+from rundirs import make_run, serve
 from safetensors.torch import load_file, save_file
 
 from agent2rl.grading.ledger import Ledger
 from agent2rl.rundir import RunInfo
-
-from rundirs import make_run, serve
 
 
 @pytest.fixture(scope="module")

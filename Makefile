@@ -1,0 +1,37 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both create/update .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# A CPU build of torch; pip takes it from a local wheel where one is provided.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/agent2rl demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not gpu and not network"
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not gpu and not network and not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/spine.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info
