@@ -74,6 +74,23 @@ def test_deadline_kills_the_whole_agent_tree(tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_evaluation_in_flight_at_the_deadline_counts(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    r = _run(["run", "--task", "arith-lite", "--agent", str(AGENTS / "late.toml"),
+              "--budget", "25s", "--runs-dir", str(runs), "--sandbox", "none"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    paths = _only_run(runs)
+    assert "submitting" in paths.agent_log.read_text()
+    assert RunInfo.load(paths).status == "deadline"
+    with Ledger(paths.ledger) as ledger:
+        (sub,) = ledger.submissions()
+    assert sub.status == "graded" and sub.score is not None and not sub.is_copy
+    assert sub.finished_at > RunInfo.load(paths).deadline
+    metrics = json.loads((paths.report / "metrics.json").read_text())
+    assert metrics["valid_submissions"] == 1
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not usable here")
 def test_sandbox_blocks_private_data_ledger_and_other_runs(tmp_path, a2home, arith) -> None:
     task, prepared = arith
