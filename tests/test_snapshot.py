@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from agent2rl.analysis.metrics import diff_numstat, snapshot_diff
 from agent2rl.recording import CodeRecorder, PeriodicSnapshotter
+from agent2rl.recording.snapshot import EMPTY_TREE
 
 
 def _git(git_dir: Path, *args: str) -> str:
@@ -116,7 +118,7 @@ def test_no_commit_when_unchanged_new_commit_after_edit(rec: CodeRecorder, ws: P
         "agent2rl",
         "recorder",
     ]
-    assert "+print('train v2')" in rec.diff(first, second)
+    assert "+print('train v2')" in snapshot_diff(rec.git_dir, first, second)
 
 
 def test_deleted_file_disappears(rec: CodeRecorder, ws: Path) -> None:
@@ -128,18 +130,18 @@ def test_deleted_file_disappears(rec: CodeRecorder, ws: Path) -> None:
     assert "code/train.py" in _files(rec.git_dir, commit)
 
 
-def test_numstat_and_diff(rec: CodeRecorder, ws: Path) -> None:
+def test_snapshots_diff_as_the_report_reads_them(rec: CodeRecorder, ws: Path) -> None:
     first = rec.snapshot("s1")
     # util.py: 2 lines -> change one, add two; notes.md deleted (1 line); new.py 3 lines.
     (ws / "code" / "pkg" / "util.py").write_text("a = 1\nb = 3\nc = 4\nd = 5\n")
     (ws / "notes.md").unlink()
     (ws / "code" / "new.py").write_text("1\n2\n3\n")
     second = rec.snapshot("s2")
-    assert rec.numstat(first, second) == (1 + 2 + 3, 1 + 1)
+    assert diff_numstat(rec.git_dir, first, second) == (1 + 2 + 3, 1 + 1)
     # From the empty tree: every line of the first snapshot is an addition.
-    assert rec.numstat(None, first) == (1 + 2 + 1, 0)
-    assert "new file mode" in rec.diff(None, first)
-    assert rec.numstat(second, second) == (0, 0)
+    assert diff_numstat(rec.git_dir, EMPTY_TREE, first) == (1 + 2 + 1, 0)
+    assert "new file mode" in snapshot_diff(rec.git_dir, EMPTY_TREE, first)
+    assert diff_numstat(rec.git_dir, second, second) == (0, 0)
 
 
 def test_odd_files_are_skipped_not_fatal(rec: CodeRecorder, ws: Path) -> None:

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
+from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rundir import RunInfo, RunPaths
 
 #: git's well-known id of the empty tree: the first submission's code diffs against it.
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 N_RESAMPLES = 2000
 SEED = 0

@@ -99,29 +99,6 @@ class CodeRecorder:
             return None  # unborn branch: repository created, nothing committed yet
         return proc.stdout.decode().strip()
 
-    def diff(self, a: str | None, b: str) -> str:
-        """The unified diff from commit ``a`` to commit ``b`` (``a=None``: from the empty tree).
-
-        Undecodable bytes in file contents are replaced (U+FFFD), so the result is always text.
-        """
-        proc = self._git("diff", "--no-color", "--no-ext-diff", "--no-renames", a or EMPTY_TREE, b)
-        return proc.stdout.decode("utf-8", errors="replace")
-
-    def numstat(self, a: str | None, b: str) -> tuple[int, int]:
-        """Lines (added, removed) from commit ``a`` to ``b`` (``a=None``: the empty tree).
-
-        Binary changes (reported by git as ``-``) count as zero lines.
-        """
-        proc = self._git("diff", "--numstat", "-z", "--no-renames", a or EMPTY_TREE, b)
-        added = removed = 0
-        # With -z each record is "added\tremoved\tpath\0"; the path never contains a NUL.
-        for record in proc.stdout.split(b"\0"):
-            fields = record.split(b"\t", 2)
-            if len(fields) == 3 and fields[0].isdigit() and fields[1].isdigit():
-                added += int(fields[0])
-                removed += int(fields[1])
-        return added, removed
-
     # ----------------------------------------------------------------------------- git plumbing
 
     def _env(self, index_file: str | None = None) -> dict[str, str]:
