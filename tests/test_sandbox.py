@@ -226,3 +226,16 @@ def test_python_ro_binds_are_outermost_and_cover_the_interpreter() -> None:
     covered = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve()]
     for path in covered:
         assert any(path.is_relative_to(b) for b in binds), path
+
+
+def test_devices_are_passed_through_with_sys(tmp_path: Path) -> None:
+    from agent2rl.workspace.sandbox import SandboxSpec, bwrap_argv
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    argv = bwrap_argv(SandboxSpec(workspace=ws, devices=[Path("/dev/null")]), ["true"])
+    i = argv.index("--dev-bind")
+    assert argv[i + 1 : i + 3] == ["/dev/null", "/dev/null"]
+    assert ["--ro-bind", "/sys", "/sys"] == argv[argv.index("/sys") - 1 : argv.index("/sys") + 2]
+    plain = bwrap_argv(SandboxSpec(workspace=ws), ["true"])
+    assert "--dev-bind" not in plain and "/sys" not in plain

@@ -33,7 +33,13 @@ from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import Settings, format_duration, load_settings
 from agent2rl.tasks import Task, get_task, prepare_task
 from agent2rl.workspace import agent_env, build_workspace, write_instructions
-from agent2rl.workspace.sandbox import SandboxSpec, bwrap_argv, bwrap_available, python_ro_binds
+from agent2rl.workspace.sandbox import (
+    SandboxSpec,
+    bwrap_argv,
+    bwrap_available,
+    gpu_devices,
+    python_ro_binds,
+)
 
 SANDBOX_MODES = ("auto", "bwrap", "none")
 
@@ -229,6 +235,7 @@ def _sandbox_spec(paths: RunPaths, model: ModelRef, env: dict[str, str]) -> Sand
         ro_inside=[paths.data, paths.base_model.parent],
         hide=hide,
         env=env,
+        devices=gpu_devices(),
     )
 
 

@@ -39,7 +39,8 @@ class SandboxSpec:
     inside the workspace made read-only; each must exist and lie inside ``workspace``. ``hide``
     are paths (typically inside a ``ro_binds`` entry) masked so that they look empty; a missing
     one is skipped, since there is then nothing to hide. ``env`` is the *whole* environment of the
-    sandboxed command: nothing of the caller's environment leaks in.
+    sandboxed command: nothing of the caller's environment leaks in. ``devices`` are device nodes
+    passed through (GPUs); with any, ``/sys`` is mounted read-only too.
     """
 
     workspace: Path
@@ -47,6 +48,15 @@ class SandboxSpec:
     ro_inside: list[Path] = field(default_factory=list)
     hide: list[Path] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    devices: list[Path] = field(default_factory=list)
+
+
+def gpu_devices() -> list[Path]:
+    """The host's NVIDIA device nodes (``/dev/nvidia*``), empty on a machine without them.
+
+    A sandboxed agent needs them (``--dev-bind``) and ``/sys`` (read-only) to use CUDA.
+    """
+    return sorted(Path("/dev").glob("nvidia*"))
 
 
 @functools.cache
@@ -93,6 +103,10 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
         argv += ["--ro-bind", str(p), str(p)]
     for path in spec.hide:
         argv += _mask(Path(os.path.abspath(path)))
+    for dev in spec.devices:
+        argv += ["--dev-bind", str(dev), str(dev)]
+    if spec.devices:
+        argv += ["--ro-bind", "/sys", "/sys"]  # the CUDA driver reads PCI topology from /sys
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += ["--clearenv"]
