@@ -30,8 +30,11 @@ def machine() -> str:
 
 def demo_wall_time(runs: Path) -> float:
     start = time.time()
-    subprocess.run([sys.executable, "-m", "agent2rl.cli", "demo", "--runs-dir", str(runs)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "agent2rl.cli", "demo", "--runs-dir", str(runs)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return time.time() - start
 
 
@@ -72,10 +75,13 @@ def duplicate_latency(work: Path, repeats: int) -> tuple[float, float, float]:
         from safetensors.torch import load_file, save_file
 
         t = load_file(model.path / "model.safetensors")
-        save_file({k: v + 0.01 * torch.randn_like(v) for k, v in t.items()},
-                  paths.output / "v1" / "model.safetensors")
-        client = httpx.Client(base_url=handle.url, timeout=600,
-                              headers={"Authorization": f"Bearer {token}"})
+        save_file(
+            {k: v + 0.01 * torch.randn_like(v) for k, v in t.items()},
+            paths.output / "v1" / "model.safetensors",
+        )
+        client = httpx.Client(
+            base_url=handle.url, timeout=600, headers={"Authorization": f"Bearer {token}"}
+        )
         start = time.time()
         client.post("/submit", json={"model_path": "output/v1"}).raise_for_status()
         first = time.time() - start
@@ -99,12 +105,16 @@ def main() -> None:
     os.environ.setdefault("AGENT2RL_HOME", str(work / "home"))
     print(f"machine: {machine()}")
     ips, n, secs = eval_throughput()
-    print(f"eval throughput (transformers backend, tiny model, arith-lite): {ips:.1f} items/s "
-          f"({n} items in {secs:.1f}s)")
+    print(
+        f"eval throughput (transformers backend, tiny model, arith-lite): {ips:.1f} items/s "
+        f"({n} items in {secs:.1f}s)"
+    )
     first, med, p95 = duplicate_latency(work, args.repeats)
-    print(f"grading service: first submission {first:.2f}s (copy + hash + evaluation); "
-          f"duplicate submission latency median {med * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms "
-          f"over {args.repeats}")
+    print(
+        f"grading service: first submission {first:.2f}s (copy + hash + evaluation); "
+        f"duplicate submission latency median {med * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms "
+        f"over {args.repeats}"
+    )
     if not args.skip_demo:
         wall = demo_wall_time(work / "runs")
         print(f"demo wall time (agent2rl demo, budget included): {wall:.0f}s")

@@ -19,10 +19,22 @@ def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunP
     paths = RunPaths(root)
     root.mkdir(parents=True)
     now = time.time()
-    info = RunInfo(run_id=root.name, task=task.name, task_version=task.version, level=task.level,
-                   agent="test", model="tiny", budget_s=budget_s, seed=0, sandbox="none",
-                   created_at=now, start=now, deadline=now + budget_s, status="running",
-                   model_path=str(model.path))
+    info = RunInfo(
+        run_id=root.name,
+        task=task.name,
+        task_version=task.version,
+        level=task.level,
+        agent="test",
+        model="tiny",
+        budget_s=budget_s,
+        seed=0,
+        sandbox="none",
+        created_at=now,
+        start=now,
+        deadline=now + budget_s,
+        status="running",
+        model_path=str(model.path),
+    )
     info.save(paths)
     build_workspace(paths, task, prepared, model)
     with Ledger(paths.ledger) as ledger:
@@ -31,9 +43,11 @@ def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunP
     return paths
 
 
-def serve(paths: RunPaths, base_model_dir: Path,
-          max_bytes: int = 64 * 2**20) -> tuple[ServiceHandle, str]:
+def serve(
+    paths: RunPaths, base_model_dir: Path, max_bytes: int = 64 * 2**20
+) -> tuple[ServiceHandle, str]:
     """Start a real grading service for ``paths``; returns it and its token."""
     token = secrets.token_urlsafe(16)
-    return start_service(paths, token, eval_timeout_s=120, max_bytes=max_bytes,
-                         base_model_dir=base_model_dir), token
+    return start_service(
+        paths, token, eval_timeout_s=120, max_bytes=max_bytes, base_model_dir=base_model_dir
+    ), token

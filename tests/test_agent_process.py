@@ -24,8 +24,12 @@ sleep 1000.{marker}3
 
 def test_terminate_tree_kills_everything(tmp_path) -> None:
     marker = str(uuid.uuid4().int)[:8]
-    agent = AgentProcess(["bash", "-c", _script(marker)], {"PATH": os.environ["PATH"]},
-                         tmp_path, tmp_path / "agent.log")
+    agent = AgentProcess(
+        ["bash", "-c", _script(marker)],
+        {"PATH": os.environ["PATH"]},
+        tmp_path,
+        tmp_path / "agent.log",
+    )
     agent.start()
     sampler = ResourceSampler(agent.pid, tmp_path / "res.jsonl", interval_s=0.2)
     sampler.start()

@@ -41,8 +41,12 @@ def test_evaluation_is_deterministic_and_per_item(arith, tiny) -> None:
 
 def test_batching_does_not_change_greedy_outputs(tiny) -> None:
     backend = load_backend(tiny.path)
-    prompts = ["Question: 1 + 2?\nAnswer:", "Q: a much longer prompt with padding 12 + 30\nA:",
-               "x", "Question: There were 5 eggs.\nAnswer:"]
+    prompts = [
+        "Question: 1 + 2?\nAnswer:",
+        "Q: a much longer prompt with padding 12 + 30\nA:",
+        "x",
+        "Question: There were 5 eggs.\nAnswer:",
+    ]
     one = backend.generate(prompts, GenerationSettings(max_new_tokens=12, batch_size=1))
     many = backend.generate(prompts, GenerationSettings(max_new_tokens=12, batch_size=4))
     assert one == many

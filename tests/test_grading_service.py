@@ -22,8 +22,9 @@ def service(tmp_path_factory, arith, tiny):
     task, prepared = arith
     paths = make_run(tmp_path_factory.mktemp("svc") / "run", task, prepared, tiny)
     handle, token = serve(paths, tiny.path, max_bytes=12 * 2**20)
-    client = httpx.Client(base_url=handle.url, timeout=120,
-                          headers={"Authorization": f"Bearer {token}"})
+    client = httpx.Client(
+        base_url=handle.url, timeout=120, headers={"Authorization": f"Bearer {token}"}
+    )
     yield paths, client, token, handle
     client.close()
     handle.stop()
@@ -61,8 +62,9 @@ def _refused(service, body, status: int, match: str, headers=None, raw: bytes | 
     paths, client, _, _ = service
     before = _state(paths)
     if raw is not None:
-        r = client.post("/submit", content=raw, headers={"Content-Type": "application/json",
-                                                         **(headers or {})})
+        r = client.post(
+            "/submit", content=raw, headers={"Content-Type": "application/json", **(headers or {})}
+        )
     else:
         r = client.post("/submit", json=body, headers=headers)
     assert r.status_code == status, r.text
@@ -118,8 +120,9 @@ def test_bad_requests_and_tokens(service) -> None:
     paths, client, token, handle = service
     _refused(service, None, 400, "request body must be JSON", raw=b"{not json")
     _refused(service, {"path": "output/v1"}, 400, "request body must be JSON")
-    _refused(service, {"model_path": "output/x"}, 401, "token",
-             headers={"Authorization": "Bearer wrong"})
+    _refused(
+        service, {"model_path": "output/x"}, 401, "token", headers={"Authorization": "Bearer wrong"}
+    )
     r = httpx.post(f"{handle.url}/submit", json={"model_path": "output/x"})
     assert r.status_code == 401 and "token" in r.json()["error"]
     assert httpx.get(f"{handle.url}/submissions").status_code == 401
@@ -150,9 +153,11 @@ def test_copy_duplicate_and_graded(service, tiny) -> None:
     assert len(items) == row.n_items == 300
     assert row.weights_hash and row.eval_hash
     listing = client.get("/submissions").json()["submissions"]
-    assert [s["submission_id"] for s in listing][-3:] == [r["submission_id"],
-                                                         first["submission_id"],
-                                                         again["submission_id"]]
+    assert [s["submission_id"] for s in listing][-3:] == [
+        r["submission_id"],
+        first["submission_id"],
+        again["submission_id"],
+    ]
     assert all("items" not in s and "items_path" not in s for s in listing)
 
 
@@ -178,10 +183,17 @@ def test_submissions_after_the_deadline_are_refused(service, tiny) -> None:
     info.save(paths)
     handle, token = serve(paths, tiny.path)  # a service started on a run whose clock ran out
     try:
-        r = httpx.post(f"{handle.url}/submit", json={"model_path": "output/v1"},
-                       headers={"Authorization": f"Bearer {token}"})
+        r = httpx.post(
+            f"{handle.url}/submit",
+            json={"model_path": "output/v1"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert r.status_code == 409 and "budget is over" in r.json()["error"]
-        assert httpx.get(f"{handle.url}/time", headers={"Authorization": f"Bearer {token}"}
-                         ).json()["remaining_s"] == 0
+        assert (
+            httpx.get(f"{handle.url}/time", headers={"Authorization": f"Bearer {token}"}).json()[
+                "remaining_s"
+            ]
+            == 0
+        )
     finally:
         handle.stop()

@@ -19,8 +19,13 @@ AGENTS = Path(__file__).parent / "agents"
 
 
 def _run(args: list[str], env: dict | None = None, timeout: float = 600):
-    return subprocess.run(agent2rl_cmd() + args, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        agent2rl_cmd() + args,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _only_run(runs: Path) -> RunPaths:
@@ -32,20 +37,36 @@ def _only_run(runs: Path) -> RunPaths:
 @pytest.mark.slow
 def test_reference_sft_run_end_to_end(tmp_path) -> None:
     runs = tmp_path / "runs"
-    r = _run(["run", "--task", "arith-lite", "--agent", "reference-sft", "--model", "tiny",
-              "--budget", "150s", "--runs-dir", str(runs)])
+    r = _run(
+        [
+            "run",
+            "--task",
+            "arith-lite",
+            "--agent",
+            "reference-sft",
+            "--model",
+            "tiny",
+            "--budget",
+            "150s",
+            "--runs-dir",
+            str(runs),
+        ]
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     paths = _only_run(runs)
     metrics = json.loads((paths.report / "metrics.json").read_text())
 
     assert metrics["baseline"] is not None
     assert metrics["valid_submissions"] >= 2
-    assert metrics["improvement"] > 0, (paths.agent_log.read_text()[-3000:])
+    assert metrics["improvement"] > 0, paths.agent_log.read_text()[-3000:]
     with Ledger(paths.ledger) as ledger:
         subs = ledger.submissions()
     assert all(s.snapshot for s in subs), "every submission is linked to a code snapshot"
-    tree = subprocess.run(["git", "--git-dir", str(paths.code_git), "ls-tree", "-r",
-                           "--name-only", subs[0].snapshot], capture_output=True, text=True)
+    tree = subprocess.run(
+        ["git", "--git-dir", str(paths.code_git), "ls-tree", "-r", "--name-only", subs[0].snapshot],
+        capture_output=True,
+        text=True,
+    )
     assert "code/sft_train.py" in tree.stdout.split()
     for name in ("metrics.json", "report.md", "report.html"):
         assert (paths.report / name).is_file()
@@ -58,8 +79,21 @@ def test_reference_sft_run_end_to_end(tmp_path) -> None:
 @pytest.mark.slow
 def test_deadline_kills_the_whole_agent_tree(tmp_path) -> None:
     runs = tmp_path / "runs"
-    r = _run(["run", "--task", "arith-lite", "--agent", str(AGENTS / "stubborn.toml"),
-              "--budget", "6s", "--runs-dir", str(runs), "--sandbox", "none"])
+    r = _run(
+        [
+            "run",
+            "--task",
+            "arith-lite",
+            "--agent",
+            str(AGENTS / "stubborn.toml"),
+            "--budget",
+            "6s",
+            "--runs-dir",
+            str(runs),
+            "--sandbox",
+            "none",
+        ]
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     paths = _only_run(runs)
     info = RunInfo.load(paths)
@@ -67,8 +101,11 @@ def test_deadline_kills_the_whole_agent_tree(tmp_path) -> None:
     assert "started children" in paths.agent_log.read_text()
     assert processes_mentioning(str(paths.root)) == []
     for n in (1000, 1001, 1002, 1003):  # the daemon, the stubborn child and the orphan too
-        assert not [p for p in processes_mentioning(f"sleep {n}")
-                    if Path(f"/proc/{p[0]}/environ").read_bytes().find(b"AGENT2RL") >= 0]
+        assert not [
+            p
+            for p in processes_mentioning(f"sleep {n}")
+            if Path(f"/proc/{p[0]}/environ").read_bytes().find(b"AGENT2RL") >= 0
+        ]
     metrics = json.loads((paths.report / "metrics.json").read_text())
     assert metrics["submissions"] == 0 and metrics["improvement"] is None
 
@@ -76,8 +113,21 @@ def test_deadline_kills_the_whole_agent_tree(tmp_path) -> None:
 @pytest.mark.slow
 def test_evaluation_in_flight_at_the_deadline_counts(tmp_path) -> None:
     runs = tmp_path / "runs"
-    r = _run(["run", "--task", "arith-lite", "--agent", str(AGENTS / "late.toml"),
-              "--budget", "25s", "--runs-dir", str(runs), "--sandbox", "none"])
+    r = _run(
+        [
+            "run",
+            "--task",
+            "arith-lite",
+            "--agent",
+            str(AGENTS / "late.toml"),
+            "--budget",
+            "25s",
+            "--runs-dir",
+            str(runs),
+            "--sandbox",
+            "none",
+        ]
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     paths = _only_run(runs)
     assert "submitting" in paths.agent_log.read_text()
@@ -102,18 +152,38 @@ def test_sandbox_blocks_private_data_ledger_and_other_runs(tmp_path, a2home, ari
     spec.write_text(f'''name = "probe"
 description = "Test agent that probes the sandbox"
 command = ["{{python}}", "code/probe.py"]
-files = ["{AGENTS / 'probe.py'}"]
+files = ["{AGENTS / "probe.py"}"]
 [env]
-PRIVATE_SPLIT = "{prepared.private / 'test.jsonl'}"
-OTHER_RUN_FILE = "{other / 'secret.txt'}"
+PRIVATE_SPLIT = "{prepared.private / "test.jsonl"}"
+OTHER_RUN_FILE = "{other / "secret.txt"}"
 ''')
-    r = _run(["run", "--task", "arith-lite", "--agent", str(spec), "--budget", "60s",
-              "--runs-dir", str(runs), "--sandbox", "bwrap"], env={"HOST_SECRET": "s3cret"})
+    r = _run(
+        [
+            "run",
+            "--task",
+            "arith-lite",
+            "--agent",
+            str(spec),
+            "--budget",
+            "60s",
+            "--runs-dir",
+            str(runs),
+            "--sandbox",
+            "bwrap",
+        ],
+        env={"HOST_SECRET": "s3cret"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     paths = RunPaths(next(d for d in runs.iterdir() if d.name != other.name and d.is_dir()))
     probe = json.loads((paths.code / "probe.json").read_text())
-    for attempt in ("read_private", "open_ledger", "read_other_run", "write_data",
-                    "import_harness", "env_secret"):
+    for attempt in (
+        "read_private",
+        "open_ledger",
+        "read_other_run",
+        "write_data",
+        "import_harness",
+        "env_secret",
+    ):
         assert not probe[attempt]["ok"], (attempt, probe[attempt])
     if probe["list_runs"]["ok"]:
         assert probe["list_runs"]["value"] == [paths.root.name]
@@ -126,15 +196,23 @@ OTHER_RUN_FILE = "{other / 'secret.txt'}"
     assert processes_mentioning(str(paths.root)) == []
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--task", "nope", "--agent", "reference-sft"], "unknown task 'nope'"),
-    (["--task", "arith-lite", "--agent", "nope"], "unknown agent 'nope'"),
-    (["--task", "arith-lite", "--agent", "reference-sft", "--model", "no-such"],
-     "unknown model 'no-such'"),
-    (["--task", "arith-lite", "--agent", "reference-sft", "--budget", "soon"], "bad duration"),
-    (["--task", "arith-lite", "--agent", "reference-sft", "--sandbox", "docker"], "bad --sandbox"),
-    (["--task", "arith-lite", "--agent", "missing.toml"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--task", "nope", "--agent", "reference-sft"], "unknown task 'nope'"),
+        (["--task", "arith-lite", "--agent", "nope"], "unknown agent 'nope'"),
+        (
+            ["--task", "arith-lite", "--agent", "reference-sft", "--model", "no-such"],
+            "unknown model 'no-such'",
+        ),
+        (["--task", "arith-lite", "--agent", "reference-sft", "--budget", "soon"], "bad duration"),
+        (
+            ["--task", "arith-lite", "--agent", "reference-sft", "--sandbox", "docker"],
+            "bad --sandbox",
+        ),
+        (["--task", "arith-lite", "--agent", "missing.toml"], "does not exist"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message) -> None:
     runs = tmp_path / "runs"
     r = _run(["run", *args, "--runs-dir", str(runs)], timeout=120)

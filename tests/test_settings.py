@@ -4,8 +4,10 @@ from agent2rl.errors import UserError
 from agent2rl.settings import format_duration, parse_duration
 
 
-@pytest.mark.parametrize("text,seconds", [("90s", 90), ("30m", 1800), ("12h", 43200),
-                                          ("1.5h", 5400), ("45", 45), (" 2M ", 120)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [("90s", 90), ("30m", 1800), ("12h", 43200), ("1.5h", 5400), ("45", 45), (" 2M ", 120)],
+)
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 

@@ -18,8 +18,11 @@ from rich.table import Table
 from agent2rl.errors import UserError
 from agent2rl.settings import format_duration, parse_duration
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="agent2rl: benchmark LLM coding agents on RL post-training.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="agent2rl: benchmark LLM coding agents on RL post-training.",
+)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -50,10 +53,13 @@ def _print_outcome(outcome: Any) -> None:
         base, best, imp = m.get("baseline"), m.get("best_score"), m.get("improvement")
         ci = m.get("improvement_ci95")
         ci_txt = f" (95% CI {ci[0]:+.2f} .. {ci[1]:+.2f})" if ci else ""
-        console.print(f"baseline {_fmt(base)} -> best {_fmt(best)}  improvement "
-                      f"{_fmt(imp, signed=True)}{ci_txt}")
-        console.print(f"submissions {m.get('submissions', 0)} "
-                      f"(valid {m.get('valid_submissions', 0)})")
+        console.print(
+            f"baseline {_fmt(base)} -> best {_fmt(best)}  improvement "
+            f"{_fmt(imp, signed=True)}{ci_txt}"
+        )
+        console.print(
+            f"submissions {m.get('submissions', 0)} (valid {m.get('valid_submissions', 0)})"
+        )
     console.print(f"report: {report}")
 
 
@@ -67,10 +73,12 @@ def _fmt(x: float | None, signed: bool = False) -> str:
 @_user_errors
 def run(
     task: str = typer.Option(..., "--task", "-t", help="Task name (see `agent2rl tasks`)."),
-    agent: str = typer.Option(..., "--agent", "-a",
-                              help="Agent name (see `agent2rl agents`) or a spec .toml file."),
-    model: str = typer.Option("tiny", "--model", "-m",
-                              help="'tiny', a local HF model directory, or a hub id."),
+    agent: str = typer.Option(
+        ..., "--agent", "-a", help="Agent name (see `agent2rl agents`) or a spec .toml file."
+    ),
+    model: str = typer.Option(
+        "tiny", "--model", "-m", help="'tiny', a local HF model directory, or a hub id."
+    ),
     budget: str = typer.Option("30m", "--budget", "-b", help="Time budget: 90s, 30m, 12h."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
     seed: int = typer.Option(0, "--seed", help="Seed recorded with the run."),
@@ -81,9 +89,17 @@ def run(
     """Run one agent on one task within a budget, then write its report."""
     from agent2rl.orchestration.run import RunRequest, execute_run
 
-    req = RunRequest(task=task, agent=agent, model=model, budget_s=parse_duration(budget),
-                     runs_dir=runs_dir, seed=seed, sandbox=sandbox, backend=backend,
-                     driver=driver)
+    req = RunRequest(
+        task=task,
+        agent=agent,
+        model=model,
+        budget_s=parse_duration(budget),
+        runs_dir=runs_dir,
+        seed=seed,
+        sandbox=sandbox,
+        backend=backend,
+        driver=driver,
+    )
     outcome = execute_run(req, console)
     _print_outcome(outcome)
     if outcome.status == "harness_error":
@@ -100,10 +116,18 @@ def demo(
     """The embedded default: reference-grpo on arith-lite with the tiny model (~5 min)."""
     from agent2rl.orchestration.run import RunRequest, execute_run
 
-    console.print(f"[bold]agent2rl demo[/]: {DEMO_AGENT} on {DEMO_TASK} with the {DEMO_MODEL} "
-                  f"model, budget {format_duration(parse_duration(budget))}")
-    req = RunRequest(task=DEMO_TASK, agent=DEMO_AGENT, model=DEMO_MODEL,
-                     budget_s=parse_duration(budget), runs_dir=runs_dir, sandbox=sandbox)
+    console.print(
+        f"[bold]agent2rl demo[/]: {DEMO_AGENT} on {DEMO_TASK} with the {DEMO_MODEL} "
+        f"model, budget {format_duration(parse_duration(budget))}"
+    )
+    req = RunRequest(
+        task=DEMO_TASK,
+        agent=DEMO_AGENT,
+        model=DEMO_MODEL,
+        budget_s=parse_duration(budget),
+        runs_dir=runs_dir,
+        sandbox=sandbox,
+    )
     outcome = execute_run(req, console)
     _print_outcome(outcome)
     if outcome.status == "harness_error":

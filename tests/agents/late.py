@@ -15,12 +15,19 @@ ws = Path(os.environ["WORKSPACE"])
 out = ws / "output" / "v1"
 shutil.copytree(ws / "models" / "base", out)
 weights = load_file(out / "model.safetensors")
-save_file({k: v + 0.01 * torch.randn_like(v) for k, v in weights.items()},
-          out / "model.safetensors", metadata={"format": "pt"})
+save_file(
+    {k: v + 0.01 * torch.randn_like(v) for k, v in weights.items()},
+    out / "model.safetensors",
+    metadata={"format": "pt"},
+)
 time.sleep(max(0.0, float(os.environ["DEADLINE"]) - time.time() - 2))
 print("submitting", flush=True)
-req = urllib.request.Request(os.environ["GRADING_SERVER_URL"] + "/submit",
-                             data=json.dumps({"model_path": "output/v1"}).encode(),
-                             headers={"Authorization": "Bearer " + os.environ["GRADING_TOKEN"],
-                                      "Content-Type": "application/json"})
+req = urllib.request.Request(
+    os.environ["GRADING_SERVER_URL"] + "/submit",
+    data=json.dumps({"model_path": "output/v1"}).encode(),
+    headers={
+        "Authorization": "Bearer " + os.environ["GRADING_TOKEN"],
+        "Content-Type": "application/json",
+    },
+)
 print(urllib.request.urlopen(req, timeout=300).read().decode(), flush=True)

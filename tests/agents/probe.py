@@ -32,8 +32,12 @@ attempt("env_secret", lambda: os.environ["HOST_SECRET"])
 
 out = ws / "output" / "v1"
 shutil.copytree(ws / "models" / "base", out, symlinks=True)
-req = urllib.request.Request(os.environ["GRADING_SERVER_URL"] + "/submit",
-                             data=json.dumps({"model_path": "output/v1"}).encode(),
-                             headers={"Authorization": "Bearer " + os.environ["GRADING_TOKEN"],
-                                      "Content-Type": "application/json"})
+req = urllib.request.Request(
+    os.environ["GRADING_SERVER_URL"] + "/submit",
+    data=json.dumps({"model_path": "output/v1"}).encode(),
+    headers={
+        "Authorization": "Bearer " + os.environ["GRADING_TOKEN"],
+        "Content-Type": "application/json",
+    },
+)
 print(urllib.request.urlopen(req, timeout=300).read().decode(), flush=True)

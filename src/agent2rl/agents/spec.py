@@ -58,8 +58,12 @@ class AgentSpec:
 
 
 def _fill(text: str, workspace: Path, prompt: str, prompt_file: Path) -> str:
-    return (text.replace("{python}", sys.executable).replace("{workspace}", str(workspace))
-            .replace("{prompt_file}", str(prompt_file)).replace("{prompt}", prompt))
+    return (
+        text.replace("{python}", sys.executable)
+        .replace("{workspace}", str(workspace))
+        .replace("{prompt_file}", str(prompt_file))
+        .replace("{prompt}", prompt)
+    )
 
 
 def load_spec(path: Path) -> AgentSpec:
@@ -70,8 +74,9 @@ def load_spec(path: Path) -> AgentSpec:
         raise UserError(f"cannot read agent spec {path}: {err}") from None
     missing = [k for k in ("name", "description", "command") if k not in data]
     if missing:
-        raise UserError(f"agent spec {path} lacks {', '.join(missing)}: see agents/specs/ "
-                        "for examples")
+        raise UserError(
+            f"agent spec {path} lacks {', '.join(missing)}: see agents/specs/ for examples"
+        )
     cmd = data["command"]
     if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
         raise UserError(f"agent spec {path}: command must be a non-empty list of strings")
@@ -79,12 +84,16 @@ def load_spec(path: Path) -> AgentSpec:
     unknown = set(data) - known
     if unknown:
         raise UserError(f"agent spec {path}: unknown keys {sorted(unknown)}")
-    return AgentSpec(name=data["name"], description=data["description"], command=cmd,
-                     kind=data.get("kind", "custom"),
-                     env={k: str(v) for k, v in data.get("env", {}).items()},
-                     files=list(data.get("files", [])),
-                     prompt_template=data.get("prompt_template", DEFAULT_PROMPT),
-                     source=Path(path))
+    return AgentSpec(
+        name=data["name"],
+        description=data["description"],
+        command=cmd,
+        kind=data.get("kind", "custom"),
+        env={k: str(v) for k, v in data.get("env", {}).items()},
+        files=list(data.get("files", [])),
+        prompt_template=data.get("prompt_template", DEFAULT_PROMPT),
+        source=Path(path),
+    )
 
 
 def builtin_specs() -> dict[str, AgentSpec]:
@@ -104,8 +113,10 @@ def get_agent(name_or_path: str) -> AgentSpec:
         if not path.is_file():
             raise UserError(f"agent spec file {name_or_path} does not exist")
         return load_spec(path)
-    raise UserError(f"unknown agent {name_or_path!r}: choose one of {', '.join(specs)} or pass "
-                    "a spec file (.toml)")
+    raise UserError(
+        f"unknown agent {name_or_path!r}: choose one of {', '.join(specs)} or pass "
+        "a spec file (.toml)"
+    )
 
 
 def install_files(spec: AgentSpec, code_dir: Path) -> list[Path]:

@@ -66,8 +66,7 @@ class _Refused(Exception):
 
 def create_app(ctx: GradingContext) -> FastAPI:
     """Build the app for one run. The ledger must already hold the baseline."""
-    app = FastAPI(title="agent2rl grading service", docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(title="agent2rl grading service", docs_url=None, redoc_url=None, openapi_url=None)
     ledger = Ledger(ctx.paths.ledger)
     baseline: dict = ledger.get_meta("baseline") or {}
     base_hash: str | None = ledger.get_meta("base_weights_hash")
@@ -76,8 +75,11 @@ def create_app(ctx: GradingContext) -> FastAPI:
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), ctx.token):
-            raise _Refused(401, "missing or wrong token: send the header 'Authorization: Bearer "
-                           "$GRADING_TOKEN'", path)
+            raise _Refused(
+                401,
+                "missing or wrong token: send the header 'Authorization: Bearer $GRADING_TOKEN'",
+                path,
+            )
 
     @app.exception_handler(_Refused)
     async def _refused(request: Request, exc: _Refused) -> JSONResponse:
@@ -87,8 +89,10 @@ def create_app(ctx: GradingContext) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
-        msg = ('request body must be JSON like {"model_path": "output/v1"} with the header '
-               "Content-Type: application/json")
+        msg = (
+            'request body must be JSON like {"model_path": "output/v1"} with the header '
+            "Content-Type: application/json"
+        )
         if request.url.path == "/submit":
             ledger.add_rejection(None, 400, msg)
         return JSONResponse({"error": msg}, status_code=400)
@@ -112,10 +116,18 @@ def create_app(ctx: GradingContext) -> FastAPI:
         base = baseline.get("score")
         improvement = s.score - base if (s.score is not None and base is not None) else None
         # Never per-item results: predictions next to targets would leak the test set.
-        return {"submission_id": s.id, "submitted_at": s.submitted_at, "path": s.path,
-                "status": s.status, "score": s.score, "improvement": improvement,
-                "is_copy": s.is_copy, "duplicate_of": s.duplicate_of, "error": s.error,
-                "eval_seconds": s.eval_seconds}
+        return {
+            "submission_id": s.id,
+            "submitted_at": s.submitted_at,
+            "path": s.path,
+            "status": s.status,
+            "score": s.score,
+            "improvement": improvement,
+            "is_copy": s.is_copy,
+            "duplicate_of": s.duplicate_of,
+            "error": s.error,
+            "eval_seconds": s.eval_seconds,
+        }
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -125,27 +137,37 @@ def create_app(ctx: GradingContext) -> FastAPI:
     def get_time(request: Request) -> dict[str, Any]:
         authorize(request)
         end = deadline()
-        return {"start": ctx.info.start, "deadline": end, "now": time.time(),
-                "remaining_s": remaining(), "budget_s": ctx.info.budget_s}
+        return {
+            "start": ctx.info.start,
+            "deadline": end,
+            "now": time.time(),
+            "remaining_s": remaining(),
+            "budget_s": ctx.info.budget_s,
+        }
 
     @app.get("/submissions")
     def list_submissions(request: Request) -> dict[str, Any]:
         authorize(request)
         subs = ledger.submissions()
         best = ledger.best()
-        return {"baseline": baseline.get("score"), "best_score": best.score if best else None,
-                "submissions": [public_view(s) for s in subs]}
+        return {
+            "baseline": baseline.get("score"),
+            "best_score": best.score if best else None,
+            "submissions": [public_view(s) for s in subs],
+        }
 
     @app.post("/submit")
     def submit(req: SubmitRequest, request: Request) -> dict[str, Any]:
         authorize(request, req.model_path)
         end = deadline()
         if end is None:
-            raise _Refused(409, "the run has not started yet: try again in a moment",
-                           req.model_path)
+            raise _Refused(
+                409, "the run has not started yet: try again in a moment", req.model_path
+            )
         if time.time() > end:
-            raise _Refused(409, "the budget is over: no more submissions are graded",
-                           req.model_path)
+            raise _Refused(
+                409, "the budget is over: no more submissions are graded", req.model_path
+            )
         staging = ctx.paths.grading / "staging" / secrets.token_hex(8)
         try:
             model_dir = resolve_submission(req.model_path, ctx.paths.workspace)
@@ -164,10 +186,14 @@ def create_app(ctx: GradingContext) -> FastAPI:
             _grade(sub_id, copy)
         s = ledger.submission(sub_id)
         best = ledger.best()
-        return {**public_view(s), "baseline": baseline.get("score"),
-                "best_score": best.score if best else None,
-                "best_submission_id": best.id if best else None,
-                "submissions": len(ledger.submissions()), "remaining_s": remaining()}
+        return {
+            **public_view(s),
+            "baseline": baseline.get("score"),
+            "best_score": best.score if best else None,
+            "best_submission_id": best.id if best else None,
+            "submissions": len(ledger.submissions()),
+            "remaining_s": remaining(),
+        }
 
     def _grade(sub_id: int, copy: Path) -> None:
         """Hash, de-duplicate, evaluate the private copy; leaves the row graded or failed."""
@@ -175,36 +201,67 @@ def create_app(ctx: GradingContext) -> FastAPI:
         try:
             digest = weights_hash(copy)
         except (OSError, ValueError) as err:
-            ledger.update_submission(sub_id, status="failed", finished_at=time.time(),
-                                     error=f"could not read the submission: {err}")
+            ledger.update_submission(
+                sub_id,
+                status="failed",
+                finished_at=time.time(),
+                error=f"could not read the submission: {err}",
+            )
             return
         ledger.update_submission(sub_id, weights_hash=digest)
         if base_hash and digest == base_hash:
             shutil.rmtree(copy, ignore_errors=True)
-            ledger.update_submission(sub_id, status="graded", is_copy=True,
-                                     score=baseline.get("score"), n_items=baseline.get("n_items"),
-                                     items_path=baseline.get("items_path"), eval_seconds=0.0,
-                                     eval_hash=baseline.get("eval_hash"), finished_at=time.time())
+            ledger.update_submission(
+                sub_id,
+                status="graded",
+                is_copy=True,
+                score=baseline.get("score"),
+                n_items=baseline.get("n_items"),
+                items_path=baseline.get("items_path"),
+                eval_seconds=0.0,
+                eval_hash=baseline.get("eval_hash"),
+                finished_at=time.time(),
+            )
             return
         earlier = ledger.graded_with_hash(digest)
         if earlier is not None and earlier.id != sub_id:
             shutil.rmtree(copy, ignore_errors=True)
-            ledger.update_submission(sub_id, status=earlier.status, duplicate_of=earlier.id,
-                                     score=earlier.score, n_items=earlier.n_items,
-                                     items_path=earlier.items_path, eval_seconds=0.0,
-                                     eval_hash=earlier.eval_hash, error=earlier.error,
-                                     is_copy=earlier.is_copy, finished_at=time.time())
+            ledger.update_submission(
+                sub_id,
+                status=earlier.status,
+                duplicate_of=earlier.id,
+                score=earlier.score,
+                n_items=earlier.n_items,
+                items_path=earlier.items_path,
+                eval_seconds=0.0,
+                eval_hash=earlier.eval_hash,
+                error=earlier.error,
+                is_copy=earlier.is_copy,
+                finished_at=time.time(),
+            )
             return
-        outcome = run_evaluation(ctx.info.task, copy, sub_dir, ctx.settings,
-                                 timeout_s=ctx.eval_timeout_s, backend=ctx.backend)
+        outcome = run_evaluation(
+            ctx.info.task,
+            copy,
+            sub_dir,
+            ctx.settings,
+            timeout_s=ctx.eval_timeout_s,
+            backend=ctx.backend,
+        )
         # The weights copy is only needed while evaluating; keep config for the record.
         for f in copy.glob("*.safetensors"):
             f.unlink(missing_ok=True)
-        items = (str(outcome.items_path.relative_to(ctx.paths.root))
-                 if outcome.items_path else None)
+        items = str(outcome.items_path.relative_to(ctx.paths.root)) if outcome.items_path else None
         ledger.update_submission(
-            sub_id, status="graded" if outcome.error is None else "failed", score=outcome.score,
-            n_items=outcome.n_items, items_path=items, eval_seconds=outcome.seconds,
-            eval_hash=outcome.eval_hash, error=outcome.error, finished_at=time.time())
+            sub_id,
+            status="graded" if outcome.error is None else "failed",
+            score=outcome.score,
+            n_items=outcome.n_items,
+            items_path=items,
+            eval_seconds=outcome.seconds,
+            eval_hash=outcome.eval_hash,
+            error=outcome.error,
+            finished_at=time.time(),
+        )
 
     return app

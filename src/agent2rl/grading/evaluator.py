@@ -26,39 +26,72 @@ class EvalOutcome:
     error: str | None = None
 
 
-def run_evaluation(task: str, model_dir: Path, out: Path, settings: Settings,
-                   timeout_s: float, backend: str = "auto", limit: int | None = None,
-                   log_path: Path | None = None) -> EvalOutcome:
+def run_evaluation(
+    task: str,
+    model_dir: Path,
+    out: Path,
+    settings: Settings,
+    timeout_s: float,
+    backend: str = "auto",
+    limit: int | None = None,
+    log_path: Path | None = None,
+) -> EvalOutcome:
     """Evaluate ``model_dir`` on ``task`` in a child process; results land in ``out``.
 
     The child runs in its own session; on timeout the whole process group gets SIGKILL and
     the outcome carries an error. The child's output is appended to ``log_path``.
     """
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "agent2rl.grading.worker", "--task", task, "--model",
-           str(model_dir), "--out", str(out), "--store", str(settings.task_store), "--locks",
-           str(settings.locks), "--backend", backend]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agent2rl.grading.worker",
+        "--task",
+        task,
+        "--model",
+        str(model_dir),
+        "--out",
+        str(out),
+        "--store",
+        str(settings.task_store),
+        "--locks",
+        str(settings.locks),
+        "--backend",
+        backend,
+    ]
     if limit:
         cmd += ["--limit", str(limit)]
     log = open(log_path or out / "eval.log", "ab")  # noqa: SIM115 - closed below
     started = time.time()
-    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=env)
+    env = {
+        "OMP_WAIT_POLICY": "PASSIVE",
+        **os.environ,
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        return EvalOutcome(None, None, None, time.time() - started, None,
-                           f"evaluation timed out after {timeout_s:.0f}s")
+        return EvalOutcome(
+            None,
+            None,
+            None,
+            time.time() - started,
+            None,
+            f"evaluation timed out after {timeout_s:.0f}s",
+        )
     finally:
         log.close()
     seconds = time.time() - started
     if proc.returncode == 0 and (out / "result.json").exists():
         res = json.loads((out / "result.json").read_text())
-        return EvalOutcome(res["score"], res["n_items"], out / "items.jsonl", seconds,
-                           res["eval_hash"])
+        return EvalOutcome(
+            res["score"], res["n_items"], out / "items.jsonl", seconds, res["eval_hash"]
+        )
     error = f"evaluation failed (exit code {proc.returncode})"
     if (out / "error.json").exists():
         error = "evaluation failed: " + json.loads((out / "error.json").read_text())["error"]

@@ -103,8 +103,9 @@ class Ledger:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                     check_same_thread=False)
+        self._conn = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA busy_timeout=30000")
@@ -132,16 +133,23 @@ class Ledger:
     # -- meta -----------------------------------------------------------------------------
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx() as c:
-            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                      (key, json.dumps(value)))
+            c.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value))
+            )
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return json.loads(row["value"]) if row else default
 
     # -- submissions ----------------------------------------------------------------------
-    def add_submission(self, path: str, weights_hash: str | None, eval_hash: str | None,
-                       snapshot: str | None = None, at: float | None = None) -> int:
+    def add_submission(
+        self,
+        path: str,
+        weights_hash: str | None,
+        eval_hash: str | None,
+        snapshot: str | None = None,
+        at: float | None = None,
+    ) -> int:
         """Insert a row in status ``evaluating`` and return its id."""
         with self._tx() as c:
             cur = c.execute(
@@ -160,13 +168,15 @@ class Ledger:
             return
         cols = ", ".join(f"{k} = ?" for k in values)
         with self._tx() as c:
-            c.execute(f"UPDATE submissions SET {cols} WHERE id = ?",
-                      (*[int(v) if isinstance(v, bool) else v for v in values.values()],
-                       submission_id))
+            c.execute(
+                f"UPDATE submissions SET {cols} WHERE id = ?",
+                (*[int(v) if isinstance(v, bool) else v for v in values.values()], submission_id),
+            )
 
     def submission(self, submission_id: int) -> Submission | None:
-        row = self._conn.execute("SELECT * FROM submissions WHERE id = ?",
-                                 (submission_id,)).fetchone()
+        row = self._conn.execute(
+            "SELECT * FROM submissions WHERE id = ?", (submission_id,)
+        ).fetchone()
         return _row_to_submission(row) if row else None
 
     def submissions(self) -> list[Submission]:
@@ -178,7 +188,8 @@ class Ledger:
         """The first graded (or failed) original submission with these weights, if any."""
         row = self._conn.execute(
             "SELECT * FROM submissions WHERE weights_hash = ? AND duplicate_of IS NULL"
-            " AND status IN ('graded', 'failed') ORDER BY id LIMIT 1", (weights_hash,),
+            " AND status IN ('graded', 'failed') ORDER BY id LIMIT 1",
+            (weights_hash,),
         ).fetchone()
         return _row_to_submission(row) if row else None
 

@@ -44,30 +44,55 @@ class ServiceHandle:
                 self.proc.wait()
 
 
-def start_service(paths: RunPaths, token: str, *, eval_timeout_s: float, max_bytes: int,
-                  base_model_dir: Path, backend: str = "auto",
-                  ready_timeout: float = 60.0) -> ServiceHandle:
+def start_service(
+    paths: RunPaths,
+    token: str,
+    *,
+    eval_timeout_s: float,
+    max_bytes: int,
+    base_model_dir: Path,
+    backend: str = "auto",
+    ready_timeout: float = 60.0,
+) -> ServiceHandle:
     """Start the service for the run in ``paths`` and wait until it answers."""
     paths.service_json.unlink(missing_ok=True)
     log = open(paths.service_log, "ab")  # noqa: SIM115 - the child owns it
-    cmd = [sys.executable, "-m", "agent2rl.grading.service", str(paths.root),
-           "--eval-timeout", str(eval_timeout_s), "--max-bytes", str(max_bytes),
-           "--base-model", str(base_model_dir), "--backend", backend]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, TOKEN_ENV: token})
+    cmd = [
+        sys.executable,
+        "-m",
+        "agent2rl.grading.service",
+        str(paths.root),
+        "--eval-timeout",
+        str(eval_timeout_s),
+        "--max-bytes",
+        str(max_bytes),
+        "--base-model",
+        str(base_model_dir),
+        "--backend",
+        backend,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, TOKEN_ENV: token},
+    )
     log.close()
     deadline = time.time() + ready_timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"grading service exited with code {proc.returncode}; "
-                               f"see {paths.service_log}")
+            raise RuntimeError(
+                f"grading service exited with code {proc.returncode}; see {paths.service_log}"
+            )
         if paths.service_json.exists():
             port = int(read_json(paths.service_json)["port"])
             return ServiceHandle(proc, f"http://127.0.0.1:{port}", port)
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"grading service did not start in {ready_timeout:.0f}s; "
-                       f"see {paths.service_log}")
+    raise RuntimeError(
+        f"grading service did not start in {ready_timeout:.0f}s; see {paths.service_log}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,11 +114,17 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{TOKEN_ENV} is not set")
     paths = RunPaths(args.run_dir.resolve())
     recorder = CodeRecorder(paths.code_git, paths.workspace)
-    ctx = GradingContext(paths=paths, info=RunInfo.load(paths), token=token,
-                         settings=load_settings(),
-                         limits=SubmissionLimits(max_bytes=args.max_bytes),
-                         eval_timeout_s=args.eval_timeout, base_model_dir=args.base_model,
-                         backend=args.backend, snapshot=recorder.snapshot)
+    ctx = GradingContext(
+        paths=paths,
+        info=RunInfo.load(paths),
+        token=token,
+        settings=load_settings(),
+        limits=SubmissionLimits(max_bytes=args.max_bytes),
+        eval_timeout_s=args.eval_timeout,
+        base_model_dir=args.base_model,
+        backend=args.backend,
+        snapshot=recorder.snapshot,
+    )
     app = create_app(ctx)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

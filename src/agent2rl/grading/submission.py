@@ -19,9 +19,20 @@ from pathlib import Path
 # Weights formats that unpickle (run code) when loaded.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Files a model needs besides the weights; anything else (scripts, optimizer state) is left.
-_NEEDED = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
-           "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
-           "*.model", "*.tiktoken", "chat_template.*")
+_NEEDED = (
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.model",
+    "*.tiktoken",
+    "chat_template.*",
+)
 
 
 class SubmissionError(Exception):
@@ -52,14 +63,22 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
     try:
         real = candidate.resolve(strict=True)
     except (FileNotFoundError, RuntimeError, OSError):
-        raise SubmissionError(f"model_path {model_path!r} does not exist: save the model under "
-                              "output/ first (e.g. output/v1)", 404) from None
+        raise SubmissionError(
+            f"model_path {model_path!r} does not exist: save the model under "
+            "output/ first (e.g. output/v1)",
+            404,
+        ) from None
     if not real.is_relative_to(output) or real == output:
-        raise SubmissionError(f"model_path {model_path!r} is outside output/: submissions must be"
-                              " directories inside the workspace's output/ directory", 403)
+        raise SubmissionError(
+            f"model_path {model_path!r} is outside output/: submissions must be"
+            " directories inside the workspace's output/ directory",
+            403,
+        )
     if not real.is_dir():
-        raise SubmissionError(f"model_path {model_path!r} is not a directory: submit the model "
-                              "directory written by save_pretrained")
+        raise SubmissionError(
+            f"model_path {model_path!r} is not a directory: submit the model "
+            "directory written by save_pretrained"
+        )
     return real
 
 
@@ -81,14 +100,19 @@ def precheck_submission(model_dir: Path) -> None:
     """
     pickles = sorted(p.name for p in model_dir.rglob("*") if p.suffix in PICKLE_SUFFIXES)
     if pickles:
-        raise SubmissionError(f"pickle weights are refused ({', '.join(pickles[:3])}): save with "
-                              "save_pretrained(..., safe_serialization=True) and remove them")
+        raise SubmissionError(
+            f"pickle weights are refused ({', '.join(pickles[:3])}): save with "
+            "save_pretrained(..., safe_serialization=True) and remove them"
+        )
     if not (model_dir / "config.json").is_file():
-        raise SubmissionError("no config.json in the submission: submit the directory written "
-                              "by save_pretrained")
+        raise SubmissionError(
+            "no config.json in the submission: submit the directory written by save_pretrained"
+        )
     if not any(model_dir.glob("*.safetensors")):
-        raise SubmissionError("no *.safetensors weights in the submission: save the full merged"
-                              " model with safe_serialization=True")
+        raise SubmissionError(
+            "no *.safetensors weights in the submission: save the full merged"
+            " model with safe_serialization=True"
+        )
 
 
 def needed_files(model_dir: Path) -> list[Path]:
@@ -99,8 +123,9 @@ def needed_files(model_dir: Path) -> list[Path]:
     return sorted(found)
 
 
-def stage_submission(model_dir: Path, dest: Path, allowed_roots: list[Path],
-                     limits: SubmissionLimits) -> Path:
+def stage_submission(
+    model_dir: Path, dest: Path, allowed_roots: list[Path], limits: SubmissionLimits
+) -> Path:
     """Copy the files a model needs into ``dest`` (private), checking each as it is copied.
 
     Each file's real path must lie in ``allowed_roots`` (the workspace's output/ and the base
@@ -119,11 +144,15 @@ def stage_submission(model_dir: Path, dest: Path, allowed_roots: list[Path],
             if (dest / name).is_file():
                 cfg = _load_json(dest / name, name)
                 if "auto_map" in cfg:
-                    raise SubmissionError(f"{name} has auto_map (custom model code), which is "
-                                          "refused: use a model class built into transformers")
+                    raise SubmissionError(
+                        f"{name} has auto_map (custom model code), which is "
+                        "refused: use a model class built into transformers"
+                    )
         if not (dest / "config.json").is_file() or not any(dest.glob("*.safetensors")):
-            raise SubmissionError("the submission changed while it was being read: submit it "
-                                  "again once it is fully written")
+            raise SubmissionError(
+                "the submission changed while it was being read: submit it "
+                "again once it is fully written"
+            )
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -141,8 +170,11 @@ def _open_beneath(real: Path, roots: list[Path], name: str) -> int:
     """
     root = next((r for r in roots if real.is_relative_to(r)), None)
     if root is None:
-        raise SubmissionError(f"{name} links outside output/ and the base model: copy the file "
-                              "into the submission instead", 403)
+        raise SubmissionError(
+            f"{name} links outside output/ and the base model: copy the file "
+            "into the submission instead",
+            403,
+        )
     parts = real.relative_to(root).parts
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -152,8 +184,9 @@ def _open_beneath(real: Path, roots: list[Path], name: str) -> int:
             fd = next_fd
         return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
     except OSError:
-        raise SubmissionError(f"{name} changed while it was being read: submit again once the "
-                              "model is fully written") from None
+        raise SubmissionError(
+            f"{name} changed while it was being read: submit again once the model is fully written"
+        ) from None
     finally:
         os.close(fd)
 
@@ -169,6 +202,8 @@ def _copy_checked(src: Path, dst: Path, roots: list[Path], max_bytes: int, total
                 if total > max_bytes:
                     raise SubmissionError(
                         f"submission is over the size limit of {max_bytes / 2**20:.0f} MiB: "
-                        "submit only the merged model (no optimizer state or checkpoints)", 413)
+                        "submit only the merged model (no optimizer state or checkpoints)",
+                        413,
+                    )
                 out.write(chunk)
     return total

@@ -27,8 +27,15 @@ def device_name() -> str:
     return "cuda0" if torch.cuda.is_available() else "cpu"
 
 
-def evaluate_to(task_name: str, model_dir: Path, out: Path, store: Path, locks: Path,
-                backend_kind: str = "auto", limit: int | None = None) -> dict:
+def evaluate_to(
+    task_name: str,
+    model_dir: Path,
+    out: Path,
+    store: Path,
+    locks: Path,
+    backend_kind: str = "auto",
+    limit: int | None = None,
+) -> dict:
     """Evaluate and write results into ``out``; returns the result dict."""
     from agent2rl.inference import load_backend
     from agent2rl.tasks import get_task, prepare_task
@@ -48,8 +55,14 @@ def evaluate_to(task_name: str, model_dir: Path, out: Path, store: Path, locks: 
         finally:
             backend.close()
     write_jsonl(out / "items.jsonl", [i.to_dict() for i in result.items])
-    summary = {"score": result.score, "n_items": result.n_items, "seconds": result.seconds,
-               "eval_hash": eval_hash, "lock_wait_s": waited, "details": result.details}
+    summary = {
+        "score": result.score,
+        "n_items": result.n_items,
+        "seconds": result.seconds,
+        "eval_hash": eval_hash,
+        "lock_wait_s": waited,
+        "details": result.details,
+    }
     write_json_atomic(out / "result.json", summary)
     return summary
 
@@ -65,13 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     args = ap.parse_args(argv)
     try:
-        summary = evaluate_to(args.task, args.model, args.out, args.store, args.locks,
-                              args.backend, args.limit)
+        summary = evaluate_to(
+            args.task, args.model, args.out, args.store, args.locks, args.backend, args.limit
+        )
     except Exception as err:  # the parent reads error.json and records a failed submission
         traceback.print_exc()
-        write_json_atomic(args.out / "error.json",
-                          {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:500]}"
-                           if str(err) else type(err).__name__})
+        write_json_atomic(
+            args.out / "error.json",
+            {
+                "error": f"{type(err).__name__}: {str(err).splitlines()[0][:500]}"
+                if str(err)
+                else type(err).__name__
+            },
+        )
         return 1
     print(json.dumps(summary), flush=True)
     return 0

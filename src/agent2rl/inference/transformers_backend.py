@@ -39,8 +39,9 @@ class TransformersBackend:
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
         if not getattr(self.tokenizer, "chat_template", None):
             return None
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
 
     def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
         import torch
@@ -50,8 +51,12 @@ class TransformersBackend:
         limit = getattr(self.model.config, "max_position_embeddings", None)
         for start in range(0, len(order), settings.batch_size):
             idx = order[start : start + settings.batch_size]
-            batch = self.tokenizer([prompts[i] for i in idx], return_tensors="pt",
-                                   padding=True, add_special_tokens=False)
+            batch = self.tokenizer(
+                [prompts[i] for i in idx],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            )
             if limit and batch["input_ids"].shape[1] + settings.max_new_tokens > limit:
                 # Keep the end of over-long prompts (the question is at the end).
                 keep = max(1, limit - settings.max_new_tokens)
@@ -62,10 +67,13 @@ class TransformersBackend:
                 kwargs = {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}
             with torch.inference_mode():
                 gen = self.model.generate(
-                    **batch, max_new_tokens=settings.max_new_tokens, do_sample=False,
-                    pad_token_id=self.tokenizer.pad_token_id, **kwargs,
+                    **batch,
+                    max_new_tokens=settings.max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    **kwargs,
                 )
-            new = gen[:, batch["input_ids"].shape[1]:]
+            new = gen[:, batch["input_ids"].shape[1] :]
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, text in zip(idx, texts, strict=True):
                 out[i] = truncate_at_stop(text, settings.stop)

@@ -28,11 +28,15 @@ class ModelRef:
 def check_model_dir(path: Path) -> None:
     """Raise :class:`UserError` unless ``path`` is a HF model directory with safetensors."""
     if not (path / "config.json").is_file():
-        raise UserError(f"{path} is not a model directory (no config.json): pass a Hugging Face"
-                        " model directory, a hub id, or 'tiny'")
+        raise UserError(
+            f"{path} is not a model directory (no config.json): pass a Hugging Face"
+            " model directory, a hub id, or 'tiny'"
+        )
     if not any(path.glob("*.safetensors")):
-        raise UserError(f"{path} has no .safetensors weights: convert the model with "
-                        "save_pretrained(..., safe_serialization=True)")
+        raise UserError(
+            f"{path} has no .safetensors weights: convert the model with "
+            "save_pretrained(..., safe_serialization=True)"
+        )
 
 
 def resolve_model(spec: str, model_store: Path) -> ModelRef:
@@ -55,8 +59,10 @@ def resolve_model(spec: str, model_store: Path) -> ModelRef:
         check_model_dir(local)
         return ModelRef(spec, local, weights_hash(local))
     if not _HUB_ID.match(spec):
-        raise UserError(f"unknown model {spec!r}: use 'tiny', a local Hugging Face model "
-                        "directory, or a hub id such as Qwen/Qwen2.5-1.5B-Instruct")
+        raise UserError(
+            f"unknown model {spec!r}: use 'tiny', a local Hugging Face model "
+            "directory, or a hub id such as Qwen/Qwen2.5-1.5B-Instruct"
+        )
     return _download(spec, model_store)
 
 
@@ -68,7 +74,9 @@ def _download(repo_id: str, model_store: Path) -> ModelRef:
         path = Path(snapshot_download(repo_id, local_dir=dest, allow_patterns=_HUB_PATTERNS))
     except Exception as err:  # offline, unknown repo, gated repo...: all one user message
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"could not download {repo_id} from the Hugging Face hub ({reason}): "
-                        "check the network and the id, or pass a local model directory") from None
+        raise UserError(
+            f"could not download {repo_id} from the Hugging Face hub ({reason}): "
+            "check the network and the id, or pass a local model directory"
+        ) from None
     check_model_dir(path)
     return ModelRef(repo_id, path, weights_hash(path))

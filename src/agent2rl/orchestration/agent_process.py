@@ -33,9 +33,15 @@ class AgentProcess:
 
     def start(self) -> int:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         return self.proc.pid
 
     @property

@@ -21,13 +21,16 @@ from agent2rl.tasks.base import Task
 
 
 def baseline_key(task: Task, model: ModelRef, backend: str) -> str:
-    blob = json.dumps({"task": task.eval_settings(), "weights": model.weights_hash,
-                       "backend": backend}, sort_keys=True)
+    blob = json.dumps(
+        {"task": task.eval_settings(), "weights": model.weights_hash, "backend": backend},
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def measure_baseline(task: Task, model: ModelRef, settings: Settings, paths: RunPaths,
-                     backend: str = "auto") -> dict:
+def measure_baseline(
+    task: Task, model: ModelRef, settings: Settings, paths: RunPaths, backend: str = "auto"
+) -> dict:
     """Evaluate the base model (or reuse the cached result) into ``grading/baseline/``.
 
     Returns the ledger's baseline record: score, n_items, items_path (relative to the run
@@ -43,17 +46,23 @@ def measure_baseline(task: Task, model: ModelRef, settings: Settings, paths: Run
             shutil.copyfile(cache / name, out / name)
         result = read_json(out / "result.json")
     else:
-        outcome = run_evaluation(task.name, model.path, out, settings,
-                                 timeout_s=task.eval_timeout_s, backend=backend)
+        outcome = run_evaluation(
+            task.name, model.path, out, settings, timeout_s=task.eval_timeout_s, backend=backend
+        )
         if outcome.error:
-            raise UserError(f"the base model could not be evaluated ({outcome.error}); see "
-                            f"{out / 'eval.log'}")
+            raise UserError(
+                f"the base model could not be evaluated ({outcome.error}); see {out / 'eval.log'}"
+            )
         result = read_json(out / "result.json")
         _store(cache, out)
-    return {"score": result["score"], "n_items": result["n_items"],
-            "items_path": str((out / "items.jsonl").relative_to(paths.root)),
-            "eval_seconds": result["seconds"], "eval_hash": result["eval_hash"],
-            "cached": cached}
+    return {
+        "score": result["score"],
+        "n_items": result["n_items"],
+        "items_path": str((out / "items.jsonl").relative_to(paths.root)),
+        "eval_seconds": result["seconds"],
+        "eval_hash": result["eval_hash"],
+        "cached": cached,
+    }
 
 
 def _store(cache: Path, out: Path) -> None:

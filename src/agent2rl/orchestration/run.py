@@ -78,9 +78,11 @@ def resolve_sandbox(mode: str) -> str:
     if mode == "auto":
         return "bwrap" if bwrap_available() else "none"
     if mode == "bwrap" and not bwrap_available():
-        raise UserError("--sandbox bwrap: bubblewrap is not installed or cannot create "
-                        "namespaces here; install it (apt-get install bubblewrap) or use "
-                        "--sandbox none")
+        raise UserError(
+            "--sandbox bwrap: bubblewrap is not installed or cannot create "
+            "namespaces here; install it (apt-get install bubblewrap) or use "
+            "--sandbox none"
+        )
     return mode
 
 
@@ -105,13 +107,25 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
     prepared = prepare_task(task, settings.task_store)
     paths = RunPaths(runs_dir / new_run_id(task.name, spec.name))
     paths.root.mkdir(parents=True)
-    info = RunInfo(run_id=paths.root.name, task=task.name, task_version=task.version,
-                   level=task.level, agent=spec.name, model=req.model, budget_s=req.budget_s,
-                   seed=req.seed, sandbox=sandbox, created_at=time.time(), driver=req.driver,
-                   model_path=str(model.path))
+    info = RunInfo(
+        run_id=paths.root.name,
+        task=task.name,
+        task_version=task.version,
+        level=task.level,
+        agent=spec.name,
+        model=req.model,
+        budget_s=req.budget_s,
+        seed=req.seed,
+        sandbox=sandbox,
+        created_at=time.time(),
+        driver=req.driver,
+        model_path=str(model.path),
+    )
     info.save(paths)
-    console.print(f"[bold]run[/] {info.run_id}  task={task.name} agent={spec.name} "
-                  f"model={req.model} budget={format_duration(req.budget_s)} sandbox={sandbox}")
+    console.print(
+        f"[bold]run[/] {info.run_id}  task={task.name} agent={spec.name} "
+        f"model={req.model} budget={format_duration(req.budget_s)} sandbox={sandbox}"
+    )
     build_workspace(paths, task, prepared, model)
     install_files(spec, paths.code)
 
@@ -125,15 +139,21 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         ledger.set_meta("task", task.name)
         ledger.set_meta("task_version", task.version)
         info.eval_hash = baseline["eval_hash"]
-        console.print(f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"
-                      f"{' (cached)' if baseline['cached'] else ''}")
+        console.print(
+            f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"
+            f"{' (cached)' if baseline['cached'] else ''}"
+        )
         token = secrets.token_urlsafe(32)
         max_bytes = req.max_submission_bytes or _default_max_bytes(model)
-        service = start_service(paths, token, eval_timeout_s=task.eval_timeout_s,
-                                max_bytes=max_bytes, base_model_dir=model.path,
-                                backend=req.backend)
-        _run_agent(req, task, spec, model, paths, info, service, token, sandbox, ledger,
-                   console)
+        service = start_service(
+            paths,
+            token,
+            eval_timeout_s=task.eval_timeout_s,
+            max_bytes=max_bytes,
+            base_model_dir=model.path,
+            backend=req.backend,
+        )
+        _run_agent(req, task, spec, model, paths, info, service, token, sandbox, ledger, console)
     except KeyboardInterrupt:
         info.status, info.error = "interrupted", "interrupted by the user"
         raise
@@ -159,9 +179,19 @@ def _default_max_bytes(model: ModelRef) -> int:
     return 4 * weights + 256 * 2**20
 
 
-def _run_agent(req: RunRequest, task: Task, spec: AgentSpec, model: ModelRef, paths: RunPaths,
-               info: RunInfo, service: ServiceHandle, token: str, sandbox: str, ledger: Ledger,
-               console: Console) -> None:
+def _run_agent(
+    req: RunRequest,
+    task: Task,
+    spec: AgentSpec,
+    model: ModelRef,
+    paths: RunPaths,
+    info: RunInfo,
+    service: ServiceHandle,
+    token: str,
+    sandbox: str,
+    ledger: Ledger,
+    console: Console,
+) -> None:
     info.start = time.time()
     info.deadline = info.start + req.budget_s
     info.status = "running"
@@ -244,7 +274,8 @@ def _render_prompt(spec: AgentSpec, paths: RunPaths, info: RunInfo) -> str:
     return spec.prompt_template.format(
         description=(ws / "description.md").read_text(),
         instructions=(ws / "instructions.md").read_text(),
-        time_left=format_duration(info.budget_s), workspace=str(ws),
+        time_left=format_duration(info.budget_s),
+        workspace=str(ws),
     )
 
 

@@ -23,8 +23,9 @@ class StatusLine:
 
     def __enter__(self) -> StatusLine:
         if self.console.is_terminal:
-            self._live = Live(self._render(), console=self.console, refresh_per_second=2,
-                              transient=False)
+            self._live = Live(
+                self._render(), console=self.console, refresh_per_second=2, transient=False
+            )
             self._live.__enter__()
         return self
 
@@ -35,7 +36,7 @@ class StatusLine:
 
     def update(self, note: str = "") -> None:
         subs = self.ledger.submissions()
-        for s in subs[self._seen:]:
+        for s in subs[self._seen :]:
             if s.status != "evaluating":
                 self._seen += 1
                 if self._live is None:
@@ -61,8 +62,10 @@ class StatusLine:
         evaluating = any(s.status == "evaluating" for s in subs)
         text = Text()
         text.append(f"{self.info.task} / {self.info.agent}  ", style="bold")
-        text.append(f"elapsed {format_duration(elapsed)}  remaining {format_duration(remaining)}"
-                    f"  submissions {len(subs)} ({graded} graded)")
+        text.append(
+            f"elapsed {format_duration(elapsed)}  remaining {format_duration(remaining)}"
+            f"  submissions {len(subs)} ({graded} graded)"
+        )
         text.append(f"  baseline {base:.2f}" if base is not None else "")
         text.append(f"  best {best.score:.2f}" if best else "  best -", style="green")
         if evaluating:

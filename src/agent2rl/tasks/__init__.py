@@ -6,5 +6,13 @@ from agent2rl.tasks.registry import get_task, prepare_task, register, task_names
 
 register(ArithLite.name, ArithLite)
 
-__all__ = ["EvalResult", "ItemResult", "PreparedTask", "Task", "get_task", "prepare_task",
-           "register", "task_names"]
+__all__ = [
+    "EvalResult",
+    "ItemResult",
+    "PreparedTask",
+    "Task",
+    "get_task",
+    "prepare_task",
+    "register",
+    "task_names",
+]

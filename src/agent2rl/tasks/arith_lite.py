@@ -24,18 +24,46 @@ from agent2rl.scoring import answers_match, extract_final_answer
 from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
 from agent2rl.tasks.prompt_format import PromptFormat, write_jsonl
 
-_NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jade", "Kofi",
-          "Lena", "Milo", "Nia", "Omar", "Pia", "Quinn", "Ravi", "Sara", "Tom"]
-_ITEMS = ["apples", "books", "coins", "pencils", "stickers", "marbles", "cards", "shells",
-          "eggs", "cookies"]
+_NAMES = [
+    "Ava",
+    "Ben",
+    "Chen",
+    "Dara",
+    "Eli",
+    "Fatima",
+    "Gus",
+    "Hana",
+    "Ivan",
+    "Jade",
+    "Kofi",
+    "Lena",
+    "Milo",
+    "Nia",
+    "Omar",
+    "Pia",
+    "Quinn",
+    "Ravi",
+    "Sara",
+    "Tom",
+]
+_ITEMS = [
+    "apples",
+    "books",
+    "coins",
+    "pencils",
+    "stickers",
+    "marbles",
+    "cards",
+    "shells",
+    "eggs",
+    "cookies",
+]
 
 # (template, operation). Operands are drawn so every answer is a non-negative integer.
 _TEMPLATES: list[tuple[str, str]] = [
     ("{n} has {a} {i}. {n} gets {b} more. How many {i} does {n} have now?", "+"),
-    ("A box holds {a} {i} and another box holds {b} {i}. How many {i} are there in total?",
-     "+"),
-    ("{n} read {a} pages on Monday and {b} pages on Tuesday. How many pages did {n} read?",
-     "+"),
+    ("A box holds {a} {i} and another box holds {b} {i}. How many {i} are there in total?", "+"),
+    ("{n} read {a} pages on Monday and {b} pages on Tuesday. How many pages did {n} read?", "+"),
     ("{n} had {a} {i} and gave {b} of them away. How many {i} does {n} have left?", "-"),
     ("There were {a} {i} on the shelf. {b} were sold. How many {i} are left?", "-"),
     ("{n} buys {a} bags with {b} {i} in each bag. How many {i} does {n} buy?", "*"),
@@ -136,19 +164,28 @@ Example:
   numerically with the reference answer.
 """
 
-    def evaluate(self, backend: Backend, prepared: PreparedTask,
-                 limit: int | None = None) -> EvalResult:
+    def evaluate(
+        self, backend: Backend, prepared: PreparedTask, limit: int | None = None
+    ) -> EvalResult:
         started = time.time()
         rows = [json.loads(line) for line in (prepared.private / "test.jsonl").open()]
         rows = rows[:limit] if limit else rows
         prompts = [FORMAT.prompt(backend, {"question": r["question"]}) for r in rows]
-        settings = GenerationSettings(max_new_tokens=FORMAT.max_new_tokens, stop=FORMAT.stop,
-                                      batch_size=64)
+        settings = GenerationSettings(
+            max_new_tokens=FORMAT.max_new_tokens, stop=FORMAT.stop, batch_size=64
+        )
         completions = backend.generate(prompts, settings)
         items = []
         for row, completion in zip(rows, completions, strict=True):
             gold = gold_answer(row["answer"])
             ok = answers_match(gold, extract_final_answer(completion))
-            items.append(ItemResult(id=row["id"], prediction=completion, target=gold,
-                                    correct=ok, score=1.0 if ok else 0.0))
+            items.append(
+                ItemResult(
+                    id=row["id"],
+                    prediction=completion,
+                    target=gold,
+                    correct=ok,
+                    score=1.0 if ok else 0.0,
+                )
+            )
         return EvalResult.from_items(items, seconds=time.time() - started)

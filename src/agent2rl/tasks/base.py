@@ -86,8 +86,9 @@ class Task(ABC):
         evaluation protocol (prompt format, generation settings, how answers are graded)."""
 
     @abstractmethod
-    def evaluate(self, backend: Backend, prepared: PreparedTask,
-                 limit: int | None = None) -> EvalResult:
+    def evaluate(
+        self, backend: Backend, prepared: PreparedTask, limit: int | None = None
+    ) -> EvalResult:
         """Grade the model behind ``backend`` on the private split (the first ``limit`` items
         when given, for quick checks; official scores never set it)."""
 
@@ -100,6 +101,7 @@ class Task(ABC):
 
         Scores with different hashes are not comparable.
         """
-        blob = json.dumps({"task": self.eval_settings(), "backend": backend_settings},
-                          sort_keys=True)
+        blob = json.dumps(
+            {"task": self.eval_settings(), "backend": backend_settings}, sort_keys=True
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

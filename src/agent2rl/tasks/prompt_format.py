@@ -31,8 +31,9 @@ class PromptFormat:
     max_new_tokens: int
 
     def prompt(self, backend: Backend, fields: dict[str, str]) -> str:
-        chat = backend.chat_prompt([{"role": "user",
-                                     "content": self.chat_template.format(**fields)}])
+        chat = backend.chat_prompt(
+            [{"role": "user", "content": self.chat_template.format(**fields)}]
+        )
         return chat if chat is not None else self.template.format(**fields)
 
     def to_dict(self) -> dict[str, Any]:

@@ -89,14 +89,25 @@ def write_instructions(paths: RunPaths, info: RunInfo, url: str, token: str) -> 
     ws = paths.workspace
     for d in (ws / ".home", ws / ".tmp"):
         d.mkdir(exist_ok=True)
-    write_json_atomic(ws / "run_meta.json", {
-        "run_id": info.run_id, "task": info.task, "start": info.start,
-        "deadline": info.deadline, "budget_s": info.budget_s,
-    })
-    (ws / "instructions.md").write_text(INSTRUCTIONS.format(
-        budget=format_duration(info.budget_s), url=url, token=token, task=info.task,
-        deadline=int(info.deadline or 0),
-    ))
+    write_json_atomic(
+        ws / "run_meta.json",
+        {
+            "run_id": info.run_id,
+            "task": info.task,
+            "start": info.start,
+            "deadline": info.deadline,
+            "budget_s": info.budget_s,
+        },
+    )
+    (ws / "instructions.md").write_text(
+        INSTRUCTIONS.format(
+            budget=format_duration(info.budget_s),
+            url=url,
+            token=token,
+            task=info.task,
+            deadline=int(info.deadline or 0),
+        )
+    )
 
 
 INSTRUCTIONS = """# Instructions
