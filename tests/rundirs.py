@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import ServiceHandle, start_service
-from agent2rl.orchestration.baseline import measure_baseline
+from agent2rl.orchestration.baseline import measure_baseline, record_baseline
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import load_settings
 from agent2rl.workspace import build_workspace
@@ -38,8 +38,8 @@ def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunP
     info.save(paths)
     build_workspace(paths, task, prepared, model)
     with Ledger(paths.ledger) as ledger:
-        ledger.set_meta("baseline", measure_baseline(task, model, load_settings(), paths))
-        ledger.set_meta("base_weights_hash", model.weights_hash)
+        baseline = measure_baseline(task, model, load_settings(), paths)
+        record_baseline(ledger, task, model, baseline)
     return paths
 
 

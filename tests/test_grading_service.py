@@ -138,6 +138,14 @@ def test_copy_duplicate_and_graded(service, tiny) -> None:
     assert r["is_copy"] and r["status"] == "graded" and r["score"] == r["baseline"]
     assert r["eval_seconds"] == 0
 
+    # Base weights with another generation config generate differently: flagged as a copy of
+    # the base weights, but graded for real rather than given the baseline.
+    rel = _copy_base(paths, tiny, "copy-greedy-off")
+    gen = paths.workspace / rel / "generation_config.json"
+    gen.write_text(json.dumps({**json.loads(gen.read_text()), "repetition_penalty": 1.3}))
+    changed = client.post("/submit", json={"model_path": rel}).json()
+    assert changed["is_copy"] and changed["eval_seconds"] > 0
+
     rel = _perturbed(paths, tiny, "v1", seed=1)
     first = client.post("/submit", json={"model_path": rel}).json()
     assert first["status"] == "graded" and first["eval_seconds"] > 0 and not first["is_copy"]
@@ -153,8 +161,9 @@ def test_copy_duplicate_and_graded(service, tiny) -> None:
     assert len(items) == row.n_items == 300
     assert row.weights_hash and row.eval_hash
     listing = client.get("/submissions").json()["submissions"]
-    assert [s["submission_id"] for s in listing][-3:] == [
+    assert [s["submission_id"] for s in listing][-4:] == [
         r["submission_id"],
+        changed["submission_id"],
         first["submission_id"],
         again["submission_id"],
     ]

@@ -58,3 +58,17 @@ def test_hub_id_without_network_is_one_clear_error(tmp_path, monkeypatch) -> Non
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError, match="could not download acme/no-such-model"):
         resolve_model("acme/no-such-model", tmp_path)
+
+
+def test_fingerprint_covers_config_and_tokenizer(tmp_path, tiny) -> None:
+    from agent2rl.models.weights import model_fingerprint
+
+    copy = tmp_path / "m"
+    shutil.copytree(tiny.path, copy)
+    assert model_fingerprint(copy) == tiny.fingerprint
+    (copy / "agent2rl_model.json").write_text("{}")  # not a model file: ignored
+    assert model_fingerprint(copy) == tiny.fingerprint
+    cfg = json.loads((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").write_text(json.dumps({**cfg, "chat_template": "{{x}}"}))
+    assert model_fingerprint(copy) != tiny.fingerprint
+    assert weights_hash(copy) == tiny.weights_hash

@@ -32,7 +32,7 @@ from agent2rl.grading.submission import (
     resolve_submission,
     stage_submission,
 )
-from agent2rl.models.weights import weights_hash
+from agent2rl.models.weights import model_fingerprint, weights_hash
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import Settings
 
@@ -70,6 +70,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
     ledger = Ledger(ctx.paths.ledger)
     baseline: dict = ledger.get_meta("baseline") or {}
     base_hash: str | None = ledger.get_meta("base_weights_hash")
+    base_fingerprint: str | None = ledger.get_meta("base_fingerprint")
 
     def authorize(request: Request, path: str | None = None) -> None:
         header = request.headers.get("authorization", "")
@@ -200,6 +201,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
         sub_dir = ctx.paths.submission_dir(sub_id)
         try:
             digest = weights_hash(copy)
+            fingerprint = model_fingerprint(copy, digest)
         except (OSError, ValueError) as err:
             ledger.update_submission(
                 sub_id,
@@ -208,8 +210,11 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 error=f"could not read the submission: {err}",
             )
             return
-        ledger.update_submission(sub_id, weights_hash=digest)
-        if base_hash and digest == base_hash:
+        is_copy = bool(base_hash) and digest == base_hash
+        ledger.update_submission(
+            sub_id, weights_hash=digest, fingerprint=fingerprint, is_copy=is_copy
+        )
+        if is_copy and fingerprint == base_fingerprint:  # the base model itself: its baseline
             shutil.rmtree(copy, ignore_errors=True)
             ledger.update_submission(
                 sub_id,
@@ -223,7 +228,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 finished_at=time.time(),
             )
             return
-        earlier = ledger.graded_with_hash(digest)
+        earlier = ledger.graded_with_fingerprint(fingerprint)
         if earlier is not None and earlier.id != sub_id:
             shutil.rmtree(copy, ignore_errors=True)
             ledger.update_submission(
@@ -236,7 +241,6 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 eval_seconds=0.0,
                 eval_hash=earlier.eval_hash,
                 error=earlier.error,
-                is_copy=earlier.is_copy,
                 finished_at=time.time(),
             )
             return

@@ -6,7 +6,7 @@ service starts, and the analysis reads it afterwards. Tables:
 
 ``meta(key, value)``
     JSON values: ``task``, ``task_version``, ``eval_hash``, ``baseline`` (a score record: score,
-    n_items, items_path, eval_seconds), ``base_weights_hash``.
+    n_items, items_path, eval_seconds), ``base_weights_hash``, ``base_fingerprint``.
 ``submissions``
     one row per accepted submission (graded, failed, duplicate or copy), in order.
 ``rejections``
@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS submissions (
     finished_at REAL,
     path TEXT NOT NULL,
     weights_hash TEXT,
+    fingerprint TEXT,              -- weights + config + tokenizer (equal => same outputs)
     status TEXT NOT NULL,          -- evaluating | graded | failed
     score REAL,
     n_items INTEGER,
@@ -63,6 +64,7 @@ class Submission:
     status: str
     finished_at: float | None = None
     weights_hash: str | None = None
+    fingerprint: str | None = None
     score: float | None = None
     n_items: int | None = None
     items_path: str | None = None
@@ -184,12 +186,12 @@ class Ledger:
         rows = self._conn.execute("SELECT * FROM submissions ORDER BY id").fetchall()
         return [_row_to_submission(r) for r in rows]
 
-    def graded_with_hash(self, weights_hash: str) -> Submission | None:
-        """The first graded (or failed) original submission with these weights, if any."""
+    def graded_with_fingerprint(self, fingerprint: str) -> Submission | None:
+        """The first graded (or failed) original submission with this fingerprint, if any."""
         row = self._conn.execute(
-            "SELECT * FROM submissions WHERE weights_hash = ? AND duplicate_of IS NULL"
+            "SELECT * FROM submissions WHERE fingerprint = ? AND duplicate_of IS NULL"
             " AND status IN ('graded', 'failed') ORDER BY id LIMIT 1",
-            (weights_hash,),
+            (fingerprint,),
         ).fetchone()
         return _row_to_submission(row) if row else None
 

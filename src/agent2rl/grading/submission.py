@@ -16,23 +16,10 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent2rl.models.weights import model_files
+
 # Weights formats that unpickle (run code) when loaded.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-# Files a model needs besides the weights; anything else (scripts, optimizer state) is left.
-_NEEDED = (
-    "*.safetensors",
-    "*.safetensors.index.json",
-    "config.json",
-    "generation_config.json",
-    "tokenizer*",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.*",
-    "merges.txt",
-    "*.model",
-    "*.tiktoken",
-    "chat_template.*",
-)
 
 
 class SubmissionError(Exception):
@@ -116,11 +103,10 @@ def precheck_submission(model_dir: Path) -> None:
 
 
 def needed_files(model_dir: Path) -> list[Path]:
-    """The files of ``model_dir`` (top level only) a model needs, sorted by name."""
-    found: set[Path] = set()
-    for pattern in _NEEDED:
-        found.update(p for p in model_dir.glob(pattern) if p.is_file())
-    return sorted(found)
+    """The files of ``model_dir`` (top level only) a model needs, sorted by name: weights and
+    :data:`MODEL_FILE_PATTERNS`; scripts, optimizer state and the like are left behind."""
+    weights = [p for p in model_dir.glob("*.safetensors") if p.is_file()]
+    return sorted({*weights, *model_files(model_dir)})
 
 
 def stage_submission(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agent2rl.errors import UserError
 from agent2rl.models.tiny import TINY_VERSION, build_tiny
-from agent2rl.models.weights import weights_hash
+from agent2rl.models.weights import model_fingerprint, weights_hash
 
 BUILTINS = ("tiny",)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -18,11 +18,16 @@ _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A resolved base model: its name as given, its directory and its weights hash."""
+    """A resolved base model: its name as given, its directory, its weights hash and its
+    fingerprint (weights + config + tokenizer, see :func:`model_fingerprint`)."""
 
     name: str
     path: Path
     weights_hash: str
+
+    @property
+    def fingerprint(self) -> str:
+        return model_fingerprint(self.path, self.weights_hash)
 
 
 def check_model_dir(path: Path) -> None:

@@ -14,6 +14,21 @@ from pathlib import Path
 
 _CHUNK = 1 << 20
 
+#: The files that make up a model besides its weights: they change what it generates.
+MODEL_FILE_PATTERNS = (
+    "*.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.model",
+    "*.tiktoken",
+    "chat_template.*",
+)
+
 
 def _tensor_index(path: Path) -> tuple[int, dict]:
     with path.open("rb") as fh:
@@ -51,4 +66,22 @@ def weights_hash(model_dir: Path) -> str:
                     raise ValueError(f"{f.name}: truncated tensor {name}")
                 digest.update(chunk)
                 left -= len(chunk)
+    return digest.hexdigest()
+
+
+def model_files(model_dir: Path) -> list[Path]:
+    """The top-level non-weight files of ``model_dir`` matching :data:`MODEL_FILE_PATTERNS`."""
+    found: set[Path] = set()
+    for pattern in MODEL_FILE_PATTERNS:
+        found.update(p for p in Path(model_dir).glob(pattern) if p.is_file())
+    return sorted(found)
+
+
+def model_fingerprint(model_dir: Path, weights_digest: str | None = None) -> str:
+    """SHA-256 over the weights hash and the bytes of config, generation config and tokenizer
+    files: two directories with equal fingerprints generate the same text. Pass
+    ``weights_digest`` when :func:`weights_hash` was already computed."""
+    digest = hashlib.sha256((weights_digest or weights_hash(model_dir)).encode())
+    for f in model_files(model_dir):
+        digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()

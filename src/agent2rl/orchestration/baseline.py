@@ -1,7 +1,7 @@
 """The baseline: the base model's score, measured before the budget starts and cached.
 
-The cache key is (task, task version, evaluation settings, base weights hash, backend); a
-failed baseline is never cached.
+The cache key is (task, task version, evaluation settings, base model fingerprint — weights,
+config and tokenizer —, backend); a failed baseline is never cached.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agent2rl.errors import UserError
 from agent2rl.grading.evaluator import run_evaluation
+from agent2rl.grading.ledger import Ledger
 from agent2rl.models.resolve import ModelRef
 from agent2rl.rundir import RunPaths, read_json
 from agent2rl.settings import Settings
@@ -22,7 +23,7 @@ from agent2rl.tasks.base import Task
 
 def baseline_key(task: Task, model: ModelRef, backend: str) -> str:
     blob = json.dumps(
-        {"task": task.eval_settings(), "weights": model.weights_hash, "backend": backend},
+        {"task": task.eval_settings(), "model": model.fingerprint, "backend": backend},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -74,3 +75,13 @@ def _store(cache: Path, out: Path) -> None:
         tmp.rename(cache)
     except OSError:  # another run cached it first; theirs is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def record_baseline(ledger: Ledger, task: Task, model: ModelRef, baseline: dict) -> None:
+    """Write what the grading service needs before it starts: the baseline record and the
+    base model's identity (for copy detection). The service never changes these."""
+    ledger.set_meta("baseline", baseline)
+    ledger.set_meta("base_weights_hash", model.weights_hash)
+    ledger.set_meta("base_fingerprint", model.fingerprint)
+    ledger.set_meta("task", task.name)
+    ledger.set_meta("task_version", task.version)

@@ -26,7 +26,7 @@ from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import ServiceHandle, start_service
 from agent2rl.models.resolve import ModelRef, resolve_model
 from agent2rl.orchestration.agent_process import AgentProcess
-from agent2rl.orchestration.baseline import measure_baseline
+from agent2rl.orchestration.baseline import measure_baseline, record_baseline
 from agent2rl.orchestration.status import StatusLine
 from agent2rl.recording import CodeRecorder, PeriodicSnapshotter, ResourceSampler
 from agent2rl.rundir import RunInfo, RunPaths
@@ -134,10 +134,7 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         with console.status("measuring the baseline (before the budget starts)"):
             baseline = measure_baseline(task, model, settings, paths, req.backend)
         ledger = Ledger(paths.ledger)
-        ledger.set_meta("baseline", baseline)
-        ledger.set_meta("base_weights_hash", model.weights_hash)
-        ledger.set_meta("task", task.name)
-        ledger.set_meta("task_version", task.version)
+        record_baseline(ledger, task, model, baseline)
         info.eval_hash = baseline["eval_hash"]
         console.print(
             f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"
