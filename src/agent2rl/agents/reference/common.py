@@ -15,6 +15,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 
 MODEL_PATH = os.environ["MODEL_PATH"]
@@ -56,7 +57,9 @@ def prompt_completion_rows(tokenizer) -> list[dict]:
         if chat:
             prompt = tokenizer.apply_chat_template(
                 [{"role": "user", "content": fmt["chat_template"].format(**row)}],
-                tokenize=False, add_generation_prompt=True)
+                tokenize=False,
+                add_generation_prompt=True,
+            )
             completion = row["answer"]
         else:
             prompt = fmt["template"].format(**row)
@@ -88,11 +91,17 @@ def _stops() -> tuple[str, ...]:
     return tuple(s for s in eval_format().get("stop", []) if s)
 
 
+def completion_text(completion) -> str:
+    """A sampled completion as plain text (conversational ones are lists of messages)."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content", "")) for m in completion)
+
+
 def graded_text(completion) -> str:
     """A sampled completion as the grader would read it: plain text cut at the first stop
     string (the grader stops generating there; sampling during training does not)."""
-    if not isinstance(completion, str):  # conversational: a list of messages
-        completion = "".join(str(m.get("content", "")) for m in completion)
+    completion = completion_text(completion)
     cut = len(completion)
     for stop in _stops():
         i = completion.find(stop)
@@ -143,9 +152,11 @@ def save(model, tokenizer) -> Path:
 def submit(path: Path) -> dict | None:
     """POST the model to the grading service; returns its JSON answer, or None on error."""
     req = urllib.request.Request(
-        f"{SERVER}/submit", data=json.dumps({"model_path": str(path)}).encode(),
+        f"{SERVER}/submit",
+        data=json.dumps({"model_path": str(path)}).encode(),
         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-        method="POST")
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(req, timeout=max(60.0, time_left() + 600)) as resp:
             result = json.loads(resp.read())
@@ -155,8 +166,10 @@ def submit(path: Path) -> dict | None:
     except OSError as err:
         log(f"submission of {path} failed: {err}")
         return None
-    log(f"submitted {path.name}: score={result.get('score')} baseline={result.get('baseline')}"
-        f" best={result.get('best_score')} remaining={result.get('remaining_s')}")
+    log(
+        f"submitted {path.name}: score={result.get('score')} baseline={result.get('baseline')}"
+        f" best={result.get('best_score')} remaining={result.get('remaining_s')}"
+    )
     return result
 
 
@@ -181,53 +194,103 @@ def sft(model, tokenizer, rows: list[dict], seconds: float, lr: float, seed: int
     quiet()
     stop_at = time.time() + seconds
     args = SFTConfig(
-        output_dir=str(Path("code") / ".trainer"), max_steps=1_000_000, learning_rate=lr,
-        lr_scheduler_type="constant", per_device_train_batch_size=32, max_length=192,
-        logging_steps=50, save_strategy="no", report_to=[], seed=seed, use_cpu=not _cuda(),
-        bf16=False, gradient_checkpointing=False, dataloader_num_workers=0,
-        completion_only_loss=True, disable_tqdm=True,
+        output_dir=str(Path("code") / ".trainer"),
+        max_steps=1_000_000,
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=32,
+        max_length=192,
+        logging_steps=50,
+        save_strategy="no",
+        report_to=[],
+        seed=seed,
+        use_cpu=not _cuda(),
+        bf16=False,
+        dataloader_num_workers=0,
+        completion_only_loss=True,
+        disable_tqdm=True,
+        **_no_checkpointing(SFTConfig),
     )
-    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]}
-                              for r in rows])
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data,
-                         processing_class=tokenizer, callbacks=[time_callback(stop_at)])
+    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[time_callback(stop_at)],
+    )
     trainer.train()
     log(f"SFT: {trainer.state.global_step} steps, loss {_last_loss(trainer):.3f}")
     return trainer.model
 
 
-def grpo(model, tokenizer, rows: list[dict], reward_funcs, seconds: float, lr: float,
-         seed: int = 0, num_generations: int = 8, prompts_per_step: int = 4,
-         max_completion_length: int = 40, temperature: float = 1.0, beta: float = 0.0):
+def grpo(
+    model,
+    tokenizer,
+    rows: list[dict],
+    reward_funcs,
+    seconds: float,
+    lr: float,
+    seed: int = 0,
+    num_generations: int = 8,
+    prompts_per_step: int = 4,
+    max_completion_length: int = 40,
+    temperature: float = 1.0,
+    beta: float = 0.0,
+):
     """GRPO with trl for about ``seconds`` on ``rows`` (``prompt`` plus extra columns, which
     reach the reward functions as keyword arguments); returns ``(model, stats)``.
 
     ``stats``: ``steps``, ``seconds``, ``rewards`` (the mean reward of each logging window).
-    Constant learning rate, no reference model by default (``beta=0``), CPU-safe settings.
+    Constant learning rate and CPU-safe settings. ``beta > 0`` adds a KL penalty towards the
+    weights ``model`` has when this call starts (``beta=0``: no reference model, cheaper).
+    ``prompts_per_step * num_generations`` completions are sampled and trained on per step.
     """
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     quiet()
+    # trl itself calls a renamed transformers API once per trainer; nothing to act on.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
     started = time.time()
     stop_at = started + seconds
-    # trl turns gradient checkpointing on by default; transformers 5 renamed it.
-    no_checkpointing = {"gradient_checkpointing": False}
-    if "activation_checkpointing" in GRPOConfig.__dataclass_fields__:
-        no_checkpointing["activation_checkpointing"] = False
     args = GRPOConfig(
-        output_dir=str(Path("code") / ".trainer"), max_steps=1_000_000, learning_rate=lr,
-        lr_scheduler_type="constant", warmup_steps=0, seed=seed,
+        output_dir=str(Path("code") / ".trainer"),
+        max_steps=1_000_000,
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        seed=seed,
         per_device_train_batch_size=num_generations * prompts_per_step,
-        num_generations=num_generations, max_completion_length=max_completion_length,
-        temperature=temperature, beta=beta, logging_steps=10, save_strategy="no",
-        report_to=[], use_cpu=not _cuda(), bf16=False, dataloader_num_workers=0,
-        disable_tqdm=True, log_completions=False, **no_checkpointing,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        temperature=temperature,
+        beta=beta,
+        logging_steps=10,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=not _cuda(),
+        bf16=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        log_completions=False,
+        **_no_checkpointing(GRPOConfig),
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args,
-                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                          callbacks=[time_callback(stop_at)])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[time_callback(stop_at)],
+    )
+    if beta and getattr(trainer, "ref_model", None) is not None:
+        # trl loads the reference model from the policy's original path (its config's
+        # name_or_path): the base model when ``model`` was trained in memory. The KL term
+        # should anchor to the weights this GRPO run starts from instead.
+        ref = trainer.accelerator.unwrap_model(trainer.ref_model)
+        ref.load_state_dict(trainer.accelerator.unwrap_model(trainer.model).state_dict())
     # The default printer writes every metric of every log; one short line per log instead.
     trainer.remove_callback(PrinterCallback)
     rewards: list[float] = []
@@ -236,22 +299,43 @@ def grpo(model, tokenizer, rows: list[dict], reward_funcs, seconds: float, lr: f
     spent = time.time() - started
     steps = trainer.state.global_step
     trend = " -> ".join(f"{r:.3f}" for r in _sparse(rewards, 8))
-    log(f"GRPO: {steps} steps in {spent:.0f}s ({steps / max(spent, 1e-9):.2f} steps/s),"
-        f" mean reward per window: {trend or 'n/a'}")
+    log(
+        f"GRPO: {steps} steps in {spent:.0f}s ({steps / max(spent, 1e-9):.2f} steps/s),"
+        f" mean reward per window: {trend or 'n/a'}"
+    )
     return trainer.model, {"steps": steps, "seconds": spent, "rewards": rewards}
+
+
+def _no_checkpointing(config_cls) -> dict:
+    """Config kwargs that turn gradient checkpointing off (trl turns it on by default; it only
+    slows small models down). transformers 5 renamed it ``activation_checkpointing``; setting
+    both avoids its deprecation warning."""
+    kwargs = {"gradient_checkpointing": False}
+    if "activation_checkpointing" in getattr(config_cls, "__dataclass_fields__", {}):
+        kwargs["activation_checkpointing"] = False
+    return kwargs
 
 
 def _grpo_log_callback(rewards: list[float]):
     from transformers import TrainerCallback
 
+    nan = float("nan")
+
     class GRPOLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
-                log(f"GRPO step {state.global_step}: reward {logs['reward']:.3f}"
-                    f" (std {logs.get('reward_std', float('nan')):.3f}), completion length"
-                    f" {logs.get('completions/mean_length', float('nan')):.1f},"
-                    f" loss {logs.get('loss', float('nan')):.4f}")
+                parts = [f"reward {logs['reward']:.3f} (std {logs.get('reward_std', nan):.3f})"]
+                parts += [
+                    f"{key.split('/')[1]} {value:.3f}"
+                    for key, value in logs.items()
+                    if key.startswith("rewards/") and key.endswith("/mean")
+                ]
+                parts.append(f"completion length {logs.get('completions/mean_length', nan):.1f}")
+                if "kl" in logs:
+                    parts.append(f"kl {logs['kl']:.4f}")
+                parts.append(f"loss {logs.get('loss', nan):.4f}")
+                log(f"GRPO step {state.global_step}: " + ", ".join(parts))
             return control
 
     return GRPOLog()

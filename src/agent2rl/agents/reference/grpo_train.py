@@ -2,14 +2,16 @@
 
 The plan:
 
-1. Supervised fine-tuning for about half the time left, then save and submit: this teaches
-   the model the answer format ("a + b = c\\n#### c"), which a random or base model lacks
-   and which GRPO alone would take long to discover.
+1. Supervised fine-tuning for about half the training time, then save and submit: this
+   teaches the model the answer format ("a + b = c\\n#### c"), which a random or base model
+   lacks and which GRPO alone would take long to discover.
 2. GRPO rounds (trl's ``GRPOTrainer``) from the best checkpoint so far, sampling
    ``num_generations`` completions per prompt and rewarding them by rule: 1.0 when the final
-   answer equals the reference's number after '####', plus a small bonus for using the
-   '####' format. Each round is saved and submitted; a round that scored below the best is
-   undone (the next round restarts from the best checkpoint) with half the learning rate.
+   answer equals the reference's number after '####', plus a small format bonus (an answer
+   after '####', and an end before the length limit), with a KL penalty towards the round's
+   starting checkpoint. Each round is saved and submitted; a round that scored below the
+   best is undone (the next round restarts from the best checkpoint) with half the learning
+   rate.
 
 Every round ends early enough that its submission is graded before the deadline.
 """
@@ -20,6 +22,7 @@ import time
 
 from common import (
     MODEL_PATH,
+    completion_text,
     final_answer,
     gold_number,
     graded_text,
@@ -38,21 +41,47 @@ from common import (
 SFT_SHARE = 0.5  # of the time left at the start
 SFT_LR = 2e-3
 GRPO_LR = 1e-4
-GRPO_ROUNDS = 2
+# KL penalty towards the round's starting checkpoint. Without it (beta=0) the tiny model's
+# greedy answers drifted or collapsed within a minute of GRPO (e.g. " * * * * 12\n#### 120"
+# for every question), since rare lucky guesses dominate the group-normalised advantages.
+GRPO_BETA = 0.04
+GRPO_ROUNDS = 3
 MIN_GRPO_ROUND_S = 20.0  # a shorter round is not worth a submission
 SAFETY_S = 10.0  # stop early enough that the last submission is graded before the deadline
 OVERHEAD_S = 10.0  # per round: trainer set-up, saving, loading a checkpoint back
 FORMAT_BONUS = 0.1
 
 
-def reward(completions, answer, **kwargs) -> list[float]:
-    """1.0 for the right final number (read as the grader reads it), plus a format bonus."""
-    out = []
-    for completion, ref in zip(completions, answer, strict=True):
-        text = graded_text(completion)
-        score = 1.0 if same_number(final_answer(text), gold_number(ref)) else 0.0
-        out.append(score + (FORMAT_BONUS if "####" in text else 0.0))
-    return out
+def correct(completions, answer, **kwargs) -> list[float]:
+    """1.0 when the final number, read as the grader reads it, is the reference's."""
+    return [
+        1.0 if same_number(final_answer(graded_text(c)), gold_number(ref)) else 0.0
+        for c, ref in zip(completions, answer, strict=True)
+    ]
+
+
+def well_formed_reward(eos_ids: set[int]):
+    """A reward function: FORMAT_BONUS for a completion that gives an answer after '####' and
+    ends (end-of-sequence or a stop string) within the length limit. Without the ending
+    condition GRPO learns to ramble on, which scores no better and makes grading slow."""
+
+    def well_formed(completions, completion_ids, **kwargs) -> list[float]:
+        out = []
+        for c, ids in zip(completions, completion_ids, strict=True):
+            text = graded_text(c)
+            ended = text != completion_text(c) or (len(ids) > 0 and int(ids[-1]) in eos_ids)
+            out.append(FORMAT_BONUS if ended and "####" in text else 0.0)
+        return out
+
+    return well_formed
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
 
 
 class Tracker:
@@ -61,12 +90,14 @@ class Tracker:
     def __init__(self) -> None:
         self.best_score: float | None = None
         self.best_path = None
-        self.eval_estimate = 20.0  # refined from each submission's round trip
+        self.eval_estimate = 20.0  # seconds; refined from each submission's round trip
 
     def submit(self, path) -> float | None:
         t0 = time.time()
         result = submit(path)
-        self.eval_estimate = max(self.eval_estimate, time.time() - t0)
+        # Grading time varies (a model that rambles to the length limit grades slowly, and
+        # the machine may be shared): plan with half again the slowest seen.
+        self.eval_estimate = max(self.eval_estimate, 1.5 * (time.time() - t0))
         score = result.get("score") if result else None
         if self.best_path is None:
             self.best_path = path  # something to restart from, even if ungraded
@@ -90,13 +121,15 @@ def main() -> None:
     track = Tracker()
 
     # 1. SFT warm-up: about SFT_SHARE of the training time, i.e. of the time left net of the
-    # submissions (one after SFT, one per GRPO round).
+    # submissions (one after SFT, one per GRPO round; fewer rounds when time is short).
     per_submission = track.eval_estimate + OVERHEAD_S
     left = time_left() - SAFETY_S
-    train_s = left - (1 + GRPO_ROUNDS) * per_submission
-    sft_s = train_s * SFT_SHARE
-    if train_s * (1 - SFT_SHARE) < MIN_GRPO_ROUND_S:  # no time for GRPO: SFT only
-        sft_s = left - per_submission
+    sft_s = left - per_submission  # SFT only, if no GRPO round fits
+    for rounds in range(GRPO_ROUNDS, 0, -1):
+        train_s = left - (1 + rounds) * per_submission
+        if train_s * (1 - SFT_SHARE) / rounds >= MIN_GRPO_ROUND_S:
+            sft_s = train_s * SFT_SHARE
+            break
     if sft_s < 5:
         log(f"{left:.0f}s left: not enough time to train")
         return
@@ -109,23 +142,27 @@ def main() -> None:
     lr, done = GRPO_LR, 0
     while True:
         left = time_left() - SAFETY_S
-        rounds, per_round = plan_rounds(left, GRPO_ROUNDS - done,
-                                        track.eval_estimate + OVERHEAD_S)
+        rounds, per_round = plan_rounds(left, GRPO_ROUNDS - done, track.eval_estimate + OVERHEAD_S)
         if rounds == 0:
             log(f"{left:.0f}s left: no time for another GRPO round")
             break
         done += 1
         log(f"GRPO round {done} ({rounds - 1} more planned): {per_round:.0f}s at lr={lr:g}")
         try:
-            model, _ = grpo(model, tokenizer, rows, [reward], per_round, lr, seed=done)
+            rewards = [correct, well_formed_reward(eos_token_ids(model, tokenizer))]
+            model, _ = grpo(
+                model, tokenizer, rows, rewards, per_round, lr, seed=done, beta=GRPO_BETA
+            )
         except Exception as err:  # keep what was submitted; report and stop here
             log(f"GRPO round {done} failed: {type(err).__name__}: {err}")
             break
         path = save(model, tokenizer)
         score = track.submit(path)
         if score is not None and track.best_path != path:
-            log(f"score {score} < best {track.best_score}: back to {track.best_path.name},"
-                f" lr halved")
+            log(
+                f"score {score} < best {track.best_score}: back to {track.best_path.name},"
+                f" lr halved"
+            )
             model, _ = load(str(track.best_path))
             lr /= 2
     log(f"done: best score {track.best_score} ({track.best_path})")
