@@ -69,6 +69,16 @@ def _fmt(x: float | None, signed: bool = False) -> str:
     return f"{x:+.2f}" if signed else f"{x:.2f}"
 
 
+def _execute(req: Any) -> None:
+    """Run ``req``, print its headline numbers; exit 1 if the harness itself failed."""
+    from agent2rl.orchestration.run import execute_run
+
+    outcome = execute_run(req, console)
+    _print_outcome(outcome)
+    if outcome.status == "harness_error":
+        raise typer.Exit(1)
+
+
 @app.command()
 @_user_errors
 def run(
@@ -87,7 +97,7 @@ def run(
     driver: str | None = typer.Option(None, "--driver", help="Driver LLM (LLM agents only)."),
 ) -> None:
     """Run one agent on one task within a budget, then write its report."""
-    from agent2rl.orchestration.run import RunRequest, execute_run
+    from agent2rl.orchestration.run import RunRequest
 
     req = RunRequest(
         task=task,
@@ -100,10 +110,7 @@ def run(
         backend=backend,
         driver=driver,
     )
-    outcome = execute_run(req, console)
-    _print_outcome(outcome)
-    if outcome.status == "harness_error":
-        raise typer.Exit(1)
+    _execute(req)
 
 
 @app.command()
@@ -114,7 +121,7 @@ def demo(
     sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none."),
 ) -> None:
     """The embedded default: reference-grpo on arith-lite with the tiny model (~5 min)."""
-    from agent2rl.orchestration.run import RunRequest, execute_run
+    from agent2rl.orchestration.run import RunRequest
 
     console.print(
         f"[bold]agent2rl demo[/]: {DEMO_AGENT} on {DEMO_TASK} with the {DEMO_MODEL} "
@@ -128,10 +135,7 @@ def demo(
         runs_dir=runs_dir,
         sandbox=sandbox,
     )
-    outcome = execute_run(req, console)
-    _print_outcome(outcome)
-    if outcome.status == "harness_error":
-        raise typer.Exit(1)
+    _execute(req)
 
 
 @app.command()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import secrets
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,7 +29,7 @@ from agent2rl.orchestration.baseline import measure_baseline, record_baseline
 from agent2rl.orchestration.status import StatusLine
 from agent2rl.recording import CodeRecorder, PeriodicSnapshotter, ResourceSampler
 from agent2rl.rundir import RunInfo, RunPaths
-from agent2rl.settings import Settings, format_duration, load_settings
+from agent2rl.settings import format_duration, load_settings
 from agent2rl.tasks import Task, get_task, prepare_task
 from agent2rl.workspace import agent_env, build_workspace, write_instructions
 from agent2rl.workspace.sandbox import (
@@ -287,8 +286,4 @@ def _finalize(paths: RunPaths, runs_dir: Path, console: Console) -> dict:
     return metrics
 
 
-def python_executable() -> str:
-    return sys.executable
-
-
-__all__ = ["RunOutcome", "RunRequest", "execute_run", "resolve_sandbox", "Settings"]
+__all__ = ["RunOutcome", "RunRequest", "execute_run", "resolve_sandbox"]
