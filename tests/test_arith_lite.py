@@ -1,7 +1,9 @@
 import json
 
 from agent2rl.inference import GenerationSettings, load_backend
+from agent2rl.rundir import RunPaths
 from agent2rl.tasks.arith_lite import FORMAT, TEST_SIZE, TRAIN_SIZE, generate_split, gold_answer
+from agent2rl.workspace import build_workspace
 
 
 def _rows(path):
@@ -21,9 +23,11 @@ def test_splits_are_deterministic_disjoint_and_sized(arith) -> None:
         assert gold_answer(row["answer"]) == c
 
 
-def test_public_format_matches_grader(arith) -> None:
+def test_workspace_format_matches_grader(arith, tiny, tmp_path) -> None:
     task, prepared = arith
-    fmt = json.loads((prepared.public / "eval_format.json").read_text())
+    paths = RunPaths(tmp_path / "run")
+    build_workspace(paths, task, prepared, tiny)
+    fmt = json.loads((paths.data / "eval_format.json").read_text())
     assert fmt == FORMAT.to_dict()
     desc = task.description(prepared)
     assert "Question: {question}" in desc and "####" in desc

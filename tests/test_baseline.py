@@ -10,6 +10,7 @@ import pytest
 
 from agent2rl.errors import UserError
 from agent2rl.models import resolve_model
+from agent2rl.inference import BackendConfig
 from agent2rl.orchestration.baseline import baseline_key, measure_baseline
 from agent2rl.rundir import RunPaths
 from agent2rl.settings import load_settings
@@ -24,7 +25,7 @@ def test_baseline_is_cached_by_key(tmp_path, arith, tiny) -> None:
     assert second["n_items"] == 300
     items = (tmp_path / "b" / second["items_path"]).read_text().splitlines()
     assert len(items) == 300 and "prediction" in json.loads(items[0])
-    assert (settings.baseline_cache / baseline_key(task, tiny, "auto")).is_dir()
+    assert (settings.baseline_cache / baseline_key(task, tiny, BackendConfig())).is_dir()
 
 
 def test_failed_baseline_is_an_error_and_not_cached(tmp_path, arith, tiny) -> None:
@@ -38,7 +39,7 @@ def test_failed_baseline_is_an_error_and_not_cached(tmp_path, arith, tiny) -> No
     (broken / "model.safetensors").write_bytes((tiny.path / "model.safetensors").read_bytes())
     model = resolve_model(str(broken), settings.model_store)
     # Same weights as tiny, but its cached baseline must not be reused: the config differs.
-    assert baseline_key(task, model, "auto") != baseline_key(task, tiny, "auto")
+    assert baseline_key(task, model, BackendConfig()) != baseline_key(task, tiny, BackendConfig())
     with pytest.raises(UserError, match="could not be evaluated"):
         measure_baseline(task, model, settings, RunPaths(tmp_path / "run"))
-    assert not (settings.baseline_cache / baseline_key(task, model, "auto")).exists()
+    assert not (settings.baseline_cache / baseline_key(task, model, BackendConfig())).exists()

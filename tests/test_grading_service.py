@@ -137,6 +137,8 @@ def test_copy_duplicate_and_graded(service, tiny) -> None:
     r = client.post("/submit", json={"model_path": _copy_base(paths, tiny, "copy")}).json()
     assert r["is_copy"] and r["status"] == "graded" and r["score"] == r["baseline"]
     assert r["eval_seconds"] == 0
+    # The base model itself: the paired difference is zero on every item.
+    assert r["improvement_ci95"] == [0.0, 0.0] and r["within_noise"] is True
 
     # Base weights with another generation config generate differently: flagged as a copy of
     # the base weights, but graded for real rather than given the baseline.
@@ -150,10 +152,16 @@ def test_copy_duplicate_and_graded(service, tiny) -> None:
     first = client.post("/submit", json={"model_path": rel}).json()
     assert first["status"] == "graded" and first["eval_seconds"] > 0 and not first["is_copy"]
     assert first["improvement"] == pytest.approx(first["score"] - first["baseline"])
+    lo, hi = first["score_ci95"]
+    assert lo <= first["score"] <= hi
+    lo, hi = first["improvement_ci95"]
+    assert lo <= first["improvement"] <= hi
+    assert first["within_noise"] is (lo <= 0 <= hi)
     shutil.copytree(paths.workspace / rel, paths.output / "v1-again")
     again = client.post("/submit", json={"model_path": "output/v1-again"}).json()
     assert again["duplicate_of"] == first["submission_id"]
     assert again["score"] == first["score"] and again["eval_seconds"] == 0
+    assert again["improvement_ci95"] == first["improvement_ci95"]
 
     with Ledger(paths.ledger) as ledger:
         row = ledger.submission(first["submission_id"])

@@ -93,10 +93,26 @@ def run(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
     seed: int = typer.Option(0, "--seed", help="Seed recorded with the run."),
     sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none."),
-    backend: str = typer.Option("auto", "--backend", help="Inference backend for grading."),
+    backend: str = typer.Option(
+        "auto", "--backend", help="Grading backend: auto (vllm if CUDA+vllm) | vllm | transformers."
+    ),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
+    gpu_memory_utilization: float = typer.Option(
+        0.85, "--gpu-memory-utilization", help="vLLM: fraction of GPU memory for grading."
+    ),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="vLLM: context length (default: the model's)."
+    ),
+    tensor_parallel_size: int = typer.Option(
+        1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
+    ),
+    task_opt: list[str] = typer.Option(
+        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks`)."
+    ),
     driver: str | None = typer.Option(None, "--driver", help="Driver LLM (LLM agents only)."),
 ) -> None:
     """Run one agent on one task within a budget, then write its report."""
+    from agent2rl.inference import BackendConfig
     from agent2rl.orchestration.run import RunRequest
 
     req = RunRequest(
@@ -107,10 +123,27 @@ def run(
         runs_dir=runs_dir,
         seed=seed,
         sandbox=sandbox,
-        backend=backend,
+        backend=BackendConfig(
+            kind=backend,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+        ),
+        task_options=_parse_task_opts(task_opt),
         driver=driver,
     )
     _execute(req)
+
+
+def _parse_task_opts(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise UserError(f"bad --task-opt {pair!r}: write NAME=VALUE, e.g. max_new_tokens=256")
+        out[name.strip()] = value.strip()
+    return out
 
 
 @app.command()
@@ -143,11 +176,30 @@ def tasks() -> None:
     """List the tasks with their level and description."""
     from agent2rl.tasks import get_task, task_names
 
-    table = Table("task", "level", "version", "description")
+    table = Table("task", "level", "version", "description", "options (--task-opt)")
     for name in task_names():
         t = get_task(name)
-        table.add_row(t.name, f"L{t.level}", t.version, t.summary)
+        opts = ", ".join(f"{k}={v}" for k, v in t.options.items()) or "-"
+        table.add_row(t.name, f"L{t.level}", t.version, t.summary, opts)
     console.print(table)
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Task data: import official files offline.")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("import")
+@_user_errors
+def data_import(
+    task: str = typer.Argument(..., help="Task whose data to import (e.g. gsm8k)."),
+    path: Path = typer.Argument(..., help="Folder holding the task's official data files."),
+) -> None:
+    """Import a task's official data files on a machine without network."""
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, task_root
+
+    t = get_task(task)
+    console.print(t.import_data(path, task_root(t, load_settings().task_store)), soft_wrap=True)
 
 
 @app.command()

@@ -147,6 +147,9 @@ class RunInfo:
     agent_exit_code: int | None = None
     eval_hash: str | None = None
     error: str | None = None
+    #: the run's ``--task-opt`` values and grading backend (a BackendConfig dict)
+    task_options: dict[str, Any] | None = None
+    backend: dict[str, Any] | None = None
 
     def save(self, paths: RunPaths) -> None:
         write_json_atomic(paths.run_json, self.__dict__)

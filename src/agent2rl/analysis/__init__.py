@@ -6,14 +6,17 @@ reads live state.
 
 from agent2rl.analysis.metrics import (
     EMPTY_TREE,
-    bootstrap_ci,
     code_changes,
     compute_metrics,
     diff_numstat,
-    load_item_scores,
-    paired_bootstrap_ci,
     resource_summary,
     snapshot_diff,
+)
+from agent2rl.analysis.noise import (
+    bootstrap_ci,
+    compare_items,
+    load_item_scores,
+    paired_bootstrap_ci,
 )
 from agent2rl.analysis.report import (
     collect_diffs,
@@ -29,6 +32,7 @@ __all__ = [
     "bootstrap_ci",
     "code_changes",
     "collect_diffs",
+    "compare_items",
     "compute_metrics",
     "diff_numstat",
     "list_runs",

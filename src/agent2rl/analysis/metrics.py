@@ -8,7 +8,6 @@ seed, so computing the metrics twice gives byte-identical ``metrics.json``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import subprocess
@@ -18,123 +17,16 @@ from typing import Any
 
 import numpy as np
 
+from agent2rl.analysis.noise import compare_items, load_item_scores, read_jsonl
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
 from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rundir import RunInfo, RunPaths
 
-#: git's well-known id of the empty tree: the first submission's code diffs against it.
-
-N_RESAMPLES = 2000
-SEED = 0
-
-# Bounds the bootstrap's index matrix (resamples x items) to ~32 MB of int64 per chunk.
-_MAX_CHUNK_CELLS = 4_000_000
 # A snapshot id must look like a commit id; anything else is never handed to git, so a bad
 # ledger value can neither be read as an option nor name an arbitrary ref.
 _COMMIT_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 
-
-# -- bootstrap ---------------------------------------------------------------------------------
-def bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    *,
-    n_resamples: int = N_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = SEED,
-) -> tuple[float, float] | None:
-    """Percentile bootstrap interval for the mean of ``values``.
-
-    Resamples the values with replacement ``n_resamples`` times and returns the
-    ``(1 - confidence) / 2`` and ``1 - (1 - confidence) / 2`` quantiles of the resampled means.
-    Deterministic for a given ``seed``. Returns None for an empty input; a single value (or all
-    values equal) gives a zero-width interval at that value. Raises ``ValueError`` for
-    ``n_resamples < 1`` or a confidence outside (0, 1).
-    """
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    arr = np.asarray(values, dtype=float).ravel()
-    n = arr.size
-    if n == 0:
-        return None
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_resamples, dtype=float)
-    chunk = max(1, min(n_resamples, _MAX_CHUNK_CELLS // n))
-    for lo in range(0, n_resamples, chunk):
-        hi = min(n_resamples, lo + chunk)
-        idx = rng.integers(0, n, size=(hi - lo, n))
-        means[lo:hi] = arr[idx].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    q_lo, q_hi = np.quantile(means, [alpha, 1.0 - alpha])
-    # "+ 0.0" turns a -0.0 into 0.0 so an all-zero difference prints as [0.0, 0.0].
-    return float(q_lo) + 0.0, float(q_hi) + 0.0
-
-
-def paired_bootstrap_ci(
-    a: Sequence[float] | np.ndarray,
-    b: Sequence[float] | np.ndarray,
-    *,
-    n_resamples: int = N_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = SEED,
-) -> tuple[float, float] | None:
-    """Paired bootstrap interval for ``mean(a - b)``; ``a[i]`` and ``b[i]`` are the same item.
-
-    Resampling the per-item differences (not ``a`` and ``b`` independently) keeps the pairing,
-    so item difficulty cancels out and the interval is much tighter than two separate ones.
-    Returns None when the inputs are empty; raises ``ValueError`` if their lengths differ.
-    """
-    arr_a = np.asarray(a, dtype=float).ravel()
-    arr_b = np.asarray(b, dtype=float).ravel()
-    if arr_a.shape != arr_b.shape:
-        raise ValueError(f"paired samples differ in length: {arr_a.size} vs {arr_b.size}")
-    return bootstrap_ci(arr_a - arr_b, n_resamples=n_resamples, confidence=confidence, seed=seed)
-
-
 # -- inputs ------------------------------------------------------------------------------------
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Objects from a JSONL file; blank, malformed and non-object lines are skipped.
-
-    Skipping rather than raising because a writer killed mid-line (the resource sampler at the
-    deadline) leaves a truncated last line, and a report must still come out.
-    """
-    out: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
-
-
-def load_item_scores(path: Path) -> dict[str, float] | None:
-    """Per-item scores in [0, 1] keyed by item id, from a per-item results JSONL file.
-
-    Uses each line's ``score``; falls back to ``correct`` (1.0/0.0) when ``score`` is missing.
-    Lines without an ``id`` are skipped, a repeated id keeps its last value. Returns None when
-    the file does not exist (so callers can tell "no per-item data" from "zero items").
-    """
-    path = Path(path)
-    if not path.is_file():
-        return None
-    scores: dict[str, float] = {}
-    for obj in _read_jsonl(path):
-        if "id" not in obj:
-            continue
-        score = obj.get("score")
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            score = 1.0 if obj.get("correct") else 0.0
-        scores[str(obj["id"])] = float(score)
-    return scores
-
-
 def resource_summary(path: Path) -> dict[str, Any] | None:
     """Peak RSS, mean CPU and peak process count from ``record/resources.jsonl``.
 
@@ -144,7 +36,7 @@ def resource_summary(path: Path) -> dict[str, Any] | None:
     path = Path(path)
     if not path.is_file():
         return None
-    samples = _read_jsonl(path)
+    samples = read_jsonl(path)
     if not samples:
         return None
 
@@ -260,39 +152,39 @@ def _items_for(paths: RunPaths, sub: Submission, by_id: dict[int, Submission]) -
     return _rel(paths, original.items_path) if original else None
 
 
-def _confidence(
-    paths: RunPaths,
-    baseline: dict[str, Any] | None,
-    best: Submission | None,
-    subs: Sequence[Submission],
-) -> dict[str, Any]:
-    """Bootstrap intervals for the best score and for best - baseline (score points)."""
-    out: dict[str, Any] = {
-        "improvement_ci95": None,
-        "best_score_ci95": None,
-        "within_noise": None,
-        "n_items_paired": None,
-    }
-    if best is None:
-        return out
-    best_path = _items_for(paths, best, {s.id: s for s in subs})
-    best_items = load_item_scores(best_path) if best_path else None
-    if best_items:
-        ci = bootstrap_ci([100.0 * v for v in best_items.values()])
-        out["best_score_ci95"] = list(ci) if ci else None
+def _noise(
+    paths: RunPaths, baseline: dict[str, Any] | None, subs: Sequence[Submission]
+) -> dict[int, dict[str, Any]]:
+    """Per valid submission: its score interval and the paired interval against the baseline
+    (see :func:`compare_items`), plus ``comparable``: False when its eval hash differs from
+    the baseline's, in which case no improvement interval is given."""
     base_path = _rel(paths, (baseline or {}).get("items_path"))
     base_items = load_item_scores(base_path) if base_path else None
-    if best_items and base_items:
-        common = sorted(set(best_items) & set(base_items))
-        if common:
-            a = [100.0 * best_items[i] for i in common]
-            b = [100.0 * base_items[i] for i in common]
-            ci = paired_bootstrap_ci(a, b)
-            if ci is not None:
-                out["improvement_ci95"] = list(ci)
-                out["within_noise"] = bool(ci[0] <= 0.0 <= ci[1])
-            out["n_items_paired"] = len(common)
+    base_hash = (baseline or {}).get("eval_hash")
+    by_id = {s.id: s for s in subs}
+    out: dict[int, dict[str, Any]] = {}
+    for sub in subs:
+        if not sub.valid:
+            continue
+        path = _items_for(paths, sub, by_id)
+        comparable = not (base_hash and sub.eval_hash and sub.eval_hash != base_hash)
+        items = load_item_scores(path) if path else None
+        out[sub.id] = {
+            **compare_items(items, base_items if comparable else None),
+            "comparable": comparable,
+        }
     return out
+
+
+def _confidence(best: Submission | None, noise: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The best submission's intervals, under the names the report and results use."""
+    entry = noise.get(best.id, {}) if best is not None else {}
+    return {
+        "improvement_ci95": entry.get("improvement_ci95"),
+        "best_score_ci95": entry.get("score_ci95"),
+        "within_noise": entry.get("within_noise"),
+        "n_items_paired": entry.get("n_items_paired"),
+    }
 
 
 def _monotonic_ratio(scores: Sequence[float]) -> float | None:
@@ -302,7 +194,9 @@ def _monotonic_ratio(scores: Sequence[float]) -> float | None:
     return ups / (len(scores) - 1)
 
 
-def _trajectory(subs: Sequence[Submission], t0: float) -> list[dict[str, Any]]:
+def _trajectory(
+    subs: Sequence[Submission], t0: float, noise: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     best: float | None = None
     for s in subs:
@@ -320,6 +214,11 @@ def _trajectory(subs: Sequence[Submission], t0: float) -> list[dict[str, Any]]:
                 "error": s.error,
                 "path": s.path,
                 "eval_seconds": s.eval_seconds,
+                "eval_hash": s.eval_hash,
+                "score_ci95": noise.get(s.id, {}).get("score_ci95"),
+                "improvement_ci95": noise.get(s.id, {}).get("improvement_ci95"),
+                "within_noise": noise.get(s.id, {}).get("within_noise"),
+                "comparable": noise.get(s.id, {}).get("comparable"),
             }
         )
     return out
@@ -388,6 +287,8 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
         else None
     )
     changes = code_changes(paths.code_git, subs)
+    noise = _noise(paths, baseline, subs)
+    best_comparable = best is None or noise.get(best.id, {}).get("comparable", True)
 
     metrics: dict[str, Any] = {
         "run_id": info.run_id,
@@ -408,12 +309,14 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
         "baseline_n_items": baseline.get("n_items") if baseline else None,
         "best_score": best.score if best else None,
         "best_submission_id": best.id if best else None,
+        "eval_hash": baseline.get("eval_hash") if baseline else None,
+        # A best graded under other evaluation settings than the baseline has no improvement.
         "improvement": (
             best.score - base_score  # type: ignore[operator]
-            if best is not None and base_score is not None
+            if best is not None and base_score is not None and best_comparable
             else None
         ),
-        **_confidence(paths, baseline, best, subs),
+        **_confidence(best, noise),
         "submissions": len(subs),
         "valid_submissions": len(valid),
         "valid_submission_rate": len(valid) / len(subs) if subs else None,
@@ -432,7 +335,7 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
         "total_lines_changed": sum(
             c["added"] + c["removed"] for c in changes if c["added"] is not None
         ),
-        "trajectory": _trajectory(subs, t0),
+        "trajectory": _trajectory(subs, t0, noise),
         "rejections": [_rejection_dict(r, t0) for r in rejections],
         "resources": resource_summary(paths.resources),
     }

@@ -158,6 +158,11 @@ def _improvement_text(m: Mapping[str, Any]) -> str:
 
 def _notes(tr: Mapping[str, Any]) -> list[str]:
     notes = []
+    label = _noise_label(tr)
+    if label:
+        notes.append(label)
+    if tr.get("comparable") is False:
+        notes.append("graded under other evaluation settings than the baseline: not comparable")
     if tr.get("is_copy"):
         notes.append("copy of a given model")
     if tr.get("duplicate_of") is not None:
@@ -179,6 +184,16 @@ def _changes_by_id(m: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 
 def _delta(score: float | None, baseline: float | None) -> float | None:
     return score - baseline if score is not None and baseline is not None else None
+
+
+def _delta_text(tr: Mapping[str, Any], baseline: float | None) -> str:
+    """``+1.33 [-0.33, +2.67]``: the change against the baseline with its paired 95% CI."""
+    if tr.get("comparable") is False:
+        return _DASH
+    text = _num(_delta(tr["score"], baseline), signed=True)
+    if tr.get("improvement_ci95"):
+        text += f" {_ci(tr['improvement_ci95'])}"
+    return text
 
 
 # -- Markdown ----------------------------------------------------------------------------------
@@ -224,13 +239,13 @@ def render_markdown(m: Mapping[str, Any]) -> str:
     if traj:
         changes = _changes_by_id(m)
         lines += [
-            "| # | t | status | score | Δ baseline | best so far | lines | path | notes |",
+            "| # | t | status | score | Δ baseline [95% CI] | best so far | lines | path | notes |",
             "|---:|---:|---|---:|---:|---:|---:|---|---|",
         ]
         for tr in traj:
             lines.append(
                 f"| {tr['id']} | {_dur(tr['t'])} | {_md(tr['status'])} | {_num(tr['score'])} "
-                f"| {_num(_delta(tr['score'], m.get('baseline')), signed=True)} "
+                f"| {_delta_text(tr, m.get('baseline'))} "
                 f"| {_num(tr['best_so_far'])} | {_lines_text(changes.get(tr['id']))} "
                 f"| {_md(tr.get('path'))} | {_md('; '.join(_notes(tr)))} |"
             )
@@ -535,7 +550,8 @@ def _submissions_html(m: Mapping[str, Any]) -> str:
     changes = _changes_by_id(m)
     rows = [
         "<table><thead><tr><th>#</th><th>t</th><th>status</th><th>score</th>"
-        "<th>Δ baseline</th><th>best so far</th><th>lines +/−</th><th>path</th><th>notes</th>"
+        "<th>Δ baseline [95% CI]</th><th>best so far</th><th>lines +/−</th><th>path</th>"
+        "<th>notes</th>"
         "</tr></thead><tbody>"
     ]
     for tr in traj:
@@ -546,7 +562,7 @@ def _submissions_html(m: Mapping[str, Any]) -> str:
             f'<tr class="{cls}"><td><a href="#diff-{sid}">#{sid}</a></td>'
             f'<td class="n">{_e(_dur(tr["t"]))}</td><td>{_e(tr["status"])}</td>'
             f'<td class="n">{_e(_num(tr["score"]))}</td>'
-            f'<td class="n">{_e(_num(_delta(tr["score"], m.get("baseline")), signed=True))}</td>'
+            f'<td class="n">{_e(_delta_text(tr, m.get("baseline")))}</td>'
             f'<td class="n">{_e(_num(tr["best_so_far"]))}</td>'
             f'<td class="n">{_e(_lines_text(changes.get(sid)))}</td>'
             f'<td class="path">{_e(tr.get("path"))}</td>'

@@ -23,7 +23,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent2rl.grading.evaluator import run_evaluation
+from agent2rl.analysis.noise import compare_items, load_item_scores
+from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.grading.ledger import Ledger, Submission
 from agent2rl.grading.submission import (
     SubmissionError,
@@ -53,7 +54,7 @@ class GradingContext:
     limits: SubmissionLimits
     eval_timeout_s: float
     base_model_dir: Path
-    backend: str = "auto"
+    eval_spec: EvalSpec
     snapshot: Any = None  # callable(message) -> commit id, or None
     eval_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -71,6 +72,24 @@ def create_app(ctx: GradingContext) -> FastAPI:
     baseline: dict = ledger.get_meta("baseline") or {}
     base_hash: str | None = ledger.get_meta("base_weights_hash")
     base_fingerprint: str | None = ledger.get_meta("base_fingerprint")
+    base_items = (
+        load_item_scores(ctx.paths.root / baseline["items_path"])
+        if baseline.get("items_path")
+        else None
+    )
+    noise_cache: dict[int, dict[str, Any]] = {}
+
+    def noise(s: Submission) -> dict[str, Any]:
+        """Intervals for a graded submission (cached: a graded row never changes)."""
+        if s.score is None or s.status != "graded":
+            return {"score_ci95": None, "improvement_ci95": None, "within_noise": None}
+        if s.id not in noise_cache:
+            items = load_item_scores(ctx.paths.root / s.items_path) if s.items_path else None
+            comparable = s.eval_hash is None or s.eval_hash == baseline.get("eval_hash")
+            stats = compare_items(items, base_items if comparable else None)
+            noise_cache[s.id] = {k: stats[k] for k in ("score_ci95", "improvement_ci95")}
+            noise_cache[s.id]["within_noise"] = stats["within_noise"]
+        return noise_cache[s.id]
 
     def authorize(request: Request, path: str | None = None) -> None:
         header = request.headers.get("authorization", "")
@@ -115,8 +134,12 @@ def create_app(ctx: GradingContext) -> FastAPI:
 
     def public_view(s: Submission) -> dict[str, Any]:
         base = baseline.get("score")
-        improvement = s.score - base if (s.score is not None and base is not None) else None
-        # Never per-item results: predictions next to targets would leak the test set.
+        comparable = s.eval_hash is None or s.eval_hash == baseline.get("eval_hash")
+        improvement = (
+            s.score - base if (s.score is not None and base is not None and comparable) else None
+        )
+        # Never per-item results: predictions next to targets would leak the test set. The
+        # intervals are bootstrap statistics over items, which reveal no single item.
         return {
             "submission_id": s.id,
             "submitted_at": s.submitted_at,
@@ -124,10 +147,12 @@ def create_app(ctx: GradingContext) -> FastAPI:
             "status": s.status,
             "score": s.score,
             "improvement": improvement,
+            **noise(s),
             "is_copy": s.is_copy,
             "duplicate_of": s.duplicate_of,
             "error": s.error,
             "eval_seconds": s.eval_seconds,
+            "eval_hash": s.eval_hash,
         }
 
     @app.get("/health")
@@ -245,12 +270,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             )
             return
         outcome = run_evaluation(
-            ctx.info.task,
-            copy,
-            sub_dir,
-            ctx.settings,
-            timeout_s=ctx.eval_timeout_s,
-            backend=ctx.backend,
+            ctx.eval_spec, copy, sub_dir, ctx.settings, timeout_s=ctx.eval_timeout_s
         )
         # The weights copy is only needed while evaluating; keep config for the record.
         for f in copy.glob("*.safetensors"):

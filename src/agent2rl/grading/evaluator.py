@@ -8,10 +8,48 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from agent2rl.inference.backend import BackendConfig
 from agent2rl.settings import Settings
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What a model is evaluated on and how; one per run, shared by the baseline and every
+    submission so that their scores stay comparable.
+
+    ``task_options`` are the task's ``--task-opt`` values; ``limit`` grades only the first
+    items (quick checks; an official run never sets it).
+    """
+
+    task: str
+    task_options: dict[str, Any] = field(default_factory=dict)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    limit: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "task": self.task,
+                "task_options": self.task_options,
+                "backend": self.backend.to_dict(),
+                "limit": self.limit,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalSpec:
+        d = json.loads(text)
+        return cls(
+            task=d["task"],
+            task_options=d.get("task_options") or {},
+            backend=BackendConfig.from_dict(d.get("backend")),
+            limit=d.get("limit"),
+        )
 
 
 @dataclass(frozen=True)
@@ -27,16 +65,14 @@ class EvalOutcome:
 
 
 def run_evaluation(
-    task: str,
+    spec: EvalSpec,
     model_dir: Path,
     out: Path,
     settings: Settings,
     timeout_s: float,
-    backend: str = "auto",
-    limit: int | None = None,
     log_path: Path | None = None,
 ) -> EvalOutcome:
-    """Evaluate ``model_dir`` on ``task`` in a child process; results land in ``out``.
+    """Evaluate ``model_dir`` as ``spec`` says in a child process; results land in ``out``.
 
     The child runs in its own session; on timeout the whole process group gets SIGKILL and
     the outcome carries an error. The child's output is appended to ``log_path``.
@@ -46,8 +82,8 @@ def run_evaluation(
         sys.executable,
         "-m",
         "agent2rl.grading.worker",
-        "--task",
-        task,
+        "--spec",
+        spec.to_json(),
         "--model",
         str(model_dir),
         "--out",
@@ -56,11 +92,7 @@ def run_evaluation(
         str(settings.task_store),
         "--locks",
         str(settings.locks),
-        "--backend",
-        backend,
     ]
-    if limit:
-        cmd += ["--limit", str(limit)]
     log = open(log_path or out / "eval.log", "ab")  # noqa: SIM115 - closed below
     started = time.time()
     env = {

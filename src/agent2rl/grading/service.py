@@ -51,7 +51,6 @@ def start_service(
     eval_timeout_s: float,
     max_bytes: int,
     base_model_dir: Path,
-    backend: str = "auto",
     ready_timeout: float = 60.0,
 ) -> ServiceHandle:
     """Start the service for the run in ``paths`` and wait until it answers."""
@@ -68,8 +67,6 @@ def start_service(
         str(max_bytes),
         "--base-model",
         str(base_model_dir),
-        "--backend",
-        backend,
     ]
     proc = subprocess.Popen(
         cmd,
@@ -99,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from agent2rl.grading.app import GradingContext, create_app
+    from agent2rl.grading.evaluator import EvalSpec
     from agent2rl.grading.submission import SubmissionLimits
+    from agent2rl.inference.backend import BackendConfig
     from agent2rl.recording import CodeRecorder
 
     ap = argparse.ArgumentParser(description=__doc__)
@@ -107,22 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-timeout", type=float, required=True)
     ap.add_argument("--max-bytes", type=int, required=True)
     ap.add_argument("--base-model", type=Path, required=True)
-    ap.add_argument("--backend", default="auto")
     args = ap.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
         raise UserError(f"{TOKEN_ENV} is not set")
     paths = RunPaths(args.run_dir.resolve())
     recorder = CodeRecorder(paths.code_git, paths.workspace)
+    info = RunInfo.load(paths)
+    # The run's evaluation settings come from run.json, exactly as the baseline used them.
+    spec = EvalSpec(info.task, info.task_options or {}, BackendConfig.from_dict(info.backend))
     ctx = GradingContext(
         paths=paths,
-        info=RunInfo.load(paths),
+        info=info,
         token=token,
         settings=load_settings(),
         limits=SubmissionLimits(max_bytes=args.max_bytes),
         eval_timeout_s=args.eval_timeout,
         base_model_dir=args.base_model,
-        backend=args.backend,
+        eval_spec=spec,
         snapshot=recorder.snapshot,
     )
     app = create_app(ctx)

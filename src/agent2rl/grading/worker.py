@@ -1,6 +1,6 @@
 """The evaluation worker: one child process per evaluation.
 
-``python -m agent2rl.grading.worker --task T --model DIR --out DIR`` loads the model through
+``python -m agent2rl.grading.worker --spec JSON --model DIR --out DIR`` loads the model through
 the inference backend, runs the task's evaluation on its private split and writes
 ``items.jsonl`` (per-item results) and ``result.json`` (score, n_items, seconds, eval_hash),
 both atomically. Running in a child process means a crash, a hang or a memory blow-up of the
@@ -18,6 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
+from agent2rl.grading.evaluator import EvalSpec
 from agent2rl.rundir import write_json_atomic
 
 
@@ -27,30 +28,22 @@ def device_name() -> str:
     return "cuda0" if torch.cuda.is_available() else "cpu"
 
 
-def evaluate_to(
-    task_name: str,
-    model_dir: Path,
-    out: Path,
-    store: Path,
-    locks: Path,
-    backend_kind: str = "auto",
-    limit: int | None = None,
-) -> dict:
+def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: Path) -> dict:
     """Evaluate and write results into ``out``; returns the result dict."""
     from agent2rl.inference import load_backend
     from agent2rl.tasks import get_task, prepare_task
     from agent2rl.tasks.prompt_format import write_jsonl
 
-    task = get_task(task_name)
+    task = get_task(spec.task, spec.task_options)
     prepared = prepare_task(task, store)
     locks.mkdir(parents=True, exist_ok=True)
     with open(locks / f"eval-{device_name()}.lock", "w") as lock:
         waited = time.time()
         fcntl.flock(lock, fcntl.LOCK_EX)
         waited = time.time() - waited
-        backend = load_backend(model_dir, backend_kind)
+        backend = load_backend(model_dir, spec.backend)
         try:
-            result = task.evaluate(backend, prepared, limit=limit)
+            result = task.evaluate(backend, prepared, limit=spec.limit)
             eval_hash = task.eval_hash(backend.describe())
         finally:
             backend.close()
@@ -69,17 +62,15 @@ def evaluate_to(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--task", required=True)
+    ap.add_argument("--spec", required=True, help="an EvalSpec as JSON")
     ap.add_argument("--model", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--store", required=True, type=Path)
     ap.add_argument("--locks", required=True, type=Path)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--limit", type=int, default=None)
     args = ap.parse_args(argv)
     try:
         summary = evaluate_to(
-            args.task, args.model, args.out, args.store, args.locks, args.backend, args.limit
+            EvalSpec.from_json(args.spec), args.model, args.out, args.store, args.locks
         )
     except Exception as err:  # the parent reads error.json and records a failed submission
         traceback.print_exc()

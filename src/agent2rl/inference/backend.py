@@ -1,12 +1,14 @@
 """The generation-backend interface every task evaluates through.
 
-A backend turns prompts into greedy completions for one model directory. Issue "full L1
-tasks" adds a vLLM backend behind the same interface; tasks never import a backend directly.
+A backend turns prompts into greedy completions for one model directory: transformers (CPU or
+one GPU) or vLLM (GPU, the optional ``gpu`` extra). Tasks never import a backend directly;
+:func:`load_backend` picks one from a :class:`BackendConfig`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import importlib.util
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,15 +61,91 @@ def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
     return text[:cut]
 
 
-def load_backend(model_dir: Path, kind: str = "auto") -> Backend:
-    """Load ``model_dir`` with the backend ``kind`` (``auto`` or ``transformers`` for now).
+BACKEND_KINDS = ("auto", "vllm", "transformers")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
-    Only safetensors weights are loaded and custom modeling code is never trusted.
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """How the grader loads a model, set once per run (``agent2rl run --backend ...``).
+
+    ``kind``: ``auto`` takes vLLM when CUDA and the ``vllm`` package are both present, else
+    transformers. ``dtype``: ``auto`` is bfloat16 on a GPU and float32 on CPU, for both
+    backends; or ``float32``/``bfloat16``/``float16``. The other fields only apply to vLLM: the
+    fraction of GPU memory it may take, the context length (None: the model's own), and how
+    many GPUs one model is split over.
     """
-    from agent2rl.errors import UserError
 
-    if kind not in ("auto", "transformers"):
-        raise UserError(f"unknown backend {kind!r}: use auto or transformers")
+    kind: str = "auto"
+    dtype: str = "auto"
+    gpu_memory_utilization: float = 0.85
+    max_model_len: int | None = None
+    tensor_parallel_size: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> BackendConfig:
+        """From :meth:`to_dict`'s output; unknown keys are ignored (older run.json files)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+    def validate(self) -> BackendConfig:
+        """Raise :class:`UserError` for settings that cannot work here; returns ``self``.
+
+        ``vllm`` needs the package and a CUDA device; ``auto`` never fails.
+        """
+        from agent2rl.errors import UserError
+
+        if self.kind not in BACKEND_KINDS:
+            raise UserError(f"unknown backend {self.kind!r}: use one of {', '.join(BACKEND_KINDS)}")
+        if self.dtype not in DTYPES:
+            raise UserError(f"unknown dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if not 0.05 <= self.gpu_memory_utilization <= 1.0:
+            raise UserError(
+                f"--gpu-memory-utilization {self.gpu_memory_utilization} must be in [0.05, 1]"
+            )
+        if self.max_model_len is not None and self.max_model_len < 16:
+            raise UserError(f"--max-model-len {self.max_model_len} is too small (>= 16)")
+        if self.tensor_parallel_size < 1:
+            raise UserError("--tensor-parallel-size must be at least 1")
+        if self.kind == "vllm" and not vllm_usable():
+            raise UserError(
+                "--backend vllm needs the vllm package and a CUDA GPU: "
+                "pip install 'agent2rl[gpu]' on a GPU machine, or use --backend transformers"
+            )
+        return self
+
+    def resolved_kind(self) -> str:
+        """``vllm`` or ``transformers`` (what ``auto`` means on this machine)."""
+        if self.kind == "auto":
+            return "vllm" if vllm_usable() else "transformers"
+        return self.kind
+
+
+def vllm_usable() -> bool:
+    """True when the vllm package is importable and torch sees a CUDA device."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def load_backend(model_dir: Path, config: BackendConfig | str = "auto") -> Backend:
+    """Load ``model_dir`` with the backend ``config`` names (a kind string is accepted).
+
+    Only safetensors weights are loaded and custom modeling code is never trusted, whichever
+    the backend.
+    """
+    if isinstance(config, str):
+        config = BackendConfig(kind=config)
+    kind = config.validate().resolved_kind()
+    if kind == "vllm":
+        from agent2rl.inference.vllm_backend import VllmBackend
+
+        return VllmBackend(Path(model_dir), config)
     from agent2rl.inference.transformers_backend import TransformersBackend
 
     return TransformersBackend(Path(model_dir))

@@ -13,24 +13,36 @@ import tempfile
 from pathlib import Path
 
 from agent2rl.errors import UserError
-from agent2rl.grading.evaluator import run_evaluation
+from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.grading.ledger import Ledger
+from agent2rl.inference.backend import BackendConfig
 from agent2rl.models.resolve import ModelRef
 from agent2rl.rundir import RunPaths, read_json
 from agent2rl.settings import Settings
 from agent2rl.tasks.base import Task
 
 
-def baseline_key(task: Task, model: ModelRef, backend: str) -> str:
+def baseline_key(task: Task, model: ModelRef, backend: BackendConfig) -> str:
+    """The cache key. ``auto`` is resolved first: a home shared by CPU and GPU machines must
+    not hand a transformers baseline to a vLLM run."""
+    engine = {
+        "kind": backend.resolved_kind(),
+        "dtype": backend.dtype,
+        "max_model_len": backend.max_model_len,
+    }
     blob = json.dumps(
-        {"task": task.eval_settings(), "model": model.fingerprint, "backend": backend},
+        {"task": task.eval_settings(), "model": model.fingerprint, "backend": engine},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def measure_baseline(
-    task: Task, model: ModelRef, settings: Settings, paths: RunPaths, backend: str = "auto"
+    task: Task,
+    model: ModelRef,
+    settings: Settings,
+    paths: RunPaths,
+    backend: BackendConfig | None = None,
 ) -> dict:
     """Evaluate the base model (or reuse the cached result) into ``grading/baseline/``.
 
@@ -38,6 +50,7 @@ def measure_baseline(
     directory), eval_seconds, eval_hash, cached. Raises :class:`UserError` if the base model
     cannot be evaluated.
     """
+    backend = backend or BackendConfig()
     cache = settings.baseline_cache / baseline_key(task, model, backend)
     out = paths.baseline_dir
     cached = (cache / "result.json").exists() and (cache / "items.jsonl").exists()
@@ -47,9 +60,8 @@ def measure_baseline(
             shutil.copyfile(cache / name, out / name)
         result = read_json(out / "result.json")
     else:
-        outcome = run_evaluation(
-            task.name, model.path, out, settings, timeout_s=task.eval_timeout_s, backend=backend
-        )
+        spec = EvalSpec(task.name, task.opts, backend)
+        outcome = run_evaluation(spec, model.path, out, settings, timeout_s=task.eval_timeout_s)
         if outcome.error:
             raise UserError(
                 f"the base model could not be evaluated ({outcome.error}); see {out / 'eval.log'}"

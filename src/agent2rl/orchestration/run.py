@@ -23,6 +23,7 @@ from agent2rl.analysis import compute_metrics, record_run, write_report
 from agent2rl.errors import UserError
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import ServiceHandle, start_service
+from agent2rl.inference.backend import BackendConfig
 from agent2rl.models.resolve import ModelRef, resolve_model
 from agent2rl.orchestration.agent_process import AgentProcess
 from agent2rl.orchestration.baseline import measure_baseline, record_baseline
@@ -54,7 +55,8 @@ class RunRequest:
     runs_dir: Path = Path("runs")
     seed: int = 0
     sandbox: str = "auto"
-    backend: str = "auto"
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    task_options: dict[str, str] = field(default_factory=dict)
     driver: str | None = None
     grace_s: float = 10.0
     snapshot_interval_s: float = 60.0
@@ -95,9 +97,10 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
     console = console or Console(stderr=True)
     settings = load_settings()
     # Everything a user can get wrong fails here, before anything is written.
-    task = get_task(req.task)
+    task = get_task(req.task, req.task_options)
     spec = get_agent(req.agent)
     sandbox = resolve_sandbox(req.sandbox)
+    req.backend.validate()
     with console.status(f"resolving model {req.model}"):
         model = resolve_model(req.model, settings.model_store)
     runs_dir = req.runs_dir.expanduser().resolve()
@@ -119,6 +122,8 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         created_at=time.time(),
         driver=req.driver,
         model_path=str(model.path),
+        task_options=task.opts,
+        backend=req.backend.to_dict(),
     )
     info.save(paths)
     console.print(
@@ -147,7 +152,6 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
             eval_timeout_s=task.eval_timeout_s,
             max_bytes=max_bytes,
             base_model_dir=model.path,
-            backend=req.backend,
         )
         _run_agent(req, task, spec, model, paths, info, service, token, sandbox, ledger, console)
     except KeyboardInterrupt:

@@ -2,9 +2,11 @@
 
 from agent2rl.tasks.arith_lite import ArithLite
 from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
-from agent2rl.tasks.registry import get_task, prepare_task, register, task_names
+from agent2rl.tasks.gsm8k import Gsm8k
+from agent2rl.tasks.registry import get_task, prepare_task, register, task_names, task_root
 
 register(ArithLite.name, ArithLite)
+register(Gsm8k.name, Gsm8k)
 
 __all__ = [
     "EvalResult",
@@ -15,4 +17,5 @@ __all__ = [
     "prepare_task",
     "register",
     "task_names",
+    "task_root",
 ]

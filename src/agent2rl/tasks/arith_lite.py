@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent2rl.inference.backend import Backend, GenerationSettings
-from agent2rl.rundir import write_json_atomic
+from agent2rl.inference.backend import Backend
 from agent2rl.scoring import answers_match, extract_final_answer
 from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
 from agent2rl.tasks.prompt_format import PromptFormat, write_jsonl
@@ -134,8 +133,10 @@ class ArithLite(Task):
         train = generate_split(TRAIN_SEED, TRAIN_SIZE, exclude={p["question"] for p in test})
         write_jsonl(private / "test.jsonl", test)
         write_jsonl(public / "train.jsonl", train)
-        write_json_atomic(public / "eval_format.json", FORMAT.to_dict())
         return PreparedTask(public, private)
+
+    def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
+        return FORMAT
 
     def eval_settings(self) -> dict[str, Any]:
         return {**super().eval_settings(), "format": FORMAT.to_dict(), "n": TEST_SIZE}
@@ -171,10 +172,7 @@ Example:
         rows = [json.loads(line) for line in (prepared.private / "test.jsonl").open()]
         rows = rows[:limit] if limit else rows
         prompts = [FORMAT.prompt(backend, {"question": r["question"]}) for r in rows]
-        settings = GenerationSettings(
-            max_new_tokens=FORMAT.max_new_tokens, stop=FORMAT.stop, batch_size=64
-        )
-        completions = backend.generate(prompts, settings)
+        completions = backend.generate(prompts, FORMAT.generation(backend))
         items = []
         for row, completion in zip(rows, completions, strict=True):
             gold = gold_answer(row["answer"])

@@ -14,9 +14,10 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agent2rl.inference.backend import Backend
+from agent2rl.tasks.prompt_format import PromptFormat
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,16 @@ class Task(ABC):
     summary: str
     #: an evaluation running longer than this is killed and the submission fails
     eval_timeout_s: float = 1800.0
+    #: evaluation options a run may set (``--task-opt name=value``): name -> default. The
+    #: default's type (int, float, str, bool) is the type a value is parsed into. Options
+    #: change scores, so they are part of :meth:`eval_settings` and the eval hash.
+    options: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.opts: dict[str, Any] = parse_options(self.name, self.options, options or {})
+        #: digest of the private split, set by :func:`~agent2rl.tasks.prepare_task`: scores on
+        #: different data (an imported subset, a re-generated set) must not compare equal
+        self.data_digest: str | None = None
 
     @abstractmethod
     def prepare(self, root: Path) -> PreparedTask:
@@ -92,9 +103,27 @@ class Task(ABC):
         """Grade the model behind ``backend`` on the private split (the first ``limit`` items
         when given, for quick checks; official scores never set it)."""
 
+    def prompt_format(self, prepared: PreparedTask) -> PromptFormat | None:
+        """The exact prompt protocol, written into the workspace as ``data/eval_format.json``
+        (None for a task that does not query the model with single prompts)."""
+        return None
+
+    def import_data(self, source: Path, root: Path) -> str:
+        """Import the task's official data files from ``source`` into ``root`` (its store
+        directory) for machines without network; returns a one-line summary. Tasks whose data
+        ships with a package or is generated have nothing to import."""
+        from agent2rl.errors import UserError
+
+        raise UserError(f"task {self.name} has no data to import: its data needs no download")
+
     def eval_settings(self) -> dict[str, Any]:
         """Everything that changes a score besides the model: hashed into ``eval_hash``."""
-        return {"task": self.name, "version": self.version}
+        return {
+            "task": self.name,
+            "version": self.version,
+            "options": self.opts,
+            "data": self.data_digest,
+        }
 
     def eval_hash(self, backend_settings: dict[str, Any]) -> str:
         """A short hash of task version, evaluation settings and backend settings.
@@ -105,3 +134,32 @@ class Task(ABC):
             {"task": self.eval_settings(), "backend": backend_settings}, sort_keys=True
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def parse_options(
+    task: str, declared: dict[str, Any], given: dict[str, Any]
+) -> dict[str, Any]:
+    """``declared`` defaults overridden by ``given`` (strings are parsed to the default's type).
+
+    Raises :class:`~agent2rl.errors.UserError` for an unknown name or a value that does not
+    parse, naming the options the task has.
+    """
+    from agent2rl.errors import UserError
+
+    out = dict(declared)
+    for name, value in given.items():
+        if name not in declared:
+            known = ", ".join(f"{k} (default {v!r})" for k, v in declared.items()) or "none"
+            raise UserError(f"task {task} has no option {name!r}: its options are {known}")
+        kind = type(declared[name])
+        try:
+            if isinstance(value, str) and kind is bool:
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(value)
+                value = value.lower() in ("1", "true", "yes")
+            out[name] = kind(value)
+        except (TypeError, ValueError):
+            raise UserError(
+                f"task option {name}={value!r} is not a valid {kind.__name__}"
+            ) from None
+    return out

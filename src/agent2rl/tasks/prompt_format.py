@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agent2rl.inference.backend import Backend
+from agent2rl.inference.backend import Backend, GenerationSettings
 
 
 @dataclass(frozen=True)
@@ -22,13 +22,18 @@ class PromptFormat:
     """``template`` is used for models without a chat template (base models): the prompt is
     ``template.format(**fields)`` and the expected completion ``completion_template``.
     ``chat_template`` is the user message for models with a chat template; the tokenizer's
-    own template then wraps it (with the generation prompt)."""
+    own template then wraps it (with the generation prompt).
+
+    ``stop`` cuts base-model completions; ``chat_stop`` cuts chat replies (None: the same as
+    ``stop``), since a chat model's answer may contain what ends a few-shot completion.
+    """
 
     template: str
     chat_template: str
     completion_template: str
     stop: tuple[str, ...]
     max_new_tokens: int
+    chat_stop: tuple[str, ...] | None = None
 
     def prompt(self, backend: Backend, fields: dict[str, str]) -> str:
         chat = backend.chat_prompt(
@@ -36,13 +41,30 @@ class PromptFormat:
         )
         return chat if chat is not None else self.template.format(**fields)
 
+    def generation(self, backend: Backend, batch_size: int = 64) -> GenerationSettings:
+        """The greedy settings for ``backend``'s model: chat stops for a chat model."""
+        is_chat = backend.chat_prompt([{"role": "user", "content": "x"}]) is not None
+        stop = self.chat_stop if is_chat and self.chat_stop is not None else self.stop
+        return GenerationSettings(
+            max_new_tokens=self.max_new_tokens, stop=tuple(stop), batch_size=batch_size
+        )
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        if self.chat_stop is not None:
+            d["chat_stop"] = list(self.chat_stop)
+        else:
+            d.pop("chat_stop")
         return d
 
     def describe(self) -> str:
         """Markdown bullets stating the protocol exactly."""
+        chat_stop = (
+            f" (chat models: {json.dumps(list(self.chat_stop))})"
+            if self.chat_stop is not None
+            else ""
+        )
         return (
             f"- Base models (no chat template in the tokenizer) get the prompt "
             f"`{json.dumps(self.template)}` and should continue it with "
@@ -51,7 +73,7 @@ class PromptFormat:
             f"`{json.dumps(self.chat_template)}`, wrapped by that template with the "
             f"generation prompt.\n"
             f"- Greedy decoding, at most {self.max_new_tokens} new tokens, cut at any of "
-            f"{json.dumps(list(self.stop))} or at the end-of-sequence token.\n"
+            f"{json.dumps(list(self.stop))}{chat_stop} or at the end-of-sequence token.\n"
             f"- The same settings, as JSON, are in `data/eval_format.json`."
         )
 

@@ -48,6 +48,9 @@ def build_workspace(paths: RunPaths, task: Task, prepared: PreparedTask, model: 
     for d in (paths.code, paths.output, paths.base_model.parent):
         d.mkdir(parents=True, exist_ok=True)
     shutil.copytree(prepared.public, paths.data, dirs_exist_ok=False)
+    fmt = task.prompt_format(prepared)
+    if fmt is not None:  # with this run's task options applied (e.g. max_new_tokens)
+        write_json_atomic(paths.data / "eval_format.json", fmt.to_dict())
     _make_read_only(paths.data)
     paths.base_model.mkdir()
     for f in sorted(model.path.iterdir()):

@@ -186,6 +186,14 @@ def time_callback(stop_at: float):
     return StopAtTime()
 
 
+def _max_length(model, tokenizer, rows: list[dict]) -> int:
+    """The longest prompt + completion in tokens, capped by the model's context (and 1024 to
+    bound memory): long rows are truncated rather than dropped."""
+    longest = max(len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) for r in rows[:2000])
+    context = getattr(model.config, "max_position_embeddings", None) or 1024
+    return max(16, min(longest, context, 1024))
+
+
 def sft(model, tokenizer, rows: list[dict], seconds: float, lr: float, seed: int = 0):
     """Supervised fine-tuning on prompt/completion rows for about ``seconds``; returns model."""
     from datasets import Dataset
@@ -199,7 +207,7 @@ def sft(model, tokenizer, rows: list[dict], seconds: float, lr: float, seed: int
         learning_rate=lr,
         lr_scheduler_type="constant",
         per_device_train_batch_size=32,
-        max_length=192,
+        max_length=_max_length(model, tokenizer, rows),
         logging_steps=50,
         save_strategy="no",
         report_to=[],

@@ -1,0 +1,81 @@
+"""Greedy generation with vLLM (GPU). Needs the optional ``gpu`` extra (``vllm``).
+
+It runs inside the evaluation child process like every backend, so the GPU memory vLLM
+reserves is released when that process exits after each submission.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent2rl.inference.backend import BackendConfig, GenerationSettings, truncate_at_stop
+
+
+class VllmBackend:
+    """Greedy decoding through ``vllm.LLM`` with the same contract as the transformers backend.
+
+    Prompts are tokenized here without special tokens (as the transformers backend does) and
+    handed to vLLM as token ids, so both backends feed the model the same ids. A prompt longer
+    than the context minus ``max_new_tokens`` keeps its end, as in the transformers backend.
+    Only safetensors weights are loaded and ``trust_remote_code`` stays off.
+    """
+
+    name = "vllm"
+
+    def __init__(self, model_dir: Path, config: BackendConfig) -> None:
+        from vllm import LLM
+
+        self._dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+        self.llm = LLM(
+            model=str(model_dir),
+            tokenizer=str(model_dir),
+            trust_remote_code=False,
+            load_format="safetensors",
+            dtype=self._dtype,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            max_model_len=config.max_model_len,
+            tensor_parallel_size=config.tensor_parallel_size,
+            seed=0,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.max_len = self.llm.llm_engine.model_config.max_model_len
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "dtype": self._dtype}
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
+        if not getattr(self.tokenizer, "chat_template", None):
+            return None
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=settings.max_new_tokens,
+            stop=list(settings.stop) or None,
+            skip_special_tokens=True,
+        )
+        keep = max(1, self.max_len - settings.max_new_tokens)
+        inputs = [
+            {"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:]}
+            for p in prompts
+        ]
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        # vLLM already stops at the stop strings; cutting again keeps the contract exact
+        # (the earliest stop wins even when two overlap).
+        return [truncate_at_stop(o.outputs[0].text, settings.stop) for o in outputs]
+
+    def close(self) -> None:
+        import gc
+
+        import torch
+
+        del self.llm
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
