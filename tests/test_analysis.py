@@ -89,6 +89,7 @@ class Sub:
     error: str | None = None
     path: str = "output/model"
     score: float | None = field(default=None)
+    eval_hash: str = "E1"
 
 
 def make_run(
@@ -132,6 +133,7 @@ def make_run(
                     "n_items": len(baseline),
                     "items_path": "grading/baseline/items.jsonl",
                     "eval_seconds": 1.0,
+                    "eval_hash": "E1",
                 },
             )
         for sub in subs:
@@ -141,6 +143,7 @@ def make_run(
                 "is_copy": sub.is_copy,
                 "duplicate_of": sub.duplicate_of,
                 "error": sub.error,
+                "eval_hash": sub.eval_hash,
             }
             if sub.items is not None:
                 rel = f"grading/submissions/{sid:04d}/items.jsonl"
@@ -234,6 +237,31 @@ def test_clearly_better_excludes_zero(tmp_path: Path) -> None:
     assert m["within_noise"] is False
     assert m["best_score_ci95"][0] < 95 < m["best_score_ci95"][1] <= 100
     assert m["time_to_first_improvement"] == pytest.approx(90.0)
+
+
+def test_each_submission_gets_intervals_and_a_noise_label(tmp_path: Path) -> None:
+    better = [1.0] * 40  # 100 against a baseline of 50: beyond noise
+    paths = make_run(tmp_path / "run", HALF, [Sub(t=10, items=HALF), Sub(t=20, items=better)])
+    m = compute_metrics(paths)
+    same, up = m["trajectory"]
+    assert same["improvement_ci95"] == [0.0, 0.0] and same["within_noise"] is True
+    assert up["within_noise"] is False and up["improvement_ci95"][0] > 0
+    assert up["score_ci95"] == [100.0, 100.0] and up["comparable"] is True
+    write_report(paths)
+    md = (paths.report / "report.md").read_text()
+    assert "| +0.00 [+0.00, +0.00] |" in md and "within noise" in md and "beyond noise" in md
+
+
+def test_a_score_under_other_eval_settings_is_not_compared(tmp_path: Path) -> None:
+    better = [1.0] * 40
+    paths = make_run(tmp_path / "run", HALF, [Sub(t=10, items=better, eval_hash="E2")])
+    m = compute_metrics(paths)
+    (tr,) = m["trajectory"]
+    assert tr["comparable"] is False and tr["improvement_ci95"] is None
+    assert m["best_score"] == 100.0 and m["improvement"] is None
+    assert m["within_noise"] is None and m["eval_hash"] == "E1"
+    write_report(paths)
+    assert "not comparable" in (paths.report / "report.md").read_text()
 
 
 def test_missing_item_files_give_no_interval(tmp_path: Path) -> None:

@@ -228,6 +228,60 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     console.print(f"report: {out / 'report.html'}")
 
 
+@app.command()
+@_user_errors
+def compare(
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    task: str | None = typer.Option(None, "--task", help="Only runs of this task."),
+    eval_hash: str | None = typer.Option(
+        None, "--eval-hash", help="Only runs graded under these evaluation settings."
+    ),
+) -> None:
+    """Compare finished runs: one row per run, then means per (task, agent, driver).
+
+    Refuses to put side by side runs of one task graded under different evaluation settings.
+    """
+    from agent2rl.analysis import list_runs
+    from agent2rl.analysis.compare import aggregate
+
+    rows = list_runs(runs_dir.expanduser())
+    if not rows:
+        raise UserError(f"no finished runs recorded in {runs_dir}: run `agent2rl run` first")
+    rows = [r for r in rows if task is None or r["task"] == task]
+    rows = [r for r in rows if eval_hash is None or r.get("eval_hash") == eval_hash]
+    if not rows:
+        raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
+    groups = aggregate(rows)  # raises when the rows are not comparable
+    table = Table("run", "task", "agent", "baseline", "best", "improvement [95% CI]", "noise")
+    for r in rows:
+        ci = f" [{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}]" if r.get("ci_lo") is not None else ""
+        noise = {None: "-", 0: "beyond", 1: "within"}[r.get("within_noise")]
+        table.add_row(
+            r["run_id"],
+            r["task"],
+            r["agent"] + (f" ({r['driver']})" if r.get("driver") else ""),
+            _fmt(r.get("baseline")),
+            _fmt(r.get("best")),
+            _fmt(r.get("improvement"), signed=True) + ci,
+            noise,
+        )
+    console.print(table)
+    summary = Table(
+        "task", "agent", "driver", "runs", "mean best", "mean improvement", "beyond noise"
+    )
+    for g in groups:
+        summary.add_row(
+            g["task"],
+            g["agent"],
+            g["driver"] or "-",
+            str(g["runs"]),
+            _fmt(g["mean_best"]),
+            _fmt(g["mean_improvement"], signed=True),
+            str(g["beyond_noise"]),
+        )
+    console.print(summary)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

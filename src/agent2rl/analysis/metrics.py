@@ -26,6 +26,7 @@ from agent2rl.rundir import RunInfo, RunPaths
 # ledger value can neither be read as an option nor name an arbitrary ref.
 _COMMIT_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 
+
 # -- inputs ------------------------------------------------------------------------------------
 def resource_summary(path: Path) -> dict[str, Any] | None:
     """Peak RSS, mean CPU and peak process count from ``record/resources.jsonl``.

@@ -80,7 +80,6 @@ def paired_bootstrap_ci(
     return bootstrap_ci(arr_a - arr_b, n_resamples=n_resamples, confidence=confidence, seed=seed)
 
 
-
 # -- per-item files ---------------------------------------------------------------------------
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Objects from a JSONL file; blank, malformed and non-object lines are skipped.
@@ -122,7 +121,6 @@ def load_item_scores(path: Path) -> dict[str, float] | None:
             score = 1.0 if obj.get("correct") else 0.0
         scores[str(obj["id"])] = float(score)
     return scores
-
 
 
 def compare_items(

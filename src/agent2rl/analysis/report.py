@@ -147,6 +147,8 @@ def _improvement_text(m: Mapping[str, Any]) -> str:
     if m.get("improvement") is None:
         if not m.get("valid_submissions"):
             return "no valid submission"
+        if m.get("baseline") is not None:
+            return "not comparable: the best was graded under other evaluation settings"
         return "no baseline"
     text = f"{m['improvement']:+.2f} points"
     if m.get("improvement_ci95"):

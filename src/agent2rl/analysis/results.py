@@ -32,6 +32,8 @@ COLUMNS = (
     "duration_s",
     "status",
     "run_dir",
+    "eval_hash",
+    "within_noise",
 )
 
 SCHEMA = """
@@ -51,9 +53,14 @@ CREATE TABLE IF NOT EXISTS runs (
     submissions INTEGER,
     duration_s REAL,
     status TEXT,
-    run_dir TEXT
+    run_dir TEXT,
+    eval_hash TEXT,
+    within_noise INTEGER
 );
 """
+
+# Columns added after the first release: an older results.db gains them on open.
+_ADDED_COLUMNS = {"eval_hash": "TEXT", "within_noise": "INTEGER"}
 
 
 def results_db_path(runs_dir: Path) -> Path:
@@ -68,6 +75,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.executescript(SCHEMA)
+    have = {r["name"] for r in conn.execute("PRAGMA table_info(runs)")}
+    for name, kind in _ADDED_COLUMNS.items():
+        if name not in have:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
     return conn
 
 
@@ -90,6 +101,8 @@ def _row(run_dir: Path, metrics: dict[str, Any]) -> tuple[Any, ...]:
         "duration_s": metrics.get("duration_s"),
         "status": metrics.get("status"),
         "run_dir": str(Path(run_dir).resolve()),
+        "eval_hash": metrics.get("eval_hash"),
+        "within_noise": metrics.get("within_noise"),
     }
     return tuple(values[c] for c in COLUMNS)
 

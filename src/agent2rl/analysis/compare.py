@@ -1,0 +1,71 @@
+"""Cross-run comparison: a table of runs and per-(task, agent, driver) aggregates.
+
+Scores are comparable only when they were graded under the same evaluation settings (task
+version, data, prompt, generation settings, backend), which every run records as its
+``eval_hash``. Comparing or averaging runs of one task with different hashes is refused with
+an error that names the runs and the way out, rather than printing a misleading table.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from agent2rl.errors import UserError
+
+
+class IncomparableRuns(UserError):
+    """Runs of one task were graded under different evaluation settings."""
+
+
+def check_comparable(rows: Sequence[dict[str, Any]]) -> None:
+    """Raise :class:`IncomparableRuns` if two rows of one task have different eval hashes.
+
+    Rows without an eval hash (a run that failed before its baseline) are ignored: they carry
+    no score to compare.
+    """
+    by_task: dict[str, dict[str, str]] = defaultdict(dict)
+    for row in rows:
+        if row.get("eval_hash"):
+            by_task[row["task"]].setdefault(row["eval_hash"], row["run_id"])
+    for task, hashes in by_task.items():
+        if len(hashes) > 1:
+            shown = ", ".join(f"{h} (e.g. {run})" for h, run in sorted(hashes.items()))
+            raise IncomparableRuns(
+                f"runs of {task} were graded under different evaluation settings (eval hashes "
+                f"{shown}): their scores are not comparable. Pick one setting with "
+                f"--eval-hash HASH, or compare other runs"
+            )
+
+
+def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (task, agent, driver): run count, mean and spread of best score and improvement,
+    and how many runs improved beyond noise. Refuses incomparable rows (see
+    :func:`check_comparable`). Runs without a best score count in ``runs`` only."""
+    check_comparable(rows)
+    groups: dict[tuple[str, str, str | None], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["task"], row["agent"], row.get("driver"))].append(row)
+    out = []
+    for (task, agent, driver), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        best = [r["best"] for r in members if r.get("best") is not None]
+        imp = [r["improvement"] for r in members if r.get("improvement") is not None]
+        out.append(
+            {
+                "task": task,
+                "agent": agent,
+                "driver": driver,
+                "runs": len(members),
+                "mean_best": float(np.mean(best)) if best else None,
+                "mean_improvement": float(np.mean(imp)) if imp else None,
+                "std_improvement": float(np.std(imp, ddof=1)) if len(imp) > 1 else None,
+                "beyond_noise": sum(
+                    1 for r in members if r.get("within_noise") == 0 and (r["improvement"] or 0) > 0
+                ),
+                "eval_hash": next((r["eval_hash"] for r in members if r.get("eval_hash")), None),
+            }
+        )
+    return out
