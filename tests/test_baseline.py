@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from agent2rl.errors import UserError
-from agent2rl.models import resolve_model
 from agent2rl.inference import BackendConfig
+from agent2rl.models import resolve_model
 from agent2rl.orchestration.baseline import baseline_key, measure_baseline
 from agent2rl.rundir import RunPaths
 from agent2rl.settings import load_settings

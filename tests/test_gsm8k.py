@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import agent2rl_cmd
 
 from agent2rl.errors import UserError
 from agent2rl.inference import load_backend
@@ -22,8 +23,6 @@ from agent2rl.settings import load_settings
 from agent2rl.tasks import get_task, prepare_task, task_root
 from agent2rl.tasks.gsm8k import Gsm8k, gold_answer
 from agent2rl.workspace import build_workspace
-
-from conftest import agent2rl_cmd
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
 
