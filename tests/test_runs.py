@@ -211,6 +211,18 @@ OTHER_RUN_FILE = "{other / "secret.txt"}"
             "bad --sandbox",
         ),
         (["--task", "arith-lite", "--agent", "missing.toml"], "does not exist"),
+        (
+            ["--task", "arith-lite", "--agent", "reference-sft", "--backend", "tgi"],
+            "unknown backend 'tgi'",
+        ),
+        (
+            ["--task", "arith-lite", "--agent", "reference-sft", "--task-opt", "k=1"],
+            "task arith-lite has no option 'k'",
+        ),
+        (
+            ["--task", "arith-lite", "--agent", "reference-sft", "--task-opt", "k"],
+            "bad --task-opt 'k'",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message) -> None:

@@ -148,4 +148,4 @@ def load_backend(model_dir: Path, config: BackendConfig | str = "auto") -> Backe
         return VllmBackend(Path(model_dir), config)
     from agent2rl.inference.transformers_backend import TransformersBackend
 
-    return TransformersBackend(Path(model_dir))
+    return TransformersBackend(Path(model_dir), dtype=config.dtype)

@@ -17,7 +17,8 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, model_dir: Path, device: str | None = None) -> None:
+    def __init__(self, model_dir: Path, device: str | None = None, dtype: str = "auto") -> None:
+        """``dtype`` ``auto`` is bfloat16 on a GPU and float32 on CPU."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -26,7 +27,9 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device == "cuda" else "float32"
+        dtype = getattr(torch, dtype)
         self.model = AutoModelForCausalLM.from_pretrained(
             model_dir, trust_remote_code=False, use_safetensors=True, dtype=dtype
         ).to(self.device)

@@ -1,0 +1,89 @@
+"""Backend selection (CPU) and the vLLM backend (GPU-marked: run where CUDA and vllm exist).
+
+The agreement test is the contract that makes ``--backend auto`` safe: on the same model and
+items, vLLM and transformers produce the same greedy completions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent2rl.errors import UserError
+from agent2rl.inference import BackendConfig, GenerationSettings, load_backend, vllm_usable
+from agent2rl.tasks.arith_lite import FORMAT, TEST_SEED, generate_split
+
+gpu = pytest.mark.skipif(not vllm_usable(), reason="needs CUDA and the vllm package")
+
+
+def test_auto_picks_transformers_without_cuda_and_vllm(tiny) -> None:
+    if vllm_usable():
+        pytest.skip("this machine has vLLM and CUDA")
+    backend = load_backend(tiny.path, BackendConfig())
+    assert backend.describe() == {"backend": "transformers", "dtype": "float32"}
+    assert BackendConfig(kind="auto").resolved_kind() == "transformers"
+
+
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        (BackendConfig(kind="tgi"), "unknown backend 'tgi'"),
+        (BackendConfig(dtype="fp8"), "unknown dtype 'fp8'"),
+        (BackendConfig(gpu_memory_utilization=1.5), "must be in"),
+        (BackendConfig(tensor_parallel_size=0), "at least 1"),
+    ],
+)
+def test_bad_backend_settings_are_user_errors(config, message) -> None:
+    with pytest.raises(UserError, match=message):
+        config.validate()
+
+
+def test_vllm_without_gpu_names_the_fix() -> None:
+    if vllm_usable():
+        pytest.skip("this machine has vLLM and CUDA")
+    with pytest.raises(UserError, match=r"agent2rl\[gpu\]"):
+        BackendConfig(kind="vllm").validate()
+
+
+def test_config_round_trips_and_ignores_unknown_keys() -> None:
+    config = BackendConfig(kind="vllm", max_model_len=2048, tensor_parallel_size=2)
+    assert BackendConfig.from_dict(config.to_dict()) == config
+    assert BackendConfig.from_dict({"kind": "transformers", "future": 1}).kind == "transformers"
+    assert BackendConfig.from_dict(None) == BackendConfig()
+
+
+def _prompts(n: int = 48) -> list[str]:
+    return [FORMAT.template.format(question=r["question"]) for r in generate_split(TEST_SEED, n)]
+
+
+@pytest.mark.gpu
+@gpu
+def test_vllm_and_transformers_agree_on_greedy_outputs(tiny) -> None:
+    settings = GenerationSettings(max_new_tokens=FORMAT.max_new_tokens, stop=FORMAT.stop)
+    prompts = _prompts()
+    hf = load_backend(tiny.path, BackendConfig(kind="transformers", dtype="float32"))
+    expected = hf.generate(prompts, settings)
+    hf.close()
+    vllm = load_backend(
+        tiny.path, BackendConfig(kind="vllm", dtype="float32", gpu_memory_utilization=0.3)
+    )
+    try:
+        got = vllm.generate(prompts, settings)
+        assert vllm.describe() == {"backend": "vllm", "dtype": "float32"}
+    finally:
+        vllm.close()
+    assert got == expected
+
+
+@pytest.mark.gpu
+@gpu
+def test_grading_through_vllm_in_the_worker(tmp_path, tiny, arith) -> None:
+    """The evaluation child process loads vLLM, grades, and exits (freeing the GPU)."""
+    from agent2rl.grading.evaluator import EvalSpec, run_evaluation
+    from agent2rl.settings import load_settings
+
+    spec = EvalSpec(
+        "arith-lite", backend=BackendConfig(kind="vllm", gpu_memory_utilization=0.3), limit=64
+    )
+    outcome = run_evaluation(spec, tiny.path, tmp_path / "out", load_settings(), timeout_s=600)
+    assert outcome.error is None, (tmp_path / "out" / "eval.log").read_text()[-3000:]
+    assert outcome.n_items == 64 and 0.0 <= outcome.score <= 100.0
