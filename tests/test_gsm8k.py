@@ -200,3 +200,12 @@ def test_gsm8k_run_end_to_end(gsm8k, tiny, tmp_path) -> None:
     assert fmt["max_new_tokens"] == 32
     report = (run_dir / "report" / "report.md").read_text()
     assert "95% CI" in report and "noise" in report
+
+
+@pytest.mark.network
+def test_download_from_the_hub_gives_the_official_splits(tmp_path, monkeypatch) -> None:
+    """The path a user with network takes (deselected in CI: no hub here)."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    prepared = Gsm8k().prepare(tmp_path / "store")
+    assert len(_rows(prepared.public / "train.jsonl")) == 7473
+    assert len(_rows(prepared.private / "test.jsonl")) == 1319
