@@ -136,9 +136,7 @@ class Task(ABC):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def parse_options(
-    task: str, declared: dict[str, Any], given: dict[str, Any]
-) -> dict[str, Any]:
+def parse_options(task: str, declared: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """``declared`` defaults overridden by ``given`` (strings are parsed to the default's type).
 
     Raises :class:`~agent2rl.errors.UserError` for an unknown name or a value that does not

@@ -91,7 +91,7 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
         raise ValueError("sandbox command is empty")
     workspace = _existing(spec.workspace, "sandbox workspace")
     argv = [shutil.which("bwrap") or "bwrap"]
-    argv += _system_mounts()
+    argv += system_mounts()
     for path in spec.ro_binds:
         p = _existing(path, "sandbox read-only bind")
         argv += ["--ro-bind", str(p), str(p)]
@@ -141,7 +141,14 @@ def python_ro_binds() -> list[Path]:
     return kept
 
 
-def _system_mounts() -> list[str]:
+def system_mounts(tmp_size_bytes: int | None = None) -> list[str]:
+    """bwrap arguments for step 1 of the mount table: the system dirs read-only, fresh
+    ``/proc`` and ``/dev``, and an empty tmpfs ``/tmp``.
+
+    ``tmp_size_bytes`` caps that tmpfs (``--size``); it is ignored, leaving the kernel's
+    default of half the RAM, when this bwrap is older than 0.8 and lacks the option (see
+    :func:`bwrap_supports`).
+    """
     args: list[str] = []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
@@ -149,8 +156,25 @@ def _system_mounts() -> list[str]:
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if tmp_size_bytes is not None and bwrap_supports("--size"):
+        args += ["--size", str(int(tmp_size_bytes))]
+    args += ["--tmpfs", "/tmp"]
     return args
+
+
+@functools.cache
+def bwrap_supports(option: str) -> bool:
+    """True if the installed ``bwrap`` lists ``option`` (e.g. ``--size``, ``--disable-userns``)
+    in its ``--help``; False when bwrap is missing or the help cannot be read. Cached."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False
+    try:
+        proc = subprocess.run([exe, "--help"], capture_output=True, timeout=_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return f"{option} " in proc.stdout.decode(errors="replace")
 
 
 def _mask(path: Path) -> list[str]:

@@ -60,11 +60,17 @@ def prompt_completion_rows(tokenizer) -> list[dict]:
                 tokenize=False,
                 add_generation_prompt=True,
             )
-            completion = row["answer"]
+            # Math tasks answer with the worked solution; code tasks with the whole function in
+            # the fenced block the grader extracts.
+            completion = (
+                row["answer"]
+                if "answer" in row
+                else f"```python\n{row['prompt']}{row['canonical_solution']}```"
+            )
         else:
             prompt = fmt["template"].format(**row)
             completion = fmt["completion_template"].format(**row)
-        out.append({"prompt": prompt, "completion": completion, "answer": row["answer"]})
+        out.append({"prompt": prompt, "completion": completion, "answer": row.get("answer", "")})
     return out
 
 

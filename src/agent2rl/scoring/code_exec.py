@@ -1,0 +1,508 @@
+"""Run one untrusted Python program (a model's code plus its unit tests) and say pass or fail.
+
+Every program gets its own interpreter in a fresh subprocess; nothing it does can crash, hang
+or write into the caller. A tiny bootstrap (:data:`_BOOT`) reads the program from stdin, sets
+the resource limits on itself, then ``exec``\\ s the program. The program *passes* only when it
+ran to its end without an exception: the bootstrap then reports so on a pipe of its own, in a
+line tagged with a random token the program never sees (it lives only in the bootstrap's
+memory), and exits 0. So neither ``sys.exit(0)`` (a ``SystemExit`` is a failure, as in
+HumanEval's own harness) nor ``os._exit(0)`` before the tests have run counts as a pass.
+
+Isolation, the strongest this machine allows (:func:`isolation` says which is in use):
+
+``bwrap`` (where :func:`~agent2rl.workspace.sandbox.bwrap_available`):
+    the system dirs and the Python installation read-only, a private size-capped tmpfs
+    ``/tmp`` as the only writable place (and the working directory), no network
+    (``--unshare-net``: only a loopback of its own), its own pid namespace torn down with it
+    (``--unshare-pid --die-with-parent``), an environment of four variables (``--clearenv``),
+    nothing else of the host visible. Run by a non-root user, the sandbox gets its own user
+    namespace (``--unshare-user``), so ``RLIMIT_NPROC`` counts only the sandbox's processes.
+    Run by root, a user namespace would map to host uid 0, which the kernel exempts from
+    ``RLIMIT_NPROC``; instead the bootstrap starts with only ``CAP_SETUID``/``CAP_SETGID``
+    and drops to uid/gid 65534 (``nobody``) before the program runs, so the count is over
+    nobody's processes on the host.
+
+``rlimits`` (fallback without a usable bwrap):
+    the same resource limits and wall-clock kill, a fresh temporary working directory that is
+    removed afterwards, a minimal environment, and the program's own session (process group).
+    *Not* enforced then: filesystem isolation (the program can read and write whatever the
+    caller's user can), network isolation, and, when the caller is root, ``RLIMIT_NPROC``
+    (root is exempt: a fork bomb runs until the CPU limit and the kill). For other users
+    ``RLIMIT_NPROC`` counts all of the user's processes, so a program may be unable to start
+    any thread or process at all. A child that starts its own session and outlives the
+    program may escape the kill; the descendants still present are killed.
+
+Resource limits (both modes): ``RLIMIT_CPU`` (``SIGXCPU``, reported as timed out),
+``RLIMIT_AS`` (allocations fail with ``MemoryError``), ``RLIMIT_NPROC`` (``fork`` and new
+threads fail: a fork bomb stops at the cap), ``RLIMIT_FSIZE`` (also caps the captured output),
+``RLIMIT_NOFILE``, and no core dumps. A limit above the caller's own hard limit is lowered to it.
+
+Residual risk: a program that searches the interpreter's memory for the bootstrap's frame can
+find the token and forge a pass. Plain model completions do not do that by accident; a
+deliberate attack would be visible in the recorded completion.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+Status = Literal["passed", "failed", "timed out", "error"]
+Isolation = Literal["bwrap", "rlimits"]
+
+#: uid/gid a root caller's sandboxed program runs as (the overflow id, "nobody")
+NOBODY = 65534
+_OUTPUT_TAIL = 4096
+_REASON_CHARS = 300
+_KILL_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class ExecLimits:
+    """What one program may use.
+
+    ``timeout_s``: wall clock, from start to kill (the CPU limit is the same, rounded up).
+    ``memory_mb``: address space (``RLIMIT_AS``); the interpreter itself takes ~30 MB of it.
+    ``max_processes``: processes and threads (``RLIMIT_NPROC``). ``max_file_mb``: the largest
+    file it may write, its captured output included (``RLIMIT_FSIZE``); under bwrap also the
+    size of its ``/tmp``.
+    """
+
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+    max_processes: int = 32
+    max_file_mb: int = 16
+    max_open_files: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, not {self.timeout_s}")
+        for name in ("memory_mb", "max_processes", "max_file_mb", "max_open_files"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one program.
+
+    ``status``: ``passed``; ``failed`` (an exception, a non-zero exit, a signal, or an exit
+    before its tests finished); ``timed out`` (wall clock or CPU limit); ``error`` (the harness
+    could not run it, e.g. the sandbox failed to start: not the program's fault, but not a
+    pass either). ``reason`` is one short line (empty when passed). ``output`` is the tail of
+    the program's stdout and stderr, for debugging.
+    """
+
+    passed: bool
+    status: Status
+    reason: str
+    seconds: float
+    output: str = ""
+
+
+# The bootstrap runs as ``python -I -c _BOOT cpu_s as_bytes nproc fsize nofile uid fd`` with a
+# token line and then the program on stdin. It reports ``<token> started`` and then ``<token>
+# passed`` or ``<token> failed <reason>`` on the pipe ``fd``, not on stdout: a pipe is not capped
+# by RLIMIT_FSIZE, and the program cannot read the token back from it. It imports nothing more
+# than it needs, since every import is start-up time paid once per program.
+_BOOT = r"""
+import os, resource, sys
+
+def _boot():
+    cpu, mem, nproc, fsize, nofile, uid, fd = (int(a) for a in sys.argv[1:8])
+    data = sys.stdin.buffer.read()
+    sys.stdin.close()
+    tag, _, source = data.partition(b"\n")
+    tag = tag.decode()
+    del data
+    r = resource
+    for res, soft, hard in (
+        (r.RLIMIT_CPU, cpu, cpu + 1),
+        (r.RLIMIT_AS, mem, mem),
+        (r.RLIMIT_NPROC, nproc, nproc),
+        (r.RLIMIT_FSIZE, fsize, fsize),
+        (r.RLIMIT_NOFILE, nofile, nofile),
+        (r.RLIMIT_CORE, 0, 0),
+    ):
+        limit = r.getrlimit(res)[1]
+        if limit != r.RLIM_INFINITY:
+            hard = min(hard, limit)
+        r.setrlimit(res, (min(soft, hard), hard))
+    if uid >= 0:
+        os.chmod(".", 0o1777)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    out = os.dup(fd)
+    os.close(fd)
+
+    def say(text):
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        try:
+            os.write(out, (tag + " " + text + "\n").encode("utf-8", "replace"))
+        except BaseException:
+            pass
+
+    say("started")
+    try:
+        code = compile(source, "<program>", "exec")
+        del source
+        exec(code, {"__name__": "__program__"})
+    except BaseException as err:
+        try:
+            reason = type(err).__name__ + ": " + str(err)
+        except BaseException:
+            reason = type(err).__name__
+        say("failed " + " ".join(reason.split())[:300])
+        os._exit(1)
+    say("passed")
+    os._exit(0)
+
+_boot()
+"""
+
+
+@dataclass(frozen=True)
+class _Mode:
+    isolation: Isolation
+    #: bwrap arguments up to the command (empty in rlimits mode)
+    prefix: tuple[str, ...]
+    #: uid the bootstrap drops to (-1: keep)
+    uid: int
+
+
+_RLIMITS = _Mode("rlimits", (), -1)
+
+
+def isolation() -> Isolation:
+    """``bwrap`` or ``rlimits``: how programs are isolated on this machine (decided once, by
+    really running a program in the sandbox; see the module docstring for what each means)."""
+    return _mode().isolation
+
+
+def run_program(
+    source: str, limits: ExecLimits | None = None, mode: Isolation | None = None
+) -> ExecResult:
+    """Run the Python program ``source`` once, isolated and limited, and return its outcome.
+
+    Never raises for anything the program does (an exception, an infinite loop, a memory, fork
+    or output bomb, a crash of the interpreter): those come back as ``failed`` or ``timed
+    out``. A harness failure (the sandbox does not start, no temporary file can be made) is an
+    ``error`` result, not an exception. Source that is not valid Python fails with its
+    ``SyntaxError``. Returns within about ``limits.timeout_s`` plus start-up time.
+
+    ``mode`` forces the isolation: None takes the best available (:func:`isolation`);
+    ``rlimits`` skips the sandbox; ``bwrap`` where it is unusable gives an ``error`` result.
+    """
+    limits = limits or ExecLimits()
+    started = time.monotonic()
+    try:
+        return _run(source, limits, _pick(mode), started)
+    except Exception as err:  # a harness fault must not take the caller down either
+        log.exception("code execution harness failed")
+        return ExecResult(False, "error", _one_line(f"{type(err).__name__}: {err}"), 0.0)
+
+
+def run_programs(
+    sources: Sequence[str],
+    limits: ExecLimits | None = None,
+    workers: int | None = None,
+    on_done: Callable[[int, ExecResult], None] | None = None,
+    mode: Isolation | None = None,
+) -> list[ExecResult]:
+    """:func:`run_program` over ``sources`` in parallel, results in the order of ``sources``.
+
+    ``workers`` defaults to the number of CPUs this process may use (each program is a
+    CPU-bound process, so more would only slow each one down and risk spurious timeouts).
+    ``on_done(index, result)`` is called as each finishes (from worker threads), for progress.
+    An empty ``sources`` gives an empty list; ``mode`` is as for :func:`run_program`.
+    """
+    if not sources:
+        return []
+    n = workers or _cpu_count()
+    _mode()  # probe the sandbox once, before the threads race to do it
+
+    def one(i: int) -> ExecResult:
+        result = run_program(sources[i], limits, mode)
+        if on_done is not None:
+            on_done(i, result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, min(n, len(sources)))) as pool:
+        return list(pool.map(one, range(len(sources))))
+
+
+def _run(source: str, limits: ExecLimits, mode: _Mode, started: float) -> ExecResult:
+    tag = secrets.token_hex(16)
+    report_r, report_w = os.pipe()
+    argv = [
+        sys.executable,
+        "-I",
+        "-c",
+        _BOOT,
+        str(max(1, math.ceil(limits.timeout_s))),
+        str(limits.memory_mb << 20),
+        str(limits.max_processes),
+        str(limits.max_file_mb << 20),
+        str(limits.max_open_files),
+        str(mode.uid),
+        str(report_w),
+    ]
+    workdir = None
+    if mode.isolation == "bwrap":
+        argv = [*mode.prefix, *argv]
+    else:
+        workdir = tempfile.mkdtemp(prefix="agent2rl-exec-")
+    payload = f"{tag}\n".encode() + source.encode("utf-8", "replace")
+    timed_out = False
+    try:
+        # Output goes to an unlinked file, not a pipe: RLIMIT_FSIZE caps it and nobody has to
+        # drain it while the program runs.
+        with tempfile.TemporaryFile() as out:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=workdir,
+                    env=_env(workdir or "/tmp"),
+                    start_new_session=True,
+                    pass_fds=(report_w,),
+                )
+            finally:
+                os.close(report_w)
+            try:
+                proc.communicate(payload, timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # it died before reading its program; the exit status says why
+            finally:
+                _kill_tree(proc)
+            seconds = time.monotonic() - started
+            out.seek(0, os.SEEK_END)
+            out.seek(max(0, out.tell() - _OUTPUT_TAIL))
+            output = out.read().decode("utf-8", "replace")
+        report = _read_available(report_r)
+    finally:
+        os.close(report_r)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    lines = [line[len(tag) + 1 :] for line in report.splitlines() if line.startswith(tag + " ")]
+    return _judge(lines, output, proc.returncode, timed_out, limits, mode, seconds)
+
+
+def _read_available(fd: int) -> str:
+    """What the pipe holds now, without waiting for an EOF that an escaped child could hold
+    off (the bootstrap's reports are a few hundred bytes, far below a pipe's buffer)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _judge(
+    reports: list[str],
+    output: str,
+    rc: int,
+    timed_out: bool,
+    limits: ExecLimits,
+    mode: _Mode,
+    seconds: float,
+) -> ExecResult:
+    output = output.strip("\n")[-_OUTPUT_TAIL // 2 :]
+    verdict = next((r for r in reversed(reports) if r != "started"), "")
+
+    def result(status: Status, reason: str) -> ExecResult:
+        return ExecResult(status == "passed", status, _one_line(reason), seconds, output)
+
+    if timed_out:
+        return result("timed out", f"exceeded the {limits.timeout_s:g} s wall-clock limit")
+    if verdict == "passed" and rc == 0:
+        return result("passed", "")
+    if verdict.startswith("failed"):
+        return result("failed", verdict.removeprefix("failed").strip())
+    # bwrap reports a child killed by signal N as exit status 128 + N; Popen as -N.
+    sig = -rc if rc < 0 else rc - 128 if mode.isolation == "bwrap" and rc > 128 else 0
+    if sig == signal.SIGXCPU:
+        return result("timed out", f"exceeded the {math.ceil(limits.timeout_s)} s CPU limit")
+    if "started" not in reports:
+        # The bootstrap never got to the program: a sandbox or interpreter start-up failure.
+        return result("error", f"the sandbox did not start (exit status {rc}): {output[-200:]}")
+    if sig == signal.SIGXFSZ:
+        return result("failed", f"exceeded the {limits.max_file_mb} MB file size limit")
+    if sig > 0:
+        return result("failed", f"killed by {_signal_name(sig)}")
+    return result("failed", f"exited (status {rc}) before its tests finished")
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the program's process group and every descendant still there, then reap.
+
+    Under bwrap, killing bwrap is enough (the sandbox's pid namespace dies with it); the
+    descendant sweep is for the rlimits mode, where a child may have left the group.
+    """
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for child in descendants:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    try:
+        proc.wait(timeout=_KILL_WAIT_S)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL of our own child
+        log.error("program process %d did not die after SIGKILL", proc.pid)
+
+
+def _env(home: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
+def _pick(mode: Isolation | None) -> _Mode:
+    best = _mode()
+    if mode is None or mode == best.isolation:
+        return best
+    if mode == "rlimits":
+        return _RLIMITS
+    raise RuntimeError("bwrap cannot run programs on this machine")
+
+
+@functools.cache
+def _mode() -> _Mode:
+    """Pick the isolation once per process: bwrap when it really runs a program here."""
+    # Imported here: agent2rl.workspace's package imports the task registry, which imports
+    # the tasks that import this module.
+    from agent2rl.workspace.sandbox import bwrap_available
+
+    if bwrap_available():
+        mode = _bwrap_mode()
+        try:
+            probe = _run("import math\nassert math.gcd(4, 6) == 2\n", ExecLimits(30), mode, 0.0)
+        except Exception as err:  # e.g. no temporary file: decide once, do not re-probe
+            probe = ExecResult(False, "error", _one_line(f"{type(err).__name__}: {err}"), 0.0)
+        if probe.passed:
+            return mode
+        log.warning(
+            "bwrap cannot run programs here (%s: %s); code runs with rlimits only, "
+            "WITHOUT filesystem or network isolation",
+            probe.status,
+            probe.reason,
+        )
+    else:
+        log.warning(
+            "bwrap is not usable here; code runs with rlimits only, "
+            "WITHOUT filesystem or network isolation"
+        )
+    return _RLIMITS
+
+
+def _bwrap_mode() -> _Mode:
+    from agent2rl.workspace.sandbox import bwrap_supports, python_ro_binds, system_mounts
+
+    argv = [shutil.which("bwrap") or "bwrap"]
+    argv += system_mounts(tmp_size_bytes=ExecLimits().max_file_mb << 22)  # 4x a file, 64 MB
+    binds = python_ro_binds()
+    for parent in _mount_parents(binds):
+        # Made explicitly, bwrap gives them mode 755; made implicitly it may copy the host's
+        # (``/root`` is 700), and nobody could not reach the interpreter's files below.
+        argv += ["--dir", str(parent)]
+    for path in binds:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
+    argv += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        # See the module docstring: root keeps only what dropping to nobody needs.
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        uid = NOBODY
+    else:
+        argv += ["--unshare-user"]
+        if bwrap_supports("--disable-userns"):
+            argv += ["--disable-userns"]
+        uid = -1
+    argv += ["--clearenv"]
+    for key, value in _env("/tmp").items():
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", "/tmp", "--"]
+    return _Mode("bwrap", tuple(argv), uid)
+
+
+def _mount_parents(binds: list[Path]) -> list[Path]:
+    """The directories above ``binds`` that the sandbox must create, top-down: those not
+    already provided by a system mount or another bind (``/tmp`` is the tmpfs)."""
+    from agent2rl.workspace.sandbox import SYSTEM_DIRS
+
+    provided = [Path(d) for d in SYSTEM_DIRS] + binds
+    out: list[Path] = []
+    for path in binds:
+        for parent in reversed(path.parents[:-1]):  # [:-1]: not "/"
+            if parent in out or parent == Path("/tmp"):
+                continue
+            if not any(parent.is_relative_to(p) for p in provided):
+                out.append(parent)
+    return out
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:_REASON_CHARS]
+
+
+__all__ = [
+    "ExecLimits",
+    "ExecResult",
+    "Isolation",
+    "Status",
+    "isolation",
+    "run_program",
+    "run_programs",
+]
