@@ -25,10 +25,9 @@ from agent2rl.agents.metering import (
     UsageRecord,
     append_record,
     estimate_cost,
-    read_usage,
     start_metering_proxy,
-    summarize_usage,
 )
+from agent2rl.recording.usage import read_usage, summarize_usage
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -95,6 +95,10 @@ class RunPaths:
         return self.record / "resources.jsonl"
 
     @property
+    def llm_usage(self) -> Path:
+        return self.record / "llm_usage.jsonl"
+
+    @property
     def report(self) -> Path:
         return self.root / "report"
 
@@ -150,6 +154,10 @@ class RunInfo:
     #: the run's ``--task-opt`` values and grading backend (a BackendConfig dict)
     task_options: dict[str, Any] | None = None
     backend: dict[str, Any] | None = None
+    #: the operating mode of an LLM agent (free, sft-only, rl-oriented, multi) and its
+    #: optional token budget through the metering proxy
+    mode: str | None = None
+    token_budget: int | None = None
 
     def save(self, paths: RunPaths) -> None:
         write_json_atomic(paths.run_json, self.__dict__)

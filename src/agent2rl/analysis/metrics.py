@@ -20,6 +20,7 @@ import numpy as np
 from agent2rl.analysis.noise import compare_items, load_item_scores, read_jsonl
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
 from agent2rl.recording.snapshot import EMPTY_TREE
+from agent2rl.recording.usage import summarize_usage
 from agent2rl.rundir import RunInfo, RunPaths
 
 # A snapshot id must look like a commit id; anything else is never handed to git, so a bad
@@ -298,6 +299,7 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
         "level": info.level,
         "agent": info.agent,
         "driver": info.driver,
+        "mode": info.mode,
         "model": info.model,
         "status": info.status,
         "error": info.error,
@@ -339,5 +341,8 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
         "trajectory": _trajectory(subs, t0, noise),
         "rejections": [_rejection_dict(r, t0) for r in rejections],
         "resources": resource_summary(paths.resources),
+        # Tokens the agent's LLM used, as the metering proxy recorded them (None: no proxy).
+        "llm_usage": summarize_usage(paths.llm_usage) if paths.llm_usage.is_file() else None,
+        "token_budget": info.token_budget,
     }
     return metrics

@@ -211,6 +211,7 @@ def render_markdown(m: Mapping[str, Any]) -> str:
         f"| Task | {_md(m['task'])} (v{_md(m.get('task_version'))}) |",
         f"| Agent | {_md(m['agent'])}"
         + (f" via {_md(m['driver'])}" if m.get("driver") else "")
+        + (f", mode {_md(m['mode'])}" if m.get("mode") else "")
         + " |",
         f"| Model | {_md(m['model'])} |",
         f"| Status | {_md(m['status'])}"
@@ -277,7 +278,29 @@ def render_markdown(m: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("No resource samples recorded.")
+    lines += ["", "## LLM usage", "", _usage_text(m)]
+    for flag in m.get("mode_flags") or []:
+        lines.append(f"\n**Mode check:** {_md(flag)}")
     return "\n".join(lines) + "\n"
+
+
+def _usage_text(m: Mapping[str, Any]) -> str:
+    """One paragraph on the tokens the agent's LLM used (through the metering proxy)."""
+    u = m.get("llm_usage")
+    if not u:
+        return "No LLM traffic recorded (not an LLM agent, or no metering proxy)."
+    cost = f"${u['cost_usd']:.4f}" + (
+        f" (lower bound: {u['unpriced_requests']} requests on unpriced models)"
+        if u.get("unpriced_requests")
+        else ""
+    )
+    budget = f" of a budget of {m['token_budget']:,}" if m.get("token_budget") else ""
+    return (
+        f"{u['requests']} requests ({u['refused']} refused, {u['errors']} errors), "
+        f"{u['input_tokens']:,} input tokens ({u['cached_tokens']:,} cached) and "
+        f"{u['output_tokens']:,} output tokens{budget}; estimated cost {cost}. "
+        f"Models: {', '.join(sorted(u.get('by_model') or {})) or _DASH}."
+    )
 
 
 # -- SVG plot ----------------------------------------------------------------------------------
@@ -671,6 +694,10 @@ def render_html(m: Mapping[str, Any], diffs: Mapping[int, str | None] | None = N
     title = f"agent2rl · {m['task']} · {m['agent']} · {m['run_id']}"
     status = _e(m["status"]) + (f": {_e(m['error'])}" if m.get("error") else "")
     driver = f" via {_e(m['driver'])}" if m.get("driver") else ""
+    driver += f", mode {_e(m['mode'])}" if m.get("mode") else ""
+    flags = "".join(
+        f'<p class="tag noise">Mode check: {_e(f)}</p>' for f in m.get("mode_flags") or []
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -689,6 +716,8 @@ def render_html(m: Mapping[str, Any], diffs: Mapping[int, str | None] | None = N
 {_rejections_html(m)}
 <h2>Resources</h2>
 {_resources_html(m)}
+<h2>LLM usage</h2>
+<p>{_e(_usage_text(m))}</p>{flags}
 <h2>Code changes</h2>
 {_diffs_html(m, diffs)}
 </main>
