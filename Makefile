@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 # A CPU build of torch; pip takes it from a local wheel where one is provided.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: setup demo test test-fast lint bench clean
 
@@ -30,8 +31,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-bench: $(STAMP)
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/spine.py
+	$(BIN)/python benchmarks/eval_throughput.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
