@@ -11,19 +11,48 @@ A spec is a TOML file::
     [env]
     SOME_VAR = "value"
 
-Placeholders in ``command`` and ``env`` values: ``{python}`` (the harness's interpreter),
-``{workspace}``, ``{prompt}`` (the rendered prompt), ``{prompt_file}``. Built-in specs live in
-``agents/specs/``; ``--agent path/to/spec.toml`` runs any other.
+An LLM agent system (a coding-agent CLI) adds how to install and find it, which provider API
+it speaks and how its driver model, base URL and key are passed — all as data::
+
+    install = "npm install -g @anthropic-ai/claude-code"   # the exact shell command
+    binary = "claude"                      # looked up on PATH (or: module = "pkg")
+    version_args = ["--version"]           # [] when asking for the version is not cheap
+    api = "anthropic"                      # anthropic | openai | gemini | any | none
+    default_driver = "claude-sonnet-4-5"
+    log_format = "claude-stream-json"      # the parser in agents/events.py
+    log_file = ""                          # a structured log the CLI writes (in workspace)
+    command = ["claude", "-p", "{prompt}", "--model", "{driver}"]
+    [env]
+    ANTHROPIC_BASE_URL = "{anthropic_url}"
+    ANTHROPIC_API_KEY = "{proxy_key}"
+    [driver_format]                        # how {driver} is spelled, per driver API
+    openai = "openai/{model}"
+    [config_files]                         # written into the workspace before launch
+    ".agent2rl/settings.json" = '{"model": "{driver}"}'
+
+Placeholders in ``command``, ``env`` and ``config_files`` values: ``{python}`` (the harness's
+interpreter), ``{workspace}``, ``{prompt}`` (the rendered prompt), ``{prompt_file}``; and for
+LLM agents (see :mod:`agent2rl.agents.launch`) ``{driver}`` (the driver model as this CLI
+names it: ``driver_format[api]``, else the bare model), ``{model}`` (the bare model name),
+``{api}``, ``{openai_url}``, ``{anthropic_url}``, ``{gemini_url}`` (the metering proxy's
+endpoints), ``{base_url}`` (the proxy endpoint of the driver's API) and ``{proxy_key}`` (the
+per-run key the proxy accepts; never the real key). Only these exact names are replaced, so
+other braces (``{env:X}`` in an OpenCode config, ``{{task}}`` in a Jinja template) pass
+through. Built-in specs live in ``agents/specs/``; ``--agent path/to/spec.toml`` runs any
+other.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from agent2rl.agents.events import PARSERS
 from agent2rl.errors import UserError
 
 DEFAULT_PROMPT = """You are an ML engineer. Improve the base model on the task below within the
@@ -37,9 +66,32 @@ Time left: {time_left}. Workspace: {workspace}
 """
 
 
+# Which provider API an agent's CLI speaks: one API, ``any`` (litellm-style agents that pick
+# the API from the driver), or ``none`` (no LLM: reference and test agents).
+APIS = ("anthropic", "openai", "gemini", "any", "none")
+KINDS = ("reference", "cli", "custom")
+LOG_FORMATS = tuple(PARSERS)
+# Every placeholder a spec may use; anything else in braces is left alone.
+PLACEHOLDERS = (
+    "python",
+    "workspace",
+    "prompt_file",
+    "prompt",
+    "driver",
+    "model",
+    "api",
+    "openai_url",
+    "anthropic_url",
+    "gemini_url",
+    "base_url",
+    "proxy_key",
+)
+_PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
+
+
 @dataclass(frozen=True)
 class AgentSpec:
-    """An agent: how to launch it and what to give it."""
+    """An agent: how to launch it and what to give it (see the module docstring)."""
 
     name: str
     description: str
@@ -49,21 +101,54 @@ class AgentSpec:
     files: list[str] = field(default_factory=list)
     prompt_template: str = DEFAULT_PROMPT
     source: Path | None = None
+    install: str = ""
+    binary: str = ""
+    module: str = ""
+    version_args: list[str] = field(default_factory=lambda: ["--version"])
+    api: str = "none"
+    default_driver: str = ""
+    driver_format: dict[str, str] = field(default_factory=dict)
+    log_format: str = "text"
+    log_file: str = ""
+    config_files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uses_llm(self) -> bool:
+        """Whether this agent needs a driver model (and so a metering proxy)."""
+        return self.api != "none"
 
     def render_command(self, workspace: Path, prompt: str, prompt_file: Path) -> list[str]:
-        return [_fill(arg, workspace, prompt, prompt_file) for arg in self.command]
+        """``command`` with the base placeholders filled (LLM placeholders stay as they are;
+        :func:`agent2rl.agents.launch.build_launch` fills them all)."""
+        values = base_values(workspace, prompt, prompt_file)
+        return [fill(arg, values) for arg in self.command]
 
     def render_env(self, workspace: Path, prompt: str, prompt_file: Path) -> dict[str, str]:
-        return {k: _fill(v, workspace, prompt, prompt_file) for k, v in self.env.items()}
+        """``env`` with the base placeholders filled, like :meth:`render_command`."""
+        values = base_values(workspace, prompt, prompt_file)
+        return {k: fill(v, values) for k, v in self.env.items()}
+
+    def placeholders(self) -> set[str]:
+        """The placeholder names used anywhere in command, env and config files."""
+        texts = [*self.command, *self.env.values(), *self.config_files.values()]
+        return {m.group(1) for t in texts for m in _PLACEHOLDER.finditer(t)}
 
 
-def _fill(text: str, workspace: Path, prompt: str, prompt_file: Path) -> str:
-    return (
-        text.replace("{python}", sys.executable)
-        .replace("{workspace}", str(workspace))
-        .replace("{prompt_file}", str(prompt_file))
-        .replace("{prompt}", prompt)
-    )
+def base_values(workspace: Path, prompt: str, prompt_file: Path) -> dict[str, str]:
+    """The placeholder values every agent gets (no LLM ones)."""
+    return {
+        "python": sys.executable,
+        "workspace": str(workspace),
+        "prompt_file": str(prompt_file),
+        "prompt": prompt,
+    }
+
+
+def fill(text: str, values: Mapping[str, str]) -> str:
+    """Replace ``{name}`` for each known placeholder that has a value, in one pass (so a
+    value that itself contains ``{workspace}``, e.g. a prompt, is never expanded again).
+    Placeholders without a value and unknown braces are left as they are."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
 
 
 def load_spec(path: Path) -> AgentSpec:
@@ -80,20 +165,71 @@ def load_spec(path: Path) -> AgentSpec:
     cmd = data["command"]
     if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
         raise UserError(f"agent spec {path}: command must be a non-empty list of strings")
-    known = {"name", "description", "command", "kind", "env", "files", "prompt_template"}
+    known = set(AgentSpec.__dataclass_fields__) - {"source"}
     unknown = set(data) - known
     if unknown:
         raise UserError(f"agent spec {path}: unknown keys {sorted(unknown)}")
-    return AgentSpec(
+    spec = AgentSpec(
         name=data["name"],
         description=data["description"],
         command=cmd,
         kind=data.get("kind", "custom"),
-        env={k: str(v) for k, v in data.get("env", {}).items()},
+        env=_str_table(path, data, "env"),
         files=list(data.get("files", [])),
         prompt_template=data.get("prompt_template", DEFAULT_PROMPT),
         source=Path(path),
+        install=str(data.get("install", "")),
+        binary=str(data.get("binary", "")),
+        module=str(data.get("module", "")),
+        version_args=[str(a) for a in data.get("version_args", ["--version"])],
+        api=str(data.get("api", "none")),
+        default_driver=str(data.get("default_driver", "")),
+        driver_format=_str_table(path, data, "driver_format"),
+        log_format=str(data.get("log_format", "text")),
+        log_file=str(data.get("log_file", "")),
+        config_files=_str_table(path, data, "config_files"),
     )
+    _validate(path, spec)
+    return spec
+
+
+def _str_table(path: Path, data: dict, key: str) -> dict[str, str]:
+    table = data.get(key, {})
+    if not isinstance(table, dict):
+        raise UserError(f"agent spec {path}: [{key}] must be a table of strings")
+    return {str(k): str(v) for k, v in table.items()}
+
+
+def _validate(path: Path, spec: AgentSpec) -> None:
+    """One clear message per mistake a spec author can make."""
+    if spec.kind not in KINDS:
+        raise UserError(f"agent spec {path}: kind must be one of {', '.join(KINDS)}")
+    if spec.api not in APIS:
+        raise UserError(f"agent spec {path}: api must be one of {', '.join(APIS)}")
+    if spec.log_format not in LOG_FORMATS:
+        raise UserError(f"agent spec {path}: log_format must be one of {', '.join(LOG_FORMATS)}")
+    bad_formats = set(spec.driver_format) - {"anthropic", "openai", "openai-compatible", "gemini"}
+    if bad_formats:
+        raise UserError(
+            f"agent spec {path}: driver_format keys must be anthropic, openai, "
+            f"openai-compatible or gemini, not {sorted(bad_formats)}"
+        )
+    for rel in [*spec.config_files, *([spec.log_file] if spec.log_file else [])]:
+        p = Path(rel)
+        # Config files and logs live inside the workspace: the agent's sandbox sees only it.
+        if p.is_absolute() or ".." in p.parts or not p.parts:
+            raise UserError(
+                f"agent spec {path}: {rel!r} must be a relative path inside the workspace"
+            )
+    if spec.api == "none":
+        llm = spec.placeholders() - {"python", "workspace", "prompt_file", "prompt"}
+        if llm:
+            raise UserError(
+                f"agent spec {path}: uses {', '.join(sorted(llm))} but has no api: "
+                "set api = anthropic | openai | gemini | any"
+            )
+    elif not spec.default_driver:
+        raise UserError(f"agent spec {path}: an LLM agent (api = {spec.api}) needs default_driver")
 
 
 def builtin_specs() -> dict[str, AgentSpec]:

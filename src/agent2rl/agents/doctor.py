@@ -1,0 +1,173 @@
+"""Which agents can run here: installed (binary on PATH or module importable, with its
+version) and configured (the real key of its default driver set), and how to install them.
+
+``agent2rl agents`` and ``agent2rl agents doctor`` print :func:`doctor`'s rows, e.g.::
+
+    for row in doctor():
+        table.add_row(*row.cells())      # columns: DOCTOR_COLUMNS
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from agent2rl.agents.drivers import real_key, resolve_driver
+from agent2rl.agents.launch import PROXIED_APIS
+from agent2rl.agents.spec import AgentSpec, builtin_specs
+from agent2rl.errors import UserError
+
+DOCTOR_COLUMNS = ("agent", "installed", "version", "driver", "key", "install")
+_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?(?:[-.+]\w+)*")
+
+
+@dataclass(frozen=True)
+class DoctorRow:
+    """One agent's readiness.
+
+    ``location`` is the binary's path or the module's origin (``""`` when not installed);
+    ``version`` is ``""`` when unknown or not asked for; ``key_env`` is the variable holding
+    the default driver's real key (``""`` for agents without an LLM); ``note`` says what
+    else stands in the way (e.g. an API the metering proxy does not relay).
+    """
+
+    agent: str
+    kind: str
+    api: str
+    driver: str
+    installed: bool
+    location: str
+    version: str
+    key_env: str
+    configured: bool
+    install: str
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Ready to run with its default driver."""
+        return self.installed and self.configured and not self.note
+
+    def cells(self) -> tuple[str, ...]:
+        """The row as text for :data:`DOCTOR_COLUMNS`."""
+        if not self.key_env:
+            key = "not needed"
+        else:
+            key = f"{self.key_env} {'set' if self.configured else 'missing'}"
+        if self.note:
+            key = f"{key}; {self.note}"
+        return (
+            self.agent,
+            "yes" if self.installed else "no",
+            self.version or "-",
+            self.driver or "-",
+            key,
+            "" if self.installed else self.install,
+        )
+
+
+def _locate(spec: AgentSpec, path: str | None) -> str:
+    if spec.binary:
+        return shutil.which(spec.binary, path=path) or ""
+    if spec.module:
+        try:
+            found = importlib.util.find_spec(spec.module)
+        except (ImportError, ValueError):
+            found = None
+        return str(found.origin or spec.module) if found else ""
+    # No binary or module: the agent ships with agent2rl (reference and test agents).
+    return "built in"
+
+
+def _version(binary: str, args: list[str], env: Mapping[str, str], timeout_s: float) -> str:
+    try:
+        done = subprocess.run(
+            [binary, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    match = _VERSION.search(done.stdout or "") or _VERSION.search(done.stderr or "")
+    return match.group(0) if match else ""
+
+
+def check_agent(
+    spec: AgentSpec,
+    environ: Mapping[str, str] | None = None,
+    *,
+    versions: bool = True,
+    timeout_s: float = 10.0,
+) -> DoctorRow:
+    """One agent's :class:`DoctorRow`. ``environ`` (default ``os.environ``) supplies PATH and
+    the keys; the version is asked (``binary --version``, at most ``timeout_s``) only when
+    ``versions`` and the spec has ``version_args``. Never raises for a broken install."""
+    env = os.environ if environ is None else environ
+    location = _locate(spec, env.get("PATH"))
+    installed = bool(location)
+    version = ""
+    if installed and versions and spec.binary and spec.version_args:
+        version = _version(location, spec.version_args, env, timeout_s)
+    key_env, configured, note = "", True, ""
+    if spec.uses_llm:
+        try:
+            driver = resolve_driver(spec.default_driver)
+        except UserError as err:
+            return DoctorRow(
+                spec.name, spec.kind, spec.api, spec.default_driver, installed, location,
+                version, "", False, spec.install, str(err),
+            )  # fmt: skip
+        key_env = driver.key_env
+        try:
+            real_key(driver, env)
+        except UserError:
+            configured = False
+        if driver.api not in PROXIED_APIS:
+            note = f"the metering proxy does not relay the {driver.api} API yet"
+    return DoctorRow(
+        agent=spec.name,
+        kind=spec.kind,
+        api=spec.api,
+        driver=spec.default_driver,
+        installed=installed,
+        location=location,
+        version=version,
+        key_env=key_env,
+        configured=configured,
+        install=spec.install,
+        note=note,
+    )
+
+
+def doctor(
+    specs: Iterable[AgentSpec] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    versions: bool = True,
+    timeout_s: float = 10.0,
+) -> list[DoctorRow]:
+    """A :class:`DoctorRow` per agent (default: every built-in), in the given order.
+    Version probes run concurrently, so the whole check takes about the slowest CLI's
+    startup time, at most ``timeout_s``."""
+    items = list(builtin_specs().values() if specs is None else specs)
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
+        return list(
+            pool.map(
+                lambda s: check_agent(s, environ, versions=versions, timeout_s=timeout_s),
+                items,
+            )
+        )
+
+
+__all__ = ["DOCTOR_COLUMNS", "DoctorRow", "check_agent", "doctor"]
