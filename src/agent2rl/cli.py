@@ -109,7 +109,18 @@ def run(
     task_opt: list[str] = typer.Option(
         [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks`)."
     ),
-    driver: str | None = typer.Option(None, "--driver", help="Driver LLM (LLM agents only)."),
+    driver: str | None = typer.Option(
+        None, "--driver", help="Driver LLM of an LLM agent, e.g. claude-sonnet-4-5, gpt-5."
+    ),
+    driver_base_url: str | None = typer.Option(
+        None, "--driver-base-url", help="OpenAI-compatible server for an openai/<model> driver."
+    ),
+    mode: str = typer.Option(
+        "free", "--mode", help="Operating mode of an LLM agent: free|sft-only|rl-oriented|multi."
+    ),
+    token_budget: int | None = typer.Option(
+        None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
+    ),
 ) -> None:
     """Run one agent on one task within a budget, then write its report."""
     from agent2rl.inference import BackendConfig
@@ -132,6 +143,9 @@ def run(
         ),
         task_options=_parse_task_opts(task_opt),
         driver=driver,
+        driver_base_url=driver_base_url,
+        mode=mode,
+        token_budget=token_budget,
     )
     _execute(req)
 
@@ -202,14 +216,39 @@ def data_import(
     console.print(t.import_data(path, task_root(t, load_settings().task_store)), soft_wrap=True)
 
 
-@app.command()
-def agents() -> None:
-    """List the built-in agents."""
+agents_app = typer.Typer(
+    invoke_without_command=True, help="The built-in agents and whether each is ready here."
+)
+app.add_typer(agents_app, name="agents")
+
+
+@agents_app.callback()
+def agents(ctx: typer.Context) -> None:
+    """List the built-in agents with installed/configured status."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from agent2rl.agents.doctor import doctor
+
+    table = Table("agent", "kind", "ready", "default driver", "description")
+    specs = {r.agent: r for r in doctor(versions=False)}
     from agent2rl.agents import builtin_specs
 
-    table = Table("agent", "kind", "description")
     for spec in builtin_specs().values():
-        table.add_row(spec.name, spec.kind, spec.description)
+        row = specs.get(spec.name)
+        ready = "yes" if row is None or row.ok else "no (see `agent2rl agents doctor`)"
+        table.add_row(spec.name, spec.kind, ready, spec.default_driver or "-", spec.description)
+    console.print(table)
+
+
+@agents_app.command("doctor")
+def agents_doctor() -> None:
+    """For each agent: installed (and version), its driver's key, and the install command."""
+    from agent2rl.agents.doctor import DOCTOR_COLUMNS, doctor
+
+    table = Table(*DOCTOR_COLUMNS)
+    table.columns[-1].overflow = "fold"  # the install command must be copyable whole
+    for row in doctor():
+        table.add_row(*row.cells())
     console.print(table)
 
 

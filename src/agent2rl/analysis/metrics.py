@@ -8,6 +8,7 @@ seed, so computing the metrics twice gives byte-identical ``metrics.json``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -236,6 +237,23 @@ def _rejection_dict(r: Rejection, t0: float) -> dict[str, Any]:
     }
 
 
+def _agent_view(paths: RunPaths) -> dict[str, Any]:
+    """From ``record/agent.json`` (written after the agent stops): the agent log's summary
+    (events, the CLI's own token counts), the training methods found in its code and where
+    they contradict its mode. All None when the file is missing or unreadable."""
+    try:
+        view = json.loads((paths.record / "agent.json").read_text())
+    except (OSError, ValueError):
+        view = {}
+    if not isinstance(view, dict):
+        view = {}
+    return {
+        "agent_log": view.get("log"),
+        "methods": view.get("methods"),
+        "mode_flags": view.get("mode_flags"),
+    }
+
+
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -344,5 +362,6 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
         # Tokens the agent's LLM used, as the metering proxy recorded them (None: no proxy).
         "llm_usage": summarize_usage(paths.llm_usage) if paths.llm_usage.is_file() else None,
         "token_budget": info.token_budget,
+        **_agent_view(paths),
     }
     return metrics

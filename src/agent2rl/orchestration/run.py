@@ -10,7 +10,9 @@ allowed to finish (bounded), the grading service is stopped and a report is writ
 from __future__ import annotations
 
 import glob
+import os
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +20,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agent2rl.agents.spec import AgentSpec, get_agent, install_files
+from agent2rl.agents.drivers import Driver, driver_for, real_key
+from agent2rl.agents.events import read_agent_log
+from agent2rl.agents.launch import build_launch
+from agent2rl.agents.metering import (
+    DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_OPENAI_BASE_URL,
+    MeteringProxy,
+    start_metering_proxy,
+)
+from agent2rl.agents.modes import detect_methods, get_mode, mode_contradictions, render_prompt
+from agent2rl.agents.spec import DEFAULT_PROMPT, AgentSpec, get_agent, install_files
 from agent2rl.analysis import compute_metrics, record_run, write_report
 from agent2rl.errors import UserError
 from agent2rl.grading.ledger import Ledger
@@ -29,7 +41,7 @@ from agent2rl.orchestration.agent_process import AgentProcess
 from agent2rl.orchestration.baseline import measure_baseline, record_baseline
 from agent2rl.orchestration.status import StatusLine
 from agent2rl.recording import CodeRecorder, PeriodicSnapshotter, ResourceSampler
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.rundir import RunInfo, RunPaths, write_json_atomic
 from agent2rl.settings import format_duration, load_settings
 from agent2rl.tasks import Task, get_task, prepare_task
 from agent2rl.workspace import agent_env, build_workspace, write_instructions
@@ -58,6 +70,9 @@ class RunRequest:
     backend: BackendConfig = field(default_factory=BackendConfig)
     task_options: dict[str, str] = field(default_factory=dict)
     driver: str | None = None
+    driver_base_url: str | None = None
+    mode: str = "free"
+    token_budget: int | None = None
     grace_s: float = 10.0
     snapshot_interval_s: float = 60.0
     sample_interval_s: float = 5.0
@@ -101,6 +116,7 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
     spec = get_agent(req.agent)
     sandbox = resolve_sandbox(req.sandbox)
     req.backend.validate()
+    llm = _resolve_llm(req, spec)
     with console.status(f"resolving model {req.model}"):
         model = resolve_model(req.model, settings.model_store)
     runs_dir = req.runs_dir.expanduser().resolve()
@@ -120,7 +136,9 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         seed=req.seed,
         sandbox=sandbox,
         created_at=time.time(),
-        driver=req.driver,
+        driver=llm[0].name if llm else None,
+        mode=req.mode if llm else None,
+        token_budget=req.token_budget if llm else None,
         model_path=str(model.path),
         task_options=task.opts,
         backend=req.backend.to_dict(),
@@ -153,7 +171,9 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
             max_bytes=max_bytes,
             base_model_dir=model.path,
         )
-        _run_agent(req, task, spec, model, paths, info, service, token, sandbox, ledger, console)
+        _run_agent(
+            req, task, spec, model, paths, info, service, token, sandbox, ledger, console, llm
+        )
     except KeyboardInterrupt:
         info.status, info.error = "interrupted", "interrupted by the user"
         raise
@@ -171,6 +191,37 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         info.save(paths)
         metrics = _finalize(paths, runs_dir, console)
     return RunOutcome(paths.root, info.status, metrics)
+
+
+def _resolve_llm(req: RunRequest, spec: AgentSpec) -> tuple[Driver, str] | None:
+    """(driver, real key) for an LLM agent, None for one without an LLM; every mistake
+    (unknown driver or mode, a missing key, a driver for an agent without LLM) is a
+    :class:`UserError` here, before anything is written."""
+    get_mode(req.mode)
+    if req.token_budget is not None and req.token_budget <= 0:
+        raise UserError(f"--token-budget {req.token_budget} must be a positive token count")
+    if not spec.uses_llm:
+        if req.driver or req.driver_base_url:
+            raise UserError(f"agent {spec.name} uses no LLM: drop --driver")
+        return None
+    driver = driver_for(spec, req.driver, req.driver_base_url)
+    return driver, real_key(driver)
+
+
+def _start_proxy(paths: RunPaths, driver: Driver, key: str, budget: int | None) -> MeteringProxy:
+    """The run's metering proxy, holding the only copy of the real key. Its upstream is the
+    driver's server, or the host's ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL`` (a gateway),
+    or the provider's own endpoint."""
+    openai_url = driver.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
+    anthropic_url = os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL
+    return start_metering_proxy(
+        paths.llm_usage,
+        openai_api_key=key if driver.api == "openai" else "",
+        anthropic_api_key=key if driver.api == "anthropic" else "",
+        openai_base_url=openai_url,
+        anthropic_base_url=anthropic_url,
+        max_total_tokens=budget,
+    )
 
 
 def _default_max_bytes(model: ModelRef) -> int:
@@ -191,6 +242,7 @@ def _run_agent(
     sandbox: str,
     ledger: Ledger,
     console: Console,
+    llm: tuple[Driver, str] | None = None,
 ) -> None:
     info.start = time.time()
     info.deadline = info.start + req.budget_s
@@ -199,15 +251,66 @@ def _run_agent(
     write_instructions(paths, info, service.url, token)
     env = agent_env(paths, info, model, service.url, token)
     prompt_file = paths.workspace / "prompt.md"
-    prompt = _render_prompt(spec, paths, info)
+    # The spec's own template when it has one; else the full prompt (listing, data sample).
+    template = None if spec.prompt_template == DEFAULT_PROMPT else spec.prompt_template
+    prompt = render_prompt(paths.workspace, req.mode, req.budget_s, template)
     prompt_file.write_text(prompt)
-    env.update(spec.render_env(paths.workspace, prompt, prompt_file))
-    env.update(req.extra_env)
-    command = spec.render_command(paths.workspace, prompt, prompt_file)
+    proxy = _start_proxy(paths, llm[0], llm[1], req.token_budget) if llm else None
+    try:
+        launch = build_launch(
+            spec,
+            workspace=paths.workspace,
+            prompt=prompt,
+            prompt_file=prompt_file,
+            driver=llm[0] if llm else None,
+            proxy_url=proxy.url if proxy else None,
+            proxy_key=proxy.key if proxy else None,
+            real_key=llm[1] if llm else "",
+        )
+        launch.write_files()
+        env.update(launch.env)
+        env.update(req.extra_env)
+        _supervise(req, task, spec, model, paths, info, sandbox, ledger, console, launch.argv, env)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+    _record_agent_view(spec, paths, info, task)
 
+
+def _record_agent_view(spec: AgentSpec, paths: RunPaths, info: RunInfo, task: Task) -> None:
+    """What the agent's own log says (events, its token counts) and whether its methods
+    match its mode, into ``record/agent.json`` for the report. Never fails the run."""
+    try:
+        log = read_agent_log(spec, paths.agent_log, paths.workspace)
+        view: dict = {"log_format": spec.log_format, "log": log.summary()}
+        if info.mode:
+            methods = detect_methods(paths.code)
+            view["methods"] = sorted(methods)
+            view["mode_flags"] = mode_contradictions(
+                info.mode, methods, interactive=task.level == 3
+            )
+        write_json_atomic(paths.record / "agent.json", view)
+    except Exception as err:  # the report is still written without it
+        write_json_atomic(paths.record / "agent.json", {"error": f"{type(err).__name__}: {err}"})
+
+
+def _supervise(
+    req: RunRequest,
+    task: Task,
+    spec: AgentSpec,
+    model: ModelRef,
+    paths: RunPaths,
+    info: RunInfo,
+    sandbox: str,
+    ledger: Ledger,
+    console: Console,
+    command: list[str],
+    env: dict[str, str],
+) -> None:
+    """Start the agent, record it, stop it at the deadline, settle in-flight grading."""
     agent = AgentProcess(command, env, paths.workspace, paths.agent_log)
     if sandbox == "bwrap":
-        agent.argv = bwrap_argv(_sandbox_spec(paths, model, agent.env), command)
+        agent.argv = bwrap_argv(_sandbox_spec(paths, model, agent.env, command), command)
     recorder = CodeRecorder(paths.code_git, paths.workspace)
     recorder.snapshot("start")
     snapshotter = PeriodicSnapshotter(recorder, interval_s=req.snapshot_interval_s)
@@ -253,7 +356,9 @@ def _settle_in_flight(ledger: Ledger, timeout_s: float, status: StatusLine) -> N
         time.sleep(0.5)
 
 
-def _sandbox_spec(paths: RunPaths, model: ModelRef, env: dict[str, str]) -> SandboxSpec:
+def _sandbox_spec(
+    paths: RunPaths, model: ModelRef, env: dict[str, str], command: list[str]
+) -> SandboxSpec:
     import agent2rl
 
     pkg = Path(agent2rl.__file__).resolve().parent
@@ -261,7 +366,7 @@ def _sandbox_spec(paths: RunPaths, model: ModelRef, env: dict[str, str]) -> Sand
     hide = [pkg, *map(Path, glob.glob(str(pkg.parent / "agent2rl-*.dist-info")))]
     return SandboxSpec(
         workspace=paths.workspace,
-        ro_binds=[*python_ro_binds(), model.path.resolve()],
+        ro_binds=[*python_ro_binds(), model.path.resolve(), *_program_binds(command[0], env)],
         ro_inside=[paths.data, paths.base_model.parent],
         hide=hide,
         env=env,
@@ -269,14 +374,23 @@ def _sandbox_spec(paths: RunPaths, model: ModelRef, env: dict[str, str]) -> Sand
     )
 
 
-def _render_prompt(spec: AgentSpec, paths: RunPaths, info: RunInfo) -> str:
-    ws = paths.workspace
-    return spec.prompt_template.format(
-        description=(ws / "description.md").read_text(),
-        instructions=(ws / "instructions.md").read_text(),
-        time_left=format_duration(info.budget_s),
-        workspace=str(ws),
-    )
+def _program_binds(program: str, env: dict[str, str]) -> list[Path]:
+    """Read-only binds that make an agent CLI installed outside the system dirs (a user's npm
+    prefix, ``~/.local``) runnable in the sandbox: the folder of its executable and, for a
+    symlinked one (npm), of the package it points into."""
+    exe = shutil.which(program, path=env.get("PATH"))
+    if exe is None:
+        return []
+    out = []
+    for p in (Path(exe).parent, Path(exe).resolve().parent.parent):
+        if not any(p.is_relative_to(d) for d in ("/usr", "/bin", "/lib", "/sbin", "/etc")):
+            out.append(p)
+    return [p for p in dict.fromkeys(out) if p.is_dir() and not paths_overlap(p)]
+
+
+def paths_overlap(p: Path) -> bool:
+    """True for paths a bind must never expose whole (the filesystem root, a home dir)."""
+    return p == Path("/") or p == Path.home() or p.parent == Path("/home")
 
 
 def _finalize(paths: RunPaths, runs_dir: Path, console: Console) -> dict:
