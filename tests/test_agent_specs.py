@@ -91,10 +91,8 @@ def test_reference_and_test_specs_still_load() -> None:
         spec = load_spec(path)
         assert spec.api == "none" and spec.log_format == "text"
     late = load_spec(TESTS / "agents" / "late.toml")
-    assert late.render_command(Path("/ws"), "p", Path("/ws/p.md")) == [
-        sys.executable,
-        "code/late.py",
-    ]
+    launch = build_launch(late, workspace=Path("/ws"), prompt="p", prompt_file=Path("/ws/p.md"))
+    assert launch.argv == [sys.executable, "code/late.py"] and launch.driver is None
 
 
 @pytest.mark.parametrize(

@@ -117,17 +117,6 @@ class AgentSpec:
         """Whether this agent needs a driver model (and so a metering proxy)."""
         return self.api != "none"
 
-    def render_command(self, workspace: Path, prompt: str, prompt_file: Path) -> list[str]:
-        """``command`` with the base placeholders filled (LLM placeholders stay as they are;
-        :func:`agent2rl.agents.launch.build_launch` fills them all)."""
-        values = base_values(workspace, prompt, prompt_file)
-        return [fill(arg, values) for arg in self.command]
-
-    def render_env(self, workspace: Path, prompt: str, prompt_file: Path) -> dict[str, str]:
-        """``env`` with the base placeholders filled, like :meth:`render_command`."""
-        values = base_values(workspace, prompt, prompt_file)
-        return {k: fill(v, values) for k, v in self.env.items()}
-
     def placeholders(self) -> set[str]:
         """The placeholder names used anywhere in command, env and config files."""
         texts = [*self.command, *self.env.values(), *self.config_files.values()]
