@@ -10,7 +10,7 @@ from conftest import agent2rl_cmd
 
 from agent2rl.analysis import list_runs, record_run
 from agent2rl.analysis.compare import IncomparableRuns, aggregate
-from agent2rl.analysis.results import SCHEMA
+from agent2rl.analysis.results import ADDED_COLUMNS, SCHEMA
 
 
 def _metrics(run_id: str, eval_hash: str, improvement: float, within: bool) -> dict:
@@ -31,6 +31,8 @@ def _metrics(run_id: str, eval_hash: str, improvement: float, within: bool) -> d
         "duration_s": 60.0,
         "status": "completed",
         "eval_hash": eval_hash,
+        "mode": "sft-only",
+        "llm_usage": {"total_tokens": 1234, "cost_usd": 0.01},
     }
 
 
@@ -72,11 +74,14 @@ def test_different_settings_are_refused_with_one_clear_line(tmp_path) -> None:
 def test_an_older_results_db_gains_the_new_columns(tmp_path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
-    old_schema = SCHEMA.replace(",\n    eval_hash TEXT,\n    within_noise INTEGER", "")
-    assert "eval_hash" not in old_schema  # the schema of the first release
+    old_schema = SCHEMA
+    for name, kind in ADDED_COLUMNS.items():  # back to the schema of the first release
+        old_schema = old_schema.replace(f",\n    {name} {kind}", "")
+    assert "eval_hash" not in old_schema and "cost_usd" not in old_schema
     with sqlite3.connect(runs / "results.db") as conn:
         conn.executescript(old_schema)
         conn.execute("INSERT INTO runs (run_id, finished_at, task) VALUES ('old', 0.5, 'x')")
     record_run(runs, runs / "a", _metrics("a", "h1", 2.0, within=True))
     rows = {r["run_id"]: r for r in list_runs(runs)}
     assert rows["old"]["eval_hash"] is None and rows["a"]["eval_hash"] == "h1"
+    assert rows["a"]["total_tokens"] == 1234 and rows["a"]["mode"] == "sft-only"

@@ -291,18 +291,23 @@ def compare(
     if not rows:
         raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
     groups = aggregate(rows)  # raises when the rows are not comparable
-    table = Table("run", "task", "agent", "baseline", "best", "improvement [95% CI]", "noise")
+    table = Table(
+        "run", "task", "agent", "baseline", "best", "improvement [95% CI]", "noise", "LLM tokens"
+    )
     for r in rows:
         ci = f" [{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}]" if r.get("ci_lo") is not None else ""
         noise = {None: "-", 0: "beyond", 1: "within"}[r.get("within_noise")]
         table.add_row(
             r["run_id"],
             r["task"],
-            r["agent"] + (f" ({r['driver']})" if r.get("driver") else ""),
+            r["agent"]
+            + (f" ({r['driver']})" if r.get("driver") else "")
+            + (f", {r['mode']}" if r.get("mode") else ""),
             _fmt(r.get("baseline")),
             _fmt(r.get("best")),
             _fmt(r.get("improvement"), signed=True) + ci,
             noise,
+            f"{r['total_tokens']:,}" if r.get("total_tokens") is not None else "-",
         )
     console.print(table)
     summary = Table(

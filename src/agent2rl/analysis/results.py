@@ -34,6 +34,9 @@ COLUMNS = (
     "run_dir",
     "eval_hash",
     "within_noise",
+    "mode",
+    "total_tokens",
+    "cost_usd",
 )
 
 SCHEMA = """
@@ -55,12 +58,21 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT,
     run_dir TEXT,
     eval_hash TEXT,
-    within_noise INTEGER
+    within_noise INTEGER,
+    mode TEXT,
+    total_tokens INTEGER,
+    cost_usd REAL
 );
 """
 
 # Columns added after the first release: an older results.db gains them on open.
-_ADDED_COLUMNS = {"eval_hash": "TEXT", "within_noise": "INTEGER"}
+ADDED_COLUMNS = {
+    "eval_hash": "TEXT",
+    "within_noise": "INTEGER",
+    "mode": "TEXT",
+    "total_tokens": "INTEGER",
+    "cost_usd": "REAL",
+}
 
 
 def results_db_path(runs_dir: Path) -> Path:
@@ -76,7 +88,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.executescript(SCHEMA)
     have = {r["name"] for r in conn.execute("PRAGMA table_info(runs)")}
-    for name, kind in _ADDED_COLUMNS.items():
+    for name, kind in ADDED_COLUMNS.items():
         if name not in have:
             conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
     return conn
@@ -84,6 +96,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def _row(run_dir: Path, metrics: dict[str, Any]) -> tuple[Any, ...]:
     ci = metrics.get("improvement_ci95") or (None, None)
+    usage = metrics.get("llm_usage") or {}
     values = {
         "run_id": metrics["run_id"],
         "finished_at": metrics.get("ended_at"),
@@ -103,6 +116,10 @@ def _row(run_dir: Path, metrics: dict[str, Any]) -> tuple[Any, ...]:
         "run_dir": str(Path(run_dir).resolve()),
         "eval_hash": metrics.get("eval_hash"),
         "within_noise": metrics.get("within_noise"),
+        "mode": metrics.get("mode"),
+        # LLM agents only: what the driver consumed, for scaling analyses across runs.
+        "total_tokens": usage.get("total_tokens"),
+        "cost_usd": usage.get("cost_usd"),
     }
     return tuple(values[c] for c in COLUMNS)
 
