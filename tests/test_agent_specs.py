@@ -19,7 +19,7 @@ from agent2rl.agents import build_launch, builtin_specs, driver_for, get_agent, 
 from agent2rl.agents.doctor import DOCTOR_COLUMNS, check_agent, doctor
 from agent2rl.agents.drivers import COMPATIBLE_KEY_ENV, real_key, resolve_driver
 from agent2rl.agents.events import PARSERS
-from agent2rl.agents.launch import proxy_endpoints
+from agent2rl.agents.launch import PROXIED_APIS, proxy_endpoints
 from agent2rl.agents.modes import render_prompt
 from agent2rl.agents.spec import PLACEHOLDERS, AgentSpec, fill
 from agent2rl.errors import UserError
@@ -219,7 +219,7 @@ def test_claude_code_launch_goes_through_the_proxy_with_the_proxy_key(workspace:
     assert launch.driver is not None and launch.driver.api == "anthropic"
 
 
-@pytest.mark.parametrize("name", [n for n in LLM_AGENTS if n != "gemini-cli"])
+@pytest.mark.parametrize("name", LLM_AGENTS)
 def test_every_llm_launch_is_fully_filled_and_never_holds_a_real_key(
     workspace: Path, name: str
 ) -> None:
@@ -280,16 +280,21 @@ def test_opencode_config_routes_an_openai_compatible_driver(workspace: Path) -> 
     assert launch.env["OPENCODE_CONFIG"] == str(written[0])
 
 
-def test_gemini_driver_is_refused_until_the_proxy_relays_gemini(workspace: Path) -> None:
+def test_gemini_cli_launch_goes_through_the_proxy(workspace: Path) -> None:
     spec = get_agent("gemini-cli")
-    with pytest.raises(UserError, match="does not relay the gemini API"):
-        _launch(spec, workspace)
-    launch = _launch(spec, workspace, proxied_apis={"anthropic", "openai", "gemini"})
+    assert "gemini" in PROXIED_APIS
+    launch = _launch(spec, workspace)
+    assert launch.driver is not None and launch.driver.api == "gemini"
+    assert launch.argv[launch.argv.index("--model") + 1] == "gemini-2.5-pro"
     assert launch.env["GOOGLE_GEMINI_BASE_URL"] == f"{PROXY_URL}/gemini"
     assert launch.env["GEMINI_API_KEY"] == PROXY_KEY
     settings = json.loads(launch.files[workspace / ".agent2rl/gemini/.gemini/settings.json"])
     assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
     assert launch.env["GEMINI_CLI_HOME"] == str(workspace / ".agent2rl/gemini")
+    assert all(key not in _everything(launch) for key in REAL_KEYS.values())
+    # An API the proxy does not relay is still refused.
+    with pytest.raises(UserError, match="does not relay the gemini API"):
+        _launch(spec, workspace, proxied_apis={"anthropic", "openai"})
 
 
 def test_a_spec_that_would_leak_the_real_key_is_refused(workspace: Path) -> None:
@@ -362,7 +367,8 @@ def test_doctor_names_the_install_command_and_the_missing_key(tmp_path: Path) ->
     assert codex.cells()[-1] == "npm install -g @openai/codex"
     assert codex.cells()[4] == "OPENAI_API_KEY missing"
     assert rows["openhands"].install.startswith("uv tool install openhands")
-    assert "does not relay the gemini API" in rows["gemini-cli"].note
+    gemini = rows["gemini-cli"]
+    assert gemini.note == "" and gemini.key_env == "GEMINI_API_KEY" and not gemini.configured
     ref = rows["reference-sft"]
     assert ref.installed and ref.configured and ref.ok and ref.key_env == ""
 

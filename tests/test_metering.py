@@ -25,6 +25,7 @@ from agent2rl.agents.metering import (
     UsageRecord,
     append_record,
     estimate_cost,
+    normalize_usage,
     start_metering_proxy,
 )
 from agent2rl.recording.usage import read_usage, summarize_usage
@@ -35,6 +36,12 @@ REAL_KEY = "sk-real-upstream-key"
 PROXY_KEY = "sk-agent2rl-run-key"
 GPT = "gpt-4o-mini"
 CLAUDE = "claude-haiku-4-5"
+GEMINI = "gemini-2.5-flash"
+GEMINI_BODY = {
+    "systemInstruction": {"parts": [{"text": "You are a coding agent."}]},
+    "contents": [{"role": "user", "parts": [{"text": "Please list the files."}]}],
+    "tools": [{"functionDeclarations": [{"name": "bash", "description": "Run a command."}]}],
+}
 HI = [{"role": "user", "content": "Please list the files."}]
 TOOL_ARGS = {"command": "ls -la /tmp", "timeout": 30, "nested": {"flags": ["-a", "-l"]}}
 
@@ -49,11 +56,13 @@ def fake() -> FakeProvider:
 def _start(tmp: Path, fake: FakeProvider, **kw: Any) -> MeteringProxy:
     kw.setdefault("openai_base_url", fake.openai_base_url)
     kw.setdefault("anthropic_base_url", fake.anthropic_base_url)
+    kw.setdefault("gemini_base_url", fake.gemini_base_url)
     return start_metering_proxy(
         tmp / "record" / "llm_usage.jsonl",
         proxy_key=PROXY_KEY,
         openai_api_key=REAL_KEY,
         anthropic_api_key=REAL_KEY,
+        gemini_api_key=REAL_KEY,
         **kw,
     )
 
@@ -306,6 +315,187 @@ def test_free_endpoints_and_unknown_routes(fake: FakeProvider, proxy: MeteringPr
     ]
     recs = _records_after(proxy, before, 2)
     assert [r["input_tokens"] for r in recs] == [None, None]  # count_tokens is not usage
+
+
+# --------------------------------------------------------------------------------------------
+# Gemini (raw httpx: the google-genai SDK is not a dependency)
+
+
+def _gemini_url(proxy: MeteringProxy, action: str, model: str = GEMINI) -> str:
+    return f"{proxy.gemini_base_url}/v1beta/models/{model}:{action}"
+
+
+def _goog(key: str = PROXY_KEY) -> dict[str, str]:
+    return {"x-goog-api-key": key}
+
+
+def test_gemini_generate_content(fake: FakeProvider, proxy: MeteringProxy) -> None:
+    fake.load(
+        [
+            Turn(text="Let me look.", tool_calls=[ToolCall("bash", TOOL_ARGS)]),
+            Turn(text="There are three files.", cached_input_tokens=4),
+        ]
+    )
+    before = len(read_usage(proxy.usage_file))
+    first = httpx.post(_gemini_url(proxy, "generateContent"), json=GEMINI_BODY, headers=_goog())
+    assert first.status_code == 200, first.text
+    parts = first.json()["candidates"][0]["content"]["parts"]
+    assert parts == [
+        {"text": "Let me look."},
+        {"functionCall": {"name": "bash", "args": TOOL_ARGS}},
+    ]
+    second = httpx.post(_gemini_url(proxy, "generateContent"), json=GEMINI_BODY, headers=_goog())
+    served = fake.served
+    assert [s.api for s in served] == ["gemini", "gemini"]
+    assert first.content == served[0].response and second.content == served[1].response
+    assert second.json()["usageMetadata"]["cachedContentTokenCount"] == 4
+    recs = _records_after(proxy, before, 2)
+    for rec, srv in zip(recs, served, strict=True):
+        assert rec["api"] == "gemini" and rec["endpoint"] == f"models/{GEMINI}:generateContent"
+        _assert_metered(rec, srv)
+        assert rec["cost_usd"] > 0  # gemini-2.5-flash is priced
+    assert served[0].query == "" and served[1].cached_tokens == 4
+
+
+def test_gemini_stream_generate_content(fake: FakeProvider, proxy: MeteringProxy) -> None:
+    fake.load(
+        [
+            Turn(text="Checking the directory now.", tool_calls=[ToolCall("bash", TOOL_ARGS)]),
+            Turn(text="All done here.", chunk_delay_s=0.01),
+        ]
+    )
+    before = len(read_usage(proxy.usage_file))
+    bodies = []
+    for _ in range(2):
+        with httpx.stream(
+            "POST",
+            _gemini_url(proxy, "streamGenerateContent") + "?alt=sse",
+            json=GEMINI_BODY,
+            headers=_goog(),
+        ) as resp:
+            assert resp.status_code == 200
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            bodies.append(resp.read())
+    served = fake.served
+    assert [b == s.response for b, s in zip(bodies, served, strict=True)] == [True, True]
+    events = [json.loads(e.removeprefix(b"data: ")) for e in _sse_events(bodies[0])]
+    text = "".join(
+        p.get("text", "") for e in events for p in e["candidates"][0]["content"]["parts"]
+    )
+    assert text == "Checking the directory now."
+    last = events[-1]["candidates"][0]
+    assert last["finishReason"] == "STOP"
+    assert last["content"]["parts"] == [{"functionCall": {"name": "bash", "args": TOOL_ARGS}}]
+    # Early events carry partial usage (no candidates yet); the last one counts.
+    assert "candidatesTokenCount" not in events[0]["usageMetadata"]
+    recs = _records_after(proxy, before, 2)
+    for rec, srv in zip(recs, served, strict=True):
+        assert srv.stream and srv.query == "alt=sse"
+        assert rec["endpoint"] == f"models/{GEMINI}:streamGenerateContent"
+        _assert_metered(rec, srv)
+
+
+def test_gemini_query_key_and_refusals(fake: FakeProvider, proxy: MeteringProxy) -> None:
+    fake.load(["by query key", "by query key, streamed"])
+    before = len(read_usage(proxy.usage_file))
+    # A wrong key (header or query), the real key, or none: 401 in Google's shape.
+    for url, headers in [
+        (_gemini_url(proxy, "generateContent"), _goog("wrong")),
+        (_gemini_url(proxy, "generateContent") + "?key=wrong", {}),
+        (_gemini_url(proxy, "generateContent") + f"?key={REAL_KEY}", {}),
+        (_gemini_url(proxy, "generateContent"), {}),
+    ]:
+        resp = httpx.post(url, json=GEMINI_BODY, headers=headers)
+        assert resp.status_code == 401
+        assert resp.json()["error"]["status"] == "UNAUTHENTICATED"
+        assert resp.json()["error"]["code"] == 401
+    assert fake.received == [] and fake.served == []
+
+    # ?key= works; the fake refuses any key but the real one, in the header or the query, so
+    # these succeeding shows the proxy key was stripped from the query.
+    ok = httpx.post(_gemini_url(proxy, "generateContent") + f"?key={PROXY_KEY}", json=GEMINI_BODY)
+    assert ok.status_code == 200, ok.text
+    url = _gemini_url(proxy, "streamGenerateContent") + f"?key={PROXY_KEY}&alt=sse"
+    streamed = httpx.post(url, json=GEMINI_BODY)
+    assert streamed.status_code == 200 and streamed.content == fake.served[1].response
+    assert [(s.api_key, s.query) for s in fake.served] == [(REAL_KEY, ""), (REAL_KEY, "alt=sse")]
+    recs = _records_after(proxy, before, 6)
+    assert [(r["status"], r["refused"]) for r in recs] == [(401, True)] * 4 + [(200, False)] * 2
+    _assert_metered(recs[4], fake.served[0])
+    _assert_metered(recs[5], fake.served[1])
+
+
+def test_gemini_free_endpoints_and_unknown_actions(
+    fake: FakeProvider, proxy: MeteringProxy
+) -> None:
+    fake.load([])
+    before = len(read_usage(proxy.usage_file))
+    listed = httpx.get(f"{proxy.gemini_base_url}/v1beta/models", headers=_goog())
+    assert [m["name"] for m in listed.json()["models"]] == [f"models/{GPT}", f"models/{CLAUDE}"]
+    count = httpx.post(_gemini_url(proxy, "countTokens"), json=GEMINI_BODY, headers=_goog())
+    assert count.status_code == 200 and count.json()["totalTokens"] > 0
+    for url in [
+        _gemini_url(proxy, "embedContent"),
+        f"{proxy.gemini_base_url}/v1beta/cachedContents",
+        f"{proxy.gemini_base_url}/v1/models/{GEMINI}:generateContent",
+    ]:
+        resp = httpx.post(url, json=GEMINI_BODY, headers=_goog())
+        assert resp.status_code == 404 and resp.json()["error"]["status"] == "NOT_FOUND"
+    assert fake.served == [] and fake.received == [
+        "GET /v1beta/models",
+        f"POST /v1beta/models/{GEMINI}:countTokens",
+    ]
+    recs = _records_after(proxy, before, 2)
+    assert [r["input_tokens"] for r in recs] == [None, None]  # countTokens is not usage
+    assert recs[1]["model"] == GEMINI
+
+
+def test_gemini_budget_and_upstream_down(fake: FakeProvider, tmp_path: Path) -> None:
+    fake.load(["one two three"] * 3)
+    handle = _start(tmp_path / "a", fake, max_total_tokens=1)
+    down = _start(tmp_path / "b", fake, gemini_base_url=f"http://127.0.0.1:{_dead_port()}")
+    try:
+        url = _gemini_url(handle, "generateContent")
+        assert httpx.post(url, json=GEMINI_BODY, headers=_goog()).status_code == 200
+        refused = httpx.post(url, json=GEMINI_BODY, headers=_goog())
+        assert refused.status_code == 429 and refused.headers["x-should-retry"] == "false"
+        assert refused.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+        assert "token budget of 1 exhausted" in refused.json()["error"]["message"]
+        # countTokens is not metered, so the budget does not stop it.
+        count = httpx.post(_gemini_url(handle, "countTokens"), json=GEMINI_BODY, headers=_goog())
+        assert count.status_code == 200
+        assert len(fake.served) == 1
+
+        gone = httpx.post(_gemini_url(down, "generateContent"), json=GEMINI_BODY, headers=_goog())
+        assert gone.status_code == 502 and gone.json()["error"]["status"] == "UNAVAILABLE"
+        recs = _records_after(handle, 0, 3)
+        assert [(r["status"], r["refused"]) for r in recs] == [
+            (200, False),
+            (429, True),
+            (200, False),
+        ]
+        assert [r["status"] for r in _records_after(down, 0, 1)] == [502]
+    finally:
+        handle.stop()
+        down.stop()
+
+
+def test_gemini_usage_normalisation() -> None:
+    usage = {
+        "promptTokenCount": 100,
+        "cachedContentTokenCount": 40,
+        "toolUsePromptTokenCount": 5,
+        "candidatesTokenCount": 20,
+        "thoughtsTokenCount": 30,
+        "totalTokenCount": 155,
+    }
+    counts = normalize_usage("gemini", usage)
+    assert counts == TokenCounts(input=105, output=50, cached=40)
+    assert counts.total == usage["totalTokenCount"]
+    # 65 uncached input at 1.25, 40 cached at 0.125, 50 output (thoughts included) at 10.
+    assert estimate_cost("gemini-2.5-pro", counts) == pytest.approx((65 * 1.25 + 5 + 500) / 1e6)
+    assert estimate_cost("models/gemini-2.5-flash", TokenCounts(1_000_000, 0)) == 0.30
+    assert estimate_cost("gemini-2.5-pro-exp", counts) is None  # unknown, not guessed
 
 
 # --------------------------------------------------------------------------------------------

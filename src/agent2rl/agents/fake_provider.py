@@ -1,5 +1,7 @@
 """A scripted fake LLM provider: a real HTTP server on loopback that speaks the OpenAI Chat
-Completions and Responses APIs and the Anthropic Messages API, streaming and not.
+Completions and Responses APIs, the Anthropic Messages API and the Gemini API
+(``/v1beta/models/{m}:generateContent`` and ``:streamGenerateContent?alt=sse``; tool calls as
+``functionCall`` parts, usage as ``usageMetadata``), streaming and not.
 
 It replays a :class:`Script` — a list of assistant turns, each text, tool calls, or both — so
 tests (and users dry-running an agent adapter) get realistic provider traffic without a paid
@@ -10,8 +12,9 @@ crude word-and-punctuation tokenizer :func:`count_tokens`. Every answer is kept 
 can compare what was served with what a client or the metering proxy saw.
 
 One global cursor walks the script: each generation request (chat completion, response,
-message — on any API, from any conversation) takes the next turn; once the script is used up
-every request gets ``final_text``. Requests for models or token counts do not move the cursor.
+message, generateContent — on any API, from any conversation) takes the next turn; once the
+script is used up every request gets ``final_text``. Requests for models or token counts do
+not move the cursor.
 
 Script files (JSON or TOML) hold the same fields as :class:`Script`::
 
@@ -138,7 +141,15 @@ class Script:
 # Token counts
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_PROMPT_FIELDS = ("system", "messages", "tools", "instructions", "input")
+_PROMPT_FIELDS = (
+    "system",
+    "messages",
+    "tools",
+    "instructions",
+    "input",
+    "systemInstruction",
+    "contents",
+)
 
 
 def count_tokens(text: str) -> int:
@@ -159,11 +170,15 @@ def _strings(obj: Any) -> Iterator[str]:
 
 def prompt_tokens(body: dict[str, Any]) -> int:
     """Input tokens of a request: the string values (not the keys) of its system prompt,
-    messages / input items, instructions and tool definitions, plus 3 per message. Other
+    messages / input items / Gemini ``contents``, instructions and tool definitions, plus 3 per
+    message. A Gemini ``countTokens`` body's ``generateContentRequest`` counts as the request
+    itself. Other
     fields (``stream``, ``stream_options``, sampling settings) do not count, so a proxy that
     adds ``stream_options`` does not change the count. At least 1."""
+    if isinstance(body.get("generateContentRequest"), dict):
+        body = body["generateContentRequest"]
     n = sum(count_tokens(s) for key in _PROMPT_FIELDS for s in _strings(body.get(key)))
-    for key in ("messages", "input"):
+    for key in ("messages", "input", "contents"):
         if isinstance(body.get(key), list):
             n += 3 * len(body[key])
     return max(n, 1)
@@ -186,7 +201,7 @@ class Served:
     """One answered generation request."""
 
     index: int  # 1-based request number
-    api: str  # "openai-chat" | "openai-responses" | "anthropic"
+    api: str  # "openai-chat" | "openai-responses" | "anthropic" | "gemini"
     model: str
     stream: bool
     turn: int | None  # index into the script, None for the final text
@@ -196,6 +211,7 @@ class Served:
     cached_tokens: int = 0
     usage: dict[str, Any] | None = None  # the usage object in the API's own shape
     api_key: str | None = None  # the credential the client sent
+    query: str = ""  # the raw query string (Gemini: ``alt=sse``)
     request: dict[str, Any] = field(default_factory=dict)
     response: bytes = b""  # the exact body sent
 
@@ -510,8 +526,64 @@ class _Engine:
         events.append(ev("message_stop"))
         return usage, events
 
+    # ---- Gemini
+
+    def gemini(self, n: int, turn: Turn, body: dict[str, Any], tokens: tuple[int, int, int]):
+        """``body`` carries the model and stream flag from the URL as ``_model`` / ``_stream``.
+
+        Usage is ``usageMetadata``: ``promptTokenCount`` includes the cached tokens
+        (``cachedContentTokenCount``, present only when non-zero, as Google sends it). A stream
+        sends one event per text piece (usage without candidates yet), then the function
+        calls, whole, in the last event with ``finishReason`` and the full usage.
+        """
+        model, stream = body["_model"], body["_stream"]
+        inp, out, cached = tokens
+        usage: dict[str, Any] = {
+            "promptTokenCount": inp,
+            "candidatesTokenCount": out,
+            "totalTokenCount": inp + out,
+        }
+        if cached:
+            usage["cachedContentTokenCount"] = cached
+        usage["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": inp}]
+        calls = []
+        for c in turn.tool_calls:
+            call: dict[str, Any] = {"name": c.name, "args": c.arguments_dict()}
+            if c.id:
+                call["id"] = c.id
+            calls.append({"functionCall": call})
+
+        def response(parts: list[dict[str, Any]], meta: dict[str, Any], done: bool):
+            cand: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+            if done:
+                cand["finishReason"] = "STOP"
+            return {
+                "candidates": [cand],
+                "usageMetadata": meta,
+                "modelVersion": model,
+                "responseId": f"fake-gemini-{n}",
+            }
+
+        if not stream:
+            parts = ([{"text": turn.text}] if turn.text else []) + calls
+            return usage, response(parts or [{"text": ""}], usage, True)
+        steps = [[{"text": p}] for p in _pieces(turn.text)] if turn.text else []
+        if calls:
+            steps.append(calls)
+        steps = steps or [[{"text": ""}]]
+        partial = {"promptTokenCount": inp, "totalTokenCount": inp}
+        events = [_sse(response(parts, partial, False)) for parts in steps[:-1]]
+        events.append(_sse(response(steps[-1], usage, True)))
+        return usage, events
+
 
 def _error(kind: str, status: int, message: str) -> JSONResponse:
+    if kind == "gemini":
+        name = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND"}.get(
+            status, "INTERNAL"
+        )
+        body = {"error": {"code": status, "message": message, "status": name}}
+        return JSONResponse(body, status_code=status)
     if kind == "anthropic":
         etype = {401: "authentication_error", 400: "invalid_request_error"}.get(status, "api_error")
         return JSONResponse(
@@ -543,22 +615,45 @@ def create_app(engine: _Engine) -> FastAPI:
             return auth[7:].strip()
         return request.headers.get("x-api-key")
 
-    async def generate(request: Request, kind: str) -> Response:
-        api = "anthropic" if kind == "anthropic" else "openai"
-        key = key_of(request)
-        if engine.api_key is not None and key != engine.api_key:
+    def gemini_keys(request: Request) -> list[str]:
+        # Every credential a Gemini request carries: the header and any ``?key=``.
+        keys = [request.headers["x-goog-api-key"]] if "x-goog-api-key" in request.headers else []
+        return keys + request.query_params.getlist("key")
+
+    def key_ok(request: Request, kind: str) -> tuple[bool, str | None]:
+        """(accepted, the key to record). Gemini needs *every* credential it was sent to be
+        the right one, so a stray ``?key=`` next to a good header is refused too."""
+        if kind != "gemini":
+            key = key_of(request)
+            return engine.api_key is None or key == engine.api_key, key
+        keys = gemini_keys(request)
+        key = keys[0] if keys else None
+        return engine.api_key is None or (bool(keys) and set(keys) == {engine.api_key}), key
+
+    async def generate(
+        request: Request, kind: str, model: str | None = None, stream: bool = False
+    ) -> Response:
+        api = kind if kind in ("anthropic", "gemini") else "openai"
+        ok, key = key_ok(request, kind)
+        if not ok:
             return _error(api, 401, "Incorrect API key provided to the fake provider.")
         try:
             body = json.loads(await request.body())
         except json.JSONDecodeError:
             return _error(api, 400, "request body is not JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        if kind == "gemini":
+            if not isinstance(body, dict) or not isinstance(body.get("contents"), list):
+                return _error(api, 400, "request needs a JSON object with a 'contents' list")
+        elif not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return _error(api, 400, "request needs a JSON object with a string 'model'")
-        if kind != "openai-responses" and not isinstance(body.get("messages"), list):
+        elif kind != "openai-responses" and not isinstance(body.get("messages"), list):
             return _error(api, 400, "request needs a 'messages' list")
         epoch, n, index, turn = engine.next_turn()
-        stream = body.get("stream") is True
-        served = Served(n, kind, body["model"], stream, index, 200, api_key=key, request=body)
+        if kind != "gemini":
+            model, stream = body["model"], body.get("stream") is True
+        assert model is not None
+        served = Served(n, kind, model, stream, index, 200, api_key=key, request=body)
+        served.query = request.url.query
         if turn.delay_s:
             await asyncio.sleep(turn.delay_s)
         if turn.error_status is not None:
@@ -574,8 +669,10 @@ def create_app(engine: _Engine) -> FastAPI:
             "openai-chat": engine.chat,
             "openai-responses": engine.responses,
             "anthropic": engine.messages,
+            "gemini": engine.gemini,
         }[kind]
-        usage, result = build(n, turn, body, (inp, served.output_tokens, cached))
+        wire = {**body, "_model": model, "_stream": stream} if kind == "gemini" else body
+        usage, result = build(n, turn, wire, (inp, served.output_tokens, cached))
         served.usage = usage
         if not stream:
             served.response = json.dumps(result).encode()
@@ -603,6 +700,38 @@ def create_app(engine: _Engine) -> FastAPI:
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:
         return await generate(request, "anthropic")
+
+    @app.post("/v1beta/models/{rest:path}")
+    async def gemini(request: Request, rest: str) -> Response:
+        model, _, action = rest.partition(":")
+        if action in ("generateContent", "streamGenerateContent"):
+            # Only the SSE form is served as a stream; without alt=sse the fake answers one
+            # JSON object like generateContent (Google would send a JSON array).
+            sse = action == "streamGenerateContent" and request.query_params.get("alt") == "sse"
+            return await generate(request, "gemini", model, sse)
+        if action != "countTokens":
+            return _error("gemini", 404, f"models/{rest} is not served by the fake provider")
+        if not key_ok(request, "gemini")[0]:
+            return _error("gemini", 401, "Incorrect API key provided to the fake provider.")
+        try:
+            body = json.loads(await request.body())
+        except json.JSONDecodeError:
+            return _error("gemini", 400, "request body is not JSON")
+        return JSONResponse({"totalTokens": prompt_tokens(body)})
+
+    @app.get("/v1beta/models")
+    async def gemini_models(request: Request) -> Response:
+        if not key_ok(request, "gemini")[0]:
+            return _error("gemini", 401, "Incorrect API key provided to the fake provider.")
+        data = [
+            {
+                "name": f"models/{m}",
+                "displayName": m,
+                "supportedGenerationMethods": ["generateContent", "countTokens"],
+            }
+            for m in engine.models
+        ]
+        return JSONResponse({"models": data})
 
     @app.post("/v1/messages/count_tokens")
     async def count(request: Request) -> Response:
@@ -655,6 +784,11 @@ class FakeProvider:
         return self.url
 
     @property
+    def gemini_base_url(self) -> str:
+        """The Gemini root (``GOOGLE_GEMINI_BASE_URL``; clients add ``/v1beta/...``)."""
+        return self.url
+
+    @property
     def served(self) -> list[Served]:
         """Every answered generation request so far, in the order answered (a copy; a delayed
         turn is listed once its delay is over, so ``index`` may run out of order)."""
@@ -696,7 +830,8 @@ def start_fake_provider(
     """Serve ``script`` on 127.0.0.1 (``port`` 0: a free one) from a daemon thread.
 
     ``script`` is a :class:`Script`, its list/dict form, or a path to a JSON/TOML file.
-    ``api_key``: when set, requests without it (Bearer or ``x-api-key``) get a 401 and do not
+    ``api_key``: when set, requests without it (Bearer or ``x-api-key``; for Gemini
+    ``x-goog-api-key`` or ``?key=``, and every one given must be it) get a 401 and do not
     move the cursor. ``models`` is what ``GET /v1/models`` lists. Raises RuntimeError if the
     server does not start within ``ready_timeout`` seconds.
     """
@@ -740,6 +875,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"OpenAI base URL:    {provider.openai_base_url}", flush=True)
     print(f"Anthropic base URL: {provider.anthropic_base_url}", flush=True)
+    print(f"Gemini base URL:    {provider.gemini_base_url}", flush=True)
     try:
         while provider._thread.is_alive():
             time.sleep(0.5)

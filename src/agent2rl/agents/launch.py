@@ -6,7 +6,7 @@ the run's metering proxy on loopback and its key variables hold the per-run prox
     proxy_url = "http://127.0.0.1:PORT"
     {openai_url}     = proxy_url + "/openai/v1"     (OpenAI-compatible)
     {anthropic_url}  = proxy_url + "/anthropic"     (Anthropic messages: .../v1/messages)
-    {gemini_url}     = proxy_url + "/gemini"        (not served by the proxy yet)
+    {gemini_url}     = proxy_url + "/gemini"        (Gemini generateContent)
     {base_url}       = the one of these for the driver's API
     {proxy_key}      = the per-run proxy key
 
@@ -35,7 +35,7 @@ from agent2rl.errors import UserError
 
 # The provider APIs the metering proxy relays (agents/metering.py); a driver on any other API
 # could only run with the real key in the agent's hands, which a run never allows.
-PROXIED_APIS: frozenset[str] = frozenset({"anthropic", "openai"})
+PROXIED_APIS: frozenset[str] = frozenset({"anthropic", "openai", "gemini"})
 
 
 def proxy_endpoints(proxy_url: str) -> dict[str, str]:
@@ -103,7 +103,7 @@ def build_launch(
     """The exact argv, env and config files a run launches for ``spec``.
 
     An agent without an LLM (``api = "none"``) needs no driver or proxy. An LLM agent needs
-    all three; a driver whose API the proxy does not relay (``gemini`` today) is a
+    all three; a driver whose API is not in ``proxied_apis`` is a
     :class:`UserError`. ``real_key``, when given (8 characters or more), is checked to
     appear nowhere in what the agent gets (a spec that leaked it would be a bug:
     RuntimeError, nothing is written).
@@ -118,7 +118,7 @@ def build_launch(
             raise UserError(
                 f"driver {driver.name}: the metering proxy does not relay the {driver.api} API "
                 "yet, so this run could not be metered without handing the agent your real "
-                "key; use a claude-*, gpt-* or openai/<model> driver"
+                f"key; use a driver of one of {', '.join(sorted(proxied_apis))}"
             )
         values |= driver_values(driver, spec, proxy_url, proxy_key)
     argv = [fill(a, values) for a in spec.command]

@@ -8,7 +8,9 @@ agent's setting             value
 ==========================  ============================================================
 ``OPENAI_BASE_URL``         ``http://127.0.0.1:PORT/openai/v1``
 ``ANTHROPIC_BASE_URL``      ``http://127.0.0.1:PORT/anthropic``
-``*_API_KEY``               the proxy key (``Authorization: Bearer`` or ``x-api-key``)
+``GOOGLE_GEMINI_BASE_URL``  ``http://127.0.0.1:PORT/gemini``
+``*_API_KEY``               the proxy key (``Authorization: Bearer``, ``x-api-key``, or for
+                            Gemini ``x-goog-api-key`` / a ``?key=`` query parameter)
 ==========================  ============================================================
 
 Routes (anything else is a provider-shaped 404, so the real key cannot reach other endpoints,
@@ -20,7 +22,15 @@ e.g. fine-tuning or files)::
     POST /anthropic/v1/messages               metered
     POST /anthropic/v1/messages/count_tokens
     GET  /anthropic/v1/models[/{id}]
+    POST /gemini/v1beta/models/{m}:generateContent        metered
+    POST /gemini/v1beta/models/{m}:streamGenerateContent  metered (``?alt=sse``: SSE events)
+    POST /gemini/v1beta/models/{m}:countTokens
+    GET  /gemini/v1beta/models[/{m}]
     GET  /healthz                             no key needed
+
+Any other Gemini action (``:embedContent``, ``:batchGenerateContent``, cached contents, files)
+is a 404 too. A Gemini key given as ``?key=`` is checked and then removed from the query; the
+real key goes upstream only as ``x-goog-api-key``.
 
 Responses pass through to the client byte for byte (streamed or not) while the proxy reads
 the ``usage`` out of them, and every request — forwarded, refused or failed — appends one JSON
@@ -34,23 +44,29 @@ Token accounting, normalised across providers (one record's fields):
 - ``cached_tokens``: prompt tokens read from the provider's cache (a subset of input);
   ``cache_write_tokens``: Anthropic's cache creation tokens (a subset of input; 0 for OpenAI).
 - ``output_tokens``: completion tokens (reasoning included).
+- Gemini: ``input`` is ``promptTokenCount`` (cached content included) plus
+  ``toolUsePromptTokenCount``; ``cached`` is ``cachedContentTokenCount``; ``output`` is
+  ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output).
 - ``usage``: the provider's own usage object, unmodified, for anything not normalised here.
 
 Streaming usage. Anthropic streams always carry usage (``message_start`` and the cumulative
-``message_delta``); a Responses-API stream carries it in ``response.completed``. A Chat
-Completions stream carries it only when the request asks for
-``stream_options.include_usage``; when the client did not ask, the proxy adds that option
+``message_delta``); a Responses-API stream carries it in ``response.completed``; a Gemini SSE
+stream (``:streamGenerateContent?alt=sse``) carries ``usageMetadata`` in its events, and the
+last event that has it counts. A Chat Completions stream carries it only when the request asks
+for ``stream_options.include_usage``; when the client did not ask, the proxy adds that option
 upstream and then *drops* the extra usage-only chunk (``choices: []``) before it reaches the
 client, so a client that indexes ``chunk.choices[0]`` keeps working. The other chunks then carry
 ``"usage": null``, which every client ignores; that field is the only byte difference from an
-unmetered stream. When the client asked for usage itself, the stream is untouched.
+unmetered stream. When the client asked for usage itself, the stream is untouched. A Gemini
+``:streamGenerateContent`` without ``alt=sse`` answers one JSON array; the proxy relays it
+whole once it has ended (same bytes, no increments) and meters its last element with usage.
 
 Token budget (``--max-total-tokens``): once the recorded ``input_tokens + output_tokens`` reach
 the budget, metered requests are refused with a provider-shaped 429 ("token budget of N
-exhausted") carrying ``x-should-retry: false`` (the OpenAI and Anthropic SDKs honour it and do not
-retry), and recorded with ``refused: true``. Requests already in flight when the budget runs
-out finish, so the total can overshoot by them. The running total starts from the usage file,
-so a restarted proxy keeps counting.
+exhausted"; Gemini's ``RESOURCE_EXHAUSTED``) carrying ``x-should-retry: false`` (the OpenAI and
+Anthropic SDKs honour it and do not retry), and recorded with ``refused: true``. Requests
+already in flight when the budget runs out finish, so the total can overshoot by them. The
+running total starts from the usage file, so a restarted proxy keeps counting.
 
 Failures. Upstream HTTP responses of any status (4xx, 5xx) pass through unchanged — they are
 already provider-shaped — and are recorded with their status. When no response comes at all,
@@ -59,8 +75,9 @@ If the upstream fails in the middle of a stream, the proxy ends the stream with 
 provider-shaped error event. None of this stops the proxy.
 
 Keys come from the environment (never the command line): ``AGENT2RL_PROXY_KEY`` (required),
-``AGENT2RL_UPSTREAM_OPENAI_KEY``, ``AGENT2RL_UPSTREAM_ANTHROPIC_KEY`` (either may be empty, e.g.
-for a local OpenAI-compatible server without auth). Gemini's API is not proxied.
+``AGENT2RL_UPSTREAM_OPENAI_KEY``, ``AGENT2RL_UPSTREAM_ANTHROPIC_KEY``,
+``AGENT2RL_UPSTREAM_GEMINI_KEY`` (any may be empty, e.g. for a local OpenAI-compatible server
+without auth).
 """
 
 from __future__ import annotations
@@ -89,14 +106,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from agent2rl.recording.usage import summarize_usage
 from agent2rl.rundir import RunPaths, read_json, write_json_atomic
 
-Api = Literal["openai", "anthropic"]
+Api = Literal["openai", "anthropic", "gemini"]
 
 PROXY_KEY_ENV = "AGENT2RL_PROXY_KEY"
 OPENAI_KEY_ENV = "AGENT2RL_UPSTREAM_OPENAI_KEY"
 ANTHROPIC_KEY_ENV = "AGENT2RL_UPSTREAM_ANTHROPIC_KEY"
+GEMINI_KEY_ENV = "AGENT2RL_UPSTREAM_GEMINI_KEY"
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+DEFAULT_GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
 
 
 def usage_path(paths: RunPaths) -> Path:
@@ -150,6 +169,10 @@ PRICES: dict[str, Price] = {
     "claude-3-5-sonnet": Price(3.00, 15.00, 0.30, 3.75),
     "claude-haiku-4-5": Price(1.00, 5.00, 0.10, 1.25),
     "claude-3-5-haiku": Price(0.80, 4.00, 0.08, 1.00),
+    # Gemini: the rates for prompts up to 200k tokens (2.5 Pro charges more above that).
+    "gemini-2.5-pro": Price(1.25, 10.00, 0.125),
+    "gemini-2.5-flash": Price(0.30, 2.50, 0.03),
+    "gemini-2.5-flash-lite": Price(0.10, 0.40, 0.01),
 }
 
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
@@ -158,7 +181,8 @@ _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 def price_for(model: str | None, prices: dict[str, Price] | None = None) -> Price | None:
     """The price of ``model``, or None when it is unknown.
 
-    A routing prefix (``openai/``, ``anthropic/``) and a snapshot suffix are ignored:
+    A routing prefix (``openai/``, ``anthropic/``, ``models/``) and a snapshot suffix are
+    ignored:
     ``gpt-4o-2024-08-06`` and ``anthropic/claude-sonnet-4-20250514`` are priced, ``gpt-4o-x``
     is not. Case-insensitive.
     """
@@ -212,8 +236,17 @@ def normalize_usage(api: Api, usage: dict[str, Any]) -> TokenCounts:
     OpenAI: Chat Completions (``prompt_tokens``, ``completion_tokens``,
     ``prompt_tokens_details.cached_tokens``) or Responses (``input_tokens``, ``output_tokens``,
     ``input_tokens_details.cached_tokens``). Anthropic: ``input_tokens`` excludes cache reads
-    and writes, so they are added to make ``input`` the full prompt.
+    and writes, so they are added to make ``input`` the full prompt. Gemini
+    (``usageMetadata``): ``promptTokenCount`` already includes ``cachedContentTokenCount``;
+    ``toolUsePromptTokenCount`` (prompts of built-in tools) is added to the input and
+    ``thoughtsTokenCount`` to the output.
     """
+    if api == "gemini":
+        return TokenCounts(
+            input=_int(usage.get("promptTokenCount")) + _int(usage.get("toolUsePromptTokenCount")),
+            output=_int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount")),
+            cached=_int(usage.get("cachedContentTokenCount")),
+        )
     if api == "anthropic":
         read = _int(usage.get("cache_read_input_tokens"))
         write = _int(usage.get("cache_creation_input_tokens"))
@@ -289,7 +322,24 @@ def append_record(path: Path, record: UsageRecord) -> None:
 
 
 def error_body(api: Api, status: int, message: str) -> dict[str, Any]:
-    """An error body in the provider's own shape, so SDKs raise their usual exception."""
+    """An error body in the provider's own shape, so SDKs raise their usual exception.
+
+    Gemini's is Google's ``{"error": {"code", "message", "status"}}`` with the canonical
+    status name (401 ``UNAUTHENTICATED``, 429 ``RESOURCE_EXHAUSTED``, 502 ``UNAVAILABLE``,
+    504 ``DEADLINE_EXCEEDED``; anything unlisted ``INTERNAL``).
+    """
+    if api == "gemini":
+        status_name = {
+            400: "INVALID_ARGUMENT",
+            401: "UNAUTHENTICATED",
+            403: "PERMISSION_DENIED",
+            404: "NOT_FOUND",
+            429: "RESOURCE_EXHAUSTED",
+            502: "UNAVAILABLE",
+            503: "UNAVAILABLE",
+            504: "DEADLINE_EXCEEDED",
+        }.get(status, "INTERNAL")
+        return {"error": {"code": status, "message": message, "status": status_name}}
     if api == "anthropic":
         kind = {
             401: "authentication_error",
@@ -375,6 +425,13 @@ class StreamMeter:
         kind = obj.get("type")
         if isinstance(obj.get("error"), dict):
             self.error = str(obj["error"].get("message") or obj["error"])[:500]
+        if self.api == "gemini":
+            # Each event may carry usageMetadata (cumulative); the last one that does counts.
+            if isinstance(obj.get("usageMetadata"), dict):
+                self.usage = obj["usageMetadata"]
+            if isinstance(obj.get("modelVersion"), str):
+                self.model = self.model or obj["modelVersion"]
+            return True
         if self.api == "anthropic":
             if kind == "message_start":
                 message = obj.get("message") or {}
@@ -480,12 +537,18 @@ class _RelayResponse(StreamingResponse):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A proxied route: ``/{api}/v1/{path}`` -> ``{upstream base}/{path}``."""
+    """A proxied route: ``/{api}/{version}/{path}`` -> the same path on the upstream (the
+    OpenAI base URL includes ``/v1`` already; Anthropic's and Gemini's are roots).
+
+    A Gemini ``POST models/{rest}`` is metered or not by its action (see
+    :func:`gemini_action`); ``metered`` is unused for it.
+    """
 
     api: Api
     path: str
     methods: tuple[str, ...]
     metered: bool
+    version: str = "v1"
 
 
 ENDPOINTS: tuple[Endpoint, ...] = (
@@ -497,7 +560,33 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("anthropic", "messages/count_tokens", ("POST",), False),
     Endpoint("anthropic", "models", ("GET",), False),
     Endpoint("anthropic", "models/{rest:path}", ("GET",), False),
+    Endpoint("gemini", "models", ("GET",), False, "v1beta"),
+    Endpoint("gemini", "models/{rest:path}", ("GET", "POST"), True, "v1beta"),
 )
+
+#: Gemini model actions the proxy relays, and whether each is metered.
+GEMINI_ACTIONS = {"generateContent": True, "streamGenerateContent": True, "countTokens": False}
+
+
+def gemini_action(method: str, path: str) -> tuple[str | None, str | None] | None:
+    """``(model, action)`` of a Gemini request to ``path`` (below ``v1beta/``), or None when
+    the proxy does not relay it (a 404).
+
+    ``POST models/gemini-2.5-pro:generateContent`` -> ``("gemini-2.5-pro",
+    "generateContent")``; a POST needs one of :data:`GEMINI_ACTIONS` and a non-empty model.
+    ``GET models`` and ``GET models/{m}`` are listings -> ``(m or None, None)``; a GET with an
+    action (``models/m:foo``) or a deeper path (``models/m/operations``) is refused.
+    """
+    rest = path.removeprefix("models").removeprefix("/")
+    model, sep, action = rest.partition(":")
+    if "/" in model:
+        return None
+    if method == "GET":
+        return None if sep else (model or None, None)
+    if not model or action not in GEMINI_ACTIONS:
+        return None
+    return model, action
+
 
 # Never forwarded upstream: hop-by-hop headers, credentials (replaced) and encodings (the
 # proxy asks for identity so it can read usage and forward the very same bytes).
@@ -539,8 +628,10 @@ class ProxyConfig:
     proxy_key: str
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL
     anthropic_base_url: str = DEFAULT_ANTHROPIC_BASE_URL
+    gemini_base_url: str = DEFAULT_GEMINI_BASE_URL
     openai_api_key: str = ""
     anthropic_api_key: str = ""
+    gemini_api_key: str = ""
     max_total_tokens: int | None = None
     upstream_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
@@ -567,6 +658,10 @@ class _Proxy:
             given.append(auth[7:].strip())
         if api == "anthropic" and "x-api-key" in request.headers:
             given.append(request.headers["x-api-key"].strip())
+        if api == "gemini":
+            if "x-goog-api-key" in request.headers:
+                given.append(request.headers["x-goog-api-key"].strip())
+            given += [v.strip() for v in request.query_params.getlist("key")]
         want = self.cfg.proxy_key.encode()
         return any(hmac.compare_digest(g.encode(), want) for g in given)
 
@@ -577,18 +672,38 @@ class _Proxy:
             headers["authorization"] = f"Bearer {self.cfg.openai_api_key}"
         if api == "anthropic" and self.cfg.anthropic_api_key:
             headers["x-api-key"] = self.cfg.anthropic_api_key
+        if api == "gemini" and self.cfg.gemini_api_key:
+            headers["x-goog-api-key"] = self.cfg.gemini_api_key
         return headers
 
-    def upstream_url(self, api: Api, path: str, query: str) -> str:
-        base = self.cfg.openai_base_url if api == "openai" else self.cfg.anthropic_base_url
-        base = base.rstrip("/")
-        if api == "anthropic":
-            base += "/v1"
+    def upstream_url(self, ep: Endpoint, path: str, query: str) -> str:
+        """The upstream URL; a Gemini query loses its ``key`` parameters (the proxy key)."""
+        if ep.api == "openai":
+            base = self.cfg.openai_base_url.rstrip("/")
+        else:
+            root = (
+                self.cfg.anthropic_base_url if ep.api == "anthropic" else self.cfg.gemini_base_url
+            )
+            base = f"{root.rstrip('/')}/{ep.version}"
+        if ep.api == "gemini":
+            query = _without_key_param(query)
         return f"{base}/{path}" + (f"?{query}" if query else "")
 
     async def forward(self, request: Request, ep: Endpoint) -> Response:
         started = time.monotonic()
         path = ep.path.split("{", 1)[0] + request.path_params.get("rest", "")
+        metered, gemini_model, stream = ep.metered, None, None
+        if ep.api == "gemini":
+            parsed = gemini_action(request.method, path)
+            if parsed is None:
+                return _error_response(
+                    "gemini",
+                    404,
+                    f"{request.url.path} is not served by the agent2rl metering proxy",
+                )
+            gemini_model, action = parsed
+            metered = GEMINI_ACTIONS.get(action or "", False)
+            stream = action == "streamGenerateContent"
         rec = UsageRecord(api=ep.api, endpoint=path.rstrip("/"))
         if not self.authorized(request, ep.api):
             rec.status, rec.refused, rec.error = 401, True, "invalid or missing proxy key"
@@ -600,8 +715,10 @@ class _Proxy:
         payload = _json_object(body)
         rec.model = payload.get("model") if isinstance(payload.get("model"), str) else None
         rec.stream = payload.get("stream") is True
+        if ep.api == "gemini":
+            rec.model, rec.stream = gemini_model, bool(stream)
         limit = self.cfg.max_total_tokens
-        if ep.metered and limit is not None and self.used_tokens >= limit:
+        if metered and limit is not None and self.used_tokens >= limit:
             msg = f"token budget of {limit} exhausted ({self.used_tokens} tokens used in this run)"
             rec.status, rec.refused, rec.error = 429, True, msg
             self.record(rec, started)
@@ -620,7 +737,7 @@ class _Proxy:
         assert self.client is not None
         upstream = self.client.build_request(
             request.method,
-            self.upstream_url(ep.api, path, request.url.query),
+            self.upstream_url(ep, path, request.url.query),
             headers=self.upstream_headers(request, ep.api),
             content=body,
         )
@@ -641,8 +758,8 @@ class _Proxy:
         finally:
             await resp.aclose()
         data = _json_object(content)
-        if ep.metered and isinstance(data.get("usage"), dict):
-            rec.set_usage(data["usage"])
+        if metered:
+            rec.set_usage(_response_usage(ep.api, content, data))
         rec.model = rec.model or (data.get("model") if isinstance(data.get("model"), str) else None)
         if resp.status_code >= 400:
             rec.error = _error_message(data, content)
@@ -657,6 +774,37 @@ class _Proxy:
         rec.status, rec.error = status, msg[:500]
         self.record(rec, started)
         return _error_response(rec.api, status, msg)
+
+
+def _without_key_param(query: str) -> str:
+    """``query`` without its ``key=...`` pairs (the name compared after percent-decoding);
+    every other pair is kept byte for byte, in order."""
+    from urllib.parse import unquote_plus
+
+    pairs = [p for p in query.split("&") if p and unquote_plus(p.split("=", 1)[0]) != "key"]
+    return "&".join(pairs)
+
+
+def _response_usage(api: Api, content: bytes, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The usage object of a whole (non-SSE) response body, or None.
+
+    Gemini: ``usageMetadata``; a ``:streamGenerateContent`` without ``alt=sse`` is a JSON
+    array of responses, whose last element carrying ``usageMetadata`` counts.
+    """
+    if api != "gemini":
+        return data["usage"] if isinstance(data.get("usage"), dict) else None
+    if isinstance(data.get("usageMetadata"), dict):
+        return data["usageMetadata"]
+    try:
+        items = json.loads(content) if content.lstrip().startswith(b"[") else []
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    found = [
+        i["usageMetadata"]
+        for i in items
+        if isinstance(i, dict) and isinstance(i.get("usageMetadata"), dict)
+    ]
+    return found[-1] if found else None
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -710,7 +858,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
     for ep in ENDPOINTS:
         app.add_api_route(
-            f"/{ep.api}/v1/{ep.path}",
+            f"/{ep.api}/{ep.version}/{ep.path}",
             route(ep),
             methods=list(ep.methods),
             include_in_schema=False,
@@ -718,7 +866,8 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
     @app.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def unknown(rest: str) -> Response:
-        api: Api = "anthropic" if rest.startswith("anthropic/") else "openai"
+        prefix = rest.split("/", 1)[0]
+        api: Api = prefix if prefix in ("anthropic", "gemini") else "openai"  # type: ignore[assignment]
         return _error_response(api, 404, f"/{rest} is not served by the agent2rl metering proxy")
 
     return app
@@ -749,6 +898,11 @@ class MeteringProxy:
     def anthropic_base_url(self) -> str:
         return f"{self.url}/anthropic"
 
+    @property
+    def gemini_base_url(self) -> str:
+        """The Gemini root (the SDKs add ``/v1beta/models/...``)."""
+        return f"{self.url}/gemini"
+
     def agent_env(self) -> dict[str, str]:
         """Environment variables that point the usual SDKs and CLIs at this proxy."""
         return {
@@ -756,6 +910,8 @@ class MeteringProxy:
             "OPENAI_API_KEY": self.key,
             "ANTHROPIC_BASE_URL": self.anthropic_base_url,
             "ANTHROPIC_API_KEY": self.key,
+            "GOOGLE_GEMINI_BASE_URL": self.gemini_base_url,
+            "GEMINI_API_KEY": self.key,
         }
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -775,8 +931,10 @@ def start_metering_proxy(
     proxy_key: str | None = None,
     openai_api_key: str | None = None,
     anthropic_api_key: str | None = None,
+    gemini_api_key: str | None = None,
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL,
     anthropic_base_url: str = DEFAULT_ANTHROPIC_BASE_URL,
+    gemini_base_url: str = DEFAULT_GEMINI_BASE_URL,
     max_total_tokens: int | None = None,
     upstream_timeout_s: float = 600.0,
     ready_file: Path | None = None,
@@ -786,8 +944,9 @@ def start_metering_proxy(
     """Start a proxy process recording to ``usage_file`` and wait until it serves.
 
     ``proxy_key`` is the key the agent gets (a fresh random one when None).
-    ``openai_api_key`` / ``anthropic_api_key`` are the real upstream keys; None takes
-    ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` from this process's environment, "" sends none.
+    ``openai_api_key`` / ``anthropic_api_key`` / ``gemini_api_key`` are the real upstream
+    keys; None takes ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` / ``GEMINI_API_KEY`` (else
+    ``GOOGLE_API_KEY``) from this process's environment, "" sends none.
     They reach the child through its environment only. ``ready_file`` (default
     ``llm_proxy.json`` beside the usage file) receives ``{"port", "pid"}`` once the proxy
     accepts connections; ``log_file`` (default ``llm_proxy.log`` beside it) gets its output.
@@ -808,6 +967,9 @@ def start_metering_proxy(
         ANTHROPIC_KEY_ENV: os.environ.get("ANTHROPIC_API_KEY", "")
         if anthropic_api_key is None
         else anthropic_api_key,
+        GEMINI_KEY_ENV: os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY", "")
+        if gemini_api_key is None
+        else gemini_api_key,
     }
     cmd = [
         sys.executable,
@@ -821,6 +983,8 @@ def start_metering_proxy(
         openai_base_url,
         "--anthropic-base-url",
         anthropic_base_url,
+        "--gemini-base-url",
+        gemini_base_url,
         "--timeout",
         str(upstream_timeout_s),
     ]
@@ -879,6 +1043,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--ready-file", type=Path, required=True)
     ap.add_argument("--openai-base-url", default=DEFAULT_OPENAI_BASE_URL)
     ap.add_argument("--anthropic-base-url", default=DEFAULT_ANTHROPIC_BASE_URL)
+    ap.add_argument("--gemini-base-url", default=DEFAULT_GEMINI_BASE_URL)
     ap.add_argument("--max-total-tokens", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout (s)")
     ap.add_argument("--no-inject-stream-usage", action="store_true")
@@ -893,8 +1058,10 @@ def main(argv: Iterable[str] | None = None) -> int:
         proxy_key=proxy_key,
         openai_base_url=args.openai_base_url,
         anthropic_base_url=args.anthropic_base_url,
+        gemini_base_url=args.gemini_base_url,
         openai_api_key=os.environ.pop(OPENAI_KEY_ENV, ""),
         anthropic_api_key=os.environ.pop(ANTHROPIC_KEY_ENV, ""),
+        gemini_api_key=os.environ.pop(GEMINI_KEY_ENV, ""),
         max_total_tokens=args.max_total_tokens,
         upstream_timeout_s=args.timeout,
         inject_stream_usage=not args.no_inject_stream_usage,

@@ -25,6 +25,7 @@ from agent2rl.agents.events import read_agent_log
 from agent2rl.agents.launch import build_launch
 from agent2rl.agents.metering import (
     DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_GEMINI_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,
     MeteringProxy,
     start_metering_proxy,
@@ -210,16 +211,20 @@ def _resolve_llm(req: RunRequest, spec: AgentSpec) -> tuple[Driver, str] | None:
 
 def _start_proxy(paths: RunPaths, driver: Driver, key: str, budget: int | None) -> MeteringProxy:
     """The run's metering proxy, holding the only copy of the real key. Its upstream is the
-    driver's server, or the host's ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL`` (a gateway),
+    driver's server, or the host's ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``/
+    ``GOOGLE_GEMINI_BASE_URL`` (a gateway),
     or the provider's own endpoint."""
     openai_url = driver.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
     anthropic_url = os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL
+    gemini_url = os.environ.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_GEMINI_BASE_URL
     return start_metering_proxy(
         paths.llm_usage,
         openai_api_key=key if driver.api == "openai" else "",
         anthropic_api_key=key if driver.api == "anthropic" else "",
+        gemini_api_key=key if driver.api == "gemini" else "",
         openai_base_url=openai_url,
         anthropic_base_url=anthropic_url,
+        gemini_base_url=gemini_url,
         max_total_tokens=budget,
     )
 
