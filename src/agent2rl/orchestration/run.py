@@ -390,10 +390,10 @@ def _program_binds(program: str, env: dict[str, str]) -> list[Path]:
     for p in (Path(exe).parent, Path(exe).resolve().parent.parent):
         if not any(p.is_relative_to(d) for d in ("/usr", "/bin", "/lib", "/sbin", "/etc")):
             out.append(p)
-    return [p for p in dict.fromkeys(out) if p.is_dir() and not paths_overlap(p)]
+    return [p for p in dict.fromkeys(out) if p.is_dir() and not _too_broad(p)]
 
 
-def paths_overlap(p: Path) -> bool:
+def _too_broad(p: Path) -> bool:
     """True for paths a bind must never expose whole (the filesystem root, a home dir)."""
     return p == Path("/") or p == Path.home() or p.parent == Path("/home")
 
