@@ -87,8 +87,8 @@ def create_app(ctx: GradingContext) -> FastAPI:
             items = load_item_scores(ctx.paths.root / s.items_path) if s.items_path else None
             comparable = s.eval_hash is None or s.eval_hash == baseline.get("eval_hash")
             stats = compare_items(items, base_items if comparable else None)
-            noise_cache[s.id] = {k: stats[k] for k in ("score_ci95", "improvement_ci95")}
-            noise_cache[s.id]["within_noise"] = stats["within_noise"]
+            keep = ("score_ci95", "improvement_ci95", "within_noise")
+            noise_cache[s.id] = {k: stats[k] for k in keep}
         return noise_cache[s.id]
 
     def authorize(request: Request, path: str | None = None) -> None:
