@@ -352,8 +352,7 @@ def report_agreement(
     acc: float,
 ) -> None:
     """Print how many completions are identical, how varied ours are, and both accuracies."""
-    from agent2rl.scoring import answers_match, extract_final_answer
-    from agent2rl.tasks.arith_lite import gold_answer
+    from agent2rl.tasks.gsm8k import grade_final_answers
 
     missing = [p for p in prompts if p not in theirs]
     if missing:
@@ -363,10 +362,7 @@ def report_agreement(
         )
     same = sum(theirs.get(p) == o for p, o in zip(prompts, ours, strict=True))
     early = sum(count_tokens(o) < max_new for o in ours)
-    correct = sum(
-        answers_match(gold_answer(r["answer"]), extract_final_answer(o))
-        for r, o in zip(rows, ours, strict=True)
-    )
+    correct = sum(item.correct for item in grade_final_answers(rows, ours))
     print(
         f"agreement: {same}/{len(prompts)} completions identical "
         f"({100 * same / len(prompts):.1f}%); ours: {len(set(ours))} distinct, {early} ended "

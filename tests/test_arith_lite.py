@@ -2,7 +2,8 @@ import json
 
 from agent2rl.inference import GenerationSettings, load_backend
 from agent2rl.rundir import RunPaths
-from agent2rl.tasks.arith_lite import FORMAT, TEST_SIZE, TRAIN_SIZE, generate_split, gold_answer
+from agent2rl.tasks.arith_lite import FORMAT, TEST_SIZE, TRAIN_SIZE, generate_split
+from agent2rl.tasks.gsm8k import gold_answer
 from agent2rl.workspace import build_workspace
 
 

@@ -6,7 +6,7 @@ import sqlite3
 import subprocess
 
 import pytest
-from conftest import agent2rl_cmd
+from conftest import run_cli
 
 from agent2rl.analysis import list_runs, record_run
 from agent2rl.analysis.compare import IncomparableRuns, aggregate
@@ -37,13 +37,8 @@ def _metrics(run_id: str, eval_hash: str, improvement: float, within: bool) -> d
 
 
 def _compare(runs, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*agent2rl_cmd(), "compare", "--runs-dir", str(runs), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-    )
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    return run_cli(["compare", "--runs-dir", str(runs), *args], env=env, timeout=120)
 
 
 def test_same_settings_aggregate(tmp_path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import agent2rl_cmd
+from conftest import only_run, run_cli
 
 from agent2rl.errors import UserError
 from agent2rl.inference import load_backend
@@ -153,20 +153,12 @@ def test_evaluation_grades_every_item_deterministically(gsm8k, tiny) -> None:
 @pytest.mark.slow
 def test_gsm8k_run_end_to_end(gsm8k, tiny, tmp_path) -> None:
     """`agent2rl data import` then `agent2rl run --task gsm8k --model PATH` on CPU."""
-    import subprocess
-
-    imported = subprocess.run(
-        [*agent2rl_cmd(), "data", "import", "gsm8k", str(FIXTURE)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    imported = run_cli(["data", "import", "gsm8k", str(FIXTURE)], timeout=120)
     assert imported.returncode == 0, imported.stderr
     assert "10 train / 6 test" in imported.stdout
     runs = tmp_path / "runs"
-    r = subprocess.run(
+    r = run_cli(
         [
-            *agent2rl_cmd(),
             "run",
             "--task",
             "gsm8k",
@@ -183,13 +175,10 @@ def test_gsm8k_run_end_to_end(gsm8k, tiny, tmp_path) -> None:
             "--runs-dir",
             str(runs),
         ],
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "agent_error" not in r.stdout, r.stdout
-    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    run_dir = only_run(runs).root
     metrics = json.loads((run_dir / "report" / "metrics.json").read_text())
     assert metrics["task"] == "gsm8k" and metrics["baseline_n_items"] == 6
     assert metrics["valid_submissions"] >= 1

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import agent2rl_cmd
+from conftest import only_run, run_cli
 
 from agent2rl.inference import load_backend
 from agent2rl.scoring.code_exec import isolation, run_program, run_programs
@@ -143,9 +142,8 @@ def test_humaneval_run_end_to_end(tmp_path, tiny) -> None:
     """`agent2rl run --task humaneval` on CPU: baseline, SFT on the public problems, graded
     submissions in the sandbox, a report with intervals."""
     runs = tmp_path / "runs"
-    r = subprocess.run(
+    r = run_cli(
         [
-            *agent2rl_cmd(),
             "run",
             "--task",
             "humaneval",
@@ -160,13 +158,10 @@ def test_humaneval_run_end_to_end(tmp_path, tiny) -> None:
             "--runs-dir",
             str(runs),
         ],
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "agent_error" not in r.stdout, r.stdout
-    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    run_dir = only_run(runs).root
     metrics = json.loads((run_dir / "report" / "metrics.json").read_text())
     assert metrics["task"] == "humaneval" and metrics["baseline_n_items"] == 82
     assert metrics["valid_submissions"] >= 1 and metrics["best_score_ci95"] is not None

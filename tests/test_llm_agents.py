@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import agent2rl_cmd
+from conftest import only_run, run_cli
 
 from agent2rl.agents.fake_provider import FakeProvider, ToolCall, Turn, start_fake_provider
 from agent2rl.grading.ledger import Ledger
@@ -54,18 +54,6 @@ def _host_env(**extra: str) -> dict[str, str]:
     return {**env, "PATH": HOST_PATH, **extra}
 
 
-def _run(args: list[str], env: dict[str, str], timeout: float = 300):
-    return subprocess.run(
-        agent2rl_cmd() + args, capture_output=True, text=True, timeout=timeout, env=env
-    )
-
-
-def _only_run(runs: Path) -> RunPaths:
-    dirs = [d for d in runs.iterdir() if d.is_dir()]
-    assert len(dirs) == 1, dirs
-    return RunPaths(dirs[0])
-
-
 def _llm_run(
     tmp_path: Path, agent: str, driver: str, turns: list[Turn], api: str, mode: str = "free"
 ) -> tuple[RunPaths, FakeProvider, str, subprocess.CompletedProcess]:
@@ -79,7 +67,7 @@ def _llm_run(
         upstream = {"OPENAI_API_KEY": real_key, "OPENAI_BASE_URL": fake.openai_base_url}
     runs = tmp_path / "runs"
     try:
-        r = _run(
+        r = run_cli(
             [
                 "run",
                 "--task",
@@ -104,7 +92,7 @@ def _llm_run(
     finally:
         fake.stop()
     assert r.returncode == 0, r.stdout + r.stderr
-    return _only_run(runs), fake, real_key, r
+    return only_run(runs), fake, real_key, r
 
 
 def _check_run(paths: RunPaths, fake: FakeProvider, real_key: str, url_var: str) -> dict:
@@ -242,7 +230,7 @@ def test_claude_code_trains_and_submits_through_the_proxy(tmp_path: Path) -> Non
 
 def test_llm_agent_without_its_key_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    r = _run(
+    r = run_cli(
         ["run", "--task", "arith-lite", "--agent", "claude-code", "--budget", "60s"]
         + ["--runs-dir", str(runs)],
         env=_host_env(),
@@ -256,7 +244,7 @@ def test_llm_agent_without_its_key_is_one_line_and_writes_nothing(tmp_path: Path
 
 def test_driver_for_an_agent_without_llm_is_one_clear_error(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    r = _run(
+    r = run_cli(
         ["run", "--task", "arith-lite", "--agent", "reference-sft", "--budget", "60s"]
         + ["--driver", "claude-sonnet-4-5", "--runs-dir", str(runs)],
         env=_host_env(ANTHROPIC_API_KEY="sk-unused"),

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import agent2rl_cmd
+from conftest import only_run, run_cli
 from procs import processes_mentioning
 
 from agent2rl.grading.ledger import Ledger
@@ -18,26 +18,10 @@ from agent2rl.workspace.sandbox import bwrap_available
 AGENTS = Path(__file__).parent / "agents"
 
 
-def _run(args: list[str], env: dict | None = None, timeout: float = 600):
-    return subprocess.run(
-        agent2rl_cmd() + args,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def _only_run(runs: Path) -> RunPaths:
-    dirs = [d for d in runs.iterdir() if d.is_dir()]
-    assert len(dirs) == 1, dirs
-    return RunPaths(dirs[0])
-
-
 @pytest.mark.slow
 def test_reference_sft_run_end_to_end(tmp_path) -> None:
     runs = tmp_path / "runs"
-    r = _run(
+    r = run_cli(
         [
             "run",
             "--task",
@@ -53,7 +37,7 @@ def test_reference_sft_run_end_to_end(tmp_path) -> None:
         ]
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    paths = _only_run(runs)
+    paths = only_run(runs)
     metrics = json.loads((paths.report / "metrics.json").read_text())
 
     assert metrics["baseline"] is not None
@@ -79,7 +63,7 @@ def test_reference_sft_run_end_to_end(tmp_path) -> None:
 @pytest.mark.slow
 def test_deadline_kills_the_whole_agent_tree(tmp_path) -> None:
     runs = tmp_path / "runs"
-    r = _run(
+    r = run_cli(
         [
             "run",
             "--task",
@@ -95,7 +79,7 @@ def test_deadline_kills_the_whole_agent_tree(tmp_path) -> None:
         ]
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    paths = _only_run(runs)
+    paths = only_run(runs)
     info = RunInfo.load(paths)
     assert info.status == "deadline"
     assert "started children" in paths.agent_log.read_text()
@@ -113,7 +97,7 @@ def test_deadline_kills_the_whole_agent_tree(tmp_path) -> None:
 @pytest.mark.slow
 def test_evaluation_in_flight_at_the_deadline_counts(tmp_path) -> None:
     runs = tmp_path / "runs"
-    r = _run(
+    r = run_cli(
         [
             "run",
             "--task",
@@ -129,7 +113,7 @@ def test_evaluation_in_flight_at_the_deadline_counts(tmp_path) -> None:
         ]
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    paths = _only_run(runs)
+    paths = only_run(runs)
     assert "submitting" in paths.agent_log.read_text()
     assert RunInfo.load(paths).status == "deadline"
     with Ledger(paths.ledger) as ledger:
@@ -157,7 +141,7 @@ files = ["{AGENTS / "probe.py"}"]
 PRIVATE_SPLIT = "{prepared.private / "test.jsonl"}"
 OTHER_RUN_FILE = "{other / "secret.txt"}"
 ''')
-    r = _run(
+    r = run_cli(
         [
             "run",
             "--task",
@@ -171,7 +155,7 @@ OTHER_RUN_FILE = "{other / "secret.txt"}"
             "--sandbox",
             "bwrap",
         ],
-        env={"HOST_SECRET": "s3cret"},
+        env={**os.environ, "HOST_SECRET": "s3cret"},
     )
     assert r.returncode == 0, r.stdout + r.stderr
     paths = RunPaths(next(d for d in runs.iterdir() if d.name != other.name and d.is_dir()))
@@ -227,7 +211,7 @@ OTHER_RUN_FILE = "{other / "secret.txt"}"
 )
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message) -> None:
     runs = tmp_path / "runs"
-    r = _run(["run", *args, "--runs-dir", str(runs)], timeout=120)
+    r = run_cli(["run", *args, "--runs-dir", str(runs)], timeout=120)
     assert r.returncode == 2
     assert message in r.stderr and "Traceback" not in r.stderr + r.stdout
     assert len(r.stderr.strip().splitlines()) == 1
@@ -235,5 +219,5 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message) -
 
 
 def test_report_command_on_a_non_run_dir(tmp_path) -> None:
-    r = _run(["report", str(tmp_path)], timeout=60)
+    r = run_cli(["report", str(tmp_path)], timeout=60)
     assert r.returncode == 2 and "not a run directory" in r.stderr

@@ -88,7 +88,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -103,6 +102,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from agent2rl.child_process import stop_child
 from agent2rl.recording.usage import summarize_usage
 from agent2rl.rundir import RunPaths, read_json, write_json_atomic
 
@@ -916,13 +916,7 @@ class MeteringProxy:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (in-flight requests get a few seconds), then SIGKILL; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_child(self.proc, timeout)
 
 
 def start_metering_proxy(

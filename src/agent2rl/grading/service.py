@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent2rl.child_process import stop_child
 from agent2rl.errors import UserError
 from agent2rl.rundir import RunInfo, RunPaths, read_json, write_json_atomic
 from agent2rl.settings import load_settings
@@ -35,13 +35,7 @@ class ServiceHandle:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_child(self.proc, timeout)
 
 
 def start_service(

@@ -50,6 +50,15 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str | None:
+    """``messages`` through the tokenizer's chat template with the generation prompt, or None
+    when the tokenizer has no chat template (a base model). Shared by every backend so that
+    they all build the same prompt text."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
     """Cut ``text`` before the earliest occurrence of any stop string."""
     cut = len(text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent2rl.inference.backend import GenerationSettings, truncate_at_stop
+from agent2rl.inference.backend import GenerationSettings, apply_chat_template, truncate_at_stop
 
 
 class TransformersBackend:
@@ -40,11 +40,7 @@ class TransformersBackend:
         return {"backend": self.name, "dtype": self._dtype}
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
-        if not getattr(self.tokenizer, "chat_template", None):
-            return None
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
+        return apply_chat_template(self.tokenizer, messages)
 
     def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
         import torch

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.inference.backend import Backend
-from agent2rl.scoring import answers_match, extract_final_answer
-from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
-from agent2rl.tasks.prompt_format import PromptFormat, write_jsonl
+from agent2rl.tasks.base import EvalResult, PreparedTask, Task
+from agent2rl.tasks.gsm8k import grade_final_answers
+from agent2rl.tasks.prompt_format import PromptFormat, read_jsonl, write_jsonl
 
 _NAMES = [
     "Ava",
@@ -113,11 +113,6 @@ def generate_split(seed: int, size: int, exclude: set[str] = frozenset()) -> lis
     return out
 
 
-def gold_answer(answer: str) -> str:
-    """The number after ``####`` in a GSM8K-style answer."""
-    return answer.rsplit("####", 1)[1].strip().replace(",", "")
-
-
 class ArithLite(Task):
     name = "arith-lite"
     level = 1
@@ -169,21 +164,8 @@ Example:
         self, backend: Backend, prepared: PreparedTask, limit: int | None = None
     ) -> EvalResult:
         started = time.time()
-        rows = [json.loads(line) for line in (prepared.private / "test.jsonl").open()]
-        rows = rows[:limit] if limit else rows
+        rows = read_jsonl(prepared.private / "test.jsonl", limit)
         prompts = [FORMAT.prompt(backend, {"question": r["question"]}) for r in rows]
         completions = backend.generate(prompts, FORMAT.generation(backend))
-        items = []
-        for row, completion in zip(rows, completions, strict=True):
-            gold = gold_answer(row["answer"])
-            ok = answers_match(gold, extract_final_answer(completion))
-            items.append(
-                ItemResult(
-                    id=row["id"],
-                    prediction=completion,
-                    target=gold,
-                    correct=ok,
-                    score=1.0 if ok else 0.0,
-                )
-            )
+        items = grade_final_answers(rows, completions)
         return EvalResult.from_items(items, seconds=time.time() - started)

@@ -27,7 +27,7 @@ from agent2rl.inference.backend import Backend
 from agent2rl.rundir import write_json_atomic
 from agent2rl.scoring import answers_match, extract_final_answer
 from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
-from agent2rl.tasks.prompt_format import PromptFormat, write_jsonl
+from agent2rl.tasks.prompt_format import PromptFormat, read_jsonl, write_jsonl
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 #: the official sizes; an import of other sizes is allowed (a subset) and says so
@@ -43,6 +43,22 @@ CHAT_TEMPLATE = (
 def gold_answer(answer: str) -> str:
     """The number after the last ``####`` of a GSM8K answer, without thousands separators."""
     return answer.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def grade_final_answers(rows: list[dict[str, Any]], completions: list[str]) -> list[ItemResult]:
+    """One ItemResult per GSM8K-format row (``id``, ``answer``) and its completion: correct
+    when the completion's final answer (see :func:`extract_final_answer`) matches the number
+    after ``####``. Used by every task in GSM8K's format."""
+    items = []
+    for row, completion in zip(rows, completions, strict=True):
+        gold = gold_answer(row["answer"])
+        ok = answers_match(gold, extract_final_answer(completion))
+        items.append(
+            ItemResult(
+                id=row["id"], prediction=completion, target=gold, correct=ok, score=float(ok)
+            )
+        )
+    return items
 
 
 def convert_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, str]]:
@@ -235,23 +251,10 @@ Example:
         self, backend: Backend, prepared: PreparedTask, limit: int | None = None
     ) -> EvalResult:
         started = time.time()
-        rows = [json.loads(line) for line in (prepared.private / "test.jsonl").open()]
-        rows = rows[:limit] if limit else rows
+        rows = read_jsonl(prepared.private / "test.jsonl", limit)
         fmt = self.prompt_format(prepared)
         prompts = [fmt.prompt(backend, {"question": r["question"]}) for r in rows]
         settings = replace(fmt.generation(backend), batch_size=self.opts["batch_size"])
         completions = backend.generate(prompts, settings)
-        items = []
-        for row, completion in zip(rows, completions, strict=True):
-            gold = gold_answer(row["answer"])
-            ok = answers_match(gold, extract_final_answer(completion))
-            items.append(
-                ItemResult(
-                    id=row["id"],
-                    prediction=completion,
-                    target=gold,
-                    correct=ok,
-                    score=1.0 if ok else 0.0,
-                )
-            )
+        items = grade_final_answers(rows, completions)
         return EvalResult.from_items(items, seconds=time.time() - started)

@@ -26,7 +26,7 @@ from agent2rl.errors import UserError
 from agent2rl.inference.backend import Backend
 from agent2rl.scoring.code_exec import ExecLimits, ExecResult, isolation, run_programs
 from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
-from agent2rl.tasks.prompt_format import PromptFormat, write_jsonl
+from agent2rl.tasks.prompt_format import PromptFormat, is_chat, read_jsonl, write_jsonl
 
 N_PROBLEMS = 164
 #: problems [0, PUBLIC_SIZE) are public, the rest private
@@ -209,12 +209,11 @@ Example (`prompt` and `test` abbreviated):
         self, backend: Backend, prepared: PreparedTask, limit: int | None = None
     ) -> EvalResult:
         started = time.time()
-        rows = [json.loads(line) for line in (prepared.private / "test.jsonl").open()]
-        rows = rows[:limit] if limit else rows
+        rows = read_jsonl(prepared.private / "test.jsonl", limit)
         fmt = self.prompt_format(prepared)
         prompts = [fmt.prompt(backend, {"prompt": r["prompt"]}) for r in rows]
         completions = backend.generate(prompts, fmt.generation(backend))
-        chat = backend.chat_prompt([{"role": "user", "content": "x"}]) is not None
+        chat = is_chat(backend)
         programs = [build_program(r, c, chat) for r, c in zip(rows, completions, strict=True)]
         results = run_programs(programs, self.limits())
         items = [

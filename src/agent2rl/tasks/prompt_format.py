@@ -43,8 +43,7 @@ class PromptFormat:
 
     def generation(self, backend: Backend, batch_size: int = 64) -> GenerationSettings:
         """The greedy settings for ``backend``'s model: chat stops for a chat model."""
-        is_chat = backend.chat_prompt([{"role": "user", "content": "x"}]) is not None
-        stop = self.chat_stop if is_chat and self.chat_stop is not None else self.stop
+        stop = self.chat_stop if is_chat(backend) and self.chat_stop is not None else self.stop
         return GenerationSettings(
             max_new_tokens=self.max_new_tokens, stop=tuple(stop), batch_size=batch_size
         )
@@ -76,6 +75,19 @@ class PromptFormat:
             f"{json.dumps(list(self.stop))}{chat_stop} or at the end-of-sequence token.\n"
             f"- The same settings, as JSON, are in `data/eval_format.json`."
         )
+
+
+def is_chat(backend: Backend) -> bool:
+    """Whether ``backend``'s model has a chat template (and is prompted as a chat model)."""
+    return backend.chat_prompt([{"role": "user", "content": "x"}]) is not None
+
+
+def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines split written by :func:`write_jsonl`, the first ``limit``
+    when given. Strict: a malformed line raises, since a split is harness-written data."""
+    with open(path) as fh:
+        rows = [json.loads(line) for line in fh]
+    return rows[:limit] if limit else rows
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
