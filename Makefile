@@ -38,6 +38,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/spine.py
 	$(BIN)/python benchmarks/eval_throughput.py
+	$(BIN)/python benchmarks/humaneval_grading.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
