@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 import uuid
 
@@ -33,16 +35,24 @@ def test_terminate_tree_kills_everything(tmp_path) -> None:
     agent.start()
     sampler = ResourceSampler(agent.pid, tmp_path / "res.jsonl", interval_s=0.2)
     sampler.start()
-    deadline = time.time() + 10
-    while len(processes_mentioning(marker)) < 4 and time.time() < deadline:
-        time.sleep(0.1)
-    assert len(processes_mentioning(marker)) >= 4
-    killed = agent.terminate_tree(sampler.alive_seen(), grace_s=1.0)
-    sampler.stop()
-    assert killed >= 1  # the SIGTERM-ignoring ones needed SIGKILL
-    time.sleep(0.2)
-    assert processes_mentioning(marker) == []
-    assert agent.poll() is not None
+    try:
+        deadline = time.time() + 10
+        while len(processes_mentioning(marker)) < 4 and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(processes_mentioning(marker)) >= 4
+        killed = agent.terminate_tree(sampler.alive_seen(), grace_s=1.0)
+        sampler.stop()
+        assert killed >= 1  # the SIGTERM-ignoring ones needed SIGKILL
+        time.sleep(0.2)
+        assert processes_mentioning(marker) == []
+        assert agent.poll() is not None
+    finally:
+        # Whatever failed above, leave no sleeper behind: a leak would fail later tests
+        # that check for stray agent processes (it once did, after a failure here).
+        sampler.stop()
+        for pid, _ in processes_mentioning(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_terminate_tree_after_normal_exit_is_safe(tmp_path) -> None:
