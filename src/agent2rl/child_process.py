@@ -1,10 +1,85 @@
-"""Stopping the harness's own long-lived child processes (grading service, metering proxy)."""
+"""The harness's own long-lived child processes (grading service, metering proxy, rollout
+service): each is a loopback HTTP server in its own session that announces its port in a
+ready file. :func:`start_announcing` is the parent's side of that handshake,
+:func:`serve_on_free_port` the child's, :func:`stop_child` the end of it."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent2rl.rundir import read_json
+
+
+def start_announcing(
+    cmd: list[str],
+    *,
+    env: dict[str, str],
+    ready_file: Path,
+    log_file: Path,
+    name: str,
+    ready_timeout: float = 60.0,
+) -> tuple[subprocess.Popen, int]:
+    """Start ``cmd`` in its own session with output appended to ``log_file`` and wait until
+    it writes ``{"port": ...}`` to ``ready_file``; returns (process, port).
+
+    A stale ``ready_file`` is removed first. Raises RuntimeError naming ``name`` and the log
+    when the child exits early or is not ready within ``ready_timeout`` seconds (it is killed).
+    """
+    ready_file.unlink(missing_ok=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+    deadline = time.time() + ready_timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {proc.returncode}; see {log_file}")
+        if ready_file.exists():
+            return proc, int(read_json(ready_file)["port"])
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"{name} did not start in {ready_timeout:.0f}s; see {log_file}")
+
+
+def serve_on_free_port(
+    app: Any, on_ready: Callable[[int], None], *, host: str = "127.0.0.1"
+) -> None:
+    """Serve ``app`` with uvicorn on a free port of ``host``; call ``on_ready(port)`` once it
+    accepts connections. Returns when the server stops (SIGTERM / SIGINT)."""
+    import asyncio
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+
+    async def serve() -> None:
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.02)
+            on_ready(port)
+
+        task = asyncio.create_task(announce())
+        await server.serve(sockets=[sock])
+        task.cancel()
+
+    asyncio.run(serve())
 
 
 def stop_child(proc: subprocess.Popen, timeout: float = 10.0) -> None:

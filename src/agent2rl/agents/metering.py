@@ -88,7 +88,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -102,9 +101,9 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from agent2rl.child_process import stop_child
+from agent2rl.child_process import serve_on_free_port, start_announcing, stop_child
 from agent2rl.recording.usage import summarize_usage
-from agent2rl.rundir import RunPaths, read_json, write_json_atomic
+from agent2rl.rundir import RunPaths, write_json_atomic
 
 Api = Literal["openai", "anthropic", "gemini"]
 
@@ -950,7 +949,6 @@ def start_metering_proxy(
     usage_file.parent.mkdir(parents=True, exist_ok=True)
     ready_file = Path(ready_file or usage_file.with_name("llm_proxy.json"))
     log_file = Path(log_file or usage_file.with_name("llm_proxy.log"))
-    ready_file.unlink(missing_ok=True)
     key = proxy_key or secrets.token_urlsafe(24)
     env = {
         **os.environ,
@@ -984,51 +982,15 @@ def start_metering_proxy(
     ]
     if max_total_tokens is not None:
         cmd += ["--max-total-tokens", str(max_total_tokens)]
-    with open(log_file, "ab") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
-    deadline = time.time() + ready_timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"metering proxy exited with code {proc.returncode}; see {log_file}")
-        if ready_file.exists():
-            port = int(read_json(ready_file)["port"])
-            return MeteringProxy(proc, port, key, usage_file)
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"metering proxy did not start in {ready_timeout:.0f}s; see {log_file}")
-
-
-def serve_on_free_port(app: Any, on_ready: Any, *, host: str = "127.0.0.1") -> None:
-    """Serve ``app`` with uvicorn on a free port of ``host``; call ``on_ready(port)`` once it
-    accepts connections. Returns when the server stops (SIGTERM / SIGINT)."""
-    import asyncio
-
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=5
+    proc, port = start_announcing(
+        cmd,
+        env=env,
+        ready_file=ready_file,
+        log_file=log_file,
+        name="metering proxy",
+        ready_timeout=ready_timeout,
     )
-    server = uvicorn.Server(config)
-
-    async def serve() -> None:
-        async def announce() -> None:
-            while not server.started:
-                await asyncio.sleep(0.02)
-            on_ready(port)
-
-        task = asyncio.create_task(announce())
-        await server.serve(sockets=[sock])
-        task.cancel()
-
-    asyncio.run(serve())
+    return MeteringProxy(proc, port, key, usage_file)
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -3,23 +3,22 @@
 The orchestrator starts it (one per run) with the run token in the environment variable
 ``AGENT2RL_GRADING_TOKEN``. It binds a random free port on 127.0.0.1, writes
 ``grading/service.json`` (port, pid) atomically once it is ready to accept connections, and
-serves until SIGTERM. :func:`start_service` is the orchestrator's side of that handshake.
+serves until SIGTERM. :func:`start_service` is the orchestrator's side of that handshake
+(:mod:`agent2rl.child_process`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent2rl.child_process import stop_child
+from agent2rl.child_process import serve_on_free_port, start_announcing, stop_child
 from agent2rl.errors import UserError
-from agent2rl.rundir import RunInfo, RunPaths, read_json, write_json_atomic
+from agent2rl.rundir import RunInfo, RunPaths, write_json_atomic
 from agent2rl.settings import load_settings
 
 TOKEN_ENV = "AGENT2RL_GRADING_TOKEN"
@@ -48,8 +47,6 @@ def start_service(
     ready_timeout: float = 60.0,
 ) -> ServiceHandle:
     """Start the service for the run in ``paths`` and wait until it answers."""
-    paths.service_json.unlink(missing_ok=True)
-    log = open(paths.service_log, "ab")  # noqa: SIM115 - the child owns it
     cmd = [
         sys.executable,
         "-m",
@@ -62,33 +59,18 @@ def start_service(
         "--base-model",
         str(base_model_dir),
     ]
-    proc = subprocess.Popen(
+    proc, port = start_announcing(
         cmd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
         env={**os.environ, TOKEN_ENV: token},
+        ready_file=paths.service_json,
+        log_file=paths.service_log,
+        name="grading service",
+        ready_timeout=ready_timeout,
     )
-    log.close()
-    deadline = time.time() + ready_timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"grading service exited with code {proc.returncode}; see {paths.service_log}"
-            )
-        if paths.service_json.exists():
-            port = int(read_json(paths.service_json)["port"])
-            return ServiceHandle(proc, f"http://127.0.0.1:{port}", port)
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(
-        f"grading service did not start in {ready_timeout:.0f}s; see {paths.service_log}"
-    )
+    return ServiceHandle(proc, f"http://127.0.0.1:{port}", port)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
     from agent2rl.grading.app import GradingContext, create_app
     from agent2rl.grading.evaluator import EvalSpec
     from agent2rl.grading.submission import SubmissionLimits
@@ -121,30 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         snapshot=recorder.snapshot,
     )
     app = create_app(ctx)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=True, timeout_keep_alive=30)
-    server = uvicorn.Server(config)
-
-    # Announce readiness only once uvicorn is serving on our socket.
-    async def _announce() -> None:
-        import asyncio
-
-        while not server.started:
-            await asyncio.sleep(0.02)
-        write_json_atomic(paths.service_json, {"port": port, "pid": os.getpid()})
-
-    import asyncio
-
-    async def _serve() -> None:
-        task = asyncio.create_task(_announce())
-        await server.serve(sockets=[sock])
-        task.cancel()
-
-    asyncio.run(_serve())
+    serve_on_free_port(
+        app,
+        lambda port: write_json_atomic(paths.service_json, {"port": port, "pid": os.getpid()}),
+    )
     return 0
 
 
