@@ -14,6 +14,11 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Never try to download task data (alfworld-download) from a test.
+os.environ["AGENT2RL_OFFLINE"] = "1"
+
+#: a small alfworld-lite (one game of each task type per split) for tests
+LITE_OPTS = {"n_train": "6", "n_eval": "6"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,6 +48,16 @@ def arith(a2home: Path):
     from agent2rl.tasks import get_task, prepare_task
 
     task = get_task("arith-lite")
+    return task, prepare_task(task, load_settings().task_store)
+
+
+@pytest.fixture(scope="session")
+def alfworld_lite(a2home: Path):
+    """alfworld-lite with :data:`LITE_OPTS`, generated into the session's task store."""
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, prepare_task
+
+    task = get_task("alfworld-lite", LITE_OPTS)
     return task, prepare_task(task, load_settings().task_store)
 
 

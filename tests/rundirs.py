@@ -34,6 +34,7 @@ def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunP
         deadline=now + budget_s,
         status="running",
         model_path=str(model.path),
+        task_options=task.opts,
     )
     info.save(paths)
     build_workspace(paths, task, prepared, model)

@@ -11,10 +11,27 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent2rl.rundir import read_json
+
+
+@dataclass
+class ServiceHandle:
+    """A running loopback service child: its process and port."""
+
+    proc: subprocess.Popen
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; idempotent."""
+        stop_child(self.proc, timeout)
 
 
 def start_announcing(

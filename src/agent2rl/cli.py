@@ -198,7 +198,9 @@ def tasks() -> None:
     console.print(table)
 
 
-data_app = typer.Typer(no_args_is_help=True, help="Task data: import official files offline.")
+data_app = typer.Typer(
+    no_args_is_help=True, help="Task data: import official files offline, generate lite games."
+)
 app.add_typer(data_app, name="data")
 
 
@@ -214,6 +216,28 @@ def data_import(
 
     t = get_task(task)
     console.print(t.import_data(path, task_root(t, load_settings().task_store)), soft_wrap=True)
+
+
+@data_app.command("make-alfworld-lite")
+@_user_errors
+def data_make_alfworld_lite(
+    out: Path = typer.Option(..., "--out", help="Folder to write the games into (new)."),
+    n: int = typer.Option(60, "--n", help="How many games (task types cycle through all six)."),
+    seed: int = typer.Option(0, "--seed", help="Seed: the same seed gives the same games."),
+) -> None:
+    """Generate ALFWorld-format lite games (traj_data.json, initial_state.pddl, game.tw-pddl
+    per game, plus walkthroughs.jsonl), solvable by alfworld's expert, from a seed."""
+    from agent2rl.tasks.alfworld import generate_lite_split
+    from agent2rl.tasks.prompt_format import write_jsonl
+
+    if n < 1:
+        raise UserError(f"--n {n}: generate at least one game")
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} is not empty: choose a new folder for the games")
+    with console.status(f"generating {n} games"):
+        rows, _ = generate_lite_split(out / "games", seed, n, set())
+    write_jsonl(out / "walkthroughs.jsonl", rows)
+    console.print(f"{n} games in {out / 'games'}, walkthroughs in {out / 'walkthroughs.jsonl'}")
 
 
 agents_app = typer.Typer(

@@ -9,7 +9,9 @@
       workspace/            the only part the agent sees
         code/ output/ data/ models/base/ description.md instructions.md run_meta.json
       grading/              service.log, service.json (port), baseline/, submissions/<id>/
-      record/               code.git (snapshots), resources.jsonl (CPU/RAM timeline)
+      env/                  the rollout service of a level-3 run: service.log, service.json
+      record/               code.git (snapshots), resources.jsonl (CPU/RAM timeline),
+                            env.db (level 3: every episode and step played for training)
       report/               metrics.json, report.md, report.html, diffs/
 
 Nothing outside ``workspace/`` is mounted into the agent's sandbox.
@@ -97,6 +99,16 @@ class RunPaths:
     @property
     def llm_usage(self) -> Path:
         return self.record / "llm_usage.jsonl"
+
+    @property
+    def env_db(self) -> Path:
+        """The rollout record (level-3 tasks): every episode and step the agent played."""
+        return self.record / "env.db"
+
+    @property
+    def env_service(self) -> Path:
+        """The rollout service's directory: ``service.json`` (port, pid) and ``service.log``."""
+        return self.root / "env"
 
     @property
     def report(self) -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from agent2rl.analysis.noise import compare_items, load_item_scores, read_jsonl
+from agent2rl.envs.ledger import summarize_env
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
 from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.recording.usage import summarize_usage
@@ -254,6 +255,34 @@ def _agent_view(paths: RunPaths) -> dict[str, Any]:
     }
 
 
+def group_scores(path: Path | None) -> dict[str, dict[str, float]] | None:
+    """Per-item results broken down by ``meta.group`` (an episode's task type):
+    ``{group: {"n": items, "score": 0-100 mean}}``. None when the file is missing or no item
+    carries a group."""
+    if path is None or not Path(path).is_file():
+        return None
+    sums: dict[str, list[float]] = {}
+    for row in read_jsonl(Path(path)):
+        meta = row.get("meta")
+        group = meta.get("group") if isinstance(meta, dict) else None
+        if group is not None and isinstance(row.get("score"), int | float):
+            sums.setdefault(str(group), []).append(float(row["score"]))
+    if not sums:
+        return None
+    return {g: {"n": len(v), "score": 100.0 * sum(v) / len(v)} for g, v in sorted(sums.items())}
+
+
+def _breakdown(
+    paths: RunPaths, baseline: dict[str, Any] | None, best: Submission | None, subs: list
+) -> dict[str, Any] | None:
+    """The baseline's and the best submission's scores per item group (None: no groups)."""
+    base = group_scores(_rel(paths, (baseline or {}).get("items_path")))
+    top = group_scores(_items_for(paths, best, {s.id: s for s in subs})) if best else None
+    if base is None and top is None:
+        return None
+    return {"baseline": base, "best": top}
+
+
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -362,6 +391,9 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
         # Tokens the agent's LLM used, as the metering proxy recorded them (None: no proxy).
         "llm_usage": summarize_usage(paths.llm_usage) if paths.llm_usage.is_file() else None,
         "token_budget": info.token_budget,
+        # Level 3: what the agent played through the rollout service (None: no service).
+        "env_usage": summarize_env(paths.env_db, t0),
+        "group_scores": _breakdown(paths, baseline, best, subs),
         **_agent_view(paths),
     }
     return metrics

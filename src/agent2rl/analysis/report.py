@@ -278,6 +278,10 @@ def render_markdown(m: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("No resource samples recorded.")
+    if m.get("group_scores"):
+        lines += ["", "## Scores by task type", "", *_groups_md(m["group_scores"])]
+    if m.get("env_usage") is not None:
+        lines += ["", "## Environment rollouts", "", _env_text(m["env_usage"])]
     lines += ["", "## LLM usage", "", _usage_text(m)]
     for flag in m.get("mode_flags") or []:
         lines.append(f"\n**Mode check:** {_md(flag)}")
@@ -300,6 +304,42 @@ def _usage_text(m: Mapping[str, Any]) -> str:
         f"{u['input_tokens']:,} input tokens ({u['cached_tokens']:,} cached) and "
         f"{u['output_tokens']:,} output tokens{budget}; estimated cost {cost}. "
         f"Models: {', '.join(sorted(u.get('by_model') or {})) or _DASH}."
+    )
+
+
+def _group_rows(groups: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(group, items, baseline score, best score) rows of a ``group_scores`` metric."""
+    base, best = groups.get("baseline") or {}, groups.get("best") or {}
+    rows = []
+    for g in sorted(set(base) | set(best)):
+        n = (best.get(g) or base.get(g) or {}).get("n")
+        rows.append(
+            (
+                g,
+                str(n) if n is not None else _DASH,
+                _num((base.get(g) or {}).get("score")),
+                _num((best.get(g) or {}).get("score")),
+            )
+        )
+    return rows
+
+
+def _groups_md(groups: Mapping[str, Any]) -> list[str]:
+    out = ["| task type | items | baseline | best |", "|---|---:|---:|---:|"]
+    out += [f"| {_md(g)} | {n} | {b} | {t} |" for g, n, b, t in _group_rows(groups)]
+    return out
+
+
+def _env_text(u: Mapping[str, Any]) -> str:
+    """One paragraph on the episodes and steps the agent played through the rollout service."""
+    if not u.get("episodes"):
+        return "The rollout service ran, but the agent played no episode through it."
+    share = u["admissible_steps"] / u["steps"] if u["steps"] else None
+    return (
+        f"{u['episodes']} episodes on {u['games']} games ({u['finished_episodes']} finished, "
+        f"{u['won_episodes']} won), {u['steps']:,} environment steps "
+        f"({_pct(share)} admissible actions), from {_dur(u.get('first_step_t'))} to "
+        f"{_dur(u.get('last_step_t'))} into the budget."
     )
 
 
@@ -636,6 +676,68 @@ def _resources_html(m: Mapping[str, Any]) -> str:
     )
 
 
+def _groups_html(m: Mapping[str, Any]) -> str:
+    if not m.get("group_scores"):
+        return ""
+    rows = "".join(
+        f'<tr><td>{_e(g)}</td><td class="n">{_e(n)}</td><td class="n">{_e(b)}</td>'
+        f'<td class="n">{_e(t)}</td></tr>'
+        for g, n, b, t in _group_rows(m["group_scores"])
+    )
+    return (
+        "<h2>Scores by task type</h2><table><thead><tr><th>task type</th><th>items</th>"
+        f"<th>baseline</th><th>best</th></tr></thead><tbody>{rows}</tbody></table>\n"
+    )
+
+
+def env_steps_svg(u: Mapping[str, Any]) -> str:
+    """Bars of environment steps per time bin over the budget clock (empty with no steps)."""
+    timeline = u.get("timeline") or []
+    if not timeline:
+        return ""
+    w, h, ml, mb, mt = _W, 160, _ML, 32, 12
+    peak = max(c for _, c in timeline) or 1
+    width = (timeline[1][0] - timeline[0][0]) if len(timeline) > 1 else 1.0
+    end = timeline[-1][0] + width
+    bar_w = (w - ml - _MR) / len(timeline)
+    bars = []
+    for t, c in timeline:
+        bh = (h - mt - mb) * c / peak
+        x = ml + (w - ml - _MR) * t / end
+        bars.append(
+            f'<rect x="{_f(x)}" y="{_f(h - mb - bh)}" width="{_f(max(1.0, bar_w - 1))}" '
+            f'height="{_f(bh)}" fill="#2563eb"><title>{_e(_dur(t))}: {c} steps</title></rect>'
+        )
+    return (
+        f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        'aria-label="environment steps over time">'
+        f'<text x="{ml}" y="{h - 8}" font-size="11">0</text>'
+        f'<text x="{w - _MR}" y="{h - 8}" font-size="11" text-anchor="end">{_e(_dur(end))}</text>'
+        f'<text x="{ml - 6}" y="{mt + 10}" font-size="11" text-anchor="end">{peak}</text>'
+        f'<line x1="{ml}" y1="{h - mb}" x2="{w - _MR}" y2="{h - mb}" stroke="#888"/>'
+        + "".join(bars)
+        + "</svg>"
+    )
+
+
+def _env_html(m: Mapping[str, Any]) -> str:
+    u = m.get("env_usage")
+    if u is None:
+        return ""
+    cards = "".join(
+        [
+            _card(str(u["episodes"]), "episodes"),
+            _card(f"{u['steps']:,}", "environment steps"),
+            _card(str(u["won_episodes"]), "episodes won"),
+            _card(str(u["games"]), "games played"),
+        ]
+    )
+    return (
+        f'<h2>Environment rollouts</h2><div class="cards">{cards}</div>'
+        f"<p>{_e(_env_text(u))}</p>{env_steps_svg(u)}\n"
+    )
+
+
 def _diff_body(text: str) -> str:
     """Escaped diff text with added/removed/hunk lines wrapped in spans for colour."""
     out = []
@@ -716,7 +818,7 @@ def render_html(m: Mapping[str, Any], diffs: Mapping[int, str | None] | None = N
 {_rejections_html(m)}
 <h2>Resources</h2>
 {_resources_html(m)}
-<h2>LLM usage</h2>
+{_groups_html(m)}{_env_html(m)}<h2>LLM usage</h2>
 <p>{_e(_usage_text(m))}</p>{flags}
 <h2>Code changes</h2>
 {_diffs_html(m, diffs)}

@@ -11,30 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from agent2rl.child_process import serve_on_free_port, start_announcing, stop_child
+from agent2rl.child_process import ServiceHandle, serve_on_free_port, start_announcing
 from agent2rl.errors import UserError
 from agent2rl.rundir import RunInfo, RunPaths, write_json_atomic
 from agent2rl.settings import load_settings
 
 TOKEN_ENV = "AGENT2RL_GRADING_TOKEN"
-
-
-@dataclass
-class ServiceHandle:
-    """A running grading service."""
-
-    proc: subprocess.Popen
-    url: str
-    port: int
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout``; idempotent."""
-        stop_child(self.proc, timeout)
 
 
 def start_service(
@@ -67,7 +52,7 @@ def start_service(
         name="grading service",
         ready_timeout=ready_timeout,
     )
-    return ServiceHandle(proc, f"http://127.0.0.1:{port}", port)
+    return ServiceHandle(proc, port)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,9 +33,12 @@ from agent2rl.agents.metering import (
 from agent2rl.agents.modes import detect_methods, get_mode, mode_contradictions, render_prompt
 from agent2rl.agents.spec import DEFAULT_PROMPT, AgentSpec, get_agent, install_files
 from agent2rl.analysis import compute_metrics, record_run, write_report
+from agent2rl.child_process import ServiceHandle
+from agent2rl.envs.app import RolloutLimits
+from agent2rl.envs.service import start_env_service
 from agent2rl.errors import UserError
 from agent2rl.grading.ledger import Ledger
-from agent2rl.grading.service import ServiceHandle, start_service
+from agent2rl.grading.service import start_service
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.models.resolve import ModelRef, resolve_model
 from agent2rl.orchestration.agent_process import AgentProcess
@@ -78,6 +81,7 @@ class RunRequest:
     snapshot_interval_s: float = 60.0
     sample_interval_s: float = 5.0
     max_submission_bytes: int | None = None
+    rollout_limits: RolloutLimits = field(default_factory=RolloutLimits)
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -153,6 +157,7 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
     install_files(spec, paths.code)
 
     service: ServiceHandle | None = None
+    rollout: ServiceHandle | None = None
     try:
         with console.status("measuring the baseline (before the budget starts)"):
             baseline = measure_baseline(task, model, settings, paths, req.backend)
@@ -172,8 +177,26 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
             max_bytes=max_bytes,
             base_model_dir=model.path,
         )
+        env_vars: dict[str, str] = {}
+        if task.interactive:
+            env_token = secrets.token_urlsafe(32)
+            with console.status("starting the rollout service"):
+                rollout = start_env_service(paths, env_token, req.rollout_limits)
+            env_vars = {"ENV_SERVER_URL": rollout.url, "ENV_TOKEN": env_token}
         _run_agent(
-            req, task, spec, model, paths, info, service, token, sandbox, ledger, console, llm
+            req,
+            task,
+            spec,
+            model,
+            paths,
+            info,
+            service,
+            token,
+            sandbox,
+            ledger,
+            console,
+            llm,
+            env_vars,
         )
     except KeyboardInterrupt:
         info.status, info.error = "interrupted", "interrupted by the user"
@@ -185,8 +208,9 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         info.status, info.error = "harness_error", f"{type(err).__name__}: {err}"
         raise
     finally:
-        if service is not None:
-            service.stop()
+        for child in (rollout, service):
+            if child is not None:
+                child.stop()
         if info.ended_at is None:
             info.ended_at = time.time()
         info.save(paths)
@@ -248,13 +272,17 @@ def _run_agent(
     ledger: Ledger,
     console: Console,
     llm: tuple[Driver, str] | None = None,
+    env_vars: dict[str, str] | None = None,
 ) -> None:
+    """Start the clock and run the agent. ``env_vars``: the rollout service's URL and token
+    for an interactive task (added to the agent's environment and instructions)."""
     info.start = time.time()
     info.deadline = info.start + req.budget_s
     info.status = "running"
     info.save(paths)
-    write_instructions(paths, info, service.url, token)
+    write_instructions(paths, info, service.url, token, rollout=bool(env_vars))
     env = agent_env(paths, info, model, service.url, token)
+    env.update(env_vars or {})
     prompt_file = paths.workspace / "prompt.md"
     # The spec's own template when it has one; else the full prompt (listing, data sample).
     template = None if spec.prompt_template == DEFAULT_PROMPT else spec.prompt_template

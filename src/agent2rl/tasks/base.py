@@ -14,24 +14,37 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from agent2rl.inference.backend import Backend
-from agent2rl.tasks.prompt_format import PromptFormat
+
+
+class EvalFormat(Protocol):
+    """A task's evaluation protocol as data (a :class:`~agent2rl.tasks.prompt_format.PromptFormat`
+    for single-prompt tasks, an :class:`~agent2rl.envs.alfworld_protocol.EpisodeFormat` for
+    episodes): what the workspace's ``data/eval_format.json`` holds."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
 class ItemResult:
-    """One graded item. ``score`` is in [0, 1]; ``correct`` is ``score >= 1`` for binary tasks."""
+    """One graded item. ``score`` is in [0, 1]; ``correct`` is ``score >= 1`` for binary tasks.
+    ``meta`` holds task-specific facts for the report (an episode's task type and steps);
+    ``meta["group"]``, when set, is the category the report breaks scores down by."""
 
     id: str
     prediction: str
     target: str
     correct: bool
     score: float
+    meta: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["meta"] is None:
+            del d["meta"]
+        return d
 
 
 @dataclass
@@ -76,6 +89,9 @@ class Task(ABC):
     summary: str
     #: an evaluation running longer than this is killed and the submission fails
     eval_timeout_s: float = 1800.0
+    #: interactive tasks (level 3) have an environment: a run serves its public games to the
+    #: agent through a rollout service (see :meth:`rollout_source`)
+    interactive: ClassVar[bool] = False
     #: evaluation options a run may set (``--task-opt name=value``): name -> default. The
     #: default's type (int, float, str, bool) is the type a value is parsed into. Options
     #: change scores, so they are part of :meth:`eval_settings` and the eval hash.
@@ -103,9 +119,24 @@ class Task(ABC):
         """Grade the model behind ``backend`` on the private split (the first ``limit`` items
         when given, for quick checks; official scores never set it)."""
 
-    def prompt_format(self, prepared: PreparedTask) -> PromptFormat | None:
+    def prompt_format(self, prepared: PreparedTask) -> EvalFormat | None:
         """The exact prompt protocol, written into the workspace as ``data/eval_format.json``
-        (None for a task that does not query the model with single prompts)."""
+        (None for a task without one)."""
+        return None
+
+    def workspace_files(self) -> dict[str, Path]:
+        """Extra files copied into the workspace's ``data/`` (name -> source): code the agent
+        shares with the grader, such as an episode protocol or an environment client."""
+        return {}
+
+    #: names in the public split that are not copied into workspaces (too big to copy per
+    #: run; the agent reaches them through the rollout service instead)
+    workspace_exclude: ClassVar[tuple[str, ...]] = ()
+
+    def rollout_source(self, prepared: PreparedTask) -> Any:
+        """The games of the public split as the rollout service serves them
+        (:class:`~agent2rl.envs.app.GameSource`); None for a task without an environment.
+        Only :attr:`interactive` tasks have one; the harness then runs a rollout service."""
         return None
 
     def import_data(self, source: Path, root: Path) -> str:

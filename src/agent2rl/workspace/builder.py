@@ -41,16 +41,26 @@ def _make_read_only(root: Path) -> None:
 
 
 def build_workspace(paths: RunPaths, task: Task, prepared: PreparedTask, model: ModelRef) -> None:
-    """Create the directories, copy the public split, link the base model, write the
+    """Create the directories, copy the public split (less the task's
+    ``workspace_exclude``) and the task's ``workspace_files``, link the base model, write the
     task description. Instructions and run_meta are written later by
     :func:`write_instructions`, once the service URL and the clock are known."""
     ws = paths.workspace
     for d in (paths.code, paths.output, paths.base_model.parent):
         d.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(prepared.public, paths.data, dirs_exist_ok=False)
+    shutil.copytree(
+        prepared.public,
+        paths.data,
+        dirs_exist_ok=False,
+        ignore=lambda d, names: [
+            n for n in names if Path(d) == prepared.public and n in task.workspace_exclude
+        ],
+    )
     fmt = task.prompt_format(prepared)
     if fmt is not None:  # with this run's task options applied (e.g. max_new_tokens)
         write_json_atomic(paths.data / "eval_format.json", fmt.to_dict())
+    for name, source in task.workspace_files().items():
+        shutil.copyfile(source, paths.data / name)
     _make_read_only(paths.data)
     paths.base_model.mkdir()
     for f in sorted(model.path.iterdir()):
@@ -87,8 +97,11 @@ def agent_env(paths: RunPaths, info: RunInfo, model: ModelRef, url: str, token: 
     }
 
 
-def write_instructions(paths: RunPaths, info: RunInfo, url: str, token: str) -> None:
-    """Write instructions.md and run_meta.json (needs the clock and the service URL)."""
+def write_instructions(
+    paths: RunPaths, info: RunInfo, url: str, token: str, rollout: bool = False
+) -> None:
+    """Write instructions.md and run_meta.json (needs the clock and the service URL).
+    ``rollout``: the run has a rollout service (an interactive task); say how to reach it."""
     ws = paths.workspace
     for d in (ws / ".home", ws / ".tmp"):
         d.mkdir(exist_ok=True)
@@ -110,6 +123,7 @@ def write_instructions(paths: RunPaths, info: RunInfo, url: str, token: str) -> 
             task=info.task,
             deadline=int(info.deadline or 0),
         )
+        + (ROLLOUT if rollout else "")
     )
 
 
@@ -162,4 +176,13 @@ Service: {url} — token: `{token}`
   model is recorded as a copy.
 - At the deadline every process you started is stopped. A submission already being graded at
   the deadline still counts.
+"""
+
+ROLLOUT = """
+## The environment (online RL)
+This task is interactive. A rollout service plays the public training games for you at
+`$ENV_SERVER_URL` with the token `$ENV_TOKEN`; `data/env_client.py` is a client for it and
+`description.md` documents its API and the exact protocol the grader uses to play your
+model (`data/alfworld_protocol.py` is the grader's own code for it). Every episode and step
+you play is recorded in the run's report.
 """

@@ -200,7 +200,15 @@ def _max_length(model, tokenizer, rows: list[dict]) -> int:
     return max(16, min(longest, context, 1024))
 
 
-def sft(model, tokenizer, rows: list[dict], seconds: float, lr: float, seed: int = 0):
+def sft(
+    model,
+    tokenizer,
+    rows: list[dict],
+    seconds: float,
+    lr: float,
+    seed: int = 0,
+    batch_size: int = 32,
+):
     """Supervised fine-tuning on prompt/completion rows for about ``seconds``; returns model."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -212,7 +220,7 @@ def sft(model, tokenizer, rows: list[dict], seconds: float, lr: float, seed: int
         max_steps=1_000_000,
         learning_rate=lr,
         lr_scheduler_type="constant",
-        per_device_train_batch_size=32,
+        per_device_train_batch_size=batch_size,
         max_length=_max_length(model, tokenizer, rows),
         logging_steps=50,
         save_strategy="no",

@@ -1,5 +1,8 @@
 """reference-sft: supervised fine-tuning in rounds, submitting after each round.
 
+On an interactive (level-3) task the rows are the expert walkthroughs' steps, prompted as the
+grader prompts (see ``episodes.sft_rows``).
+
 The plan: split the time left into ``ROUNDS`` training rounds, each followed by a
 submission. The grader's answers steer the next round: a round that scored below the best so
 far is undone (training restarts from the best checkpoint) with half the learning rate.
@@ -9,7 +12,17 @@ from __future__ import annotations
 
 import time
 
-from common import MODEL_PATH, load, log, prompt_completion_rows, save, sft, submit, time_left
+from common import (
+    DATA_PATH,
+    MODEL_PATH,
+    load,
+    log,
+    prompt_completion_rows,
+    save,
+    sft,
+    submit,
+    time_left,
+)
 
 ROUNDS = 3
 MIN_ROUND_S = 15.0
@@ -25,7 +38,16 @@ def plan_round(left: float, rounds_left: int, eval_estimate: float) -> float:
 
 def main() -> None:
     model, tokenizer = load(MODEL_PATH)
-    rows = prompt_completion_rows(tokenizer)
+    batch_size = 32
+    if (DATA_PATH / "walkthroughs.jsonl").exists():  # an interactive task: expert episodes
+        import random
+
+        from episodes import Prompter, episode_format, sft_rows
+
+        rows = sft_rows(Prompter(tokenizer, episode_format()), random.Random(0))
+        batch_size = 8
+    else:
+        rows = prompt_completion_rows(tokenizer)
     lr, best_score, best_path = 2e-3, None, None
     eval_estimate = 20.0  # refined from the first submission's round trip
     for done in range(ROUNDS):
@@ -35,7 +57,7 @@ def main() -> None:
             log(f"{left:.0f}s left: not enough for another round")
             break
         log(f"round {done + 1}/{ROUNDS}: training {per_round:.0f}s at lr={lr:g}")
-        model = sft(model, tokenizer, rows, per_round, lr, seed=done)
+        model = sft(model, tokenizer, rows, per_round, lr, seed=done, batch_size=batch_size)
         path = save(model, tokenizer)
         t0 = time.time()
         result = submit(path)

@@ -1,0 +1,274 @@
+"""The reference agents' code for interactive (level-3) tasks: episodes as training data, and
+multi-turn GRPO with rollouts collected from the rollout service.
+
+Like ``common.py`` this file is copied into the agent's ``code/`` and uses only what a
+workspace offers: ``data/alfworld_protocol.py`` (the grader's prompt and action protocol),
+``data/env_client.py`` (the rollout service), torch and transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+
+from common import DATA_PATH, log
+
+sys.path.insert(0, str(DATA_PATH))
+
+import alfworld_protocol as proto  # noqa: E402  (lives in data/, found through sys.path)
+from env_client import EnvClient  # noqa: E402
+
+
+def is_interactive() -> bool:
+    """True in a level-3 workspace (one with expert walkthroughs and a rollout service)."""
+    return (DATA_PATH / "walkthroughs.jsonl").exists()
+
+
+def episode_format() -> proto.EpisodeFormat:
+    return proto.EpisodeFormat.from_dict(json.loads((DATA_PATH / "eval_format.json").read_text()))
+
+
+def walkthroughs() -> list[dict]:
+    with open(DATA_PATH / "walkthroughs.jsonl") as fh:
+        return [json.loads(line) for line in fh]
+
+
+class Prompter:
+    """Builds the grader's prompt for the tokenizer's model: the text prompt for a base
+    model, the chat-templated user message for a chat model."""
+
+    def __init__(self, tokenizer, fmt: proto.EpisodeFormat) -> None:
+        self.tokenizer, self.fmt = tokenizer, fmt
+        self.chat = bool(getattr(tokenizer, "chat_template", None))
+
+    def __call__(self, goal: str, steps, observation: str, admissible) -> str:
+        if not self.chat:
+            return proto.build_prompt(goal, steps, observation, admissible, self.fmt)
+        message = proto.build_chat_message(goal, steps, observation, admissible, self.fmt)
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+        )
+
+    def completion(self, action: str) -> str:
+        return proto.completion_for(action) if not self.chat else action
+
+
+def sft_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
+    """Prompt/completion pairs from the expert walkthroughs, exactly as the grader prompts.
+
+    Two choices of ours: the expert's opening ``look`` (it only repeats the room's
+    description) is dropped, and each step after the first gets a twin where the previous
+    action was repeated and failed ("Nothing happens."), so the model learns to move on
+    instead of repeating a failing action, which greedy decoding would do forever.
+    """
+    rows = []
+    for game in walkthroughs():
+        steps = game["steps"]
+        first = steps[0]["observation"]
+        if steps and steps[0]["action"] == "look" and len(steps) > 1:
+            steps = [{**steps[1], "observation": first}, *steps[2:]]
+        history: list[tuple[str, str]] = []
+        for i, st in enumerate(steps):
+            obs, adm, action = st["observation"], st["admissible_actions"], st["action"]
+            rows.append(
+                {
+                    "prompt": prompter(game["goal"], history, obs, adm),
+                    "completion": prompter.completion(action),
+                }
+            )
+            if history and history[-1][0] not in adm and rng.random() < 0.5:
+                failed = [*history, (history[-1][0], "Nothing happens.")]
+                rows.append(
+                    {
+                        "prompt": prompter(game["goal"], failed, "Nothing happens.", adm),
+                        "completion": prompter.completion(action),
+                    }
+                )
+            nxt = steps[i + 1]["observation"] if i + 1 < len(steps) else game["final_observation"]
+            history.append((action, nxt))
+    rng.shuffle(rows)
+    return rows
+
+
+@dataclass
+class Turn:
+    prompt: str
+    completion: str
+
+
+@dataclass
+class Trajectory:
+    game_id: str
+    turns: list[Turn] = field(default_factory=list)
+    won: bool = False
+    reward: float = 0.0
+
+
+def sample_actions(model, tokenizer, prompts: list[str], fmt, temperature: float) -> list[str]:
+    """One sampled reply per prompt (cut at the protocol's stop strings)."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and batch["input_ids"].shape[1] + fmt.max_new_tokens > limit:
+        keep = limit - fmt.max_new_tokens
+        batch = {k: v[:, -keep:] for k, v in batch.items()}
+    batch = {k: v.to(model.device) for k, v in batch.items()}
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            max_new_tokens=fmt.max_new_tokens,
+            stop_strings=list(fmt.stop),
+            tokenizer=tokenizer,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    return [t.split("\n", 1)[0] for t in texts]
+
+
+#: reward lost per action the game did not admit ("Nothing happens."), as a share of the
+#: episode: wins are rare for a small model, and this gives GRPO a signal before the first
+#: one (fewer wasted actions) without ever ranking a loss above a win.
+INVALID_PENALTY = 0.5
+
+
+def rollout_group(
+    model, tokenizer, client: EnvClient, prompter: Prompter, game_id: str, size: int, temp: float
+) -> list[Trajectory]:
+    """``size`` episodes of one game played side by side through the rollout service with
+    sampled actions. A trajectory's reward: 1 if won, minus :data:`INVALID_PENALTY` times the
+    share of its actions that the game did not admit."""
+    sessions = [client.session(game_id=game_id) for _ in range(size)]
+    trajs = [Trajectory(game_id) for _ in sessions]
+    try:
+        while True:
+            live = [i for i, s in enumerate(sessions) if not s.done]
+            if not live:
+                break
+            prompts = [
+                prompter(
+                    sessions[i].goal,
+                    sessions[i].history,
+                    sessions[i].observation,
+                    sessions[i].admissible_actions,
+                )
+                for i in live
+            ]
+            replies = sample_actions(model, tokenizer, prompts, prompter.fmt, temp)
+            for i, prompt, reply in zip(live, prompts, replies, strict=True):
+                action = proto.parse_action(reply) or "look"
+                trajs[i].turns.append(Turn(prompt, prompter.completion(action)))
+                sessions[i].step(action)
+    finally:
+        for s in sessions:
+            s.close()
+    for s, t in zip(sessions, trajs, strict=True):
+        invalid = sum(obs == "Nothing happens." for _, obs in s.history)
+        t.won = bool(s.won)
+        t.reward = (1.0 if s.won else 0.0) - INVALID_PENALTY * invalid / max(1, len(s.history))
+    return trajs
+
+
+def policy_loss(model, tokenizer, trajs: list[Trajectory], advantages: list[float], micro: int):
+    """Backpropagate the GRPO objective: each turn's completion log-likelihood weighted by its
+    trajectory's advantage (averaged over turns). Returns the mean loss."""
+    import torch
+
+    items = [(t, a) for traj, a in zip(trajs, advantages, strict=True) if a for t in traj.turns]
+    if not items:
+        return 0.0
+    total = 0.0
+    tokenizer.padding_side = "right"
+    for start in range(0, len(items), micro):
+        chunk = items[start : start + micro]
+        prompts = [tokenizer(t.prompt, add_special_tokens=False)["input_ids"] for t, _ in chunk]
+        comps = [tokenizer(t.completion, add_special_tokens=False)["input_ids"] for t, _ in chunk]
+        limit = getattr(model.config, "max_position_embeddings", 4096)
+        seqs, masks = [], []
+        for p, c in zip(prompts, comps, strict=True):
+            ids = (p + c)[-limit:]
+            seqs.append(ids)
+            masks.append(([0] * len(p) + [1] * len(c))[-limit:])
+        width = max(map(len, seqs))
+        pad = tokenizer.pad_token_id or 0
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=model.device)
+        mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=model.device)
+        attn = torch.tensor(
+            [[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=model.device
+        )
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+        m = mask[:, 1:].float()
+        seq_logp = (logp * m).sum(-1) / m.sum(-1).clamp(min=1)
+        adv = torch.tensor([a for _, a in chunk], device=model.device)
+        loss = -(adv * seq_logp).sum() / len(items)
+        loss.backward()
+        total += float(loss) * len(items)
+    return total / len(items)
+
+
+def grpo(
+    model,
+    tokenizer,
+    seconds: float,
+    lr: float,
+    group_size: int = 8,
+    temperature: float = 1.0,
+    seed: int = 0,
+    micro_batch: int = 16,
+) -> tuple[object, dict]:
+    """Multi-turn GRPO for about ``seconds``: each step plays ``group_size`` episodes of one
+    random public game through the rollout service, scores each by whether it won, and
+    raises the likelihood of the actions of better-than-average episodes (group-normalised
+    advantages; groups where all episodes agree teach nothing and are skipped). Returns
+    ``(model, stats)`` with ``steps``, ``episodes``, ``won`` and ``updates``."""
+    import torch
+
+    client = EnvClient()
+    games = [g["game_id"] for g in client.games()]
+    rng = random.Random(seed)
+    prompter = Prompter(tokenizer, episode_format())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    stop_at = time.time() + seconds
+    stats = {"steps": 0, "episodes": 0, "won": 0, "updates": 0}
+    while time.time() < stop_at:
+        model.eval()
+        trajs = rollout_group(
+            model, tokenizer, client, prompter, rng.choice(games), group_size, temperature
+        )
+        rewards = [t.reward for t in trajs]
+        stats["steps"] += 1
+        stats["episodes"] += len(trajs)
+        stats["won"] += sum(t.won for t in trajs)
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+        if std < 1e-6:
+            continue
+        model.train()
+        optimizer.zero_grad()
+        loss = policy_loss(
+            model, tokenizer, trajs, [(r - mean) / std for r in rewards], micro_batch
+        )
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        stats["updates"] += 1
+        log(
+            f"GRPO step {stats['steps']}: {sum(t.won for t in trajs)}/{len(trajs)} won, "
+            f"mean reward {mean:.3f}, loss {loss:.4f}"
+        )
+    model.eval()
+    log(
+        f"GRPO: {stats['steps']} groups, {stats['episodes']} episodes "
+        f"({stats['won']} won), {stats['updates']} updates"
+    )
+    return model, stats
