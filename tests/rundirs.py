@@ -14,12 +14,13 @@ from agent2rl.settings import load_settings
 from agent2rl.workspace import build_workspace
 
 
-def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunPaths:
-    """A run directory with workspace, baseline in the ledger and a running clock."""
+def run_stub(root: Path, task, model=None, budget_s: float = 600.0) -> RunPaths:
+    """A run directory holding only ``run.json`` (task, options, a running clock): what the
+    rollout service needs."""
     paths = RunPaths(root)
     root.mkdir(parents=True)
     now = time.time()
-    info = RunInfo(
+    RunInfo(
         run_id=root.name,
         task=task.name,
         task_version=task.version,
@@ -33,10 +34,15 @@ def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunP
         start=now,
         deadline=now + budget_s,
         status="running",
-        model_path=str(model.path),
+        model_path=str(model.path) if model else None,
         task_options=task.opts,
-    )
-    info.save(paths)
+    ).save(paths)
+    return paths
+
+
+def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunPaths:
+    """A run directory with workspace, baseline in the ledger and a running clock."""
+    paths = run_stub(root, task, model, budget_s)
     build_workspace(paths, task, prepared, model)
     with Ledger(paths.ledger) as ledger:
         baseline = measure_baseline(task, model, load_settings(), paths)

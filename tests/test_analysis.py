@@ -392,3 +392,60 @@ def test_results_ledger_replaces_by_run_id(tmp_path: Path) -> None:
     other = make_run(tmp_path / "runs" / "run-b", HALF, [])
     record_run(tmp_path / "runs", other.root, compute_metrics(other))
     assert [r["run_id"] for r in list_runs(tmp_path / "runs")] == ["run-a", "run-b"]
+
+
+# -- interactive runs ---------------------------------------------------------------------------
+def test_rollout_record_and_task_type_scores_reach_metrics_and_report(tmp_path: Path) -> None:
+    from agent2rl.envs.ledger import EnvLedger
+
+    paths = make_run(tmp_path / "r", HALF, [Sub(t=60, items=[1.0] * 40)])
+    # Episodes: 3 sessions on 2 games, one won; steps at known times after START.
+    with EnvLedger(paths.env_db) as led:
+        a = led.open_session("g1", "pick_and_place_simple", at=START + 5)
+        b = led.open_session("g2", "pick_two_obj_and_place", at=START + 6)
+        c = led.open_session("g1", "pick_and_place_simple", at=START + 7)
+        for sid, n, won in ((a, 3, True), (b, 2, False), (c, 1, False)):
+            for k in range(n):
+                led.record_step(
+                    sid,
+                    admissible=k != 1,
+                    reward=1.0 * (won and k == n - 1),
+                    won=won and k == n - 1,
+                    done=won and k == n - 1,
+                )
+        led.close_session(a)
+    # Per-item groups for the baseline and the best submission.
+    for rel in ("grading/baseline/items.jsonl", "grading/submissions/0001/items.jsonl"):
+        rows = [json.loads(x) for x in (paths.root / rel).read_text().splitlines()]
+        with open(paths.root / rel, "w") as fh:
+            for i, row in enumerate(rows):
+                fh.write(json.dumps({**row, "meta": {"group": "ab"[i % 2]}}) + "\n")
+    m = compute_metrics(paths)
+    env = m["env_usage"]
+    assert (env["episodes"], env["games"], env["won_episodes"], env["finished_episodes"]) == (
+        3,
+        2,
+        1,
+        1,
+    )
+    assert env["steps"] == 6 and env["admissible_steps"] == 4
+    assert sum(c for _, c in env["timeline"]) == 6 and env["first_step_t"] > 0
+    assert env["by_task_type"]["pick_and_place_simple"] == {"episodes": 2, "won": 1, "steps": 4}
+    assert m["group_scores"] == {
+        "baseline": {"a": {"n": 20, "score": 100.0}, "b": {"n": 20, "score": 0.0}},
+        "best": {"a": {"n": 20, "score": 100.0}, "b": {"n": 20, "score": 100.0}},
+    }
+    out = write_report(paths)
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "3 episodes on 2 games (1 finished, 1 won), 6 environment steps" in md
+    assert "| a | 20 | 100.00 | 100.00 |" in md and "| b | 20 | 0.00 | 100.00 |" in md
+    assert "Environment rollouts" in page and 'aria-label="environment steps over time"' in page
+
+
+def test_runs_without_rollouts_have_no_env_section(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "r", HALF, [Sub(t=60, items=HALF)])
+    m = compute_metrics(paths)
+    assert m["env_usage"] is None and m["group_scores"] is None
+    out = write_report(paths)
+    assert "Environment rollouts" not in (out / "report.md").read_text()
+    assert "Environment rollouts" not in (out / "report.html").read_text()

@@ -10,39 +10,18 @@ import time
 
 import httpx
 import pytest
+from rundirs import run_stub
 
 from agent2rl.envs.app import RolloutLimits
 from agent2rl.envs.ledger import EnvLedger, summarize_env
 from agent2rl.envs.service import start_env_service
-from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.tasks.prompt_format import read_jsonl
-
-
-def _run_dir(root, task) -> RunPaths:
-    paths = RunPaths(root)
-    root.mkdir(parents=True)
-    now = time.time()
-    RunInfo(
-        run_id=root.name,
-        task=task.name,
-        task_version=task.version,
-        level=task.level,
-        agent="test",
-        model="tiny",
-        budget_s=600,
-        seed=0,
-        sandbox="none",
-        created_at=now,
-        start=now,
-        task_options=task.opts,
-    ).save(paths)
-    return paths
 
 
 @pytest.fixture(scope="module")
 def rollout(tmp_path_factory, alfworld_lite):
     task, prepared = alfworld_lite
-    paths = _run_dir(tmp_path_factory.mktemp("rollout") / "run", task)
+    paths = run_stub(tmp_path_factory.mktemp("rollout") / "run", task)
     token = secrets.token_urlsafe(16)
     handle = start_env_service(paths, token, RolloutLimits(max_sessions=3, steps_per_s=1000))
     client = httpx.Client(
@@ -177,7 +156,7 @@ def test_bad_session_request_bodies(rollout) -> None:
 
 def test_rate_limit(tmp_path, alfworld_lite) -> None:
     task, _ = alfworld_lite
-    paths = _run_dir(tmp_path / "run", task)
+    paths = run_stub(tmp_path / "run", task)
     token = secrets.token_urlsafe(16)
     handle = start_env_service(paths, token, RolloutLimits(max_sessions=2, steps_per_s=2))
     try:
