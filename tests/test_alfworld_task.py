@@ -3,6 +3,7 @@ the real engine, the workspace an agent gets, and the official data's import and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -14,8 +15,10 @@ from agent2rl.envs.alfworld_protocol import (
     EpisodeFormat,
     build_chat_message,
     build_prompt,
+    completion_for,
     parse_action,
     split_intro,
+    transcript,
 )
 from agent2rl.errors import UserError
 
@@ -37,16 +40,45 @@ def test_parse_action(reply, action) -> None:
 
 
 def test_prompt_keeps_task_observation_and_actions_and_trims_old_steps() -> None:
-    steps = [(f"go to shelf {i}", f"You arrive at shelf {i}. " + "x" * 60) for i in range(6)]
+    steps = [(f"You arrive at shelf {i}. " + "x" * 60, f"go to shelf {i + 1}") for i in range(6)]
     adm = ["go to desk 1", "help", "look"]
     p = build_prompt("put a mug in desk", steps, "On the desk 1, you see a mug 1.", adm, FMT)
-    assert p.endswith("Your task is to: put a mug in desk.\n>") and len(p) <= FMT.max_prompt_chars
-    assert "Admissible actions: go to desk 1, look\n" in p  # help is never listed
-    assert "> go to shelf 5\n" in p and "shelf 3" not in p  # newest kept, oldest dropped
+    assert p.startswith("Your task is to: put a mug in desk.\n") and len(p) <= FMT.max_prompt_chars
+    assert p.endswith("On the desk 1, you see a mug 1.\nAdmissible actions: go to desk 1, look\n>")
+    assert "> go to shelf 6\n" in p and "shelf 3" not in p  # newest kept, oldest dropped
     chat = build_chat_message("put a mug in desk", steps, "obs", adm, FMT)
     assert chat.endswith("exactly as listed above.") and not chat.endswith(">")
     wide = EpisodeFormat(max_steps=20, history=3, max_prompt_chars=10_000, max_new_tokens=40)
     assert build_prompt("g", steps, "o", adm, wide).count("> go to shelf") == 3
+
+
+def test_transcript_windows_are_the_graders_prompts() -> None:
+    """Every prompt plus its action is a stretch of the episode's transcript (no action
+    list): the property that lets a base model train on whole episodes at once."""
+    fmt = EpisodeFormat(
+        max_steps=20,
+        history=4,
+        max_prompt_chars=10_000,
+        max_new_tokens=40,
+        show_admissible=False,
+    )
+    pairs = [
+        (
+            "You are in the middle of a room.  Looking quickly around you, you see a desk 1.",
+            "go to desk 1",
+        ),
+        ("You arrive at desk 1. On the desk 1, you see a mug 1.", "take mug 1 from desk 1"),
+        ("You pick up the mug 1 from the desk 1.", "go to shelf 1"),
+        ("You arrive at shelf 1.", "move mug 1 to shelf 1"),
+    ]
+    task, pieces = transcript("put a mug in shelf", pairs)
+    for t in range(len(pairs)):
+        for j in range(t + 1):
+            window = task + "".join(o + a for o, a in pieces[j:t]) + pieces[t][0]
+            fmt_j = dataclasses.replace(fmt, history=t - j)
+            assert window == build_prompt("put a mug in shelf", pairs[:t], pairs[t][0], [], fmt_j)
+            assert pieces[t][1] == completion_for(pairs[t][1])
+    assert "  " not in task + "".join(o for o, _ in pieces)  # observations on one line
 
 
 def test_split_intro() -> None:

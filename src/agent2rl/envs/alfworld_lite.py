@@ -28,7 +28,7 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +57,15 @@ LAMP_HOLDERS = ("Desk", "SideTable")
 #: purpose: a tiny model must learn every name it types.
 SCENES: dict[str, dict[str, tuple[str, ...]]] = {
     "kitchen": {
-        "receptacles": ("CounterTop", "Cabinet", "Fridge", "Microwave", "SinkBasin"),
+        "receptacles": ("CounterTop", "Fridge", "Microwave", "SinkBasin"),
         "objects": ("Apple", "Mug", "Egg", "Potato"),
     },
     "bedroom": {
-        "receptacles": ("Desk", "SideTable", "Drawer", "Shelf", "Bed"),
+        "receptacles": ("Desk", "SideTable", "Shelf", "Bed"),
         "objects": ("Book", "Pen", "KeyChain", "CellPhone", "Mug"),
     },
     "bathroom": {
-        "receptacles": ("CounterTop", "Cabinet", "SinkBasin", "Toilet"),
+        "receptacles": ("CounterTop", "SinkBasin", "Toilet"),
         "objects": ("SoapBar", "Cloth", "SprayBottle"),
     },
 }
@@ -102,14 +102,12 @@ class GameSpec:
     scene: str
     receptacles: list[str]  # receptacle classes, one entry per instance
     objects: list[tuple[str, int]]  # (object class, index into receptacles it starts in)
-    agent_start: int = -1  # -1: the middle of the room (a location of its own)
     object_target: str = ""
     parent_target: str = ""
     toggle_target: str = ""
     goal: str = ""
     seed: int = 0
     index: int = 0
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -241,7 +239,7 @@ def problem_pddl(spec: GameSpec, rng: random.Random) -> str:
     rec_ids = [_entity_id(r, i, rng) for i, r in enumerate(spec.receptacles)]
     obj_ids = [_entity_id(o, i, rng) for i, (o, _) in enumerate(spec.objects)]
     locs = [f"loc_bar_{i + 1}_bar__minus_{i + 2}_bar_{i % 4}_bar_45" for i in range(len(rec_ids))]
-    start = "loc_bar_0_bar_0_bar_0_bar_30"
+    start = "loc_bar_0_bar_0_bar_0_bar_30"  # the middle of the room, near no receptacle
     otypes = sorted({o for o, _ in spec.objects} | {t[:-4] for t in _DOMAIN_OTYPES})
     rtypes = sorted({r for r in spec.receptacles} | {t[:-4] for t in _DOMAIN_RTYPES})
     lines = [

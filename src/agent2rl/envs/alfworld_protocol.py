@@ -5,25 +5,31 @@ and the same file is copied into the agent's workspace as ``data/alfworld_protoc
 training code can build exactly the prompts the grader will build and parse replies the same
 way. ``data/eval_format.json`` holds the run's settings for it.
 
-One step of an episode, for a model without a chat template (a base model)::
+One step of an episode, for a model without a chat template (a base model), is the game's
+transcript so far::
 
     Your task is to: put a hot tomato in sinkbasin.
-    > go to fridge 1                                  <- up to ``history`` earlier steps
-    You arrive at fridge 1. The fridge 1 is closed.
-    > open fridge 1
+    You arrive at fridge 1. The fridge 1 is closed.    <- up to ``history`` earlier steps:
+    > open fridge 1                                       the observation, then the action
     You open the fridge 1. The fridge 1 is open. In it, you see a tomato 1.
     Admissible actions: close fridge 1, examine fridge 1, ..., take tomato 1 from fridge 1
     >
 
-and the model continues with `` take tomato 1 from fridge 1`` and a newline. The first step
-shows the room's description ("You are in the middle of a room. ...") as the observation. A
-model with a chat template gets the same text without the final ``>`` as one user message,
-followed by :data:`CHAT_INSTRUCTION`, and replies with the action.
+and the model continues with `` take tomato 1 from fridge 1`` and a newline. The first
+observation is the room's description ("You are in the middle of a room. ..."). A model with
+a chat template gets the same text without the final ``>`` as one user message, followed by
+:data:`CHAT_INSTRUCTION`, and replies with the action.
+
+Because each prompt plus its action is a stretch of one transcript (when the admissible
+actions are not listed), a base model can be trained on whole episodes at once: every
+action in a window of the transcript that starts at an observation is supervised in the
+context the grader would give it (see :func:`transcript`).
 
 Edge cases:
 
 - The oldest history steps are dropped until the prompt fits in ``max_prompt_chars``; the
   task line, the current observation and the admissible actions are always kept.
+- Observations are shown on one line each (whitespace collapsed).
 - ``help`` is never listed (it only prints the command list).
 - :func:`parse_action` reads the first non-empty line of the reply, drops a leading ``>`` or
   ``Action:``, lowercases it, collapses whitespace and drops a final period. An empty reply
@@ -38,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PROTOCOL_VERSION = "1"
+PROTOCOL_VERSION = "2"
 CHAT_INSTRUCTION = "Reply with the next action only, exactly as listed above."
 STOP = ("\n",)
 _BANNER = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*", re.S)
@@ -103,7 +109,8 @@ def build_prompt(
 ) -> str:
     """The text prompt for a base model at one step (see the module docstring).
 
-    ``steps`` are the earlier (action, observation) pairs, oldest first; only the last
+    ``steps`` are the earlier steps, oldest first, each as (the observation it answered,
+    the action taken): the first one's observation is the room's description. Only the last
     ``fmt.history`` are shown, fewer if the prompt would exceed ``fmt.max_prompt_chars``.
     """
     return _render(goal, steps, observation, admissible, fmt) + ">"
@@ -120,6 +127,20 @@ def build_chat_message(
     return _render(goal, steps, observation, admissible, fmt) + CHAT_INSTRUCTION
 
 
+def transcript(goal: str, steps: Sequence[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
+    """The pieces of a whole episode's transcript, for training on windows of it: the task
+    line, then one (observation text, action text) pair per step, where the observation text
+    ends with ``>`` and the action text is :func:`completion_for` the action. The task line
+    followed by the pairs of steps ``j..t-1`` and the observation text of step ``t`` is
+    exactly :func:`build_prompt` at step ``t`` with ``t - j`` steps of history shown (no
+    admissible actions listed)."""
+    return _task_line(goal), [(f"{_one_line(o)}\n>", completion_for(a)) for o, a in steps]
+
+
+def _task_line(goal: str) -> str:
+    return f"Your task is to: {goal}.\n"
+
+
 def _render(
     goal: str,
     steps: Sequence[tuple[str, str]],
@@ -127,17 +148,15 @@ def _render(
     admissible: Sequence[str],
     fmt: EpisodeFormat,
 ) -> str:
+    head = _task_line(goal)
     tail = _one_line(observation) + "\n"
     if fmt.show_admissible:
         tail += "Admissible actions: " + ", ".join(listed_actions(admissible)) + "\n"
-    # The task comes last, next to where the action is written: a small model copies the
-    # object's name from there far more reliably than from the top of a long prompt.
-    tail += f"Your task is to: {goal}.\n"
     shown = list(steps[-fmt.history :]) if fmt.history > 0 else []
-    lines = [f"> {a}\n{_one_line(o)}\n" for a, o in shown]
-    while lines and sum(map(len, lines)) + len(tail) + 1 > fmt.max_prompt_chars:
+    lines = [f"{_one_line(o)}\n> {a}\n" for o, a in shown]
+    while lines and len(head) + sum(map(len, lines)) + len(tail) + 1 > fmt.max_prompt_chars:
         lines.pop(0)
-    return "".join(lines) + tail
+    return head + "".join(lines) + tail
 
 
 def _one_line(text: str) -> str:
@@ -169,7 +188,7 @@ def describe(fmt: EpisodeFormat) -> str:
         f"- Each game is played for at most {fmt.max_steps} actions; it is won when its goal "
         f"holds. Score: the percentage of games won.\n"
         f"- At each step the model gets the task line, up to {fmt.history} earlier steps "
-        f"(`> action` then the observation), the current observation and {listing}, trimmed "
+        f"(the observation, then `> action`), the current observation and {listing}, trimmed "
         f"to at most {fmt.max_prompt_chars} characters by dropping the oldest steps. A base "
         f"model's prompt ends with `>`; a chat model gets the same text plus "
         f'"{CHAT_INSTRUCTION}" as one user message.\n'

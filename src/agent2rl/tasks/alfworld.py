@@ -246,7 +246,7 @@ def play_episodes(
                 for i, s in enumerate(slots):
                     if s["done"]:
                         continue
-                    s["steps"].append((actions[i], obs[i]))
+                    s["steps"].append((s["observation"], actions[i]))
                     s["observation"], s["admissible"] = obs[i], infos["admissible_commands"][i]
                     s["won"] = bool(infos["won"][i])
                     s["done"] = bool(dones[i]) or s["won"] or len(s["steps"]) >= fmt.max_steps
@@ -257,13 +257,20 @@ def play_episodes(
                 "game_id": s["game_id"],
                 "task_type": s["task_type"],
                 "goal": s["goal"],
-                "actions": [a for a, _ in s["steps"]],
+                "actions": [a for _, a in s["steps"]],
                 "won": s["won"],
             }
     return [records[g.game_id] for g in selected]
 
 
-def walkthrough_row(game_id: str, task_type: str, observations, admissible, actions, won) -> dict:
+def walkthrough_row(
+    game_id: str,
+    task_type: str,
+    observations: list[str],
+    admissible: list[list[str]],
+    actions: list[str],
+    won: bool,
+) -> dict[str, Any]:
     """One line of ``walkthroughs.jsonl`` from an expert's play (``observations[0]`` is the
     game's intro, ``observations[i + 1]`` follows ``actions[i]``)."""
     room, goal = split_intro(observations[0])
@@ -335,9 +342,9 @@ class AlfworldLite(AlfworldBase):
         "n_train": 300,
         "n_eval": 48,
         "max_steps": 20,
-        # Short prompts for the tiny model's 512-token context: one earlier step and no
-        # action list (the rooms' receptacles are a fixed, learnable set).
-        "history": 1,
+        # Prompts that fit the tiny model's 512-token context: the recent steps as in a
+        # ReAct transcript, no action list (each floor plan's receptacles are a fixed set).
+        "history": 6,
         "show_admissible": False,
         "max_prompt_chars": 470,
         "max_new_tokens": 40,

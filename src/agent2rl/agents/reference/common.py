@@ -192,10 +192,16 @@ def time_callback(stop_at: float):
     return StopAtTime()
 
 
+def _row_length(tokenizer, row: dict) -> int:
+    if "input_ids" in row:
+        return len(row["input_ids"])
+    return len(tokenizer(row["prompt"] + row["completion"])["input_ids"])
+
+
 def _max_length(model, tokenizer, rows: list[dict]) -> int:
-    """The longest prompt + completion in tokens, capped by the model's context (and 1024 to
-    bound memory): long rows are truncated rather than dropped."""
-    longest = max(len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) for r in rows[:2000])
+    """The longest row in tokens, capped by the model's context (and 1024 to bound memory):
+    long rows are truncated rather than dropped."""
+    longest = max(_row_length(tokenizer, r) for r in rows[:2000])
     context = getattr(model.config, "max_position_embeddings", None) or 1024
     return max(16, min(longest, context, 1024))
 
@@ -209,7 +215,9 @@ def sft(
     seed: int = 0,
     batch_size: int = 32,
 ):
-    """Supervised fine-tuning on prompt/completion rows for about ``seconds``; returns model."""
+    """Supervised fine-tuning for about ``seconds``; returns the model. ``rows`` are either
+    prompt/completion pairs or already tokenized (``input_ids`` with a ``completion_mask``
+    of the tokens to learn), not a mix."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -233,7 +241,8 @@ def sft(
         disable_tqdm=True,
         **_no_checkpointing(SFTConfig),
     )
-    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    keys = ("input_ids", "completion_mask") if "input_ids" in rows[0] else ("prompt", "completion")
+    data = Dataset.from_list([{k: r[k] for k in keys} for r in rows])
     trainer = SFTTrainer(
         model=model,
         args=args,

@@ -57,41 +57,103 @@ class Prompter:
         return proto.completion_for(action) if not self.chat else action
 
 
-def sft_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
-    """Prompt/completion pairs from the expert walkthroughs, exactly as the grader prompts.
+def expert_steps(game: dict) -> list[tuple[str, str, list[str]]]:
+    """(observation, action, admissible actions) per step of a walkthrough, without the
+    expert's opening ``look`` (it only repeats the room's description)."""
+    steps = game["steps"]
+    if len(steps) > 1 and steps[0]["action"] == "look":
+        steps = [{**steps[1], "observation": steps[0]["observation"]}, *steps[2:]]
+    return [(s["observation"], s["action"], s["admissible_actions"]) for s in steps]
 
-    Two choices of ours: the expert's opening ``look`` (it only repeats the room's
-    description) is dropped, and each step after the first gets a twin where the previous
-    action was repeated and failed ("Nothing happens."), so the model learns to move on
-    instead of repeating a failing action, which greedy decoding would do forever.
+
+#: In per-step rows, each step after the first gets, with this probability, a twin where the
+#: previous action was repeated and failed ("Nothing happens."): the model learns to move on
+#: instead of repeating a failing action, which greedy decoding would do forever. (Transcript
+#: windows have none: on alfworld-lite with the tiny model they did not help.)
+RECOVERY_SHARE = 0.5
+#: Transcript windows start every WINDOW_STRIDE steps of an episode (sooner where a window
+#: ends early): each action is supervised in a few contexts, with more or less history.
+WINDOW_STRIDE = 2
+
+
+def sft_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
+    """Training rows from the expert walkthroughs, prompted exactly as the grader prompts.
+
+    For a base model whose prompts list no admissible actions, each row is a window of an
+    episode's transcript (``input_ids`` and a ``completion_mask`` over every action in it):
+    each prompt is a stretch of the transcript, so one sequence supervises several steps at
+    once, each in the context the grader would give it. Otherwise (a chat model, or action
+    lists, which only the current step shows) each row is one step's prompt and completion,
+    plus the failed-repeat twins of :data:`RECOVERY_SHARE`.
     """
+    if prompter.chat or prompter.fmt.show_admissible:
+        rows = _step_rows(prompter, rng)
+    else:
+        rows = _window_rows(prompter)
+    rng.shuffle(rows)
+    return rows
+
+
+def _step_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
     rows = []
     for game in walkthroughs():
-        steps = game["steps"]
-        first = steps[0]["observation"]
-        if steps and steps[0]["action"] == "look" and len(steps) > 1:
-            steps = [{**steps[1], "observation": first}, *steps[2:]]
-        history: list[tuple[str, str]] = []
-        for i, st in enumerate(steps):
-            obs, adm, action = st["observation"], st["admissible_actions"], st["action"]
+        steps = expert_steps(game)
+        for t, (obs, action, adm) in enumerate(steps):
+            history = [(o, a) for o, a, _ in steps[:t]]
             rows.append(
                 {
                     "prompt": prompter(game["goal"], history, obs, adm),
                     "completion": prompter.completion(action),
                 }
             )
-            if history and history[-1][0] not in adm and rng.random() < 0.5:
-                failed = [*history, (history[-1][0], "Nothing happens.")]
+            # only where repeating the previous action would fail
+            if t > 0 and steps[t - 1][1] not in adm and rng.random() < RECOVERY_SHARE:
+                failed = [*history, (obs, steps[t - 1][1])]
                 rows.append(
                     {
                         "prompt": prompter(game["goal"], failed, "Nothing happens.", adm),
                         "completion": prompter.completion(action),
                     }
                 )
-            nxt = steps[i + 1]["observation"] if i + 1 < len(steps) else game["final_observation"]
-            history.append((action, nxt))
-    rng.shuffle(rows)
     return rows
+
+
+def _window_rows(prompter: Prompter) -> list[dict]:
+    fmt, tok = prompter.fmt, prompter.tokenizer
+    rows = []
+    for game in walkthroughs():
+        steps = expert_steps(game)
+        task, pieces = proto.transcript(game["goal"], [(o, a) for o, a, _ in steps])
+        j = 0
+        while j < len(steps):
+            # Segments of (text, supervised); the grader's prompt at step t is the text from
+            # the task line up to t's observation, so it must fit in max_prompt_chars.
+            segments: list[tuple[str, bool]] = [(task, False)]
+            chars, end = len(task), j
+            for t in range(j, min(len(steps), j + fmt.history + 1)):
+                obs_text, action_text = pieces[t]
+                if chars + len(obs_text) > fmt.max_prompt_chars:
+                    break
+                segments += [(obs_text, False), (action_text, True)]
+                chars, end = chars + len(obs_text) + len(action_text), t + 1
+            if end > j:
+                rows.append(_tokenize(tok, segments))
+            # the next window starts within this one, or right after it: no step is skipped
+            j = min(j + WINDOW_STRIDE, max(end, j + 1))
+    return rows
+
+
+def _tokenize(tokenizer, segments: list[tuple[str, bool]]) -> dict:
+    """``input_ids`` and ``completion_mask`` of text segments tokenized one by one (so that
+    token boundaries fall where a prompt ends, as when the grader tokenizes a prompt); the
+    first gets the tokenizer's special tokens, as a prompt does."""
+    ids: list[int] = []
+    mask: list[int] = []
+    for i, (text, supervised) in enumerate(segments):
+        part = tokenizer(text, add_special_tokens=i == 0)["input_ids"]
+        ids += part
+        mask += [int(supervised)] * len(part)
+    return {"input_ids": ids, "completion_mask": mask}
 
 
 @dataclass
@@ -150,6 +212,8 @@ def rollout_group(
     share of its actions that the game did not admit."""
     sessions = [client.session(game_id=game_id) for _ in range(size)]
     trajs = [Trajectory(game_id) for _ in sessions]
+    # (observation, action) per step played, as the protocol's prompts show history
+    played: list[list[tuple[str, str]]] = [[] for _ in sessions]
     try:
         while True:
             live = [i for i, s in enumerate(sessions) if not s.done]
@@ -158,7 +222,7 @@ def rollout_group(
             prompts = [
                 prompter(
                     sessions[i].goal,
-                    sessions[i].history,
+                    played[i],
                     sessions[i].observation,
                     sessions[i].admissible_actions,
                 )
@@ -168,6 +232,7 @@ def rollout_group(
             for i, prompt, reply in zip(live, prompts, replies, strict=True):
                 action = proto.parse_action(reply) or "look"
                 trajs[i].turns.append(Turn(prompt, prompter.completion(action)))
+                played[i].append((sessions[i].observation, action))
                 sessions[i].step(action)
     finally:
         for s in sessions:
@@ -213,7 +278,7 @@ def policy_loss(model, tokenizer, trajs: list[Trajectory], advantages: list[floa
         adv = torch.tensor([a for _, a in chunk], device=model.device)
         loss = -(adv * seq_logp).sum() / len(items)
         loss.backward()
-        total += float(loss) * len(items)
+        total += float(loss.detach()) * len(items)
     return total / len(items)
 
 

@@ -179,7 +179,7 @@ def main() -> None:
 # Interactive tasks: smaller SFT batches (many more, shorter steps learn faster on long
 # prompts), then GRPO rounds over rollout-service episodes.
 EPISODE_SFT_BATCH = 8
-EPISODE_SFT_SHARE = 0.6
+EPISODE_SFT_SHARE = 0.7
 EPISODE_GRPO_LR = 1e-4
 EPISODE_GROUP = 8
 
@@ -204,7 +204,7 @@ def interactive_main() -> None:
         return
     sft_s = train_s * EPISODE_SFT_SHARE
     rows = sft_rows(prompter, random.Random(0))
-    log(f"SFT warm-up on {len(rows)} walkthrough steps: {sft_s:.0f}s at lr={SFT_LR:g}")
+    log(f"SFT warm-up on {len(rows)} walkthrough rows: {sft_s:.0f}s at lr={SFT_LR:g}")
     model = sft(model, tokenizer, rows, sft_s, SFT_LR, batch_size=EPISODE_SFT_BATCH)
     track.submit(save(model, tokenizer))
 

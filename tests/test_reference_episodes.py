@@ -1,0 +1,105 @@
+"""The reference agents' episode training data (``agents/reference/episodes.py``), run as it
+runs in a workspace: a real subprocess with ``DATA_PATH`` and ``MODEL_PATH`` set, on the
+walkthroughs of a small generated alfworld-lite and the tiny model's tokenizer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import agent2rl.agents
+from agent2rl.envs import alfworld_protocol, client
+from agent2rl.envs.alfworld_protocol import EpisodeFormat, build_prompt, completion_for
+
+# Prints, for every supervised span of every row, the text before it (from the row's start)
+# and the span, decoded with the tiny model's tokenizer.
+_SCRIPT = """
+import json, random
+import episodes
+from transformers import AutoTokenizer
+from common import MODEL_PATH
+tok = AutoTokenizer.from_pretrained(MODEL_PATH)
+rows = episodes.sft_rows(episodes.Prompter(tok, episodes.episode_format()), random.Random(0))
+out = []
+for r in rows:
+    ids, mask = r["input_ids"], r["completion_mask"]
+    spans, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        if not m and start is not None:
+            spans.append((tok.decode(ids[:start]), tok.decode(ids[start:i])))
+            start = None
+    out.append(spans)
+print(json.dumps(out))
+"""
+
+
+def _workspace_data(tmp_path: Path, public: Path, fmt: EpisodeFormat) -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copyfile(public / "walkthroughs.jsonl", data / "walkthroughs.jsonl")
+    shutil.copyfile(alfworld_protocol.__file__, data / "alfworld_protocol.py")
+    shutil.copyfile(client.__file__, data / "env_client.py")
+    (data / "eval_format.json").write_text(json.dumps(fmt.to_dict()))
+    return data
+
+
+def _spans(tmp_path: Path, data: Path, tiny: Path) -> list[list[list[str]]]:
+    code = Path(agent2rl.agents.__file__).parent / "reference"
+    r = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        cwd=tmp_path,
+        env={
+            "DATA_PATH": str(data),
+            "MODEL_PATH": str(tiny),
+            "PYTHONPATH": str(code),
+            # the rest of the workspace contract common.py reads (nothing is contacted)
+            "OUTPUT_DIR": str(tmp_path / "output"),
+            "GRADING_SERVER_URL": "http://127.0.0.1:9",
+            "GRADING_TOKEN": "unused",
+            "DEADLINE": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def test_transcript_windows_supervise_each_step_in_the_graders_prompt(
+    tmp_path, alfworld_lite, tiny
+) -> None:
+    task, prepared = alfworld_lite
+    fmt = EpisodeFormat(
+        max_steps=20, history=3, max_prompt_chars=400, max_new_tokens=40, show_admissible=False
+    )
+    data = _workspace_data(tmp_path, prepared.public, fmt)
+    games = [json.loads(line) for line in (data / "walkthroughs.jsonl").read_text().splitlines()]
+    # Every (prompt, action) the grader could pose on an expert's path, with any history.
+    # (A prompt with little history can fit several steps: "You arrive at microwave 1...")
+    expected: dict[str, set[tuple[str, int, str]]] = {}
+    for g in games:
+        steps = [(s["observation"], s["action"]) for s in g["steps"]]
+        steps = [(steps[0][0], steps[1][1]), *steps[2:]] if steps[0][1] == "look" else steps
+        for t, (obs, action) in enumerate(steps):
+            for k in range(fmt.history + 1):
+                shown = EpisodeFormat.from_dict({**fmt.to_dict(), "history": k})
+                p = build_prompt(g["goal"], steps[:t], obs, [], shown)
+                if len(p) <= fmt.max_prompt_chars:
+                    expected.setdefault(p, set()).add((g["game_id"], t, completion_for(action)))
+
+    rows = _spans(tmp_path, data, tiny.path)
+    spans = [s for row in rows for s in row]
+    assert len(spans) > len(rows) > 0  # windows supervise several steps each
+    covered = set()
+    for prompt, action in spans:
+        steps = {e[:2] for e in expected.get(prompt, ()) if e[2] == action}
+        assert steps, (prompt, action)
+        covered |= steps
+    # every expert step is supervised at least once
+    assert covered == {e[:2] for es in expected.values() for e in es}
