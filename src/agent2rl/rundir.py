@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def swap_in_dir(tmp: Path, root: Path) -> None:
+    """Replace the directory ``root`` by the finished tree ``tmp`` (a sibling): the earlier
+    ``root`` stays whole until the last moment and is removed after the swap."""
+    old = root.with_name(f".{root.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if root.exists():
+        root.rename(old)
+    tmp.rename(root)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_json(path: Path) -> Any:

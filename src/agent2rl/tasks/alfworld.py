@@ -45,7 +45,7 @@ from agent2rl.envs.alfworld_protocol import (
 )
 from agent2rl.errors import UserError
 from agent2rl.inference.backend import Backend, GenerationSettings
-from agent2rl.rundir import write_json_atomic
+from agent2rl.rundir import swap_in_dir, write_json_atomic
 from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
 from agent2rl.tasks.prompt_format import is_chat, write_jsonl
 
@@ -288,16 +288,6 @@ def walkthrough_row(
     }
 
 
-def _swap_in(tmp: Path, root: Path) -> None:
-    """Replace ``root`` by the finished tree ``tmp`` (earlier data kept until the swap)."""
-    old = root.with_name(f".{root.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if root.exists():
-        root.rename(old)
-    tmp.rename(root)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 # -- alfworld-lite ------------------------------------------------------------------------------
 LITE_TRAIN_SEED = 1
 LITE_EVAL_SEED = 2
@@ -376,7 +366,7 @@ class AlfworldLite(AlfworldBase):
                 tmp / "manifest.json",
                 {"generator": GENERATOR_VERSION, "train": n_train, "eval": n_eval},
             )
-            _swap_in(tmp, sets)
+            swap_in_dir(tmp, sets)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return PreparedTask(public, private)
@@ -458,7 +448,7 @@ def import_alfworld(source: Path, root: Path, workers: int | None = None) -> str
             tmp / "manifest.json",
             {"source": str(json_dir), **counts, "walkthroughs": sum(r is not None for r in rows)},
         )
-        _swap_in(tmp, root)
+        swap_in_dir(tmp, root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return (

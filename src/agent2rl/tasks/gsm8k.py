@@ -15,7 +15,6 @@ fixed few-shot prompt built from the first ``num_fewshot`` train items. Both are
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -24,7 +23,7 @@ from typing import Any
 
 from agent2rl.errors import UserError
 from agent2rl.inference.backend import Backend
-from agent2rl.rundir import write_json_atomic
+from agent2rl.rundir import swap_in_dir, write_json_atomic
 from agent2rl.scoring import answers_match, extract_final_answer
 from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
 from agent2rl.tasks.prompt_format import PromptFormat, read_jsonl, write_jsonl
@@ -165,12 +164,7 @@ def write_splits(root: Path, raw: dict[str, list[dict[str, Any]]], source: str) 
         "train_test_overlap": len(overlap),
     }
     write_json_atomic(tmp / "manifest.json", manifest)
-    old = root.with_name(f".{root.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if root.exists():
-        root.rename(old)
-    tmp.rename(root)
-    shutil.rmtree(old, ignore_errors=True)
+    swap_in_dir(tmp, root)
     note = "" if manifest["official_sizes"] else " (not the official 7473/1319: a subset?)"
     return f"gsm8k: {len(train)} train / {len(test)} test items from {source}{note}"
 

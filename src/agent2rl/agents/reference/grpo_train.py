@@ -147,7 +147,20 @@ def main() -> None:
 
     # 2. GRPO rounds from the best checkpoint; fewer, longer rounds if grading is slow.
     rows = grpo_rows(tokenizer)
-    lr, done = GRPO_LR, 0
+
+    def train_round(model, seconds: float, lr: float, seed: int):
+        rewards = [correct, well_formed_reward(eos_token_ids(model, tokenizer))]
+        return grpo(model, tokenizer, rows, rewards, seconds, lr, seed=seed, beta=GRPO_BETA)[0]
+
+    grpo_rounds(track, model, tokenizer, GRPO_LR, train_round)
+
+
+def grpo_rounds(track: Tracker, model, tokenizer, lr: float, train_round, what: str = "") -> None:
+    """GRPO rounds until the time left fits no more, each ``train_round(model, seconds, lr,
+    seed)`` then a submission. A round that scores below the best is undone: training goes
+    on from the best checkpoint at half the learning rate. A round that fails ends the plan
+    (what was submitted stays)."""
+    done = 0
     while True:
         left = time_left() - SAFETY_S
         rounds, per_round = plan_rounds(left, GRPO_ROUNDS - done, track.eval_estimate + OVERHEAD_S)
@@ -155,12 +168,9 @@ def main() -> None:
             log(f"{left:.0f}s left: no time for another GRPO round")
             break
         done += 1
-        log(f"GRPO round {done} ({rounds - 1} more planned): {per_round:.0f}s at lr={lr:g}")
+        log(f"GRPO round {done}{what} ({rounds - 1} more planned): {per_round:.0f}s at lr={lr:g}")
         try:
-            rewards = [correct, well_formed_reward(eos_token_ids(model, tokenizer))]
-            model, _ = grpo(
-                model, tokenizer, rows, rewards, per_round, lr, seed=done, beta=GRPO_BETA
-            )
+            model = train_round(model, per_round, lr, done)
         except Exception as err:  # keep what was submitted; report and stop here
             log(f"GRPO round {done} failed: {type(err).__name__}: {err}")
             break
@@ -208,27 +218,10 @@ def interactive_main() -> None:
     model = sft(model, tokenizer, rows, sft_s, SFT_LR, batch_size=EPISODE_SFT_BATCH)
     track.submit(save(model, tokenizer))
 
-    lr, done = EPISODE_GRPO_LR, 0
-    while True:
-        left = time_left() - SAFETY_S
-        rounds, per_round = plan_rounds(left, GRPO_ROUNDS - done, track.eval_estimate + OVERHEAD_S)
-        if rounds == 0:
-            log(f"{left:.0f}s left: no time for another GRPO round")
-            break
-        done += 1
-        log(f"GRPO round {done} on rollouts ({rounds - 1} more planned): {per_round:.0f}s")
-        try:
-            model, _ = episode_grpo(model, tokenizer, per_round, lr, EPISODE_GROUP, seed=done)
-        except Exception as err:  # keep what was submitted; report and stop here
-            log(f"GRPO round {done} failed: {type(err).__name__}: {err}")
-            break
-        path = save(model, tokenizer)
-        score = track.submit(path)
-        if score is not None and track.best_path != path:
-            log(f"score {score} < best {track.best_score}: back to {track.best_path.name}")
-            model, _ = load(str(track.best_path))
-            lr /= 2
-    log(f"done: best score {track.best_score} ({track.best_path})")
+    def train_round(model, seconds: float, lr: float, seed: int):
+        return episode_grpo(model, tokenizer, seconds, lr, EPISODE_GROUP, seed=seed)[0]
+
+    grpo_rounds(track, model, tokenizer, EPISODE_GRPO_LR, train_round, " on rollouts")
 
 
 if __name__ == "__main__":
