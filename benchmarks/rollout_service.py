@@ -4,8 +4,9 @@ by side in one run, and the time to evaluate the tiny model on the lite eval set
 
     python benchmarks/rollout_service.py [--episodes 24] [--repeats 3] [--n-eval 48]
 
-Episodes replay the public walkthroughs (every action admissible, each game won), so both
-sides do the same engine work; the overhead ratio is in-process steps/s over service
+Episodes replay the public walkthroughs (every action admissible, each game won; a session
+lasts as long as its walkthrough, which for a few training games is longer than the task's
+step limit), so both sides do the same engine work; the overhead ratio is in-process steps/s over service
 steps/s. Uses a private AGENT2RL_HOME (a temp dir) unless one is set; generating the games
 the first time is reported separately.
 """
@@ -28,7 +29,7 @@ def in_process(games, walks: list[dict]) -> tuple[int, float]:
     """(steps, seconds) replaying ``walks`` with GameSession directly."""
     steps, start = 0, time.time()
     for w in walks:
-        session = games.open(games.by_id[w["game_id"]])
+        session = games.open(games.by_id[w["game_id"]], max_steps=len(w["steps"]))
         for st in w["steps"]:
             session.step(st["action"])
             steps += 1
@@ -44,7 +45,7 @@ def through_service(url: str, token: str, walks: list[dict]) -> tuple[int, float
     env = EnvClient(url, token)
     steps, start = 0, time.time()
     for w in walks:
-        with env.session(game_id=w["game_id"]) as s:
+        with env.session(game_id=w["game_id"], max_steps=len(w["steps"])) as s:
             for st in w["steps"]:
                 s.step(st["action"])
                 steps += 1
