@@ -197,6 +197,7 @@ def describe(fmt: EpisodeFormat) -> str:
         f"`Action:`, lowercased, whitespace collapsed, a final period dropped. An action the "
         f'game does not admit gets "Nothing happens." and uses up a step.\n'
         f"- `data/alfworld_protocol.py` is the grader's own code for this (`build_prompt`, "
-        f"`build_chat_message`, `parse_action`); `data/eval_format.json` holds these "
-        f"settings."
+        f"`build_chat_message`, `parse_action`; `transcript` splits a whole episode into "
+        f"the same text, to train on several steps at once); `data/eval_format.json` holds "
+        f"these settings."
     )
