@@ -330,13 +330,18 @@ def _groups_md(groups: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _env_text(u: Mapping[str, Any]) -> str:
     """One paragraph on the episodes and steps the agent played through the rollout service."""
     if not u.get("episodes"):
         return "The rollout service ran, but the agent played no episode through it."
     share = u["admissible_steps"] / u["steps"] if u["steps"] else None
     return (
-        f"{u['episodes']} episodes on {u['games']} games ({u['finished_episodes']} finished, "
+        f"{_count(u['episodes'], 'episode')} on {_count(u['games'], 'game')} "
+        f"({u['finished_episodes']} finished, "
         f"{u['won_episodes']} won), {u['steps']:,} environment steps "
         f"({_pct(share)} admissible actions), from {_dur(u.get('first_step_t'))} to "
         f"{_dur(u.get('last_step_t'))} into the budget."
