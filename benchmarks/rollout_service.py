@@ -5,8 +5,8 @@ by side in one run, and the time to evaluate the tiny model on the lite eval set
     python benchmarks/rollout_service.py [--episodes 24] [--repeats 3] [--n-eval 48]
 
 Episodes replay the public walkthroughs (every action admissible, each game won; a session
-lasts as long as its walkthrough), so both sides do the same engine work; the overhead ratio is in-process steps/s over service
-steps/s. Uses a private AGENT2RL_HOME (a temp dir) unless one is set; generating the games
+lasts as long as its walkthrough), so both sides do the same engine work; the overhead ratio
+is in-process steps/s over service steps/s. Uses a private AGENT2RL_HOME (a temp dir) unless one is set; generating the games
 the first time is reported separately.
 """
 
