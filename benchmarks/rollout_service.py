@@ -6,8 +6,8 @@ by side in one run, and the time to evaluate the tiny model on the lite eval set
 
 Episodes replay the public walkthroughs (every action admissible, each game won; a session
 lasts as long as its walkthrough), so both sides do the same engine work; the overhead ratio
-is in-process steps/s over service steps/s. Uses a private AGENT2RL_HOME (a temp dir) unless one is set; generating the games
-the first time is reported separately.
+is in-process steps/s over service steps/s. Uses a private AGENT2RL_HOME (a temp dir) unless
+one is set; generating the games the first time is reported separately.
 """
 
 from __future__ import annotations
