@@ -63,9 +63,6 @@ class AlfworldBase(Task):
     level = 3
     interactive = True
     eval_timeout_s = 3600.0
-    #: public names not copied into workspaces
-    workspace_exclude: ClassVar[tuple[str, ...]] = ()
-    options: ClassVar[dict[str, Any]] = {}
 
     def episode_format(self) -> EpisodeFormat:
         o = self.opts
