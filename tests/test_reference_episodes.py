@@ -1,6 +1,7 @@
-"""The reference agents' episode training data (``agents/reference/episodes.py``), run as it
-runs in a workspace: a real subprocess with ``DATA_PATH`` and ``MODEL_PATH`` set, on the
-walkthroughs of a small generated alfworld-lite and the tiny model's tokenizer."""
+"""The reference agents' training code for episodes (``agents/reference/episodes.py`` and
+``common.py``), run as it runs in a workspace: a real subprocess with ``DATA_PATH`` and
+``MODEL_PATH`` set, on the walkthroughs of a small generated alfworld-lite and the tiny
+model's tokenizer."""
 
 from __future__ import annotations
 
@@ -48,10 +49,11 @@ def _workspace_data(tmp_path: Path, public: Path, fmt: EpisodeFormat) -> Path:
     return data
 
 
-def _spans(tmp_path: Path, data: Path, tiny: Path) -> list[list[list[str]]]:
+def _run(tmp_path: Path, data: Path, tiny: Path, script: str):
+    """The JSON that ``script`` prints last, run in the agent's ``code/`` set-up."""
     code = Path(agent2rl.agents.__file__).parent / "reference"
     r = subprocess.run(
-        [sys.executable, "-c", _SCRIPT],
+        [sys.executable, "-c", script],
         cwd=tmp_path,
         env={
             "DATA_PATH": str(data),
@@ -69,6 +71,32 @@ def _spans(tmp_path: Path, data: Path, tiny: Path) -> list[list[list[str]]]:
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.splitlines()[-1])
+
+
+# The learning rate the time callback sets at a step, for a deadline and decay span.
+_DECAY_SCRIPT = """
+import json, time, torch
+from types import SimpleNamespace
+from common import time_callback
+opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=0.5)
+args = SimpleNamespace(learning_rate=0.5)
+out = []
+for left, decay_s in [(1000.0, 1000.0), (250.0, 1000.0), (-5.0, 1000.0), (250.0, None)]:
+    opt.param_groups[0]["lr"] = 0.5  # as the trainer's constant scheduler leaves it
+    time_callback(time.time() + left, decay_s).on_step_begin(args, None, None, optimizer=opt)
+    out.append(opt.param_groups[0]["lr"])
+print(json.dumps(out))
+"""
+
+
+def test_sft_learning_rate_decays_to_zero_at_the_deadline(tmp_path, alfworld_lite, tiny) -> None:
+    task, prepared = alfworld_lite
+    data = _workspace_data(tmp_path, prepared.public, task.episode_format())
+    full, quarter, past, constant = _run(tmp_path, data, tiny.path, _DECAY_SCRIPT)
+    assert 0.49 < full <= 0.5
+    assert 0.12 < quarter < 0.13
+    assert past == 0.0
+    assert constant == 0.5
 
 
 def test_transcript_windows_supervise_each_step_in_the_graders_prompt(
@@ -93,7 +121,7 @@ def test_transcript_windows_supervise_each_step_in_the_graders_prompt(
                 if len(p) <= fmt.max_prompt_chars:
                     expected.setdefault(p, set()).add((g["game_id"], t, completion_for(action)))
 
-    rows = _spans(tmp_path, data, tiny.path)
+    rows = _run(tmp_path, data, tiny.path, _SCRIPT)
     spans = [s for row in rows for s in row]
     assert len(spans) > len(rows) > 0  # windows supervise several steps each
     covered = set()

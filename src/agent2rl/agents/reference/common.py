@@ -179,11 +179,22 @@ def submit(path: Path) -> dict | None:
     return result
 
 
-def time_callback(stop_at: float):
-    """A TrainerCallback that ends training at the epoch-seconds ``stop_at``."""
+def time_callback(stop_at: float, decay_s: float | None = None):
+    """A TrainerCallback that ends training at the epoch-seconds ``stop_at``. With
+    ``decay_s`` it also sets the learning rate to decay linearly to zero over the last
+    ``decay_s`` seconds before ``stop_at``: training stops on time, not after a step count a
+    scheduler could count down. (The trainer's own log then shows the undecayed rate.)"""
     from transformers import TrainerCallback
 
     class StopAtTime(TrainerCallback):
+        def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+            if decay_s and optimizer is not None:
+                # after the trainer's constant scheduler reset it, before this step's update
+                share = min(1.0, max(0.0, stop_at - time.time()) / decay_s)
+                for group in optimizer.param_groups:
+                    group["lr"] = args.learning_rate * share
+            return control
+
         def on_step_end(self, args, state, control, **kwargs):
             if time.time() >= stop_at:
                 control.should_training_stop = True
@@ -214,10 +225,12 @@ def sft(
     lr: float,
     seed: int = 0,
     batch_size: int = 32,
+    decay: bool = False,
 ):
     """Supervised fine-tuning for about ``seconds``; returns the model. ``rows`` are either
     prompt/completion pairs or already tokenized (``input_ids`` with a ``completion_mask``
-    of the tokens to learn), not a mix."""
+    of the tokens to learn), not a mix. ``decay``: the learning rate falls linearly from
+    ``lr`` to zero over the ``seconds`` (constant otherwise)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -248,7 +261,7 @@ def sft(
         args=args,
         train_dataset=data,
         processing_class=tokenizer,
-        callbacks=[time_callback(stop_at)],
+        callbacks=[time_callback(stop_at, seconds if decay else None)],
     )
     trainer.train()
     log(f"SFT: {trainer.state.global_step} steps, loss {_last_loss(trainer):.3f}")
