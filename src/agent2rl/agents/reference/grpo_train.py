@@ -220,9 +220,7 @@ def interactive_main() -> None:
         f"SFT warm-up on {len(rows)} walkthrough rows: {sft_s:.0f}s at lr={SFT_LR:g},"
         " decaying linearly to 0"
     )
-    model = sft(
-        model, tokenizer, rows, sft_s, SFT_LR, batch_size=EPISODE_SFT_BATCH, decay=True
-    )
+    model = sft(model, tokenizer, rows, sft_s, SFT_LR, batch_size=EPISODE_SFT_BATCH, decay=True)
     track.submit(save(model, tokenizer))
 
     def train_round(model, seconds: float, lr: float, seed: int):

@@ -1,0 +1,155 @@
+"""What the reference agent's SFT warm-up wins on alfworld-lite: the tiny model fine-tuned a
+fixed number of steps on the walkthrough rows the agent builds (``episodes.sft_rows``), then
+graded on the 48 lite eval games, for each variant of learning-rate schedule and training-set
+size asked for.
+
+    python benchmarks/alfworld_sft.py [--steps 900] [--lr 2e-3] [--batch 8]
+        [--schedule constant linear] [--n-train 300 600]
+
+Steps, not seconds, so that variants compare on a shared machine (the agent itself trains for
+a time and decays its rate by the clock). One variant is one draw: the margin between variants
+is a few games of 48, so read several runs before trusting a difference. Each variant runs in
+its own process (the agent's code reads its workspace from the environment at import). Uses
+the default AGENT2RL_HOME, so the games are generated once and shared with real runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from spine import machine  # the machine line every benchmark prints
+
+REFERENCE = Path(__file__).resolve().parent.parent / "src" / "agent2rl" / "agents" / "reference"
+
+
+def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Path) -> dict:
+    """Fine-tune and grade one variant in this process; the result as a dict."""
+    from agent2rl.envs import alfworld_protocol, client
+    from agent2rl.inference import load_backend
+    from agent2rl.models import resolve_model
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, prepare_task
+
+    settings = load_settings()
+    task = get_task("alfworld-lite", {"n_train": n_train})
+    prepared = prepare_task(task, settings.task_store)
+    tiny = resolve_model("tiny", settings.model_store).path
+    # The workspace's data/ as the agent sees it.
+    data = work / "data"
+    data.mkdir(parents=True)
+    shutil.copyfile(prepared.public / "walkthroughs.jsonl", data / "walkthroughs.jsonl")
+    shutil.copyfile(alfworld_protocol.__file__, data / "alfworld_protocol.py")
+    shutil.copyfile(client.__file__, data / "env_client.py")
+    (data / "eval_format.json").write_text(json.dumps(task.episode_format().to_dict()))
+    os.environ.update(
+        DATA_PATH=str(data),
+        MODEL_PATH=str(tiny),
+        OUTPUT_DIR=str(work / "output"),
+        GRADING_SERVER_URL="http://127.0.0.1:9",  # not contacted
+        GRADING_TOKEN="unused",
+        DEADLINE="0",
+    )
+    sys.path.insert(0, str(REFERENCE))
+    import random
+
+    import episodes
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    rows = episodes.sft_rows(
+        episodes.Prompter(tokenizer, episodes.episode_format()), random.Random(0)
+    )
+    args = SFTConfig(
+        output_dir=str(work / "trainer"),
+        max_steps=steps,
+        learning_rate=lr,
+        lr_scheduler_type=schedule,
+        per_device_train_batch_size=batch,
+        max_length=512,
+        save_strategy="no",
+        report_to=[],
+        seed=0,
+        use_cpu=True,
+        bf16=False,
+        completion_only_loss=True,
+        disable_tqdm=True,
+        logging_steps=steps,
+    )
+    keys = ("input_ids", "completion_mask")
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list([{k: r[k] for k in keys} for r in rows]),
+        processing_class=tokenizer,
+    )
+    started = time.time()
+    trainer.train()
+    train_s = time.time() - started
+    out = work / "model"
+    trainer.model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    backend = load_backend(out, "transformers")
+    try:
+        started = time.time()
+        result = task.evaluate(backend, prepared)
+        eval_s = time.time() - started
+    finally:
+        backend.close()
+    return {
+        "n_train": n_train,
+        "schedule": schedule,
+        "rows": len(rows),
+        "train_s": round(train_s, 1),
+        "won": sum(i.correct for i in result.items),
+        "games": result.n_items,
+        "score": round(result.score, 2),
+        "eval_s": round(eval_s, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--schedule", nargs="+", default=["constant", "linear"])
+    ap.add_argument("--n-train", nargs="+", type=int, default=[300, 600])
+    ap.add_argument("--one", nargs=2, metavar=("N_TRAIN", "SCHEDULE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        with tempfile.TemporaryDirectory() as work:
+            r = one(int(args.one[0]), args.one[1], args.steps, args.lr, args.batch, Path(work))
+        print("RESULT " + json.dumps(r))
+        return
+    print(f"machine: {machine()}")
+    print(f"{args.steps} SFT steps at lr {args.lr:g}, batch {args.batch}")
+    for n_train in args.n_train:
+        for schedule in args.schedule:
+            cmd = [sys.executable, __file__, "--one", str(n_train), schedule]
+            cmd += ["--steps", str(args.steps), "--lr", str(args.lr), "--batch", str(args.batch)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode or not lines:
+                print(f"n_train {n_train}, {schedule}: failed\n{proc.stderr[-2000:]}")
+                continue
+            r = json.loads(lines[-1][len("RESULT ") :])
+            print(
+                f"n_train {n_train} ({r['rows']} rows), {schedule} rate: won {r['won']} of "
+                f"{r['games']} (score {r['score']:.2f}); SFT {r['train_s']:.0f}s, grading "
+                f"{r['eval_s']:.0f}s"
+            )
+
+
+if __name__ == "__main__":
+    main()
