@@ -73,30 +73,40 @@ def _run(tmp_path: Path, data: Path, tiny: Path, script: str):
     return json.loads(r.stdout.splitlines()[-1])
 
 
-# The learning rate the time callback sets at a step, for a deadline and decay span.
+# The learning rate of each optimizer step of a short SFT run with ``decay=True``, as the
+# optimizer saw it when it stepped, and the time the run started.
 _DECAY_SCRIPT = """
 import json, time, torch
-from types import SimpleNamespace
-from common import time_callback
-opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=0.5)
-args = SimpleNamespace(learning_rate=0.5)
-out = []
-for left, decay_s in [(1000.0, 1000.0), (250.0, 1000.0), (-5.0, 1000.0), (250.0, None)]:
-    opt.param_groups[0]["lr"] = 0.5  # as the trainer's constant scheduler leaves it
-    time_callback(time.time() + left, decay_s).on_step_begin(args, None, None, optimizer=opt)
-    out.append(opt.param_groups[0]["lr"])
-print(json.dumps(out))
+from transformers import AutoModelForCausalLM, AutoTokenizer
+import common
+seen = []
+step = torch.optim.AdamW.step
+def recording_step(self, *args, **kwargs):
+    seen.append((time.time(), self.param_groups[0]["lr"]))
+    return step(self, *args, **kwargs)
+torch.optim.AdamW.step = recording_step
+tok = AutoTokenizer.from_pretrained(common.MODEL_PATH)
+model = AutoModelForCausalLM.from_pretrained(common.MODEL_PATH)
+rows = [{"prompt": f"{a}+{a}=", "completion": f" {2 * a}."} for a in range(64)]
+start = time.time()
+common.sft(model, tok, rows, 10.0, 0.01, batch_size=4, decay=True)
+print(json.dumps({"start": start, "seen": seen}))
 """
 
 
-def test_sft_learning_rate_decays_to_zero_at_the_deadline(tmp_path, alfworld_lite, tiny) -> None:
+def test_sft_learning_rate_decays_to_zero_by_its_deadline(tmp_path, alfworld_lite, tiny) -> None:
     task, prepared = alfworld_lite
     data = _workspace_data(tmp_path, prepared.public, task.episode_format())
-    full, quarter, past, constant = _run(tmp_path, data, tiny.path, _DECAY_SCRIPT)
-    assert 0.49 < full <= 0.5
-    assert 0.12 < quarter < 0.13
-    assert past == 0.0
-    assert constant == 0.5
+    out = _run(tmp_path, data, tiny.path, _DECAY_SCRIPT)
+    steps = out["seen"]
+    assert len(steps) >= 3, steps
+    rates = [lr for _, lr in steps]
+    assert all(a > b for a, b in zip(rates, rates[1:], strict=False)), rates
+    assert rates[0] <= 0.01
+    # each step's rate is the share of the 10 s left when it began (it stepped a little later)
+    for t, lr in steps:
+        assert lr >= 0.01 * (out["start"] + 10.0 - t) / 10.0 - 1e-9
+    assert rates[-1] < 0.01 * 0.3  # training ran until close to the deadline
 
 
 def test_transcript_windows_supervise_each_step_in_the_graders_prompt(
