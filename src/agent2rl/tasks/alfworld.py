@@ -326,8 +326,8 @@ class AlfworldLite(AlfworldBase):
     summary = "ALFWorld-format household text games generated offline (CPU-sized)"
     eval_timeout_s = 1800.0
     options: ClassVar[dict[str, Any]] = {
-        # 600 walkthroughs: the tiny model won 5 of 48 after 900 SFT steps on them, 2-3 of
-        # 48 on 300 (generating them takes minutes once; the task store keeps them).
+        # 600 walkthroughs: the tiny model won 5 of 48 after 900 SFT steps on them, 3 after
+        # 900 on 300 (benchmarks/alfworld_sft.py). Generating them takes minutes, once.
         "n_train": 600,
         "n_eval": 48,
         "max_steps": 20,
