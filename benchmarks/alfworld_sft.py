@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,27 +31,25 @@ REFERENCE = Path(__file__).resolve().parent.parent / "src" / "agent2rl" / "agent
 
 def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Path) -> dict:
     """Fine-tune and grade one variant in this process; the result as a dict."""
-    from agent2rl.envs import alfworld_protocol, client
     from agent2rl.inference import load_backend
     from agent2rl.models import resolve_model
+    from agent2rl.rundir import RunPaths
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
+    from agent2rl.workspace import build_workspace
 
     settings = load_settings()
     task = get_task("alfworld-lite", {"n_train": n_train})
     prepared = prepare_task(task, settings.task_store)
-    tiny = resolve_model("tiny", settings.model_store).path
-    # The workspace's data/ as the agent sees it.
-    data = work / "data"
-    data.mkdir(parents=True)
-    shutil.copyfile(prepared.public / "walkthroughs.jsonl", data / "walkthroughs.jsonl")
-    shutil.copyfile(alfworld_protocol.__file__, data / "alfworld_protocol.py")
-    shutil.copyfile(client.__file__, data / "env_client.py")
-    (data / "eval_format.json").write_text(json.dumps(task.episode_format().to_dict()))
+    model_ref = resolve_model("tiny", settings.model_store)
+    tiny = model_ref.path
+    # The workspace's data/ as a run builds it for the agent.
+    paths = RunPaths(work / "run")
+    build_workspace(paths, task, prepared, model_ref)
     os.environ.update(
-        DATA_PATH=str(data),
+        DATA_PATH=str(paths.data),
         MODEL_PATH=str(tiny),
-        OUTPUT_DIR=str(work / "output"),
+        OUTPUT_DIR=str(paths.output),
         GRADING_SERVER_URL="http://127.0.0.1:9",  # not contacted
         GRADING_TOKEN="unused",
         DEADLINE="0",
