@@ -1,0 +1,345 @@
+"""Contamination check: did the agent have the private split in its hands?
+
+The sandbox keeps the private split out of the workspace, but an agent with network access can
+download a benchmark's test set, and one that finds a leak can copy it. Whatever it trained
+on is usually still in its workspace when the run ends: data it wrote or downloaded, its code,
+caches. :func:`scan_workspace` reads every file there (see
+:func:`agent2rl.integrity.ngrams.scan_file` for what is read and what is skipped) and looks for
+the fingerprints of each private item (:class:`~agent2rl.integrity.ngrams.PrivateIndex`:
+13-grams of words after normalisation, minus what the public split shares, plus distinctive
+strings).
+
+The egress log (:mod:`agent2rl.sandbox.egress`'s: one JSON object per request with ``host``,
+``path`` for plain HTTP only, ``allowed``; a ``url`` field or a plain line holding a URL is read
+too) has no bodies, so for a fetched address only the address is judged: it is flagged when
+it names one of the task's known dataset sources (:data:`DATASET_SOURCES`, e.g. ``gsm8k``,
+``humaneval``; compared with punctuation removed, so ``human-eval`` and ``openai_humaneval``
+both name HumanEval). Every dataset-hub URL (``huggingface.co/datasets/...``) is listed as
+well, flagged or not. A refused request (``allowed`` false) fetched nothing and is only
+counted. Limits: an HTTPS request shows only its host (the proxy tunnels TLS), so a test set
+fetched over HTTPS from a general host (a model hub, PyPI) is caught by the workspace scan, if
+the agent left it there, not by its address.
+
+:func:`check_run` is the end-of-run entry point: it builds the index from the task's private
+and public splits, scans the run's workspace and egress log and writes
+``record/contamination.json``. The check reports; it never changes a score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from agent2rl.dataset import PreparedTask, Sample
+from agent2rl.files import write_json_atomic
+from agent2rl.integrity.ngrams import DEFAULT_N, MAX_FILE_BYTES, PrivateIndex, scan_file
+from agent2rl.rundir import RunPaths
+from agent2rl.tasks.base import Task
+
+#: where :func:`check_run` writes its report, under the run's ``record/``
+CONTAMINATION_FILE = "contamination.json"
+#: the egress log :func:`check_run` reads when none is given, under the run's ``record/``
+EGRESS_LOG = "egress.jsonl"
+#: names of each task's dataset on the net: a fetched URL naming one is flagged
+DATASET_SOURCES: dict[str, tuple[str, ...]] = {
+    "gsm8k": ("gsm8k", "grade-school-math"),
+    "humaneval": ("humaneval",),
+    "alfworld": ("alfworld",),
+    "alfworld-lite": ("alfworld",),
+    "arith-lite": (),
+}
+#: matched items listed in the report (all are counted)
+MAX_LISTED_ITEMS = 200
+#: files listed per matched item
+MAX_FILES_PER_ITEM = 5
+#: bytes read from one private item's files (interactive tasks' game files)
+MAX_ITEM_FILE_BYTES = 4 * 2**20
+
+
+@dataclass
+class ItemMatch:
+    """A private item found in the workspace: where (paths relative to the workspace, an
+    archive member after ``!``) and the first match's text as found there."""
+
+    item_id: str
+    files: list[str]
+    snippet: str
+
+
+@dataclass
+class EgressSummary:
+    """What the egress log shows the agent fetched (addresses only: the log has no bodies)."""
+
+    log: str | None
+    requests: int = 0
+    hosts: list[str] = field(default_factory=list)
+    dataset_urls: list[str] = field(default_factory=list)
+    """Fetches from a dataset hub (informational)."""
+    flagged_urls: list[str] = field(default_factory=list)
+    """Fetches naming one of the task's :data:`DATASET_SOURCES`."""
+
+
+@dataclass
+class ContaminationReport:
+    """The outcome of a contamination check (``record/contamination.json`` is ``to_dict``).
+
+    ``flagged`` when at least one private item was found in the workspace or a fetched URL
+    names the task's dataset. ``matches`` lists at most :data:`MAX_LISTED_ITEMS` items
+    (sorted by id); ``matched_items`` counts them all.
+    """
+
+    task: str | None
+    n: int
+    flagged: bool = False
+    items_total: int = 0
+    matched_items: int = 0
+    matches: list[ItemMatch] = field(default_factory=list)
+    short_items: int = 0
+    """Items searched by their distinctive strings only (too short for an n-gram)."""
+    unsearchable_items: int = 0
+    """Items with nothing distinctive to search for (they can never match)."""
+    files_scanned: int = 0
+    files_skipped: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Skipped files by reason."""
+    bytes_scanned: int = 0
+    truncated_files: list[str] = field(default_factory=list)
+    egress: EgressSummary | None = None
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ContaminationReport:
+        d = dict(data)
+        d["matches"] = [ItemMatch(**m) for m in d.get("matches") or []]
+        d["egress"] = EgressSummary(**d["egress"]) if d.get("egress") else None
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# -- the workspace -----------------------------------------------------------------------------
+def _walk(root: Path) -> Iterator[Path]:
+    """Every file under ``root``, symlinks included (they are skipped by the scan, counted),
+    never following a symlinked directory."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
+            yield Path(dirpath) / name
+
+
+def scan_workspace(
+    workspace: Path,
+    index: PrivateIndex,
+    egress_log: Path | None = None,
+    *,
+    task: str | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
+) -> ContaminationReport:
+    """Scan every file under ``workspace`` (and ``egress_log`` when it exists) for
+    ``index``'s items; ``task`` names the dataset sources a fetched URL is judged against.
+
+    A missing workspace gives an empty, unflagged report with a note. Files are read within
+    ``max_file_bytes`` each; unreadable ones are counted as skipped, never fatal.
+    """
+    started = time.time()
+    report = ContaminationReport(
+        task=task,
+        n=index.n,
+        items_total=len(index.item_ids),
+        short_items=len(index.short_items),
+        unsearchable_items=len(index.unsearchable_items),
+    )
+    if index.short_items:
+        report.notes.append(
+            f"{len(index.short_items)} items have no {index.n}-gram of their own (shorter than"
+            f" {index.n} words, or shared with the public split) and were searched by their"
+            " distinctive strings only"
+        )
+    if index.unsearchable_items:
+        report.notes.append(
+            f"{len(index.unsearchable_items)} items have nothing distinctive to search for and"
+            " cannot be detected"
+        )
+    found: dict[str, ItemMatch] = {}
+    workspace = Path(workspace)
+    if not workspace.is_dir():
+        report.notes.append(f"no workspace at {workspace}: nothing scanned")
+    else:
+        for path in _walk(workspace):
+            scan = scan_file(path, index, max_file_bytes)
+            rel = str(path.relative_to(workspace))
+            if scan.skipped:
+                report.files_skipped += 1
+                reason = scan.skipped.split(":")[0]
+                report.skipped[reason] = report.skipped.get(reason, 0) + 1
+                continue
+            report.files_scanned += 1
+            report.bytes_scanned += scan.bytes_read
+            if scan.truncated:
+                report.truncated_files.append(rel)
+            for item, (member, snippet) in scan.hits.items():
+                where = f"{rel}!{member}" if member else rel
+                match = found.setdefault(item, ItemMatch(item, [], snippet))
+                if len(match.files) < MAX_FILES_PER_ITEM:
+                    match.files.append(where)
+    report.matched_items = len(found)
+    report.matches = [found[k] for k in sorted(found)][:MAX_LISTED_ITEMS]
+    if egress_log is not None:
+        report.egress = read_egress(egress_log, DATASET_SOURCES.get(task or "", ()))
+    report.flagged = bool(found) or bool(report.egress and report.egress.flagged_urls)
+    report.seconds = round(time.time() - started, 3)
+    return report
+
+
+# -- the egress log ----------------------------------------------------------------------------
+_URL = re.compile(r"https?://[^\s\"'<>]+")
+_DATASET_HUBS = ("huggingface.co/datasets/", "hf.co/datasets/", "kaggle.com/datasets/")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def _urls(line: str) -> tuple[list[str], bool]:
+    """The addresses one log line names, and whether the request was let through."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        row = None
+    if isinstance(row, dict):
+        allowed = row.get("allowed") is not False
+        if isinstance(row.get("url"), str):
+            return [row["url"]], allowed
+        if isinstance(row.get("host"), str):
+            scheme = "http" if row.get("path") is not None else "https"
+            return [f"{scheme}://{row['host']}{row.get('path') or ''}"], allowed
+    return _URL.findall(line), True
+
+
+def read_egress(log: Path, sources: tuple[str, ...]) -> EgressSummary:
+    """Summarise an egress log: requests, hosts, dataset-hub URLs, and the URLs naming one of
+    ``sources``. A missing log gives a summary with ``requests`` 0."""
+    summary = EgressSummary(log=str(log))
+    if not Path(log).is_file():
+        return summary
+    hosts: set[str] = set()
+    wanted = [_squash(s) for s in sources if _squash(s)]
+    with open(log, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            urls, allowed = _urls(line)
+            summary.requests += len(urls)
+            for url in urls if allowed else ():
+                parts = urlsplit(url)
+                hosts.add(parts.hostname or "")
+                address = f"{parts.hostname or ''}{parts.path}"
+                if any(h in address for h in _DATASET_HUBS) and url not in summary.dataset_urls:
+                    summary.dataset_urls.append(url)
+                if any(w in _squash(address) for w in wanted) and url not in summary.flagged_urls:
+                    summary.flagged_urls.append(url)
+    summary.hosts = sorted(h for h in hosts if h)[:200]
+    summary.dataset_urls = summary.dataset_urls[:200]
+    summary.flagged_urls = summary.flagged_urls[:200]
+    return summary
+
+
+# -- the task's splits -------------------------------------------------------------------------
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside ``value`` (dicts and lists walked)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
+def _item_files(split_dir: Path, sample: Sample) -> list[str]:
+    """The text of the files of an item stored as its own directory (an interactive task's
+    game: ``<split>/<id>/`` or ``<split>/games/<id>/``), each file one field."""
+    out: list[str] = []
+    for folder in (split_dir / sample.id, split_dir / "games" / sample.id):
+        if folder.is_dir() and folder.resolve().is_relative_to(split_dir.resolve()):
+            for f in sorted(folder.rglob("*")):
+                if f.is_file() and not f.is_symlink():
+                    with f.open("rb") as fh:
+                        out.append(fh.read(MAX_ITEM_FILE_BYTES).decode("utf-8", "replace"))
+    return out
+
+
+def private_texts(task: Task, prepared: PreparedTask) -> dict[str, list[str]]:
+    """Item id -> the texts of one private item: every string of its ``input`` and
+    ``target``, and the files of its directory when it has one (interactive tasks)."""
+    out: dict[str, list[str]] = {}
+    for s in task.samples(prepared, "private"):
+        out[s.id] = [*_strings(s.input), *_strings(s.target), *_item_files(prepared.private, s)]
+    return out
+
+
+def public_texts(task: Task, prepared: PreparedTask) -> Iterator[str | bytes]:
+    """Everything the harness itself gives the agent: the public split's samples and files,
+    the task's description, prompt protocol and workspace files. An n-gram found here is
+    evidence of nothing."""
+    try:
+        samples = task.samples(prepared, "public")
+    except (NotImplementedError, OSError, ValueError):
+        samples = []
+    for s in samples:
+        yield "\n".join([*_strings(s.input), *_strings(s.target)])
+    for path in sorted(Path(prepared.public).rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            with path.open("rb") as fh:
+                yield fh.read(MAX_FILE_BYTES)
+    yield task.description(prepared)
+    fmt = task.prompt_format(prepared)
+    if fmt is not None:
+        yield json.dumps(fmt.to_dict())
+    for source in task.workspace_files().values():
+        if Path(source).is_file():
+            yield Path(source).read_bytes()
+
+
+def check_run(
+    paths: RunPaths,
+    task: Task,
+    prepared: PreparedTask,
+    egress_log: Path | None = None,
+    n: int = DEFAULT_N,
+) -> ContaminationReport:
+    """The contamination check of a finished run: index ``task``'s private split against its
+    public one, scan ``paths.workspace`` and the egress log (``egress_log``, else
+    ``record/egress.jsonl`` when it exists), write ``record/contamination.json`` atomically
+    and return the report.
+
+    Call it after the agent has stopped (the workspace no longer changes). It reads the
+    private split, so it runs in the harness, never where the agent could see its output.
+    """
+    started = time.time()
+    index = PrivateIndex.build(private_texts(task, prepared), public_texts(task, prepared), n=n)
+    if egress_log is None and (paths.record / EGRESS_LOG).is_file():
+        egress_log = paths.record / EGRESS_LOG
+    report = scan_workspace(paths.workspace, index, egress_log, task=task.name)
+    report.seconds = round(time.time() - started, 3)
+    write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
+    return report
+
+
+def read_contamination(paths: RunPaths) -> ContaminationReport | None:
+    """The run's ``record/contamination.json``; None when the check did not run or the file
+    is unreadable."""
+    try:
+        data = json.loads((paths.record / CONTAMINATION_FILE).read_text())
+        return ContaminationReport.from_dict(data) if isinstance(data, dict) else None
+    except (OSError, ValueError, TypeError):
+        return None
