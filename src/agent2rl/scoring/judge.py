@@ -1,0 +1,175 @@
+"""``Judge``: a scorer whose reward is a pairwise judge's preference over a reference output.
+
+A judge is a scorer argument with its own backend and metering: the task builds a
+:class:`~agent2rl.scoring.judges.PairwiseJudge` (an HTTP judge, or a local model) and hands
+it to :class:`Judge`, which compares each output with its sample's reference output (the
+sample's ``target``) and summarises the judgments with AlpacaEval's metrics
+(:mod:`agent2rl.scoring.alpaca_eval`).
+
+The score is one declared metric, :attr:`Judge.metric`:
+
+``length_controlled_winrate``
+    when the task has the LC GLM's data (``df_gamed``). An item's score is the GLM's
+    predicted preference for it at equal lengths, so the task score (the mean item score, x
+    100) is exactly the LC win rate and the harness's bootstrap interval is the one behind
+    AlpacaEval's ``lc_standard_error``: it reflects how instructions differ, not the GLM
+    fit's own uncertainty, so it is narrower than the raw win rate's.
+``win_rate``
+    otherwise. An item's score is ``preference - 1``; an item the judge could not judge
+    (no label among its top tokens) counts as a draw, 0.5 — AlpacaEval drops such items
+    instead, so the details' ``win_rate`` differs from the score only when that happened
+    (``unjudged`` says how often).
+
+Either way ``correct`` is ``preference > 1.5`` (the judge preferred the model's output) and
+``meta`` keeps the raw ``preference``. Per-item preferences reach only the grader's record
+(``items.jsonl``), never the agent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from agent2rl.dataset import Sample
+from agent2rl.scoring.alpaca_eval import length_controlled, win_rates
+from agent2rl.scoring.base import ItemResult
+from agent2rl.scoring.judges.base import Pair, PairwiseJudge
+from agent2rl.solvers.base import Output
+
+LC = "length_controlled_winrate"
+RAW = "win_rate"
+
+
+@dataclass
+class Judge:
+    """Scores outputs by ``judge``'s preference over the samples' reference outputs.
+
+    A sample needs ``input["instruction"]`` and the reference output as its ``target``;
+    ``metadata["index"]`` (its position in the eval set, for the LC GLM's instruction
+    difficulty; default: its position in the list) and ``metadata["group"]`` are optional.
+    ``df_gamed`` enables the LC metric (:func:`~agent2rl.scoring.alpaca_eval.read_df_gamed`).
+    """
+
+    judge: PairwiseJudge
+    df_gamed: pd.DataFrame | None = None
+
+    @property
+    def metric(self) -> str:
+        """The declared score: :data:`LC` with the GLM's data, else :data:`RAW`."""
+        return LC if self.df_gamed is not None else RAW
+
+    def settings(self) -> dict[str, Any]:
+        return {"scorer": "judge", "metric": self.metric, "judge": self.judge.identity()}
+
+    def score(self, samples: list[Sample], outputs: list[Output]) -> list[ItemResult]:
+        """Judge every output (the judge raises
+        :class:`~agent2rl.scoring.judges.JudgeUnavailable` when it cannot: a harness
+        failure, never a silent 0)."""
+        pairs = [
+            Pair(str(s.input["instruction"]), str(s.target), o.text)
+            for s, o in zip(samples, outputs, strict=True)
+        ]
+        prefs = self.judge.preferences(pairs)
+        annotations = _annotations(samples, pairs, prefs)
+        lc = self._lc_predictions(annotations)
+        items = []
+        for s, pair, pref, i in zip(samples, pairs, prefs, range(len(samples)), strict=True):
+            judged = not math.isnan(pref)
+            meta: dict[str, Any] = {
+                "preference": pref if judged else None,
+                "output_chars": len(pair.output_2),
+                "reference_chars": len(pair.output_1),
+                "index": annotations[i]["index"],
+            }
+            if "group" in s.metadata:
+                meta["group"] = s.metadata["group"]
+            if lc is not None:
+                meta["lc_preference"] = float(lc[i])
+                score = float(lc[i])
+            else:
+                score = pref - 1.0 if judged else 0.5
+            items.append(
+                ItemResult(
+                    id=s.id,
+                    prediction=pair.output_2,
+                    target=pair.output_1,
+                    correct=judged and pref > 1.5,
+                    score=score,
+                    meta=meta,
+                )
+            )
+        return items
+
+    def _lc_predictions(self, annotations: list[dict[str, Any]]) -> np.ndarray | None:
+        """The GLM's per-item predictions; None without its data, or when it cannot be
+        fitted (fewer than two items, or every pair of one length difference: a quick check
+        on a few items), in which case the score falls back to the raw win rate and the
+        details' ``metric`` says so."""
+        if self.df_gamed is None:
+            return None
+        try:
+            return length_controlled(annotations, self.df_gamed).predictions
+        except ValueError:
+            return None
+
+    def details(self, items: list[ItemResult], outputs: list[Output]) -> dict[str, Any]:
+        """The leaderboard's metrics over the items (win rate, standard error, counts, the
+        LC win rate when declared), the average output length in characters against the
+        reference's (the first sign of length gaming), ``unjudged`` items, the metric the
+        score is, and the judge's totals (requests, cache hits, tokens, cost)."""
+        annotations = [
+            {
+                "instruction": "",
+                "output_1": it.target,
+                "output_2": it.prediction,
+                "preference": (it.meta or {}).get("preference"),
+                "index": (it.meta or {}).get("index", i),
+            }
+            for i, it in enumerate(items)
+        ]
+        stats = win_rates(annotations) if items else {}
+        metric = RAW
+        if self.df_gamed is not None and items:
+            try:
+                lc = length_controlled(annotations, self.df_gamed)
+            except ValueError as err:
+                stats["lc_error"] = str(err)
+            else:
+                stats[LC], stats["lc_standard_error"] = lc.winrate, lc.standard_error
+                metric = LC
+        n = len(items)
+        return {
+            "metric": metric,
+            **{k: _plain(v) for k, v in stats.items()},
+            "unjudged": sum(1 for it in items if (it.meta or {}).get("preference") is None),
+            "avg_length": sum(len(it.prediction) for it in items) / n if n else None,
+            "reference_avg_length": sum(len(str(it.target)) for it in items) / n if n else None,
+            "judge": self.judge.totals(),
+        }
+
+
+def _annotations(
+    samples: Sequence[Sample], pairs: Sequence[Pair], prefs: Sequence[float]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "instruction": p.instruction,
+            "output_1": p.output_1,
+            "output_2": p.output_2,
+            "preference": pref,
+            "index": s.metadata.get("index", i),
+        }
+        for i, (s, p, pref) in enumerate(zip(samples, pairs, prefs, strict=True))
+    ]
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe number (NaN -> None)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value

@@ -1,0 +1,51 @@
+"""LLM judges: pairwise preferences for judge-based tasks (level 2).
+
+::
+
+    base.py               Pair, PairwiseJudge (what a scorer holds), LogprobJudgeBackend
+                          (what a logprob judge runs on), NextToken, JudgeUnavailable
+    protocol.py           AlpacaEval 2.0's weighted_alpaca_eval_gpt4_turbo protocol: the
+                          template, the position swap, the logprob preference
+    logprob.py            LogprobJudge: that protocol over any backend, with cache and meter
+    openai_compatible.py  the HTTP backend for OpenAI-compatible servers; openai_judge()
+    cache.py              JudgmentCache: SQLite under AGENT2RL_HOME, shared across runs
+    meter.py              JudgeMeter: one usage line per judge request, and totals
+
+A local model judge is one more :class:`LogprobJudgeBackend` (a ``next_tokens`` that runs a
+forward pass and returns the top-k of the last position) handed to :class:`LogprobJudge`;
+the scorer (:class:`agent2rl.scoring.judge.Judge`) takes any :class:`PairwiseJudge`.
+"""
+
+from agent2rl.scoring.judges.base import (
+    JudgeUnavailable,
+    LogprobJudgeBackend,
+    Messages,
+    NextToken,
+    Pair,
+    PairwiseJudge,
+)
+from agent2rl.scoring.judges.cache import CACHE_RELPATH, JudgmentCache
+from agent2rl.scoring.judges.logprob import LogprobJudge
+from agent2rl.scoring.judges.meter import USAGE_FILE, JudgeMeter
+from agent2rl.scoring.judges.openai_compatible import (
+    OpenAICompatibleBackend,
+    judge_api_key,
+    openai_judge,
+)
+
+__all__ = [
+    "CACHE_RELPATH",
+    "USAGE_FILE",
+    "JudgeMeter",
+    "JudgeUnavailable",
+    "JudgmentCache",
+    "LogprobJudge",
+    "LogprobJudgeBackend",
+    "Messages",
+    "NextToken",
+    "OpenAICompatibleBackend",
+    "Pair",
+    "PairwiseJudge",
+    "judge_api_key",
+    "openai_judge",
+]

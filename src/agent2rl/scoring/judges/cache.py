@@ -1,0 +1,116 @@
+"""The judgment cache: SQLite under ``AGENT2RL_HOME``, shared by every run on the machine.
+
+A judgment is keyed on the judge's identity (protocol, template, model, endpoint) and the
+pair (instruction, reference output, model output), so grading identical outputs again —
+the same submission re-graded after a harness failure, a duplicate of the baseline's
+outputs, another run of the same model — costs no judge call. It stores the preference and
+the judge's top candidates (for audits), never anything an agent can reach: the file lives
+outside every workspace, and the task lists it among the paths every agent sandbox masks.
+
+Concurrent evaluations (a study's runs) share the file: WAL mode and a busy timeout let them
+read and write at once; a write lost to a crash only costs a judge call later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agent2rl.scoring.judges.base import Pair
+
+#: the cache file under ``AGENT2RL_HOME``
+CACHE_RELPATH = Path("cache") / "judge" / "judgments.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS judgments (
+    key TEXT PRIMARY KEY,
+    judge TEXT NOT NULL,
+    preference REAL,
+    top TEXT,
+    created REAL NOT NULL
+)
+"""
+
+
+def judge_key(identity: dict[str, Any]) -> str:
+    """A short stable hash of a judge's identity."""
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def pair_key(judge: str, pair: Pair) -> str:
+    """The cache key of ``pair`` under judge ``judge`` (a :func:`judge_key`). The fields are
+    length-prefixed, so no two different pairs share a key."""
+    h = hashlib.sha256(judge.encode())
+    for text in (pair.instruction, pair.output_1, pair.output_2):
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()
+
+
+class JudgmentCache:
+    """Preferences by (judge, pair). Thread-safe (one connection behind a lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        # Opened on first use: a judge built only for its identity touches no file.
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection (callers hold ``_lock``)."""
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(_SCHEMA)
+            self._conn.commit()
+        return self._conn
+
+    def get_many(self, judge: str, pairs: Sequence[Pair]) -> list[float | None]:
+        """The cached preference of each pair (NaN for a cached unusable answer), None where
+        there is none."""
+        keys = [pair_key(judge, p) for p in pairs]
+        found: dict[str, float] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):  # SQLite's host-parameter limit
+                chunk = keys[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT key, preference FROM judgments WHERE key IN ({marks})", chunk
+                ).fetchall()
+                found.update({k: math.nan if v is None else float(v) for k, v in rows})
+        return [found.get(k) for k in keys]
+
+    def put_many(
+        self, judge: str, items: Sequence[tuple[Pair, float, list[tuple[str, float]] | None]]
+    ) -> None:
+        """Store ``(pair, preference, top candidates)`` triples (NaN is stored as NULL)."""
+        now = time.time()
+        rows = [
+            (
+                pair_key(judge, pair),
+                judge,
+                None if math.isnan(pref) else pref,
+                None if top is None else json.dumps(top),
+                now,
+            )
+            for pair, pref, top in items
+        ]
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?, ?)", rows)
+            self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

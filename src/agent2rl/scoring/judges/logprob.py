@@ -1,0 +1,103 @@
+"""``LogprobJudge``: AlpacaEval's pairwise protocol over any logprob backend.
+
+The judge owns everything that makes two backends' preferences comparable — the prompt, the
+per-instruction position swap and its undoing, the parser, draws for identical outputs —
+plus the cache and the meter; the backend only answers "which next tokens, how likely". So
+a judge served by OpenAI, by a vLLM server or by a local transformers model differs only in
+its backend (and hence its identity, which keys the cache and the evaluation hash).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from agent2rl.scoring.judges import protocol
+from agent2rl.scoring.judges.base import LogprobJudgeBackend, Pair
+from agent2rl.scoring.judges.cache import JudgmentCache, judge_key
+from agent2rl.scoring.judges.meter import JudgeMeter
+
+
+class LogprobJudge:
+    """A :class:`~agent2rl.scoring.judges.base.PairwiseJudge` running AlpacaEval 2.0's
+    ``weighted_alpaca_eval_gpt4_turbo`` protocol (:mod:`~agent2rl.scoring.judges.protocol`)
+    on ``backend``.
+
+    ``cache`` (optional) answers pairs judged before by the same judge; ``meter`` counts the
+    cache hits (the backend records its own requests on the same meter).
+
+    Pairs are asked in chunks of ``backend.batch_size``; each chunk's judgments are cached
+    as soon as they arrive, so an outage halfway through keeps what was already paid for,
+    and grading again after it asks only for the rest.
+    """
+
+    def __init__(
+        self,
+        backend: LogprobJudgeBackend,
+        cache: JudgmentCache | None = None,
+        meter: JudgeMeter | None = None,
+    ) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.meter = meter or JudgeMeter()
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "protocol": protocol.NAME,
+            "template_sha256": protocol.TEMPLATE_SHA256,
+            "top_logprobs": protocol.TOP_LOGPROBS,
+            "labels": list(protocol.LABELS),
+            "swap_seed": protocol.SWITCH_SEED,
+            "backend": self.backend.identity(),
+        }
+
+    def totals(self) -> dict[str, Any]:
+        return self.meter.totals()
+
+    def preferences(self, pairs: Sequence[Pair]) -> list[float]:
+        """One preference per pair (see :class:`~agent2rl.scoring.judges.base.PairwiseJudge`).
+
+        Identical outputs are 1.5 without a request (AlpacaEval does the same); cached pairs
+        are answered from the cache; the rest go to the backend, displayed in the order
+        :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives. Raises
+        :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend.
+        """
+        out: list[float | None] = [None] * len(pairs)
+        todo: list[int] = []
+        for i, pair in enumerate(pairs):
+            if pair.output_1 == pair.output_2:
+                out[i] = 1.5
+            else:
+                todo.append(i)
+        key = judge_key(self.identity())
+        if self.cache is not None and todo:
+            cached = self.cache.get_many(key, [pairs[i] for i in todo])
+            hits = [(i, c) for i, c in zip(todo, cached, strict=True) if c is not None]
+            for i, c in hits:
+                out[i] = c
+            self.meter.hit(len(hits))
+            todo = [i for i in todo if out[i] is None]
+        step = max(1, int(self.backend.batch_size))
+        for start in range(0, len(todo), step):
+            chunk = todo[start : start + step]
+            swapped = [protocol.is_swapped(pairs[i].instruction) for i in chunk]
+            prompts = []
+            for i, swap in zip(chunk, swapped, strict=True):
+                p = pairs[i]
+                first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
+                prompts.append(protocol.messages(p.instruction, first, second))
+            answers = self.backend.next_tokens(prompts, protocol.TOP_LOGPROBS)
+            judged = []
+            for i, swap, answer in zip(chunk, swapped, answers, strict=True):
+                pref = protocol.unswap(protocol.preference_from_logprobs(answer.top), swap)
+                out[i] = pref
+                judged.append((pairs[i], pref, answer.top))
+            if self.cache is not None:
+                self.cache.put_many(key, judged)
+        return [math.nan if v is None else v for v in out]
+
+    def close(self) -> None:
+        self.backend.close()
+        if self.cache is not None:
+            self.cache.close()

@@ -1,0 +1,145 @@
+"""AlpacaEval 2.0's judging protocol, ``weighted_alpaca_eval_gpt4_turbo``, as data and pure
+functions (no I/O besides reading the prompt template once).
+
+The annotator's configuration in the ``alpaca-eval`` package (0.6.6),
+``alpaca_eval/evaluators_configs/weighted_alpaca_eval_gpt4_turbo/configs.yaml``::
+
+    prompt_template: "alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt"
+    fn_completions: "openai_completions"
+    completions_kwargs: {model_name: "gpt-4-1106-preview", max_tokens: 1, temperature: 1,
+                         logprobs: true, top_logprobs: 5}
+    fn_completion_parser: "logprob_parser"
+    completion_parser_kwargs: {numerator_token: "m", denominator_tokens: ["m", "M"],
+                               is_binarize: false}
+
+and what the package does around it, step by step (each function below cites its source):
+
+1. identical outputs are a draw (1.5) without asking the judge
+   (``PairwiseAnnotatorLocal._preprocess``);
+2. the two outputs are swapped when ``random.Random("is_switched_outputs" + instruction +
+   "0").choices([False, True])`` says so (``RandomSwitchTwoColumnsProcessor`` with the
+   annotator's seed 0) — checked against every official annotation in the tests;
+3. the template's ``{instruction}``, ``{output_1}``, ``{output_2}`` are replaced, each once
+   and in that order (``utils.make_prompts``), the prompt is stripped and split into chat
+   messages at ``<|im_start|>`` (``utils.prompt_to_chatml``);
+4. one chat completion: ``max_tokens=1, temperature=1, top_p=1, logprobs=true,
+   top_logprobs=5`` (``decoders.openai._openai_completion_helper``);
+5. the preference is ``2 - P(m) / (P(m) + P(M))`` over the first token's top logprobs
+   (``completion_parsers.logprob_parser``), NaN when neither label is among them;
+6. a swapped pair's preference is flipped back: ``3 - p``.
+
+The template is read from the installed ``alpaca-eval`` distribution's files without
+importing the package (its import needs ``pkg_resources``, gone from setuptools >= 81).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+from agent2rl.errors import UserError
+from agent2rl.scoring.judges.base import Messages
+
+#: the annotator's name in AlpacaEval (its leaderboard and annotation files carry it)
+NAME = "weighted_alpaca_eval_gpt4_turbo"
+#: the official judge model of AlpacaEval 2.0
+DEFAULT_MODEL = "gpt-4-1106-preview"
+#: the prompt template, inside the ``alpaca-eval`` distribution
+TEMPLATE_PATH = "alpaca_eval/evaluators_configs/alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt"
+#: sha256 of that file in alpaca-eval 0.6.6; another version's template is refused rather
+#: than silently changing every score
+TEMPLATE_SHA256 = "784227e6dc2832fc08c43d2c8ea3a308e7523780187a1aaad2f85e30bac85f62"
+#: the completion request's settings (``completions_kwargs`` plus the decoder's ``top_p``)
+MAX_TOKENS = 1
+TEMPERATURE = 1
+TOP_P = 1.0
+TOP_LOGPROBS = 5
+#: the label naming output_1 (``numerator_token``) and both labels (``denominator_tokens``)
+FIRST = "m"
+LABELS = ("m", "M")
+#: the switch processor's column name and the pairwise annotator's seed, both in the seed
+SWITCH_SEED_PREFIX = "is_switched_outputs"
+SWITCH_SEED = 0
+#: the placeholders, replaced in this order
+PLACEHOLDERS = ("instruction", "output_1", "output_2")
+
+
+@cache
+def template() -> str:
+    """The prompt template from the installed ``alpaca-eval`` package.
+
+    Raises :class:`UserError` when the package is missing or ships another template.
+    """
+    try:
+        path = Path(str(metadata.distribution("alpaca-eval").locate_file(TEMPLATE_PATH)))
+        text = path.read_text(encoding="utf-8")
+    except (metadata.PackageNotFoundError, OSError):
+        raise UserError(
+            "the AlpacaEval judge needs the alpaca-eval package's prompt template: "
+            "pip install 'alpaca-eval>=0.6.6'"
+        ) from None
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if digest != TEMPLATE_SHA256:
+        raise UserError(
+            f"the installed alpaca-eval ships another judge template ({TEMPLATE_PATH}, sha256 "
+            f"{digest[:12]}): install alpaca-eval 0.6.6, whose template this judge implements"
+        )
+    return text
+
+
+def is_swapped(instruction: str) -> bool:
+    """Whether the judge sees the model's output first for ``instruction`` (seeded by the
+    instruction alone, so every model's outputs are presented the same way)."""
+    seed = SWITCH_SEED_PREFIX + instruction + str(SWITCH_SEED)
+    return random.Random(seed).choices([False, True], k=1)[0]
+
+
+def prompt(instruction: str, output_1: str, output_2: str) -> str:
+    """The template filled in as the package does: each placeholder's *first* occurrence
+    replaced in turn (so an instruction that itself contains ``{output_1}`` gets the output
+    there, exactly as in AlpacaEval), then stripped."""
+    text = template()
+    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
+    for name in PLACEHOLDERS:
+        text = text.replace("{" + name + "}", values[name], 1)
+    return text.strip()
+
+
+def to_messages(text: str) -> Messages:
+    """A ChatML-style prompt (``<|im_start|>role\\n...<|im_end|>``) as chat messages, each
+    content stripped (``utils.prompt_to_chatml``; the template uses no ``system name=``
+    roles). An output containing ``<|im_start|>`` splits the prompt there, as in the
+    package."""
+    out: Messages = []
+    for part in text.split("<|im_start|>")[1:]:
+        head, _, rest = part.partition("\n")
+        out.append({"role": head.strip(), "content": rest.split("<|im_end|>", 1)[0].strip()})
+    return out
+
+
+def messages(instruction: str, output_1: str, output_2: str) -> Messages:
+    """The judge's chat messages for one pair as presented (already in display order)."""
+    return to_messages(prompt(instruction, output_1, output_2))
+
+
+def preference_from_logprobs(top: list[tuple[str, float]]) -> float:
+    """``2 - P(m) / (P(m) + P(M))`` over the candidates that are a label (a label listed twice
+    counts with its last log-probability, as the package's dict does): 1 when only ``m``
+    (output_1) is there, 2 when only ``M``, NaN when neither is."""
+    found = {token: lp for token, lp in top if token in LABELS}
+    if not found:
+        return math.nan
+    first = found.get(FIRST, -math.inf)
+    # log-sum-exp of the labels present; a missing one has probability 0
+    peak = max(found.values())
+    denominator = peak + math.log(sum(math.exp(lp - peak) for lp in found.values()))
+    return 2.0 - math.exp(first - denominator)
+
+
+def unswap(preference: float, swapped: bool) -> float:
+    """A preference over the displayed order turned into AlpacaEval's order."""
+    return 3.0 - preference if swapped else preference

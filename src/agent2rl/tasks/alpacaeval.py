@@ -1,0 +1,462 @@
+"""``alpacaeval`` (L2, judge-based): AlpacaEval 2.0, the paper's level-2 task.
+
+Graded (private): the 805 AlpacaEval 2.0 instructions, each model output judged pairwise
+against ``gpt4_turbo``'s (gpt-4-1106-preview) reference output by AlpacaEval's own protocol,
+``weighted_alpaca_eval_gpt4_turbo`` (:mod:`agent2rl.scoring.judges.protocol`), on any
+OpenAI-compatible endpoint (``--task-opt judge_model=... judge_base_url=...``). The score
+is the length-controlled win rate when the task store holds ``df_gamed.csv`` (the LC GLM's
+data), else the raw win rate; which one is part of the evaluation settings, so scores of the
+two kinds never compare (:class:`agent2rl.scoring.judge.Judge`).
+
+Public: the first 2,000 rows of ``tatsu-lab/alpaca`` (instruction, input, output), as the
+reference implementation gives them; rows 2,000-2,099 are the validation split (never graded,
+never shown; judged against Alpaca's own outputs). Neither contains an eval instruction.
+
+Data: on first use from the Hugging Face hub (``tatsu-lab/alpaca_eval``'s
+``alpaca_eval_gpt4_baseline.json`` and ``df_gamed.csv`` through ``huggingface_hub``,
+``tatsu-lab/alpaca`` through ``datasets``); offline, ``agent2rl data import alpacaeval DIR``
+reads the same files from ``DIR`` (:func:`find_files`).
+
+Prompting: chat models get the instruction alone as one user message (AlpacaEval's
+setting); base models get the Alpaca prompt (:data:`BASE_TEMPLATE`), the format of the
+public data, cut at the next ``### Instruction:``. Greedy, 512 new tokens (the reference's
+setting).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agent2rl.dataset import JsonlSplits, PreparedTask, Sample
+from agent2rl.errors import UserError
+from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.scoring.alpaca_eval import read_df_gamed
+from agent2rl.scoring.judge import LC, RAW, Judge
+from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, openai_judge
+from agent2rl.scoring.judges import protocol as judge_protocol
+from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
+from agent2rl.settings import load_settings
+from agent2rl.solvers import Generate, PromptFormat
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.registry import task
+
+EVAL_REPO = "tatsu-lab/alpaca_eval"
+EVAL_FILE = "alpaca_eval_gpt4_baseline.json"
+GAMED_FILE = "df_gamed.csv"
+ALPACA_REPO = "tatsu-lab/alpaca"
+#: the eval set's size and the reference's generator
+EVAL_SIZE = 805
+REFERENCE_GENERATOR = "gpt4_1106_preview"
+#: alpaca rows [0, PUBLIC_SIZE) are public, the next VALIDATION_SIZE the validation split
+PUBLIC_SIZE = 2000
+VALIDATION_SIZE = 100
+#: file names an offline import recognises as the eval set (the hub's name, the name in
+#: ``../shared/data/alpaca_eval``, and AlpacaEval's repository layout)
+EVAL_NAMES = (EVAL_FILE, "reference_outputs_gpt4_1106_preview.json")
+EVAL_REPO_PATH = ("gpt4_1106_preview", "model_outputs.json")
+
+#: Alpaca's prompt without an input field, for models without a chat template
+BASE_TEMPLATE = (
+    "Below is an instruction that describes a task. Write a response that appropriately "
+    "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n"
+)
+
+SPLIT_FILES = {"public": "train.jsonl", "private": "eval.jsonl", "validation": "validation.jsonl"}
+
+
+def merged_instruction(row: dict[str, Any]) -> str:
+    """An Alpaca row's instruction with its input (if any) after a blank line: how a row is
+    asked when it is judged (the validation split)."""
+    extra = str(row.get("input") or "").strip()
+    return f"{row['instruction']}\n\n{extra}" if extra else str(row["instruction"])
+
+
+def alpacaeval_sample(row: dict[str, Any]) -> Sample:
+    """A stored row as a sample: the instruction in, the reference output as the target.
+    Eval and validation rows carry ``reference``; public (training) rows ``output``."""
+    if "reference" in row:
+        meta = {"index": row["index"], "group": row.get("dataset", "alpaca")}
+        return Sample(row["id"], {"instruction": row["instruction"]}, row["reference"], meta)
+    return Sample(row["id"], {"instruction": merged_instruction(row)}, row["output"])
+
+
+SPLITS = JsonlSplits(SPLIT_FILES, alpacaeval_sample)  # type: ignore[arg-type]
+
+
+# -- reading the official files ------------------------------------------------------------
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON list, a JSON-lines file or a parquet file; :class:`UserError` naming a
+    file that does not read."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".jsonl":
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        data = json.loads(text)
+    except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
+        raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise UserError(f"{path} is not a JSON list of objects")
+    return data
+
+
+def convert_eval(rows: list[dict[str, Any]], source: Path | str) -> list[dict[str, Any]]:
+    """AlpacaEval's reference outputs (``instruction``, ``output``, ``dataset``,
+    ``generator``) -> the private split's rows (``id``, ``index``, ``instruction``,
+    ``dataset``, ``reference``, ``reference_generator``), in file order.
+
+    Raises :class:`UserError` naming the first row without an instruction or an output, or
+    a repeated instruction (the cache and the position swap key on it)."""
+    out, seen = [], set()
+    for i, row in enumerate(rows):
+        ins, ref = row.get("instruction"), row.get("output")
+        if not isinstance(ins, str) or not isinstance(ref, str):
+            raise UserError(
+                f"{source}: row {i} is not in AlpacaEval's schema (an 'instruction' and an "
+                f"'output'): {json.dumps(row)[:200]}"
+            )
+        if ins in seen:
+            raise UserError(f"{source}: row {i} repeats an instruction: {ins[:80]!r}")
+        seen.add(ins)
+        out.append(
+            {
+                "id": f"alpacaeval-{i:03d}",
+                "index": i,
+                "instruction": ins,
+                "dataset": str(row.get("dataset") or "alpaca_eval"),
+                "reference": ref,
+                "reference_generator": str(row.get("generator") or ""),
+            }
+        )
+    return out
+
+
+def convert_alpaca(rows: list[dict[str, Any]], source: Path | str) -> list[dict[str, Any]]:
+    """Alpaca rows (``instruction``, ``input``, ``output``) -> ``id``, ``instruction``,
+    ``input``, ``output``; :class:`UserError` naming the first row that lacks one."""
+    out = []
+    for i, row in enumerate(rows):
+        if not all(isinstance(row.get(k), str) for k in ("instruction", "input", "output")):
+            raise UserError(
+                f"{source}: row {i} is not in Alpaca's schema (string 'instruction', 'input' "
+                f"and 'output'): {json.dumps(row)[:200]}"
+            )
+        out.append(
+            {
+                "id": f"alpaca-{i:05d}",
+                "instruction": row["instruction"],
+                "input": row["input"],
+                "output": row["output"],
+            }
+        )
+    return out
+
+
+def find_files(source: Path) -> dict[str, Path | None]:
+    """The files of an offline import under ``source`` (searched recursively):
+
+    - ``eval``: ``alpaca_eval_gpt4_baseline.json`` (the hub's), or
+      ``reference_outputs_gpt4_1106_preview.json``, or ``gpt4_1106_preview/model_outputs.json``
+      (AlpacaEval's repository layout);
+    - ``gamed``: ``df_gamed.csv`` (optional: without it the score is the raw win rate);
+    - ``alpaca``: the one JSON, JSON-lines or parquet file whose rows have ``instruction``,
+      ``input`` and ``output`` (the hub's ``train-*.parquet`` of ``tatsu-lab/alpaca``, or
+      stanford_alpaca's ``alpaca_data.json``).
+
+    Raises :class:`UserError` naming what is missing or ambiguous and how to get it.
+    """
+    source = source.expanduser()
+    if not source.is_dir():
+        raise UserError(f"{source} is not a directory: pass the folder holding the files")
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    evals = [p for p in files if p.name in EVAL_NAMES or tuple(p.parts[-2:]) == EVAL_REPO_PATH]
+    gamed = [p for p in files if p.name == GAMED_FILE]
+    if not evals:
+        raise UserError(
+            f"no AlpacaEval reference outputs under {source}: add {EVAL_FILE} from the "
+            f"Hugging Face dataset {EVAL_REPO} (or results/gpt4_1106_preview/model_outputs.json "
+            "of the alpaca_eval repository)"
+        )
+    if len(evals) > 1 or len(gamed) > 1:
+        many = ", ".join(str(p) for p in (evals if len(evals) > 1 else gamed))
+        raise UserError(f"several candidate files under {source}: {many}; keep one")
+    alpaca = []
+    for p in files:
+        if p.suffix not in (".json", ".jsonl", ".parquet") or p in evals:
+            continue
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            names = set(pq.read_schema(p).names)
+        else:
+            names = set(_first_row(p))
+        if {"instruction", "input", "output"} <= names:
+            alpaca.append(p)
+    if not alpaca:
+        raise UserError(
+            f"no Alpaca training rows under {source}: add the parquet file of the Hugging "
+            f"Face dataset {ALPACA_REPO} (data/train-00000-of-00001-*.parquet) or "
+            "stanford_alpaca's alpaca_data.json"
+        )
+    if len(alpaca) > 1:
+        raise UserError(
+            f"several Alpaca files under {source}: {', '.join(map(str, alpaca))}; keep one"
+        )
+    return {"eval": evals[0], "gamed": gamed[0] if gamed else None, "alpaca": alpaca[0]}
+
+
+def _first_row(path: Path) -> dict[str, Any]:
+    """The first object of a JSON list or JSON-lines file ({} for anything else): enough to
+    recognise a file's schema without parsing a large non-Alpaca file in full."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if path.suffix == ".jsonl":
+                row = json.loads(fh.readline())
+            else:
+                head = fh.read(1 << 16).lstrip()
+                if not head.startswith("["):
+                    return {}
+                row, _ = json.JSONDecoder().raw_decode(head[1:].lstrip())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return row if isinstance(row, dict) else {}
+
+
+def write_store(
+    root: Path,
+    eval_rows: list[dict[str, Any]],
+    alpaca_rows: list[dict[str, Any]],
+    gamed: Path | None,
+    source: str,
+) -> str:
+    """Write the three splits (and ``df_gamed.csv`` when given) under ``root``, replacing
+    any earlier data atomically; returns a summary line.
+
+    The public split is the first :data:`PUBLIC_SIZE` Alpaca rows and the validation split
+    the next :data:`VALIDATION_SIZE`; an import of fewer than 2,100 rows keeps a tenth of
+    them back for validation instead and says it is not the official setting. Alpaca rows
+    whose instruction is an eval instruction are dropped (and counted)."""
+    private = convert_eval(eval_rows, source)
+    alpaca = convert_alpaca(alpaca_rows, source)
+    n_total = PUBLIC_SIZE + VALIDATION_SIZE
+    if len(alpaca) >= n_total:
+        public, validation = alpaca[:PUBLIC_SIZE], alpaca[PUBLIC_SIZE:n_total]
+    else:
+        n_val = max(1, len(alpaca) // 10)
+        public, validation = alpaca[: len(alpaca) - n_val], alpaca[len(alpaca) - n_val :]
+    graded = {r["instruction"].strip() for r in private}
+    overlap = [r for r in public + validation if merged_instruction(r).strip() in graded]
+    public = [r for r in public if r not in overlap]
+    validation = [r for r in validation if r not in overlap]
+    val_rows = [
+        {
+            "id": r["id"],
+            "index": i,
+            "instruction": merged_instruction(r),
+            "dataset": "alpaca",
+            "reference": r["output"],
+            "reference_generator": "text-davinci-003",
+        }
+        for i, r in enumerate(validation)
+    ]
+    if gamed is not None:
+        try:
+            df = read_df_gamed(gamed)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        missing = sorted(set(range(len(private))) - set(df["index"].astype(int)))
+        if missing:
+            raise UserError(
+                f"{gamed} does not cover the eval set (no instruction_difficulty for index "
+                f"{missing[:5]}): import the df_gamed.csv that belongs to these reference outputs"
+            )
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    write_jsonl(tmp / "public" / SPLIT_FILES["public"], public)
+    write_jsonl(tmp / "private" / SPLIT_FILES["private"], private)
+    write_jsonl(tmp / "validation" / SPLIT_FILES["validation"], val_rows)
+    if gamed is not None:
+        (tmp / "private" / GAMED_FILE).write_bytes(gamed.read_bytes())
+    official = len(private) == EVAL_SIZE and len(alpaca) >= n_total
+    manifest = {
+        "source": source,
+        "train": len(public),
+        "validation": len(val_rows),
+        "eval": len(private),
+        "eval_datasets": dict(Counter(r["dataset"] for r in private)),
+        "reference_generators": sorted({r["reference_generator"] for r in private}),
+        "length_controlled": gamed is not None,
+        "official_sizes": official,
+        "dropped_overlap": len(overlap),
+    }
+    write_json_atomic(tmp / "manifest.json", manifest)
+    swap_in_dir(tmp, root)
+    note = "" if official else " (not the official 805 / 2,000 / 100: a subset?)"
+    metric = "LC win rate (df_gamed.csv present)" if gamed else "raw win rate (no df_gamed.csv)"
+    return (
+        f"alpacaeval: {len(public)} train / {len(val_rows)} validation / {len(private)} eval "
+        f"items from {source}{note}; score: {metric}"
+    )
+
+
+def download(root: Path) -> str:
+    """Fetch the task's files from the hub into ``root``; :class:`UserError` naming the
+    offline import when the hub cannot be reached. ``df_gamed.csv`` is optional: without it
+    the task scores the raw win rate."""
+    fix = (
+        "On a machine without network, fetch them elsewhere and run: agent2rl data import "
+        f"alpacaeval DIR (DIR holding {EVAL_FILE}, optionally {GAMED_FILE}, and the Alpaca rows)"
+    )
+    if os.environ.get("AGENT2RL_OFFLINE"):
+        raise UserError(f"alpacaeval's data is not in the task store (offline). {fix}")
+    try:
+        from datasets import load_dataset
+        from huggingface_hub import hf_hub_download
+
+        eval_path = Path(hf_hub_download(EVAL_REPO, EVAL_FILE, repo_type="dataset"))
+        alpaca = load_dataset(ALPACA_REPO, split=f"train[:{PUBLIC_SIZE + VALIDATION_SIZE}]")
+    except Exception as err:
+        raise UserError(
+            f"alpacaeval's data is not in the task store and the hub could not be reached "
+            f"({type(err).__name__}). {fix}"
+        ) from None
+    try:
+        gamed: Path | None = Path(hf_hub_download(EVAL_REPO, GAMED_FILE, repo_type="dataset"))
+    except Exception:  # the task still works, on the raw win rate
+        gamed = None
+    rows = [dict(r) for r in alpaca]
+    return write_store(root, _read_rows(eval_path), rows, gamed, f"{EVAL_REPO} + {ALPACA_REPO}")
+
+
+@task
+class AlpacaEval(Task):
+    name = "alpacaeval"
+    level = 2
+    version = "1"
+    summary = (
+        "AlpacaEval 2.0: 805 instructions judged against GPT-4-turbo by an LLM judge "
+        "(LC win rate); 2,000 Alpaca rows to train on"
+    )
+    eval_timeout_s = 3 * 3600.0
+    options = {
+        "judge_model": judge_protocol.DEFAULT_MODEL,
+        "judge_base_url": DEFAULT_BASE_URL,
+        "max_new_tokens": 512,
+        "batch_size": 16,
+    }
+    splits = SPLITS
+
+    def prepare(self, root: Path) -> PreparedTask:
+        prepared = PreparedTask(root / "public", root / "private", root / "validation")
+        if not all((prepared.split(s) / f).exists() for s, f in SPLIT_FILES.items()):
+            download(root)
+        return prepared
+
+    def import_data(self, source: Path, root: Path) -> str:
+        files = find_files(source)
+        assert files["eval"] is not None and files["alpaca"] is not None
+        return write_store(
+            root,
+            _read_rows(files["eval"]),
+            _read_rows(files["alpaca"]),
+            files["gamed"],
+            str(source.expanduser().resolve()),
+        )
+
+    def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
+        return PromptFormat(
+            template=BASE_TEMPLATE,
+            chat_template="{instruction}",
+            completion_template="{output}",
+            stop=("### Instruction:",),
+            chat_stop=(),
+            max_new_tokens=self.opts["max_new_tokens"],
+        )
+
+    def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
+        return Generate(self.prompt_format(prepared), batch_size=self.opts["batch_size"])
+
+    def scorer(self, prepared: PreparedTask) -> Judge:
+        """The judge at ``judge_base_url``, cached under ``AGENT2RL_HOME`` and metered into
+        the evaluation's grading directory (:attr:`record_dir`, set by the grading worker),
+        with the LC GLM when ``df_gamed.csv`` is in the store."""
+        judge = openai_judge(
+            self.opts["judge_model"],
+            self.opts["judge_base_url"],
+            cache_path=load_settings().home / CACHE_RELPATH,
+            usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
+        )
+        gamed = prepared.private / GAMED_FILE
+        return Judge(judge, read_df_gamed(gamed) if gamed.exists() else None)
+
+    def private_paths(self) -> list[Path]:
+        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
+        return [load_settings().home / CACHE_RELPATH.parent]
+
+    def metric(self, prepared: PreparedTask) -> str:
+        """The declared score: :data:`~agent2rl.scoring.judge.LC` or
+        :data:`~agent2rl.scoring.judge.RAW`."""
+        return LC if (prepared.private / GAMED_FILE).exists() else RAW
+
+    def description(self, prepared: PreparedTask) -> str:
+        manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
+        sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
+        fmt = self.prompt_format(prepared)
+        lc = self.metric(prepared) == LC
+        metric = (
+            "the **length-controlled (LC) win rate** against the reference, AlpacaEval 2.0's "
+            "headline metric: a logistic model of the judge's preferences that predicts the "
+            "win rate your outputs would have at the reference's length, so longer answers "
+            "alone do not raise it"
+            if lc
+            else "the **win rate** against the reference (the mean of the judge's preference "
+            "for your output; length-controlled scoring needs AlpacaEval's df_gamed.csv, "
+            "which this installation does not have)"
+        )
+        return f"""# Task: alpacaeval (level 2, judge-based reward)
+
+Improve the base model's instruction following as judged by an LLM: AlpacaEval 2.0. There is
+no rule that computes the reward: an LLM judge compares each of your model's answers with a
+strong reference answer (GPT-4-turbo's) and says which it prefers.
+
+## Data
+- `data/train.jsonl`: {manifest["train"]} instruction-tuning examples (the first rows of the
+  Alpaca dataset), one JSON object per line with `id`, `instruction`, `input` (often empty)
+  and `output` (text-davinci-003's answer). All of it is yours to use.
+- The {manifest["eval"]} evaluation instructions (AlpacaEval 2.0: {
+            ", ".join(f"{k} {v}" for k, v in manifest["eval_datasets"].items())
+        }) and their reference answers are
+  never shown to you; the grading service generates your model's answers and has them judged.
+
+Example:
+```json
+{json.dumps(sample)}
+```
+
+## How your model is evaluated
+{fmt.describe()}
+- Base models get Alpaca's prompt format (the format of `data/train.jsonl`); an example with
+  an `input` would add it after the instruction, but evaluation instructions have none.
+- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator
+  ({self.opts["judge_model"]}): it sees the instruction and two answers in an order fixed per
+  instruction, and its next-token probabilities give a preference between 0 (reference
+  better) and 1 (yours better) for every instruction.
+- Score: {metric}, in percent (50 = as good as the reference).
+
+## What you may use
+- You may **not** use the grading judge: not its endpoint, its API key or its cache of
+  judgments. They are the grader's and are not in your environment.
+- You **may** call your own LLM (the driver model of this run) through the run's metering
+  proxy, e.g. to write or rank preference data for DPO: those tokens count against your
+  token budget and show in the run report.
+- The grading service tells you each submission's score; per-item judgments stay with the
+  grader.
+"""
