@@ -1,0 +1,325 @@
+"""``webshop`` and ``webshop-lite`` (level 3, interactive rollout): buy what an instruction
+asks for in WebShop's simulated shop.
+
+::
+
+    catalog.py        WebShop's catalog files, read as WebShop reads them; its goals
+    engine.py         the shop: pages, actions, BM25 search (bm25s)
+    reward.py         WebShop's purchase reward (rapidfuzz; a stand-in for spaCy's nouns)
+    games.py          ShopGames / ShopEpisode: goals as the rollout layer's games
+    splits.py         graded / validation / public goals; the expert's walkthroughs
+    store.py          a task's data in the store; the official files' import
+    outcome.py        the scorer: mean reward, success rate, reward >= 0.5 rate
+    protocol.py       the prompt and action protocol (standard library only: copied into
+                      the workspace as data/protocol.py)
+    generate_lite.py  webshop-lite's catalog generator (WebShop's file formats)
+
+The model shops for each private goal through the task-neutral episode solver: at every
+step the protocol builds the prompt (instruction, recent pages and actions, the page, and
+optionally its actions), the model replies greedily and the parsed action is played, until
+it buys (the purchase reward ends the session) or ``max_steps`` actions are used.
+
+- ``webshop``: the real 1,000-product catalog (``agent2rl data import webshop DIR``); graded:
+  the first 100 synthetic goals of WebShop's seeded session order (what the reference code
+  grades, sessions 0-99); 50 steps as the reference.
+- ``webshop-lite``: a generated catalog in WebShop's formats; the same engine, reward and
+  code path; prompts sized for the tiny model.
+
+Both: the public goals with the expert's walkthroughs in the workspace, and a rollout
+service over the public goals for online RL.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agent2rl.dataset import PreparedTask, Sample, Split
+from agent2rl.errors import UserError
+from agent2rl.files import read_jsonl, write_jsonl
+from agent2rl.rollout import client as env_client
+from agent2rl.rollout.app import describe_api
+from agent2rl.solvers import EpisodeSolver
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.registry import task
+from agent2rl.tasks.webshop import protocol
+from agent2rl.tasks.webshop.catalog import CATALOG_FILES, load_catalog
+from agent2rl.tasks.webshop.engine import Shop
+from agent2rl.tasks.webshop.games import ShopGames
+from agent2rl.tasks.webshop.generate_lite import GENERATOR_VERSION, write_catalog
+from agent2rl.tasks.webshop.outcome import SCORES, PurchaseOutcome
+from agent2rl.tasks.webshop.protocol import EpisodeFormat
+from agent2rl.tasks.webshop.splits import expert_walkthrough, split_goals
+from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_files, is_built
+
+#: the longest session a rollout-service client may ask for
+MAX_SESSION_STEPS = 200
+
+
+class WebshopBase(Task):
+    """What both WebShop tasks share: the shop, the protocol, the scorer, the workspace."""
+
+    level = 3
+    interactive = True
+    eval_timeout_s = 3600.0
+
+    def episode_format(self) -> EpisodeFormat:
+        o = self.opts
+        return EpisodeFormat(
+            max_steps=o["max_steps"],
+            history=o["history"],
+            max_prompt_chars=o["max_prompt_chars"],
+            max_new_tokens=o["max_new_tokens"],
+            show_admissible=o["show_admissible"],
+            max_observation_chars=o["max_observation_chars"],
+            separator=o["separator"],
+        )
+
+    def prompt_format(self, prepared: PreparedTask) -> EpisodeFormat:
+        return self.episode_format()
+
+    def environment(self, prepared: PreparedTask, split: Split) -> ShopGames:
+        return ShopGames(
+            catalog_dir(prepared),
+            prepared.split(split) / "goals.jsonl",
+            self.opts["max_steps"],
+            step_cap=MAX_SESSION_STEPS,
+        )
+
+    def samples(
+        self, prepared: PreparedTask, split: Split, limit: int | None = None
+    ) -> list[Sample]:
+        """One sample per goal of ``split``, in the split's order (the graded split: WebShop's
+        session order)."""
+        rows = read_jsonl(prepared.split(split) / "goals.jsonl", limit)
+        return [
+            Sample(r["game_id"], {"game_id": r["game_id"]}, metadata={"group": r["category"]})
+            for r in rows
+        ]
+
+    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
+        return EpisodeSolver(
+            self.environment(prepared, split),
+            self.episode_format(),
+            env_batch=self.opts["env_batch"],
+            batch_size=self.opts["batch_size"],
+        )
+
+    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
+        return {"solver": "episode", "protocol": self.episode_format().to_dict()}
+
+    def scorer(self, prepared: PreparedTask) -> PurchaseOutcome:
+        if self.opts["score"] not in SCORES:
+            raise UserError(f"--task-opt score={self.opts['score']}: use {', '.join(SCORES)}")
+        return PurchaseOutcome(self.opts["score"])
+
+    def workspace_files(self) -> dict[str, Path]:
+        return {
+            "protocol.py": Path(protocol.__file__),
+            "env_client.py": Path(env_client.__file__),
+        }
+
+    def description(self, prepared: PreparedTask) -> str:
+        fmt = self.episode_format()
+        n_walk = _count_lines(prepared.public / "walkthroughs.jsonl")
+        n_public = _count_lines(prepared.public / "goals.jsonl")
+        n_eval = _count_lines(prepared.private / "goals.jsonl")
+        score = {
+            "reward": "the mean purchase reward x 100 (WebShop's score)",
+            "success": "the percentage of sessions with reward 1 (WebShop's success rate)",
+            "half": "the percentage of sessions with reward >= 0.5 (the reference's figure)",
+        }[self.opts["score"]]
+        return f"""# Task: {self.name} (level 3, interactive rollout)
+
+{self.summary}. Improve the base model at shopping: given an instruction ("i need a sulfate
+free shampoo with scent: lavender, and price lower than 30.00 dollars"), it searches the
+shop, opens products, chooses options and buys. Actions: `search[query]` on the search
+page, `click[...]` on a button, product id or option shown on the page (`click[back to
+search]`, `click[next >]`, `click[< prev]`, `click[b0k3x9]`, `click[lavender]`,
+`click[description]`, `click[buy now]`).
+
+The purchase is scored by WebShop's reward in [0, 1]: the share of the instruction's
+attributes the product has, of its options chosen, and whether the price is under the cap,
+times a type factor (1 when the product is of the kind asked for, less or 0 otherwise).
+Score: {score}; the report also gives the other two.
+
+## Data
+- `data/goals.jsonl`: the {n_public} public goals (`game_id`, `category`,
+  `instruction_text`, and what the reward checks: `asin` of the product the goal was made
+  from, `attributes`, `goal_options`, `price_upper`).
+- `data/walkthroughs.jsonl`: {n_walk} expert sessions of public goals: `game_id`, `group`
+  (the category), `goal` (the instruction), `steps` (a list of `{{"observation",
+  "admissible_actions", "action"}}`, the page WebShop's text mode shows and the action
+  taken), `final_observation`, `won`, `reward`.
+- The {n_eval} graded goals are never shown to you; the grading service plays your
+  submissions on them.
+
+## The rollout service (online RL)
+{describe_api(fmt.max_steps, _REWARD_TEXT, "search[red t-shirt]")}
+A step's `kind` is `search`, `click` or `purchase`. An action the page does not offer
+(a search off the search page, a click on something not shown, an unknown product id)
+is answered with HTTP 400 and changes nothing; after the purchase the session is over
+(HTTP 409).
+
+## How your model is evaluated
+{protocol.describe(fmt)}
+"""
+
+
+_REWARD_TEXT = "the purchase reward on the buying step, else 0"
+
+
+def _count_lines(path: Path) -> int:
+    with open(path) as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+LITE_CATALOG_SEED = 1
+
+
+@task
+class WebshopLite(WebshopBase):
+    name = "webshop-lite"
+    version = "3"
+    summary = "WebShop-format shopping in a generated catalog (CPU-sized)"
+    eval_timeout_s = 1800.0
+    options: ClassVar[dict[str, Any]] = {
+        "n_products": 300,
+        "n_train": 600,
+        "n_eval": 48,
+        "n_validation": 48,
+        "max_steps": 15,
+        # Prompts that fit the tiny model's 512-token context: one earlier step, each page
+        # cut to 220 characters with " | " between its parts (measured: at most ~430 tokens
+        # with the expert's actions).
+        "history": 1,
+        "show_admissible": False,
+        "max_prompt_chars": 520,
+        "max_observation_chars": 220,
+        "separator": " | ",
+        "max_new_tokens": 48,
+        "env_batch": 16,
+        "batch_size": 64,
+        "score": "reward",
+    }
+
+    def prepare(self, root: Path) -> PreparedTask:
+        o = self.opts
+        if min(o["n_products"], o["n_eval"], o["n_validation"]) < 1 or o["n_train"] < 0:
+            raise UserError("webshop-lite needs n_products, n_eval, n_validation >= 1")
+        sets = root / (
+            f"g{GENERATOR_VERSION}-p{o['n_products']}-train{o['n_train']}-eval{o['n_eval']}"
+            f"-val{o['n_validation']}-steps{o['max_steps']}"
+        )
+        prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
+        if is_built(sets):
+            return prepared
+        source = Path(tempfile.mkdtemp(prefix=".catalog.", dir=_mkdir(root)))
+        try:
+            write_catalog(source, LITE_CATALOG_SEED, o["n_products"])
+            build_store(
+                source, sets, o["n_eval"], o["n_validation"], o["n_train"], o["max_steps"],
+                with_human=False,
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(source, ignore_errors=True)
+        return prepared
+
+    def make_data(self, out: Path, n: int, seed: int) -> str:
+        """``n`` products from ``seed`` in WebShop's three files, plus every goal they make
+        (``goals.jsonl``, in WebShop's session order) and the expert's walkthroughs of
+        them (``walkthroughs.jsonl``)."""
+        if n < 1:
+            raise UserError(f"--n {n}: generate at least one product")
+        if out.exists() and any(out.iterdir()):
+            raise UserError(f"{out} is not empty: choose a new folder for the catalog")
+        write_catalog(out, seed, n)
+        shop = Shop(load_catalog(out))
+        goals = split_goals(shop.catalog, 0, 0, with_human=False).public
+        rows = [expert_walkthrough(shop, g, self.opts["max_steps"]) for g in goals]
+        walks = [r for r in rows if r is not None]
+        write_jsonl(out / "goals.jsonl", goals)
+        write_jsonl(out / "walkthroughs.jsonl", walks)
+        return (
+            f"{n} products in {out} (WebShop's three files), {len(goals)} goals in "
+            f"goals.jsonl, {len(walks)} expert walkthroughs in walkthroughs.jsonl"
+        )
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+#: the reference grades WebShop sessions 0-99 (RD-Agent autorl_bench, benchmarks/webshop)
+WEBSHOP_GRADED = 100
+WEBSHOP_VALIDATION = 100
+
+
+@task
+class Webshop(WebshopBase):
+    name = "webshop"
+    version = "1"
+    summary = "WebShop (1,000-product catalog; the reference's 100 graded sessions)"
+    workspace_exclude = ()
+    options: ClassVar[dict[str, Any]] = {
+        "n_walkthroughs": 2000,
+        "max_steps": 50,
+        # The reference's ReAct loop: the page's actions listed, five earlier steps, 100 new
+        # tokens, a newline ends the action.
+        "history": 5,
+        "show_admissible": True,
+        "max_prompt_chars": 16000,
+        "max_observation_chars": 0,
+        "separator": " [SEP] ",
+        "max_new_tokens": 100,
+        "env_batch": 16,
+        "batch_size": 64,
+        "score": "reward",
+    }
+
+    def prepare(self, root: Path) -> PreparedTask:
+        sets = root / f"w{self.opts['n_walkthroughs']}-steps{self.opts['max_steps']}"
+        prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
+        if is_built(sets):
+            return prepared
+        imported = root / "import"
+        if not (imported / "items_shuffle_1000.json").exists():
+            env = os.environ.get("WEBSHOP_DATA")
+            candidates = [Path(env)] if env else []
+            candidates.append(Path.home() / ".cache" / "webshop")
+            for cand in candidates:
+                try:
+                    self.import_data(cand, root)
+                    break
+                except UserError:
+                    continue
+            else:
+                raise UserError(
+                    "webshop's catalog is not imported: download WebShop's "
+                    "items_shuffle_1000.json, items_ins_v2_1000.json and items_human_ins.json "
+                    "(its setup.sh -d small) and run `agent2rl data import webshop DIR`, or "
+                    "set WEBSHOP_DATA to their folder"
+                )
+        build_store(
+            imported, sets, WEBSHOP_GRADED, WEBSHOP_VALIDATION, self.opts["n_walkthroughs"],
+            self.opts["max_steps"],
+        )  # fmt: skip
+        return prepared
+
+    def import_data(self, source: Path, root: Path) -> str:
+        folder = find_webshop_files(source)
+        dest = _mkdir(root / "import")
+        for name in CATALOG_FILES:
+            if (folder / name).exists():
+                shutil.copyfile(folder / name, dest / name)
+        catalog = load_catalog(dest)
+        goals = split_goals(catalog, WEBSHOP_GRADED, WEBSHOP_VALIDATION)
+        return (
+            f"imported {len(catalog.products)} products from {folder} into {dest}: "
+            f"{len(goals.private)} graded goals (WebShop sessions 0-{WEBSHOP_GRADED - 1}), "
+            f"{len(goals.validation)} validation, {len(goals.public)} public"
+        )

@@ -1,0 +1,241 @@
+"""How the grader prompts a model in a WebShop session and reads its action.
+
+Self-contained (standard library only) on purpose: the harness grades with it, and the same
+file is copied into the agent's workspace as ``data/protocol.py`` so that training code
+builds exactly the prompts the grader builds and parses replies the same way.
+``data/eval_format.json`` holds the run's settings. :class:`EpisodeFormat` is the grader's
+episode protocol (by its methods' shape: this file imports nothing of the harness), and the
+module functions have the same names and meanings as ALFWorld's protocol file, so that one
+training script serves both.
+
+One step, for a model without a chat template (a base model), is the session's transcript::
+
+    Instruction: i need a paraben free shampoo with scent: lavender, and price lower than 30.00
+    Search                                              <- up to ``history`` earlier steps:
+    > search[paraben free shampoo]                         the page, then the action
+    Back to Search [SEP] Page 1 (Total results: 12) [SEP] Next > [SEP] B0K3X9 [SEP] ...
+    Actions: click[back to search], click[next >], click[b0k3x9], ...   <- if listed
+    >
+
+and the model continues with `` click[b0k3x9]`` and a newline. A page is shown without the
+instruction WebShop repeats on every page (it is the first line), whitespace collapsed, and
+cut to ``max_observation_chars`` (``...`` marks a cut; 0 = never cut). A model with a chat
+template gets the same text without the final ``>`` as one user message, followed by
+:data:`CHAT_INSTRUCTION`, and replies with the action.
+
+Because each prompt plus its action is a stretch of one transcript (when no action list is
+shown), a base model can be trained on whole sessions at once (see :func:`transcript`).
+
+Edge cases:
+
+- The oldest history steps are dropped until the prompt fits in ``max_prompt_chars``; the
+  instruction line, the current page and the action list are always kept.
+- :func:`parse_action` reads the first non-empty line of the reply, drops a leading ``>`` or
+  ``Action:`` (``Action 3:`` too), lowercases it, collapses whitespace, writes ``choose[``
+  as ``click[`` and keeps ``search[...]`` / ``click[...]`` up to its first ``]``. An action
+  the page does not offer (or an empty reply) is refused: the turn is used and the next
+  page shown is ``Refused: <why>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PROTOCOL_VERSION = "1"
+CHAT_INSTRUCTION = "Reply with the next action only: search[query] or click[item]."
+STOP = ("\n",)
+#: what the grader shows after an action the page refused (the reason follows)
+REFUSED_PREFIX = "Refused: "
+_INSTRUCTION = re.compile(r"^(?:WebShop \[SEP\] )?Instruction: \[SEP\] .*? \[SEP\] ", re.S)
+_LEAD = re.compile(r"^(?:>|action(?:\s*\d+)?\s*:)\s*", re.I)
+_COMMAND = re.compile(r"^(search|click)\[[^\]]*\]")
+
+
+@dataclass(frozen=True)
+class EpisodeFormat:
+    """The settings of the protocol for one run (``data/eval_format.json``).
+
+    ``max_steps``: actions per session before it ends unbought. ``history``: earlier steps
+    shown. ``max_prompt_chars``: prompt size the history is trimmed to.
+    ``max_observation_chars``: a page's text is cut to this (0: never). ``max_new_tokens``:
+    the longest reply; generation also stops at a newline or end of sequence.
+    ``show_admissible``: whether the page's actions are listed. ``separator``: what stands
+    between a page's parts (WebShop's ``" [SEP] "``; a shorter one saves a small model's
+    context).
+    """
+
+    max_steps: int
+    history: int
+    max_prompt_chars: int
+    max_new_tokens: int
+    show_admissible: bool = True
+    max_observation_chars: int = 0
+    separator: str = " [SEP] "
+    stop: tuple[str, ...] = STOP
+    version: str = PROTOCOL_VERSION
+    #: the only one here (ALFWorld's file also has "react"); training code reads it
+    protocol: str = "transcript"
+
+    @property
+    def use_chat_template(self) -> bool:
+        """A model with a chat template gets :meth:`chat_message` through it."""
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        d["kind"] = "webshop-episode"
+        d["chat_instruction"] = CHAT_INSTRUCTION
+        return d
+
+    # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
+    # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
+    def prompt(self, state: Any) -> str:
+        return build_prompt(state.goal, state.steps, state.observation, state.admissible, self)
+
+    def chat_message(self, state: Any) -> str:
+        return build_chat_message(
+            state.goal, state.steps, state.observation, state.admissible, self
+        )
+
+    def parse(self, reply: str, state: Any) -> str:
+        return parse_action(reply)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpisodeFormat:
+        names = cls.__dataclass_fields__
+        kw = {k: v for k, v in d.items() if k in names}
+        if "stop" in kw:
+            kw["stop"] = tuple(kw["stop"])
+        return cls(**kw)
+
+
+def shown_page(observation: str, fmt: EpisodeFormat) -> str:
+    """A page as the prompt shows it: without WebShop's leading ``WebShop [SEP]
+    Instruction: [SEP] <instruction> [SEP]``, on one line, its parts joined by
+    ``fmt.separator``, cut to ``fmt.max_observation_chars`` (the cut ends with ``...``)."""
+    text = " ".join(_INSTRUCTION.sub("", observation.strip(), count=1).split())
+    if fmt.separator != " [SEP] ":
+        text = text.replace(" [SEP] ", fmt.separator)
+    limit = fmt.max_observation_chars
+    if limit and len(text) > limit:
+        text = text[: max(0, limit - 3)].rstrip() + "..."
+    return text
+
+
+def build_prompt(
+    goal: str,
+    steps: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str],
+    fmt: EpisodeFormat,
+    group: str | None = None,
+) -> str:
+    """The text prompt for a base model at one step (see the module docstring).
+
+    ``steps`` are the earlier steps, oldest first, each as (the page it answered, the
+    action taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
+    ``fmt.max_prompt_chars``. ``group`` (the goal's category) changes nothing: it is there
+    for the signature ALFWorld's protocol file shares.
+    """
+    return _render(goal, steps, observation, admissible, fmt) + ">"
+
+
+def build_chat_message(
+    goal: str,
+    steps: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str],
+    fmt: EpisodeFormat,
+    group: str | None = None,
+) -> str:
+    """The user message for a chat model at one step (the same text, then the instruction)."""
+    return _render(goal, steps, observation, admissible, fmt) + CHAT_INSTRUCTION
+
+
+def transcript(
+    goal: str, steps: Sequence[tuple[str, str]], fmt: EpisodeFormat | None = None
+) -> tuple[str, list[tuple[str, str]]]:
+    """The pieces of a whole session's transcript, for training on windows of it: the
+    instruction line, then one (page text, action text) pair per step, where the page text
+    ends with ``>`` and the action text is :func:`completion_for` the action. The
+    instruction line followed by the pairs of steps ``j..t-1`` and the page text of step
+    ``t`` is exactly :func:`build_prompt` at step ``t`` with ``t - j`` steps of history (no
+    action list). ``fmt`` sets how pages are cut (None: never)."""
+    fmt = fmt or EpisodeFormat(max_steps=1, history=0, max_prompt_chars=0, max_new_tokens=1)
+    return _head(goal), [(f"{shown_page(o, fmt)}\n>", completion_for(a)) for o, a in steps]
+
+
+def _head(goal: str) -> str:
+    return f"Instruction: {' '.join(goal.split())}\n"
+
+
+def _render(
+    goal: str,
+    steps: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str],
+    fmt: EpisodeFormat,
+) -> str:
+    head = _head(goal)
+    tail = shown_page(observation, fmt) + "\n"
+    if fmt.show_admissible and admissible:
+        tail += "Actions: " + ", ".join(admissible) + "\n"
+    shown = list(steps[-fmt.history :]) if fmt.history > 0 else []
+    lines = [f"{shown_page(o, fmt)}\n> {a}\n" for o, a in shown]
+    while lines and len(head) + sum(map(len, lines)) + len(tail) + 1 > fmt.max_prompt_chars:
+        lines.pop(0)
+    return head + "".join(lines) + tail
+
+
+def parse_action(reply: str) -> str:
+    """The action in a model's reply (see the module docstring for the exact rule)."""
+    for line in reply.splitlines():
+        line = line.strip()
+        if line:
+            break
+    else:
+        return ""
+    line = " ".join(_LEAD.sub("", line).lower().split())
+    if line.startswith("choose["):
+        line = "click[" + line[len("choose[") :]
+    m = _COMMAND.match(line)
+    return m.group(0) if m else line
+
+
+def completion_for(action: str) -> str:
+    """The completion a base model should produce for ``action`` after the prompt's ``>``."""
+    return f" {action}\n"
+
+
+def describe(fmt: EpisodeFormat) -> str:
+    """Markdown bullets stating the protocol for ``description.md``."""
+    listing = "the page's actions (`Actions: ...`)" if fmt.show_admissible else "no action list"
+    cut = (
+        f", cut to {fmt.max_observation_chars} characters (`...` marks the cut)"
+        if fmt.max_observation_chars
+        else ""
+    )
+    return (
+        f"- Each session is played for at most {fmt.max_steps} actions; it ends at the "
+        f"purchase (`click[buy now]`) with WebShop's reward in [0, 1], or unrewarded.\n"
+        f"- At each step the model gets the line `Instruction: ...`, up to {fmt.history} "
+        f"earlier steps (the page, then `> action`), the current page and {listing}; a page "
+        f"is its text as WebShop's text mode shows it (parts joined by `{fmt.separator.strip()}`) "
+        f"without the instruction, on one line{cut}. The oldest steps are dropped to keep the "
+        f"prompt within {fmt.max_prompt_chars} characters. A base model's prompt ends with "
+        f'`>`; a chat model gets the same text plus "{CHAT_INSTRUCTION}" as one user '
+        f"message.\n"
+        f"- Greedy decoding, at most {fmt.max_new_tokens} new tokens, cut at a newline. The "
+        f"action is the first non-empty line of the reply without a leading `>` or "
+        f"`Action:`, lowercased, whitespace collapsed, `choose[` read as `click[`, and "
+        f"`search[...]`/`click[...]` kept up to the first `]`. An action the page does not "
+        f"offer uses the turn and the next page reads `{REFUSED_PREFIX}<why>`.\n"
+        f"- `data/protocol.py` is the grader's own code for this (`build_prompt`, "
+        f"`build_chat_message`, `parse_action`; `transcript` splits a whole session into "
+        f"the same text, to train on several steps at once); `data/eval_format.json` holds "
+        f"these settings."
+    )
