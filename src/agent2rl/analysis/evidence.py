@@ -1,0 +1,298 @@
+"""Reading finished run directories into :class:`~agent2rl.analysis.runset.StudyRun`\\ s.
+
+This is the one impure part of the cross-run analysis: it reads ``report/metrics.json`` and
+the evidence that file does not hold:
+
+- the training methods in the agent's code at each submission (the code snapshot the
+  grading service took, ``record/code.git``; only files under ``code/``, so that the prompt
+  and the task's own text, which name methods, are not read as the agent's code), and at the
+  end of the run;
+- the agent's own progress lines that name a method (plain-text lines of ``agent.log``,
+  timed when they start with ``[HH:MM:SS]``; a line saying a method was not run is left out);
+- environment steps through the rollout service (online rollouts);
+- the cumulative token count per metered LLM request (``record/llm_usage.jsonl``).
+
+Everything read here is recorded by the harness or written by the agent and shown with its
+artifact, never trusted as a score.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from agent2rl.agents.modes import detect_methods
+from agent2rl.analysis.run_metrics import CodeChange, RejectedAttempt, RunMetrics, TrajectoryPoint
+from agent2rl.analysis.runset import Evidence, StudyRun
+from agent2rl.files import read_jsonl_tolerant
+
+_CODE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".toml", ".json", ".cfg")
+_STAMP = re.compile(r"^\[(\d{1,2}):(\d{2}):(\d{2})\]")
+_PATH = re.compile(r"\S*/\S*")
+#: a line that says a method was not run ("no time for another GRPO round") is no evidence
+_NEGATION = re.compile(r"(?i)\b(no|not|never|skip(?:ped|ping)?|without|cannot|can't|won't)\b")
+#: log lines longer than this are not read as the agent's own progress lines (a prompt echo
+#: or a JSON event would otherwise name every method the prompt mentions)
+MAX_LOG_LINE = 300
+MAX_LOG_LINES = 50_000
+
+
+def families(methods: Iterable[str]) -> frozenset[str]:
+    """``sft`` and/or ``rl`` from :func:`~agent2rl.agents.modes.detect_methods`' names."""
+    found = set(methods)
+    return frozenset(f for f in ("sft", "rl") if f in found)
+
+
+def _git(git_dir: Path, *args: str, data: bytes | None = None) -> bytes | None:
+    try:
+        done = subprocess.run(
+            ["git", "--git-dir", str(git_dir), *args],
+            input=data,
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def snapshot_code(git_dir: Path, snapshot: str) -> str | None:
+    """The text of the code files under ``code/`` in ``snapshot`` (None: unreadable)."""
+    names = _git(git_dir, "ls-tree", "-r", "--name-only", snapshot, "--", "code")
+    if names is None:
+        return None
+    files = [n for n in names.decode(errors="replace").splitlines() if n.endswith(_CODE_SUFFIXES)]
+    if not files:
+        return ""
+    batch = "".join(f"{snapshot}:{f}\n" for f in files).encode()
+    out = _git(git_dir, "cat-file", "--batch", data=batch)
+    return out.decode(errors="replace") if out is not None else None
+
+
+def code_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
+    """Methods in the code at each submission (when they change) and at the end."""
+    git_dir = run_dir / "record" / "code.git"
+    snapshots = {c.id: c.snapshot for c in m.code_changes if c.snapshot}
+    out: list[Evidence] = []
+    seen: dict[str, frozenset[str]] = {}
+    last: frozenset[str] | None = None
+    for p in m.trajectory:
+        snap = snapshots.get(p.id)
+        if not snap or not git_dir.is_dir():
+            continue
+        if snap not in seen:
+            text = snapshot_code(git_dir, snap)
+            seen[snap] = families(detect_methods(text)) if text is not None else frozenset()
+        fam = seen[snap]
+        if fam != last:
+            shown = ", ".join(sorted(fam)) or "no training method"
+            out.append(
+                Evidence(
+                    "code",
+                    p.t,
+                    fam,
+                    f"code at submission #{p.id}: {shown}",
+                    f"snapshot {snap[:10]} (submission #{p.id})",
+                )
+            )
+            last = fam
+    final = (
+        m.methods
+        if m.methods is not None
+        else sorted(detect_methods(run_dir / "workspace" / "code"))
+    )
+    fam = families(final)
+    if fam:
+        out.append(
+            Evidence(
+                "code",
+                m.duration_s,
+                fam,
+                f"code at the end: {', '.join(sorted(final))}",
+                "workspace/code/",
+            )
+        )
+    return out
+
+
+def log_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
+    """The agent's short plain-text lines that name SFT or RL: the first of each method,
+    and each switch between them. Lines that say a method was not run (``no``, ``not``,
+    ``skip``...) are left out. A ``[HH:MM:SS]`` prefix is read as local time on the run's
+    day (the reference agents' format) and becomes ``t``; other lines have no time."""
+    path = run_dir / "agent.log"
+    if not path.is_file():
+        return []
+    start = datetime.fromtimestamp(m.start) if m.start is not None else None
+    out: list[Evidence] = []
+    last: frozenset[str] | None = None
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if lineno > MAX_LOG_LINES:
+                break
+            line = line.strip()
+            if not line or len(line) > MAX_LOG_LINE or line.startswith(("{", "[{", '"')):
+                continue
+            if _NEGATION.search(line):
+                continue
+            # Paths name things after the agent (".../reference-grpo-1a2b/output/v1"), not
+            # after what ran: they are not read.
+            fam = families(detect_methods(_PATH.sub(" ", line)))
+            if not fam or fam == last:
+                continue
+            out.append(Evidence("log", _line_time(line, start), fam, line, f"agent.log:{lineno}"))
+            last = fam
+    return out
+
+
+def _line_time(line: str, start: datetime | None) -> float | None:
+    match = _STAMP.match(line)
+    if not match or start is None:
+        return None
+    h, mi, s = (int(g) for g in match.groups())
+    at = start.replace(hour=h, minute=mi, second=s, microsecond=0)
+    if at < start - timedelta(hours=12):  # the run crossed midnight
+        at += timedelta(days=1)
+    return (at - start).total_seconds()
+
+
+def rollout_evidence(m: RunMetrics) -> list[Evidence]:
+    """Environment steps through the rollout service: online rollouts, RL's evidence."""
+    env = m.env_usage
+    if env is None or env.steps <= 0:
+        return []
+    return [
+        Evidence(
+            "rollout",
+            env.first_step_t,
+            frozenset({"rl"}),
+            f"{env.steps} environment steps in {env.episodes} episodes "
+            f"({env.won_episodes} won) through the rollout service",
+            "record/env.db",
+        )
+    ]
+
+
+def token_timeline(run_dir: Path, m: RunMetrics) -> tuple[tuple[float, int], ...]:
+    """``(t, cumulative tokens)`` per metered request in time order, t in seconds since the
+    start; input + output tokens, as a token budget counts them. Lines without a time (none
+    the proxy writes) are left out."""
+    path = run_dir / "record" / "llm_usage.jsonl"
+    if not path.is_file() or m.start is None:
+        return ()
+    requests: list[tuple[float, int]] = []
+    for line in read_jsonl_tolerant(path):
+        t = line.get("time")
+        if not isinstance(t, int | float):
+            continue
+        tokens = sum(
+            int(line[k])
+            for k in ("input_tokens", "output_tokens")
+            if isinstance(line.get(k), int | float)
+        )
+        requests.append((float(t) - m.start, max(tokens, 0)))
+    total = 0
+    out: list[tuple[float, int]] = []
+    for t, tokens in sorted(requests):
+        total += tokens
+        out.append((t, total))
+    return tuple(out)
+
+
+def _known(data: Any, model: type[BaseModel]) -> Any:
+    """``data`` with only the keys ``model`` declares (a dict; anything else unchanged)."""
+    if not isinstance(data, dict):
+        return data
+    return {k: v for k, v in data.items() if k in model.model_fields}
+
+
+def read_metrics(path: Path) -> RunMetrics | None:
+    """A ``metrics.json`` as :class:`RunMetrics`; None when it is missing or unreadable.
+
+    A file written by another version of the harness may carry fields this one does not
+    know (``RunMetrics`` refuses unknown keys): they are dropped, at the top level and in the
+    lists of submissions, code changes and rejections, so that a study keeps its older and
+    newer runs in one analysis. A file that still does not validate gives None.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        return RunMetrics.model_validate(data)
+    except ValidationError:
+        pass
+    if not isinstance(data, dict):
+        return None
+    data = _known(data, RunMetrics)
+    for key, model in (
+        ("trajectory", TrajectoryPoint),
+        ("code_changes", CodeChange),
+        ("rejections", RejectedAttempt),
+    ):
+        if isinstance(data.get(key), list):
+            data[key] = [_known(x, model) for x in data[key]]
+    try:
+        return RunMetrics.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def load_run(
+    run_dir: Path, repeat: int | None = None, labels: dict[str, str] | None = None
+) -> StudyRun | None:
+    """A run directory as a :class:`StudyRun`; None when it has no readable
+    ``report/metrics.json`` (a run whose report was never written)."""
+    run_dir = Path(run_dir)
+    m = read_metrics(run_dir / "report" / "metrics.json")
+    if m is None:
+        return None
+    evidence = code_evidence(run_dir, m) + log_evidence(run_dir, m) + rollout_evidence(m)
+    return StudyRun(
+        m,
+        run_dir,
+        repeat,
+        tuple(evidence),
+        token_timeline(run_dir, m),
+        dict(labels or {}),
+    )
+
+
+def run_dirs(runs_dir: Path) -> list[Path]:
+    """The run directories directly under ``runs_dir`` (those with a ``run.json``), by name."""
+    return sorted(p.parent for p in Path(runs_dir).glob("*/run.json"))
+
+
+def load_runs_dir(runs_dir: Path) -> list[StudyRun]:
+    """Every run under a plain runs directory that has a report, oldest first, with a
+    repeat index per group in that order."""
+    runs = [r for d in run_dirs(runs_dir) if (r := load_run(d)) is not None]
+    runs.sort(key=lambda r: (r.metrics.start or 0, r.run_id))
+    counter: dict[tuple, int] = {}
+    out = []
+    for r in runs:
+        k = (r.metrics.task, r.metrics.model, r.stack)
+        counter[k] = counter.get(k, -1) + 1
+        out.append(StudyRun(r.metrics, r.run_dir, counter[k], r.evidence, r.token_timeline))
+    return out
+
+
+__all__ = [
+    "code_evidence",
+    "families",
+    "load_run",
+    "load_runs_dir",
+    "read_metrics",
+    "log_evidence",
+    "rollout_evidence",
+    "run_dirs",
+    "snapshot_code",
+    "token_timeline",
+]

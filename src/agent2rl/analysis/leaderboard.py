@@ -1,0 +1,135 @@
+"""The leaderboard: per task x agent stack, statistics over repeats.
+
+One row per :class:`~agent2rl.analysis.runset.GroupKey` (task, eval hash, model, stack):
+mean, sample standard deviation and a 95% percentile-bootstrap interval of the mean over the
+repeats, for the baseline, the best score and the improvement (the best of budget rule of
+:func:`~agent2rl.analysis.runset.outcome`), plus the valid-submission rate and what the
+driver LLM cost. A task graded under more than one evaluation setting gets one block of rows
+per setting, never a pooled one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from agent2rl.analysis.runset import GroupKey, StudyRun, group_runs, outcome
+from agent2rl.grading.noise import bootstrap_ci
+
+#: bootstrap resamples for the intervals over repeats (few values: cheap)
+N_RESAMPLES = 4000
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Summary of one quantity over a group's repeats. ``std`` needs two values (sample
+    standard deviation), ``ci95`` too (one run has no interval); both None otherwise."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    ci95: tuple[float, float] | None
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean over repeats; None with fewer than two
+    values (a single run says nothing about the spread). Deterministic for a ``seed``; equal
+    values give a zero-width interval at that value."""
+    if len(values) < 2:
+        return None
+    return bootstrap_ci(values, n_resamples=n_resamples, confidence=confidence, seed=seed)
+
+
+def stat(values: Sequence[float], *, seed: int = 0) -> Stat:
+    """:class:`Stat` of ``values`` (an empty sequence gives n 0 and Nones)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return Stat(0, None, None, None)
+    return Stat(
+        int(arr.size),
+        float(arr.mean()),
+        float(arr.std(ddof=1)) if arr.size > 1 else None,
+        bootstrap_mean_ci(list(arr), seed=seed),
+    )
+
+
+@dataclass(frozen=True)
+class LeaderboardRow:
+    """One group's statistics (see the module docstring)."""
+
+    key: GroupKey
+    runs: int
+    """Runs in the group, those without a baseline included."""
+    scored: int
+    """Runs with an outcome (a baseline)."""
+    no_valid: int
+    """Scored runs without a valid comparable submission (counted as improvement 0)."""
+    baseline: Stat
+    best: Stat
+    improvement: Stat
+    beyond_noise: int
+    """Runs whose improvement's paired interval excludes 0, upwards."""
+    valid_rate: float | None
+    """Mean over runs with submissions of valid / all submissions."""
+    submissions: int
+    valid_submissions: int
+    tokens: Stat
+    """Driver LLM tokens per run (runs with a metering proxy only)."""
+    cost_usd: Stat
+    statuses: dict[str, int]
+    run_ids: tuple[str, ...]
+
+
+def leaderboard(runs: Sequence[StudyRun], *, seed: int = 0) -> list[LeaderboardRow]:
+    """Rows per group, ordered by task, eval hash, then mean improvement (best first),
+    groups without any outcome last."""
+    rows = []
+    for key, members in group_runs(runs).items():
+        outs = [o for r in members if (o := outcome(r.metrics)) is not None]
+        rates = [
+            r.metrics.valid_submissions / r.metrics.submissions
+            for r in members
+            if r.metrics.submissions
+        ]
+        usage = [r.metrics.llm_usage for r in members if r.metrics.llm_usage is not None]
+        rows.append(
+            LeaderboardRow(
+                key=key,
+                runs=len(members),
+                scored=len(outs),
+                no_valid=sum(1 for o in outs if not o.has_valid),
+                baseline=stat([o.baseline for o in outs], seed=seed),
+                best=stat([o.best for o in outs], seed=seed),
+                improvement=stat([o.improvement for o in outs], seed=seed),
+                beyond_noise=sum(
+                    1
+                    for r in members
+                    if r.metrics.within_noise is False and (r.metrics.improvement or 0) > 0
+                ),
+                valid_rate=float(np.mean(rates)) if rates else None,
+                submissions=sum(r.metrics.submissions for r in members),
+                valid_submissions=sum(r.metrics.valid_submissions for r in members),
+                tokens=stat([u.total_tokens for u in usage], seed=seed),
+                cost_usd=stat([u.cost_usd for u in usage], seed=seed),
+                statuses=dict(Counter(r.metrics.status for r in members)),
+                run_ids=tuple(r.run_id for r in members),
+            )
+        )
+
+    def order(row: LeaderboardRow) -> tuple:
+        mean = row.improvement.mean
+        return (row.key.task, row.key.eval_hash or "", mean is None, -(mean or 0.0))
+
+    return sorted(rows, key=order)
+
+
+__all__ = ["LeaderboardRow", "Stat", "bootstrap_mean_ci", "leaderboard", "stat"]

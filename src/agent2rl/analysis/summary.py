@@ -1,0 +1,361 @@
+"""Post-hoc run summaries (the paper's post-hoc summarisation), every claim citing an artifact.
+
+A :class:`RunSummary` has the run's route (with the best route), its key decisions, what
+failed and a timeline, each a :class:`Claim` whose ``refs`` name recorded artifacts:
+``submission #3``, ``snapshot 1a2b3c4d5e (submission #3)``, ``agent.log:41``,
+``record/env.db``, ``run.json``, ``rejection #1``... (:func:`artifacts` lists those a run
+has). Nothing the agent says about itself is taken as fact: claims are built from the
+harness's records.
+
+Two writers:
+
+- :func:`rule_summary`: deterministic, from the same evidence the dashboard shows;
+- :func:`llm_summary`: an LLM over any OpenAI-compatible endpoint (``AGENT2RL_SUMMARY_BASE_URL``,
+  ``AGENT2RL_SUMMARY_MODEL``, ``AGENT2RL_SUMMARY_API_KEY``) rewrites the rule summary's
+  decisions from the evidence. Its claims are kept only when every ref is an artifact the
+  run has (others are dropped, and the rule summary stands in when none survive or the call
+  fails). Each call is metered (one :class:`~agent2rl.metering.UsageRecord` line in the
+  given usage file) and cached by a hash of the model and the prompt, so a dashboard
+  rebuilt over the same runs asks nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent2rl.analysis.failures import run_failures
+from agent2rl.analysis.routes import RunRoute, run_route
+from agent2rl.analysis.runset import StudyRun
+from agent2rl.files import read_json, write_json_atomic
+from agent2rl.metering import TokenCounts, UsageRecord, append_record, estimate_cost
+
+SUMMARY_ENV = ("AGENT2RL_SUMMARY_BASE_URL", "AGENT2RL_SUMMARY_MODEL", "AGENT2RL_SUMMARY_API_KEY")
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str
+    refs: list[str]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    route: str
+    best_route: str
+    route_claim: Claim
+    decisions: list[Claim]
+    failures: list[Claim]
+    timeline: list[Claim]
+    source: str
+    """``rules``, or ``llm:<model>``."""
+    notes: list[str] = field(default_factory=list)
+    """What happened to LLM claims that were dropped, a failed call..."""
+
+    def claims(self) -> list[Claim]:
+        return [self.route_claim, *self.decisions, *self.failures, *self.timeline]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def artifacts(run: StudyRun) -> set[str]:
+    """Every artifact ref a claim about ``run`` may cite."""
+    m = run.metrics
+    refs = {"run.json", "ledger.db", "agent.log", "record/agent.json", "workspace/code/"}
+    refs |= {f"submission #{p.id}" for p in m.trajectory}
+    refs |= {f"rejection #{r.id}" for r in m.rejections}
+    refs |= {e.ref for e in run.evidence}
+    refs |= {
+        f"snapshot {c.snapshot[:10]} (submission #{c.id})" for c in m.code_changes if c.snapshot
+    }
+    if m.env_usage is not None:
+        refs.add("record/env.db")
+    if m.llm_usage is not None:
+        refs.add("record/llm_usage.jsonl")
+    if getattr(m, "contamination", None) is not None:
+        refs.add("record/contamination.json")
+    return refs
+
+
+def _snapshot_ref(run: StudyRun, sub_id: int) -> list[str]:
+    snap = next((c.snapshot for c in run.metrics.code_changes if c.id == sub_id), None)
+    refs = [f"submission #{sub_id}"]
+    if snap:
+        refs.append(f"snapshot {snap[:10]} (submission #{sub_id})")
+    return refs
+
+
+def _fmt_t(t: float | None) -> str:
+    return "?" if t is None else f"{t:.0f}s"
+
+
+def rule_summary(run: StudyRun, route: RunRoute | None = None) -> RunSummary:
+    """The deterministic summary of ``run`` (see the module docstring)."""
+    m = run.metrics
+    route = route or run_route(run)
+    ev_refs = [e.ref for e in route.route.evidence] or ["ledger.db"]
+    route_claim = Claim(
+        f"Route: {route.route.label} ({route.route.reason}); the best submission came from "
+        f"{route.best_route.label}.",
+        ev_refs,
+    )
+    decisions: list[Claim] = []
+    for e in route.route.evidence:
+        decisions.append(Claim(f"At {_fmt_t(e.t)}: {e.detail}.", [e.ref]))
+    valid = [p for p in m.trajectory if p.score is not None]
+    if valid:
+        first = valid[0]
+        decisions.append(
+            Claim(
+                f"First valid submission #{first.id} at {_fmt_t(first.t)} scored "
+                f"{first.score:.2f} (baseline {m.baseline if m.baseline is not None else '?'}).",
+                _snapshot_ref(run, first.id),
+            )
+        )
+    if m.best_submission_id is not None and m.best_score is not None:
+        gain = f", improvement {m.improvement:+.2f}" if m.improvement is not None else ""
+        noise = {True: " (within noise)", False: " (beyond noise)"}.get(m.within_noise, "")
+        decisions.append(
+            Claim(
+                f"Best submission #{m.best_submission_id} at {_fmt_t(m.time_to_best)} scored "
+                f"{m.best_score:.2f}{gain}{noise}.",
+                _snapshot_ref(run, m.best_submission_id),
+            )
+        )
+    fails = [Claim(f"{f.kind}: {f.detail}", [f.ref]) for f in run_failures(m)]
+    timeline: list[Claim] = [Claim(f"Run started; budget {_fmt_t(m.budget_s)}.", ["run.json"])]
+    for p in m.trajectory:
+        what = f"scored {p.score:.2f}" if p.score is not None else p.status
+        if p.is_copy:
+            what += ", a copy of the base model"
+        timeline.append(
+            Claim(f"{_fmt_t(p.t)}: submission #{p.id} {what}.", [f"submission #{p.id}"])
+        )
+    if m.env_usage is not None and m.env_usage.steps:
+        timeline.append(
+            Claim(
+                f"{_fmt_t(m.env_usage.first_step_t)}-{_fmt_t(m.env_usage.last_step_t)}: "
+                f"{m.env_usage.steps} environment steps.",
+                ["record/env.db"],
+            )
+        )
+    timeline.append(Claim(f"{_fmt_t(m.duration_s)}: ended as {m.status}.", ["run.json"]))
+    timeline.sort(key=lambda c: _claim_time(c.text))
+    return RunSummary(
+        m.run_id,
+        route.route.label,
+        route.best_route.label,
+        route_claim,
+        decisions,
+        fails,
+        timeline,
+        "rules",
+    )
+
+
+def _claim_time(text: str) -> float:
+    head = text.split(":", 1)[0].split("-", 1)[0].rstrip("s")
+    try:
+        return float(head)
+    except ValueError:
+        return -1.0 if text.startswith("Run started") else float("inf")
+
+
+# -- the LLM writer ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SummaryEndpoint:
+    """An OpenAI-compatible chat-completions endpoint (``base_url`` ends before
+    ``/chat/completions``, e.g. ``http://127.0.0.1:8000/v1``)."""
+
+    base_url: str
+    model: str
+    api_key: str = ""
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> SummaryEndpoint | None:
+        """From ``AGENT2RL_SUMMARY_BASE_URL`` and ``AGENT2RL_SUMMARY_MODEL`` (and the optional
+        ``AGENT2RL_SUMMARY_API_KEY``); None unless both are set."""
+        env = os.environ if environ is None else environ
+        url, model, key = (env.get(k, "") for k in SUMMARY_ENV)
+        return cls(url.rstrip("/"), model, key) if url and model else None
+
+
+_INSTRUCTIONS = (
+    "You summarise one run of an RL post-training benchmark for a research paper. You get the "
+    "run's recorded evidence as JSON. Answer with JSON only: "
+    '{"decisions": [{"text": "...", "refs": ["..."]}]}: at most 6 key decisions the agent '
+    "made (method switches, the submission that became best, failures), in time order. Every "
+    'decision must cite at least one ref, copied exactly from the evidence\'s "artifacts" '
+    "list. Claim nothing that the evidence does not show."
+)
+
+
+def _prompt(run: StudyRun, base: RunSummary) -> str:
+    m = run.metrics
+    evidence = {
+        "run": {
+            "task": m.task,
+            "stack": run.stack.label,
+            "status": m.status,
+            "baseline": m.baseline,
+            "best_score": m.best_score,
+            "improvement": m.improvement,
+            "budget_s": m.budget_s,
+        },
+        "route": base.route_claim.text,
+        "facts": [asdict(c) for c in base.decisions + base.failures + base.timeline],
+        "artifacts": sorted(artifacts(run)),
+    }
+    return json.dumps(evidence, sort_keys=True)
+
+
+def llm_summary(
+    run: StudyRun,
+    endpoint: SummaryEndpoint,
+    *,
+    cache_dir: Path,
+    usage_path: Path,
+    timeout_s: float = 120.0,
+) -> RunSummary:
+    """The LLM's summary of ``run`` (see the module docstring); the rule summary, with a
+    note, when the call fails or no claim survives the check of its refs."""
+    import httpx
+
+    base = rule_summary(run)
+    prompt = _prompt(run, base)
+    key = hashlib.sha256(f"{endpoint.model}\0{_INSTRUCTIONS}\0{prompt}".encode()).hexdigest()
+    cache = Path(cache_dir) / f"{key[:32]}.json"
+    if cache.is_file():
+        answer = read_json(cache)
+    else:
+        record = UsageRecord(api="openai", endpoint="chat/completions", model=endpoint.model)
+        started = time.time()
+        try:
+            resp = httpx.post(
+                f"{endpoint.base_url}/chat/completions",
+                json={
+                    "model": endpoint.model,
+                    "messages": [
+                        {"role": "system", "content": _INSTRUCTIONS},
+                        {"role": "user", "content": prompt},
+                    ],
+                    "temperature": 0,
+                },
+                headers={"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {},
+                timeout=timeout_s,
+            )
+            record.status = resp.status_code
+            body = resp.json() if resp.content else {}
+        except (httpx.HTTPError, ValueError) as err:
+            record.error = f"{type(err).__name__}: {err}"
+            body = {}
+        record.latency_s = time.time() - started
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if isinstance(usage, dict):
+            tokens = TokenCounts(
+                input=int(usage.get("prompt_tokens") or 0),
+                output=int(usage.get("completion_tokens") or 0),
+            )
+            record.set_usage(usage, tokens, estimate_cost(endpoint.model, tokens))
+        Path(usage_path).parent.mkdir(parents=True, exist_ok=True)
+        append_record(Path(usage_path), record)
+        if record.error or record.status >= 400:
+            note = record.error or f"HTTP {record.status}"
+            return _with_note(base, f"LLM summary failed ({note}); rule-based summary shown")
+        answer = {"content": _content(body)}
+        write_json_atomic(cache, answer)
+    return _merge(run, base, answer.get("content") or "", endpoint.model)
+
+
+def _content(body: Any) -> str:
+    try:
+        return str(body["choices"][0]["message"]["content"] or "")
+    except (KeyError, IndexError, TypeError):
+        return ""
+
+
+def _merge(run: StudyRun, base: RunSummary, content: str, model: str) -> RunSummary:
+    """Keep the LLM's decisions whose refs are all known artifacts of the run."""
+    text = content.strip()
+    if text.startswith("```"):
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        raw = json.loads(text).get("decisions", [])
+    except (ValueError, AttributeError):
+        return _with_note(base, "the LLM's answer was not the JSON asked for; rules shown")
+    known = artifacts(run)
+    kept: list[Claim] = []
+    dropped = 0
+    for d in raw if isinstance(raw, list) else []:
+        refs = d.get("refs") if isinstance(d, dict) else None
+        text_ = d.get("text") if isinstance(d, dict) else None
+        if (
+            isinstance(text_, str)
+            and isinstance(refs, list)
+            and refs
+            and all(isinstance(r, str) and r in known for r in refs)
+        ):
+            kept.append(Claim(text_, list(refs)))
+        else:
+            dropped += 1
+    notes = [f"{dropped} LLM claim(s) dropped: no ref to a recorded artifact"] if dropped else []
+    if not kept:
+        return _with_note(base, "no LLM claim cited a recorded artifact; rules shown", *notes)
+    return RunSummary(
+        base.run_id,
+        base.route,
+        base.best_route,
+        base.route_claim,
+        kept,
+        base.failures,
+        base.timeline,
+        f"llm:{model}",
+        notes,
+    )
+
+
+def _with_note(base: RunSummary, *notes: str) -> RunSummary:
+    return RunSummary(
+        base.run_id,
+        base.route,
+        base.best_route,
+        base.route_claim,
+        base.decisions,
+        base.failures,
+        base.timeline,
+        base.source,
+        [*base.notes, *notes],
+    )
+
+
+def summarize(
+    runs: Sequence[StudyRun],
+    endpoint: SummaryEndpoint | None = None,
+    *,
+    cache_dir: Path | None = None,
+    usage_path: Path | None = None,
+) -> list[RunSummary]:
+    """A summary per run: the LLM's when ``endpoint`` is given (with ``cache_dir`` and
+    ``usage_path``), else the rule-based one."""
+    if endpoint is None or cache_dir is None or usage_path is None:
+        return [rule_summary(r) for r in runs]
+    return [llm_summary(r, endpoint, cache_dir=cache_dir, usage_path=usage_path) for r in runs]
+
+
+__all__ = [
+    "Claim",
+    "RunSummary",
+    "SummaryEndpoint",
+    "artifacts",
+    "llm_summary",
+    "rule_summary",
+    "summarize",
+]

@@ -1,0 +1,511 @@
+"""``agent2rl study run``: a study's runs on Ray, resumable, cancellable.
+
+The driver (this module, in the ``study run`` process) expands the study file into slots
+(:mod:`~agent2rl.study.spec`), records them in the study's state database
+(:mod:`~agent2rl.study.state`), and submits one Ray task per attempt. A Ray task runs the
+attempt's run process (:mod:`~agent2rl.study.worker`), which is a normal
+:func:`~agent2rl.orchestration.run.execute_run` writing a normal run directory, report and
+``results.db`` row into the study directory. So a study directory is also a plain runs
+directory: ``agent2rl compare --runs-dir DIR`` and ``agent2rl report DIR/<run>`` work on it.
+
+Ray:
+
+- local by default: ``ray.init(address="local")`` starts a private Ray on this machine (never
+  one that happens to run here), with a small object store and no dashboard, shut down with
+  the study; ``--address`` or ``RAY_ADDRESS`` submits to an existing cluster instead, whose
+  nodes must share the study directory's filesystem (they write the run directories);
+- each run asks for ``cpus_per_run`` CPUs and ``gpus_per_run`` GPUs (``auto``: one when the
+  cluster has GPUs), so concurrency follows the cluster's resources; ``--max-concurrent``
+  caps it further;
+- Ray never retries a run by itself (``max_retries=0``): the study decides, from the run's
+  outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries harness failures up
+  to ``--retries`` times per ``study run``.
+
+Stopping: Ctrl-C or SIGTERM cancels the running tasks (each run stops its agent and writes
+an ``interrupted`` report), waits for them, records them as interrupted (they run again
+next time), and shuts Ray down. A driver killed outright (SIGKILL) takes its Ray workers
+with it; each run process then gets SIGTERM from the kernel and stops the same way, and the
+next ``study run`` closes the attempts it left open, keeping any run that had finished.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agent2rl.errors import UserError
+from agent2rl.files import read_json, write_json_atomic, write_text_atomic
+from agent2rl.formatting import format_duration
+from agent2rl.study.progress import AttemptView, Reporter, Tally
+from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
+from agent2rl.study.state import SlotRow, StudyState
+from agent2rl.study.worker import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_dir
+
+#: the object store a local Ray gets: runs pass only small JSON through Ray
+LOCAL_OBJECT_STORE_BYTES = 80 * 2**20
+#: environment variables forwarded to runs (they matter on a cluster, whose workers have
+#: the environment of `ray start`, not the study driver's)
+_FORWARD = re.compile(
+    r"^(AGENT2RL_\w+|HF_\w+|\w+_API_KEY|\w+_BASE_URL|TOKENIZERS_PARALLELISM|OMP_WAIT_POLICY)$"
+)
+
+
+@dataclass
+class StudyOptions:
+    """``study run``'s flags."""
+
+    out: Path
+    address: str | None = None
+    """A Ray cluster (``ray://...`` or ``HOST:PORT``); None: ``RAY_ADDRESS`` or local."""
+    max_concurrent: int | None = None
+    retries: int = 1
+    poll_s: float = 0.5
+
+
+@dataclass
+class StudyResult:
+    """How a ``study run`` call ended."""
+
+    study_dir: Path
+    counts: dict[str, int]
+    """Slots per status after the call."""
+    ran: int
+    """Attempts started in this call."""
+    interrupted: bool = False
+    ray_session: str | None = None
+    """The local Ray session directory (None on a cluster)."""
+    failed_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Attempt:
+    row: SlotRow
+    n: int
+    dir: Path
+    view: AttemptView
+    ref: Any = None
+
+
+def _attempt_dir(study_dir: Path, slot_id: int, n: int) -> Path:
+    return study_dir / "attempts" / f"{slot_id:03d}-a{n}"
+
+
+def _request(spec: StudySpec, slot: RunSlot, study_dir: Path, queued_at: float) -> dict:
+    """``request.json`` of an attempt (see :mod:`agent2rl.study.worker`)."""
+    threads = spec.cpus_per_run
+    return {
+        "study_dir": str(study_dir),
+        "key": slot.key,
+        "label": slot.label,
+        "queued_at": queued_at,
+        "request": {
+            "task": slot.task,
+            "agent": slot.agent,
+            "model": slot.model,
+            "budget_s": spec.budget_s,
+            "seed": slot.seed,
+            "sandbox": spec.sandbox,
+            "backend": spec.backend,
+            "task_options": spec.options_for(slot.task),
+            "driver": slot.driver,
+            "mode": slot.mode,
+            "token_budget": spec.token_budget if slot.mode is not None else None,
+        },
+        # The agent trains on the CPUs its run asked Ray for, not on every core of the node.
+        "agent_env": {"OMP_NUM_THREADS": str(max(1, int(threads)))},
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "env": {k: v for k, v in os.environ.items() if _FORWARD.match(k)},
+    }
+
+
+# -- Ray ---------------------------------------------------------------------------------------
+def _start_ray(address: str | None) -> str | None:
+    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a private local Ray. Returns
+    the local session directory (None on a cluster)."""
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    common: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR"}
+    try:
+        if address:
+            ray.init(address=address, **common)
+            return None
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            # Ray SIGKILLs what a dead worker leaves behind; a run process must instead get
+            # its SIGTERM (PR_SET_PDEATHSIG) and stop its agent and services itself.
+            _system_config={
+                "kill_child_processes_on_worker_exit": False,
+                "kill_child_processes_on_worker_exit_with_raylet_subreaper": False,
+            },
+            **common,
+        )
+    except (ConnectionError, ValueError, RuntimeError) as err:
+        where = address or "a local Ray"
+        raise UserError(f"cannot start or reach Ray at {where}: {err}") from None
+    node = getattr(ray._private.worker.global_worker, "node", None)
+    return getattr(node, "_session_dir", None)
+
+
+def _reap_ray_session(session_dir: str | None, driver_pid: int | None) -> int:
+    """Kill what is left of a private local Ray whose study driver was killed (its agents
+    outlive it for a while): processes holding files of ``session_dir``. Only a session this
+    study started, and only once its driver is gone. Returns how many were killed."""
+    if not session_dir or (driver_pid and psutil.pid_exists(driver_pid)):
+        return 0
+    killed = 0
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == os.getpid():
+                continue
+            uses = any(f.path.startswith(session_dir) for f in proc.open_files())
+            uses = uses or any(session_dir in a for a in proc.cmdline())
+            if uses:
+                proc.kill()
+                killed += 1
+        except (psutil.Error, OSError):
+            continue
+    return killed
+
+
+def _gpus_per_run(spec: StudySpec) -> float:
+    import ray
+
+    if spec.gpus_per_run != "auto":
+        return float(spec.gpus_per_run)
+    return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+
+
+def _parallel(spec: StudySpec, gpus: float, cap: int | None) -> int:
+    """How many runs the cluster can hold at once (for the ETA)."""
+    import ray
+
+    res = ray.cluster_resources()
+    fits = int(res.get("CPU", 1) // spec.cpus_per_run) or 1
+    if gpus > 0:
+        fits = min(fits, int(res.get("GPU", 0) // gpus) or 1)
+    return min(fits, cap) if cap else fits
+
+
+# -- the driver --------------------------------------------------------------------------------
+def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> None:
+    """Close the attempts a killed driver left open: a run that finished keeps its result
+    (a finished run is never lost), the others count as interrupted."""
+    for a in state.open_attempts():
+        adir = _attempt_dir(study_dir, a.slot_id, a.n)
+        result: dict[str, Any] = {}
+        if (adir / RESULT).is_file():
+            result = read_json(adir / RESULT)
+        elif (adir / "request.json").is_file():
+            run_dir = find_run_dir(read_json(adir / "request.json"))
+            status = _final_status(run_dir)
+            result = {
+                "run_id": run_dir.name if run_dir else None,
+                "run_dir": str(run_dir) if run_dir else None,
+                # A run that never wrote a final status died with the previous driver.
+                "run_status": status or "interrupted",
+                "error": None if status else "the study stopped during this run",
+            }
+        outcome = state.end_attempt(
+            a.slot_id,
+            a.n,
+            run_id=result.get("run_id"),
+            run_dir=result.get("run_dir"),
+            run_status=result.get("run_status") or "interrupted",
+            error=result.get("error"),
+        )
+        if reporter is not None:
+            label = state.slot(a.slot_id).slot.label
+            reporter.note(f"recovered {label} (attempt {a.n}) from an earlier study run: {outcome}")
+
+
+def _final_status(run_dir: Path | None) -> str | None:
+    if run_dir is None:
+        return None
+    try:
+        status = read_json(run_dir / "run.json").get("status")
+    except (OSError, ValueError):
+        return None
+    finished_report = (run_dir / "report" / "metrics.json").is_file()
+    return status if status not in ("running", "preparing") and finished_report else None
+
+
+class _StopRequested(KeyboardInterrupt):
+    """SIGTERM to the study driver: stop like Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _StopRequested
+
+
+def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyResult:
+    """Run (or resume) the study of ``spec_path`` into ``opts.out``.
+
+    ``reporter_for(tally) -> Reporter`` makes the progress display. Slots already finished
+    are skipped; attempts a killed driver left open are closed first. Raises
+    :class:`UserError` for a bad study file or a study directory bound to other settings.
+    Returns with ``interrupted`` set after Ctrl-C/SIGTERM (every run stopped and recorded).
+    """
+    spec_path = Path(spec_path)
+    spec = load_study(spec_path)
+    slots = validate(spec)
+    study_dir = opts.out.expanduser().resolve()
+    if opts.retries < 0:
+        raise UserError(f"--retries {opts.retries}: use 0 or more")
+    if opts.max_concurrent is not None and opts.max_concurrent < 1:
+        raise UserError(f"--max-concurrent {opts.max_concurrent}: use 1 or more")
+    study_dir.mkdir(parents=True, exist_ok=True)
+    with StudyState(study_dir, create=True) as state:
+        state.bind(spec, spec_path.read_text())
+        write_text_atomic(study_dir / "study.toml", spec_path.read_text())
+        state.sync_slots(slots)
+        keys = {s.key for s in slots}
+        rows = [r for r in state.slots() if r.key in keys]
+        tally = Tally(total=len(rows), budget_s=spec.budget_s, parallel=1)
+        reporter: Reporter = reporter_for(tally)
+        last = state.get_meta("last_run") or {}
+        _reap_ray_session(last.get("session"), last.get("pid"))
+        _recover(state, study_dir, reporter)
+        rows = [r for r in state.slots() if r.key in keys]
+        todo = [r for r in rows if r.status != "finished"]
+        tally.finished = len(rows) - len(todo)
+        if not todo:
+            reporter.begin(f"{describe(spec, len(rows))}: all {len(rows)} runs finished")
+            reporter.end(f"nothing to run; see `agent2rl study status {study_dir}`")
+            return StudyResult(study_dir, state.counts(), ran=0)
+        return _drive(spec, state, study_dir, todo, opts, tally, reporter, len(rows))
+
+
+def _drive(
+    spec: StudySpec,
+    state: StudyState,
+    study_dir: Path,
+    todo: list[SlotRow],
+    opts: StudyOptions,
+    tally: Tally,
+    reporter: Reporter,
+    n_slots: int,
+) -> StudyResult:
+    import ray
+
+    session = _start_ray(opts.address)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ctrl-C stops the study even where the shell started us with SIGINT ignored (``cmd &``).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    began = time.time()
+    ran = 0
+    stopped = False
+    failed_keys: list[str] = []
+    inflight: dict[Any, _Attempt] = {}
+    try:
+        gpus = _gpus_per_run(spec)
+        tally.parallel = _parallel(spec, gpus, opts.max_concurrent)
+        where = opts.address or os.environ.get("RAY_ADDRESS") or "local Ray"
+        state.set_meta(
+            "last_run",
+            {"began": began, "ray": where, "session": session, "pid": os.getpid()},
+        )
+        reporter.begin(
+            f"{describe(spec, n_slots)}; {len(todo)} to run on {where} "
+            f"({spec.cpus_per_run:g} CPU{f', {gpus:g} GPU' if gpus else ''} per run, "
+            f"{tally.parallel} at once)"
+        )
+        remote = ray.remote(_run_attempt_task)
+        pending = deque(todo)
+        try:
+            while pending or inflight:
+                while pending and len(inflight) < (opts.max_concurrent or len(todo)):
+                    row = pending.popleft()
+                    att = _submit(remote, spec, state, study_dir, row, gpus)
+                    inflight[att.ref] = att
+                    ran += 1
+                    tally.running[(row.id, att.n)] = att.view
+                    reporter.queued(att.view)
+                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=opts.poll_s)
+                _poll_started(state, inflight.values(), reporter)
+                for ref in ready:
+                    att = inflight.pop(ref)
+                    result = _result_of(ref, att)
+                    outcome, retry = _close(state, att, result, began, opts.retries, tally)
+                    reporter.ended(att.view, result, outcome, retry)
+                    if retry:
+                        pending.append(state.slot(att.row.id))
+                    elif outcome != "finished":
+                        failed_keys.append(att.row.key)
+                if hasattr(reporter, "refresh"):
+                    reporter.refresh()  # type: ignore[attr-defined]
+        except KeyboardInterrupt:
+            stopped = True
+            reporter.note("stopping: cancelling the runs in progress (each writes its report)")
+            _cancel_all(state, inflight, reporter, tally)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+        ray.shutdown()
+    counts = state.counts()
+    took = format_duration(time.time() - began)
+    if stopped:
+        reporter.end(
+            f"stopped after {took}: {counts['finished']}/{n_slots} runs finished; "
+            f"`agent2rl study run` again resumes"
+        )
+    else:
+        reporter.end(
+            f"done in {took}: {counts['finished']}/{n_slots} runs finished, "
+            f"{len(failed_keys)} failed"
+        )
+    return StudyResult(study_dir, counts, ran, stopped, session, failed_keys)
+
+
+def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
+    """The Ray task: one attempt's run process (see :func:`agent2rl.study.worker.run_attempt`)."""
+    from agent2rl.study.worker import run_attempt
+
+    return run_attempt(attempt_dir)
+
+
+def _submit(
+    remote: Any, spec: StudySpec, state: StudyState, study_dir: Path, row: SlotRow, gpus: float
+) -> _Attempt:
+    n = state.queue_attempt(row.id)
+    adir = _attempt_dir(study_dir, row.id, n)
+    adir.mkdir(parents=True, exist_ok=True)
+    queued_at = time.time()
+    write_json_atomic(adir / "request.json", _request(spec, row.slot, study_dir, queued_at))
+    ref = remote.options(
+        num_cpus=spec.cpus_per_run,
+        num_gpus=gpus,
+        max_retries=0,
+        retry_exceptions=False,
+        name=f"agent2rl-{row.slot.label.replace(' ', '-')}",
+    ).remote(str(adir))
+    view = AttemptView(row.id, n, row.slot.label, queued_at)
+    return _Attempt(row, n, adir, view, ref)
+
+
+def _poll_started(state: StudyState, attempts: Any, reporter: Reporter) -> None:
+    """Turn a run process's ``started.json`` into a ``started`` event (once)."""
+    for att in attempts:
+        if att.view.started_at is not None:
+            continue
+        marker = att.dir / STARTED
+        if marker.is_file():
+            try:
+                info = read_json(marker)
+            except (OSError, ValueError):
+                continue
+            att.view.started_at = float(info.get("at") or time.time())
+            att.view.node = info.get("node")
+            state.mark_started(att.row.id, att.n, att.view.started_at, att.view.node)
+            reporter.started(att.view)
+
+
+def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
+    """The task's result; when Ray lost the task (a dead worker or node), whatever the
+    run process managed to write, else a failure naming Ray's error."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except (ray.exceptions.RayError, OSError) as err:
+        if (att.dir / RESULT).is_file():
+            return read_json(att.dir / RESULT)
+        run_dir = find_run_dir(read_json(att.dir / "request.json"))
+        return {
+            "run_id": run_dir.name if run_dir else None,
+            "run_dir": str(run_dir) if run_dir else None,
+            "run_status": _final_status(run_dir),
+            "error": f"Ray lost the run: {type(err).__name__}: {str(err).splitlines()[0]}",
+        }
+
+
+def _close(
+    state: StudyState,
+    att: _Attempt,
+    result: dict[str, Any],
+    began: float,
+    retries: int,
+    tally: Tally,
+) -> tuple[str, bool]:
+    """Record the attempt's end; returns its outcome and whether the slot runs again."""
+    outcome = state.end_attempt(
+        att.row.id,
+        att.n,
+        run_id=result.get("run_id"),
+        run_dir=result.get("run_dir"),
+        run_status=result.get("run_status"),
+        error=result.get("error"),
+    )
+    tally.running.pop((att.row.id, att.n), None)
+    if att.view.started_at is not None:
+        tally.durations.append(time.time() - att.view.started_at)
+    if outcome == "finished":
+        tally.finished += 1
+        return outcome, False
+    # Failures (and runs interrupted by something other than this study) count against
+    # --retries; the first attempt of this call is not a retry.
+    tried = sum(
+        1
+        for a in state.attempts(att.row.id)
+        if (a.queued_at or 0) >= began and a.status in ("failed", "interrupted")
+    )
+    retry = tried <= retries
+    if retry:
+        tally.retries += 1
+    else:
+        tally.failed += 1
+    return outcome, retry
+
+
+def _cancel_all(
+    state: StudyState, inflight: dict[Any, _Attempt], reporter: Reporter, tally: Tally
+) -> None:
+    """Stop every attempt and wait (bounded) until each run has written its result: a run
+    process stops its agent and writes its report before it exits. The stop file reaches
+    the attempt wherever it runs; ``ray.cancel`` keeps queued tasks from starting."""
+    import ray
+
+    for ref, att in inflight.items():
+        write_json_atomic(att.dir / STOP, {"at": time.time()})
+        try:
+            ray.cancel(ref)
+        except Exception:  # already done, or Ray is going away: the wait below still applies
+            pass
+    deadline = time.time() + STOP_GRACE_S + 30
+    waiting = dict(inflight)
+    while waiting and time.time() < deadline:
+        for ref, att in list(waiting.items()):
+            started = (att.dir / STARTED).is_file()
+            if (att.dir / RESULT).is_file() or not started:
+                # A queued task that never started made nothing; cancel keeps it from starting.
+                ready, _ = ray.wait([ref], timeout=0)
+                if (att.dir / RESULT).is_file() or ready or not started:
+                    del waiting[ref]
+        time.sleep(0.2)
+    for att in inflight.values():
+        result = read_json(att.dir / RESULT) if (att.dir / RESULT).is_file() else {}
+        status = result.get("run_status")
+        state.end_attempt(
+            att.row.id,
+            att.n,
+            run_id=result.get("run_id"),
+            run_dir=result.get("run_dir"),
+            # A run that finished while we stopped keeps its result; the rest run again.
+            run_status=status if status else "interrupted",
+            error=result.get("error") or (None if status else "interrupted: the study stopped"),
+        )
+        tally.running.pop((att.row.id, att.n), None)
+        reporter.note(f"{att.view.label}: {status or 'interrupted'}")
+
+
+__all__ = ["StudyOptions", "StudyResult", "run_study"]

@@ -1,0 +1,127 @@
+"""``agent2rl study export``: a study's runs and submissions as CSV and Parquet.
+
+Two pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs.parquet``
+and ``submissions.csv``/``submissions.parquet``:
+
+``runs``
+    one row per counted run (:func:`agent2rl.study.runs.load_runs`): identity (task, model,
+    agent, driver, mode, repeat, seed), status, baseline, best, improvement (as recorded, and
+    ``outcome_improvement`` under the best of budget rule), intervals, submission counts,
+    timings, LLM tokens and cost, environment steps, route and best route, failure kinds;
+``submissions``
+    one row per submission of those runs: run identity, id, time, score, improvement over
+    the run's baseline (None when not comparable), best so far, status, copy/duplicate,
+    error, eval seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent2rl.analysis.failures import run_failures
+from agent2rl.analysis.routes import run_route
+from agent2rl.analysis.runset import StudyRun, outcome
+from agent2rl.study.runs import load_runs
+
+
+def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        m = r.metrics
+        o = outcome(m)
+        lo, hi = m.improvement_ci95 or (None, None)
+        route = run_route(r)
+        usage, env = m.llm_usage, m.env_usage
+        rows.append(
+            {
+                "run_id": m.run_id,
+                "task": m.task,
+                "model": m.model,
+                "agent": m.agent,
+                "driver": m.driver,
+                "mode": m.mode,
+                "stack": r.stack.label,
+                "repeat": r.repeat,
+                "status": m.status,
+                "eval_hash": m.eval_hash,
+                "baseline": m.baseline,
+                "best": m.best_score,
+                "improvement": m.improvement,
+                "outcome_improvement": o.improvement if o else None,
+                "improvement_ci_lo": lo,
+                "improvement_ci_hi": hi,
+                "within_noise": m.within_noise,
+                "submissions": m.submissions,
+                "valid_submissions": m.valid_submissions,
+                "valid_submission_rate": m.valid_submission_rate,
+                "budget_s": m.budget_s,
+                "duration_s": m.duration_s,
+                "time_to_best": m.time_to_best,
+                "total_tokens": usage.total_tokens if usage else None,
+                "cost_usd": usage.cost_usd if usage else None,
+                "env_steps": env.steps if env else None,
+                "route": route.route.label,
+                "best_route": route.best_route.label,
+                "failures": ", ".join(sorted({f.kind for f in run_failures(m)})),
+                "run_dir": str(r.run_dir) if r.run_dir else None,
+            }
+        )
+    return rows
+
+
+def submission_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        m = r.metrics
+        for p in m.trajectory:
+            gain = (
+                p.score - m.baseline
+                if p.score is not None and m.baseline is not None and p.comparable
+                else None
+            )
+            rows.append(
+                {
+                    "run_id": m.run_id,
+                    "task": m.task,
+                    "stack": r.stack.label,
+                    "repeat": r.repeat,
+                    "submission_id": p.id,
+                    "t": p.t,
+                    "score": p.score,
+                    "improvement": gain,
+                    "best_so_far": p.best_so_far,
+                    "status": p.status,
+                    "is_copy": p.is_copy,
+                    "duplicate_of": p.duplicate_of,
+                    "error": p.error,
+                    "eval_seconds": p.eval_seconds,
+                }
+            )
+    return rows
+
+
+def export(study_dir: Path, out: Path | None = None) -> dict[str, Path]:
+    """Write the two tables (see the module docstring) and return their paths by name
+    (``runs.csv``, ``runs.parquet``, ``submissions.csv``, ``submissions.parquet``)."""
+    import pandas as pd
+
+    runs, _ = load_runs(study_dir)
+    out = Path(out) if out else Path(study_dir).expanduser().resolve() / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for name, rows in (("runs", run_rows(runs)), ("submissions", submission_rows(runs))):
+        frame = pd.DataFrame(rows)
+        for suffix in ("csv", "parquet"):
+            path = out / f"{name}.{suffix}"
+            tmp = path.with_name(f".{path.name}.tmp")
+            if suffix == "csv":
+                frame.to_csv(tmp, index=False)
+            else:
+                frame.to_parquet(tmp, index=False)
+            tmp.replace(path)  # readers never see half a file
+            paths[path.name] = path
+    return paths
+
+
+__all__ = ["export", "run_rows", "submission_rows"]

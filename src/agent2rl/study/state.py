@@ -1,0 +1,317 @@
+"""The study's state database: ``<study dir>/study.db`` (SQLite, WAL).
+
+It is what makes a study resumable. Each run slot of the matrix has one row; each time a
+slot is started, an attempt row. The study driver is the only writer; ``study status``,
+``study export`` and the dashboard read it. A slot is ``finished`` once one of its attempts
+ended with a run the benchmark counts (the agent's own failures count: a crash or an OOM is
+a result), and that attempt's run is the slot's run: a later ``study run`` never starts it
+again, so a study never has two runs of one slot.
+
+Attempt outcomes (:func:`attempt_outcome`):
+
+``finished``
+    the run ended as ``completed``, ``deadline``, ``agent_error``, ``oom`` or ``disk_quota``;
+``failed``
+    the harness failed (``harness_error``, a run that could not start, a lost worker): the
+    slot is retried, up to ``--retries`` times per ``study run``;
+``interrupted``
+    the study was stopped (Ctrl-C, a signal, a killed driver): the slot is run again by the
+    next ``study run`` and the attempt does not count against its retries.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agent2rl.errors import UserError
+from agent2rl.study.spec import RunSlot, StudySpec
+
+STATE_DB = "study.db"
+
+#: run statuses (run.json) that make a counted result, whatever the agent achieved
+FINISHED_RUN_STATUSES = frozenset({"completed", "deadline", "agent_error", "oom", "disk_quota"})
+
+Outcome = Literal["finished", "failed", "interrupted"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS slots (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    task TEXT NOT NULL, model TEXT NOT NULL, agent TEXT NOT NULL,
+    driver TEXT, mode TEXT, repeat INTEGER NOT NULL, seed INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    run_id TEXT, run_dir TEXT, run_status TEXT, error TEXT,
+    updated_at REAL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    slot_id INTEGER NOT NULL REFERENCES slots(id),
+    n INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    queued_at REAL, started_at REAL, ended_at REAL,
+    run_id TEXT, run_dir TEXT, run_status TEXT, error TEXT, node TEXT,
+    PRIMARY KEY (slot_id, n)
+);
+"""
+
+
+def attempt_outcome(run_status: str | None) -> Outcome:
+    """What a run's final ``run.json`` status means for its slot (see the module docstring).
+    None (no run directory, or a run that never wrote a final status) is ``failed``."""
+    if run_status in FINISHED_RUN_STATUSES:
+        return "finished"
+    if run_status == "interrupted":
+        return "interrupted"
+    return "failed"
+
+
+@dataclass(frozen=True)
+class SlotRow:
+    """One slot as the database holds it."""
+
+    id: int
+    key: str
+    task: str
+    model: str
+    agent: str
+    driver: str | None
+    mode: str | None
+    repeat: int
+    seed: int
+    status: str
+    """``pending``, ``running``, ``finished`` or ``failed``."""
+    attempts: int
+    run_id: str | None
+    """The counted run (finished), else the last attempt's run, if it made one."""
+    run_dir: str | None
+    run_status: str | None
+    error: str | None
+
+    @property
+    def slot(self) -> RunSlot:
+        return RunSlot(
+            self.task, self.model, self.agent, self.driver, self.mode, self.repeat, self.seed
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    slot_id: int
+    n: int
+    status: str
+    """``queued``, ``running``, or an :data:`Outcome`."""
+    queued_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    run_id: str | None
+    run_dir: str | None
+    run_status: str | None
+    error: str | None
+    node: str | None
+
+
+def state_path(study_dir: Path) -> Path:
+    return Path(study_dir) / STATE_DB
+
+
+def is_study_dir(path: Path) -> bool:
+    return state_path(path).is_file()
+
+
+class StudyState:
+    """The state database of one study directory (created on first open for writing).
+
+    Every write is one short transaction, so a study killed at any moment leaves the
+    database as of its last completed write.
+    """
+
+    def __init__(self, study_dir: Path, *, create: bool = False) -> None:
+        path = state_path(study_dir)
+        if not create and not path.is_file():
+            raise UserError(
+                f"{study_dir} is not a study directory (no {STATE_DB}): "
+                "pass the --out of `agent2rl study run`"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> StudyState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- meta ----------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
+        )
+
+    def bind(self, spec: StudySpec, spec_text: str) -> None:
+        """Tie the directory to ``spec`` on first use; later, refuse a spec whose run
+        settings differ (budget, seed, sandbox, backend, token budget, task options). The
+        matrix itself may grow: new slots are added by :meth:`sync_slots`."""
+        known = self.get_meta("settings_hash")
+        if known is not None and known != spec.settings_hash():
+            old = self.get_meta("run_settings") or {}
+            new = spec.run_settings()
+            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise UserError(
+                f"{self.path.parent} holds study {self.get_meta('name')!r} run with other "
+                f"settings (changed: {', '.join(changed) or 'settings'}): its runs would not "
+                "be comparable. Use another --out, or restore those settings"
+            )
+        self.set_meta("name", spec.name)
+        self.set_meta("settings_hash", spec.settings_hash())
+        self.set_meta("run_settings", spec.run_settings())
+        self.set_meta("spec", spec.model_dump(mode="json"))
+        self.set_meta("spec_text", spec_text)
+
+    # -- slots ---------------------------------------------------------------------------
+    def sync_slots(self, slots: list[RunSlot]) -> None:
+        """Add the slots not yet known (existing ones keep their state)."""
+        now = time.time()
+        with self._conn:
+            for s in slots:
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO slots (key, task, model, agent, driver, mode, repeat,"
+                    " seed, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (s.key, s.task, s.model, s.agent, s.driver, s.mode, s.repeat, s.seed, now),
+                )
+
+    def slots(self) -> list[SlotRow]:
+        rows = self._conn.execute(
+            "SELECT id, key, task, model, agent, driver, mode, repeat, seed, status, attempts,"
+            " run_id, run_dir, run_status, error FROM slots ORDER BY id"
+        ).fetchall()
+        return [SlotRow(**dict(r)) for r in rows]
+
+    def slot(self, slot_id: int) -> SlotRow:
+        return next(s for s in self.slots() if s.id == slot_id)
+
+    def attempts(self, slot_id: int | None = None) -> list[AttemptRow]:
+        sql = "SELECT * FROM attempts"
+        args: tuple[Any, ...] = ()
+        if slot_id is not None:
+            sql += " WHERE slot_id = ?"
+            args = (slot_id,)
+        rows = self._conn.execute(sql + " ORDER BY slot_id, n", args).fetchall()
+        return [AttemptRow(**dict(r)) for r in rows]
+
+    def open_attempts(self) -> list[AttemptRow]:
+        """Attempts a previous driver left ``queued`` or ``running`` (it was killed)."""
+        return [a for a in self.attempts() if a.status in ("queued", "running")]
+
+    # -- attempts ------------------------------------------------------------------------
+    def queue_attempt(self, slot_id: int) -> int:
+        """A new attempt of ``slot_id`` (status ``queued``); the slot becomes ``running``.
+        Returns the attempt number (1, 2, ...)."""
+        now = time.time()
+        with self._conn:
+            n = self._conn.execute(
+                "SELECT COALESCE(MAX(n), 0) + 1 FROM attempts WHERE slot_id = ?", (slot_id,)
+            ).fetchone()[0]
+            self._conn.execute(
+                "INSERT INTO attempts (slot_id, n, status, queued_at) VALUES (?, ?, 'queued', ?)",
+                (slot_id, n, now),
+            )
+            self._conn.execute(
+                "UPDATE slots SET status = 'running', attempts = attempts + 1, updated_at = ?"
+                " WHERE id = ?",
+                (now, slot_id),
+            )
+        return n
+
+    def mark_started(self, slot_id: int, n: int, started_at: float, node: str | None) -> None:
+        self._conn.execute(
+            "UPDATE attempts SET status = 'running', started_at = ?, node = ?"
+            " WHERE slot_id = ? AND n = ? AND status = 'queued'",
+            (started_at, node, slot_id, n),
+        )
+
+    def end_attempt(
+        self,
+        slot_id: int,
+        n: int,
+        *,
+        run_id: str | None,
+        run_dir: str | None,
+        run_status: str | None,
+        error: str | None,
+    ) -> Outcome:
+        """Close attempt ``n`` with what its run ended as; the slot becomes ``finished``
+        (this run is its run), ``failed`` or, interrupted, ``pending`` again."""
+        outcome = attempt_outcome(run_status)
+        now = time.time()
+        slot_status = {"finished": "finished", "failed": "failed", "interrupted": "pending"}
+        with self._conn:
+            self._conn.execute(
+                "UPDATE attempts SET status = ?, ended_at = ?, run_id = ?, run_dir = ?,"
+                " run_status = ?, error = ? WHERE slot_id = ? AND n = ?",
+                (outcome, now, run_id, run_dir, run_status, error, slot_id, n),
+            )
+            self._conn.execute(
+                "UPDATE slots SET status = ?, run_id = ?, run_dir = ?, run_status = ?,"
+                " error = ?, updated_at = ? WHERE id = ? AND status != 'finished'",
+                (slot_status[outcome], run_id, run_dir, run_status, error, now, slot_id),
+            )
+        return outcome
+
+    def failures_since(self, slot_id: int, since: float) -> int:
+        """Failed attempts of ``slot_id`` queued at or after ``since`` (this ``study run``)."""
+        return self._conn.execute(
+            "SELECT COUNT(*) FROM attempts WHERE slot_id = ? AND status = 'failed'"
+            " AND queued_at >= ?",
+            (slot_id, since),
+        ).fetchone()[0]
+
+    def counts(self) -> dict[str, int]:
+        """Slots per status (every status present, zero when none)."""
+        out = dict.fromkeys(("pending", "running", "finished", "failed"), 0)
+        for row in self._conn.execute("SELECT status, COUNT(*) AS n FROM slots GROUP BY status"):
+            out[row["status"]] = row["n"]
+        return out
+
+    def finished_runs(self) -> list[SlotRow]:
+        """The counted runs: one per finished slot, in slot order."""
+        return [s for s in self.slots() if s.status == "finished" and s.run_dir]
+
+
+def read_state(study_dir: Path) -> tuple[dict[str, Any], list[SlotRow], list[AttemptRow]]:
+    """Meta, slots and attempts of a study directory, read once (for status and export).
+    Raises :class:`UserError` when ``study_dir`` is not a study directory."""
+    with closing(StudyState(study_dir)) as state:
+        meta = {k: state.get_meta(k) for k in ("name", "spec", "run_settings", "last_run")}
+        return meta, state.slots(), state.attempts()
+
+
+__all__ = [
+    "FINISHED_RUN_STATUSES",
+    "STATE_DB",
+    "AttemptRow",
+    "SlotRow",
+    "StudyState",
+    "attempt_outcome",
+    "is_study_dir",
+    "read_state",
+    "state_path",
+]

@@ -1,0 +1,270 @@
+"""One attempt of one run slot, as a process of its own (:func:`main` with the attempt
+directory).
+
+The attempt directory (``<study>/attempts/<slot>-a<n>/``) is the whole interface between the
+study driver and the run, so it works the same on this machine and on a cluster node that
+shares the study directory:
+
+``request.json``
+    written by the driver: the :class:`~agent2rl.orchestration.context.RunRequest` fields,
+    the environment to forward, the agent's thread count;
+``started.json``
+    written here when the run process starts (node, pid, time);
+``console.log``
+    the run's console output (what ``agent2rl run`` would print);
+``result.json``
+    written here when :func:`~agent2rl.orchestration.run.execute_run` returns or fails:
+    ``run_id``, ``run_dir``, ``run_status``, ``error``, and the headline metrics.
+
+Why a process per run rather than ``execute_run`` inside the Ray worker: the run's cleanup
+(killing the agent's process tree, writing its report) must happen however the study ends.
+The run process asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), and
+turns its first SIGTERM or SIGINT into ``KeyboardInterrupt``, which ``execute_run`` answers by
+stopping the agent and writing an ``interrupted`` report. So a cancelled Ray task, a Ctrl-C,
+a killed study driver (Ray then kills its workers) all end in the same clean stop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agent2rl.files import read_json, write_json_atomic
+
+REQUEST, STARTED, RESULT, CONSOLE = "request.json", "started.json", "result.json", "console.log"
+#: written by the driver to stop an attempt (works wherever the study directory is shared)
+STOP = "stop"
+_PR_SET_PDEATHSIG = 1
+
+_ENTRY = "import sys; from agent2rl.study.worker import main; sys.exit(main(sys.argv[1:]))"
+#: seconds a cancelled run gets to stop its agent and write its report
+STOP_GRACE_S = 120.0
+
+
+def _die_with_parent() -> None:
+    """preexec: SIGTERM to this child when the process that started it dies (Linux); and
+    unblock the stop signals, which a Ray worker blocks (a mask survives fork and exec, and
+    the agent's processes would inherit it too)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not glibc Linux: the Ray worker's own cancel path still applies
+        pass
+
+
+def run_attempt(attempt_dir: str) -> dict[str, Any]:
+    """Run the attempt in ``attempt_dir`` in a child process and return its ``result.json``.
+
+    This is what a Ray task executes. The driver's stop file (:data:`STOP`) or a
+    ``KeyboardInterrupt`` here (``ray.cancel``) is passed on to the run as SIGTERM, and the run
+    gets :data:`STOP_GRACE_S` to stop cleanly before it is killed. A run process that dies
+    without a result (killed, out of memory) gives a result with ``run_status`` None, the
+    run directory found by :func:`find_run_dir`, and the exit code as the error.
+    """
+    adir = Path(attempt_dir)
+    request = read_json(adir / REQUEST)
+    env = dict(os.environ)
+    env.update(request.get("env", {}))
+    # Ray sets OMP_NUM_THREADS for its workers; the run's grading child should get what the
+    # study driver had (the agent's own thread count travels in the request).
+    env.pop("OMP_NUM_THREADS", None)
+    if request.get("omp_num_threads"):
+        env["OMP_NUM_THREADS"] = request["omp_num_threads"]
+    with open(adir / CONSOLE, "ab") as log:
+        proc = subprocess.Popen(
+            # -c rather than -m: the package already imports this module (no runpy warning).
+            [sys.executable, "-c", _ENTRY, str(adir)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            # Its own session: a terminal's Ctrl-C reaches the run once, through us.
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        try:
+            code = _wait(proc, adir / STOP)
+        except KeyboardInterrupt:  # ray.cancel
+            code = _stop(proc)
+    result_file = adir / RESULT
+    if result_file.is_file():
+        return read_json(result_file)
+    run_dir = find_run_dir(request)
+    result = {
+        "run_id": run_dir.name if run_dir else None,
+        "run_dir": str(run_dir) if run_dir else None,
+        "run_status": _status_of(run_dir),
+        "error": f"the run process exited with status {code} without a result "
+        f"(see {adir / CONSOLE})",
+    }
+    write_json_atomic(result_file, result)
+    return result
+
+
+def _wait(proc: subprocess.Popen, stop_file: Path) -> int:
+    """Wait for the run process; stop it when the driver writes the attempt's stop file."""
+    while True:
+        try:
+            return proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if stop_file.exists():
+                return _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """SIGTERM (the run turns it into ``KeyboardInterrupt``), then :data:`STOP_GRACE_S` for
+    the run's own cleanup, then SIGKILL."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _status_of(run_dir: Path | None) -> str | None:
+    if run_dir is None:
+        return None
+    try:
+        status = read_json(run_dir / "run.json").get("status")
+    except (OSError, ValueError):
+        return None
+    # A run.json left "running"/"preparing" belongs to a run process that died mid-run.
+    return status if status not in ("running", "preparing") else None
+
+
+def find_run_dir(request: dict[str, Any]) -> Path | None:
+    """The run directory an attempt created, found by its identity when no ``result.json``
+    says: the earliest run under the study directory created after the attempt was queued
+    with the slot's task, model, seed and agent (and mode, when set). One slot never has two
+    attempts at once, so the match is unambiguous. None when the run never got that far."""
+    from agent2rl.agents.spec import get_agent
+
+    req = request["request"]
+    try:
+        agent = get_agent(req["agent"]).name
+    except Exception:  # an agent spec that vanished: match on the rest
+        agent = None
+    since = float(request["queued_at"]) - 1.0
+    found: list[tuple[float, Path]] = []
+    for run_json in Path(request["study_dir"]).glob("*/run.json"):
+        try:
+            info = read_json(run_json)
+        except (OSError, ValueError):
+            continue
+        same = (
+            info.get("task") == req["task"]
+            and info.get("model") == req["model"]
+            and info.get("seed") == req["seed"]
+            and (agent is None or info.get("agent") == agent)
+            and (req.get("mode") is None or info.get("mode") == req["mode"])
+            and float(info.get("created_at") or 0) >= since
+        )
+        if same:
+            found.append((float(info["created_at"]), run_json.parent))
+    return min(found)[1] if found else None
+
+
+# -- the run process -------------------------------------------------------------------------
+class _StopOnce:
+    """The first SIGTERM/SIGINT raises ``KeyboardInterrupt``; later ones are ignored, so that
+    the run's cleanup (stop the agent, write the report) is not itself interrupted."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        raise KeyboardInterrupt
+
+
+def _run(adir: Path) -> dict[str, Any]:
+    from rich.console import Console
+
+    from agent2rl.errors import UserError
+    from agent2rl.inference import BackendConfig
+    from agent2rl.orchestration.run import RunRequest, execute_run
+
+    request = read_json(adir / REQUEST)
+    r = request["request"]
+    extra_env = dict(request.get("agent_env", {}))
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        # The GPU(s) Ray assigned to this task: the agent trains on those only.
+        extra_env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    req = RunRequest(
+        task=r["task"],
+        agent=r["agent"],
+        model=r["model"],
+        budget_s=float(r["budget_s"]),
+        runs_dir=Path(request["study_dir"]),
+        seed=int(r["seed"]),
+        sandbox=r["sandbox"],
+        backend=BackendConfig(kind=r["backend"]),
+        task_options=dict(r["task_options"]),
+        driver=r.get("driver"),
+        mode=r.get("mode") or "free",
+        token_budget=r.get("token_budget"),
+        extra_env=extra_env,
+    )
+    console = Console(file=sys.stdout, force_terminal=False, width=120, soft_wrap=True)
+    try:
+        outcome = execute_run(req, console)
+    except (KeyboardInterrupt, UserError, Exception) as err:
+        run_dir = find_run_dir(request)
+        status = _status_of(run_dir)
+        if isinstance(err, KeyboardInterrupt):
+            error = "interrupted: the study was stopped"
+            status = status or "interrupted"
+        else:
+            error = f"{type(err).__name__}: {err}"
+        return {
+            "run_id": run_dir.name if run_dir else None,
+            "run_dir": str(run_dir) if run_dir else None,
+            "run_status": status,
+            "error": error,
+        }
+    m = outcome.metrics
+    return {
+        "run_id": outcome.run_dir.name,
+        "run_dir": str(outcome.run_dir),
+        "run_status": outcome.status,
+        "error": None if m is not None else "the run's report could not be written",
+        "best": m.best_score if m else None,
+        "improvement": m.improvement if m else None,
+        "baseline": m.baseline if m else None,
+        "submissions": m.submissions if m else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m agent2rl.study.worker ATTEMPT_DIR", file=sys.stderr)
+        return 2
+    stop = _StopOnce()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    adir = Path(args[0])
+    write_json_atomic(
+        adir / STARTED, {"node": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+    )
+    try:
+        result = _run(adir)
+    except KeyboardInterrupt:  # a signal before execute_run started: nothing was created
+        result = {"run_id": None, "run_dir": None, "run_status": "interrupted", "error": None}
+    write_json_atomic(adir / RESULT, result)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the run process's entry point
+    sys.exit(main())
