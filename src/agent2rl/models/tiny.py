@@ -1,9 +1,15 @@
 """The built-in ``tiny`` base model: offline, deterministic, CPU-sized.
 
-A ~1.1M-parameter Llama-architecture causal LM with random weights from a fixed seed and a
-character-level tokenizer built offline (printable ASCII plus newline and tab). We use a Llama
-config on purpose: a ``qwen2`` model type makes ``AutoTokenizer`` swap in Qwen2's byte-level
-pre-tokenizer, which would silently change the ids.
+A ~1.1M-parameter Llama-architecture causal LM (4 layers, hidden size 128) with random weights
+from a fixed seed and the small byte-level BPE of :mod:`agent2rl.models.tokenizer` (single-digit
+tokens, whole words). We use a Llama config on purpose: a ``qwen2`` model type makes
+``AutoTokenizer`` swap in Qwen2's byte-level pre-tokenizer, which would silently change the
+ids (the saved tokenizer is loaded as it was built: digits stay single tokens).
+
+Version 2 replaced version 1's character-level tokenizer: with it, the reference agent's
+SFT warm-up reached more on arith-lite's validation split in the same time (prompts are a
+third as long in tokens, so steps are cheaper and numbers sit closer to where they are used;
+see ``benchmarks/lite_learning.py`` and the README's *Figures*).
 """
 
 from __future__ import annotations
@@ -12,30 +18,37 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
-TINY_VERSION = "1"
-_SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
-_CHARS = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
+from agent2rl.models.tokenizer import build_tokenizer
+
+#: keys the model store (``tiny-v<version>``): bump whenever the weights, the config or the
+#: tokenizer change
+TINY_VERSION = "2"
+#: the architecture; the vocabulary size comes from the tokenizer
+ARCHITECTURE: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": True,
+}
 
 
-def _build_tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def tiny_config(tokenizer, **overrides: Any):
+    """The tiny model's ``LlamaConfig`` for ``tokenizer`` (:data:`ARCHITECTURE`, with
+    ``overrides`` replacing any of its fields: benchmarks compare variants this way)."""
+    from transformers import LlamaConfig
 
-    vocab = {tok: i for i, tok in enumerate(_SPECIAL + _CHARS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    # Every character is its own token: digits stay digits, which arithmetic needs.
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        model_max_length=512,
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **{**ARCHITECTURE, **overrides},
     )
-    return tok
 
 
 def build_tiny(dest: Path, seed: int = 0) -> Path:
@@ -46,32 +59,27 @@ def build_tiny(dest: Path, seed: int = 0) -> Path:
     dest = Path(dest)
     if (dest / "config.json").exists() and (dest / "model.safetensors").exists():
         return dest
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    return save_model(dest, build_tokenizer(), seed=seed)
 
-    tok = _build_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+
+def save_model(dest: Path, tokenizer, seed: int = 0, name: str = "tiny", **overrides: Any) -> Path:
+    """A randomly initialised (from ``seed``) model for ``tokenizer`` with :func:`tiny_config`
+    (plus ``overrides``), saved with its tokenizer into ``dest`` atomically; replaces an
+    existing ``dest``."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    dest = Path(dest)
+    tok = tokenizer
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = LlamaForCausalLM(tiny_config(tok, **overrides)).to(torch.float32)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=dest.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / "agent2rl_model.json").write_text(
-            json.dumps({"name": "tiny", "version": TINY_VERSION, "seed": seed}) + "\n"
+            json.dumps({"name": name, "version": TINY_VERSION, "seed": seed}) + "\n"
         )
         for f in tmp.iterdir():
             f.chmod(0o644)

@@ -1,9 +1,15 @@
 """``arith-lite`` (L1, rule-based): arithmetic word problems in GSM8K's format, CPU-sized.
 
-Problems are generated from fixed seeds: a public train split of 5,000 items and a private
-test split of 300 items, disjoint by question text. Each answer is a one-line worked step and
-the final answer after ``####``, like GSM8K. Grading extracts the final number and compares
-it with :func:`agent2rl.scoring.answers_match`.
+Problems are generated from fixed seeds: a public train split of 5,000 items, a private test
+split of 300 items and a validation split of 300 (the harness's own, never graded or shown),
+disjoint by question text. Each answer is a one-line worked step and the final answer after
+``####``, like GSM8K. Grading extracts the final number and compares it with
+:func:`agent2rl.scoring.answers_match`.
+
+Problems come in three difficulty tiers (:data:`TIERS`: one-digit operands, a two-digit and a
+one-digit, two two-digit) and every split cycles through them, so the graded split spans
+them equally and the public split labels each row with its ``tier``: the material for a
+curriculum, easy problems first.
 
 The private split is reproducible from this source by design (the lite track must run
 offline and identically everywhere); the sandbox keeps the harness source out of the agent's
@@ -14,14 +20,15 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
-from typing import Any
 
-from agent2rl.inference.backend import Backend
-from agent2rl.tasks.base import EvalResult, PreparedTask, Task
-from agent2rl.tasks.gsm8k import grade_final_answers
-from agent2rl.tasks.prompt_format import PromptFormat, read_jsonl, write_jsonl
+from agent2rl.dataset import PreparedTask
+from agent2rl.files import write_jsonl
+from agent2rl.scoring import FinalAnswer
+from agent2rl.solvers import Generate, PromptFormat
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.gsm8k import GSM8K_SPLITS
+from agent2rl.tasks.registry import task
 
 _NAMES = [
     "Ava",
@@ -70,8 +77,22 @@ _TEMPLATES: list[tuple[str, str]] = [
 
 TRAIN_SIZE = 5000
 TEST_SIZE = 300
+VALIDATION_SIZE = 300
 TRAIN_SEED = 1
 TEST_SEED = 2
+VALIDATION_SEED = 3
+
+#: Difficulty tiers, easiest first: what the operands of a tier's problems are. Every split
+#: cycles through the tiers (item k has tier ``TIERS[k % 3]``), so the graded split holds
+#: 100 problems of each and a score shows how far up the tiers a model got. Tier 3 is
+#: version 1's hardest kind; the lower tiers give a small model something to learn within
+#: minutes (the tiny model trained 2 minutes on the reference agent's SFT still solves few
+#: tier-3 problems: benchmarks/lite_learning.py).
+TIERS: dict[int, str] = {
+    1: "one-digit operands (+, -)",
+    2: "a two-digit and a one-digit operand (+, -), or two one-digit factors (*)",
+    3: "two-digit operands (+, -)",
+}
 
 FORMAT = PromptFormat(
     template="Question: {question}\nAnswer:",
@@ -82,30 +103,46 @@ FORMAT = PromptFormat(
 )
 
 
-def make_problem(rng: random.Random) -> dict[str, str]:
-    """One problem: ``question`` and a GSM8K-style ``answer`` ("a + b = c\\n#### c")."""
-    template, op = rng.choice(_TEMPLATES)
-    if op == "*":
-        a, b = rng.randint(2, 9), rng.randint(2, 9)
-        c = a * b
-    elif op == "-":
-        a = rng.randint(10, 99)
-        b = rng.randint(1, a)
-        c = a - b
-    else:
-        a, b = rng.randint(1, 99), rng.randint(1, 99)
-        c = a + b
+def _operands(rng: random.Random, tier: int, op: str) -> tuple[int, int]:
+    """Operands ``(a, b)`` of ``tier`` for ``op``; every answer is a non-negative integer."""
+    if op == "*":  # only tier 2 multiplies
+        return rng.randint(2, 9), rng.randint(2, 9)
+    if tier == 1:
+        if op == "-":
+            a = rng.randint(2, 9)
+            return a, rng.randint(1, a)
+        return rng.randint(1, 9), rng.randint(1, 9)
+    if tier == 2:
+        a, b = rng.randint(10, 99), rng.randint(1, 9)
+        return (a, b) if op == "-" or rng.random() < 0.5 else (b, a)
+    a = rng.randint(10, 99)
+    return a, rng.randint(10, a) if op == "-" else rng.randint(10, 99)
+
+
+def make_problem(rng: random.Random, tier: int = 3) -> dict[str, str | int]:
+    """One problem of ``tier`` (see :data:`TIERS`): ``question``, a GSM8K-style ``answer``
+    ("a + b = c\\n#### c") and its ``tier``. Raises ``KeyError`` for an unknown tier."""
+    TIERS[tier]  # noqa: B018 - fail early on an unknown tier
+    templates = [t for t in _TEMPLATES if tier == 2 or t[1] != "*"]
+    template, op = rng.choice(templates)
+    a, b = _operands(rng, tier, op)
+    c = a * b if op == "*" else a - b if op == "-" else a + b
     question = template.format(n=rng.choice(_NAMES), i=rng.choice(_ITEMS), a=a, b=b)
-    return {"question": question, "answer": f"{a} {op} {b} = {c}\n#### {c}"}
+    return {"question": question, "answer": f"{a} {op} {b} = {c}\n#### {c}", "tier": tier}
 
 
-def generate_split(seed: int, size: int, exclude: set[str] = frozenset()) -> list[dict[str, str]]:
-    """``size`` distinct problems from ``seed`` whose questions are not in ``exclude``."""
+def generate_split(
+    seed: int, size: int, exclude: set[str] = frozenset()
+) -> list[dict[str, str | int]]:
+    """``size`` distinct problems from ``seed`` whose questions are not in ``exclude``, the
+    tiers in turn (item ``k`` has tier ``k % 3 + 1``): each row has ``id``, ``question``,
+    ``answer`` and ``tier``. Deterministic; ``size`` 0 gives an empty list."""
     rng = random.Random(seed)
     seen = set(exclude)
-    out: list[dict[str, str]] = []
+    tiers = sorted(TIERS)
+    out: list[dict[str, str | int]] = []
     while len(out) < size:
-        p = make_problem(rng)
+        p = make_problem(rng, tiers[len(out) % len(tiers)])
         if p["question"] in seen:
             continue
         seen.add(p["question"])
@@ -113,40 +150,56 @@ def generate_split(seed: int, size: int, exclude: set[str] = frozenset()) -> lis
     return out
 
 
+@task
 class ArithLite(Task):
     name = "arith-lite"
     level = 1
-    version = "1"
-    summary = "Arithmetic word problems in GSM8K format (CPU-sized, offline)"
+    version = "2"
+    summary = (
+        "Arithmetic word problems in GSM8K format, three difficulty tiers (CPU-sized, offline)"
+    )
     eval_timeout_s = 300.0
+    splits = GSM8K_SPLITS
 
     def prepare(self, root: Path) -> PreparedTask:
-        public, private = root / "public", root / "private"
-        if (public / "train.jsonl").exists() and (private / "test.jsonl").exists():
-            return PreparedTask(public, private)
+        public, private, validation = root / "public", root / "private", root / "validation"
+        files = (public / "train.jsonl", private / "test.jsonl", validation / "validation.jsonl")
+        if all(f.exists() for f in files):
+            return PreparedTask(public, private, validation)
         test = generate_split(TEST_SEED, TEST_SIZE)
-        train = generate_split(TRAIN_SEED, TRAIN_SIZE, exclude={p["question"] for p in test})
-        write_jsonl(private / "test.jsonl", test)
-        write_jsonl(public / "train.jsonl", train)
-        return PreparedTask(public, private)
+        val = generate_split(
+            VALIDATION_SEED, VALIDATION_SIZE, exclude={p["question"] for p in test}
+        )
+        held_out = {p["question"] for p in test + val}
+        train = generate_split(TRAIN_SEED, TRAIN_SIZE, exclude=held_out)
+        for path, rows in zip(files, (train, test, val), strict=True):
+            write_jsonl(path, rows)
+        return PreparedTask(public, private, validation)
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
         return FORMAT
 
-    def eval_settings(self) -> dict[str, Any]:
-        return {**super().eval_settings(), "format": FORMAT.to_dict(), "n": TEST_SIZE}
+    def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
+        return Generate(FORMAT)
+
+    def scorer(self, prepared: PreparedTask) -> FinalAnswer:
+        return FinalAnswer()
 
     def description(self, prepared: PreparedTask) -> str:
         sample = json.loads((prepared.public / "train.jsonl").open().readline())
+        tiers = "\n".join(f"  - tier {k}: {what}" for k, what in TIERS.items())
         return f"""# Task: arith-lite (level 1, rule-based reward)
 
 Improve the base model's accuracy on arithmetic word problems written in GSM8K's format.
 
 ## Data
 - `data/train.jsonl`: {TRAIN_SIZE} training problems, one JSON object per line with `id`,
-  `question` and `answer`. The answer shows the calculation, then the final answer after `####`.
-- The held-out test set ({TEST_SIZE} problems of the same kind) is never shown to you; the
-  grading service scores your submissions on it.
+  `question`, `answer` and `tier`. The answer shows the calculation, then the final answer
+  after `####`.
+- Three difficulty tiers, in equal shares in every split (item k has tier k % 3 + 1):
+{tiers}
+- The held-out test set ({TEST_SIZE} problems of the same kinds, {TEST_SIZE // 3} per tier) is
+  never shown to you; the grading service scores your submissions on it.
 
 Example:
 ```json
@@ -159,13 +212,3 @@ Example:
   `####` in the completion (or, if there is none, the last number in it) and compares it
   numerically with the reference answer.
 """
-
-    def evaluate(
-        self, backend: Backend, prepared: PreparedTask, limit: int | None = None
-    ) -> EvalResult:
-        started = time.time()
-        rows = read_jsonl(prepared.private / "test.jsonl", limit)
-        prompts = [FORMAT.prompt(backend, {"question": r["question"]}) for r in rows]
-        completions = backend.generate(prompts, FORMAT.generation(backend))
-        items = grade_final_answers(rows, completions)
-        return EvalResult.from_items(items, seconds=time.time() - started)
