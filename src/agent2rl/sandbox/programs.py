@@ -1,16 +1,21 @@
-"""Run one untrusted Python program (a model's code plus its unit tests) and say pass or fail.
+"""Run untrusted Python in a sandboxed, resource-limited process: the isolation modes and
+limits every program runner here shares, and the one-process runner :func:`run_program`.
 
 Every program gets its own interpreter in a fresh subprocess; nothing it does can crash, hang
 or write into the caller. A tiny bootstrap (:data:`_BOOT`) reads the program from stdin, sets
 the resource limits on itself, then ``exec``\\ s the program. The program *passes* only when it
 ran to its end without an exception: the bootstrap then reports so on a pipe of its own, in a
-line tagged with a random token the program never sees (it lives only in the bootstrap's
+line tagged with a random token the program is not given (it lives only in the bootstrap's
 memory), and exits 0. So neither ``sys.exit(0)`` (a ``SystemExit`` is a failure, as in
 HumanEval's own harness) nor ``os._exit(0)`` before the tests have run counts as a pass.
 
+Graders do not use :func:`run_program` for a model's code and its tests: in one interpreter the
+code can forge the pass (see *Residual risk*). :mod:`agent2rl.sandbox.two_process` runs the two
+in separate sandboxes, each started as described here.
+
 Isolation, the strongest this machine allows (:func:`isolation` says which is in use):
 
-``bwrap`` (where :func:`~agent2rl.workspace.sandbox.bwrap_available`):
+``bwrap`` (where :func:`~agent2rl.sandbox.bwrap.bwrap_available`):
     the system dirs and the Python installation read-only, a private size-capped tmpfs
     ``/tmp`` as the only writable place (and the working directory), no network
     (``--unshare-net``: only a loopback of its own), its own pid namespace torn down with it
@@ -37,9 +42,11 @@ Resource limits (both modes): ``RLIMIT_CPU`` (``SIGXCPU``, reported as timed out
 threads fail: a fork bomb stops at the cap), ``RLIMIT_FSIZE`` (also caps the captured output),
 ``RLIMIT_NOFILE``, and no core dumps. A limit above the caller's own hard limit is lowered to it.
 
-Residual risk: a program that searches the interpreter's memory for the bootstrap's frame can
-find the token and forge a pass. Plain model completions do not do that by accident; a
-deliberate attack would be visible in the recorded completion.
+Residual risk, by design of one process: the program shares the interpreter with the
+bootstrap and with whatever it runs afterwards, so a hostile program can find the bootstrap's
+frame (and its token and reporting function) and report a pass, or neuter the tests that
+follow it (an object whose ``__eq__`` always says yes, a patched ``abs`` or ``math``, a tracer
+that jumps over the asserts). That is why graders use :mod:`agent2rl.sandbox.two_process`.
 """
 
 from __future__ import annotations
@@ -57,11 +64,20 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import psutil
+
+from agent2rl.sandbox.bwrap import (
+    SYSTEM_DIRS,
+    bwrap_available,
+    bwrap_supports,
+    mask_args,
+    python_ro_binds,
+    system_mounts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +86,9 @@ Isolation = Literal["bwrap", "rlimits"]
 
 #: uid/gid a root caller's sandboxed program runs as (the overflow id, "nobody")
 NOBODY = 65534
-_OUTPUT_TAIL = 4096
+OUTPUT_TAIL = 4096
 _REASON_CHARS = 300
-_KILL_WAIT_S = 10.0
+KILL_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -185,7 +201,9 @@ _boot()
 
 
 @dataclass(frozen=True)
-class _Mode:
+class Mode:
+    """How a sandboxed process is started: the isolation, the bwrap argv prefix, the uid."""
+
     isolation: Isolation
     #: bwrap arguments up to the command (empty in rlimits mode)
     prefix: tuple[str, ...]
@@ -193,13 +211,24 @@ class _Mode:
     uid: int
 
 
-_RLIMITS = _Mode("rlimits", (), -1)
+RLIMITS_MODE = Mode("rlimits", (), -1)
+
+
+def masked(mode: Mode, paths: Sequence[Path]) -> Mode:
+    """``mode`` with ``paths`` made to look empty inside its sandbox (a task's private data
+    that an installed package ships, which a program must not read: HumanEval's own test
+    file would hand a model every answer). The rlimits mode cannot mask: returned as is."""
+    if mode.isolation != "bwrap" or not paths:
+        return mode
+    extra = [arg for p in paths for arg in mask_args(Path(p))]
+    cut = mode.prefix.index("--unshare-pid")  # after every bind, before the namespaces
+    return replace(mode, prefix=(*mode.prefix[:cut], *extra, *mode.prefix[cut:]))
 
 
 def isolation() -> Isolation:
     """``bwrap`` or ``rlimits``: how programs are isolated on this machine (decided once, by
     really running a program in the sandbox; see the module docstring for what each means)."""
-    return _mode().isolation
+    return probe_mode().isolation
 
 
 def run_program(
@@ -219,10 +248,10 @@ def run_program(
     limits = limits or ExecLimits()
     started = time.monotonic()
     try:
-        return _run(source, limits, _pick(mode), started)
+        return _run(source, limits, pick_mode(mode), started)
     except Exception as err:  # a harness fault must not take the caller down either
         log.exception("code execution harness failed")
-        return ExecResult(False, "error", _one_line(f"{type(err).__name__}: {err}"), 0.0)
+        return ExecResult(False, "error", one_line(f"{type(err).__name__}: {err}"), 0.0)
 
 
 def run_programs(
@@ -241,8 +270,8 @@ def run_programs(
     """
     if not sources:
         return []
-    n = workers or _cpu_count()
-    _mode()  # probe the sandbox once, before the threads race to do it
+    n = workers or cpu_count()
+    probe_mode()  # probe the sandbox once, before the threads race to do it
 
     def one(i: int) -> ExecResult:
         result = run_program(sources[i], limits, mode)
@@ -254,7 +283,7 @@ def run_programs(
         return list(pool.map(one, range(len(sources))))
 
 
-def _run(source: str, limits: ExecLimits, mode: _Mode, started: float) -> ExecResult:
+def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecResult:
     tag = secrets.token_hex(16)
     report_r, report_w = os.pipe()
     argv = [
@@ -288,7 +317,7 @@ def _run(source: str, limits: ExecLimits, mode: _Mode, started: float) -> ExecRe
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     cwd=workdir,
-                    env=_env(workdir or "/tmp"),
+                    env=sandbox_env(workdir or "/tmp"),
                     start_new_session=True,
                     pass_fds=(report_w,),
                 )
@@ -301,12 +330,12 @@ def _run(source: str, limits: ExecLimits, mode: _Mode, started: float) -> ExecRe
             except (BrokenPipeError, ConnectionResetError):
                 pass  # it died before reading its program; the exit status says why
             finally:
-                _kill_tree(proc)
+                kill_tree(proc)
             seconds = time.monotonic() - started
             out.seek(0, os.SEEK_END)
-            out.seek(max(0, out.tell() - _OUTPUT_TAIL))
+            out.seek(max(0, out.tell() - OUTPUT_TAIL))
             output = out.read().decode("utf-8", "replace")
-        report = _read_available(report_r)
+        report = read_available(report_r)
     finally:
         os.close(report_r)
         if workdir is not None:
@@ -315,7 +344,7 @@ def _run(source: str, limits: ExecLimits, mode: _Mode, started: float) -> ExecRe
     return _judge(lines, output, proc.returncode, timed_out, limits, mode, seconds)
 
 
-def _read_available(fd: int) -> str:
+def read_available(fd: int) -> str:
     """What the pipe holds now, without waiting for an EOF that an escaped child could hold
     off (the bootstrap's reports are a few hundred bytes, far below a pipe's buffer)."""
     os.set_blocking(fd, False)
@@ -337,14 +366,14 @@ def _judge(
     rc: int,
     timed_out: bool,
     limits: ExecLimits,
-    mode: _Mode,
+    mode: Mode,
     seconds: float,
 ) -> ExecResult:
-    output = output.strip("\n")[-_OUTPUT_TAIL // 2 :]
+    output = output.strip("\n")[-OUTPUT_TAIL // 2 :]
     verdict = next((r for r in reversed(reports) if r != "started"), "")
 
     def result(status: Status, reason: str) -> ExecResult:
-        return ExecResult(status == "passed", status, _one_line(reason), seconds, output)
+        return ExecResult(status == "passed", status, one_line(reason), seconds, output)
 
     if timed_out:
         return result("timed out", f"exceeded the {limits.timeout_s:g} s wall-clock limit")
@@ -352,8 +381,7 @@ def _judge(
         return result("passed", "")
     if verdict.startswith("failed"):
         return result("failed", verdict.removeprefix("failed").strip())
-    # bwrap reports a child killed by signal N as exit status 128 + N; Popen as -N.
-    sig = -rc if rc < 0 else rc - 128 if mode.isolation == "bwrap" and rc > 128 else 0
+    sig = exit_signal(rc, mode)
     if sig == signal.SIGXCPU:
         return result("timed out", f"exceeded the {math.ceil(limits.timeout_s)} s CPU limit")
     if "started" not in reports:
@@ -362,20 +390,30 @@ def _judge(
     if sig == signal.SIGXFSZ:
         return result("failed", f"exceeded the {limits.max_file_mb} MB file size limit")
     if sig > 0:
-        return result("failed", f"killed by {_signal_name(sig)}")
+        return result("failed", f"killed by {signal_name(sig)}")
     return result("failed", f"exited (status {rc}) before its tests finished")
 
 
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the program's process group and every descendant still there, then reap.
+def exit_signal(rc: int, mode: Mode) -> int:
+    """The signal that killed a sandboxed program with exit status ``rc``, 0 if none."""
+    # bwrap reports a child killed by signal N as exit status 128 + N; Popen as -N.
+    return -rc if rc < 0 else rc - 128 if mode.isolation == "bwrap" and rc > 128 else 0
 
-    Under bwrap, killing bwrap is enough (the sandbox's pid namespace dies with it); the
-    descendant sweep is for the rlimits mode, where a child may have left the group.
+
+def kill_tree(proc: subprocess.Popen[bytes], sweep: bool = True) -> None:
+    """SIGKILL the program's process group and, with ``sweep``, every descendant still there,
+    then reap.
+
+    Under bwrap, killing bwrap is enough (the sandbox's pid namespace dies with it), so a
+    caller that knows it ran bwrap may skip the sweep, which walks the whole process table;
+    the sweep is for the rlimits mode, where a child may have left the group.
     """
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
+    descendants = []
+    if sweep:
+        try:
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -386,37 +424,36 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         except psutil.Error:
             pass
     try:
-        proc.wait(timeout=_KILL_WAIT_S)
+        proc.wait(timeout=KILL_WAIT_S)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL of our own child
         log.error("program process %d did not die after SIGKILL", proc.pid)
 
 
-def _env(home: str) -> dict[str, str]:
+def sandbox_env(home: str) -> dict[str, str]:
+    """The whole environment of a sandboxed program whose home (and working dir) is ``home``."""
     return {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
-def _pick(mode: Isolation | None) -> _Mode:
-    best = _mode()
+def pick_mode(mode: Isolation | None) -> Mode:
+    """The :class:`Mode` for ``mode`` (None: the best available). Raises ``RuntimeError``
+    when ``bwrap`` is asked for where it cannot run programs."""
+    best = probe_mode()
     if mode is None or mode == best.isolation:
         return best
     if mode == "rlimits":
-        return _RLIMITS
+        return RLIMITS_MODE
     raise RuntimeError("bwrap cannot run programs on this machine")
 
 
 @functools.cache
-def _mode() -> _Mode:
+def probe_mode() -> Mode:
     """Pick the isolation once per process: bwrap when it really runs a program here."""
-    # Imported here: agent2rl.workspace's package imports the task registry, which imports
-    # the tasks that import this module.
-    from agent2rl.workspace.sandbox import bwrap_available
-
     if bwrap_available():
         mode = _bwrap_mode()
         try:
             probe = _run("import math\nassert math.gcd(4, 6) == 2\n", ExecLimits(30), mode, 0.0)
         except Exception as err:  # e.g. no temporary file: decide once, do not re-probe
-            probe = ExecResult(False, "error", _one_line(f"{type(err).__name__}: {err}"), 0.0)
+            probe = ExecResult(False, "error", one_line(f"{type(err).__name__}: {err}"), 0.0)
         if probe.passed:
             return mode
         log.warning(
@@ -430,12 +467,10 @@ def _mode() -> _Mode:
             "bwrap is not usable here; code runs with rlimits only, "
             "WITHOUT filesystem or network isolation"
         )
-    return _RLIMITS
+    return RLIMITS_MODE
 
 
-def _bwrap_mode() -> _Mode:
-    from agent2rl.workspace.sandbox import bwrap_supports, python_ro_binds, system_mounts
-
+def _bwrap_mode() -> Mode:
     argv = [shutil.which("bwrap") or "bwrap"]
     argv += system_mounts(tmp_size_bytes=ExecLimits().max_file_mb << 22)  # 4x a file, 64 MB
     binds = python_ro_binds()
@@ -457,17 +492,15 @@ def _bwrap_mode() -> _Mode:
             argv += ["--disable-userns"]
         uid = -1
     argv += ["--clearenv"]
-    for key, value in _env("/tmp").items():
+    for key, value in sandbox_env("/tmp").items():
         argv += ["--setenv", key, value]
     argv += ["--chdir", "/tmp", "--"]
-    return _Mode("bwrap", tuple(argv), uid)
+    return Mode("bwrap", tuple(argv), uid)
 
 
 def _mount_parents(binds: list[Path]) -> list[Path]:
     """The directories above ``binds`` that the sandbox must create, top-down: those not
     already provided by a system mount or another bind (``/tmp`` is the tmpfs)."""
-    from agent2rl.workspace.sandbox import SYSTEM_DIRS
-
     provided = [Path(d) for d in SYSTEM_DIRS] + binds
     out: list[Path] = []
     for path in binds:
@@ -479,21 +512,24 @@ def _mount_parents(binds: list[Path]) -> list[Path]:
     return out
 
 
-def _cpu_count() -> int:
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity), at least 1."""
     try:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
 
 
-def _signal_name(sig: int) -> str:
+def signal_name(sig: int) -> str:
+    """``SIGKILL`` for 9; ``signal 77`` for a number with no name."""
     try:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` with its whitespace runs collapsed to single spaces, cut to 300 characters."""
     return " ".join(text.split())[:_REASON_CHARS]
 
 

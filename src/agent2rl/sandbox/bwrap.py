@@ -4,16 +4,19 @@ The mount table built by :func:`bwrap_argv`, in order (later mounts shadow earli
 
 1. the system dirs ``/usr /bin /lib /lib64 /sbin /etc`` read-only (a top-level symlink such as
    ``/bin -> usr/bin`` is recreated as a symlink), fresh ``/proc`` and ``/dev``, a tmpfs ``/tmp``;
-2. ``ro_binds`` read-only at their own paths (the model store, the Python prefix, ...);
+2. ``ro_binds`` read-only at their own paths (the model store, the Python prefix, ...), then
+   ``ro_binds_at`` read-only at another path (``/etc/passwd``, the network bridge's sockets);
 3. the workspace read-write at its own absolute path;
 4. ``ro_inside`` re-bound read-only on top of it (``workspace/data``, ``workspace/models``);
 5. ``hide`` masked by an empty read-only tmpfs (or ``/dev/null`` for a file).
 
 Everything else of the host is absent: ``/root``, ``/home``, ``/work``, and the run directory
 around the workspace (ledger, grader files) — bwrap only creates the empty parent dirs it needs as
-mount points. The network namespace is shared on purpose: the agent talks to the grading service
-on 127.0.0.1. When run as root, all capabilities are dropped (``--cap-drop ALL``): otherwise the
-sandboxed root could simply remount the read-only binds read-write.
+mount points. By default the network namespace is shared: the agent talks to the grading service
+on 127.0.0.1. With ``unshare_net`` it gets a namespace of its own, holding only a loopback, and
+reaches the run's services through :mod:`agent2rl.sandbox.network`'s bridge. When run as
+root, all capabilities are dropped (``--cap-drop ALL``): otherwise the sandboxed root could simply
+remount the read-only binds read-write.
 """
 
 from __future__ import annotations
@@ -40,7 +43,12 @@ class SandboxSpec:
     are paths (typically inside a ``ro_binds`` entry) masked so that they look empty; a missing
     one is skipped, since there is then nothing to hide. ``env`` is the *whole* environment of the
     sandboxed command: nothing of the caller's environment leaks in. ``devices`` are device nodes
-    passed through (GPUs); with any, ``/sys`` is mounted read-only too.
+    passed through (GPUs); with any, ``/sys`` is mounted read-only too. ``ro_binds_at`` are
+    (host path, path inside) pairs mounted read-only at another path (a passwd file at
+    ``/etc/passwd``, a directory of sockets). ``tmp_size_bytes`` caps the tmpfs ``/tmp`` (it is
+    memory). ``run_as`` is the (uid, gid) the command runs as, for a root caller: see
+    :func:`bwrap_argv`. ``unshare_net`` gives the command a network namespace of its own
+    (``--unshare-net``: only a loopback interface, nothing of the host's network).
     """
 
     workspace: Path
@@ -49,6 +57,10 @@ class SandboxSpec:
     hide: list[Path] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     devices: list[Path] = field(default_factory=list)
+    ro_binds_at: list[tuple[Path, Path]] = field(default_factory=list)
+    tmp_size_bytes: int | None = None
+    run_as: tuple[int, int] | None = None
+    unshare_net: bool = False
 
 
 def gpu_devices() -> list[Path]:
@@ -86,15 +98,31 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
     path does not exist, or a ``ro_inside`` path is outside the workspace. Relative paths are
     made absolute against the current directory. ``command`` runs with ``--new-session`` in new
     pid/ipc/uts namespaces and is SIGKILLed, with everything it started, when bwrap dies.
+
+    With ``spec.run_as`` (a root caller), the command runs as that uid/gid on the host: bwrap
+    keeps only ``CAP_SETUID``/``CAP_SETGID`` and starts :data:`DROP_PRIVILEGES`, which sets
+    the groups, gid and uid and then executes the command; after the switch the kernel clears
+    every capability, and bwrap's ``no_new_privs`` keeps setuid binaries from regaining any.
+    A user namespace is not used for this on purpose: its ids map back to the caller's, so a
+    "uid 1000" inside would be root on the host's files.
     """
     if not command:
         raise ValueError("sandbox command is empty")
     workspace = _existing(spec.workspace, "sandbox workspace")
     argv = [shutil.which("bwrap") or "bwrap"]
-    argv += system_mounts()
+    argv += system_mounts(spec.tmp_size_bytes)
+    if spec.run_as is not None:
+        # Parents bwrap makes implicitly may copy the host's modes (/root is 0700), and then
+        # an unprivileged agent could not reach its own workspace or interpreter below them.
+        targets = [*spec.ro_binds, workspace, *(inside for _, inside in spec.ro_binds_at)]
+        for parent in mount_parents([Path(os.path.abspath(p)) for p in targets]):
+            argv += ["--dir", str(parent)]
     for path in spec.ro_binds:
         p = _existing(path, "sandbox read-only bind")
         argv += ["--ro-bind", str(p), str(p)]
+    for host, inside in spec.ro_binds_at:
+        p = _existing(host, "sandbox read-only bind")
+        argv += ["--ro-bind", str(p), os.path.abspath(inside)]
     argv += ["--bind", str(workspace), str(workspace)]
     for path in spec.ro_inside:
         p = _existing(path, "sandbox read-only path")
@@ -102,18 +130,38 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
             raise ValueError(f"read-only path {p} is not inside the workspace {workspace}")
         argv += ["--ro-bind", str(p), str(p)]
     for path in spec.hide:
-        argv += _mask(Path(os.path.abspath(path)))
+        argv += mask_args(Path(os.path.abspath(path)))
     for dev in spec.devices:
         argv += ["--dev-bind", str(dev), str(dev)]
     if spec.devices:
         argv += ["--ro-bind", "/sys", "/sys"]  # the CUDA driver reads PCI topology from /sys
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    if spec.unshare_net:
+        argv += ["--unshare-net"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if spec.run_as is not None:
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     argv += ["--clearenv"]
     for key, value in spec.env.items():
         argv += ["--setenv", key, value]
-    argv += ["--chdir", str(workspace), "--", *command]
-    return argv
+    argv += ["--chdir", str(workspace), "--"]
+    if spec.run_as is not None:
+        uid, gid = spec.run_as
+        argv += [sys.executable, "-I", "-c", DROP_PRIVILEGES, str(uid), str(gid)]
+    return argv + list(command)
+
+
+#: ``python -I -c DROP_PRIVILEGES UID GID CMD...``: become UID/GID (no supplementary
+#: groups) and execute CMD. It runs first inside the sandbox, as root without any capability
+#: but the two it needs, so nothing the agent controls ever runs with them.
+DROP_PRIVILEGES = (
+    "import os, sys\n"
+    "uid, gid = int(sys.argv[1]), int(sys.argv[2])\n"
+    "os.setgroups([])\n"
+    "os.setresgid(gid, gid, gid)\n"
+    "os.setresuid(uid, uid, uid)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
 
 
 def python_ro_binds() -> list[Path]:
@@ -159,6 +207,10 @@ def system_mounts(tmp_size_bytes: int | None = None) -> list[str]:
     args += ["--proc", "/proc", "--dev", "/dev"]
     if tmp_size_bytes is not None and bwrap_supports("--size"):
         args += ["--size", str(int(tmp_size_bytes))]
+    # Sticky and world-writable like a host's /tmp: an agent running as its own user must be
+    # able to use it (tmux and others ignore TMPDIR).
+    if bwrap_supports("--perms"):
+        args += ["--perms", "1777"]
     args += ["--tmpfs", "/tmp"]
     return args
 
@@ -177,7 +229,23 @@ def bwrap_supports(option: str) -> bool:
     return f"{option} " in proc.stdout.decode(errors="replace")
 
 
-def _mask(path: Path) -> list[str]:
+def mount_parents(targets: list[Path]) -> list[Path]:
+    """The directories above ``targets`` that a sandbox must create itself, top-down: those
+    not provided by a system mount (``/tmp`` is its tmpfs) and not a target themselves."""
+    provided = [Path(d) for d in SYSTEM_DIRS]
+    out: list[Path] = []
+    for path in targets:
+        for parent in reversed(path.parents[:-1]):  # [:-1]: not "/"
+            if parent in out or parent == Path("/tmp") or parent in targets:
+                continue
+            if not any(parent.is_relative_to(p) for p in provided):
+                out.append(parent)
+    return out
+
+
+def mask_args(path: Path) -> list[str]:
+    """bwrap arguments that make ``path`` look empty (a directory: an empty read-only
+    tmpfs; a file: ``/dev/null``); none for a path that does not exist."""
     if path.is_dir():
         # An empty tmpfs, then read-only so the agent cannot plant files at a trusted path.
         return ["--tmpfs", str(path), "--remount-ro", str(path)]

@@ -1,0 +1,36 @@
+"""Sandboxes: where untrusted code runs.
+
+::
+
+    bwrap.py     bubblewrap: the mount table (SandboxSpec -> argv), the system dirs, the
+                 interpreter's binds, the availability probe
+    programs.py  one untrusted Python program (a model's code and its tests) in a fresh,
+                 resource-limited process: the HumanEval grader's runner
+    agent.py     the agent's sandbox: what a run mounts for it and how it is launched
+
+Nothing here knows a task; tasks, the grader and the orchestrator build on it.
+"""
+
+from agent2rl.sandbox.bwrap import (
+    SYSTEM_DIRS,
+    SandboxSpec,
+    bwrap_argv,
+    bwrap_available,
+    gpu_devices,
+    python_ro_binds,
+)
+from agent2rl.sandbox.programs import ExecLimits, ExecResult, isolation, run_program, run_programs
+
+__all__ = [
+    "SYSTEM_DIRS",
+    "ExecLimits",
+    "ExecResult",
+    "SandboxSpec",
+    "bwrap_argv",
+    "bwrap_available",
+    "gpu_devices",
+    "isolation",
+    "python_ro_binds",
+    "run_program",
+    "run_programs",
+]

@@ -1,0 +1,486 @@
+"""Grade a model's function against a dataset's unit tests in two sandboxes, so that nothing the
+model's code does can reach the verdict.
+
+Why two processes: when the model's code and the tests share an interpreter (the classic
+HumanEval harness, and :func:`agent2rl.sandbox.programs.run_program`), the code can forge a
+pass. It can walk the stack to the harness's reporting function and call it, return an object
+whose ``__eq__`` always says yes, replace ``abs``, ``math`` or ``__import__`` under the tests,
+redefine a helper the tests call (HumanEval/32's ``poly``), or install a tracer that jumps over
+the asserts. Each is a reward hack an RL-trained model can find. Here no object of the model's
+ever reaches the tests:
+
+* The **candidate process** runs the model's code (HumanEval: the prompt plus the completion;
+  for a chat model, the prompt plus the code of its reply) and nothing else: neither the tests
+  nor the expected values are ever sent to it. It then serves calls to the entry point over a
+  pair of pipes: each call's arguments arrive and each result leaves as one line of plain data
+  (:mod:`agent2rl.sandbox.wire`: a tagged JSON encoding of ``int``, ``float`` with ``inf`` and
+  ``nan``, ``str``, ``bool``, ``None``, ``list``, ``tuple``, ``dict`` with any keys, ``set``,
+  ``frozenset``, ``bytes`` and ``complex``). A result that is not plain data (a generator, an
+  object of the program's own class) fails the item; an instance of a builtin type's subclass
+  (``numpy.float64``, ``collections.Counter``) is sent as the builtin value it holds, read
+  through the base type's slots, so an ``int`` subclass whose ``__eq__`` always says yes
+  arrives as the plain int it holds. An ``Exception`` raised by the function is sent back as
+  its type name and message; any other ``BaseException`` (``SystemExit``,
+  ``KeyboardInterrupt``, ``GeneratorExit``) fails the item.
+* The **test process** runs the dataset's code only: the prompt (for the helpers its tests
+  use, e.g. ``poly``), the tests, then ``check(candidate)``, where ``candidate`` (and the entry
+  point's name) is a stub that sends its arguments across and returns the decoded answer, or
+  raises the candidate's exception (as the builtin exception of that name, so tests that
+  expect one still work). The verdict is computed here, from dataset code and plain values
+  only, and written to a pipe of its own that the candidate process never holds.
+* The item **passes only if the test process ran** ``check()`` **to its end**. Whatever the
+  candidate process does (exit early, hang, print, patch its own builtins or ``__import__``,
+  walk its own frames, trace itself, fork, write on every file descriptor it has) it can only
+  make its answers wrong, late or missing: a call that gets no answer (the process exited or was
+  killed), a malformed or oversized answer, or a fatal error fails the item for good, even if
+  the tests catch the exception. A hanging candidate times out with the item.
+
+Isolation (:mod:`agent2rl.sandbox.programs` describes the modes and limits): every candidate
+process gets a fresh sandbox of its own. The test processes of a batch of items are children
+of one sandboxed *test server*, forked per item from a warm interpreter: only dataset code and
+plain values ever enter the server, so the items' tests may share its sandbox. With bwrap, a
+candidate's pid, network, IPC and mount namespaces and its private ``/tmp`` are its own, so it
+cannot see, signal, trace or open anything of the test server or of another item, and a root
+caller runs both sides as ``nobody``. An item's two sides start together; the limits (CPU,
+memory, processes, file size) apply to each, the wall clock to the item.
+
+Cost: per item, one fresh sandboxed interpreter (the candidate's, as the one-process runner
+starts) plus a fork; a fresh sandbox and interpreter for the tests too would have cost ~17 ms
+more CPU per item. ``benchmarks/humaneval_grading.py`` measures both runners side by side.
+
+What changes against one process: a call's arguments are copies, so a function that mutates
+its arguments no longer affects the tests' objects (all 164 HumanEval canonical solutions pass
+either way); results must be plain data (HumanEval's all are); the tests' helpers are the
+dataset's, never the model's redefinitions.
+
+Residual risk: in the ``rlimits`` fallback (no usable bwrap) both sides run as the caller's
+user with no namespaces, so a deliberately hostile program can reach the test server through
+``/proc`` (and, as that mode's docstring says, the whole filesystem); the split then
+stops in-process forgeries only. A candidate can learn a call's arguments (it must, to answer)
+and keep state between calls, as a function can.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import marshal
+import math
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from agent2rl.sandbox.programs import (
+    OUTPUT_TAIL,
+    ExecLimits,
+    ExecResult,
+    Isolation,
+    Mode,
+    Status,
+    cpu_count,
+    exit_signal,
+    kill_tree,
+    masked,
+    one_line,
+    pick_mode,
+    probe_mode,
+    read_available,
+    sandbox_env,
+    signal_name,
+)
+from agent2rl.sandbox.wire import encode
+
+log = logging.getLogger(__name__)
+
+_HERE = Path(__file__).parent
+#: the line of split_boot.py that imports the codec; in the sandbox the codec's source
+#: precedes it instead
+_WIRE_IMPORT = "from agent2rl.sandbox.wire import WireError, decode, encode"
+#: how long a candidate whose answers ended may take to finish exiting (to learn why)
+_EXIT_GRACE_S = 1.0
+#: ``python -c`` for every process: run the marshalled bootstrap at the head of stdin
+_STUB = "import marshal,sys;exec(marshal.loads(sys.stdin.buffer.read(int(sys.argv[1]))))"
+
+
+@dataclass(frozen=True)
+class FunctionUnderTest:
+    """One item: the model's code and the dataset's tests of the function it defines.
+
+    ``code`` is the model's program (it runs in the candidate process); ``entry_point`` is the
+    name of the function the tests call. ``test`` is dataset code defining
+    ``check(candidate)``; ``setup`` is dataset code run before it on the tests' side
+    (HumanEval's prompt: its imports and helper functions), empty when there is none.
+    """
+
+    code: str
+    entry_point: str
+    test: str
+    setup: str = ""
+
+
+def check_function(
+    item: FunctionUnderTest, limits: ExecLimits | None = None, mode: Isolation | None = None
+) -> ExecResult:
+    """Run ``item``'s tests against its function, the two sides in separate sandboxes.
+
+    ``passed`` only when the tests ran ``check(candidate)`` to its end. ``failed`` when a test
+    failed, the function raised, its answer was not plain data, or the candidate process
+    stopped answering (the reason says why: an exit status, a signal, the file size limit);
+    ``timed out`` at the wall clock or either side's CPU limit; ``error`` when a sandbox did
+    not start, the dataset's code could not be loaded, or the tests pass the function a value
+    that cannot be sent (the harness's fault, not the model's). Never raises for anything the
+    model's code does; returns within about ``limits.timeout_s`` plus start-up time. ``mode``
+    is as for :func:`agent2rl.sandbox.programs.run_program`.
+    """
+    return check_functions([item], limits, workers=1, mode=mode)[0]
+
+
+def check_functions(
+    items: Sequence[FunctionUnderTest],
+    limits: ExecLimits | None = None,
+    workers: int | None = None,
+    on_done: Callable[[int, ExecResult], None] | None = None,
+    mode: Isolation | None = None,
+    hide: Sequence[Path] = (),
+) -> list[ExecResult]:
+    """:func:`check_function` over ``items`` in parallel, results in the order of ``items``,
+    with one test server for them all. ``hide``: paths both sandboxes mask (a task's private
+    data inside the installed packages; :func:`~agent2rl.sandbox.programs.masked`).
+
+    ``workers`` (items at a time) defaults to the number of CPUs this process may use.
+    ``on_done(index, result)`` is called as each finishes, from worker threads. An empty
+    ``items`` gives an empty list. A harness fault (the test server does not start) makes
+    every item an ``error``; it never raises.
+    """
+    if not items:
+        return []
+    limits = limits or ExecLimits()
+    n = workers or cpu_count()
+    try:
+        probe_mode()  # probe the sandbox once, before the threads race to do it
+        chosen = masked(pick_mode(mode), hide)
+        server = _TestServer(chosen)
+    except Exception as err:  # a harness fault must not take the caller down
+        log.exception("the two-process test harness could not start")
+        failed = ExecResult(False, "error", one_line(f"{type(err).__name__}: {err}"), 0.0)
+        return [failed] * len(items)
+
+    def one(i: int) -> ExecResult:
+        started = time.monotonic()
+        try:
+            result = _run(items[i], limits, chosen, server, started)
+        except Exception as err:
+            log.exception("two-process test harness failed")
+            why = one_line(f"{type(err).__name__}: {err}")
+            result = ExecResult(False, "error", why, time.monotonic() - started)
+        if on_done is not None:
+            on_done(i, result)
+        return result
+
+    with server, ThreadPoolExecutor(max_workers=max(1, min(n, len(items)))) as pool:
+        return list(pool.map(one, range(len(items))))
+
+
+@functools.cache
+def boot_source() -> str:
+    """The bootstrap every process runs: the codec, then :mod:`~agent2rl.sandbox.split_boot`."""
+    wire = (_HERE / "wire.py").read_text()
+    boot = (_HERE / "split_boot.py").read_text()
+    if boot.count(_WIRE_IMPORT) != 1:
+        raise RuntimeError("split_boot.py must import the codec on one line: " + _WIRE_IMPORT)
+    return wire + "\n\n" + boot.replace(_WIRE_IMPORT, "pass  # the codec is defined above")
+
+
+@functools.cache
+def _boot_code() -> bytes:
+    # Compiled once here rather than in every sandbox (~2 ms each); marshal's format is the
+    # interpreter's own, and the sandbox runs this very interpreter.
+    return marshal.dumps(compile(boot_source(), "<split_boot>", "exec"))
+
+
+def _python(flags: Sequence[str], args: Sequence[object], mode: Mode) -> list[str]:
+    """The argv of a sandboxed bootstrap (bwrap's prefix when ``mode`` has one)."""
+    boot = _boot_code()
+    argv = [sys.executable, *flags, "-c", _STUB, str(len(boot)), *map(str, args)]
+    return [*mode.prefix, *argv] if mode.isolation == "bwrap" else argv
+
+
+class _TestServer:
+    """The tests' side of a batch: one sandboxed process that forks a child per item (see
+    :func:`~agent2rl.sandbox.split_boot.serve_tests`). A context manager: leaving it closes
+    the control socket, on which the server exits, and kills what is left of it."""
+
+    def __init__(self, mode: Mode) -> None:
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2t-")
+        # -S: the tests need no site-packages (dataset code and the standard library).
+        argv = _python(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
+        self.out = tempfile.TemporaryFile()
+        try:
+            with tempfile.TemporaryFile() as stdin:
+                stdin.write(_boot_code())
+                stdin.seek(0)
+                self.proc = subprocess.Popen(
+                    argv,
+                    stdin=stdin,
+                    stdout=self.out,  # dataset code prints little; kept for a crash's story
+                    stderr=subprocess.STDOUT,
+                    cwd=self.workdir,
+                    env=sandbox_env(self.workdir or "/tmp"),
+                    start_new_session=True,
+                    pass_fds=(theirs.fileno(),),
+                )
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            theirs.close()
+
+    def submit(self, job: dict[str, object], calls_w: int, answers_r: int, report_w: int) -> None:
+        """Hand one item's tests to the server. Raises ``OSError`` if the server is gone."""
+        with tempfile.TemporaryFile() as data:
+            data.write(encode(job).encode())
+            data.seek(0)
+            fds = [data.fileno(), calls_w, answers_r, report_w]
+            with self.lock:
+                socket.send_fds(self.control, [b"item"], fds)
+
+    def close(self) -> None:
+        self.control.close()
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=2.0)  # it exits on the control socket's end
+            except subprocess.TimeoutExpired:
+                pass
+            kill_tree(proc, sweep=self.mode.isolation != "bwrap")
+            if proc.returncode not in (0, None):
+                self.out.seek(0)
+                tail = self.out.read()[-OUTPUT_TAIL:].decode("utf-8", "replace")
+                log.error("the test server exited with status %s: %s", proc.returncode, tail)
+        self.out.close()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> _TestServer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class _Candidate:
+    """The candidate's process, while it runs."""
+
+    proc: subprocess.Popen[bytes]
+    out: IO[bytes]
+    report_r: int
+    workdir: str | None
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """What the candidate's process left: its exit status, its report lines and its output's
+    tail. ``early``: it had exited on its own before the harness stopped it."""
+
+    rc: int
+    reports: list[str]
+    output: str
+    early: bool
+
+
+def _run(
+    item: FunctionUnderTest, limits: ExecLimits, mode: Mode, server: _TestServer, started: float
+) -> ExecResult:
+    calls_r, calls_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    report_r, report_w = os.pipe()
+    candidate = None
+    try:
+        job = {"entry": item.entry_point, "code": _text(item.code)}
+        candidate = _start_candidate(job, (calls_r, answers_w), limits, mode)
+        server.submit(
+            {
+                "entry": item.entry_point,
+                "setup": _text(item.setup),
+                "test": _text(item.test),
+                "limits": _limits(limits)[:5],
+                "alarm": 2 * math.ceil(limits.timeout_s) + 5,
+            },
+            calls_w,
+            answers_r,
+            report_w,
+        )
+    except BaseException:
+        os.close(report_r)
+        if candidate is not None:
+            _stop(candidate, mode)
+        raise
+    finally:
+        # Only the two sides hold the pipes now, so each sees the other's end close.
+        for fd in (calls_r, calls_w, answers_r, answers_w, report_w):
+            os.close(fd)
+    try:
+        reports, timed_out = _await_verdict(report_r, started + limits.timeout_s)
+    finally:
+        os.close(report_r)
+    seconds = time.monotonic() - started
+    if not timed_out and _verdict(reports).startswith("gone"):
+        try:  # its answers ended: let it finish exiting, so that its status says why
+            candidate.proc.wait(timeout=_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    # Killing the candidate also ends a test child still waiting on it (at the deadline).
+    return _judge(reports, _stop(candidate, mode), timed_out, limits, mode, seconds)
+
+
+def _start_candidate(
+    job: dict[str, str], fds: tuple[int, int], limits: ExecLimits, mode: Mode
+) -> _Candidate:
+    report_r, report_w = os.pipe()
+    argv = _python(["-I"], ["candidate", *_limits(limits), mode.uid, report_w, *fds], mode)
+    workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2c-")
+    out = tempfile.TemporaryFile()
+    try:
+        # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write(_boot_code() + encode(job).encode())
+            stdin.seek(0)
+            proc = subprocess.Popen(
+                argv,
+                stdin=stdin,
+                stdout=out,  # a file: RLIMIT_FSIZE caps it, and nobody must drain it
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                env=sandbox_env(workdir or "/tmp"),
+                start_new_session=True,
+                pass_fds=(report_w, *fds),
+            )
+    except BaseException:
+        out.close()
+        os.close(report_r)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    finally:
+        os.close(report_w)
+    return _Candidate(proc, out, report_r, workdir)
+
+
+def _limits(limits: ExecLimits) -> tuple[int, ...]:
+    """cpu s, address space, processes, file size, open files: as split_boot reads them."""
+    return (
+        max(1, math.ceil(limits.timeout_s)),
+        limits.memory_mb << 20,
+        limits.max_processes,
+        limits.max_file_mb << 20,
+        limits.max_open_files,
+    )
+
+
+def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
+    """The tests' report lines once their process closes the pipe, and whether the deadline
+    came first. (The test child is the server's, not ours: its pipe is how we see it end.)"""
+    poller = select.poll()  # not select(): descriptors above 1023 are common in a harness
+    poller.register(report_r, select.POLLIN)
+    data = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            return data.decode("utf-8", "replace").splitlines(), True
+        chunk = os.read(report_r, 65536)
+        if not chunk:
+            return data.decode("utf-8", "replace").splitlines(), False
+        data += chunk
+
+
+def _verdict(reports: list[str]) -> str:
+    """The last report line other than ``started`` (empty when there is none)."""
+    return next((r for r in reversed(reports) if r != "started"), "")
+
+
+def _stop(box: _Candidate, mode: Mode) -> _Ended:
+    """Kill what is left of the candidate's process, reap it, and collect what it left."""
+    early = box.proc.poll() is not None
+    kill_tree(box.proc, sweep=mode.isolation != "bwrap")
+    try:
+        box.out.seek(0, os.SEEK_END)
+        box.out.seek(max(0, box.out.tell() - OUTPUT_TAIL))
+        output = box.out.read().decode("utf-8", "replace")
+        reports = read_available(box.report_r).splitlines()
+    finally:
+        box.out.close()
+        os.close(box.report_r)
+        if box.workdir is not None:
+            shutil.rmtree(box.workdir, ignore_errors=True)
+    return _Ended(box.proc.returncode, reports, output.strip("\n"), early)
+
+
+def _judge(
+    tests: list[str],
+    candidate: _Ended,
+    timed_out: bool,
+    limits: ExecLimits,
+    mode: Mode,
+    seconds: float,
+) -> ExecResult:
+    """The item's result from the tests' report lines and what the candidate left."""
+    output = candidate.output[-OUTPUT_TAIL // 2 :]
+    kind, _, reason = _verdict(tests).partition(" ")
+    candidate_sig = exit_signal(candidate.rc, mode) if candidate.early else 0
+
+    def result(status: Status, why: str) -> ExecResult:
+        return ExecResult(status == "passed", status, one_line(why), seconds, output)
+
+    if timed_out:
+        return result("timed out", f"exceeded the {limits.timeout_s:g} s wall-clock limit")
+    if kind == "passed":  # written by dataset code's process only, after check() returned
+        return result("passed", "")
+    cpu_limit = f"exceeded the {math.ceil(limits.timeout_s)} s CPU limit"
+    if kind == "cpu" or (kind == "gone" and candidate_sig == signal.SIGXCPU):
+        return result("timed out", cpu_limit)
+    if kind == "error":
+        return result("error", reason)
+    if kind == "failed":
+        return result("failed", reason)
+    if kind == "gone":
+        if "started" not in candidate.reports:
+            return result(
+                "error",
+                f"the program's sandbox did not start (exit status {candidate.rc}): "
+                + candidate.output[-200:],
+            )
+        if candidate_sig == signal.SIGXFSZ:
+            return result("failed", f"exceeded the {limits.max_file_mb} MB file size limit")
+        if candidate_sig:
+            return result("failed", f"{reason}: killed by {signal_name(candidate_sig)}")
+        if candidate.early:
+            return result("failed", f"{reason}: it exited with status {candidate.rc}")
+        return result("failed", reason)
+    # Only dataset code runs on the tests' side, so an end without a verdict is the harness's.
+    if "started" not in tests:
+        return result("error", "the tests did not start (see the harness's log)")
+    return result("error", "the tests' process ended without a verdict")
+
+
+def _text(source: str) -> str:
+    """``source`` with any lone surrogate (from a lossy decode) replaced, so it compiles."""
+    return source.encode("utf-8", "replace").decode("utf-8")
+
+
+__all__ = ["FunctionUnderTest", "boot_source", "check_function", "check_functions"]
