@@ -11,12 +11,18 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 setup: $(STAMP)
 
+# One line per step (pip itself stays quiet): a first install takes a few minutes.
 $(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
-	touch $(STAMP)
+	@echo "setup 1/4: virtual environment in $(VENV)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "setup 2/4: pip"
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@echo "setup 3/4: $(TORCH_SPEC) (a CPU build where a local wheel is provided)"
+	@$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	@echo "setup 4/4: agent2rl and its dependencies (transformers, trl, alfworld, ...)"
+	@$(BIN)/python -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+	@echo "setup done"
 
 demo: $(STAMP)
 	$(BIN)/agent2rl demo

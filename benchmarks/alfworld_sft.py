@@ -1,7 +1,8 @@
 """What the reference agent's SFT warm-up wins on alfworld-lite: the tiny model fine-tuned a
 fixed number of steps on the walkthrough rows the agent builds (``episodes.sft_rows``), then
-graded on the 48 lite eval games, for each variant of learning-rate schedule and training-set
-size asked for.
+played on the 48 lite *validation* games (never the graded ones: this benchmark chooses the
+reference agent's defaults), for each variant of learning-rate schedule and training-set size
+asked for.
 
     python benchmarks/alfworld_sft.py [--steps 900] [--lr 2e-3] [--batch 8]
         [--schedule constant linear] [--n-train 300 600]
@@ -99,7 +100,7 @@ def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Pa
     backend = load_backend(out, "transformers")
     try:
         started = time.time()
-        result = task.evaluate(backend, prepared)
+        result = task.evaluate(backend, prepared, split="validation")
         eval_s = time.time() - started
     finally:
         backend.close()
@@ -143,8 +144,8 @@ def main() -> None:
             r = json.loads(lines[-1][len("RESULT ") :])
             print(
                 f"n_train {n_train} ({r['rows']} rows), {schedule} rate: won {r['won']} of "
-                f"{r['games']} (score {r['score']:.2f}); SFT {r['train_s']:.0f}s, grading "
-                f"{r['eval_s']:.0f}s"
+                f"{r['games']} validation games (score {r['score']:.2f}); "
+                f"SFT {r['train_s']:.0f}s, grading {r['eval_s']:.0f}s"
             )
 
 

@@ -352,7 +352,9 @@ def report_agreement(
     acc: float,
 ) -> None:
     """Print how many completions are identical, how varied ours are, and both accuracies."""
-    from agent2rl.tasks.gsm8k import grade_final_answers
+    from agent2rl.scoring import FinalAnswer
+    from agent2rl.solvers import Output
+    from agent2rl.tasks.gsm8k import gsm8k_sample
 
     missing = [p for p in prompts if p not in theirs]
     if missing:
@@ -362,7 +364,8 @@ def report_agreement(
         )
     same = sum(theirs.get(p) == o for p, o in zip(prompts, ours, strict=True))
     early = sum(count_tokens(o) < max_new for o in ours)
-    correct = sum(item.correct for item in grade_final_answers(rows, ours))
+    samples = [gsm8k_sample(r) for r in rows]
+    correct = sum(i.correct for i in FinalAnswer().score(samples, [Output(o) for o in ours]))
     print(
         f"agreement: {same}/{len(prompts)} completions identical "
         f"({100 * same / len(prompts):.1f}%); ours: {len(set(ours))} distinct, {early} ended "

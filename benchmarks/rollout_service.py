@@ -39,7 +39,7 @@ def in_process(games, walks: list[dict]) -> tuple[int, float]:
 
 def through_service(url: str, token: str, walks: list[dict]) -> tuple[int, float]:
     """(steps, seconds) replaying ``walks`` through the service with the workspace client."""
-    from agent2rl.envs.client import EnvClient
+    from agent2rl.rollout.client import EnvClient
 
     env = EnvClient(url, token)
     steps, start = 0, time.time()
@@ -62,29 +62,33 @@ def main() -> None:
     if not os.environ.get("AGENT2RL_HOME"):
         os.environ["AGENT2RL_HOME"] = tempfile.mkdtemp(prefix="agent2rl-bench-")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from rundirs import run_stub  # noqa: E402  (the tests' run-directory builder)
+    from support.rundirs import run_stub  # noqa: E402  (the tests' run-directory builder)
 
-    from agent2rl.envs.app import RolloutLimits
-    from agent2rl.envs.service import start_env_service
+    from agent2rl.files import read_jsonl
     from agent2rl.inference import load_backend
     from agent2rl.models import resolve_model
+    from agent2rl.orchestration.rollout_service import start_rollout_service
+    from agent2rl.rollout import RolloutLimits
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
-    from agent2rl.tasks.prompt_format import read_jsonl
 
     print(f"machine: {machine()}")
     settings = load_settings()
-    task = get_task("alfworld-lite", {"n_train": args.n_train, "n_eval": args.n_eval})
+    sizes = {"n_train": args.n_train, "n_eval": args.n_eval, "n_validation": args.n_eval}
+    task = get_task("alfworld-lite", sizes)
     started = time.time()
     prepared = prepare_task(task, settings.task_store)
-    print(f"games ready ({args.n_train} train, {args.n_eval} eval): {time.time() - started:.1f}s")
+    print(
+        f"games ready ({args.n_train} train, {args.n_eval} eval and validation): "
+        f"{time.time() - started:.1f}s"
+    )
     walks = read_jsonl(prepared.public / "walkthroughs.jsonl")[: args.episodes]
     model = resolve_model("tiny", settings.model_store)
 
     paths = run_stub(Path(tempfile.mkdtemp()) / "run", task)
     token = secrets.token_urlsafe(16)
-    handle = start_env_service(paths, token, RolloutLimits(max_sessions=8, steps_per_s=1e6))
-    games = task.rollout_source(prepared)
+    handle = start_rollout_service(paths, token, RolloutLimits(max_sessions=8, steps_per_s=1e6))
+    games = task.environment(prepared, "public")
     ratios = []
     try:
         for r in range(args.repeats):
@@ -106,9 +110,10 @@ def main() -> None:
     try:
         for r in range(args.repeats):
             started = time.time()
-            result = task.evaluate(backend, prepared)
+            # The validation games: a timing, but no benchmark touches the graded split.
+            result = task.evaluate(backend, prepared, split="validation")
             print(
-                f"eval repeat {r + 1}: tiny on {result.n_items} lite eval games (max "
+                f"eval repeat {r + 1}: tiny on {result.n_items} lite validation games (max "
                 f"{task.opts['max_steps']} steps) in {time.time() - started:.1f}s, score "
                 f"{result.score:.2f}, mean steps {result.details['mean_steps']:.1f}"
             )

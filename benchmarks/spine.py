@@ -58,7 +58,7 @@ def eval_throughput() -> tuple[float, int, float]:
 
 def duplicate_latency(work: Path, repeats: int) -> tuple[float, float, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from rundirs import make_run, serve
+    from support.rundirs import make_run, serve
 
     from agent2rl.models import resolve_model
     from agent2rl.settings import load_settings

@@ -1,14 +1,13 @@
 """Shared fixtures: one private AGENT2RL_HOME per test session (task store, tiny model,
-baseline cache), and helpers to build real run directories."""
+baseline cache). Helpers shared by tests live in ``tests/support/``."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import LITE_OPTS
 
 # Keep CPU tests predictable on small shared machines.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -16,9 +15,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["HF_HUB_OFFLINE"] = "1"
 # Never try to download task data (alfworld-download) from a test.
 os.environ["AGENT2RL_OFFLINE"] = "1"
-
-#: a small alfworld-lite (one game of each task type per split) for tests
-LITE_OPTS = {"n_train": "6", "n_eval": "6"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -59,27 +55,3 @@ def alfworld_lite(a2home: Path):
 
     task = get_task("alfworld-lite", LITE_OPTS)
     return task, prepare_task(task, load_settings().task_store)
-
-
-def agent2rl_cmd() -> list[str]:
-    """The CLI as a user runs it (a real subprocess)."""
-    return [sys.executable, "-m", "agent2rl.cli"]
-
-
-def run_cli(
-    args: list[str], env: dict[str, str] | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess:
-    """``agent2rl ARGS`` as a subprocess, text output captured. ``env`` is the child's whole
-    environment (None: this process's)."""
-    return subprocess.run(
-        agent2rl_cmd() + args, capture_output=True, text=True, timeout=timeout, env=env
-    )
-
-
-def only_run(runs: Path):
-    """The single run directory under ``runs`` (``results.db`` sits beside it)."""
-    from agent2rl.rundir import RunPaths
-
-    dirs = [d for d in runs.iterdir() if d.is_dir()]
-    assert len(dirs) == 1, dirs
-    return RunPaths(dirs[0])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent2rl.rundir import read_json
+from agent2rl.files import read_json
 
 
 @dataclass

@@ -9,14 +9,18 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from agent2rl.errors import UserError
-from agent2rl.settings import format_duration, parse_duration
+from agent2rl.formatting import format_duration
+from agent2rl.settings import parse_duration, parse_size
+
+if TYPE_CHECKING:  # the run machinery is imported only when a command needs it (fast --help)
+    from agent2rl.orchestration.run import RunOutcome
 
 app = typer.Typer(
     add_completion=False,
@@ -44,22 +48,19 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _print_outcome(outcome: Any) -> None:
+def _print_outcome(outcome: RunOutcome) -> None:
     m = outcome.metrics
     report = outcome.run_dir / "report" / "report.html"
     console.print()
     console.print(f"[bold]run finished[/]: status={outcome.status}")
-    if m:
-        base, best, imp = m.get("baseline"), m.get("best_score"), m.get("improvement")
-        ci = m.get("improvement_ci95")
+    if m is not None:  # None: the report could not be written (already said why)
+        ci = m.improvement_ci95
         ci_txt = f" (95% CI {ci[0]:+.2f} .. {ci[1]:+.2f})" if ci else ""
         console.print(
-            f"baseline {_fmt(base)} -> best {_fmt(best)}  improvement "
-            f"{_fmt(imp, signed=True)}{ci_txt}"
+            f"baseline {_fmt(m.baseline)} -> best {_fmt(m.best_score)}  improvement "
+            f"{_fmt(m.improvement, signed=True)}{ci_txt}"
         )
-        console.print(
-            f"submissions {m.get('submissions', 0)} (valid {m.get('valid_submissions', 0)})"
-        )
+        console.print(f"submissions {m.submissions} (valid {m.valid_submissions})")
     console.print(f"report: {report}")
 
 
@@ -121,6 +122,24 @@ def run(
     token_budget: int | None = typer.Option(
         None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
     ),
+    memory: str | None = typer.Option(
+        None, "--memory", help="Memory cap of the agent's processes, e.g. 16G (default 75% of RAM)."
+    ),
+    max_procs: int | None = typer.Option(
+        None, "--max-procs", help="Cap on the agent's processes and threads (default 4096)."
+    ),
+    disk_quota: str | None = typer.Option(
+        None, "--disk-quota", help="Workspace disk quota, e.g. 50G (default half the free space)."
+    ),
+    network: str = typer.Option(
+        "auto", "--network", help="auto | host | services (only the run's services, egress proxy)."
+    ),
+    allow_host: list[str] = typer.Option(
+        [],
+        "--allow-host",
+        help="HOST[:PORT] or *.SUFFIX the egress proxy allows under --network services, "
+        "repeatable; replaces the default list (package indexes, model hubs); 'none': no egress.",
+    ),
 ) -> None:
     """Run one agent on one task within a budget, then write its report."""
     from agent2rl.inference import BackendConfig
@@ -146,8 +165,39 @@ def run(
         driver_base_url=driver_base_url,
         mode=mode,
         token_budget=token_budget,
+        memory=parse_size(memory) if memory else None,
+        max_pids=max_procs,
+        disk_quota=parse_size(disk_quota) if disk_quota else None,
+        network=network,
+        egress_allow=_parse_allow_hosts(allow_host),
     )
+    _warn_if_experimental(agent)
     _execute(req)
+
+
+def _warn_if_experimental(agent: str) -> None:
+    """One warning line on stderr when ``agent``'s spec is experimental (not yet shown to work);
+    the run goes ahead. An unknown agent raises the same :class:`UserError` the run would."""
+    from agent2rl.agents import get_agent
+
+    spec = get_agent(agent)
+    if spec.experimental:
+        err_console.print(
+            f"[yellow]warning:[/] agent {spec.name} is experimental ({spec.experimental_note})",
+            highlight=False,
+            soft_wrap=True,  # one line, however narrow the terminal
+        )
+
+
+def _parse_allow_hosts(hosts: list[str]) -> tuple[str, ...] | None:
+    """``--allow-host`` values: None (the default list) when none are given, () for ``none``."""
+    if not hosts:
+        return None
+    if hosts == ["none"]:
+        return ()
+    if "none" in hosts:
+        raise UserError("--allow-host none cannot be combined with hosts: give one or the other")
+    return tuple(hosts)
 
 
 def _parse_task_opts(pairs: list[str]) -> dict[str, str]:
@@ -218,26 +268,22 @@ def data_import(
     console.print(t.import_data(path, task_root(t, load_settings().task_store)), soft_wrap=True)
 
 
-@data_app.command("make-alfworld-lite")
+@data_app.command("make")
 @_user_errors
-def data_make_alfworld_lite(
-    out: Path = typer.Option(..., "--out", help="Folder to write the games into (new)."),
-    n: int = typer.Option(60, "--n", help="How many games (task types cycle through all six)."),
-    seed: int = typer.Option(0, "--seed", help="Seed: the same seed gives the same games."),
+def data_make(
+    task: str = typer.Argument(..., help="A generated task (e.g. alfworld-lite)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the items into (new)."),
+    n: int = typer.Option(60, "--n", help="How many items."),
+    seed: int = typer.Option(0, "--seed", help="Seed: the same seed gives the same items."),
 ) -> None:
-    """Generate ALFWorld-format lite games (traj_data.json, initial_state.pddl, game.tw-pddl
-    per game, plus walkthroughs.jsonl), solvable by alfworld's expert, from a seed."""
-    from agent2rl.tasks.alfworld import generate_lite_split
-    from agent2rl.tasks.prompt_format import write_jsonl
+    """Generate a lite task's items from a seed for use elsewhere (e.g. alfworld-lite: games
+    in ALFWorld's on-disk format, solvable by alfworld's expert, with walkthroughs.jsonl)."""
+    from agent2rl.tasks import get_task
 
-    if n < 1:
-        raise UserError(f"--n {n}: generate at least one game")
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} is not empty: choose a new folder for the games")
-    with console.status(f"generating {n} games"):
-        rows, _ = generate_lite_split(out / "games", seed, n, set())
-    write_jsonl(out / "walkthroughs.jsonl", rows)
-    console.print(f"{n} games in {out / 'games'}, walkthroughs in {out / 'walkthroughs.jsonl'}")
+    t = get_task(task)
+    with console.status(f"generating {n} items of {task}"):
+        summary = t.make_data(out, n, seed)
+    console.print(summary, soft_wrap=True)
 
 
 agents_app = typer.Typer(
@@ -248,25 +294,26 @@ app.add_typer(agents_app, name="agents")
 
 @agents_app.callback()
 def agents(ctx: typer.Context) -> None:
-    """List the built-in agents with installed/configured status."""
+    """List the built-in agents with installed/configured status ("ready": yes, no, or the
+    note of an agent not yet shown to work, ``experimental: ...``)."""
     if ctx.invoked_subcommand is not None:
         return
+    from agent2rl.agents import builtin_specs
     from agent2rl.agents.doctor import doctor
 
     table = Table("agent", "kind", "ready", "default driver", "description")
-    specs = {r.agent: r for r in doctor(versions=False)}
-    from agent2rl.agents import builtin_specs
-
+    rows = {r.agent: r for r in doctor(versions=False)}
     for spec in builtin_specs().values():
-        row = specs.get(spec.name)
-        ready = "yes" if row is None or row.ok else "no (see `agent2rl agents doctor`)"
+        row = rows[spec.name]  # doctor() checks every built-in spec
+        ready = row.readiness() + ("" if row.ok else " (see `agent2rl agents doctor`)")
         table.add_row(spec.name, spec.kind, ready, spec.default_driver or "-", spec.description)
     console.print(table)
 
 
 @agents_app.command("doctor")
 def agents_doctor() -> None:
-    """For each agent: installed (and version), its driver's key, and the install command."""
+    """For each agent: ready (or experimental, and why), installed (and version), its
+    driver's key, and the install command."""
     from agent2rl.agents.doctor import DOCTOR_COLUMNS, doctor
 
     table = Table(*DOCTOR_COLUMNS)
@@ -280,15 +327,14 @@ def agents_doctor() -> None:
 @_user_errors
 def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_id>).")) -> None:
     """Re-generate a run's report from its run directory."""
-    from agent2rl.analysis import compute_metrics, record_run, write_report
+    from agent2rl.analysis import record_run, write_report
     from agent2rl.rundir import RunPaths
 
     paths = RunPaths(run_dir.expanduser().resolve())
     if not paths.run_json.is_file():
         raise UserError(f"{run_dir} is not a run directory (no run.json): pass runs/<run_id>")
-    out = write_report(paths)
-    record_run(paths.root.parent, paths.root, compute_metrics(paths))
-    console.print(f"report: {out / 'report.html'}")
+    record_run(paths.root.parent, paths.root, write_report(paths))
+    console.print(f"report: {paths.report / 'report.html'}")
 
 
 @app.command()
@@ -305,49 +351,187 @@ def compare(
     Refuses to put side by side runs of one task graded under different evaluation settings.
     """
     from agent2rl.analysis import list_runs
-    from agent2rl.analysis.compare import aggregate
+    from agent2rl.analysis.compare import aggregate, integrity_note
 
     rows = list_runs(runs_dir.expanduser())
     if not rows:
         raise UserError(f"no finished runs recorded in {runs_dir}: run `agent2rl run` first")
     rows = [r for r in rows if task is None or r["task"] == task]
-    rows = [r for r in rows if eval_hash is None or r.get("eval_hash") == eval_hash]
+    rows = [r for r in rows if eval_hash is None or r["eval_hash"] == eval_hash]
     if not rows:
         raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
     groups = aggregate(rows)  # raises when the rows are not comparable
     table = Table(
-        "run", "task", "agent", "baseline", "best", "improvement [95% CI]", "noise", "LLM tokens"
+        "run",
+        "task",
+        "agent",
+        "baseline",
+        "best",
+        "improvement [95% CI]",
+        "noise",
+        "LLM tokens",
+        "integrity",
     )
     for r in rows:
-        ci = f" [{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}]" if r.get("ci_lo") is not None else ""
-        noise = {None: "-", 0: "beyond", 1: "within"}[r.get("within_noise")]
+        lo, hi = r["ci_lo"], r["ci_hi"]
+        ci = f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else ""
+        noise = {None: "-", 0: "beyond", 1: "within"}[r["within_noise"]]
         table.add_row(
             r["run_id"],
             r["task"],
-            r["agent"]
-            + (f" ({r['driver']})" if r.get("driver") else "")
-            + (f", {r['mode']}" if r.get("mode") else ""),
-            _fmt(r.get("baseline")),
-            _fmt(r.get("best")),
-            _fmt(r.get("improvement"), signed=True) + ci,
+            (r["agent"] or "")
+            + (f" ({r['driver']})" if r["driver"] else "")
+            + (f", {r['mode']}" if r["mode"] else ""),
+            _fmt(r["baseline"]),
+            _fmt(r["best"]),
+            _fmt(r["improvement"], signed=True) + ci,
             noise,
-            f"{r['total_tokens']:,}" if r.get("total_tokens") is not None else "-",
+            f"{r['total_tokens']:,}" if r["total_tokens"] is not None else "-",
+            integrity_note(r),  # flags only: the scores above are as graded
         )
     console.print(table)
     summary = Table(
-        "task", "agent", "driver", "runs", "mean best", "mean improvement", "beyond noise"
+        "task",
+        "agent",
+        "driver",
+        "runs",
+        "mean best",
+        "mean improvement",
+        "beyond noise",
+        "flagged",
     )
     for g in groups:
         summary.add_row(
-            g["task"],
-            g["agent"],
+            g["task"] or "-",
+            g["agent"] or "-",
             g["driver"] or "-",
             str(g["runs"]),
             _fmt(g["mean_best"]),
             _fmt(g["mean_improvement"], signed=True),
             str(g["beyond_noise"]),
+            str(g["flagged"]),
         )
     console.print(summary)
+
+
+study_app = typer.Typer(
+    no_args_is_help=True,
+    help="Studies: a matrix of runs (tasks x agents x drivers x modes x models x repeats) on Ray.",
+)
+app.add_typer(study_app, name="study")
+
+
+@study_app.command("run")
+@_user_errors
+def study_run(
+    spec: Path = typer.Argument(..., help="The study file (TOML)."),
+    out: Path = typer.Option(
+        ..., "--out", help="The study directory (created; resumed if it exists)."
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="A Ray cluster to submit to (default: RAY_ADDRESS, else local Ray)."
+    ),
+    max_concurrent: int | None = typer.Option(
+        None,
+        "--max-concurrent",
+        help="At most this many runs at once (default: as resources allow).",
+    ),
+    retries: int = typer.Option(
+        1, "--retries", help="Times a run that failed in the harness is retried in this call."
+    ),
+) -> None:
+    """Run a study (or resume it: finished runs are kept, the rest run again)."""
+    from agent2rl.study import StudyOptions, run_study
+    from agent2rl.study.progress import make_reporter
+
+    opts = StudyOptions(out=out, address=address, max_concurrent=max_concurrent, retries=retries)
+    result = run_study(spec, opts, lambda tally: make_reporter(tally, console))
+    if result.interrupted:
+        raise typer.Exit(130)
+    if result.failed_keys:
+        raise typer.Exit(1)
+
+
+@study_app.command("status")
+@_user_errors
+def study_status(study_dir: Path = typer.Argument(..., help="A study directory.")) -> None:
+    """Each run slot of a study: its status, attempts, run and headline numbers."""
+    from agent2rl.study import read_state
+
+    meta, slots, attempts = read_state(study_dir.expanduser())
+    counts: dict[str, int] = {}
+    for s in slots:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    console.print(
+        f"[bold]study[/] {meta.get('name')}: {len(slots)} runs; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+        highlight=False,
+    )
+    table = Table("slot", "status", "attempts", "run", "run status", "best", "improvement")
+    for s in slots:
+        best = improvement = "-"
+        if s.run_dir and s.status == "finished":
+            from agent2rl.analysis import RunMetrics
+
+            try:
+                m = RunMetrics.read(Path(s.run_dir) / "report" / "metrics.json")
+                best, improvement = _fmt(m.best_score), _fmt(m.improvement, signed=True)
+            except (OSError, ValueError):
+                pass
+        table.add_row(
+            s.slot.label,
+            s.status,
+            str(s.attempts),
+            s.run_id or "-",
+            s.run_status or "-",
+            best,
+            improvement,
+        )
+    console.print(table)
+
+
+@study_app.command("export")
+@_user_errors
+def study_export(
+    study_dir: Path = typer.Argument(..., help="A study directory (or a plain runs directory)."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write (default DIR/export)."),
+) -> None:
+    """The study's runs and submissions as CSV and Parquet (pandas-friendly)."""
+    from agent2rl.study.export import export
+
+    for name, path in export(study_dir, out).items():
+        console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@_user_errors
+def dashboard(
+    runs_dir: Path = typer.Argument(..., help="A study directory or a plain runs directory."),
+) -> None:
+    """Write DIR/dashboard.html: leaderboard, pass@k, heatmap, curves, trajectories, routes,
+    failures and summaries, one self-contained offline page linking to every run's report.
+
+    Summaries are written by an LLM when AGENT2RL_SUMMARY_BASE_URL and AGENT2RL_SUMMARY_MODEL
+    name an OpenAI-compatible endpoint (metered and cached under DIR/summaries/), else by rules.
+    """
+    from agent2rl.analysis.dashboard import write_dashboard
+    from agent2rl.analysis.summary import SummaryEndpoint, summarize
+    from agent2rl.study.runs import load_runs
+
+    root = runs_dir.expanduser().resolve()
+    runs, overview = load_runs(root)
+    endpoint = SummaryEndpoint.from_env()
+    with console.status(
+        f"summarising {len(runs)} runs" + (f" with {endpoint.model}" if endpoint else "")
+    ):
+        summaries = summarize(
+            runs,
+            endpoint,
+            cache_dir=root / "summaries" / "cache",
+            usage_path=root / "summaries" / "llm_usage.jsonl",
+        )
+    path = write_dashboard(root, runs, overview, summaries)
+    console.print(f"dashboard: {path}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover - console entry point

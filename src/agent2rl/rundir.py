@@ -13,19 +13,18 @@
       record/               code.git (snapshots), resources.jsonl (CPU/RAM timeline),
                             env.db (level 3: every episode and step played for training)
       report/               metrics.json, report.md, report.html, diffs/
+      sandbox/              what the agent's sandbox binds from outside the workspace
 
 Nothing outside ``workspace/`` is mounted into the agent's sandbox.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from agent2rl.files import read_json, write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -102,6 +101,11 @@ class RunPaths:
         return self.record / "llm_usage.jsonl"
 
     @property
+    def egress_log(self) -> Path:
+        """``--network services``: every request the egress proxy saw (JSON lines)."""
+        return self.record / "egress.jsonl"
+
+    @property
     def env_db(self) -> Path:
         """The rollout record (level-3 tasks): every episode and step the agent played."""
         return self.record / "env.db"
@@ -115,35 +119,12 @@ class RunPaths:
     def report(self) -> Path:
         return self.root / "report"
 
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` via a temp file in the same directory and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def swap_in_dir(tmp: Path, root: Path) -> None:
-    """Replace the directory ``root`` by the finished tree ``tmp`` (a sibling): the earlier
-    ``root`` stays whole until the last moment and is removed after the swap."""
-    old = root.with_name(f".{root.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if root.exists():
-        root.rename(old)
-    tmp.rename(root)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def read_json(path: Path) -> Any:
-    """Read a JSON file written by :func:`write_json_atomic`."""
-    return json.loads(Path(path).read_text())
+    @property
+    def sandbox(self) -> Path:
+        """Files the harness binds into the agent's sandbox from outside the workspace: the
+        passwd/group files naming the agent's user, the service sockets of ``--network
+        services``."""
+        return self.root / "sandbox"
 
 
 @dataclass
@@ -153,7 +134,8 @@ class RunInfo:
     ``start``/``deadline`` are epoch seconds of the budget clock (the baseline is measured
     before ``start``). ``status`` is one of ``preparing``, ``running``, ``completed`` (the agent
     exited before the deadline), ``deadline`` (killed at the deadline), ``agent_error`` (the
-    agent exited non-zero) or ``harness_error``.
+    agent exited non-zero), ``oom`` (it went over its memory cap), ``disk_quota`` (its
+    workspace went over its quota), ``interrupted`` or ``harness_error``.
     """
 
     run_id: str
@@ -182,6 +164,13 @@ class RunInfo:
     #: optional token budget through the metering proxy
     mode: str | None = None
     token_budget: int | None = None
+    #: how the agent was confined: the uid it ran as (None: the harness's own user), its
+    #: network policy (``host`` or ``services``), its caps (ResourceCaps as a dict) and what
+    #: enforced them (``cgroup2``, ``cgroup1`` or ``none``: see agent2rl.sandbox.limits)
+    agent_uid: int | None = None
+    network: str | None = None
+    caps: dict[str, Any] | None = None
+    cap_mechanism: str | None = None
 
     def save(self, paths: RunPaths) -> None:
         write_json_atomic(paths.run_json, self.__dict__)

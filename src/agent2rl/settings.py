@@ -62,13 +62,18 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def format_duration(seconds: float) -> str:
-    """Format seconds as ``1h02m03s`` / ``2m05s`` / ``42s`` (negative values clamp to 0)."""
-    s = max(0, int(round(seconds)))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    if h:
-        return f"{h}h{m:02d}m{sec:02d}s"
-    if m:
-        return f"{m}m{sec:02d}s"
-    return f"{sec}s"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """Parse a size like ``200M``, ``16G``, ``1.5GiB``, ``512k`` or a bare number of bytes
+    (binary units: 1K = 1024 bytes). Raises :class:`UserError` for anything else, including
+    zero."""
+    match = _SIZE.match(str(text))
+    if not match:
+        raise UserError(f"bad size {text!r}: use a number with K, M, G or T, e.g. 200M, 16G")
+    size = int(float(match.group(1)) * _UNIT_BYTES[match.group(2).lower()])
+    if size <= 0:
+        raise UserError(f"bad size {text!r}: it must be more than zero")
+    return size

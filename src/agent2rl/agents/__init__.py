@@ -1,9 +1,23 @@
 """Agents: the AgentSpec registry, reference agents, LLM agent systems (CLI adapters described
-as data), their launch behind the metering proxy, log parsing, operating modes and a doctor."""
+as data), their launch behind the metering proxy, log parsing, operating modes and a doctor.
+
+The package::
+
+    spec.py      AgentSpec (an agent as data) and the built-in specs in specs/*.toml
+    drivers.py   driver models: which provider API serves one, where its real key lives
+    launch.py    spec + driver + metering proxy -> the exact argv, env and config files
+    logs/        one parser per CLI log format, merged into PARSERS -> typed events
+    modes.py     operating modes: prompt variants and the training methods a run used
+    doctor.py    which agents are installed and configured here
+    reference/   the reference agents' scripts (no LLM), copied into the workspace
+
+Dependencies point one way: logs <- spec <- drivers <- launch <- doctor; the LLM plumbing
+(the proxy, token counts) is :mod:`agent2rl.metering`, which imports nothing from here.
+"""
 
 from agent2rl.agents.drivers import Driver, driver_for, real_key, resolve_driver
-from agent2rl.agents.events import AgentLog, Event, parse_log, read_agent_log
 from agent2rl.agents.launch import Launch, build_launch
+from agent2rl.agents.logs import AgentLog, Event, parse_log, read_agent_log
 from agent2rl.agents.modes import MODES, detect_methods, mode_contradictions, render_prompt
 from agent2rl.agents.spec import AgentSpec, builtin_specs, get_agent, install_files, load_spec
 

@@ -1,5 +1,6 @@
 """Which agents can run here: installed (binary on PATH or module importable, with its
-version) and configured (the real key of its default driver set), and how to install them.
+version) and configured (the real key of its default driver set), whether a real run of it
+is known to work yet (``experimental`` specs), and how to install them.
 
 ``agent2rl agents`` and ``agent2rl agents doctor`` print :func:`doctor`'s rows, e.g.::
 
@@ -23,7 +24,7 @@ from agent2rl.agents.launch import PROXIED_APIS
 from agent2rl.agents.spec import AgentSpec, builtin_specs
 from agent2rl.errors import UserError
 
-DOCTOR_COLUMNS = ("agent", "installed", "version", "driver", "key", "install")
+DOCTOR_COLUMNS = ("agent", "ready", "installed", "version", "driver", "key", "install")
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?(?:[-.+]\w+)*")
 
 
@@ -34,7 +35,9 @@ class DoctorRow:
     ``location`` is the binary's path or the module's origin (``""`` when not installed);
     ``version`` is ``""`` when unknown or not asked for; ``key_env`` is the variable holding
     the default driver's real key (``""`` for agents without an LLM); ``note`` says what
-    else stands in the way (e.g. an API the metering proxy does not relay).
+    else stands in the way (e.g. an API the metering proxy does not relay);
+    ``experimental`` is the spec's ``experimental_note`` when the agent is not yet shown
+    to complete a real run (``""`` otherwise): it may work, so it does not make ``ok`` false.
     """
 
     agent: str
@@ -48,11 +51,21 @@ class DoctorRow:
     configured: bool
     install: str
     note: str = ""
+    experimental: str = ""
 
     @property
     def ok(self) -> bool:
         """Ready to run with its default driver."""
         return self.installed and self.configured and not self.note
+
+    def readiness(self) -> str:
+        """The "ready" cell: ``yes`` / ``no``; an experimental agent shows its note instead of
+        ``yes`` (``experimental: NOTE``) and after ``no`` (``no; experimental: NOTE``), so
+        the note is visible whether or not the agent is installed."""
+        if not self.experimental:
+            return "yes" if self.ok else "no"
+        flag = f"experimental: {self.experimental}"
+        return flag if self.ok else f"no; {flag}"
 
     def cells(self) -> tuple[str, ...]:
         """The row as text for :data:`DOCTOR_COLUMNS`."""
@@ -64,6 +77,7 @@ class DoctorRow:
             key = f"{key}; {self.note}"
         return (
             self.agent,
+            self.readiness(),
             "yes" if self.installed else "no",
             self.version or "-",
             self.driver or "-",
@@ -112,6 +126,7 @@ def check_agent(
     the keys; the version is asked (``binary --version``, at most ``timeout_s``) only when
     ``versions`` and the spec has ``version_args``. Never raises for a broken install."""
     env = os.environ if environ is None else environ
+    experimental = spec.experimental_note if spec.experimental else ""
     location = _locate(spec, env.get("PATH"))
     installed = bool(location)
     version = ""
@@ -124,7 +139,7 @@ def check_agent(
         except UserError as err:
             return DoctorRow(
                 spec.name, spec.kind, spec.api, spec.default_driver, installed, location,
-                version, "", False, spec.install, str(err),
+                version, "", False, spec.install, str(err), experimental,
             )  # fmt: skip
         key_env = driver.key_env
         try:
@@ -145,6 +160,7 @@ def check_agent(
         configured=configured,
         install=spec.install,
         note=note,
+        experimental=experimental,
     )
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from agent2rl.agents.spec import AgentSpec
 from agent2rl.errors import UserError
+from agent2rl.metering import PROVIDERS
 
 COMPATIBLE_KEY_ENV = "AGENT2RL_DRIVER_API_KEY"
 
@@ -44,11 +45,7 @@ _BARE_PREFIXES: tuple[tuple[str, str], ...] = (
     ("codex-", "openai"),
     ("gemini-", "gemini"),
 )
-KEY_ENVS: dict[str, tuple[str, ...]] = {
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "openai": ("OPENAI_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-}
+KEY_ENVS: dict[str, tuple[str, ...]] = {name: p.key_envs for name, p in PROVIDERS.items()}
 # Model ids go into argv, env values and JSON/YAML config files verbatim, so only characters
 # that need no quoting anywhere are accepted.
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+\-/]*")

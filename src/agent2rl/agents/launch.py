@@ -32,20 +32,18 @@ from pathlib import Path
 from agent2rl.agents.drivers import Driver
 from agent2rl.agents.spec import AgentSpec, base_values, fill
 from agent2rl.errors import UserError
+from agent2rl.metering import PROVIDERS
 
-# The provider APIs the metering proxy relays (agents/metering.py); a driver on any other API
-# could only run with the real key in the agent's hands, which a run never allows.
-PROXIED_APIS: frozenset[str] = frozenset({"anthropic", "openai", "gemini"})
+# The provider APIs the metering proxy relays (agent2rl.metering.providers); a driver on any
+# other API could only run with the real key in the agent's hands, which a run never allows.
+PROXIED_APIS: frozenset[str] = frozenset(PROVIDERS)
 
 
 def proxy_endpoints(proxy_url: str) -> dict[str, str]:
-    """The proxy's per-API base URLs (trailing slashes of ``proxy_url`` are ignored)."""
+    """The proxy's per-API base URLs as placeholder values (``openai_url``,
+    ``anthropic_url``, ``gemini_url``); trailing slashes of ``proxy_url`` are ignored."""
     root = proxy_url.rstrip("/")
-    return {
-        "openai_url": f"{root}/openai/v1",
-        "anthropic_url": f"{root}/anthropic",
-        "gemini_url": f"{root}/gemini",
-    }
+    return {f"{name}_url": root + p.client_path for name, p in PROVIDERS.items()}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent2rl.errors import UserError
-from agent2rl.settings import format_duration
+from agent2rl.formatting import format_duration
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ it speaks and how its driver model, base URL and key are passed — all as data:
     version_args = ["--version"]           # [] when asking for the version is not cheap
     api = "anthropic"                      # anthropic | openai | gemini | any | none
     default_driver = "claude-sonnet-4-5"
-    log_format = "claude-stream-json"      # the parser in agents/events.py
+    log_format = "claude-stream-json"      # a parser in agents/logs/ (PARSERS)
     log_file = ""                          # a structured log the CLI writes (in workspace)
     command = ["claude", "-p", "{prompt}", "--model", "{driver}"]
     [env]
@@ -29,6 +29,12 @@ it speaks and how its driver model, base URL and key are passed — all as data:
     openai = "openai/{model}"
     [config_files]                         # written into the workspace before launch
     ".agent2rl/settings.json" = '{"model": "{driver}"}'
+
+A spec not yet shown to complete a real run here says so, and why; ``agent2rl agents`` shows
+the note instead of "yes" and ``agent2rl run`` warns (but still runs it)::
+
+    experimental = true
+    experimental_note = "fails in the sandbox: ..."
 
 Placeholders in ``command``, ``env`` and ``config_files`` values: ``{python}`` (the harness's
 interpreter), ``{workspace}``, ``{prompt}`` (the rendered prompt), ``{prompt_file}``; and for
@@ -52,8 +58,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from agent2rl.agents.events import PARSERS
+from agent2rl.agents.logs import PARSERS
 from agent2rl.errors import UserError
+from agent2rl.metering import PROVIDERS
 
 DEFAULT_PROMPT = """You are an ML engineer. Improve the base model on the task below within the
 time budget, by training it (SFT, RL, ...) and submitting models to the grading service.
@@ -80,9 +87,7 @@ PLACEHOLDERS = (
     "driver",
     "model",
     "api",
-    "openai_url",
-    "anthropic_url",
-    "gemini_url",
+    *(f"{name}_url" for name in PROVIDERS),  # openai_url, anthropic_url, gemini_url
     "base_url",
     "proxy_key",
 )
@@ -111,6 +116,8 @@ class AgentSpec:
     log_format: str = "text"
     log_file: str = ""
     config_files: dict[str, str] = field(default_factory=dict)
+    experimental: bool = False
+    experimental_note: str = ""
 
     @property
     def uses_llm(self) -> bool:
@@ -177,6 +184,8 @@ def load_spec(path: Path) -> AgentSpec:
         log_format=str(data.get("log_format", "text")),
         log_file=str(data.get("log_file", "")),
         config_files=_str_table(path, data, "config_files"),
+        experimental=_experimental(path, data),
+        experimental_note=str(data.get("experimental_note", "")).strip(),
     )
     _validate(path, spec)
     return spec
@@ -189,6 +198,20 @@ def _str_table(path: Path, data: dict, key: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in table.items()}
 
 
+def _experimental(path: Path, data: dict) -> bool:
+    """The ``experimental`` flag: a TOML boolean only. A string such as ``"false"`` is
+    refused rather than read as truthy, and ``experimental_note`` must be text."""
+    flag = data.get("experimental", False)
+    if not isinstance(flag, bool):
+        raise UserError(
+            f"agent spec {path}: experimental must be true or false (a TOML boolean, "
+            f"unquoted), not {flag!r}"
+        )
+    if not isinstance(data.get("experimental_note", ""), str):
+        raise UserError(f"agent spec {path}: experimental_note must be a string")
+    return flag
+
+
 def _validate(path: Path, spec: AgentSpec) -> None:
     """One clear message per mistake a spec author can make."""
     if spec.kind not in KINDS:
@@ -197,6 +220,14 @@ def _validate(path: Path, spec: AgentSpec) -> None:
         raise UserError(f"agent spec {path}: api must be one of {', '.join(APIS)}")
     if spec.log_format not in LOG_FORMATS:
         raise UserError(f"agent spec {path}: log_format must be one of {', '.join(LOG_FORMATS)}")
+    # The note is what users see in place of "ready": an experimental agent must say why,
+    # and a note on a non-experimental agent would be shown nowhere (a likely typo).
+    if spec.experimental and not spec.experimental_note:
+        raise UserError(
+            f"agent spec {path}: experimental = true needs experimental_note saying why"
+        )
+    if spec.experimental_note and not spec.experimental:
+        raise UserError(f"agent spec {path}: experimental_note is set but experimental is not")
     bad_formats = set(spec.driver_format) - {"anthropic", "openai", "openai-compatible", "gemini"}
     if bad_formats:
         raise UserError(

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
+from agent2rl.analysis.results import ResultsRow
 from agent2rl.errors import UserError
 
 
@@ -21,15 +22,47 @@ class IncomparableRuns(UserError):
     """Runs of one task were graded under different evaluation settings."""
 
 
-def check_comparable(rows: Sequence[dict[str, Any]]) -> None:
+class RunGroup(TypedDict):
+    """The runs of one (task, agent, driver), aggregated."""
+
+    task: str | None
+    agent: str | None
+    driver: str | None
+    runs: int
+    mean_best: float | None
+    """Over the runs with a best score."""
+    mean_improvement: float | None
+    """Over the runs with an improvement (comparable with their baseline)."""
+    std_improvement: float | None
+    """Sample standard deviation; needs two improvements."""
+    beyond_noise: int
+    """Runs that improved with an interval excluding 0."""
+    eval_hash: str | None
+    flagged: int
+    """Runs with an integrity flag (:func:`integrity_note`); their scores are in the means."""
+
+
+def integrity_note(row: ResultsRow) -> str:
+    """A run's integrity flags for a table cell: ``-`` for none, else the flags, with the
+    number of private items found for a contaminated run (e.g. ``contaminated (12 items),
+    model_not_derived``). A run recorded before the checks existed shows ``-``."""
+    flags = [f for f in (row.get("integrity_flags") or "").split(",") if f]
+    items = row.get("contaminated_items")
+    return (
+        ", ".join(f"{f} ({items} items)" if f == "contaminated" and items else f for f in flags)
+        or "-"
+    )
+
+
+def check_comparable(rows: Sequence[ResultsRow]) -> None:
     """Raise :class:`IncomparableRuns` if two rows of one task have different eval hashes.
 
     Rows without an eval hash (a run that failed before its baseline) are ignored: they carry
     no score to compare.
     """
-    by_task: dict[str, dict[str, str]] = defaultdict(dict)
+    by_task: dict[str | None, dict[str, str]] = defaultdict(dict)
     for row in rows:
-        if row.get("eval_hash"):
+        if row["eval_hash"]:
             by_task[row["task"]].setdefault(row["eval_hash"], row["run_id"])
     for task, hashes in by_task.items():
         if len(hashes) > 1:
@@ -41,31 +74,32 @@ def check_comparable(rows: Sequence[dict[str, Any]]) -> None:
             )
 
 
-def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def aggregate(rows: Sequence[ResultsRow]) -> list[RunGroup]:
     """Per (task, agent, driver): run count, mean and spread of best score and improvement,
     and how many runs improved beyond noise. Refuses incomparable rows (see
     :func:`check_comparable`). Runs without a best score count in ``runs`` only."""
     check_comparable(rows)
-    groups: dict[tuple[str, str, str | None], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str | None, str | None, str | None], list[ResultsRow]] = defaultdict(list)
     for row in rows:
-        groups[(row["task"], row["agent"], row.get("driver"))].append(row)
+        groups[(row["task"], row["agent"], row["driver"])].append(row)
     out = []
     for (task, agent, driver), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        best = [r["best"] for r in members if r.get("best") is not None]
-        imp = [r["improvement"] for r in members if r.get("improvement") is not None]
+        best = [r["best"] for r in members if r["best"] is not None]
+        imp = [r["improvement"] for r in members if r["improvement"] is not None]
         out.append(
-            {
-                "task": task,
-                "agent": agent,
-                "driver": driver,
-                "runs": len(members),
-                "mean_best": float(np.mean(best)) if best else None,
-                "mean_improvement": float(np.mean(imp)) if imp else None,
-                "std_improvement": float(np.std(imp, ddof=1)) if len(imp) > 1 else None,
-                "beyond_noise": sum(
-                    1 for r in members if r.get("within_noise") == 0 and (r["improvement"] or 0) > 0
+            RunGroup(
+                task=task,
+                agent=agent,
+                driver=driver,
+                runs=len(members),
+                mean_best=float(np.mean(best)) if best else None,
+                mean_improvement=float(np.mean(imp)) if imp else None,
+                std_improvement=float(np.std(imp, ddof=1)) if len(imp) > 1 else None,
+                beyond_noise=sum(
+                    1 for r in members if r["within_noise"] == 0 and (r["improvement"] or 0) > 0
                 ),
-                "eval_hash": next((r["eval_hash"] for r in members if r.get("eval_hash")), None),
-            }
+                eval_hash=next((r["eval_hash"] for r in members if r["eval_hash"]), None),
+                flagged=sum(1 for r in members if r.get("integrity_flags")),
+            )
         )
     return out

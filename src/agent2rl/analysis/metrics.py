@@ -1,37 +1,78 @@
 """Per-run metrics, computed only from a finished run directory (never from live state).
 
 Reads ``run.json``, ``ledger.db``, the per-item result files the grader wrote, the code
-snapshots in ``record/code.git`` and, if present, ``record/resources.jsonl``. Everything returned
-is plain JSON (numbers, strings, lists, dicts, None) and deterministic: the bootstrap uses a fixed
-seed, so computing the metrics twice gives byte-identical ``metrics.json``.
+snapshots in ``record/code.git`` and, if present, ``record/resources.jsonl``,
+``record/llm_usage.jsonl``, ``record/agent.json``, ``record/contamination.json`` and the
+rollout record. The result is a
+:class:`~agent2rl.analysis.run_metrics.RunMetrics` and deterministic: the bootstrap uses a
+fixed seed, so computing the metrics twice gives byte-identical ``metrics.json``.
+
+Scores are compared with the baseline only through :mod:`agent2rl.grading.comparison`, the
+rule the grading service answered the agent with during the run.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agent2rl.analysis.noise import compare_items, load_item_scores, read_jsonl
-from agent2rl.envs.ledger import summarize_env
+from agent2rl.analysis.code_changes import code_changes
+from agent2rl.analysis.judging import judge_summary
+from agent2rl.analysis.run_metrics import (
+    ContaminationSummary,
+    EnvUsage,
+    GroupScore,
+    GroupScores,
+    IdentityFlags,
+    LLMUsage,
+    RejectedAttempt,
+    ResourceSummary,
+    RunMetrics,
+    TrajectoryPoint,
+)
+from agent2rl.files import read_jsonl_tolerant
+from agent2rl.grading.comparison import best as best_of
+from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
-from agent2rl.recording.snapshot import EMPTY_TREE
-from agent2rl.recording.usage import summarize_usage
+from agent2rl.grading.noise import Intervals, compare_items, load_item_scores
+from agent2rl.integrity.contamination import read_contamination
+from agent2rl.integrity.identity import identity_flags
+from agent2rl.metering import summarize_usage
+from agent2rl.rollout.ledger import summarize_env
 from agent2rl.rundir import RunInfo, RunPaths
-
-# A snapshot id must look like a commit id; anything else is never handed to git, so a bad
-# ledger value can neither be read as an option nor name an arbitrary ref.
-_COMMIT_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 
 
 # -- inputs ------------------------------------------------------------------------------------
-def resource_summary(path: Path) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class _Graded:
+    """What the run's ledger holds; empty for a run that failed before grading."""
+
+    submissions: list[Submission]
+    rejections: list[Rejection]
+    baseline: dict[str, Any] | None
+    """The baseline record (score, n_items, items_path, eval_seconds, eval_hash)."""
+
+    @classmethod
+    def read(cls, paths: RunPaths) -> _Graded:
+        # Opening a missing ledger would create one: a run without one stays without.
+        if not paths.ledger.is_file():
+            return cls([], [], None)
+        with Ledger(paths.ledger) as ledger:
+            baseline = ledger.get_meta("baseline")
+            return cls(
+                ledger.submissions(),
+                ledger.rejections(),
+                baseline if isinstance(baseline, dict) else None,
+            )
+
+
+def resource_summary(path: Path) -> ResourceSummary | None:
     """Peak RSS, mean CPU and peak process count from ``record/resources.jsonl``.
 
     Returns None when the file is missing or holds no usable sample. A field missing from every
@@ -40,7 +81,7 @@ def resource_summary(path: Path) -> dict[str, Any] | None:
     path = Path(path)
     if not path.is_file():
         return None
-    samples = read_jsonl(path)
+    samples = read_jsonl_tolerant(path)
     if not samples:
         return None
 
@@ -52,98 +93,16 @@ def resource_summary(path: Path) -> dict[str, Any] | None:
         ]
 
     rss, cpu, procs, ts = nums("rss_bytes"), nums("cpu_percent"), nums("n_procs"), nums("t")
-    return {
-        "n_samples": len(samples),
-        "peak_rss_bytes": int(max(rss)) if rss else None,
-        "mean_cpu_percent": float(np.mean(cpu)) if cpu else None,
-        "peak_cpu_percent": float(max(cpu)) if cpu else None,
-        "max_procs": int(max(procs)) if procs else None,
-        "span_s": float(max(ts) - min(ts)) if ts else None,
-    }
+    return ResourceSummary(
+        n_samples=len(samples),
+        peak_rss_bytes=int(max(rss)) if rss else None,
+        mean_cpu_percent=float(np.mean(cpu)) if cpu else None,
+        peak_cpu_percent=float(max(cpu)) if cpu else None,
+        max_procs=int(max(procs)) if procs else None,
+        span_s=float(max(ts) - min(ts)) if ts else None,
+    )
 
 
-# -- git ---------------------------------------------------------------------------------------
-def _git(git_dir: Path, *args: str) -> str | None:
-    """stdout of ``git --git-dir=<git_dir> <args>``, or None if git or the repo is unusable."""
-    if not Path(git_dir).is_dir():
-        return None
-    try:
-        proc = subprocess.run(
-            ["git", f"--git-dir={git_dir}", *args],
-            capture_output=True,
-            check=False,
-            timeout=120,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    return proc.stdout.decode("utf-8", errors="replace")
-
-
-def _is_commit_id(value: str | None) -> bool:
-    return value is not None and bool(_COMMIT_RE.match(value))
-
-
-def diff_numstat(git_dir: Path, old: str, new: str) -> tuple[int, int] | None:
-    """(lines added, lines removed) between two commits (or trees) of ``git_dir``.
-
-    Binary files (``-`` in numstat) are ignored. Renames are detected (``-M``) so a moved file
-    counts only its edits. Returns None when the repo or either id is missing or invalid.
-    """
-    if not (_is_commit_id(old) and _is_commit_id(new)):
-        return None
-    out = _git(git_dir, "diff", "--numstat", "-M", "--no-ext-diff", "--no-textconv", old, new)
-    if out is None:
-        return None
-    added = removed = 0
-    for line in out.splitlines():
-        parts = line.split("\t", 2)
-        if len(parts) < 3 or not (parts[0].isdigit() and parts[1].isdigit()):
-            continue
-        added += int(parts[0])
-        removed += int(parts[1])
-    return added, removed
-
-
-def snapshot_diff(git_dir: Path, old: str, new: str) -> str | None:
-    """The unified diff between two commits of ``git_dir`` as text (binary files summarised).
-
-    Returns None when the repo or either id is missing or invalid; an empty string when the two
-    snapshots hold the same code.
-    """
-    if not (_is_commit_id(old) and _is_commit_id(new)):
-        return None
-    return _git(git_dir, "diff", "-M", "--no-color", "--no-ext-diff", "--no-textconv", old, new)
-
-
-def code_changes(git_dir: Path, submissions: Sequence[Submission]) -> list[dict[str, Any]]:
-    """Lines added/removed by each submission relative to the previous snapshotted submission.
-
-    The first snapshot is compared with the empty tree. A submission without a snapshot (or
-    whose snapshot git cannot read) gets ``added``/``removed`` None and does not become the next
-    comparison base. Each entry: ``id``, ``snapshot``, ``base`` (the id compared against, or
-    None), ``added``, ``removed``.
-    """
-    out: list[dict[str, Any]] = []
-    base = EMPTY_TREE
-    for sub in submissions:
-        entry: dict[str, Any] = {
-            "id": sub.id,
-            "snapshot": sub.snapshot,
-            "base": None,
-            "added": None,
-            "removed": None,
-        }
-        stat = diff_numstat(git_dir, base, sub.snapshot) if sub.snapshot else None
-        if stat is not None:
-            entry.update(base=base, added=stat[0], removed=stat[1])
-            base = sub.snapshot  # type: ignore[assignment]
-        out.append(entry)
-    return out
-
-
-# -- metrics -----------------------------------------------------------------------------------
 def _rel(paths: RunPaths, rel: str | None) -> Path | None:
     return paths.root / rel if rel else None
 
@@ -156,39 +115,79 @@ def _items_for(paths: RunPaths, sub: Submission, by_id: dict[int, Submission]) -
     return _rel(paths, original.items_path) if original else None
 
 
-def _noise(
+def group_scores(path: Path | None) -> dict[str, GroupScore] | None:
+    """Per-item results broken down by ``meta.group`` (an episode's task type):
+    ``{group: GroupScore(n=items, score=0-100 mean)}``. None when the file is missing or no
+    item carries a group."""
+    if path is None or not Path(path).is_file():
+        return None
+    sums: dict[str, list[float]] = {}
+    for row in read_jsonl_tolerant(Path(path)):
+        meta = row.get("meta")
+        group = meta.get("group") if isinstance(meta, dict) else None
+        if group is not None and isinstance(row.get("score"), int | float):
+            sums.setdefault(str(group), []).append(float(row["score"]))
+    if not sums:
+        return None
+    return {g: GroupScore(n=len(v), score=100.0 * sum(v) / len(v)) for g, v in sorted(sums.items())}
+
+
+def _str_list(value: Any) -> list[str] | None:
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+
+def _agent_view(
+    paths: RunPaths,
+) -> tuple[dict[str, Any] | None, list[str] | None, list[str] | None]:
+    """From ``record/agent.json`` (written after the agent stops): the agent log's summary
+    (events, the CLI's own token counts), the training methods found in its code and where
+    they contradict its mode. Each is None when the file is missing or unreadable, or when
+    its value is not of the expected kind (a dict, lists of strings)."""
+    try:
+        view = json.loads((paths.record / "agent.json").read_text())
+    except (OSError, ValueError):
+        view = {}
+    if not isinstance(view, dict):
+        view = {}
+    log = view.get("log")
+    return (
+        log if isinstance(log, dict) else None,
+        _str_list(view.get("methods")),
+        _str_list(view.get("mode_flags")),
+    )
+
+
+# -- scores against the baseline ---------------------------------------------------------------
+def _intervals(
     paths: RunPaths, baseline: dict[str, Any] | None, subs: Sequence[Submission]
-) -> dict[int, dict[str, Any]]:
-    """Per valid submission: its score interval and the paired interval against the baseline
-    (see :func:`compare_items`), plus ``comparable``: False when its eval hash differs from
-    the baseline's, in which case no improvement interval is given."""
+) -> dict[int, Intervals]:
+    """Per valid submission: its score interval and, when it is comparable with the baseline,
+    the paired interval against it (see :func:`~agent2rl.grading.noise.compare_items`)."""
     base_path = _rel(paths, (baseline or {}).get("items_path"))
     base_items = load_item_scores(base_path) if base_path else None
     base_hash = (baseline or {}).get("eval_hash")
     by_id = {s.id: s for s in subs}
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, Intervals] = {}
     for sub in subs:
         if not sub.valid:
             continue
         path = _items_for(paths, sub, by_id)
-        comparable = not (base_hash and sub.eval_hash and sub.eval_hash != base_hash)
         items = load_item_scores(path) if path else None
-        out[sub.id] = {
-            **compare_items(items, base_items if comparable else None),
-            "comparable": comparable,
-        }
+        out[sub.id] = compare_items(
+            items, base_items, comparable=comparable(sub.eval_hash, base_hash)
+        )
     return out
 
 
-def _confidence(best: Submission | None, noise: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The best submission's intervals, under the names the report and results use."""
-    entry = noise.get(best.id, {}) if best is not None else {}
-    return {
-        "improvement_ci95": entry.get("improvement_ci95"),
-        "best_score_ci95": entry.get("score_ci95"),
-        "within_noise": entry.get("within_noise"),
-        "n_items_paired": entry.get("n_items_paired"),
-    }
+def _first_improvement(
+    valid: Sequence[Submission], base_score: float | None, base_hash: str | None
+) -> Submission | None:
+    """The first valid submission whose comparable score beats the baseline."""
+    for s in valid:
+        gain = improvement(s.score, base_score, comparable(s.eval_hash, base_hash))
+        if gain is not None and gain > 0:
+            return s
+    return None
 
 
 def _monotonic_ratio(scores: Sequence[float]) -> float | None:
@@ -199,96 +198,118 @@ def _monotonic_ratio(scores: Sequence[float]) -> float | None:
 
 
 def _trajectory(
-    subs: Sequence[Submission], t0: float, noise: dict[int, dict[str, Any]]
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+    subs: Sequence[Submission], t0: float, base_hash: str | None, intervals: dict[int, Intervals]
+) -> list[TrajectoryPoint]:
+    out: list[TrajectoryPoint] = []
     best: float | None = None
     for s in subs:
         if s.valid:
             best = s.score if best is None else max(best, s.score)  # type: ignore[type-var]
+        iv = intervals.get(s.id, Intervals())
         out.append(
-            {
-                "id": s.id,
-                "t": s.submitted_at - t0,
-                "score": s.score if s.valid else None,
-                "best_so_far": best,
-                "status": s.status,
-                "is_copy": s.is_copy,
-                "duplicate_of": s.duplicate_of,
-                "error": s.error,
-                "path": s.path,
-                "eval_seconds": s.eval_seconds,
-                "eval_hash": s.eval_hash,
-                "score_ci95": noise.get(s.id, {}).get("score_ci95"),
-                "improvement_ci95": noise.get(s.id, {}).get("improvement_ci95"),
-                "within_noise": noise.get(s.id, {}).get("within_noise"),
-                "comparable": noise.get(s.id, {}).get("comparable"),
-            }
+            TrajectoryPoint(
+                id=s.id,
+                t=s.submitted_at - t0,
+                score=s.score if s.valid else None,
+                best_so_far=best,
+                status=s.status,
+                is_copy=s.is_copy,
+                duplicate_of=s.duplicate_of,
+                error=s.error,
+                path=s.path,
+                eval_seconds=s.eval_seconds,
+                eval_hash=s.eval_hash,
+                score_ci95=iv.score_ci95,
+                improvement_ci95=iv.improvement_ci95,
+                within_noise=iv.within_noise,
+                comparable=comparable(s.eval_hash, base_hash) if s.valid else None,
+                failure_kind=s.failure_kind if s.status == "failed" else None,
+                retry_of=s.retry_of,
+                identity=_identity(s),
+            )
         )
     return out
 
 
-def _rejection_dict(r: Rejection, t0: float) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "t": r.at - t0,
-        "path": r.path,
-        "http_status": r.http_status,
-        "reason": r.reason,
-    }
+def _identity(s: Submission) -> IdentityFlags | None:
+    flags = identity_flags(s.identity)
+    return IdentityFlags.model_validate(flags) if flags is not None else None
 
 
-def _agent_view(paths: RunPaths) -> dict[str, Any]:
-    """From ``record/agent.json`` (written after the agent stops): the agent log's summary
-    (events, the CLI's own token counts), the training methods found in its code and where
-    they contradict its mode. All None when the file is missing or unreadable."""
-    try:
-        view = json.loads((paths.record / "agent.json").read_text())
-    except (OSError, ValueError):
-        view = {}
-    if not isinstance(view, dict):
-        view = {}
-    return {
-        "agent_log": view.get("log"),
-        "methods": view.get("methods"),
-        "mode_flags": view.get("mode_flags"),
-    }
-
-
-def group_scores(path: Path | None) -> dict[str, dict[str, float]] | None:
-    """Per-item results broken down by ``meta.group`` (an episode's task type):
-    ``{group: {"n": items, "score": 0-100 mean}}``. None when the file is missing or no item
-    carries a group."""
-    if path is None or not Path(path).is_file():
+def _contamination(paths: RunPaths) -> ContaminationSummary | None:
+    """The summary of ``record/contamination.json``; None when the check did not run."""
+    report = read_contamination(paths)
+    if report is None:
         return None
-    sums: dict[str, list[float]] = {}
-    for row in read_jsonl(Path(path)):
-        meta = row.get("meta")
-        group = meta.get("group") if isinstance(meta, dict) else None
-        if group is not None and isinstance(row.get("score"), int | float):
-            sums.setdefault(str(group), []).append(float(row["score"]))
-    if not sums:
-        return None
-    return {g: {"n": len(v), "score": 100.0 * sum(v) / len(v)} for g, v in sorted(sums.items())}
+    files: list[str] = []
+    for match in report.matches:
+        files += [f for f in match.files if f not in files]
+    return ContaminationSummary(
+        flagged=report.flagged,
+        matched_items=report.matched_items,
+        items_total=report.items_total,
+        n=report.n,
+        item_ids=[m.item_id for m in report.matches[:20]],
+        files=files[:20],
+        flagged_urls=report.egress.flagged_urls[:20] if report.egress else [],
+        short_items=report.short_items,
+        unsearchable_items=report.unsearchable_items,
+        files_scanned=report.files_scanned,
+        bytes_scanned=report.bytes_scanned,
+        notes=report.notes,
+    )
+
+
+def _integrity_flags(
+    trajectory: Sequence[TrajectoryPoint], contamination: ContaminationSummary | None
+) -> list[str]:
+    flags: list[str] = []
+    if any(tr.identity and tr.identity.derived is False for tr in trajectory):
+        flags.append("model_not_derived")
+    if any(tr.identity and tr.identity.chat_template_changed for tr in trajectory):
+        flags.append("chat_template_changed")
+    if contamination is not None and contamination.flagged:
+        flags.append("contaminated")
+    return flags
+
+
+def _rejected(r: Rejection, t0: float) -> RejectedAttempt:
+    return RejectedAttempt(
+        id=r.id, t=r.at - t0, path=r.path, http_status=r.http_status, reason=r.reason
+    )
 
 
 def _breakdown(
-    paths: RunPaths, baseline: dict[str, Any] | None, best: Submission | None, subs: list
-) -> dict[str, Any] | None:
+    paths: RunPaths,
+    baseline: dict[str, Any] | None,
+    best: Submission | None,
+    subs: Sequence[Submission],
+) -> GroupScores | None:
     """The baseline's and the best submission's scores per item group (None: no groups)."""
     base = group_scores(_rel(paths, (baseline or {}).get("items_path")))
     top = group_scores(_items_for(paths, best, {s.id: s for s in subs})) if best else None
     if base is None and top is None:
         return None
-    return {"baseline": base, "best": top}
+    return GroupScores(baseline=base, best=top)
 
 
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def compute_metrics(paths: RunPaths) -> dict[str, Any]:
-    """All per-run metrics of a finished run directory as a JSON-serialisable dict.
+# -- metrics -----------------------------------------------------------------------------------
+def _egress(paths: RunPaths) -> dict[str, Any] | None:
+    """The egress summary of ``record/network.json`` (None: no file, or a ``host`` run)."""
+    try:
+        record = json.loads((paths.record / "network.json").read_text())
+    except (OSError, ValueError):
+        return None
+    egress = record.get("egress") if isinstance(record, dict) else None
+    return egress if isinstance(egress, dict) else None
+
+
+def compute_metrics(paths: RunPaths) -> RunMetrics:
+    """All per-run metrics of a finished run directory.
 
     Times are seconds since ``start`` (the budget clock); a run that never started uses
     ``created_at`` as the origin. Scores are 0-100. Edge cases:
@@ -297,103 +318,128 @@ def compute_metrics(paths: RunPaths) -> dict[str, Any]:
     - no valid submission: ``best_score``, ``improvement``, the intervals, ``time_to_best``
       and ``first_valid_idx`` are None; no baseline: ``improvement`` and
       ``time_to_first_improvement`` are None;
+    - a score is compared with the baseline only when both eval hashes are known and equal
+      (:func:`agent2rl.grading.comparison.comparable`): otherwise its trajectory point says
+      ``comparable`` False and has no improvement interval, a best that is not comparable
+      gives ``improvement`` None, and it cannot be the first improvement;
     - missing per-item files: the intervals and ``within_noise`` are None; only items present
       in both the baseline's and the best's files are paired;
     - ``monotonic_ratio`` needs two valid submissions, ``time_used_ratio`` needs ``start``,
       ``ended_at`` and a positive budget (it is clipped to [0, 1]);
     - ``code_changes`` entries have None counts where a snapshot is missing or unreadable;
-      ``total_lines_changed`` sums the known ones (added + removed).
+      ``total_lines_changed`` sums the known ones (added + removed);
+    - integrity: a submission without an identity report (an older ledger) has ``identity``
+      None and raises no flag; no ``record/contamination.json`` gives ``contamination`` None
+      (the check did not run), never "clean". Neither ever changes a score.
     """
     info = RunInfo.load(paths)
-    subs: list[Submission] = []
-    rejections: list[Rejection] = []
-    baseline: dict[str, Any] | None = None
-    if paths.ledger.is_file():
-        with Ledger(paths.ledger) as ledger:
-            subs = ledger.submissions()
-            rejections = ledger.rejections()
-            baseline = ledger.get_meta("baseline")
-    if not isinstance(baseline, dict):
-        baseline = None
+    graded = _Graded.read(paths)
+    subs, baseline = graded.submissions, graded.baseline
     base_score = _finite(baseline.get("score")) if baseline else None
+    base_hash = baseline.get("eval_hash") if baseline else None
 
     t0 = info.start if info.start is not None else info.created_at
     valid = [s for s in subs if s.valid]
-    # Same rule as Ledger.best(): highest score, earliest id wins ties.
-    best = max(valid, key=lambda s: (s.score, -s.id)) if valid else None
-    first_valid_idx = next((i for i, s in enumerate(subs, 1) if s.valid), None)
-    first_better = (
-        next((s for s in valid if s.score > base_score), None)  # type: ignore[operator]
-        if base_score is not None
-        else None
-    )
+    best = best_of(subs)
+    first_better = _first_improvement(valid, base_score, base_hash)
     duration = (
         info.ended_at - info.start if info.ended_at is not None and info.start is not None else None
     )
-    time_used = (
-        min(1.0, max(0.0, duration / info.budget_s))
-        if duration is not None and info.budget_s and info.budget_s > 0
-        else None
-    )
     changes = code_changes(paths.code_git, subs)
-    noise = _noise(paths, baseline, subs)
-    best_comparable = best is None or noise.get(best.id, {}).get("comparable", True)
+    intervals = _intervals(paths, baseline, subs)
+    top = intervals.get(best.id, Intervals()) if best is not None else Intervals()
+    env = summarize_env(paths.env_db, t0)
+    agent_log, methods, mode_flags = _agent_view(paths)
+    trajectory = _trajectory(subs, t0, base_hash, intervals)
+    contamination = _contamination(paths)
 
-    metrics: dict[str, Any] = {
-        "run_id": info.run_id,
-        "task": info.task,
-        "task_version": info.task_version,
-        "level": info.level,
-        "agent": info.agent,
-        "driver": info.driver,
-        "mode": info.mode,
-        "model": info.model,
-        "status": info.status,
-        "error": info.error,
-        "budget_s": info.budget_s,
-        "start": info.start,
-        "deadline": info.deadline,
-        "ended_at": info.ended_at,
-        "duration_s": duration,
-        "baseline": base_score,
-        "baseline_n_items": baseline.get("n_items") if baseline else None,
-        "best_score": best.score if best else None,
-        "best_submission_id": best.id if best else None,
-        "eval_hash": baseline.get("eval_hash") if baseline else None,
+    return RunMetrics(
+        run_id=info.run_id,
+        task=info.task,
+        task_version=info.task_version,
+        task_options=info.task_options,
+        level=info.level,
+        agent=info.agent,
+        driver=info.driver,
+        mode=info.mode,
+        model=info.model,
+        status=info.status,
+        error=info.error,
+        budget_s=info.budget_s,
+        start=info.start,
+        deadline=info.deadline,
+        ended_at=info.ended_at,
+        duration_s=duration,
+        sandbox=info.sandbox,
+        agent_uid=info.agent_uid,
+        network=info.network,
+        egress=_egress(paths),
+        caps=info.caps,
+        cap_mechanism=info.cap_mechanism,
+        baseline=base_score,
+        baseline_n_items=baseline.get("n_items") if baseline else None,
+        best_score=best.score if best else None,
+        best_submission_id=best.id if best else None,
+        eval_hash=base_hash,
         # A best graded under other evaluation settings than the baseline has no improvement.
-        "improvement": (
-            best.score - base_score  # type: ignore[operator]
-            if best is not None and base_score is not None and best_comparable
+        improvement=(
+            improvement(best.score, base_score, comparable(best.eval_hash, base_hash))
+            if best is not None
             else None
         ),
-        **_confidence(best, noise),
-        "submissions": len(subs),
-        "valid_submissions": len(valid),
-        "valid_submission_rate": len(valid) / len(subs) if subs else None,
-        "first_valid_idx": first_valid_idx,
-        "time_to_first_improvement": first_better.submitted_at - t0 if first_better else None,
-        "time_to_best": best.submitted_at - t0 if best else None,
-        "monotonic_ratio": _monotonic_ratio([s.score for s in valid]),  # type: ignore[misc]
-        "copy_model_count": sum(1 for s in subs if s.is_copy),
-        "duplicate_count": sum(1 for s in subs if s.duplicate_of is not None),
-        "rejected_attempts": len(rejections),
-        "time_used_ratio": time_used,
-        "last_submit_gap": (
+        improvement_ci95=top.improvement_ci95,
+        best_score_ci95=top.score_ci95,
+        within_noise=top.within_noise,
+        n_items_paired=top.n_items_paired,
+        submissions=len(subs),
+        valid_submissions=len(valid),
+        valid_submission_rate=len(valid) / len(subs) if subs else None,
+        first_valid_idx=next((i for i, s in enumerate(subs, 1) if s.valid), None),
+        time_to_first_improvement=first_better.submitted_at - t0 if first_better else None,
+        time_to_best=best.submitted_at - t0 if best else None,
+        monotonic_ratio=_monotonic_ratio([s.score for s in valid]),  # type: ignore[misc]
+        copy_model_count=sum(1 for s in subs if s.is_copy),
+        duplicate_count=sum(1 for s in subs if s.duplicate_of is not None),
+        rejected_attempts=len(graded.rejections),
+        time_used_ratio=(
+            min(1.0, max(0.0, duration / info.budget_s))
+            if duration is not None and info.budget_s and info.budget_s > 0
+            else None
+        ),
+        last_submit_gap=(
             info.deadline - subs[-1].submitted_at if subs and info.deadline is not None else None
         ),
-        "code_changes": changes,
-        "total_lines_changed": sum(
-            c["added"] + c["removed"] for c in changes if c["added"] is not None
+        code_changes=changes,
+        total_lines_changed=sum(
+            c.added + c.removed for c in changes if c.added is not None and c.removed is not None
         ),
-        "trajectory": _trajectory(subs, t0, noise),
-        "rejections": [_rejection_dict(r, t0) for r in rejections],
-        "resources": resource_summary(paths.resources),
+        trajectory=trajectory,
+        rejections=[_rejected(r, t0) for r in graded.rejections],
+        resources=resource_summary(paths.resources),
         # Tokens the agent's LLM used, as the metering proxy recorded them (None: no proxy).
-        "llm_usage": summarize_usage(paths.llm_usage) if paths.llm_usage.is_file() else None,
-        "token_budget": info.token_budget,
-        # Level 3: what the agent played through the rollout service (None: no service).
-        "env_usage": summarize_env(paths.env_db, t0),
-        "group_scores": _breakdown(paths, baseline, best, subs),
-        **_agent_view(paths),
-    }
-    return metrics
+        llm_usage=(
+            LLMUsage.model_validate(summarize_usage(paths.llm_usage))
+            if paths.llm_usage.is_file()
+            else None
+        ),
+        token_budget=info.token_budget,
+        # Interactive tasks: what the agent played through the rollout service (None: none).
+        env_usage=EnvUsage.model_validate(env) if env is not None else None,
+        group_scores=_breakdown(paths, baseline, best, subs),
+        judge=judge_summary(
+            paths,
+            _rel(paths, (baseline or {}).get("items_path")),
+            _items_for(paths, best, {s.id: s for s in subs}) if best else None,
+        ),
+        agent_log=agent_log,
+        methods=methods,
+        mode_flags=mode_flags,
+        not_derived_submissions=[
+            tr.id for tr in trajectory if tr.identity and tr.identity.derived is False
+        ],
+        chat_template_submissions=[
+            tr.id for tr in trajectory if tr.identity and tr.identity.chat_template_changed
+        ],
+        contamination=contamination,
+        integrity_flags=_integrity_flags(trajectory, contamination),
+    )

@@ -1,75 +1,74 @@
 """The per-run report: ``report/metrics.json``, ``report.md``, ``report.html`` and ``diffs/``.
 
-``report.html`` is one self-contained file (inline CSS, an inline SVG plot drawn here, a few
-lines of inline JS; nothing fetched), so it can be mailed, archived or opened from a sweep's
-result folder as is. Every string that could have come from the agent (paths, error messages,
-rejection reasons, diffs) is escaped before it reaches Markdown or HTML.
+``report.html`` is one self-contained file (inline CSS, inline SVG figures drawn by
+:mod:`agent2rl.analysis.plot`, a few lines of inline JS; nothing fetched), so it can be mailed,
+archived or opened from a sweep's result folder as is. Every string that could have come from
+the agent (paths, error messages, rejection reasons, diffs) is escaped before it reaches
+Markdown or HTML.
 """
 
 from __future__ import annotations
 
 import html
-import math
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent2rl.analysis.metrics import EMPTY_TREE, compute_metrics, snapshot_diff
-from agent2rl.rundir import RunPaths, write_json_atomic
+from agent2rl.analysis.code_changes import snapshot_diff
+from agent2rl.analysis.judging import judge_text
+from agent2rl.analysis.metrics import compute_metrics
+from agent2rl.analysis.plot import env_steps_svg, score_plot_svg
+from agent2rl.analysis.run_metrics import (
+    CodeChange,
+    EnvUsage,
+    GroupScores,
+    RunMetrics,
+    TrajectoryPoint,
+)
+from agent2rl.files import write_json_atomic, write_text_atomic
+from agent2rl.formatting import DASH, format_bytes, format_duration
+from agent2rl.grading.comparison import improvement
+from agent2rl.recording.snapshot import EMPTY_TREE
+from agent2rl.rundir import RunPaths
 
 #: Diffs above this size are cut in report.html (the full text stays in diffs/<id>.diff) so an
 #: agent committing a huge generated file cannot make the page unopenable.
 DIFF_EMBED_LIMIT = 200_000
 #: Rows of the rejected-attempts table; an agent hammering the API must not bloat the report.
 MAX_REJECTION_ROWS = 200
-_DASH = "—"
 
 
 # -- entry point -------------------------------------------------------------------------------
-def write_report(paths: RunPaths) -> Path:
-    """Compute the run's metrics and write every report file; return the report directory.
+def write_report(paths: RunPaths, metrics: RunMetrics | None = None) -> RunMetrics:
+    """Write every report file of a run into ``paths.report``; return the metrics written.
 
-    Writes ``metrics.json``, ``report.md``, ``report.html`` and ``diffs/<id>.diff`` (one per
+    ``metrics`` are computed from the run directory when not given, so a caller that also
+    records the run's results row computes them once and passes them here. Writes
+    ``metrics.json``, ``report.md``, ``report.html`` and ``diffs/<id>.diff`` (one per
     submission whose snapshot git can read) atomically. Idempotent: a second call rewrites the
     same bytes and removes ``.diff`` files no longer backed by a submission. Works for a run
     with no submissions, no baseline or no code snapshots.
     """
-    metrics = compute_metrics(paths)
+    if metrics is None:
+        metrics = compute_metrics(paths)
     out = paths.report
     out.mkdir(parents=True, exist_ok=True)
     diffs = collect_diffs(paths, metrics)
     _write_diffs(out / "diffs", diffs)
-    write_json_atomic(out / "metrics.json", metrics)
-    _write_text_atomic(out / "report.md", render_markdown(metrics))
-    _write_text_atomic(out / "report.html", render_html(metrics, diffs))
-    return out
+    write_json_atomic(out / "metrics.json", metrics.to_json())
+    write_text_atomic(out / "report.md", render_markdown(metrics))
+    write_text_atomic(out / "report.html", render_html(metrics, diffs))
+    return metrics
 
 
-def collect_diffs(paths: RunPaths, metrics: Mapping[str, Any]) -> dict[int, str | None]:
+def collect_diffs(paths: RunPaths, metrics: RunMetrics) -> dict[int, str | None]:
     """Each submission's code diff against the snapshot its ``code_changes`` entry was compared
     with; None where there is no readable snapshot."""
-    diffs: dict[int, str | None] = {}
-    for change in metrics.get("code_changes", []):
-        base, snap = change.get("base"), change.get("snapshot")
-        diffs[int(change["id"])] = (
-            snapshot_diff(paths.code_git, base, snap) if base and snap else None
-        )
-    return diffs
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return {
+        c.id: snapshot_diff(paths.code_git, c.base, c.snapshot) if c.base and c.snapshot else None
+        for c in metrics.code_changes
+    }
 
 
 def _write_diffs(diff_dir: Path, diffs: Mapping[int, str | None]) -> None:
@@ -79,7 +78,7 @@ def _write_diffs(diff_dir: Path, diffs: Mapping[int, str | None]) -> None:
             if stale.name not in wanted:
                 stale.unlink()
     for name, text in wanted.items():
-        _write_text_atomic(diff_dir / name, text)
+        write_text_atomic(diff_dir / name, text)
 
 
 # -- formatting --------------------------------------------------------------------------------
@@ -101,230 +100,340 @@ def _md(value: Any, limit: int = 300) -> str:
 
 def _num(x: float | None, digits: int = 2, signed: bool = False) -> str:
     if x is None:
-        return _DASH
+        return DASH
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
-def _dur(seconds: float | None) -> str:
-    if seconds is None:
-        return _DASH
-    sign, s = ("-" if seconds < 0 else ""), abs(int(round(seconds)))
-    if s < 60:
-        return f"{sign}{s}s"
-    if s < 3600:
-        return f"{sign}{s // 60}m {s % 60:02d}s"
-    return f"{sign}{s // 3600}h {(s % 3600) // 60:02d}m"
-
-
-def _bytes(n: float | None) -> str:
-    if n is None:
-        return _DASH
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover - the loop always returns
-
-
 def _pct(x: float | None) -> str:
-    return _DASH if x is None else f"{100 * x:.0f}%"
+    return DASH if x is None else f"{100 * x:.0f}%"
 
 
 def _ci(ci: Sequence[float] | None, signed: bool = True) -> str:
     if not ci:
-        return _DASH
+        return DASH
     return f"[{_num(ci[0], signed=signed)}, {_num(ci[1], signed=signed)}]"
 
 
-def _noise_label(m: Mapping[str, Any]) -> str:
-    if m.get("within_noise") is None:
+def _noise_label(within_noise: bool | None) -> str:
+    if within_noise is None:
         return ""
-    return "within noise" if m["within_noise"] else "beyond noise"
+    return "within noise" if within_noise else "beyond noise"
 
 
-def _improvement_text(m: Mapping[str, Any]) -> str:
-    if m.get("improvement") is None:
-        if not m.get("valid_submissions"):
+def _incomparable(eval_hash: str | None, baseline_hash: str | None, subject: str) -> str:
+    """Why ``subject``'s score is not compared with the baseline: the cases of
+    :func:`agent2rl.grading.comparison.comparable`."""
+    if not baseline_hash:
+        return "not comparable: the baseline's evaluation settings were not recorded"
+    if not eval_hash:
+        return f"not comparable: {subject}'s evaluation settings were not recorded"
+    return f"not comparable: {subject} was graded under other evaluation settings"
+
+
+def _improvement_text(m: RunMetrics) -> str:
+    if m.improvement is None:
+        if not m.valid_submissions:
             return "no valid submission"
-        if m.get("baseline") is not None:
-            return "not comparable: the best was graded under other evaluation settings"
+        if m.baseline is not None:
+            best = next((tr for tr in m.trajectory if tr.id == m.best_submission_id), None)
+            return _incomparable(best.eval_hash if best else None, m.eval_hash, "the best")
         return "no baseline"
-    text = f"{m['improvement']:+.2f} points"
-    if m.get("improvement_ci95"):
-        text += f" (95% CI {_ci(m['improvement_ci95'])}"
-        label = _noise_label(m)
+    text = f"{m.improvement:+.2f} points"
+    if m.improvement_ci95:
+        text += f" (95% CI {_ci(m.improvement_ci95)}"
+        label = _noise_label(m.within_noise)
         text += f", {label})" if label else ")"
     return text
 
 
-def _notes(tr: Mapping[str, Any]) -> list[str]:
+def _notes(tr: TrajectoryPoint, m: RunMetrics) -> list[str]:
     notes = []
-    label = _noise_label(tr)
+    label = _noise_label(tr.within_noise)
     if label:
         notes.append(label)
-    if tr.get("comparable") is False:
-        notes.append("graded under other evaluation settings than the baseline: not comparable")
-    if tr.get("is_copy"):
+    if tr.comparable is False and m.baseline is not None:  # no baseline: nothing to compare
+        notes.append(_incomparable(tr.eval_hash, m.eval_hash, "this submission"))
+    if tr.is_copy:
         notes.append("copy of a given model")
-    if tr.get("duplicate_of") is not None:
-        notes.append(f"duplicate of #{tr['duplicate_of']}")
-    if tr.get("error"):
-        notes.append(f"error: {tr['error']}")
+    if tr.duplicate_of is not None:
+        notes.append(f"duplicate of #{tr.duplicate_of}")
+    if tr.retry_of is not None:
+        notes.append(f"retry of #{tr.retry_of} (failed by the harness)")
+    if tr.error:
+        kind = {"model": "the model's fault", "harness": "the harness's fault, retryable"}
+        notes.append(
+            f"error ({kind[tr.failure_kind]}): {tr.error}"
+            if tr.failure_kind in kind
+            else f"error: {tr.error}"
+        )
+    if tr.identity is not None and tr.identity.derived is False:
+        notes.append("NOT DERIVED from the base model: " + "; ".join(tr.identity.reasons))
+    if tr.identity is not None and tr.identity.chat_template_changed:
+        notes.append("own chat template")
     return notes
 
 
-def _lines_text(change: Mapping[str, Any] | None) -> str:
-    if not change or change.get("added") is None:
-        return _DASH
-    return f"+{change['added']} / -{change['removed']}"
+def _ids(ids: Sequence[int]) -> str:
+    return ", ".join(f"#{i}" for i in ids)
 
 
-def _changes_by_id(m: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
-    return {int(c["id"]): c for c in m.get("code_changes", [])}
+def integrity_text(m: RunMetrics) -> str:
+    """One line on the run's integrity flags, for the report's header (and any summary)."""
+    parts = []
+    if m.not_derived_submissions:
+        parts.append(f"model not derived from the base: {_ids(m.not_derived_submissions)}")
+    if m.chat_template_submissions:
+        parts.append(f"own chat template: {_ids(m.chat_template_submissions)}")
+    c = m.contamination
+    if c is None:
+        parts.append("contamination check not run")
+    elif c.flagged:
+        parts.append(
+            f"CONTAMINATED: {c.matched_items} of {c.items_total} private items found"
+            " in the workspace"
+            + (f", {len(c.flagged_urls)} dataset fetch(es)" if c.flagged_urls else "")
+        )
+    else:
+        parts.append(f"no contamination found ({c.items_total} private items searched)")
+    flagged = bool(m.integrity_flags)
+    return (
+        ("flagged: " if flagged else "")
+        + "; ".join(parts)
+        + (" (scores unchanged)" if flagged else "")
+    )
 
 
-def _delta(score: float | None, baseline: float | None) -> float | None:
-    return score - baseline if score is not None and baseline is not None else None
+def _integrity_details(m: RunMetrics) -> list[str]:
+    """The integrity section's paragraphs, as plain text (escaped by the caller)."""
+    out = []
+    for tr in m.trajectory:
+        if tr.identity is not None and tr.identity.derived is False:
+            share = tr.identity.related_share
+            out.append(
+                f"Submission #{tr.id} does not derive from the base model: "
+                + "; ".join(tr.identity.reasons)
+                + (f" (related share {share:.2f})" if share is not None else "")
+                + "."
+            )
+    if m.chat_template_submissions:
+        out.append(
+            f"Submissions {_ids(m.chat_template_submissions)} bring a chat template other than "
+            "the base model's; it is part of the submitted model and was used to grade it."
+        )
+    c = m.contamination
+    if c is None:
+        out.append("The contamination check did not run for this run.")
+        return out
+    scan = (
+        f"{c.files_scanned} files ({format_bytes(c.bytes_scanned)}) scanned for word "
+        f"{c.n}-grams and distinctive strings of {c.items_total} private items"
+    )
+    if c.matched_items:
+        out.append(
+            f"{c.matched_items} private items were found in the workspace ({scan}): items "
+            f"{', '.join(c.item_ids)}{' ...' if c.matched_items > len(c.item_ids) else ''} in "
+            f"{', '.join(c.files)}."
+        )
+    else:
+        out.append(f"No private item was found in the workspace ({scan}).")
+    if c.flagged_urls:
+        out.append(f"Fetched addresses naming the task's data: {', '.join(c.flagged_urls)}.")
+    out += c.notes
+    out.append("The score is reported as graded: integrity flags never change it.")
+    return out
 
 
-def _delta_text(tr: Mapping[str, Any], baseline: float | None) -> str:
+def _lines_text(change: CodeChange | None) -> str:
+    if change is None or change.added is None:
+        return DASH
+    return f"+{change.added} / -{change.removed}"
+
+
+def _changes_by_id(m: RunMetrics) -> dict[int, CodeChange]:
+    return {c.id: c for c in m.code_changes}
+
+
+def _delta_text(tr: TrajectoryPoint, baseline: float | None) -> str:
     """``+1.33 [-0.33, +2.67]``: the change against the baseline with its paired 95% CI."""
-    if tr.get("comparable") is False:
-        return _DASH
-    text = _num(_delta(tr["score"], baseline), signed=True)
-    if tr.get("improvement_ci95"):
-        text += f" {_ci(tr['improvement_ci95'])}"
+    if tr.comparable is False:
+        return DASH
+    text = _num(improvement(tr.score, baseline, comparable=True), signed=True)
+    if tr.improvement_ci95:
+        text += f" {_ci(tr.improvement_ci95)}"
     return text
 
 
 # -- Markdown ----------------------------------------------------------------------------------
-def render_markdown(m: Mapping[str, Any]) -> str:
-    """The Markdown report for a metrics dict (as returned by ``compute_metrics``)."""
-    res = m.get("resources")
-    best_id = m.get("best_submission_id")
+def task_options_text(m: RunMetrics) -> str:
+    """The task's options as ``name=value`` pairs, the evaluation protocol first; a dash when
+    the run recorded none."""
+    if not m.task_options:
+        return DASH
+    opts = dict(m.task_options)
+    first = {"protocol": opts.pop("protocol")} if "protocol" in opts else {}
+    return ", ".join(f"{k}={v}" for k, v in {**first, **opts}.items())
+
+
+def confinement_text(m: RunMetrics) -> str:
+    """How the agent was confined: sandbox, user, network, caps and what enforced them."""
+    if m.sandbox is None:
+        return DASH
+    user = DASH if m.agent_uid is None else ("root" if m.agent_uid == 0 else f"uid {m.agent_uid}")
+    caps = m.caps or {}
+    parts = [
+        f"sandbox {m.sandbox}",
+        f"agent user {user}",
+        f"network {m.network or DASH}",
+        f"memory cap {format_bytes(caps.get('memory_bytes'))}",
+        f"process cap {caps.get('max_pids') or DASH}",
+        f"workspace quota {format_bytes(caps.get('disk_bytes'))}",
+        f"enforced by {m.cap_mechanism or DASH}",
+    ]
+    if m.egress is not None:
+        e = m.egress
+        hosts = ", ".join(h["host"] for h in e.get("hosts", [])[:5]) or "none"
+        parts.append(
+            f"egress {e.get('requests', 0)} requests ({e.get('denied', 0)} denied, "
+            f"{format_bytes(e.get('bytes_down', 0))} down; hosts: {hosts})"
+        )
+    return ", ".join(parts)
+
+
+def render_markdown(m: RunMetrics) -> str:
+    """The Markdown report of a run's metrics."""
+    res = m.resources
+    best_id = m.best_submission_id
     lines = [
-        f"# agent2rl run {_md(m['run_id'])}",
+        f"# agent2rl run {_md(m.run_id)}",
         "",
         "| | |",
         "|---|---|",
-        f"| Task | {_md(m['task'])} (v{_md(m.get('task_version'))}) |",
-        f"| Agent | {_md(m['agent'])}"
-        + (f" via {_md(m['driver'])}" if m.get("driver") else "")
-        + (f", mode {_md(m['mode'])}" if m.get("mode") else "")
+        f"| Task | {_md(m.task)} (v{_md(m.task_version)}) |",
+        f"| Task options | {_md(task_options_text(m))} |",
+        f"| Agent | {_md(m.agent)}"
+        + (f" via {_md(m.driver)}" if m.driver else "")
+        + (f", mode {_md(m.mode)}" if m.mode else "")
         + " |",
-        f"| Model | {_md(m['model'])} |",
-        f"| Status | {_md(m['status'])}"
-        + (f": {_md(m['error'])}" if m.get("error") else "")
-        + " |",
-        f"| Budget | {_dur(m.get('budget_s'))}, used {_pct(m.get('time_used_ratio'))} |",
-        f"| Score | baseline {_num(m.get('baseline'))} → best {_num(m.get('best_score'))}"
+        f"| Model | {_md(m.model)} |",
+        f"| Status | {_md(m.status)}" + (f": {_md(m.error)}" if m.error else "") + " |",
+        f"| Confinement | {_md(confinement_text(m))} |",
+        f"| Budget | {format_duration(m.budget_s)}, used {_pct(m.time_used_ratio)} |",
+        f"| Score | baseline {_num(m.baseline)} → best {_num(m.best_score)}"
         + (
-            f" (submission #{best_id}, 95% CI {_ci(m.get('best_score_ci95'), signed=False)})"
+            f" (submission #{best_id}, 95% CI {_ci(m.best_score_ci95, signed=False)})"
             if best_id
             else ""
         )
         + " |",
         f"| Improvement | {_md(_improvement_text(m))} |",
-        f"| Submissions | {m['submissions']} (valid {m['valid_submissions']}, "
-        f"copies {m['copy_model_count']}, duplicates {m['duplicate_count']}); "
-        f"rejected attempts {m['rejected_attempts']} |",
-        f"| Time to first improvement | {_dur(m.get('time_to_first_improvement'))} |",
-        f"| Time to best | {_dur(m.get('time_to_best'))} |",
-        f"| Last submission before deadline | {_dur(m.get('last_submit_gap'))} |",
-        f"| Monotonic ratio | {_num(m.get('monotonic_ratio'))} |",
-        f"| Code changed | {m.get('total_lines_changed', 0)} lines |",
+        f"| Submissions | {m.submissions} (valid {m.valid_submissions}, "
+        f"copies {m.copy_model_count}, duplicates {m.duplicate_count}); "
+        f"rejected attempts {m.rejected_attempts} |",
+        f"| Time to first improvement | {format_duration(m.time_to_first_improvement)} |",
+        f"| Time to best | {format_duration(m.time_to_best)} |",
+        f"| Last submission before deadline | {format_duration(m.last_submit_gap)} |",
+        f"| Monotonic ratio | {_num(m.monotonic_ratio)} |",
+        f"| Code changed | {m.total_lines_changed} lines |",
+        f"| Integrity | {_md(integrity_text(m))} |",
         "",
         "## Submissions",
         "",
     ]
-    traj = m.get("trajectory", [])
-    if traj:
+    if m.trajectory:
         changes = _changes_by_id(m)
         lines += [
             "| # | t | status | score | Δ baseline [95% CI] | best so far | lines | path | notes |",
             "|---:|---:|---|---:|---:|---:|---:|---|---|",
         ]
-        for tr in traj:
+        for tr in m.trajectory:
             lines.append(
-                f"| {tr['id']} | {_dur(tr['t'])} | {_md(tr['status'])} | {_num(tr['score'])} "
-                f"| {_delta_text(tr, m.get('baseline'))} "
-                f"| {_num(tr['best_so_far'])} | {_lines_text(changes.get(tr['id']))} "
-                f"| {_md(tr.get('path'))} | {_md('; '.join(_notes(tr)))} |"
+                f"| {tr.id} | {format_duration(tr.t)} | {_md(tr.status)} | {_num(tr.score)} "
+                f"| {_delta_text(tr, m.baseline)} "
+                f"| {_num(tr.best_so_far)} | {_lines_text(changes.get(tr.id))} "
+                f"| {_md(tr.path)} | {_md('; '.join(_notes(tr, m)))} |"
             )
         lines.append("")
         lines.append("Code diffs per submission: `diffs/<id>.diff`.")
     else:
         lines.append("No submissions.")
+    lines += ["", "## Integrity", ""]
+    lines += [f"{'**Flagged:** ' if m.integrity_flags else ''}{_md(integrity_text(m), 2000)}", ""]
+    lines += [f"- {_md(p, 2000)}" for p in _integrity_details(m)]
     lines += ["", "## Rejected attempts", ""]
-    rejections = m.get("rejections", [])
-    if rejections:
+    if m.rejections:
         lines += ["| t | HTTP | path | reason |", "|---:|---:|---|---|"]
-        for r in rejections[:MAX_REJECTION_ROWS]:
+        for r in m.rejections[:MAX_REJECTION_ROWS]:
             lines.append(
-                f"| {_dur(r['t'])} | {r['http_status']} | {_md(r.get('path'))} "
-                f"| {_md(r.get('reason'))} |"
+                f"| {format_duration(r.t)} | {r.http_status} | {_md(r.path)} | {_md(r.reason)} |"
             )
-        if len(rejections) > MAX_REJECTION_ROWS:
-            lines.append(f"\n… and {len(rejections) - MAX_REJECTION_ROWS} more.")
+        if len(m.rejections) > MAX_REJECTION_ROWS:
+            lines.append(f"\n… and {len(m.rejections) - MAX_REJECTION_ROWS} more.")
     else:
         lines.append("None.")
     lines += ["", "## Resources", ""]
     if res:
         lines.append(
-            f"Peak RSS {_bytes(res.get('peak_rss_bytes'))}, mean CPU "
-            f"{_num(res.get('mean_cpu_percent'), 1)}%, at most {res.get('max_procs') or _DASH} "
-            f"processes ({res['n_samples']} samples)."
+            f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU "
+            f"{_num(res.mean_cpu_percent, 1)}%, at most {res.max_procs or DASH} "
+            f"processes ({res.n_samples} samples)."
         )
     else:
         lines.append("No resource samples recorded.")
-    if m.get("group_scores"):
-        lines += ["", "## Scores by task type", "", *_groups_md(m["group_scores"])]
-    if m.get("env_usage") is not None:
-        lines += ["", "## Environment rollouts", "", _env_text(m["env_usage"])]
+    if m.group_scores:
+        lines += ["", "## Scores by task type", "", *_groups_md(m.group_scores)]
+    if m.env_usage is not None:
+        lines += ["", "## Environment rollouts", "", _env_text(m.env_usage)]
+    if m.judge is not None:
+        lines += ["", "## Judge", "", judge_text(m.judge)]
     lines += ["", "## LLM usage", "", _usage_text(m)]
-    for flag in m.get("mode_flags") or []:
+    for flag in m.mode_flags or []:
         lines.append(f"\n**Mode check:** {_md(flag)}")
     return "\n".join(lines) + "\n"
 
 
-def _usage_text(m: Mapping[str, Any]) -> str:
+def _judge_html(m: RunMetrics) -> str:
+    if m.judge is None:
+        return ""
+    return f"<h2>Judge</h2>\n<p>{_e(judge_text(m.judge))}</p>\n"
+
+
+def _usage_text(m: RunMetrics) -> str:
     """One paragraph on the tokens the agent's LLM used (through the metering proxy)."""
-    u = m.get("llm_usage")
+    u = m.llm_usage
     if not u:
         return "No LLM traffic recorded (not an LLM agent, or no metering proxy)."
-    cost = f"${u['cost_usd']:.4f}" + (
-        f" (lower bound: {u['unpriced_requests']} requests on unpriced models)"
-        if u.get("unpriced_requests")
+    cost = f"${u.cost_usd:.4f}" + (
+        f" (lower bound: {u.unpriced_requests} requests on unpriced models)"
+        if u.unpriced_requests
         else ""
     )
-    budget = f" of a budget of {m['token_budget']:,}" if m.get("token_budget") else ""
+    budget = f" of a budget of {m.token_budget:,}" if m.token_budget else ""
     return (
-        f"{u['requests']} requests ({u['refused']} refused, {u['errors']} errors), "
-        f"{u['input_tokens']:,} input tokens ({u['cached_tokens']:,} cached) and "
-        f"{u['output_tokens']:,} output tokens{budget}; estimated cost {cost}. "
-        f"Models: {', '.join(sorted(u.get('by_model') or {})) or _DASH}."
+        f"{u.requests} requests ({u.refused} refused, {u.errors} errors), "
+        f"{u.input_tokens:,} input tokens ({u.cached_tokens:,} cached) and "
+        f"{u.output_tokens:,} output tokens{budget}; estimated cost {cost}. "
+        f"Models: {', '.join(sorted(u.by_model)) or DASH}."
     )
 
 
-def _group_rows(groups: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+def _group_rows(groups: GroupScores) -> list[tuple[str, str, str, str]]:
     """(group, items, baseline score, best score) rows of a ``group_scores`` metric."""
-    base, best = groups.get("baseline") or {}, groups.get("best") or {}
+    base, best = groups.baseline or {}, groups.best or {}
     rows = []
     for g in sorted(set(base) | set(best)):
-        n = (best.get(g) or base.get(g) or {}).get("n")
+        either = best.get(g) or base.get(g)
         rows.append(
             (
                 g,
-                str(n) if n is not None else _DASH,
-                _num((base.get(g) or {}).get("score")),
-                _num((best.get(g) or {}).get("score")),
+                str(either.n) if either is not None else DASH,
+                _num(base[g].score if g in base else None),
+                _num(best[g].score if g in best else None),
             )
         )
     return rows
 
 
-def _groups_md(groups: Mapping[str, Any]) -> list[str]:
+def _groups_md(groups: GroupScores) -> list[str]:
     out = ["| task type | items | baseline | best |", "|---|---:|---:|---:|"]
     out += [f"| {_md(g)} | {n} | {b} | {t} |" for g, n, b, t in _group_rows(groups)]
     return out
@@ -334,208 +443,27 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _env_text(u: Mapping[str, Any]) -> str:
+def _env_text(u: EnvUsage) -> str:
     """One paragraph on the episodes and steps the agent played through the rollout service."""
-    if not u.get("episodes"):
+    if not u.episodes:
         return "The rollout service ran, but the agent played no episode through it."
-    share = u["admissible_steps"] / u["steps"] if u["steps"] else None
+    share = u.admissible_steps / u.steps if u.steps else None
     return (
-        f"{_count(u['episodes'], 'episode')} on {_count(u['games'], 'game')} "
-        f"({u['finished_episodes']} finished, "
-        f"{u['won_episodes']} won), {u['steps']:,} environment steps "
-        f"({_pct(share)} admissible actions), from {_dur(u.get('first_step_t'))} to "
-        f"{_dur(u.get('last_step_t'))} into the budget."
+        f"{_count(u.episodes, 'episode')} on {_count(u.games, 'game')} "
+        f"({u.finished_episodes} finished, "
+        f"{u.won_episodes} won), {u.steps:,} environment steps "
+        f"({_pct(share)} admissible actions), from {format_duration(u.first_step_t)} to "
+        f"{format_duration(u.last_step_t)} into the budget.{_kinds_text(u)}"
     )
 
 
-# -- SVG plot ----------------------------------------------------------------------------------
-_W, _H = 760, 360
-_ML, _MR, _MT, _MB = 58, 18, 38, 48
-
-
-def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    """Round-numbered ticks (1/2/2.5/5 x 10^k steps) covering [lo, hi]."""
-    if not hi > lo:
-        hi = lo + 1.0
-    raw = (hi - lo) / max(1, n)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(k * mag for k in (1, 2, 2.5, 5, 10) if raw <= k * mag * (1 + 1e-9))
-    start = math.floor(lo / step + 1e-9) * step
-    end = math.ceil(hi / step - 1e-9) * step
-    return [start + i * step for i in range(int(round((end - start) / step)) + 1)]
-
-
-def _tick_label(v: float) -> str:
-    return f"{round(v, 6) + 0.0:g}"
-
-
-def _f(v: float) -> str:
-    """Coordinates with fixed precision so the SVG text is stable between runs."""
-    return f"{v:.1f}"
-
-
-def _y_domain(m: Mapping[str, Any]) -> list[float]:
-    values = [tr["score"] for tr in m.get("trajectory", []) if tr["score"] is not None]
-    if m.get("baseline") is not None:
-        values.append(m["baseline"])
-    if not values:
-        return _nice_ticks(0.0, 100.0)
-    vmin, vmax = min(values), max(values)
-    pad = max(1.0, 0.1 * (vmax - vmin))
-    # Scores live in [0, 100]: padding must not push the axis past those ends.
-    lo = max(vmin - pad, min(0.0, vmin))
-    hi = min(vmax + pad, max(100.0, vmax))
-    return _nice_ticks(lo, hi)
-
-
-def _x_domain(m: Mapping[str, Any]) -> list[float]:
-    ends = [(m.get("budget_s") or 0) / 60, (m.get("duration_s") or 0) / 60]
-    ends += [tr["t"] / 60 for tr in m.get("trajectory", [])]
-    lo = min([0.0] + [tr["t"] / 60 for tr in m.get("trajectory", [])])
-    hi = max(ends)
-    return _nice_ticks(lo, hi if hi > lo else lo + 1.0, 6)
-
-
-# Marker shapes centred on the origin; each point is translated into place, the legend reuses them.
-_SHAPES = {
-    "pt-ok": '<circle class="m ok" r="5"/>',
-    "pt-best": '<circle class="m ok" r="5"/><circle class="m bestring" r="9"/>',
-    "pt-dup": '<circle class="m dup" r="5"/>',
-    "pt-copy": '<path class="m copy" d="M0,-6L6,0L0,6L-6,0Z"/>',
-    "pt-failed": '<path class="m fail" d="M-5,-5L5,5M-5,5L5,-5"/>',
-    "pt-other": '<circle class="m other" r="4"/>',
-}
-
-
-def _marker_kind(tr: Mapping[str, Any], best_id: int | None) -> str:
-    """Filled circle (graded; ringed if best), hollow circle (duplicate), diamond (copy of a
-    given model), red cross (failed) or grey dot (never finished)."""
-    if tr["score"] is None:
-        return "pt-failed" if tr["status"] == "failed" else "pt-other"
-    if tr.get("is_copy"):
-        return "pt-copy"
-    if tr.get("duplicate_of") is not None:
-        return "pt-dup"
-    return "pt-best" if tr["id"] == best_id else "pt-ok"
-
-
-def _best_steps(m: Mapping[str, Any], x_end: float) -> list[tuple[float, float]]:
-    """Best-so-far as a step function, from the baseline at t=0 to the end of the run."""
-    pts: list[tuple[float, float]] = []
-    cur = m.get("baseline")
-    if cur is not None:
-        pts.append((0.0, cur))
-    for tr in m.get("trajectory", []):
-        score, t = tr["score"], tr["t"] / 60
-        if score is None:
-            continue
-        if cur is None:
-            pts.append((t, score))
-            cur = score
-        elif score > cur:
-            pts += [(t, cur), (t, score)]
-            cur = score
-    if cur is not None:
-        pts.append((max(x_end, pts[-1][0]), cur))
-    return pts
-
-
-def score_plot_svg(m: Mapping[str, Any]) -> str:
-    """An inline SVG of score against minutes since start.
-
-    A dashed line at the baseline, one marker per submission (failed and unfinished ones sit on
-    the x axis since they have no score), the best-so-far step line, ticks and axis labels.
-    Each marker is a ``<g class="pt ...">`` linking to ``#diff-<id>``.
-    """
-    xt, yt = _x_domain(m), _y_domain(m)
-    x0, x1, y0, y1 = _ML, _W - _MR, _H - _MB, _MT
-
-    def sx(v: float) -> float:
-        return x0 + (v - xt[0]) / (xt[-1] - xt[0]) * (x1 - x0)
-
-    def sy(v: float) -> float:
-        return y0 + (v - yt[0]) / (yt[-1] - yt[0]) * (y1 - y0)
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" viewBox="0 0 {_W} {_H}" '
-        f'width="{_W}" height="{_H}" role="img" aria-label="score versus time">',
-        f'<rect x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" class="area"/>',
-    ]
-    for v in yt:
-        y = _f(sy(v))
-        parts.append(f'<line class="grid" x1="{x0}" x2="{x1}" y1="{y}" y2="{y}"/>')
-        parts.append(
-            f'<text class="tick" x="{x0 - 6}" y="{y}" dy="4" text-anchor="end">'
-            f"{_tick_label(v)}</text>"
-        )
-    for v in xt:
-        x = _f(sx(v))
-        parts.append(f'<line class="axis" x1="{x}" x2="{x}" y1="{y0}" y2="{y0 + 5}"/>')
-        parts.append(
-            f'<text class="tick" x="{x}" y="{y0 + 18}" text-anchor="middle">{_tick_label(v)}</text>'
-        )
-    parts += [
-        f'<line class="axis" x1="{x0}" x2="{x1}" y1="{y0}" y2="{y0}"/>',
-        f'<line class="axis" x1="{x0}" x2="{x0}" y1="{y0}" y2="{y1}"/>',
-        f'<text class="label" x="{(x0 + x1) / 2:.1f}" y="{_H - 8}" text-anchor="middle">'
-        "minutes since start</text>",
-        f'<text class="label" transform="translate(14 {(y0 + y1) / 2:.1f}) rotate(-90)" '
-        'text-anchor="middle">score</text>',
-    ]
-    baseline = m.get("baseline")
-    if baseline is not None:
-        y = _f(sy(baseline))
-        parts.append(f'<line class="baseline" x1="{x0}" x2="{x1}" y1="{y}" y2="{y}"/>')
-        parts.append(
-            f'<text class="note" x="{x1 - 4}" y="{y}" dy="-5" text-anchor="end">'
-            f"baseline {baseline:.2f}</text>"
-        )
-    steps = _best_steps(m, (m.get("duration_s") or 0) / 60)
-    if steps:
-        pts = " ".join(f"{_f(sx(x))},{_f(sy(y))}" for x, y in steps)
-        parts.append(f'<polyline class="bsf" points="{pts}"/>')
-    best_id = m.get("best_submission_id")
-    for tr in m.get("trajectory", []):
-        x = sx(tr["t"] / 60)
-        y = sy(tr["score"]) if tr["score"] is not None else y0 - 7
-        kind = _marker_kind(tr, best_id)
-        title = f"#{tr['id']} at {_dur(tr['t'])}: " + (
-            f"{tr['score']:.2f}" if tr["score"] is not None else _e(tr["status"])
-        )
-        parts.append(
-            f'<a href="#diff-{int(tr["id"])}"><g class="pt {kind}" data-id="{int(tr["id"])}" '
-            f'transform="translate({_f(x)} {_f(y)})"><title>{_e(title)}</title>'
-            f"{_SHAPES[kind]}</g></a>"
-        )
-    if not m.get("trajectory") and baseline is None:
-        parts.append(
-            f'<text class="note" x="{(x0 + x1) / 2:.1f}" y="{(y0 + y1) / 2:.1f}" '
-            'text-anchor="middle">no scores to plot</text>'
-        )
-    parts.append(_legend(x0))
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _legend(x: float) -> str:
-    items = [
-        (_SHAPES["pt-ok"], "graded"),
-        (_SHAPES["pt-best"], "best"),
-        (_SHAPES["pt-copy"], "copy"),
-        (_SHAPES["pt-dup"], "duplicate"),
-        (_SHAPES["pt-failed"], "failed"),
-        ('<path class="bsf" d="M-8,4L0,4L0,-4L8,-4"/>', "best so far"),
-        ('<line class="baseline" x1="-9" x2="9" y1="0" y2="0"/>', "baseline"),
-    ]
-    out, cx = ['<g class="legend">'], x + 10
-    for shape, label in items:
-        out.append(
-            f'<g transform="translate({cx:.0f} 18)">{shape}'
-            f'<text class="tick" x="13" y="4">{label}</text></g>'
-        )
-        cx += 28 + 7 * len(label)
-    out.append("</g>")
-    return "".join(out)
+def _kinds_text(u: EnvUsage) -> str:
+    """`` Steps by kind: 40 click, 8 purchase, 12 search.`` for a task whose steps have kinds
+    (WebShop's searches, clicks and purchases); empty where every step is a plain ``step``."""
+    kinds = (u.model_extra or {}).get("by_kind") or {}
+    if not kinds or set(kinds) == {"step"}:
+        return ""
+    return " Steps by kind: " + ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items())) + "."
 
 
 # -- HTML --------------------------------------------------------------------------------------
@@ -574,6 +502,7 @@ pre.diff{margin:0;padding:8px 10px;overflow:auto;max-height:600px;font-size:12px
 pre.diff .a{color:#116329;background:#e6ffec}pre.diff .d{color:#82071e;background:#ffebe9}
 pre.diff .h{color:#6f42c1}pre.diff .f{font-weight:700}
 .muted{color:#5b6573}
+.flag{background:#ffe4e1;border:1px solid #e8a39c;border-radius:8px;padding:8px 12px;margin:10px 0}
 """
 
 # Following a #diff-<id> link should show the diff, so open the targeted <details>.
@@ -588,34 +517,30 @@ def _card(value: str, label: str) -> str:
     return f'<div class="card"><b>{value}</b><span>{_e(label)}</span></div>'
 
 
-def _headline_html(m: Mapping[str, Any]) -> str:
-    imp = m.get("improvement")
-    label = _noise_label(m)
+def _headline_html(m: RunMetrics) -> str:
+    imp = m.improvement
+    label = _noise_label(m.within_noise)
     tag = ""
     if label:
-        cls = "noise" if m.get("within_noise") else "real"
+        cls = "noise" if m.within_noise else "real"
         tag = f' <span class="tag {cls}">{_e(label)}</span>'
     imp_value = _e(_num(imp, signed=True)) + tag if imp is not None else _e(_improvement_text(m))
-    ci = m.get("improvement_ci95")
+    ci = m.improvement_ci95
     cards = [
-        _card(
-            f"{_e(_num(m.get('baseline')))} → {_e(_num(m.get('best_score')))}",
-            "baseline → best score",
-        ),
+        _card(f"{_e(_num(m.baseline))} → {_e(_num(m.best_score))}", "baseline → best score"),
         _card(imp_value, f"improvement, 95% CI {_ci(ci)}" if ci else "improvement"),
-        _card(f"{m['valid_submissions']} / {m['submissions']}", "valid / submissions"),
-        _card(_e(_dur(m.get("time_to_first_improvement"))), "time to first improvement"),
-        _card(_e(_dur(m.get("time_to_best"))), "time to best"),
-        _card(_e(_pct(m.get("time_used_ratio"))), f"of {_dur(m.get('budget_s'))} budget used"),
-        _card(str(int(m.get("total_lines_changed") or 0)), "lines of code changed"),
-        _card(str(m["rejected_attempts"]), "rejected attempts"),
+        _card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
+        _card(_e(format_duration(m.time_to_first_improvement)), "time to first improvement"),
+        _card(_e(format_duration(m.time_to_best)), "time to best"),
+        _card(_e(_pct(m.time_used_ratio)), f"of {format_duration(m.budget_s)} budget used"),
+        _card(str(m.total_lines_changed), "lines of code changed"),
+        _card(str(m.rejected_attempts), "rejected attempts"),
     ]
     return '<div class="cards">' + "".join(cards) + "</div>"
 
 
-def _submissions_html(m: Mapping[str, Any]) -> str:
-    traj = m.get("trajectory", [])
-    if not traj:
+def _submissions_html(m: RunMetrics) -> str:
+    if not m.trajectory:
         return '<p class="muted">No submissions.</p>'
     changes = _changes_by_id(m)
     rows = [
@@ -624,26 +549,26 @@ def _submissions_html(m: Mapping[str, Any]) -> str:
         "<th>notes</th>"
         "</tr></thead><tbody>"
     ]
-    for tr in traj:
-        sid = int(tr["id"])
-        cls = "best" if sid == m.get("best_submission_id") else ""
-        cls = "failed" if tr["status"] == "failed" else cls
+    for tr in m.trajectory:
+        sid = tr.id
+        cls = "best" if sid == m.best_submission_id else ""
+        cls = "failed" if tr.status == "failed" else cls
         rows.append(
             f'<tr class="{cls}"><td><a href="#diff-{sid}">#{sid}</a></td>'
-            f'<td class="n">{_e(_dur(tr["t"]))}</td><td>{_e(tr["status"])}</td>'
-            f'<td class="n">{_e(_num(tr["score"]))}</td>'
-            f'<td class="n">{_e(_delta_text(tr, m.get("baseline")))}</td>'
-            f'<td class="n">{_e(_num(tr["best_so_far"]))}</td>'
+            f'<td class="n">{_e(format_duration(tr.t))}</td><td>{_e(tr.status)}</td>'
+            f'<td class="n">{_e(_num(tr.score))}</td>'
+            f'<td class="n">{_e(_delta_text(tr, m.baseline))}</td>'
+            f'<td class="n">{_e(_num(tr.best_so_far))}</td>'
             f'<td class="n">{_e(_lines_text(changes.get(sid)))}</td>'
-            f'<td class="path">{_e(tr.get("path"))}</td>'
-            f"<td>{'<br>'.join(_e(n) for n in _notes(tr))}</td></tr>"
+            f'<td class="path">{_e(tr.path)}</td>'
+            f"<td>{'<br>'.join(_e(n) for n in _notes(tr, m))}</td></tr>"
         )
     rows.append("</tbody></table>")
     return "".join(rows)
 
 
-def _rejections_html(m: Mapping[str, Any]) -> str:
-    rejections = m.get("rejections", [])
+def _rejections_html(m: RunMetrics) -> str:
+    rejections = m.rejections
     if not rejections:
         return '<p class="muted">None.</p>'
     rows = [
@@ -651,8 +576,8 @@ def _rejections_html(m: Mapping[str, Any]) -> str:
     ]
     for r in rejections[:MAX_REJECTION_ROWS]:
         rows.append(
-            f'<tr><td class="n">{_e(_dur(r["t"]))}</td><td class="n">{int(r["http_status"])}</td>'
-            f'<td class="path">{_e(r.get("path"))}</td><td>{_e(r.get("reason"))}</td></tr>'
+            f'<tr><td class="n">{_e(format_duration(r.t))}</td><td class="n">{r.http_status}</td>'
+            f'<td class="path">{_e(r.path)}</td><td>{_e(r.reason)}</td></tr>'
         )
     rows.append("</tbody></table>")
     if len(rejections) > MAX_REJECTION_ROWS:
@@ -660,34 +585,31 @@ def _rejections_html(m: Mapping[str, Any]) -> str:
     return "".join(rows)
 
 
-def _resources_html(m: Mapping[str, Any]) -> str:
-    res = m.get("resources")
+def _resources_html(m: RunMetrics) -> str:
+    res = m.resources
     if not res:
         return '<p class="muted">No resource samples recorded.</p>'
     return (
         '<div class="cards">'
         + "".join(
             [
-                _card(_e(_bytes(res.get("peak_rss_bytes"))), "peak RSS"),
-                _card(_e(_num(res.get("mean_cpu_percent"), 1)) + "%", "mean CPU"),
-                _card(
-                    _e(res.get("max_procs") if res.get("max_procs") is not None else _DASH),
-                    "max processes",
-                ),
-                _card(str(int(res["n_samples"])), "samples"),
+                _card(_e(format_bytes(res.peak_rss_bytes)), "peak RSS"),
+                _card(_e(_num(res.mean_cpu_percent, 1)) + "%", "mean CPU"),
+                _card(_e(res.max_procs if res.max_procs is not None else DASH), "max processes"),
+                _card(str(res.n_samples), "samples"),
             ]
         )
         + "</div>"
     )
 
 
-def _groups_html(m: Mapping[str, Any]) -> str:
-    if not m.get("group_scores"):
+def _groups_html(m: RunMetrics) -> str:
+    if not m.group_scores:
         return ""
     rows = "".join(
         f'<tr><td>{_e(g)}</td><td class="n">{_e(n)}</td><td class="n">{_e(b)}</td>'
         f'<td class="n">{_e(t)}</td></tr>'
-        for g, n, b, t in _group_rows(m["group_scores"])
+        for g, n, b, t in _group_rows(m.group_scores)
     )
     return (
         "<h2>Scores by task type</h2><table><thead><tr><th>task type</th><th>items</th>"
@@ -695,46 +617,16 @@ def _groups_html(m: Mapping[str, Any]) -> str:
     )
 
 
-def env_steps_svg(u: Mapping[str, Any]) -> str:
-    """Bars of environment steps per time bin over the budget clock (empty with no steps)."""
-    timeline = u.get("timeline") or []
-    if not timeline:
-        return ""
-    w, h, ml, mb, mt = _W, 160, _ML, 32, 12
-    peak = max(c for _, c in timeline) or 1
-    width = (timeline[1][0] - timeline[0][0]) if len(timeline) > 1 else 1.0
-    end = timeline[-1][0] + width
-    bar_w = (w - ml - _MR) / len(timeline)
-    bars = []
-    for t, c in timeline:
-        bh = (h - mt - mb) * c / peak
-        x = ml + (w - ml - _MR) * t / end
-        bars.append(
-            f'<rect x="{_f(x)}" y="{_f(h - mb - bh)}" width="{_f(max(1.0, bar_w - 1))}" '
-            f'height="{_f(bh)}" fill="#2563eb"><title>{_e(_dur(t))}: {c} steps</title></rect>'
-        )
-    return (
-        f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        'aria-label="environment steps over time">'
-        f'<text x="{ml}" y="{h - 8}" font-size="11">0</text>'
-        f'<text x="{w - _MR}" y="{h - 8}" font-size="11" text-anchor="end">{_e(_dur(end))}</text>'
-        f'<text x="{ml - 6}" y="{mt + 10}" font-size="11" text-anchor="end">{peak}</text>'
-        f'<line x1="{ml}" y1="{h - mb}" x2="{w - _MR}" y2="{h - mb}" stroke="#888"/>'
-        + "".join(bars)
-        + "</svg>"
-    )
-
-
-def _env_html(m: Mapping[str, Any]) -> str:
-    u = m.get("env_usage")
+def _env_html(m: RunMetrics) -> str:
+    u = m.env_usage
     if u is None:
         return ""
     cards = "".join(
         [
-            _card(str(u["episodes"]), "episodes"),
-            _card(f"{u['steps']:,}", "environment steps"),
-            _card(str(u["won_episodes"]), "episodes won"),
-            _card(str(u["games"]), "games played"),
+            _card(str(u.episodes), "episodes"),
+            _card(f"{u.steps:,}", "environment steps"),
+            _card(str(u.won_episodes), "episodes won"),
+            _card(str(u.games), "games played"),
         ]
     )
     return (
@@ -761,14 +653,14 @@ def _diff_body(text: str) -> str:
     return "\n".join(out)
 
 
-def _diffs_html(m: Mapping[str, Any], diffs: Mapping[int, str | None]) -> str:
+def _diffs_html(m: RunMetrics, diffs: Mapping[int, str | None]) -> str:
     changes = _changes_by_id(m)
     out = []
-    for tr in m.get("trajectory", []):
-        sid = int(tr["id"])
-        change = changes.get(sid) or {}
+    for tr in m.trajectory:
+        sid = tr.id
+        change = changes.get(sid)
         text = diffs.get(sid)
-        base = change.get("base")
+        base = change.base if change is not None else None
         vs = "the empty tree" if base == EMPTY_TREE else f"{str(base)[:10]}"
         if text is None:
             summary = f"#{sid} · no code snapshot"
@@ -790,40 +682,53 @@ def _diffs_html(m: Mapping[str, Any], diffs: Mapping[int, str | None]) -> str:
     return "".join(out) or '<p class="muted">No submissions.</p>'
 
 
-def render_html(m: Mapping[str, Any], diffs: Mapping[int, str | None] | None = None) -> str:
-    """The self-contained HTML report for a metrics dict and the submissions' diffs.
+def _integrity_banner(m: RunMetrics) -> str:
+    if not m.integrity_flags:
+        return ""
+    return f'<div class="flag"><b>Integrity:</b> {_e(integrity_text(m))}</div>\n'
+
+
+def _integrity_html(m: RunMetrics) -> str:
+    items = "".join(f"<li>{_e(p)}</li>" for p in _integrity_details(m))
+    head = f'<p class="{"flag" if m.integrity_flags else "muted"}">{_e(integrity_text(m))}</p>'
+    return f"<h2>Integrity</h2>{head}<ul>{items}</ul>"
+
+
+def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) -> str:
+    """The self-contained HTML report of a run's metrics and its submissions' diffs.
 
     ``diffs`` maps submission id to diff text (None: no snapshot); omitted, every submission
     is shown without code. Every anchor ``#diff-<id>`` in the table and the plot has a matching
     ``<details id="diff-<id>">``.
     """
     diffs = diffs or {}
-    title = f"agent2rl · {m['task']} · {m['agent']} · {m['run_id']}"
-    status = _e(m["status"]) + (f": {_e(m['error'])}" if m.get("error") else "")
-    driver = f" via {_e(m['driver'])}" if m.get("driver") else ""
-    driver += f", mode {_e(m['mode'])}" if m.get("mode") else ""
-    flags = "".join(
-        f'<p class="tag noise">Mode check: {_e(f)}</p>' for f in m.get("mode_flags") or []
-    )
+    title = f"agent2rl · {m.task} · {m.agent} · {m.run_id}"
+    status = _e(m.status) + (f": {_e(m.error)}" if m.error else "")
+    driver = f" via {_e(m.driver)}" if m.driver else ""
+    driver += f", mode {_e(m.mode)}" if m.mode else ""
+    flags = "".join(f'<p class="tag noise">Mode check: {_e(f)}</p>' for f in m.mode_flags or [])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title>
 <style>{_CSS}</style>
 </head><body><main>
-<h1>{_e(m["task"])} · {_e(m["agent"])}</h1>
-<div class="sub">run <b>{_e(m["run_id"])}</b> · task version {_e(m.get("task_version"))}
- · agent {_e(m["agent"])}{driver} · model <b>{_e(m["model"])}</b> · status <b>{status}</b></div>
-{_headline_html(m)}
+<h1>{_e(m.task)} · {_e(m.agent)}</h1>
+<div class="sub">run <b>{_e(m.run_id)}</b> · task version {_e(m.task_version)}
+ · agent {_e(m.agent)}{driver} · model <b>{_e(m.model)}</b> · status <b>{status}</b></div>
+<div class="sub">{_e(confinement_text(m))}</div>
+<div class="sub">task options: {_e(task_options_text(m))}</div>
+{_integrity_banner(m)}{_headline_html(m)}
 <h2>Score over time</h2>
 {score_plot_svg(m)}
 <h2>Submissions</h2>
 {_submissions_html(m)}
+{_integrity_html(m)}
 <h2>Rejected attempts</h2>
 {_rejections_html(m)}
 <h2>Resources</h2>
 {_resources_html(m)}
-{_groups_html(m)}{_env_html(m)}<h2>LLM usage</h2>
+{_groups_html(m)}{_env_html(m)}{_judge_html(m)}<h2>LLM usage</h2>
 <p>{_e(_usage_text(m))}</p>{flags}
 <h2>Code changes</h2>
 {_diffs_html(m, diffs)}

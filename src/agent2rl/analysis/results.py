@@ -4,74 +4,103 @@ SQLite in WAL mode with a busy timeout, because a sweep finalises many runs at o
 different processes. A run's row is keyed by ``run_id`` and replaced on every report, so
 regenerating a report never duplicates it. Cross-run analysis reads this table and the run
 directories, never live state.
+
+:class:`ResultsRow` names the columns once: the table's schema is derived from it, and
+:func:`results_row` is the one place that maps a run's :class:`RunMetrics` to them.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import typing
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+from agent2rl.analysis.run_metrics import RunMetrics
 
 RESULTS_DB = "results.db"
 
-COLUMNS = (
-    "run_id",
-    "finished_at",
-    "task",
-    "task_version",
-    "agent",
-    "driver",
-    "model",
-    "baseline",
-    "best",
-    "improvement",
-    "ci_lo",
-    "ci_hi",
-    "submissions",
-    "duration_s",
-    "status",
-    "run_dir",
-    "eval_hash",
-    "within_noise",
-    "mode",
-    "total_tokens",
-    "cost_usd",
-)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    finished_at REAL,
-    task TEXT,
-    task_version TEXT,
-    agent TEXT,
-    driver TEXT,
-    model TEXT,
-    baseline REAL,
-    best REAL,
-    improvement REAL,
-    ci_lo REAL,
-    ci_hi REAL,
-    submissions INTEGER,
-    duration_s REAL,
-    status TEXT,
-    run_dir TEXT,
-    eval_hash TEXT,
-    within_noise INTEGER,
-    mode TEXT,
-    total_tokens INTEGER,
-    cost_usd REAL
-);
-"""
+class ResultsRow(TypedDict):
+    """One row of the ``runs`` table, as :func:`list_runs` returns it (a plain dict)."""
+
+    run_id: str
+    finished_at: float | None
+    """The run's ``ended_at`` (not the time the row was written)."""
+    task: str | None
+    task_version: str | None
+    agent: str | None
+    driver: str | None
+    model: str | None
+    baseline: float | None
+    best: float | None
+    improvement: float | None
+    ci_lo: float | None
+    """The improvement's 95% interval (paired with the baseline)."""
+    ci_hi: float | None
+    submissions: int | None
+    duration_s: float | None
+    status: str | None
+    run_dir: str | None
+    """Absolute path of the run directory."""
+    eval_hash: str | None
+    """The baseline's evaluation settings: runs of one task compare only when equal."""
+    within_noise: int | None
+    """1 within noise, 0 beyond, NULL unknown (SQLite has no booleans)."""
+    mode: str | None
+    total_tokens: int | None
+    """LLM agents only: what the driver consumed, for scaling analyses across runs."""
+    cost_usd: float | None
+    integrity_flags: str | None
+    """The run's integrity flags, comma-separated (``model_not_derived``,
+    ``chat_template_changed``, ``contaminated``); ``""`` when none was raised."""
+    not_derived: int | None
+    """Submissions whose model does not derive from the base model."""
+    contaminated: int | None
+    """1: the contamination check flagged the run, 0: it did not, NULL: it did not run."""
+    contaminated_items: int | None
+    """Private items found in the workspace (NULL: the check did not run)."""
+
+
+_SQL_TYPES = {str: "TEXT", int: "INTEGER", float: "REAL"}
+
+
+def _sql_type(hint: Any) -> str:
+    """``TEXT``/``INTEGER``/``REAL`` for a column hint such as ``float | None``."""
+    (kind,) = set(typing.get_args(hint) or (hint,)) - {type(None)}
+    return _SQL_TYPES[kind]
+
+
+#: Column name -> SQL type, in table order.
+COLUMN_TYPES: dict[str, str] = {
+    name: _sql_type(hint) for name, hint in typing.get_type_hints(ResultsRow).items()
+}
+COLUMNS = tuple(COLUMN_TYPES)
+
+SCHEMA = (
+    "\nCREATE TABLE IF NOT EXISTS runs (\n    "
+    + ",\n    ".join(
+        f"{name} {kind}" + (" PRIMARY KEY" if name == "run_id" else "")
+        for name, kind in COLUMN_TYPES.items()
+    )
+    + "\n);\n"
+)
 
 # Columns added after the first release: an older results.db gains them on open.
 ADDED_COLUMNS = {
-    "eval_hash": "TEXT",
-    "within_noise": "INTEGER",
-    "mode": "TEXT",
-    "total_tokens": "INTEGER",
-    "cost_usd": "REAL",
+    name: COLUMN_TYPES[name]
+    for name in (
+        "eval_hash",
+        "within_noise",
+        "mode",
+        "total_tokens",
+        "cost_usd",
+        "integrity_flags",
+        "not_derived",
+        "contaminated",
+        "contaminated_items",
+    )
 }
 
 
@@ -94,52 +123,58 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _row(run_dir: Path, metrics: dict[str, Any]) -> tuple[Any, ...]:
-    ci = metrics.get("improvement_ci95") or (None, None)
-    usage = metrics.get("llm_usage") or {}
-    values = {
-        "run_id": metrics["run_id"],
-        "finished_at": metrics.get("ended_at"),
-        "task": metrics.get("task"),
-        "task_version": metrics.get("task_version"),
-        "agent": metrics.get("agent"),
-        "driver": metrics.get("driver"),
-        "model": metrics.get("model"),
-        "baseline": metrics.get("baseline"),
-        "best": metrics.get("best_score"),
-        "improvement": metrics.get("improvement"),
-        "ci_lo": ci[0],
-        "ci_hi": ci[1],
-        "submissions": metrics.get("submissions"),
-        "duration_s": metrics.get("duration_s"),
-        "status": metrics.get("status"),
-        "run_dir": str(Path(run_dir).resolve()),
-        "eval_hash": metrics.get("eval_hash"),
-        "within_noise": metrics.get("within_noise"),
-        "mode": metrics.get("mode"),
-        # LLM agents only: what the driver consumed, for scaling analyses across runs.
-        "total_tokens": usage.get("total_tokens"),
-        "cost_usd": usage.get("cost_usd"),
-    }
-    return tuple(values[c] for c in COLUMNS)
+def results_row(run_dir: Path, metrics: RunMetrics) -> ResultsRow:
+    """The results-ledger row of a run: the run's identity, its scores against the baseline,
+    what its LLM used and its integrity flags. ``within_noise`` is stored as 1/0; the LLM
+    columns are None for a run without a metering proxy, the contamination columns for a run
+    whose check did not run."""
+    lo, hi = metrics.improvement_ci95 or (None, None)
+    usage, contam = metrics.llm_usage, metrics.contamination
+    return ResultsRow(
+        run_id=metrics.run_id,
+        finished_at=metrics.ended_at,
+        task=metrics.task,
+        task_version=metrics.task_version,
+        agent=metrics.agent,
+        driver=metrics.driver,
+        model=metrics.model,
+        baseline=metrics.baseline,
+        best=metrics.best_score,
+        improvement=metrics.improvement,
+        ci_lo=lo,
+        ci_hi=hi,
+        submissions=metrics.submissions,
+        duration_s=metrics.duration_s,
+        status=metrics.status,
+        run_dir=str(Path(run_dir).resolve()),
+        eval_hash=metrics.eval_hash,
+        within_noise=None if metrics.within_noise is None else int(metrics.within_noise),
+        mode=metrics.mode,
+        total_tokens=usage.total_tokens if usage else None,
+        cost_usd=usage.cost_usd if usage else None,
+        integrity_flags=",".join(metrics.integrity_flags),
+        not_derived=len(metrics.not_derived_submissions),
+        contaminated=int(contam.flagged) if contam else None,
+        contaminated_items=contam.matched_items if contam else None,
+    )
 
 
-def record_run(runs_dir: Path, run_dir: Path, metrics: dict[str, Any]) -> None:
-    """Insert or replace the row of ``metrics['run_id']`` in ``<runs_dir>/results.db``.
+def record_run(runs_dir: Path, run_dir: Path, metrics: RunMetrics) -> None:
+    """Insert or replace the row of ``metrics.run_id`` in ``<runs_dir>/results.db``.
 
-    ``metrics`` is a dict from ``compute_metrics``; keys other than ``run_id`` may be missing
-    (stored as NULL). ``finished_at`` is the run's ``ended_at``, not the time of this call, so
-    re-recording a run leaves its row unchanged. Raises ``KeyError`` without ``run_id``.
+    ``finished_at`` is the run's ``ended_at``, not the time of this call, so re-recording a
+    run leaves its row unchanged.
     """
-    row = _row(run_dir, metrics)
+    row = results_row(run_dir, metrics)
     placeholders = ", ".join("?" for _ in COLUMNS)
     with closing(_connect(results_db_path(runs_dir))) as conn:
         conn.execute(
-            f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) VALUES ({placeholders})", row
+            f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) VALUES ({placeholders})",
+            tuple(row[c] for c in COLUMNS),  # type: ignore[literal-required]
         )
 
 
-def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
+def list_runs(runs_dir: Path) -> list[ResultsRow]:
     """Every recorded run as a dict of the ``runs`` columns, oldest ``finished_at`` first
     (runs without one last), ties by ``run_id``. An absent ledger gives ``[]`` and is not
     created."""
@@ -150,4 +185,4 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
         rows = conn.execute(
             "SELECT * FROM runs ORDER BY finished_at IS NULL, finished_at, run_id"
         ).fetchall()
-    return [dict(r) for r in rows]
+    return [typing.cast(ResultsRow, dict(r)) for r in rows]

@@ -4,6 +4,16 @@ Every endpoint but ``/health`` needs ``Authorization: Bearer <run token>``. Erro
 with a JSON body ``{"error": "..."}`` naming the fix; every refused submission attempt is
 recorded in the ledger's ``rejections`` table. There is no endpoint that changes the
 baseline, the clock or past results.
+
+A submission's answer (and its row in ``GET /submissions``) says, besides the score:
+
+- ``failure_kind`` for a failed evaluation: ``model`` (the submission's own fault, cached: the
+  same files submitted again get the same failure as a duplicate) or ``harness`` (a timeout,
+  an outage, the grader's own error: the same files submitted again are evaluated again, and
+  that submission's ``retry_of`` names the failed one);
+- ``identity``: whether the model derives from the base model (:mod:`agent2rl.integrity.
+  identity`), with the reasons when it does not, and whether it brings its own chat template.
+  The check runs before the evaluation and never changes the score.
 """
 
 from __future__ import annotations
@@ -23,9 +33,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent2rl.analysis.noise import compare_items, load_item_scores
+from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.grading.ledger import Ledger, Submission
+from agent2rl.grading.noise import compare_items, load_item_scores
 from agent2rl.grading.submission import (
     SubmissionError,
     SubmissionLimits,
@@ -33,6 +44,7 @@ from agent2rl.grading.submission import (
     resolve_submission,
     stage_submission,
 )
+from agent2rl.integrity.identity import check_identity, identity_flags
 from agent2rl.models.weights import model_fingerprint, weights_hash
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import Settings
@@ -80,15 +92,20 @@ def create_app(ctx: GradingContext) -> FastAPI:
     noise_cache: dict[int, dict[str, Any]] = {}
 
     def noise(s: Submission) -> dict[str, Any]:
-        """Intervals for a graded submission (cached: a graded row never changes)."""
+        """Intervals for a graded submission (cached: a graded row never changes). One graded
+        under other settings than the baseline gets its score interval only."""
         if s.score is None or s.status != "graded":
             return {"score_ci95": None, "improvement_ci95": None, "within_noise": None}
         if s.id not in noise_cache:
             items = load_item_scores(ctx.paths.root / s.items_path) if s.items_path else None
-            comparable = s.eval_hash is None or s.eval_hash == baseline.get("eval_hash")
-            stats = compare_items(items, base_items if comparable else None)
-            keep = ("score_ci95", "improvement_ci95", "within_noise")
-            noise_cache[s.id] = {k: stats[k] for k in keep}
+            stats = compare_items(
+                items, base_items, comparable=comparable(s.eval_hash, baseline.get("eval_hash"))
+            )
+            noise_cache[s.id] = {
+                "score_ci95": stats.score_ci95,
+                "improvement_ci95": stats.improvement_ci95,
+                "within_noise": stats.within_noise,
+            }
         return noise_cache[s.id]
 
     def authorize(request: Request, path: str | None = None) -> None:
@@ -133,11 +150,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
         return max(0.0, end - time.time()) if end is not None else 0.0
 
     def public_view(s: Submission) -> dict[str, Any]:
-        base = baseline.get("score")
-        comparable = s.eval_hash is None or s.eval_hash == baseline.get("eval_hash")
-        improvement = (
-            s.score - base if (s.score is not None and base is not None and comparable) else None
-        )
+        same_settings = comparable(s.eval_hash, baseline.get("eval_hash"))
         # Never per-item results: predictions next to targets would leak the test set. The
         # intervals are bootstrap statistics over items, which reveal no single item.
         return {
@@ -146,13 +159,16 @@ def create_app(ctx: GradingContext) -> FastAPI:
             "path": s.path,
             "status": s.status,
             "score": s.score,
-            "improvement": improvement,
+            "improvement": improvement(s.score, baseline.get("score"), same_settings),
             **noise(s),
             "is_copy": s.is_copy,
             "duplicate_of": s.duplicate_of,
             "error": s.error,
+            "failure_kind": s.failure_kind,
+            "retry_of": s.retry_of,
             "eval_seconds": s.eval_seconds,
             "eval_hash": s.eval_hash,
+            "identity": identity_flags(s.identity),
         }
 
     @app.get("/health")
@@ -222,7 +238,8 @@ def create_app(ctx: GradingContext) -> FastAPI:
         }
 
     def _grade(sub_id: int, copy: Path) -> None:
-        """Hash, de-duplicate, evaluate the private copy; leaves the row graded or failed."""
+        """Hash, de-duplicate, check identity, evaluate the private copy; leaves the row
+        graded or failed (with whose fault it was)."""
         sub_dir = ctx.paths.submission_dir(sub_id)
         try:
             digest = weights_hash(copy)
@@ -233,6 +250,8 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 status="failed",
                 finished_at=time.time(),
                 error=f"could not read the submission: {err}",
+                # Malformed safetensors are the model's; an I/O error on our copy is ours.
+                failure_kind="model" if isinstance(err, ValueError) else "harness",
             )
             return
         is_copy = bool(base_hash) and digest == base_hash
@@ -240,9 +259,11 @@ def create_app(ctx: GradingContext) -> FastAPI:
             sub_id, weights_hash=digest, fingerprint=fingerprint, is_copy=is_copy
         )
         if is_copy and fingerprint == base_fingerprint:  # the base model itself: its baseline
+            identity = check_identity(copy, ctx.base_model_dir).to_dict()
             shutil.rmtree(copy, ignore_errors=True)
             ledger.update_submission(
                 sub_id,
+                identity=identity,
                 status="graded",
                 is_copy=True,
                 score=baseline.get("score"),
@@ -254,7 +275,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             )
             return
         earlier = ledger.graded_with_fingerprint(fingerprint)
-        if earlier is not None and earlier.id != sub_id:
+        if earlier is not None and earlier.id != sub_id:  # same files: same outcome
             shutil.rmtree(copy, ignore_errors=True)
             ledger.update_submission(
                 sub_id,
@@ -266,9 +287,17 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 eval_seconds=0.0,
                 eval_hash=earlier.eval_hash,
                 error=earlier.error,
+                failure_kind=earlier.failure_kind,
+                identity=earlier.identity,
                 finished_at=time.time(),
             )
             return
+        # Before the weights copy is deleted; a report, never a change to the score.
+        ledger.update_submission(
+            sub_id, identity=check_identity(copy, ctx.base_model_dir).to_dict()
+        )
+        # The same files failed before through no fault of their own: evaluate them again.
+        retried = ledger.retryable_failure(fingerprint)
         outcome = run_evaluation(
             ctx.eval_spec, copy, sub_dir, ctx.settings, timeout_s=ctx.eval_timeout_s
         )
@@ -285,6 +314,8 @@ def create_app(ctx: GradingContext) -> FastAPI:
             eval_seconds=outcome.seconds,
             eval_hash=outcome.eval_hash,
             error=outcome.error,
+            failure_kind=outcome.failure if outcome.error is not None else None,
+            retry_of=retried.id if retried is not None else None,
             finished_at=time.time(),
         )
 

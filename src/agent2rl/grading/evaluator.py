@@ -1,4 +1,21 @@
-"""Run one evaluation in a child process, with a timeout that kills its whole group."""
+"""Run one evaluation in a child process, with a timeout that kills its whole group.
+
+Every failed evaluation says whose failure it was (:data:`FailureKind`):
+
+``model``
+    the submission's own fault, and deterministic: its weights or config do not load (shape
+    mismatch, unknown architecture, corrupt safetensors), its own chat template does not
+    render, or a scorer refused its output (:class:`agent2rl.errors.ModelFault`). The grading
+    service caches it like a score: the same files submitted again get the same failure.
+``harness``
+    anything else: a timeout (a loaded machine), the process killed by a signal (the OOM
+    killer), the grader running out of memory, a judge outage, an internal exception, a worker
+    that died without saying why. Not the model's fault, so never cached: the same weights
+    submitted again are evaluated again.
+
+When in doubt a failure is ``harness``: wrongly retrying a model failure costs one more
+evaluation of the agent's own time, wrongly caching a harness failure loses a score for good.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.settings import Settings
@@ -52,9 +69,15 @@ class EvalSpec:
         )
 
 
+#: Whose fault a failed evaluation was (see the module docstring).
+FailureKind = Literal["model", "harness"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("model", "harness")
+
+
 @dataclass(frozen=True)
 class EvalOutcome:
-    """``score`` is None when ``error`` is set (crash, timeout, unloadable model)."""
+    """``score`` is None when ``error`` is set (crash, timeout, unloadable model); ``failure``
+    is then whose fault it was, and None on success."""
 
     score: float | None
     n_items: int | None
@@ -62,6 +85,7 @@ class EvalOutcome:
     seconds: float
     eval_hash: str | None
     error: str | None = None
+    failure: FailureKind | None = None
 
 
 def run_evaluation(
@@ -76,6 +100,10 @@ def run_evaluation(
 
     The child runs in its own session; on timeout the whole process group gets SIGKILL and
     the outcome carries an error. The child's output is appended to ``log_path``.
+
+    A failure is ``model`` only when the worker said so in ``error.json`` (see
+    :func:`agent2rl.grading.worker.failure_kind`); a timeout, a signal, or an exit without
+    ``error.json`` (or with an unknown kind in it) is ``harness``.
     """
     out.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -114,7 +142,8 @@ def run_evaluation(
             None,
             time.time() - started,
             None,
-            f"evaluation timed out after {timeout_s:.0f}s",
+            f"evaluation timed out after {timeout_s:g}s",
+            "harness",
         )
     finally:
         log.close()
@@ -124,12 +153,24 @@ def run_evaluation(
         return EvalOutcome(
             res["score"], res["n_items"], out / "items.jsonl", seconds, res["eval_hash"]
         )
-    error = f"evaluation failed (exit code {proc.returncode})"
-    if (out / "error.json").exists():
-        error = "evaluation failed: " + json.loads((out / "error.json").read_text())["error"]
-    elif proc.returncode and proc.returncode < 0:
+    error, failure = f"evaluation failed (exit code {proc.returncode})", "harness"
+    if proc.returncode and proc.returncode < 0:
+        # Killed (the OOM killer, an operator): whatever error.json says, this run was cut.
         error = f"evaluation killed by signal {-proc.returncode} (out of memory?)"
-    return EvalOutcome(None, None, None, seconds, None, error)
+    elif (out / "error.json").exists():
+        report = _read_error(out / "error.json")
+        error = "evaluation failed: " + str(report.get("error") or "no message")
+        failure = report["failure"] if report.get("failure") in FAILURE_KINDS else "harness"
+    return EvalOutcome(None, None, None, seconds, None, error, failure)
+
+
+def _read_error(path: Path) -> dict[str, Any]:
+    """The worker's ``error.json``; a torn or odd one reads as a harness failure."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"error": "unreadable error.json", "failure": "harness"}
+    return report if isinstance(report, dict) else {"failure": "harness"}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -8,9 +8,17 @@ service starts, and the analysis reads it afterwards. Tables:
     JSON values: ``task``, ``task_version``, ``eval_hash``, ``baseline`` (a score record: score,
     n_items, items_path, eval_seconds), ``base_weights_hash``, ``base_fingerprint``.
 ``submissions``
-    one row per accepted submission (graded, failed, duplicate or copy), in order.
+    one row per accepted submission (graded, failed, duplicate or copy), in order. A failed
+    row says whose fault it was (``failure_kind``: ``model`` or ``harness``, see
+    :mod:`agent2rl.grading.evaluator`); only graded rows and model failures are reused for a
+    later submission with the same fingerprint (``duplicate_of``). The same files after a
+    harness failure are evaluated again, and that row's ``retry_of`` names the failed one.
+    ``identity`` is the model-identity report (:mod:`agent2rl.integrity.identity`) as JSON.
 ``rejections``
     one row per refused attempt (bad path, bad files, bad token...), for the report.
+
+A ledger written by an older version gains the newer columns when it is opened
+(:data:`ADDED_COLUMNS`); its failed rows have no ``failure_kind`` and count as retryable.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from agent2rl.grading import comparison
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,7 +52,10 @@ CREATE TABLE IF NOT EXISTS submissions (
     snapshot TEXT,                 -- commit id in record/code.git
     is_copy INTEGER NOT NULL DEFAULT 0,
     duplicate_of INTEGER,
-    eval_hash TEXT
+    eval_hash TEXT,
+    failure_kind TEXT,             -- failed rows: model | harness (NULL: an older ledger)
+    retry_of INTEGER,              -- the harness-failed row with the same fingerprint
+    identity TEXT                  -- JSON: the model-identity report
 );
 CREATE TABLE IF NOT EXISTS rejections (
     id INTEGER PRIMARY KEY,
@@ -54,9 +67,16 @@ CREATE TABLE IF NOT EXISTS rejections (
 """
 
 
+# Columns added after the first release: an older ledger gains them on open.
+ADDED_COLUMNS = {"failure_kind": "TEXT", "retry_of": "INTEGER", "identity": "TEXT"}
+#: Columns stored as JSON text and read back as Python values.
+JSON_COLUMNS = frozenset({"identity"})
+
+
 @dataclass
 class Submission:
-    """One row of ``submissions``. ``score`` is None unless ``status == 'graded'``."""
+    """One row of ``submissions``. ``score`` is None unless ``status == 'graded'``;
+    ``failure_kind`` is set only on failed rows (and None on those of an older ledger)."""
 
     id: int
     submitted_at: float
@@ -74,6 +94,9 @@ class Submission:
     is_copy: bool = False
     duplicate_of: int | None = None
     eval_hash: str | None = None
+    failure_kind: str | None = None
+    retry_of: int | None = None
+    identity: dict[str, Any] | None = None
 
     @property
     def valid(self) -> bool:
@@ -112,6 +135,14 @@ class Ledger:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._conn.executescript(SCHEMA)
+        have = {r["name"] for r in self._conn.execute("PRAGMA table_info(submissions)")}
+        for name, kind in ADDED_COLUMNS.items():
+            if name not in have:
+                try:
+                    self._conn.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as err:  # another process added it first
+                    if "duplicate column" not in str(err):
+                        raise
 
     def close(self) -> None:
         self._conn.close()
@@ -162,7 +193,8 @@ class Ledger:
             return int(cur.lastrowid)
 
     def update_submission(self, submission_id: int, **values: Any) -> None:
-        """Set columns of one row; unknown column names raise ``ValueError``."""
+        """Set columns of one row; unknown column names raise ``ValueError``. Booleans are
+        stored as 0/1 and the :data:`JSON_COLUMNS` as JSON text."""
         bad = set(values) - set(_SUB_FIELDS)
         if bad:
             raise ValueError(f"unknown submission columns: {sorted(bad)}")
@@ -172,7 +204,7 @@ class Ledger:
         with self._tx() as c:
             c.execute(
                 f"UPDATE submissions SET {cols} WHERE id = ?",
-                (*[int(v) if isinstance(v, bool) else v for v in values.values()], submission_id),
+                (*[_to_sql(k, v) for k, v in values.items()], submission_id),
             )
 
     def submission(self, submission_id: int) -> Submission | None:
@@ -187,10 +219,25 @@ class Ledger:
         return [_row_to_submission(r) for r in rows]
 
     def graded_with_fingerprint(self, fingerprint: str) -> Submission | None:
-        """The first graded (or failed) original submission with this fingerprint, if any."""
+        """The first original submission with this fingerprint whose outcome is the model's
+        own and so stands for the same files submitted again: graded, or failed by the
+        model's fault. A harness failure (or an older ledger's failure of unknown kind) is
+        never returned: those files deserve another evaluation."""
         row = self._conn.execute(
             "SELECT * FROM submissions WHERE fingerprint = ? AND duplicate_of IS NULL"
-            " AND status IN ('graded', 'failed') ORDER BY id LIMIT 1",
+            " AND (status = 'graded' OR (status = 'failed' AND failure_kind = 'model'))"
+            " ORDER BY id LIMIT 1",
+            (fingerprint,),
+        ).fetchone()
+        return _row_to_submission(row) if row else None
+
+    def retryable_failure(self, fingerprint: str) -> Submission | None:
+        """The latest failed submission with this fingerprint that was not the model's fault
+        (a harness failure, or a failure of unknown kind in an older ledger), if any: the one
+        a new evaluation of the same files retries."""
+        row = self._conn.execute(
+            "SELECT * FROM submissions WHERE fingerprint = ? AND status = 'failed'"
+            " AND (failure_kind IS NULL OR failure_kind != 'model') ORDER BY id DESC LIMIT 1",
             (fingerprint,),
         ).fetchone()
         return _row_to_submission(row) if row else None
@@ -199,9 +246,9 @@ class Ledger:
         return [s for s in self.submissions() if s.status == "evaluating"]
 
     def best(self) -> Submission | None:
-        """The valid submission with the highest score (earliest wins ties)."""
-        valid = [s for s in self.submissions() if s.valid]
-        return max(valid, key=lambda s: (s.score, -s.id)) if valid else None
+        """The valid submission with the highest score (earliest wins ties; see
+        :func:`agent2rl.grading.comparison.best`)."""
+        return comparison.best(self.submissions())
 
     # -- rejections -----------------------------------------------------------------------
     def add_rejection(self, path: str | None, http_status: int, reason: str) -> int:
@@ -217,7 +264,24 @@ class Ledger:
         return [Rejection(**dict(r)) for r in rows]
 
 
+def _to_sql(column: str, value: Any) -> Any:
+    if column in JSON_COLUMNS and value is not None:
+        return json.dumps(value, sort_keys=True)
+    return int(value) if isinstance(value, bool) else value
+
+
+def _from_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:  # a torn value must not make the whole ledger unreadable
+        return None
+
+
 def _row_to_submission(row: sqlite3.Row) -> Submission:
     d = dict(row)
     d["is_copy"] = bool(d["is_copy"])
-    return Submission(**{k: d[k] for k in _SUB_FIELDS})
+    for name in JSON_COLUMNS:
+        d[name] = _from_json(d.get(name))
+    return Submission(**{k: d.get(k) for k in _SUB_FIELDS})

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from agent2rl.child_process import ServiceHandle, serve_on_free_port, start_announcing
 from agent2rl.errors import UserError
-from agent2rl.rundir import RunInfo, RunPaths, write_json_atomic
+from agent2rl.files import write_json_atomic
+from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import load_settings
 
 TOKEN_ENV = "AGENT2RL_GRADING_TOKEN"

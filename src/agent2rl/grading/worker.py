@@ -6,6 +6,10 @@ the inference backend, runs the task's evaluation on its private split and write
 both atomically. Running in a child process means a crash, a hang or a memory blow-up of the
 model cannot take the grading service down, and GPU memory is freed after every submission.
 Evaluations on one device are serialised across runs by a file lock.
+
+On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
+"harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
+it was from the stage it happened in (see :mod:`agent2rl.grading.evaluator`).
 """
 
 from __future__ import annotations
@@ -17,9 +21,13 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Literal
 
-from agent2rl.grading.evaluator import EvalSpec
-from agent2rl.rundir import write_json_atomic
+from agent2rl.errors import ModelFault
+from agent2rl.files import write_json_atomic, write_jsonl
+from agent2rl.grading.evaluator import EvalSpec, FailureKind
+from agent2rl.inference import load_backend
+from agent2rl.tasks import get_task, prepare_task
 
 
 def device_name() -> str:
@@ -28,25 +36,75 @@ def device_name() -> str:
     return "cuda0" if torch.cuda.is_available() else "cpu"
 
 
-def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: Path) -> dict:
-    """Evaluate and write results into ``out``; returns the result dict."""
-    from agent2rl.inference import load_backend
-    from agent2rl.tasks import get_task, prepare_task
-    from agent2rl.tasks.prompt_format import write_jsonl
+Stage = Literal["setup", "load", "evaluate"]
 
-    task = get_task(spec.task, spec.task_options)
-    prepared = prepare_task(task, store)
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"eval-{device_name()}.lock", "w") as lock:
-        waited = time.time()
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        waited = time.time() - waited
-        backend = load_backend(model_dir, spec.backend)
-        try:
-            result = task.evaluate(backend, prepared, limit=spec.limit)
-            eval_hash = task.eval_hash(backend.describe())
-        finally:
-            backend.close()
+
+class StageFailure(Exception):
+    """An exception of :func:`evaluate_to`, tagged with the stage it happened in."""
+
+    def __init__(self, stage: Stage, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.stage, self.cause = stage, cause
+
+
+#: Messages of exceptions that are the machine's state, not the model's (CUDA raises plain
+#: RuntimeErrors for both kinds).
+_RESOURCE_HINTS = ("out of memory", "cuda error", "cublas", "cudnn", "nccl", "no space left")
+
+
+def _is_resource_error(err: BaseException) -> bool:
+    if isinstance(err, MemoryError):
+        return True
+    text = f"{type(err).__name__} {err}".lower()
+    return "outofmemory" in text.replace(" ", "") or any(h in text for h in _RESOURCE_HINTS)
+
+
+def _from_jinja(err: BaseException) -> bool:
+    # Only a model's own chat template is rendered with jinja2 during an evaluation (task
+    # prompts are str.format templates). Named by module so the worker needs no jinja import.
+    return any(c.__module__.split(".")[0] == "jinja2" for c in type(err).__mro__)
+
+
+def failure_kind(stage: Stage, err: BaseException) -> FailureKind:
+    """Whose fault an exception of ``stage`` was.
+
+    - ``setup`` (task data, the device lock): always ``harness``;
+    - ``load`` (the submission's config, weights and tokenizer): ``model``, unless the
+      machine ran out of memory or the accelerator failed (``harness``);
+    - ``evaluate``: ``model`` for :class:`~agent2rl.errors.ModelFault` (a scorer's refusal)
+      and for an error rendering the submission's own chat template; anything else
+      (generation, a judge, the scorer) is ``harness``.
+    """
+    if stage == "load":
+        return "harness" if _is_resource_error(err) else "model"
+    if stage == "evaluate" and (isinstance(err, ModelFault) or _from_jinja(err)):
+        return "model"
+    return "harness"
+
+
+def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: Path) -> dict:
+    """Evaluate and write results into ``out``; returns the result dict. Any exception comes
+    out as :class:`StageFailure` naming the stage it happened in."""
+    stage: Stage = "setup"
+    try:
+        task = get_task(spec.task, spec.task_options)
+        task.record_dir = out  # a scorer's private records (a judge's usage) land here
+        prepared = prepare_task(task, store)
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / f"eval-{device_name()}.lock", "w") as lock:
+            waited = time.time()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            waited = time.time() - waited
+            stage = "load"
+            backend = load_backend(model_dir, spec.backend)
+            stage = "evaluate"
+            try:
+                result = task.evaluate(backend, prepared, limit=spec.limit)
+                eval_hash = task.eval_hash(backend.describe())
+            finally:
+                backend.close()
+    except Exception as err:
+        raise StageFailure(stage, err) from err
     write_jsonl(out / "items.jsonl", [i.to_dict() for i in result.items])
     summary = {
         "score": result.score,
@@ -72,14 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         summary = evaluate_to(
             EvalSpec.from_json(args.spec), args.model, args.out, args.store, args.locks
         )
-    except Exception as err:  # the parent reads error.json and records a failed submission
+    except StageFailure as failed:  # the parent reads error.json and records the failure
         traceback.print_exc()
+        err = failed.cause
+        first = next((line for line in str(err).splitlines() if line.strip()), "")
         write_json_atomic(
             args.out / "error.json",
             {
-                "error": f"{type(err).__name__}: {str(err).splitlines()[0][:500]}"
-                if str(err)
-                else type(err).__name__
+                "error": f"{type(err).__name__}: {first[:500]}" if first else type(err).__name__,
+                "failure": failure_kind(failed.stage, err),
+                "stage": failed.stage,
             },
         )
         return 1

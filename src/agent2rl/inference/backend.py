@@ -3,11 +3,20 @@
 A backend turns prompts into greedy completions for one model directory: transformers (CPU or
 one GPU) or vLLM (GPU, the optional ``gpu`` extra). Tasks never import a backend directly;
 :func:`load_backend` picks one from a :class:`BackendConfig`.
+
+Grading is decided by the task and the run, never by the submission: both backends ignore a
+model directory's ``generation_config.json`` (a submission could otherwise change how it is
+graded without changing its weights: beams, a repetition penalty, a minimum length, banned
+words) and decode greedily with the task's settings. A completion ends at a stop string, at
+``max_new_tokens``, or at one of the run's :attr:`BackendConfig.stop_token_ids` (the base
+model's end-of-sequence ids, see :func:`model_stop_token_ids`) or the model's own tokenizer's
+end-of-sequence token.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -82,7 +91,9 @@ class BackendConfig:
     transformers. ``dtype``: ``auto`` is bfloat16 on a GPU and float32 on CPU, for both
     backends; or ``float32``/``bfloat16``/``float16``. The other fields only apply to vLLM: the
     fraction of GPU memory it may take, the context length (None: the model's own), and how
-    many GPUs one model is split over.
+    many GPUs one model is split over. ``stop_token_ids``: token ids that end a completion in
+    every model the run grades, the base model's (set by the run from
+    :func:`model_stop_token_ids`; a submission's own generation config is never read).
     """
 
     kind: str = "auto"
@@ -90,15 +101,21 @@ class BackendConfig:
     gpu_memory_utilization: float = 0.85
     max_model_len: int | None = None
     tensor_parallel_size: int = 1
+    stop_token_ids: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["stop_token_ids"] = list(self.stop_token_ids)
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> BackendConfig:
         """From :meth:`to_dict`'s output; unknown keys are ignored (older run.json files)."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+        kw = {k: v for k, v in (data or {}).items() if k in names}
+        if "stop_token_ids" in kw:
+            kw["stop_token_ids"] = tuple(int(i) for i in kw["stop_token_ids"])
+        return cls(**kw)
 
     def validate(self) -> BackendConfig:
         """Raise :class:`UserError` for settings that cannot work here; returns ``self``.
@@ -133,6 +150,23 @@ class BackendConfig:
         return self.kind
 
 
+def model_stop_token_ids(model_dir: Path) -> tuple[int, ...]:
+    """The end-of-sequence ids a (trusted, base) model directory declares: ``eos_token_id`` of
+    its ``config.json`` and of its ``generation_config.json`` (an int or a list in either;
+    chat models often list their end-of-turn token only in the latter). Sorted, distinct;
+    empty when neither file names one. Malformed files count as naming none."""
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        try:
+            value = json.loads((Path(model_dir) / name).read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                ids.add(v)
+    return tuple(sorted(ids))
+
+
 def vllm_usable() -> bool:
     """True when the vllm package is importable and torch sees a CUDA device."""
     if importlib.util.find_spec("vllm") is None:
@@ -157,4 +191,6 @@ def load_backend(model_dir: Path, config: BackendConfig | str = "auto") -> Backe
         return VllmBackend(Path(model_dir), config)
     from agent2rl.inference.transformers_backend import TransformersBackend
 
-    return TransformersBackend(Path(model_dir), dtype=config.dtype)
+    return TransformersBackend(
+        Path(model_dir), dtype=config.dtype, stop_token_ids=config.stop_token_ids
+    )

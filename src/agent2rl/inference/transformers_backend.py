@@ -12,15 +12,24 @@ class TransformersBackend:
     """Greedy generation with left padding, stop strings and max-new-tokens.
 
     Prompts are sorted by length before batching so a batch wastes little padding; results
-    come back in the original order. A tokenizer without a pad token pads with EOS.
+    come back in the original order. A tokenizer without a pad token pads with EOS. The
+    model directory's ``generation_config.json`` is replaced at load by a fresh config (see
+    :mod:`agent2rl.inference.backend`): greedy, one beam, no penalties, ending at
+    ``stop_token_ids`` or the tokenizer's end-of-sequence token.
     """
 
     name = "transformers"
 
-    def __init__(self, model_dir: Path, device: str | None = None, dtype: str = "auto") -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        device: str | None = None,
+        dtype: str = "auto",
+        stop_token_ids: tuple[int, ...] = (),
+    ) -> None:
         """``dtype`` ``auto`` is bfloat16 on a GPU and float32 on CPU."""
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
@@ -34,6 +43,19 @@ class TransformersBackend:
             model_dir, trust_remote_code=False, use_safetensors=True, dtype=dtype
         ).to(self.device)
         self.model.eval()
+        eos = set(stop_token_ids)
+        if self.tokenizer.eos_token_id is not None:
+            eos.add(self.tokenizer.eos_token_id)
+        # Every field a submission's generation_config.json could set is reset here: generate()
+        # fills the fields left unset from model.generation_config, so replacing it (rather
+        # than passing overrides) leaves nothing of the submission's behind.
+        self.model.generation_config = GenerationConfig(
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(eos) or None,
+            bos_token_id=self.tokenizer.bos_token_id,
+        )
         self._dtype = str(dtype).replace("torch.", "")
 
     def describe(self) -> dict[str, Any]:
@@ -66,11 +88,7 @@ class TransformersBackend:
                 kwargs = {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}
             with torch.inference_mode():
                 gen = self.model.generate(
-                    **batch,
-                    max_new_tokens=settings.max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=self.tokenizer.pad_token_id,
-                    **kwargs,
+                    **batch, max_new_tokens=settings.max_new_tokens, do_sample=False, **kwargs
                 )
             new = gen[:, batch["input_ids"].shape[1] :]
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)

@@ -23,7 +23,10 @@ class VllmBackend:
     Prompts are tokenized here without special tokens (as the transformers backend does) and
     handed to vLLM as token ids, so both backends feed the model the same ids. A prompt longer
     than the context minus ``max_new_tokens`` keeps its end, as in the transformers backend.
-    Only safetensors weights are loaded and ``trust_remote_code`` stays off.
+    Only safetensors weights are loaded and ``trust_remote_code`` stays off. The model's
+    ``generation_config.json`` is not read (``generation_config="vllm"``): greedy decoding
+    ends at the run's ``stop_token_ids`` or the tokenizer's end-of-sequence token, as in the
+    transformers backend.
     """
 
     name = "vllm"
@@ -42,8 +45,13 @@ class VllmBackend:
             max_model_len=config.max_model_len,
             tensor_parallel_size=config.tensor_parallel_size,
             seed=0,
+            generation_config="vllm",
         )
         self.tokenizer = self.llm.get_tokenizer()
+        eos = set(config.stop_token_ids)
+        if self.tokenizer.eos_token_id is not None:
+            eos.add(self.tokenizer.eos_token_id)
+        self.stop_token_ids = sorted(eos)
         self.max_len = self.llm.llm_engine.model_config.max_model_len
 
     def describe(self) -> dict[str, Any]:
@@ -59,6 +67,7 @@ class VllmBackend:
             temperature=0.0,
             max_tokens=settings.max_new_tokens,
             stop=list(settings.stop) or None,
+            stop_token_ids=self.stop_token_ids,
             skip_special_tokens=True,
         )
         keep = max(1, self.max_len - settings.max_new_tokens)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent2rl.errors import UserError
+from agent2rl.locks import file_lock
 from agent2rl.models.tiny import TINY_VERSION, build_tiny
 from agent2rl.models.weights import model_fingerprint, weights_hash
 
@@ -54,7 +55,9 @@ def resolve_model(spec: str, model_store: Path) -> ModelRef:
       files only); without network this fails with one message naming the alternatives.
     """
     if spec == "tiny":
-        path = build_tiny(model_store / f"tiny-v{TINY_VERSION}")
+        # Concurrent runs (a study) build it once: the others wait, then find it built.
+        with file_lock(model_store / f".tiny-v{TINY_VERSION}.lock"):
+            path = build_tiny(model_store / f"tiny-v{TINY_VERSION}")
         return ModelRef(spec, path, weights_hash(path))
     local = Path(spec).expanduser()
     if local.exists():
@@ -76,7 +79,9 @@ def _download(repo_id: str, model_store: Path) -> ModelRef:
 
     dest = model_store / "hub" / repo_id.replace("/", "--")
     try:
-        path = Path(snapshot_download(repo_id, local_dir=dest, allow_patterns=_HUB_PATTERNS))
+        # One download per model at a time: concurrent runs would write the same local_dir.
+        with file_lock(dest.with_name(f".{dest.name}.lock")):
+            path = Path(snapshot_download(repo_id, local_dir=dest, allow_patterns=_HUB_PATTERNS))
     except Exception as err:  # offline, unknown repo, gated repo...: all one user message
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(

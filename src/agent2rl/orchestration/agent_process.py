@@ -14,7 +14,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
@@ -23,12 +23,22 @@ MARK_ENV = "AGENT2RL_AGENT_MARK"
 
 
 class AgentProcess:
-    """One launched agent: ``argv`` runs with ``cwd`` and exactly ``env`` (plus the marker)."""
+    """One launched agent: ``argv`` runs with ``cwd`` and exactly ``env`` (plus the marker).
+    ``preexec``, when given, runs in the child before it executes ``argv`` (joining the run's
+    cgroup, setting a process limit), so the agent is confined from its first instruction."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        preexec: Callable[[], None] | None = None,
+    ) -> None:
         self.argv, self.cwd, self.log_path = argv, cwd, log_path
         self.mark = secrets.token_hex(12)
         self.env = {**env, MARK_ENV: self.mark}
+        self.preexec = preexec
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> int:
@@ -41,6 +51,7 @@ class AgentProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=self.preexec,
             )
         return self.proc.pid
 

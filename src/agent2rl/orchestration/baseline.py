@@ -1,7 +1,9 @@
 """The baseline: the base model's score, measured before the budget starts and cached.
 
 The cache key is (task, task version, evaluation settings, base model fingerprint — weights,
-config and tokenizer —, backend); a failed baseline is never cached.
+config and tokenizer —, backend); a failed baseline is never cached. Runs that need the same
+baseline at once (a study) compute it once: the first holds a lock per cache key while it
+evaluates, the others wait on it and then copy its result.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import tempfile
 from pathlib import Path
 
 from agent2rl.errors import UserError
+from agent2rl.files import read_json
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.grading.ledger import Ledger
 from agent2rl.inference.backend import BackendConfig
+from agent2rl.locks import file_lock
 from agent2rl.models.resolve import ModelRef
-from agent2rl.rundir import RunPaths, read_json
+from agent2rl.rundir import RunPaths
 from agent2rl.settings import Settings
 from agent2rl.tasks.base import Task
 
@@ -51,23 +55,26 @@ def measure_baseline(
     cannot be evaluated.
     """
     backend = backend or BackendConfig()
-    cache = settings.baseline_cache / baseline_key(task, model, backend)
+    key = baseline_key(task, model, backend)
+    cache = settings.baseline_cache / key
     out = paths.baseline_dir
-    cached = (cache / "result.json").exists() and (cache / "items.jsonl").exists()
-    if cached:
-        out.mkdir(parents=True, exist_ok=True)
-        for name in ("result.json", "items.jsonl"):
-            shutil.copyfile(cache / name, out / name)
-        result = read_json(out / "result.json")
-    else:
-        spec = EvalSpec(task.name, task.opts, backend)
-        outcome = run_evaluation(spec, model.path, out, settings, timeout_s=task.eval_timeout_s)
-        if outcome.error:
-            raise UserError(
-                f"the base model could not be evaluated ({outcome.error}); see {out / 'eval.log'}"
-            )
-        result = read_json(out / "result.json")
-        _store(cache, out)
+    with file_lock(settings.locks / f"baseline-{key}.lock"):
+        cached = (cache / "result.json").exists() and (cache / "items.jsonl").exists()
+        if cached:
+            out.mkdir(parents=True, exist_ok=True)
+            for name in ("result.json", "items.jsonl"):
+                shutil.copyfile(cache / name, out / name)
+            result = read_json(out / "result.json")
+        else:
+            spec = EvalSpec(task.name, task.opts, backend)
+            outcome = run_evaluation(spec, model.path, out, settings, timeout_s=task.eval_timeout_s)
+            if outcome.error:
+                raise UserError(
+                    f"the base model could not be evaluated ({outcome.error}); "
+                    f"see {out / 'eval.log'}"
+                )
+            result = read_json(out / "result.json")
+            _store(cache, out)
     return {
         "score": result["score"],
         "n_items": result["n_items"],

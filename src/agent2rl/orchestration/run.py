@@ -1,95 +1,80 @@
 """One run, end to end: resolve, prepare, workspace, baseline, grading, agent, finalize.
 
-:func:`execute_run` is the whole lifecycle (``agent2rl run`` is a thin wrapper around it).
-Everything a user can get wrong is checked before the run directory is created, so a bad
-flag leaves nothing behind. Whatever happens after that (the agent crashes, the deadline
-hits, Ctrl-C, a harness bug), the agent's processes are killed, an in-flight evaluation is
-allowed to finish (bounded), the grading service is stopped and a report is written.
+:func:`execute_run` is the whole lifecycle (``agent2rl run`` is a thin wrapper around it),
+in stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
+
+1. :func:`resolve_run`: everything a user can get wrong is checked before the run directory
+   is created, so a bad flag leaves nothing behind;
+2. :func:`_start_grading`: the baseline (before the clock starts), the ledger, the grading
+   service and, for an interactive task, the rollout service;
+3. :func:`_run_agent`: the clock starts; the agent is launched (in its sandbox, as its own
+   user, in its cgroup), recorded, watched, and stopped at the deadline or at a cap;
+4. :func:`_finalize`: metrics once, the report and the results row.
+
+Whatever happens after stage 1 (the agent crashes, the deadline hits, a cap is hit, Ctrl-C,
+a harness bug), the agent's processes are killed, an in-flight evaluation is allowed to
+finish (bounded), the services are stopped and a report is written.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+import psutil
 from rich.console import Console
 
-from agent2rl.agents.drivers import Driver, driver_for, real_key
-from agent2rl.agents.events import read_agent_log
+from agent2rl.agents.drivers import driver_for, real_key
 from agent2rl.agents.launch import build_launch
-from agent2rl.agents.metering import (
-    DEFAULT_ANTHROPIC_BASE_URL,
-    DEFAULT_GEMINI_BASE_URL,
-    DEFAULT_OPENAI_BASE_URL,
-    MeteringProxy,
-    start_metering_proxy,
-)
+from agent2rl.agents.logs import read_agent_log
 from agent2rl.agents.modes import detect_methods, get_mode, mode_contradictions, render_prompt
 from agent2rl.agents.spec import DEFAULT_PROMPT, AgentSpec, get_agent, install_files
-from agent2rl.analysis import compute_metrics, record_run, write_report
-from agent2rl.child_process import ServiceHandle
-from agent2rl.envs.app import RolloutLimits
-from agent2rl.envs.service import start_env_service
+from agent2rl.analysis import RunMetrics, record_run, write_report
 from agent2rl.errors import UserError
+from agent2rl.files import write_json_atomic, write_text_atomic
+from agent2rl.formatting import format_duration
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import start_service
-from agent2rl.inference.backend import BackendConfig
+from agent2rl.inference.backend import model_stop_token_ids
+from agent2rl.integrity import check_run
+from agent2rl.metering import PROVIDERS, MeteringProxy, Upstream, start_metering_proxy
 from agent2rl.models.resolve import ModelRef, resolve_model
 from agent2rl.orchestration.agent_process import AgentProcess
 from agent2rl.orchestration.baseline import measure_baseline, record_baseline
-from agent2rl.orchestration.status import StatusLine
-from agent2rl.recording import CodeRecorder, PeriodicSnapshotter, ResourceSampler
-from agent2rl.rundir import RunInfo, RunPaths, write_json_atomic
-from agent2rl.settings import format_duration, load_settings
-from agent2rl.tasks import Task, get_task, prepare_task
-from agent2rl.workspace import agent_env, build_workspace, write_instructions
-from agent2rl.workspace.sandbox import (
-    SandboxSpec,
-    bwrap_argv,
-    bwrap_available,
-    gpu_devices,
-    python_ro_binds,
+from agent2rl.orchestration.context import (
+    NETWORK_MODES,
+    SANDBOX_MODES,
+    LlmAccess,
+    RunContext,
+    RunOutcome,
+    RunRequest,
 )
+from agent2rl.orchestration.rollout_service import start_rollout_service
+from agent2rl.orchestration.status import StatusLine
+from agent2rl.orchestration.watchdog import Watchdog
+from agent2rl.recording import CodeRecorder, PeriodicSnapshotter, ResourceSampler
+from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.sandbox import SandboxSpec, bwrap_argv, bwrap_available
+from agent2rl.sandbox.agent import agent_sandbox, agent_user, hand_over, identity_files
+from agent2rl.sandbox.egress import DEFAULT_ALLOWLIST, Allowlist, start_egress_proxy
+from agent2rl.sandbox.limits import Cgroup, ResourceCaps, probe, set_nproc_limit
+from agent2rl.sandbox.network import (
+    ServiceBridge,
+    confine,
+    network_isolation_available,
+    network_record,
+)
+from agent2rl.settings import load_settings
+from agent2rl.tasks import get_task, prepare_task, private_paths
+from agent2rl.workspace import agent_env, build_workspace, write_instructions
 
-SANDBOX_MODES = ("auto", "bwrap", "none")
-
-
-@dataclass
-class RunRequest:
-    """What ``agent2rl run`` asks for. Timing knobs exist for tests and slow machines."""
-
-    task: str
-    agent: str
-    model: str
-    budget_s: float
-    runs_dir: Path = Path("runs")
-    seed: int = 0
-    sandbox: str = "auto"
-    backend: BackendConfig = field(default_factory=BackendConfig)
-    task_options: dict[str, str] = field(default_factory=dict)
-    driver: str | None = None
-    driver_base_url: str | None = None
-    mode: str = "free"
-    token_budget: int | None = None
-    grace_s: float = 10.0
-    snapshot_interval_s: float = 60.0
-    sample_interval_s: float = 5.0
-    max_submission_bytes: int | None = None
-    rollout_limits: RolloutLimits = field(default_factory=RolloutLimits)
-    extra_env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class RunOutcome:
-    run_dir: Path
-    status: str
-    metrics: dict
+#: bwrap's own install hint, printed once when a run falls back to no sandbox
+BWRAP_HINT = "install bubblewrap for the agent sandbox: apt-get install bubblewrap"
 
 
 def resolve_sandbox(mode: str) -> str:
@@ -107,29 +92,67 @@ def resolve_sandbox(mode: str) -> str:
     return mode
 
 
+def resolve_network(mode: str, sandbox: str) -> str:
+    """``auto`` -> ``services`` under bubblewrap where it can make a network namespace, else
+    ``host``; ``services`` needs both (a :class:`UserError` otherwise)."""
+    if mode not in NETWORK_MODES:
+        raise UserError(f"bad --network {mode!r}: use auto, host or services")
+    isolable = sandbox == "bwrap" and network_isolation_available()
+    if mode == "auto":
+        return "services" if isolable else "host"
+    if mode == "services" and not isolable:
+        raise UserError(
+            "--network services needs the bwrap sandbox with network namespaces; "
+            "use --sandbox bwrap (apt-get install bubblewrap) or --network host"
+        )
+    return mode
+
+
+def default_caps(req: RunRequest, runs_dir: Path) -> ResourceCaps:
+    """The agent's caps: the request's, else 75% of this machine's memory, 4,096 processes
+    and threads, and half the free space of the disk the run directory is on. A process cap
+    below 16 is a :class:`UserError` (no agent starts with fewer)."""
+    if req.max_pids is not None and req.max_pids < 16:
+        raise UserError(f"--max-procs {req.max_pids} is too small: an agent needs at least 16")
+    memory = req.memory or int(psutil.virtual_memory().total * 0.75)
+    disk = req.disk_quota or shutil.disk_usage(runs_dir).free // 2
+    return ResourceCaps(memory_bytes=memory, max_pids=req.max_pids or 4096, disk_bytes=disk)
+
+
 def new_run_id(task: str, agent: str) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{task}-{agent}-{secrets.token_hex(2)}"
 
 
-def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
-    """Run one benchmark run and return where it went and its metrics."""
-    console = console or Console(stderr=True)
+def resolve_run(req: RunRequest, console: Console) -> RunContext:
+    """Stage 1: check and resolve the request, then create the run directory and its
+    workspace. Every :class:`UserError` a request can cause is raised before the directory
+    exists."""
     settings = load_settings()
-    # Everything a user can get wrong fails here, before anything is written.
     task = get_task(req.task, req.task_options)
     spec = get_agent(req.agent)
     sandbox = resolve_sandbox(req.sandbox)
+    network = resolve_network(req.network, sandbox)
+    egress_allow = DEFAULT_ALLOWLIST if req.egress_allow is None else req.egress_allow
+    try:
+        Allowlist(egress_allow)
+    except ValueError as err:
+        raise UserError(f"bad --allow-host: {err}") from None
     req.backend.validate()
     llm = _resolve_llm(req, spec)
     with console.status(f"resolving model {req.model}"):
         model = resolve_model(req.model, settings.model_store)
     runs_dir = req.runs_dir.expanduser().resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
+    caps = default_caps(req, runs_dir)
+    # The base model's end-of-sequence ids end every graded completion; a submission's own
+    # generation config is never read.
+    backend = replace(req.backend, stop_token_ids=model_stop_token_ids(model.path))
 
     prepared = prepare_task(task, settings.task_store)
     paths = RunPaths(runs_dir / new_run_id(task.name, spec.name))
     paths.root.mkdir(parents=True)
+    user = agent_user(paths.root.name) if sandbox == "bwrap" else None
     info = RunInfo(
         run_id=paths.root.name,
         task=task.name,
@@ -141,63 +164,41 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         seed=req.seed,
         sandbox=sandbox,
         created_at=time.time(),
-        driver=llm[0].name if llm else None,
+        driver=llm.driver.name if llm else None,
         mode=req.mode if llm else None,
         token_budget=req.token_budget if llm else None,
         model_path=str(model.path),
         task_options=task.opts,
-        backend=req.backend.to_dict(),
+        backend=backend.to_dict(),
+        agent_uid=user.uid if user else os.geteuid(),
+        network=network,
+        caps=caps.to_dict(),
+        cap_mechanism=probe(),
     )
     info.save(paths)
+    ctx = RunContext(
+        req, settings, console, task, prepared, spec, model, backend, sandbox, network, caps,
+        llm, paths, info, user,
+    )  # fmt: skip
     console.print(
         f"[bold]run[/] {info.run_id}  task={task.name} agent={spec.name} "
         f"model={req.model} budget={format_duration(req.budget_s)} sandbox={sandbox}"
     )
+    if sandbox == "none":
+        console.print(f"sandbox=none: the agent is not isolated ({BWRAP_HINT})")
     build_workspace(paths, task, prepared, model)
     install_files(spec, paths.code)
+    return ctx
 
-    service: ServiceHandle | None = None
-    rollout: ServiceHandle | None = None
+
+def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
+    """Run one benchmark run and return where it went and its metrics."""
+    console = console or Console(stderr=True)
+    ctx = resolve_run(req, console)
+    info, paths = ctx.info, ctx.paths
     try:
-        with console.status("measuring the baseline (before the budget starts)"):
-            baseline = measure_baseline(task, model, settings, paths, req.backend)
-        ledger = Ledger(paths.ledger)
-        record_baseline(ledger, task, model, baseline)
-        info.eval_hash = baseline["eval_hash"]
-        console.print(
-            f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"
-            f"{' (cached)' if baseline['cached'] else ''}"
-        )
-        token = secrets.token_urlsafe(32)
-        max_bytes = req.max_submission_bytes or _default_max_bytes(model)
-        service = start_service(
-            paths,
-            token,
-            eval_timeout_s=task.eval_timeout_s,
-            max_bytes=max_bytes,
-            base_model_dir=model.path,
-        )
-        env_vars: dict[str, str] = {}
-        if task.interactive:
-            env_token = secrets.token_urlsafe(32)
-            with console.status("starting the rollout service"):
-                rollout = start_env_service(paths, env_token, req.rollout_limits)
-            env_vars = {"ENV_SERVER_URL": rollout.url, "ENV_TOKEN": env_token}
-        _run_agent(
-            req,
-            task,
-            spec,
-            model,
-            paths,
-            info,
-            service,
-            token,
-            sandbox,
-            ledger,
-            console,
-            llm,
-            env_vars,
-        )
+        _start_grading(ctx)
+        _run_agent(ctx)
     except KeyboardInterrupt:
         info.status, info.error = "interrupted", "interrupted by the user"
         raise
@@ -208,18 +209,18 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         info.status, info.error = "harness_error", f"{type(err).__name__}: {err}"
         raise
     finally:
-        for child in (rollout, service):
+        for child in (ctx.rollout, ctx.grading):
             if child is not None:
                 child.stop()
         if info.ended_at is None:
             info.ended_at = time.time()
         info.save(paths)
-        metrics = _finalize(paths, runs_dir, console)
+        metrics = _finalize(ctx)
     return RunOutcome(paths.root, info.status, metrics)
 
 
-def _resolve_llm(req: RunRequest, spec: AgentSpec) -> tuple[Driver, str] | None:
-    """(driver, real key) for an LLM agent, None for one without an LLM; every mistake
+def _resolve_llm(req: RunRequest, spec: AgentSpec) -> LlmAccess | None:
+    """The driver and real key of an LLM agent, None for one without an LLM; every mistake
     (unknown driver or mode, a missing key, a driver for an agent without LLM) is a
     :class:`UserError` here, before anything is written."""
     get_mode(req.mode)
@@ -230,26 +231,45 @@ def _resolve_llm(req: RunRequest, spec: AgentSpec) -> tuple[Driver, str] | None:
             raise UserError(f"agent {spec.name} uses no LLM: drop --driver")
         return None
     driver = driver_for(spec, req.driver, req.driver_base_url)
-    return driver, real_key(driver)
+    return LlmAccess(driver, real_key(driver))
 
 
-def _start_proxy(paths: RunPaths, driver: Driver, key: str, budget: int | None) -> MeteringProxy:
-    """The run's metering proxy, holding the only copy of the real key. Its upstream is the
-    driver's server, or the host's ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``/
-    ``GOOGLE_GEMINI_BASE_URL`` (a gateway),
-    or the provider's own endpoint."""
-    openai_url = driver.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
-    anthropic_url = os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL
-    gemini_url = os.environ.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_GEMINI_BASE_URL
+def _start_grading(ctx: RunContext) -> None:
+    """Stage 2: the baseline (cached, before the budget starts), then the services."""
+    with ctx.console.status("measuring the baseline (before the budget starts)"):
+        baseline = measure_baseline(ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend)
+    ctx.ledger = Ledger(ctx.paths.ledger)
+    record_baseline(ctx.ledger, ctx.task, ctx.model, baseline)
+    ctx.info.eval_hash = baseline["eval_hash"]
+    ctx.console.print(
+        f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"
+        f"{' (cached)' if baseline['cached'] else ''}"
+    )
+    ctx.grading_token = secrets.token_urlsafe(32)
+    ctx.grading = start_service(
+        ctx.paths,
+        ctx.grading_token,
+        eval_timeout_s=ctx.task.eval_timeout_s,
+        max_bytes=ctx.req.max_submission_bytes or _default_max_bytes(ctx.model),
+        base_model_dir=ctx.model.path,
+    )
+    if ctx.task.interactive:
+        env_token = secrets.token_urlsafe(32)
+        with ctx.console.status("starting the rollout service"):
+            ctx.rollout = start_rollout_service(ctx.paths, env_token, ctx.req.rollout_limits)
+        ctx.env_vars = {"ENV_SERVER_URL": ctx.rollout.url, "ENV_TOKEN": env_token}
+
+
+def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
+    """The run's metering proxy, holding the only copy of the real key: the driver's provider
+    gets it, the others none. Each upstream is the driver's server, or the host's
+    ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``/``GOOGLE_GEMINI_BASE_URL`` (a gateway), or the
+    provider's own endpoint."""
+    upstreams = {name: Upstream(p.host_base_url()) for name, p in PROVIDERS.items()}
+    own = llm.driver.base_url or upstreams[llm.driver.api].base_url
+    upstreams[llm.driver.api] = Upstream(own, llm.key)
     return start_metering_proxy(
-        paths.llm_usage,
-        openai_api_key=key if driver.api == "openai" else "",
-        anthropic_api_key=key if driver.api == "anthropic" else "",
-        gemini_api_key=key if driver.api == "gemini" else "",
-        openai_base_url=openai_url,
-        anthropic_base_url=anthropic_url,
-        gemini_base_url=gemini_url,
-        max_total_tokens=budget,
+        ctx.paths.llm_usage, upstreams=upstreams, max_total_tokens=ctx.req.token_budget
     )
 
 
@@ -259,110 +279,198 @@ def _default_max_bytes(model: ModelRef) -> int:
     return 4 * weights + 256 * 2**20
 
 
-def _run_agent(
-    req: RunRequest,
-    task: Task,
-    spec: AgentSpec,
-    model: ModelRef,
-    paths: RunPaths,
-    info: RunInfo,
-    service: ServiceHandle,
-    token: str,
-    sandbox: str,
-    ledger: Ledger,
-    console: Console,
-    llm: tuple[Driver, str] | None = None,
-    env_vars: dict[str, str] | None = None,
-) -> None:
-    """Start the clock and run the agent. ``env_vars``: the rollout service's URL and token
-    for an interactive task (added to the agent's environment and instructions)."""
+def _run_agent(ctx: RunContext) -> None:
+    """Stage 3: start the clock, write what the agent reads, launch and supervise it."""
+    req, info, paths = ctx.req, ctx.info, ctx.paths
+    assert ctx.grading is not None
     info.start = time.time()
     info.deadline = info.start + req.budget_s
     info.status = "running"
     info.save(paths)
-    write_instructions(paths, info, service.url, token, rollout=bool(env_vars))
-    env = agent_env(paths, info, model, service.url, token)
-    env.update(env_vars or {})
+    write_instructions(paths, info, ctx.grading.url, ctx.grading_token, rollout=bool(ctx.env_vars))
+    env = agent_env(paths, info, ctx.model, ctx.grading.url, ctx.grading_token)
+    env.update(ctx.env_vars)
     prompt_file = paths.workspace / "prompt.md"
     # The spec's own template when it has one; else the full prompt (listing, data sample).
-    template = None if spec.prompt_template == DEFAULT_PROMPT else spec.prompt_template
+    template = None if ctx.spec.prompt_template == DEFAULT_PROMPT else ctx.spec.prompt_template
     prompt = render_prompt(paths.workspace, req.mode, req.budget_s, template)
-    prompt_file.write_text(prompt)
-    proxy = _start_proxy(paths, llm[0], llm[1], req.token_budget) if llm else None
+    write_text_atomic(prompt_file, prompt)
+    proxy = ctx.metering = _start_proxy(ctx, ctx.llm) if ctx.llm else None
     try:
         launch = build_launch(
-            spec,
+            ctx.spec,
             workspace=paths.workspace,
             prompt=prompt,
             prompt_file=prompt_file,
-            driver=llm[0] if llm else None,
+            driver=ctx.llm.driver if ctx.llm else None,
             proxy_url=proxy.url if proxy else None,
             proxy_key=proxy.key if proxy else None,
-            real_key=llm[1] if llm else "",
+            real_key=ctx.llm.key if ctx.llm else "",
         )
         launch.write_files()
         env.update(launch.env)
         env.update(req.extra_env)
-        _supervise(req, task, spec, model, paths, info, sandbox, ledger, console, launch.argv, env)
+        _supervise(ctx, launch.argv, env)
     finally:
         if proxy is not None:
             proxy.stop()
-    _record_agent_view(spec, paths, info, task)
+    _record_agent_view(ctx)
 
 
-def _record_agent_view(spec: AgentSpec, paths: RunPaths, info: RunInfo, task: Task) -> None:
+def _record_agent_view(ctx: RunContext) -> None:
     """What the agent's own log says (events, its token counts) and whether its methods
     match its mode, into ``record/agent.json`` for the report. Never fails the run."""
+    paths, info = ctx.paths, ctx.info
     try:
-        log = read_agent_log(spec, paths.agent_log, paths.workspace)
-        view: dict = {"log_format": spec.log_format, "log": log.summary()}
+        log = read_agent_log(ctx.spec, paths.agent_log, paths.workspace)
+        view: dict = {"log_format": ctx.spec.log_format, "log": log.summary()}
         if info.mode:
             methods = detect_methods(paths.code)
             view["methods"] = sorted(methods)
             view["mode_flags"] = mode_contradictions(
-                info.mode, methods, interactive=task.level == 3
+                info.mode, methods, interactive=ctx.task.interactive
             )
         write_json_atomic(paths.record / "agent.json", view)
     except Exception as err:  # the report is still written without it
         write_json_atomic(paths.record / "agent.json", {"error": f"{type(err).__name__}: {err}"})
 
 
-def _supervise(
-    req: RunRequest,
-    task: Task,
-    spec: AgentSpec,
-    model: ModelRef,
-    paths: RunPaths,
-    info: RunInfo,
-    sandbox: str,
-    ledger: Ledger,
-    console: Console,
-    command: list[str],
-    env: dict[str, str],
-) -> None:
-    """Start the agent, record it, stop it at the deadline, settle in-flight grading."""
-    agent = AgentProcess(command, env, paths.workspace, paths.agent_log)
-    if sandbox == "bwrap":
-        agent.argv = bwrap_argv(_sandbox_spec(paths, model, agent.env, command), command)
+def _launch(ctx: RunContext, command: list[str], env: dict[str, str]) -> AgentProcess:
+    """The agent's process, not started: under bubblewrap (as its own user when the harness
+    is root) or plain, with its preexec joining the run's cgroup (or, as a fallback with a
+    user of its own, setting its process limit)."""
+    paths = ctx.paths
+    cgroup = Cgroup.create(f"agent2rl-{paths.root.name}", ctx.caps)
+    ctx.cgroup = cgroup
+    pids = ctx.caps.max_pids
+
+    def preexec() -> None:
+        if cgroup is not None:
+            cgroup.join()
+        elif ctx.user is not None and pids is not None:
+            set_nproc_limit(pids)
+
+    agent = AgentProcess(command, env, paths.workspace, paths.agent_log, preexec)
+    if ctx.sandbox == "bwrap":
+        identity = None
+        if ctx.user is not None:
+            writable = [paths.workspace, paths.code, paths.output]
+            writable += [p for p in paths.workspace.iterdir() if p.name.startswith(".")]
+            writable += [p for p in paths.workspace.iterdir() if p.is_file()]
+            hand_over(ctx.user, writable)
+            identity = identity_files(ctx.user, Path(env["HOME"]), paths.sandbox)
+        spec = agent_sandbox(
+            paths.workspace,
+            [paths.data, paths.base_model.parent],
+            ctx.model.path,
+            agent.env,
+            command,
+            hide=private_paths(),
+            user=ctx.user,
+            identity=identity,
+        )
+        if ctx.network == "services":
+            spec, command = _confine(ctx, spec, command)
+        agent.argv = bwrap_argv(spec, command)
+    return agent
+
+
+def _services(ctx: RunContext) -> dict[str, int]:
+    """The run's own services the agent may reach (name -> port on the host's loopback)."""
+    assert ctx.grading is not None
+    ports = {"grading": ctx.grading.port}
+    if ctx.rollout is not None:
+        ports["rollout"] = ctx.rollout.port
+    if ctx.metering is not None:
+        ports["metering"] = ctx.metering.port
+    if ctx.egress is not None:
+        ports["egress"] = ctx.egress.port
+    return ports
+
+
+def _confine(
+    ctx: RunContext, spec: SandboxSpec, command: list[str]
+) -> tuple[SandboxSpec, list[str]]:
+    """Under ``--network services``: start the egress proxy (unless nothing is allowed) and
+    the bridge into the agent's network namespace, and confine ``spec`` and ``command``."""
+    paths, allow = ctx.paths, _egress_allow(ctx)
+    if allow:
+        ctx.egress = start_egress_proxy(
+            allow,
+            paths.egress_log,
+            ready_file=paths.sandbox / "egress.json",
+            stdout_log=paths.sandbox / "egress.log",
+        )
+    ctx.bridge = ServiceBridge(paths.sandbox / "net", _services(ctx).values())
+    ctx.bridge.start()
+    return confine(spec, ctx.bridge, command, egress_port=ctx.egress.port if ctx.egress else None)
+
+
+def _egress_allow(ctx: RunContext) -> tuple[str, ...]:
+    return DEFAULT_ALLOWLIST if ctx.req.egress_allow is None else ctx.req.egress_allow
+
+
+def _close_network(ctx: RunContext) -> None:
+    """Stop the bridge and the egress proxy (once the agent is gone: it may still submit in
+    its grace period) and record what the agent's network was."""
+    for closer in (
+        ctx.bridge.stop if ctx.bridge else None,
+        ctx.egress.stop if ctx.egress else None,
+    ):
+        if closer is not None:
+            closer()
+    record = network_record(
+        "services" if ctx.network == "services" else "host",
+        _services(ctx),
+        allowlist=_egress_allow(ctx) if ctx.network == "services" else (),
+        egress_log=ctx.paths.egress_log if ctx.egress is not None else None,
+    )
+    write_json_atomic(ctx.paths.record / "network.json", record)
+
+
+def _supervise(ctx: RunContext, command: list[str], env: dict[str, str]) -> None:
+    """Start the agent, record it, stop it at the deadline or at a cap, settle in-flight
+    grading."""
+    req, info, paths, console = ctx.req, ctx.info, ctx.paths, ctx.console
+    assert ctx.ledger is not None
+    agent = _launch(ctx, command, env)
     recorder = CodeRecorder(paths.code_git, paths.workspace)
     recorder.snapshot("start")
     snapshotter = PeriodicSnapshotter(recorder, interval_s=req.snapshot_interval_s)
     try:
         agent.start()
     except OSError as err:
-        raise UserError(f"cannot start agent {spec.name} ({command[0]}): {err}") from None
+        _remove_cgroup(ctx)
+        raise UserError(f"cannot start agent {ctx.spec.name} ({command[0]}): {err}") from None
     sampler = ResourceSampler(agent.pid, paths.resources, interval_s=req.sample_interval_s)
+    watchdog = Watchdog(
+        paths.workspace,
+        (paths.data, paths.base_model.parent),
+        ctx.caps,
+        ctx.cgroup,
+        agent.pid,
+        on_breach=lambda kind, detail: None,  # the loop below polls watchdog.breach
+        interval_s=req.watchdog_interval_s,
+    )
     sampler.start()
     snapshotter.start()
-    status = StatusLine(console, info, ledger)
+    watchdog.start()
+    status = StatusLine(console, info, ctx.ledger)
     try:
         with status:
-            while agent.poll() is None and time.time() < info.deadline:
+            while agent.poll() is None and time.time() < info.deadline and watchdog.breach is None:
                 status.update()
                 time.sleep(0.5)
             info.ended_at = time.time()
             code = agent.poll()
-            if code is None:
+            if watchdog.breach is None and code is not None:
+                # The kernel may have OOM-killed the agent between two checks.
+                if (found := watchdog.check()) == "oom":
+                    watchdog.breach = found
+            if watchdog.breach is not None:
+                info.status, info.error = watchdog.breach, watchdog.detail
+                console.print(f"stopping the agent: {watchdog.detail}")
+            elif code is None:
                 info.status = "deadline"
                 console.print("deadline reached: stopping the agent")
             else:
@@ -371,14 +479,22 @@ def _supervise(
             killed = agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s)
             if killed:
                 console.print(f"killed {killed} agent process(es) that ignored SIGTERM")
-            _settle_in_flight(ledger, task.eval_timeout_s + 30, status)
+            _settle_in_flight(ctx.ledger, ctx.task.eval_timeout_s + 30, status)
     finally:
         if agent.poll() is None:
             agent.terminate_tree(sampler.alive_seen(), grace_s=1.0)
+        watchdog.stop()
         sampler.stop()
         snapshotter.stop()
+        _remove_cgroup(ctx)
+        _close_network(ctx)
     if info.agent_exit_code is None:
         info.agent_exit_code = agent.poll()
+
+
+def _remove_cgroup(ctx: RunContext) -> None:
+    if ctx.cgroup is not None:
+        ctx.cgroup.remove()
 
 
 def _settle_in_flight(ledger: Ledger, timeout_s: float, status: StatusLine) -> None:
@@ -389,52 +505,27 @@ def _settle_in_flight(ledger: Ledger, timeout_s: float, status: StatusLine) -> N
         time.sleep(0.5)
 
 
-def _sandbox_spec(
-    paths: RunPaths, model: ModelRef, env: dict[str, str], command: list[str]
-) -> SandboxSpec:
-    import agent2rl
-
-    pkg = Path(agent2rl.__file__).resolve().parent
-    # The harness's own source (task generators, grader) is not the agent's to read.
-    hide = [pkg, *map(Path, glob.glob(str(pkg.parent / "agent2rl-*.dist-info")))]
-    return SandboxSpec(
-        workspace=paths.workspace,
-        ro_binds=[*python_ro_binds(), model.path.resolve(), *_program_binds(command[0], env)],
-        ro_inside=[paths.data, paths.base_model.parent],
-        hide=hide,
-        env=env,
-        devices=gpu_devices(),
-    )
-
-
-def _program_binds(program: str, env: dict[str, str]) -> list[Path]:
-    """Read-only binds that make an agent CLI installed outside the system dirs (a user's npm
-    prefix, ``~/.local``) runnable in the sandbox: the folder of its executable and, for a
-    symlinked one (npm), of the package it points into."""
-    exe = shutil.which(program, path=env.get("PATH"))
-    if exe is None:
-        return []
-    out = []
-    for p in (Path(exe).parent, Path(exe).resolve().parent.parent):
-        if not any(p.is_relative_to(d) for d in ("/usr", "/bin", "/lib", "/sbin", "/etc")):
-            out.append(p)
-    return [p for p in dict.fromkeys(out) if p.is_dir() and not _too_broad(p)]
-
-
-def _too_broad(p: Path) -> bool:
-    """True for paths a bind must never expose whole (the filesystem root, a home dir)."""
-    return p == Path("/") or p == Path.home() or p.parent == Path("/home")
-
-
-def _finalize(paths: RunPaths, runs_dir: Path, console: Console) -> dict:
+def _finalize(ctx: RunContext) -> RunMetrics | None:
+    """Stage 4: the contamination check (the agent is gone: its workspace no longer changes),
+    then the run's metrics once, its report and its results row."""
+    if ctx.info.start is not None:
+        try:
+            with ctx.console.status("checking the workspace for private items"):
+                found = check_run(ctx.paths, ctx.task, ctx.prepared)
+            if found.flagged:
+                ctx.console.print(
+                    f"[red]contamination:[/] {found.matched_items} private item(s) found in the "
+                    "workspace or the egress log (see the report; the score is unchanged)"
+                )
+        except Exception as err:  # the report says the check did not run
+            ctx.console.print(f"[red]the contamination check failed: {err}[/]")
     try:
-        write_report(paths)
-        metrics = compute_metrics(paths)
-        record_run(runs_dir, paths.root, metrics)
+        metrics = write_report(ctx.paths)
+        record_run(ctx.paths.root.parent, ctx.paths.root, metrics)
     except Exception as err:  # a report bug must not hide the run's own outcome
-        console.print(f"[red]could not write the report: {err}[/]")
-        return {}
+        ctx.console.print(f"[red]could not write the report: {err}[/]")
+        return None
     return metrics
 
 
-__all__ = ["RunOutcome", "RunRequest", "execute_run", "resolve_sandbox"]
+__all__ = ["RunOutcome", "RunRequest", "execute_run", "resolve_run", "resolve_sandbox"]

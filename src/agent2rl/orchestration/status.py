@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from agent2rl.formatting import format_duration
 from agent2rl.grading.ledger import Ledger
 from agent2rl.rundir import RunInfo
-from agent2rl.settings import format_duration
 
 
 class StatusLine:

@@ -1,26 +1,50 @@
-"""Benchmark tasks: one module per task, registered by name."""
+"""Benchmark tasks: one module (or package) per task, each registered by name.
 
-from agent2rl.tasks.alfworld import Alfworld, AlfworldLite
-from agent2rl.tasks.arith_lite import ArithLite
-from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
-from agent2rl.tasks.gsm8k import Gsm8k
-from agent2rl.tasks.humaneval import HumanEval
-from agent2rl.tasks.registry import get_task, prepare_task, register, task_names, task_root
+::
 
-register(ArithLite.name, ArithLite)
-register(Gsm8k.name, Gsm8k)
-register(HumanEval.name, HumanEval)
-register(Alfworld.name, Alfworld)
-register(AlfworldLite.name, AlfworldLite)
+    base.py       Task: a dataset, a solver and a scorer; evaluate() composes them
+    registry.py   the @task decorator, get_task(), prepare_task()
+    arith_lite.py, gsm8k.py, humaneval.py       level 1 (rule-based reward)
+    alfworld/     level 3 (interactive): games, protocol, lite generator, official import
+
+Importing this package imports every task module in it (and tasks installed through the
+``agent2rl.tasks`` entry-point group), so each registers itself.
+"""
+
+import importlib
+import pkgutil
+from importlib.metadata import entry_points
+
+from agent2rl.dataset import PreparedTask, Sample
+from agent2rl.scoring.base import EvalResult, ItemResult
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.registry import (
+    get_task,
+    prepare_task,
+    private_paths,
+    register,
+    task,
+    task_names,
+    task_root,
+)
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in ("base", "registry"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+for _entry in entry_points(group="agent2rl.tasks"):
+    _entry.load()
 
 __all__ = [
     "EvalResult",
     "ItemResult",
     "PreparedTask",
+    "Sample",
     "Task",
     "get_task",
     "prepare_task",
+    "private_paths",
     "register",
+    "task",
     "task_names",
     "task_root",
 ]

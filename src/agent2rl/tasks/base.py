@@ -1,123 +1,139 @@
-"""The Task interface: what every benchmark task declares and how it is graded.
+"""The Task interface: a task declares its dataset, a solver and a scorer.
 
-A task knows its name, level and version; it prepares a *public* split (what the agent sees)
-and a *private* split (held out, never inside a workspace) into the task store; it writes the
-instructions an agent reads; and it evaluates a model directory into an :class:`EvalResult`
-with per-item outcomes, so that analysis can bootstrap intervals and compare submissions
-item by item.
+As in Inspect AI, a task is assembled from parts rather than coded as a pipeline:
+
+- its **dataset**: :meth:`Task.prepare` writes the public, private and validation splits into
+  the task store; :meth:`Task.samples` reads a split as :class:`~agent2rl.dataset.Sample`
+  (by default through :attr:`Task.splits`, one JSON-lines file per split);
+- its **solver** (:mod:`agent2rl.solvers`): single-turn generation, or a multi-turn episode
+  against the task's environment (:meth:`Task.environment`);
+- its **scorer** (:mod:`agent2rl.scoring`): final-answer match, unit tests in the sandbox,
+  an episode's outcome, a judge.
+
+:meth:`Task.evaluate` is the composition (samples -> solver -> scorer -> :class:`EvalResult`)
+and no task overrides it. A task also writes what the agent reads (``description.md``, the
+prompt protocol file) and states everything that changes a score in :meth:`eval_settings`
+(the solver's and scorer's settings are included automatically), so scores are comparable only
+under one evaluation hash.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from agent2rl.dataset import JsonlSplits, PreparedTask, Sample, Split
+from agent2rl.errors import UserError
 from agent2rl.inference.backend import Backend
+from agent2rl.rollout.env import GameSource
+from agent2rl.scoring.base import EvalResult, Scorer
+from agent2rl.solvers.base import Solver
 
 
 class EvalFormat(Protocol):
-    """A task's evaluation protocol as data (a :class:`~agent2rl.tasks.prompt_format.PromptFormat`
-    for single-prompt tasks, an :class:`~agent2rl.envs.alfworld_protocol.EpisodeFormat` for
-    episodes): what the workspace's ``data/eval_format.json`` holds."""
+    """A task's evaluation protocol as data (a :class:`~agent2rl.solvers.PromptFormat` for
+    single-prompt tasks, an episode protocol for interactive ones): what the workspace's
+    ``data/eval_format.json`` holds."""
 
     def to_dict(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class ItemResult:
-    """One graded item. ``score`` is in [0, 1]; ``correct`` is ``score >= 1`` for binary tasks.
-    ``meta`` holds task-specific facts for the report (an episode's task type and steps);
-    ``meta["group"]``, when set, is the category the report breaks scores down by."""
-
-    id: str
-    prediction: str
-    target: str
-    correct: bool
-    score: float
-    meta: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["meta"] is None:
-            del d["meta"]
-        return d
-
-
-@dataclass
-class EvalResult:
-    """A task-level score (0-100) with the per-item results behind it."""
-
-    score: float
-    items: list[ItemResult]
-    seconds: float = 0.0
-    eval_hash: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def n_items(self) -> int:
-        return len(self.items)
-
-    @staticmethod
-    def from_items(items: list[ItemResult], **kw: Any) -> EvalResult:
-        """Score = 100 x mean item score (0 for an empty list)."""
-        score = 100.0 * sum(i.score for i in items) / len(items) if items else 0.0
-        return EvalResult(score=score, items=items, **kw)
-
-
-@dataclass(frozen=True)
-class PreparedTask:
-    """Where a task's splits live in the task store (``public`` is copied into workspaces)."""
-
-    public: Path
-    private: Path
-
-
 class Task(ABC):
-    """A benchmark task. Subclasses set the class attributes and implement the methods.
+    """A benchmark task. Subclasses set the class attributes and declare the parts.
 
     ``version`` must change whenever data, prompts or grading change, since baselines are
     cached by it and scores are only comparable within one version.
     """
 
-    name: str
-    level: int
-    version: str
-    summary: str
+    name: ClassVar[str]
+    level: ClassVar[int]
+    version: ClassVar[str]
+    summary: ClassVar[str]
     #: an evaluation running longer than this is killed and the submission fails
-    eval_timeout_s: float = 1800.0
-    #: interactive tasks (level 3) have an environment: a run serves its public games to the
-    #: agent through a rollout service (see :meth:`rollout_source`)
-    interactive: ClassVar[bool] = False
+    eval_timeout_s: ClassVar[float] = 1800.0
     #: evaluation options a run may set (``--task-opt name=value``): name -> default. The
     #: default's type (int, float, str, bool) is the type a value is parsed into. Options
     #: change scores, so they are part of :meth:`eval_settings` and the eval hash.
     options: ClassVar[dict[str, Any]] = {}
+    #: the default dataset: one JSON-lines file per split (None: the task overrides
+    #: :meth:`samples`)
+    splits: ClassVar[JsonlSplits | None] = None
+    #: names in the public split that are not copied into workspaces (too big to copy per
+    #: run; the agent reaches them through the rollout service instead)
+    workspace_exclude: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.opts: dict[str, Any] = parse_options(self.name, self.options, options or {})
-        #: digest of the private split, set by :func:`~agent2rl.tasks.prepare_task`: scores on
-        #: different data (an imported subset, a re-generated set) must not compare equal
+        #: set by :func:`~agent2rl.tasks.prepare_task`: where the splits are, and a digest of
+        #: the private split (scores on different data must not compare equal)
+        self.prepared: PreparedTask | None = None
         self.data_digest: str | None = None
+        #: set by the grading worker: the evaluation's directory in the run's grading area
+        #: (``grading/submissions/<id>/``, ``grading/baseline/``), where a scorer keeps its
+        #: private records (a judge's usage lines); None outside the grader
+        self.record_dir: Path | None = None
 
+    # -- the dataset ---------------------------------------------------------------------
     @abstractmethod
     def prepare(self, root: Path) -> PreparedTask:
-        """Write the public and private splits under ``root`` (idempotent, atomic per file)."""
+        """Write the public, private and validation splits under ``root`` (idempotent, atomic
+        per file or swapped in whole) and say where they are."""
 
+    def samples(
+        self, prepared: PreparedTask, split: Split, limit: int | None = None
+    ) -> list[Sample]:
+        """The first ``limit`` samples (all when None) of ``split``."""
+        if self.splits is None:
+            raise NotImplementedError(f"task {self.name} declares no splits: override samples()")
+        return self.splits.read(prepared, split, limit)
+
+    # -- the solver and the scorer -------------------------------------------------------
+    @abstractmethod
+    def solver(self, prepared: PreparedTask, split: Split = "private") -> Solver:
+        """How the model is queried (an episode solver plays ``split``'s environment)."""
+
+    @abstractmethod
+    def scorer(self, prepared: PreparedTask) -> Scorer:
+        """How outputs are judged."""
+
+    def evaluate(
+        self,
+        backend: Backend,
+        prepared: PreparedTask,
+        limit: int | None = None,
+        split: Split = "private",
+    ) -> EvalResult:
+        """Grade the model behind ``backend`` on ``split`` (the private split for every score
+        a run records; the validation split for the harness's own tuning): the first
+        ``limit`` samples when given (quick checks; official scores never set it)."""
+        started = time.time()
+        samples = self.samples(prepared, split, limit)
+        outputs = self.solver(prepared, split).solve(backend, samples)
+        scorer = self.scorer(prepared)
+        items = scorer.score(samples, outputs)
+        return EvalResult.from_items(
+            items, seconds=time.time() - started, details=scorer.details(items, outputs)
+        )
+
+    # -- the environment (interactive tasks) ---------------------------------------------
+    #: interactive tasks have an environment: the grader plays the private games through it,
+    #: and a run serves the public games to the agent through a rollout service
+    interactive: ClassVar[bool] = False
+
+    def environment(self, prepared: PreparedTask, split: Split) -> GameSource:
+        """The games of ``split`` (:class:`~agent2rl.rollout.env.GameSource`). Only
+        :attr:`interactive` tasks have one; the rollout service serves the public split."""
+        raise NotImplementedError(f"task {self.name} has no environment")
+
+    # -- what the agent reads ------------------------------------------------------------
     @abstractmethod
     def description(self, prepared: PreparedTask) -> str:
         """Markdown for the workspace's ``description.md``: the task, data and exact
         evaluation protocol (prompt format, generation settings, how answers are graded)."""
-
-    @abstractmethod
-    def evaluate(
-        self, backend: Backend, prepared: PreparedTask, limit: int | None = None
-    ) -> EvalResult:
-        """Grade the model behind ``backend`` on the private split (the first ``limit`` items
-        when given, for quick checks; official scores never set it)."""
 
     def prompt_format(self, prepared: PreparedTask) -> EvalFormat | None:
         """The exact prompt protocol, written into the workspace as ``data/eval_format.json``
@@ -129,32 +145,46 @@ class Task(ABC):
         shares with the grader, such as an episode protocol or an environment client."""
         return {}
 
-    #: names in the public split that are not copied into workspaces (too big to copy per
-    #: run; the agent reaches them through the rollout service instead)
-    workspace_exclude: ClassVar[tuple[str, ...]] = ()
+    def private_paths(self) -> list[Path]:
+        """Files or directories outside the task store that hold this task's private items
+        (a dataset an installed package ships). Every agent sandbox masks them, whatever the
+        run's task, and the leak scanner checks that nothing else readable holds them."""
+        return []
 
-    def rollout_source(self, prepared: PreparedTask) -> Any:
-        """The games of the public split as the rollout service serves them
-        (:class:`~agent2rl.envs.app.GameSource`); None for a task without an environment.
-        Only :attr:`interactive` tasks have one; the harness then runs a rollout service."""
-        return None
-
+    # -- data outside the store ----------------------------------------------------------
     def import_data(self, source: Path, root: Path) -> str:
         """Import the task's official data files from ``source`` into ``root`` (its store
         directory) for machines without network; returns a one-line summary. Tasks whose data
         ships with a package or is generated have nothing to import."""
-        from agent2rl.errors import UserError
-
         raise UserError(f"task {self.name} has no data to import: its data needs no download")
 
+    def make_data(self, out: Path, n: int, seed: int) -> str:
+        """Generate ``n`` items from ``seed`` into the new folder ``out`` for use elsewhere
+        (``agent2rl data make``); returns a one-line summary. Only generated tasks can."""
+        raise UserError(f"task {self.name} has no generator: its data is not generated")
+
+    # -- comparability -------------------------------------------------------------------
     def eval_settings(self) -> dict[str, Any]:
-        """Everything that changes a score besides the model: hashed into ``eval_hash``."""
+        """Everything that changes a score besides the model: hashed into ``eval_hash``.
+
+        The task's identity, options and private data, and its solver's and scorer's settings.
+        Needs :func:`~agent2rl.tasks.prepare_task` to have run (for the data and the parts).
+        """
+        if self.prepared is None:
+            raise RuntimeError(f"task {self.name}: prepare_task() before eval_settings()")
         return {
             "task": self.name,
             "version": self.version,
             "options": self.opts,
             "data": self.data_digest,
+            "solver": self.solver_settings(self.prepared),
+            "scorer": self.scorer(self.prepared).settings(),
         }
+
+    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
+        """The solver's settings (a task whose solver is costly to build, such as one that
+        loads an environment, states them without building it)."""
+        return self.solver(prepared).settings()
 
     def eval_hash(self, backend_settings: dict[str, Any]) -> str:
         """A short hash of task version, evaluation settings and backend settings.
@@ -173,8 +203,6 @@ def parse_options(task: str, declared: dict[str, Any], given: dict[str, Any]) ->
     Raises :class:`~agent2rl.errors.UserError` for an unknown name or a value that does not
     parse, naming the options the task has.
     """
-    from agent2rl.errors import UserError
-
     out = dict(declared)
     for name, value in given.items():
         if name not in declared:

@@ -1,36 +1,51 @@
 """``gsm8k`` (L1, rule-based): grade-school math word problems, the paper's GSM8K setting.
 
-Data: ``openai/gsm8k`` (config ``main``). The 7,473 train items are the public split, the 1,319
-test items the private split. With network the task downloads them through ``datasets`` on
-first use; on an air-gapped machine ``agent2rl data import gsm8k PATH`` converts the official
-files (the hub's parquet files, or the ``train.jsonl``/``test.jsonl`` of OpenAI's
-grade-school-math repository) into the task store.
+Data: ``openai/gsm8k`` (config ``main``). The 1,319 test items are the private split. Of the
+7,473 train items the last :data:`VALIDATION_SIZE` (200) are held back as the harness's
+validation split (never graded, never shown: every task has one, so that no default is tuned
+on graded items) and the first 7,273 are the public split. With network the task downloads
+them through ``datasets`` on first use; on an air-gapped machine ``agent2rl data import gsm8k
+PATH`` converts the official files (the hub's parquet files, or the ``train.jsonl`` and
+``test.jsonl`` of OpenAI's grade-school-math repository) into the task store.
 
-Prompting: models with a chat template get one zero-shot user message; base models get a
-fixed few-shot prompt built from the first ``num_fewshot`` train items. Both are stated in
-``description.md`` and ``data/eval_format.json``. Grading extracts the final answer (after
-``####``, else the last number) and compares it with :func:`agent2rl.scoring.answers_match`.
+Two evaluation protocols (the ``protocol`` option), both stated in ``description.md`` and
+``data/eval_format.json``:
+
+- ``opencompass`` (the default; the paper's): OpenCompass's ``gsm8k_gen_1d7fe4``, through
+  which the reference implementation grades (:mod:`agent2rl.tasks.opencompass`). Chat models
+  get its four fixed worked examples as earlier turns, then "Question: ...\nLet's think step
+  by step\nAnswer:"; a model without a chat template gets the same turns joined by newlines.
+  Graded by :class:`~agent2rl.scoring.OpenCompassGsm8k`: the reply's last number (before any
+  "Question:"), compared with the gold after "#### " by OpenCompass's rule.
+- ``agent2rl``: chat models get one zero-shot user message; base models get a fixed
+  few-shot prompt built from the first ``num_fewshot`` train items. Grading extracts the
+  final answer (after ``####``, else the last number) and compares it with
+  :func:`agent2rl.scoring.answers_match` (math-verify).
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agent2rl.dataset import JsonlSplits, PreparedTask, Sample, Split
 from agent2rl.errors import UserError
-from agent2rl.inference.backend import Backend
-from agent2rl.rundir import swap_in_dir, write_json_atomic
-from agent2rl.scoring import answers_match, extract_final_answer
-from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
-from agent2rl.tasks.prompt_format import PromptFormat, read_jsonl, write_jsonl
+from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.scoring import FinalAnswer, OpenCompassGsm8k
+from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
+from agent2rl.solvers import Generate, PromptFormat
+from agent2rl.tasks import opencompass
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.registry import task
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 #: the official sizes; an import of other sizes is allowed (a subset) and says so
 OFFICIAL_SIZES = {"train": 7473, "test": 1319}
+#: train items held back (the last ones in file order) as the validation split; a smaller
+#: import keeps a tenth of its train items back instead
+VALIDATION_SIZE = 200
 _SUFFIXES = (".parquet", ".jsonl")
 
 CHAT_TEMPLATE = (
@@ -44,20 +59,50 @@ def gold_answer(answer: str) -> str:
     return answer.rsplit("####", 1)[1].strip().replace(",", "")
 
 
-def grade_final_answers(rows: list[dict[str, Any]], completions: list[str]) -> list[ItemResult]:
-    """One ItemResult per GSM8K-format row (``id``, ``answer``) and its completion: correct
-    when the completion's final answer (see :func:`extract_final_answer`) matches the number
-    after ``####``. Used by every task in GSM8K's format."""
-    items = []
-    for row, completion in zip(rows, completions, strict=True):
-        gold = gold_answer(row["answer"])
-        ok = answers_match(gold, extract_final_answer(completion))
-        items.append(
-            ItemResult(
-                id=row["id"], prediction=completion, target=gold, correct=ok, score=float(ok)
-            )
-        )
-    return items
+def gsm8k_sample(row: dict[str, Any]) -> Sample:
+    """A row of a GSM8K-format split (``id``, ``question``, ``answer``) as a sample whose
+    target is the gold number (:func:`gold_answer`)."""
+    return Sample(row["id"], {"question": row["question"]}, gold_answer(row["answer"]))
+
+
+#: GSM8K's splits on disk, shared by every task in its format
+GSM8K_SPLITS = JsonlSplits(
+    {"public": "train.jsonl", "private": "test.jsonl", "validation": "validation.jsonl"},
+    gsm8k_sample,
+)
+
+#: the evaluation protocols (the ``protocol`` option), the paper's first
+PROTOCOLS = ("opencompass", "agent2rl")
+
+
+def opencompass_sample(row: dict[str, Any]) -> Sample:
+    """A GSM8K row as a sample whose target is OpenCompass's gold
+    (:func:`~agent2rl.scoring.opencompass.gsm8k_dataset_postprocess`: the text after the
+    first ``"#### "``, commas removed). A row without ``"#### "`` (none of the official
+    ones) falls back to :func:`gold_answer`."""
+    try:
+        target = gsm8k_dataset_postprocess(row["answer"])
+    except IndexError:
+        target = gold_answer(row["answer"])
+    return Sample(row["id"], {"question": row["question"]}, target)
+
+
+OPENCOMPASS_SPLITS = JsonlSplits(GSM8K_SPLITS.files, opencompass_sample)
+
+
+def opencompass_format(max_new_tokens: int) -> PromptFormat:
+    """``gsm8k_gen_1d7fe4``'s prompt: the four worked examples as chat turns (for a model
+    without a chat template, OpenCompass's plain rendering of the same turns), then the
+    question; no stop string (the model's end of sequence only, as the reference)."""
+    return PromptFormat(
+        template=opencompass.plain_rendering(opencompass.GSM8K_SHOTS, opencompass.GSM8K_QUESTION),
+        chat_template=opencompass.chat_user(opencompass.GSM8K_QUESTION),
+        # a base model continues after "Answer:" on a new line, as the exemplars' answers do
+        completion_template="\n{answer}",
+        stop=(),
+        max_new_tokens=max_new_tokens,
+        chat_shots=opencompass.chat_shots(opencompass.GSM8K_SHOTS),
+    )
 
 
 def convert_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, str]]:
@@ -148,17 +193,24 @@ def download() -> dict[str, list[dict[str, Any]]]:
 
 
 def write_splits(root: Path, raw: dict[str, list[dict[str, Any]]], source: str) -> str:
-    """Convert and write both splits under ``root`` (replacing any earlier data atomically:
-    the new tree is built next to it and swapped in). Returns a summary line."""
+    """Convert and write the three splits under ``root`` (replacing any earlier data
+    atomically: the new tree is built next to it and swapped in). Returns a summary line.
+
+    The validation split is the last :data:`VALIDATION_SIZE` train rows (a tenth of them for
+    an import of fewer than 2,000), so the public split is the train file less those."""
     train, test = convert_rows(raw["train"], "train"), convert_rows(raw["test"], "test")
+    n_val = min(VALIDATION_SIZE, len(train) // 10)
+    public, validation = train[: len(train) - n_val], train[len(train) - n_val :]
     overlap = {r["question"] for r in train} & {r["question"] for r in test}
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    write_jsonl(tmp / "public" / "train.jsonl", train)
+    write_jsonl(tmp / "public" / "train.jsonl", public)
     write_jsonl(tmp / "private" / "test.jsonl", test)
+    write_jsonl(tmp / "validation" / "validation.jsonl", validation)
     manifest = {
         "source": source,
-        "train": len(train),
+        "train": len(public),
+        "validation": len(validation),
         "test": len(test),
         "official_sizes": [len(train), len(test)] == list(OFFICIAL_SIZES.values()),
         "train_test_overlap": len(overlap),
@@ -166,22 +218,54 @@ def write_splits(root: Path, raw: dict[str, list[dict[str, Any]]], source: str) 
     write_json_atomic(tmp / "manifest.json", manifest)
     swap_in_dir(tmp, root)
     note = "" if manifest["official_sizes"] else " (not the official 7473/1319: a subset?)"
-    return f"gsm8k: {len(train)} train / {len(test)} test items from {source}{note}"
+    return (
+        f"gsm8k: {len(public)} train / {len(validation)} validation / {len(test)} test items "
+        f"from {source}{note}"
+    )
 
 
+@task
 class Gsm8k(Task):
     name = "gsm8k"
     level = 1
-    version = "1"
-    summary = "GSM8K grade-school math (7,473 train / 1,319 graded), final-answer accuracy"
+    # 3: the paper's protocol (OpenCompass's gsm8k_gen_1d7fe4) became the default
+    version = "3"
+    summary = "GSM8K grade-school math (7,273 train / 1,319 graded), final-answer accuracy"
     eval_timeout_s = 3 * 3600.0
-    options = {"max_new_tokens": 512, "num_fewshot": 5, "batch_size": 64}
+    # num_fewshot: the agent2rl protocol's base-model shots (opencompass has its fixed four)
+    options = {
+        "protocol": "opencompass",
+        "max_new_tokens": opencompass.GSM8K_MAX_OUT_LEN,
+        "num_fewshot": 5,
+        "batch_size": 64,
+    }
+    splits = GSM8K_SPLITS
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        if self.opts["protocol"] not in PROTOCOLS:
+            raise UserError(
+                f"task gsm8k: unknown protocol {self.opts['protocol']!r}; choose one of "
+                f"{', '.join(PROTOCOLS)} (--task-opt protocol=opencompass)"
+            )
+
+    @property
+    def paper_protocol(self) -> bool:
+        return self.opts["protocol"] == "opencompass"
+
+    def samples(
+        self, prepared: PreparedTask, split: Split, limit: int | None = None
+    ) -> list[Sample]:
+        """The split's items; under the opencompass protocol each target is OpenCompass's
+        gold (:func:`opencompass_sample`), else :func:`gold_answer`."""
+        splits = OPENCOMPASS_SPLITS if self.paper_protocol else GSM8K_SPLITS
+        return splits.read(prepared, split, limit)
 
     def prepare(self, root: Path) -> PreparedTask:
-        public, private = root / "public", root / "private"
-        if not ((public / "train.jsonl").exists() and (private / "test.jsonl").exists()):
+        prepared = PreparedTask(root / "public", root / "private", root / "validation")
+        if not all((prepared.split(s) / f).exists() for s, f in GSM8K_SPLITS.files.items()):
             write_splits(root, download(), f"{HUB_ID} ({HUB_CONFIG}) via datasets")
-        return PreparedTask(public, private)
+        return prepared
 
     def import_data(self, source: Path, root: Path) -> str:
         files = find_split_files(source)
@@ -189,6 +273,8 @@ class Gsm8k(Task):
         return write_splits(root, raw, str(source.expanduser().resolve()))
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
+        if self.paper_protocol:
+            return opencompass_format(self.opts["max_new_tokens"])
         shots = []
         with open(prepared.public / "train.jsonl") as fh:
             for line in fh:
@@ -207,14 +293,16 @@ class Gsm8k(Task):
             max_new_tokens=self.opts["max_new_tokens"],
         )
 
-    def eval_settings(self) -> dict[str, Any]:
-        return {**super().eval_settings(), "template": CHAT_TEMPLATE}
+    def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
+        return Generate(self.prompt_format(prepared), batch_size=self.opts["batch_size"])
+
+    def scorer(self, prepared: PreparedTask) -> FinalAnswer | OpenCompassGsm8k:
+        return OpenCompassGsm8k() if self.paper_protocol else FinalAnswer()
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
         sample = json.loads((prepared.public / "train.jsonl").open().readline())
         fmt = self.prompt_format(prepared)
-        k = self.opts["num_fewshot"]
         return f"""# Task: gsm8k (level 1, rule-based reward)
 
 Improve the base model's accuracy on GSM8K, grade-school math word problems that need a few
@@ -234,21 +322,26 @@ Example:
 
 ## How your model is evaluated
 {fmt.describe()}
-- For base models the prompt starts with {k} fixed worked examples: the first {k} items of
-  `data/train.jsonl`, each as `Question: ...\\nAnswer: <answer>` followed by a blank line.
+{self._grading_notes()}"""
+
+    def _grading_notes(self) -> str:
+        """The protocol's shots and grading rule, as description bullets."""
+        if self.paper_protocol:
+            return f"""- The protocol is the paper's: OpenCompass's `{opencompass.GSM8K_CONFIG}`
+  (OpenCompass {opencompass.OPENCOMPASS_VERSION}), as the reference implementation grades. Chat
+  models get its {len(opencompass.GSM8K_SHOTS)} fixed worked examples (each answer ends
+  `The answer is N`) as earlier turns, then the question. A model without a chat template gets
+  the same turns as one text, joined by newlines.
+- Score: accuracy (percent). The grader removes any `<think>...</think>` reasoning, cuts the
+  reply at its first `Question:`, takes the last number left (`-?\\d+\\.\\d+` or `-?\\d+`: a
+  thousands separator splits a number, so write `1234`, not `1,234`), and counts it correct
+  when it equals the gold (the number after `#### `, commas removed) within 1e-6.
+"""
+        k = self.opts["num_fewshot"]
+        return f"""- For base models the prompt starts with {k} fixed worked examples:
+  the first {k} items of `data/train.jsonl`, each as `Question: ...\\nAnswer: <answer>`
+  followed by a blank line.
 - Score: accuracy (percent) of the final answer. The grader takes the number after the last
   `####` in the completion (or, if there is none, the last number in it) and checks that it
   equals the reference answer (numerically, via math-verify).
 """
-
-    def evaluate(
-        self, backend: Backend, prepared: PreparedTask, limit: int | None = None
-    ) -> EvalResult:
-        started = time.time()
-        rows = read_jsonl(prepared.private / "test.jsonl", limit)
-        fmt = self.prompt_format(prepared)
-        prompts = [fmt.prompt(backend, {"question": r["question"]}) for r in rows]
-        settings = replace(fmt.generation(backend), batch_size=self.opts["batch_size"])
-        completions = backend.generate(prompts, settings)
-        items = grade_final_answers(rows, completions)
-        return EvalResult.from_items(items, seconds=time.time() - started)

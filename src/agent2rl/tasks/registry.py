@@ -1,21 +1,37 @@
-"""The task registry: name -> Task. A new task registers itself with :func:`register`."""
+"""The task registry: name -> Task.
+
+A task module registers its class with the :func:`task` decorator; every module and package
+in :mod:`agent2rl.tasks` is imported by the package on first use, and installed packages may
+add tasks through the ``agent2rl.tasks`` entry-point group. So a new task is one module (plus
+its data) and needs no edit anywhere else.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from agent2rl.dataset import PreparedTask
 from agent2rl.errors import UserError
-from agent2rl.tasks.base import PreparedTask, Task
+from agent2rl.locks import file_lock
+from agent2rl.tasks.base import Task
 
 _REGISTRY: dict[str, Callable[..., Task]] = {}
+
+T = TypeVar("T", bound=type[Task])
 
 
 def register(name: str, factory: Callable[..., Task]) -> None:
     """Register a task factory under ``name`` (re-registering replaces it)."""
     _REGISTRY[name] = factory
+
+
+def task(cls: T) -> T:
+    """Class decorator: register ``cls`` under its ``name``."""
+    register(cls.name, cls)
+    return cls
 
 
 def task_names() -> list[str]:
@@ -35,14 +51,27 @@ def get_task(name: str, options: dict[str, Any] | None = None) -> Task:
     return factory(options)
 
 
+def private_paths() -> list[Path]:
+    """Every registered task's :meth:`~Task.private_paths` (what every agent sandbox masks)."""
+    return sorted({p for name in task_names() for p in get_task(name).private_paths()})
+
+
 def task_root(task: Task, task_store: Path) -> Path:
     """The task's directory in the store: ``<store>/<name>/v<version>/``."""
     return task_store / task.name / f"v{task.version}"
 
 
 def prepare_task(task: Task, task_store: Path) -> PreparedTask:
-    """Prepare ``task`` in the store (idempotent) and set ``task.data_digest``."""
-    prepared = task.prepare(task_root(task, task_store))
+    """Prepare ``task`` in the store (idempotent); sets ``task.prepared`` and
+    ``task.data_digest``.
+
+    Runs that prepare the same task version at once (a study) take turns under a per-task
+    file lock in the store: the first generates, the others then find the data there.
+    """
+    root = task_root(task, task_store)
+    with file_lock(root.parent / f".v{task.version}.lock"):
+        prepared = task.prepare(root)
+    task.prepared = prepared
     task.data_digest = tree_digest(prepared.private)
     return prepared
 

@@ -1,4 +1,4 @@
-"""The agent's workspace: builder and sandbox."""
+"""The agent's workspace: the only directory an agent sees (see :mod:`.builder`)."""
 
 from agent2rl.workspace.builder import agent_env, build_workspace, write_instructions
 

@@ -21,10 +21,12 @@ import shutil
 import stat
 from pathlib import Path
 
+from agent2rl.dataset import PreparedTask
+from agent2rl.files import write_json_atomic, write_text_atomic
+from agent2rl.formatting import format_duration
 from agent2rl.models.resolve import ModelRef
-from agent2rl.rundir import RunInfo, RunPaths, write_json_atomic
-from agent2rl.settings import format_duration
-from agent2rl.tasks.base import PreparedTask, Task
+from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.tasks.base import Task
 
 _RO_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 _RO_DIR = _RO_FILE | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
@@ -67,7 +69,7 @@ def build_workspace(paths: RunPaths, task: Task, prepared: PreparedTask, model: 
         if f.is_file():
             (paths.base_model / f.name).symlink_to(f.resolve())
     _make_read_only(paths.base_model)
-    (ws / "description.md").write_text(task.description(prepared))
+    write_text_atomic(ws / "description.md", task.description(prepared))
 
 
 def agent_env(paths: RunPaths, info: RunInfo, model: ModelRef, url: str, token: str) -> dict:
@@ -115,7 +117,8 @@ def write_instructions(
             "budget_s": info.budget_s,
         },
     )
-    (ws / "instructions.md").write_text(
+    write_text_atomic(
+        ws / "instructions.md",
         INSTRUCTIONS.format(
             budget=format_duration(info.budget_s),
             url=url,
@@ -123,7 +126,7 @@ def write_instructions(
             task=info.task,
             deadline=int(info.deadline or 0),
         )
-        + (ROLLOUT if rollout else "")
+        + (ROLLOUT if rollout else ""),
     )
 
 
@@ -183,6 +186,6 @@ ROLLOUT = """
 This task is interactive. A rollout service plays the public training games for you at
 `$ENV_SERVER_URL` with the token `$ENV_TOKEN`; `data/env_client.py` is a client for it and
 `description.md` documents its API and the exact protocol the grader uses to play your
-model (`data/alfworld_protocol.py` is the grader's own code for it). Every episode and step
-you play is recorded in the run's report.
+model (`data/protocol.py` is the grader's own code for it). Every episode and step you play
+is recorded in the run's report.
 """

@@ -48,6 +48,17 @@ def train_rows() -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
+def chat_messages(fmt: dict, row: dict) -> list[dict]:
+    """The conversation the grader gives a chat model for ``row``: the format's worked
+    examples (``chat_shots``: user, assistant turns), then the user message."""
+    shots = [
+        {"role": role, "content": text}
+        for user, assistant in fmt.get("chat_shots", [])
+        for role, text in (("user", user), ("assistant", assistant))
+    ]
+    return [*shots, {"role": "user", "content": fmt["chat_template"].format(**row)}]
+
+
 def prompt_completion_rows(tokenizer) -> list[dict]:
     """The training data in exactly the format the grader will prompt with."""
     fmt = eval_format()
@@ -56,9 +67,7 @@ def prompt_completion_rows(tokenizer) -> list[dict]:
     for row in train_rows():
         if chat:
             prompt = tokenizer.apply_chat_template(
-                [{"role": "user", "content": fmt["chat_template"].format(**row)}],
-                tokenize=False,
-                add_generation_prompt=True,
+                chat_messages(fmt, row), tokenize=False, add_generation_prompt=True
             )
             # Math tasks answer with the worked solution; code tasks with the whole function in
             # the fenced block the grader extracts.
@@ -85,7 +94,7 @@ def grpo_rows(tokenizer) -> list[dict]:
     out = []
     for row in train_rows():
         if chat:
-            prompt = [{"role": "user", "content": fmt["chat_template"].format(**row)}]
+            prompt = chat_messages(fmt, row)
         else:
             prompt = fmt["template"].format(**row)
         out.append({"prompt": prompt, "answer": row["answer"]})
@@ -226,11 +235,19 @@ def sft(
     seed: int = 0,
     batch_size: int = 32,
     decay: bool = False,
+    max_steps: int | None = None,
+    callbacks: tuple = (),
+    shuffle: bool = True,
 ):
     """Supervised fine-tuning for about ``seconds``; returns the model. ``rows`` are either
     prompt/completion pairs or already tokenized (``input_ids`` with a ``completion_mask``
     of the tokens to learn), not a mix. ``decay``: the learning rate falls linearly from
-    ``lr`` to zero over the ``seconds`` (constant otherwise)."""
+    ``lr`` to zero over the ``seconds`` (constant otherwise). ``max_steps`` also ends
+    training after that many optimizer steps (benchmarks compare variants by steps, which a
+    shared machine does not skew; with ``decay`` the rate then falls to zero by that step
+    instead); ``callbacks`` are more ``TrainerCallback``s. ``shuffle=False`` reads the rows
+    in order (a curriculum), where the installed transformers can (``train_sampling_strategy``
+    exists since 5.0; older versions shuffle anyway)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -238,9 +255,9 @@ def sft(
     stop_at = time.time() + seconds
     args = SFTConfig(
         output_dir=str(Path("code") / ".trainer"),
-        max_steps=1_000_000,
+        max_steps=max_steps or 1_000_000,
         learning_rate=lr,
-        lr_scheduler_type="constant",
+        lr_scheduler_type="linear" if decay and max_steps else "constant",
         per_device_train_batch_size=batch_size,
         max_length=_max_length(model, tokenizer, rows),
         logging_steps=50,
@@ -253,6 +270,7 @@ def sft(
         completion_only_loss=True,
         disable_tqdm=True,
         **_no_checkpointing(SFTConfig),
+        **({} if shuffle else _sequential(SFTConfig)),
     )
     keys = ("input_ids", "completion_mask") if "input_ids" in rows[0] else ("prompt", "completion")
     data = Dataset.from_list([{k: r[k] for k in keys} for r in rows])
@@ -261,7 +279,10 @@ def sft(
         args=args,
         train_dataset=data,
         processing_class=tokenizer,
-        callbacks=[time_callback(stop_at, seconds if decay else None)],
+        callbacks=[
+            time_callback(stop_at, seconds if decay and not max_steps else None),
+            *callbacks,
+        ],
     )
     trainer.train()
     log(f"SFT: {trainer.state.global_step} steps, loss {_last_loss(trainer):.3f}")
@@ -358,6 +379,13 @@ def _no_checkpointing(config_cls) -> dict:
     if "activation_checkpointing" in getattr(config_cls, "__dataclass_fields__", {}):
         kwargs["activation_checkpointing"] = False
     return kwargs
+
+
+def _sequential(config_cls) -> dict:
+    """Config kwargs that make the trainer read its rows in order, where it can."""
+    if "train_sampling_strategy" in getattr(config_cls, "__dataclass_fields__", {}):
+        return {"train_sampling_strategy": "sequential"}
+    return {}
 
 
 def _grpo_log_callback(rewards: list[float]):

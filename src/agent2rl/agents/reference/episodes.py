@@ -2,12 +2,13 @@
 multi-turn GRPO with rollouts collected from the rollout service.
 
 Like ``common.py`` this file is copied into the agent's ``code/`` and uses only what a
-workspace offers: ``data/alfworld_protocol.py`` (the grader's prompt and action protocol),
+workspace offers: ``data/protocol.py`` (the grader's prompt and action protocol),
 ``data/env_client.py`` (the rollout service), torch and transformers.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import random
@@ -19,8 +20,8 @@ from common import DATA_PATH, log
 
 sys.path.insert(0, str(DATA_PATH))
 
-import alfworld_protocol as proto  # noqa: E402  (lives in data/, found through sys.path)
-from env_client import EnvClient  # noqa: E402
+import protocol as proto  # noqa: E402  (lives in data/, found through sys.path)
+from env_client import EnvClient, EnvError  # noqa: E402
 
 
 def is_interactive() -> bool:
@@ -39,16 +40,17 @@ def walkthroughs() -> list[dict]:
 
 class Prompter:
     """Builds the grader's prompt for the tokenizer's model: the text prompt for a base
-    model, the chat-templated user message for a chat model."""
+    model (and for every model under a protocol that uses no chat template, such as react),
+    the chat-templated user message for a chat model."""
 
     def __init__(self, tokenizer, fmt: proto.EpisodeFormat) -> None:
         self.tokenizer, self.fmt = tokenizer, fmt
-        self.chat = bool(getattr(tokenizer, "chat_template", None))
+        self.chat = bool(getattr(tokenizer, "chat_template", None)) and fmt.use_chat_template
 
-    def __call__(self, goal: str, steps, observation: str, admissible) -> str:
+    def __call__(self, goal: str, steps, observation: str, admissible, group=None) -> str:
         if not self.chat:
-            return proto.build_prompt(goal, steps, observation, admissible, self.fmt)
-        message = proto.build_chat_message(goal, steps, observation, admissible, self.fmt)
+            return proto.build_prompt(goal, steps, observation, admissible, self.fmt, group)
+        message = proto.build_chat_message(goal, steps, observation, admissible, self.fmt, group)
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
         )
@@ -86,7 +88,7 @@ def sft_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
     lists, which only the current step shows) each row is one step's prompt and completion,
     plus the failed-repeat twins of :data:`RECOVERY_SHARE`.
     """
-    if prompter.chat or prompter.fmt.show_admissible:
+    if prompter.chat or prompter.fmt.show_admissible or prompter.fmt.protocol == "react":
         rows = _step_rows(prompter, rng)
     else:
         rows = _window_rows(prompter)
@@ -102,7 +104,7 @@ def _step_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
             history = [(o, a) for o, a, _ in steps[:t]]
             rows.append(
                 {
-                    "prompt": prompter(game["goal"], history, obs, adm),
+                    "prompt": prompter(game["goal"], history, obs, adm, game.get("group")),
                     "completion": prompter.completion(action),
                 }
             )
@@ -111,7 +113,9 @@ def _step_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
                 failed = [*history, (obs, steps[t - 1][1])]
                 rows.append(
                     {
-                        "prompt": prompter(game["goal"], failed, "Nothing happens.", adm),
+                        "prompt": prompter(
+                            game["goal"], failed, "Nothing happens.", adm, game.get("group")
+                        ),
                         "completion": prompter.completion(action),
                     }
                 )
@@ -123,7 +127,7 @@ def _window_rows(prompter: Prompter) -> list[dict]:
     rows = []
     for game in walkthroughs():
         steps = expert_steps(game)
-        task, pieces = proto.transcript(game["goal"], [(o, a) for o, a, _ in steps])
+        task, pieces = _transcript(game["goal"], [(o, a) for o, a, _ in steps], fmt)
         j = 0
         while j < len(steps):
             # Segments of (text, supervised); the grader's prompt at step t is the text from
@@ -141,6 +145,14 @@ def _window_rows(prompter: Prompter) -> list[dict]:
             # the next window starts within this one, or right after it: no step is skipped
             j = min(j + WINDOW_STRIDE, max(end, j + 1))
     return rows
+
+
+def _transcript(goal: str, pairs: list[tuple[str, str]], fmt):
+    """``proto.transcript``, given the format when the protocol's pages depend on it
+    (WebShop's cuts each page to ``max_observation_chars``)."""
+    if "fmt" in inspect.signature(proto.transcript).parameters:
+        return proto.transcript(goal, pairs, fmt)
+    return proto.transcript(goal, pairs)
 
 
 def _tokenize(tokenizer, segments: list[tuple[str, bool]]) -> dict:
@@ -208,39 +220,60 @@ def rollout_group(
     model, tokenizer, client: EnvClient, prompter: Prompter, game_id: str, size: int, temp: float
 ) -> list[Trajectory]:
     """``size`` episodes of one game played side by side through the rollout service with
-    sampled actions. A trajectory's reward: 1 if won, minus :data:`INVALID_PENALTY` times the
-    share of its actions that the game did not admit."""
+    sampled actions. A trajectory's reward: the episode's return (1 for an ALFWorld win,
+    the purchase reward in WebShop), minus :data:`INVALID_PENALTY` times the share of its
+    actions that the game did not admit ("Nothing happens.") or refused (HTTP 400: like
+    the grader, the turn is used and the next prompt shows ``Refused: <why>``)."""
     sessions = [client.session(game_id=game_id) for _ in range(size)]
     trajs = [Trajectory(game_id) for _ in sessions]
     # (observation, action) per step played, as the protocol's prompts show history
     played: list[list[tuple[str, str]]] = [[] for _ in sessions]
+    shown = [s.observation for s in sessions]
+    returns = [0.0] * size
+    invalid = [0] * size
     try:
         while True:
-            live = [i for i, s in enumerate(sessions) if not s.done]
+            # A refused action uses no step on the service but a turn, as in grading.
+            live = [
+                i
+                for i, s in enumerate(sessions)
+                if not s.done and len(played[i]) < prompter.fmt.max_steps
+            ]
             if not live:
                 break
             prompts = [
                 prompter(
                     sessions[i].goal,
                     played[i],
-                    sessions[i].observation,
+                    shown[i],
                     sessions[i].admissible_actions,
+                    getattr(sessions[i], "group", None),
                 )
                 for i in live
             ]
             replies = sample_actions(model, tokenizer, prompts, prompter.fmt, temp)
             for i, prompt, reply in zip(live, prompts, replies, strict=True):
-                action = proto.parse_action(reply) or "look"
+                # the grader's reading of the reply; the service takes one non-empty line
+                # of at most 256 characters (a long react "think:" is cut there)
+                action = (prompter.fmt.parse(reply, None) or "look")[:256]
                 trajs[i].turns.append(Turn(prompt, prompter.completion(action)))
-                played[i].append((sessions[i].observation, action))
-                sessions[i].step(action)
+                played[i].append((shown[i], action))
+                try:
+                    sessions[i].step(action)
+                except EnvError as err:
+                    if err.status != 400:
+                        raise
+                    shown[i], invalid[i] = f"Refused: {err.message}", invalid[i] + 1
+                    continue
+                shown[i] = sessions[i].observation
+                returns[i] += float(sessions[i].reward)
+                invalid[i] += shown[i] == "Nothing happens."
     finally:
         for s in sessions:
             s.close()
-    for s, t in zip(sessions, trajs, strict=True):
-        invalid = sum(obs == "Nothing happens." for _, obs in s.history)
+    for i, (s, t) in enumerate(zip(sessions, trajs, strict=True)):
         t.won = bool(s.won)
-        t.reward = (1.0 if s.won else 0.0) - INVALID_PENALTY * invalid / max(1, len(s.history))
+        t.reward = returns[i] - INVALID_PENALTY * invalid[i] / max(1, len(played[i]))
     return trajs
 
 
@@ -293,7 +326,7 @@ def grpo(
     micro_batch: int = 16,
 ) -> tuple[object, dict]:
     """Multi-turn GRPO for about ``seconds``: each step plays ``group_size`` episodes of one
-    random public game through the rollout service, scores each by whether it won, and
+    random public game through the rollout service, scores each by its return, and
     raises the likelihood of the actions of better-than-average episodes (group-normalised
     advantages; groups where all episodes agree teach nothing and are skipped). Returns
     ``(model, stats)`` with ``steps``, ``episodes``, ``won`` and ``updates``."""

@@ -1,0 +1,199 @@
+"""The shape every agent log parser produces (:class:`Event`), the parsed log with its
+summary (:class:`AgentLog`), and the tolerant helpers the parsers share.
+
+Parsers never raise: :func:`json_lines` skips what is not a JSON object (an error-looking
+line still becomes an ``error`` event through :class:`Collector`), and :func:`as_dict` /
+:func:`as_list` / :func:`short` turn a malformed field into an empty one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from agent2rl.metering.usage import TokenCounts, token_count
+
+EventKind = Literal["message", "tool_call", "tool_result", "usage", "error", "final"]
+
+TEXT_LIMIT = 500  # characters kept of a message, tool output or error
+ARGS_LIMIT = 160  # characters of a tool call's argument summary
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing an agent did (see :mod:`agent2rl.agents.logs` for the fields each kind
+    uses). ``tokens`` is set on ``usage`` events only."""
+
+    kind: EventKind
+    text: str = ""
+    role: str = ""
+    tool: str = ""
+    args: str = ""
+    call_id: str = ""
+    is_error: bool = False
+    tokens: TokenCounts = TokenCounts()
+    cumulative: bool = False
+
+
+@dataclass(frozen=True)
+class AgentLog:
+    """A parsed agent log: its events, token usage (as the CLI reported it) and a summary
+    for reports."""
+
+    events: list[Event] = field(default_factory=list)
+    usage: TokenCounts = field(default_factory=TokenCounts)
+    source: Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """Counts for a report: ``messages`` (assistant), ``tool_calls`` (total and
+        ``tools`` by name), ``tool_errors``, ``errors``, the ``usage`` totals
+        (``input_tokens``, ``output_tokens``, ``cached_tokens``) and the ``final`` text (the
+        last final event's, ``""`` if the agent never finished)."""
+        tools: dict[str, int] = {}
+        for e in self.events:
+            if e.kind == "tool_call":
+                tools[e.tool] = tools.get(e.tool, 0) + 1
+        finals = [e for e in self.events if e.kind == "final"]
+        return {
+            "messages": sum(e.kind == "message" and e.role == "assistant" for e in self.events),
+            "tool_calls": sum(tools.values()),
+            "tools": dict(sorted(tools.items(), key=lambda kv: -kv[1])),
+            "tool_errors": sum(e.kind == "tool_result" and e.is_error for e in self.events),
+            "errors": sum(e.kind == "error" for e in self.events),
+            "input_tokens": self.usage.input,
+            "output_tokens": self.usage.output,
+            "cached_tokens": self.usage.cached,
+            "final": finals[-1].text if finals else "",
+        }
+
+
+def total_usage(events: list[Event]) -> TokenCounts:
+    """Token totals: per-call usage events add up; a ``cumulative`` one (a session total)
+    replaces everything before it. No usage events give zeros."""
+    total = TokenCounts()
+    for e in events:
+        if e.kind == "usage":
+            total = e.tokens if e.cumulative else total + e.tokens
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def short(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """``text`` as a stripped string of at most ``limit`` characters (cut with ``…``);
+    None is ``""`` and anything else its ``str``."""
+    s = text if isinstance(text, str) else ("" if text is None else str(text))
+    s = s.strip()
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a dict, else ``{}`` (a log field of an unexpected type)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` if it is a list, else ``[]``."""
+    return value if isinstance(value, list) else []
+
+
+_SUMMARY_KEYS = ("command", "cmd", "file_path", "path", "filePath", "pattern", "url", "query")
+
+
+def summarize_args(args: Any, limit: int = ARGS_LIMIT) -> str:
+    """A one-line summary of a tool call's arguments: the command, path, pattern, URL or
+    query when there is one (lists are joined), else compact JSON; cut to ``limit``.
+    A JSON string is decoded first; anything undecodable is shown as it is."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (json.JSONDecodeError, ValueError):
+            return short(" ".join(args.split()), limit)
+    if isinstance(args, dict):
+        for key in _SUMMARY_KEYS:
+            value = args.get(key)
+            if isinstance(value, list):
+                value = " ".join(str(v) for v in value)
+            if isinstance(value, str) and value.strip():
+                return short(" ".join(value.split()), limit)
+    try:
+        text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        text = str(args)
+    return short(text, limit)
+
+
+_ERROR_LINE = re.compile(
+    r"^\s*(Traceback \(most recent call last\)|\w*(Error|Exception)\b[:\s]|ERROR\b|error:|"
+    r"fatal:|FATAL\b)|cannot be used with|Invalid auth",
+    re.IGNORECASE,
+)
+
+
+def is_error_line(line: str) -> bool:
+    """Whether a non-JSON line looks like an error: a traceback start, ``SomeError:``,
+    ``ERROR``, ``error:``, ``fatal:`` or a CLI's known refusals."""
+    return bool(_ERROR_LINE.search(line))
+
+
+def json_lines(text: str, on_other: Callable[[str], None]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL log; every other non-empty line goes to ``on_other``."""
+    for line in text.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("{"):
+            try:
+                obj = json.loads(s)
+            except (json.JSONDecodeError, ValueError, RecursionError):
+                obj = None
+            if isinstance(obj, dict):
+                yield obj
+                continue
+        on_other(s)
+
+
+class Collector:
+    """Collects a parser's events; non-JSON lines that look like errors become error
+    events (pass :meth:`other` to :func:`json_lines`)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(self, kind: EventKind, **fields: Any) -> None:
+        self.events.append(Event(kind, **fields))
+
+    def other(self, line: str) -> None:
+        if is_error_line(line):
+            self.add("error", text=short(line))
+
+
+def read_tokens(
+    usage: dict[str, Any], input_key: str, output_key: str, cached_key: str
+) -> TokenCounts:
+    """Counts from a CLI's own usage object, read by its field names (the input count
+    includes the cached tokens in every CLI here); a missing or malformed field counts 0."""
+    return TokenCounts(
+        input=token_count(usage.get(input_key)),
+        output=token_count(usage.get(output_key)),
+        cached=token_count(usage.get(cached_key)),
+    )
+
+
+def tool_output(content: Any) -> str:
+    """Text of a tool result's content: a string, or a list of text blocks."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in as_list(content):
+        if isinstance(block, dict):
+            parts.append(str(block.get("text", "") or ""))
+        elif isinstance(block, str):
+            parts.append(block)
+    return "\n".join(p for p in parts if p)

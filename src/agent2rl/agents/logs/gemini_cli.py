@@ -1,0 +1,92 @@
+"""Gemini CLI: ``gemini -p ... --output-format stream-json``.
+
+One JSON event a line::
+
+    {"type":"init","session_id":..,"model":..}
+    {"type":"message","role":"user"|"assistant","content":"...","delta":true}
+    {"type":"tool_use","tool_name":..,"tool_id":..,"parameters":{..}}
+    {"type":"tool_result","tool_id":..,"status":"success"|"error","output":..,"error":{type,
+      message}}
+    {"type":"error","severity":"warning"|"error","message":..}
+    {"type":"result","status":"success"|"error","error":{..},"stats":{"total_tokens":..,
+      "input_tokens":..,"output_tokens":..,"cached":..,"tool_calls":..}}
+"""
+
+from __future__ import annotations
+
+from agent2rl.agents.logs.base import (
+    Collector,
+    Event,
+    as_dict,
+    json_lines,
+    read_tokens,
+    short,
+    summarize_args,
+)
+
+LOG_FORMAT = "gemini-stream-json"
+
+
+def parse(text: str) -> list[Event]:
+    """Gemini CLI's stream-json. Consecutive assistant deltas join into one message; the
+    result's stats are the session totals."""
+    out = Collector()
+    tool_names: dict[str, str] = {}
+    pending: list[str] = []
+    last_message = ""
+
+    def flush() -> None:
+        nonlocal last_message
+        if pending:
+            last_message = "".join(pending)
+            out.add("message", role="assistant", text=short(last_message))
+            pending.clear()
+
+    for obj in json_lines(text, out.other):
+        kind = obj.get("type")
+        if kind == "message" and obj.get("role") == "assistant":
+            pending.append(str(obj.get("content", "")))
+            if not obj.get("delta"):
+                flush()
+            continue
+        flush()
+        if kind == "message" and obj.get("role") == "user":
+            out.add("message", role="user", text=short(obj.get("content", "")))
+        elif kind == "tool_use":
+            call_id, name = str(obj.get("tool_id", "")), str(obj.get("tool_name", ""))
+            tool_names[call_id] = name
+            out.add(
+                "tool_call", tool=name, args=summarize_args(obj.get("parameters")), call_id=call_id
+            )
+        elif kind == "tool_result":
+            call_id = str(obj.get("tool_id", ""))
+            failed = obj.get("status") == "error"
+            output = obj.get("output")
+            if failed and not output:
+                output = as_dict(obj.get("error")).get("message", "")
+            out.add(
+                "tool_result",
+                tool=tool_names.get(call_id, ""),
+                call_id=call_id,
+                text=short(output),
+                is_error=failed,
+            )
+        elif kind == "error":
+            out.add("error", text=short(obj.get("message", "")))
+        elif kind == "result":
+            stats = as_dict(obj.get("stats"))
+            if stats:
+                out.add(
+                    "usage",
+                    tokens=read_tokens(stats, "input_tokens", "output_tokens", "cached"),
+                    cumulative=True,
+                )
+            failed = obj.get("status") == "error"
+            if failed:
+                message = short(as_dict(obj.get("error")).get("message", "")) or "error"
+                out.add("error", text=message)
+                out.add("final", text=message, is_error=True)
+            else:
+                out.add("final", text=short(last_message))
+    flush()
+    return out.events

@@ -1,0 +1,156 @@
+"""OpenHands: ``openhands --headless --json`` (openhands-sdk events, one ``model_dump`` a
+line), or a V0 trajectory (openhands-ai < 1.0, as JSONL or one JSON list)::
+
+    {"kind":"MessageEvent","source":"agent"|"user","llm_message":{"role":..,"content":[{"type":
+      "text","text":..}]}}
+    {"kind":"ActionEvent","thought":[{"text":..}],"tool_name":"terminal","tool_call_id":..,
+      "tool_call":{"name":..,"arguments":"{json}"},"action":{"kind":..,"command":..}}
+    {"kind":"ObservationEvent","tool_name":..,"tool_call_id":..,"observation":{"content":[{
+      "type":"text","text":..}],"is_error":false}}
+    {"kind":"AgentErrorEvent","error":..} {"kind":"ConversationErrorEvent","code":..,
+      "detail":..}
+    {"kind":"ConversationStateUpdateEvent","key":"stats","value":{"usage_to_metrics":{"agent":
+      {"accumulated_token_usage":{"prompt_tokens":..,"completion_tokens":..,
+      "cache_read_tokens":..}}}}}
+    V0: {"action":"run","args":{"command":..}},
+      {"observation":"run","content":..,"extras":{"metadata":{"exit_code":..}}},
+      {"action":"message"|"finish",...}, "llm_metrics":{"accumulated_token_usage":{..}}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent2rl.agents.logs.base import (
+    Collector,
+    Event,
+    as_dict,
+    as_list,
+    json_lines,
+    read_tokens,
+    short,
+    summarize_args,
+    tool_output,
+)
+from agent2rl.metering.usage import TokenCounts
+
+LOG_FORMAT = "openhands-jsonl"
+
+
+def _openhands_usage(obj: dict[str, Any]) -> Event | None:
+    """Session token totals from a stats update or a V0 entry's llm_metrics, if any."""
+    metrics: list[dict[str, Any]] = []
+    if obj.get("kind") == "ConversationStateUpdateEvent":
+        value = as_dict(obj.get("value"))
+        stats = as_dict(value.get("stats")) if obj.get("key") == "full_state" else value
+        metrics = [as_dict(m) for m in as_dict(stats.get("usage_to_metrics")).values()]
+    elif isinstance(obj.get("llm_metrics"), dict):
+        metrics = [obj["llm_metrics"]]
+    usages = [as_dict(m.get("accumulated_token_usage")) for m in metrics]
+    usages = [u for u in usages if u]
+    if not usages:
+        return None
+    return Event(
+        "usage",
+        tokens=sum(
+            (
+                read_tokens(u, "prompt_tokens", "completion_tokens", "cache_read_tokens")
+                for u in usages
+            ),
+            TokenCounts(),
+        ),
+        cumulative=True,
+    )
+
+
+def _openhands_v0(obj: dict[str, Any], out: Collector) -> None:
+    args = as_dict(obj.get("args"))
+    action = obj.get("action")
+    if action == "message" and obj.get("source") == "agent":
+        out.add("message", role="assistant", text=short(args.get("content", obj.get("message"))))
+    elif action == "finish":
+        out.add("final", text=short(args.get("final_thought") or obj.get("message", "")))
+    elif isinstance(action, str) and action not in ("message", "system", "recall"):
+        out.add("tool_call", tool=action, args=summarize_args(args), call_id=str(obj.get("id", "")))
+    observation = obj.get("observation")
+    if isinstance(observation, str) and observation not in (
+        "null",
+        "recall",
+        "agent_state_changed",
+    ):
+        extras = as_dict(obj.get("extras"))
+        exit_code = as_dict(extras.get("metadata")).get("exit_code", extras.get("exit_code"))
+        failed = observation == "error" or (isinstance(exit_code, int) and exit_code != 0)
+        out.add(
+            "tool_result",
+            tool=observation,
+            call_id=str(obj.get("cause", "")),
+            text=short(obj.get("content", "")),
+            is_error=failed,
+        )
+
+
+def parse(text: str) -> list[Event]:
+    """OpenHands headless JSON events (or a V0 trajectory, as JSONL or one JSON list).
+    The ``finish`` tool's call is the final answer."""
+    out = Collector()
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            entries = json.loads(stripped)
+        except (json.JSONDecodeError, ValueError, RecursionError):
+            entries = []
+        objs: Any = [e for e in as_list(entries) if isinstance(e, dict)]
+    else:
+        objs = json_lines(text, out.other)
+    for obj in objs:
+        usage = _openhands_usage(obj)
+        if usage is not None:
+            out.events.append(usage)
+        kind = obj.get("kind")
+        if kind is None:
+            _openhands_v0(obj, out)
+        elif kind == "MessageEvent":
+            message = as_dict(obj.get("llm_message"))
+            role = "assistant" if message.get("role") == "assistant" else "user"
+            text_ = tool_output(message.get("content"))
+            if text_.strip():
+                out.add("message", role=role, text=short(text_))
+        elif kind == "ActionEvent":
+            thought = tool_output(obj.get("thought"))
+            if thought.strip():
+                out.add("message", role="assistant", text=short(thought))
+            call = as_dict(obj.get("tool_call"))
+            tool = str(obj.get("tool_name") or call.get("name", ""))
+            arguments = call.get("arguments")
+            if arguments is None:
+                arguments = {k: v for k, v in as_dict(obj.get("action")).items() if k != "kind"}
+            if tool == "finish":
+                action = as_dict(obj.get("action"))
+                out.add("final", text=short(action.get("message") or summarize_args(arguments)))
+            else:
+                out.add(
+                    "tool_call",
+                    tool=tool,
+                    args=summarize_args(arguments),
+                    call_id=str(obj.get("tool_call_id", "")),
+                )
+        elif kind in ("ObservationEvent", "UserRejectObservation"):
+            observation = as_dict(obj.get("observation"))
+            if obj.get("tool_name") == "finish":
+                continue
+            failed = kind == "UserRejectObservation" or bool(observation.get("is_error"))
+            content = observation.get("content", obj.get("rejection_reason", ""))
+            out.add(
+                "tool_result",
+                tool=str(obj.get("tool_name", "")),
+                call_id=str(obj.get("tool_call_id", "")),
+                text=short(tool_output(content)),
+                is_error=failed,
+            )
+        elif kind == "AgentErrorEvent":
+            out.add("error", text=short(obj.get("error", "")))
+        elif kind == "ConversationErrorEvent":
+            out.add("error", text=short(f"{obj.get('code', '')}: {obj.get('detail', '')}"))
+    return out.events

@@ -1,0 +1,313 @@
+"""``RunMetrics``: the typed per-run metrics that the report, the results ledger and
+``agent2rl run``'s summary share.
+
+:func:`agent2rl.analysis.metrics.compute_metrics` builds one from a finished run directory;
+``report/metrics.json`` is its ``model_dump(mode="json")`` (same keys as ever, nested parts as
+JSON objects). Times are seconds since the run's ``start`` (the budget clock), scores are 0-100,
+an interval is ``[low, high]`` in score points. A field is None where the run has no value
+for it (no baseline, no valid submission, no record); each part's docstring says when.
+
+The summaries that other packages produce (LLM usage from the metering proxy, environment
+usage from the rollout service) are typed for the fields the report reads and keep any other
+key as it came (``extra="allow"``), so a breakdown added there reaches ``metrics.json`` without
+an edit here. Everything else is closed (``extra="forbid"``): a misspelt field is an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agent2rl.analysis.judging import JudgeSummary
+
+#: A 95% interval, ``(low, high)``, in score points; ``[low, high]`` in JSON.
+Interval = tuple[float, float]
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
+
+
+class IdentityFlags(_Closed):
+    """A submission's model-identity check (:mod:`agent2rl.integrity.identity`), as the grading
+    service answered it."""
+
+    derived: bool | None
+    """False: not derived from the base model; None: the check could not run."""
+    reasons: list[str] = []
+    chat_template_changed: bool = False
+    """The submission brings a chat template other than the base model's."""
+    related_share: float | None = None
+    median_cosine: float | None = None
+
+
+class ContaminationSummary(_Closed):
+    """The run's contamination check (``record/contamination.json``, written by
+    :func:`agent2rl.integrity.contamination.check_run`), as the report shows it."""
+
+    flagged: bool
+    """Private items found in the workspace, or a fetched address naming the task's data."""
+    matched_items: int
+    items_total: int
+    n: int
+    """The n-gram length used."""
+    item_ids: list[str] = []
+    """Up to 20 of the matched items."""
+    files: list[str] = []
+    """Up to 20 workspace files the matches were found in (agent-controlled text)."""
+    flagged_urls: list[str] = []
+    short_items: int = 0
+    unsearchable_items: int = 0
+    files_scanned: int = 0
+    bytes_scanned: int = 0
+    notes: list[str] = []
+
+
+class TrajectoryPoint(_Closed):
+    """One submission, in ledger order, as the score plot and the submissions table show it."""
+
+    id: int
+    t: float
+    """Seconds since start when it was submitted."""
+    score: float | None
+    """None unless graded with a score."""
+    best_so_far: float | None
+    """The best valid score up to and including this one (None before the first)."""
+    status: str
+    """``evaluating``, ``graded`` or ``failed``."""
+    is_copy: bool
+    duplicate_of: int | None
+    error: str | None
+    path: str
+    """As the agent gave it, relative to its workspace: agent-controlled text."""
+    eval_seconds: float | None
+    eval_hash: str | None
+    score_ci95: Interval | None
+    """None without per-item results or for an invalid submission."""
+    improvement_ci95: Interval | None
+    """Paired with the baseline; None when not comparable or nothing could be paired."""
+    within_noise: bool | None
+    comparable: bool | None
+    """Graded under the baseline's evaluation settings; None for an invalid submission."""
+    failure_kind: str | None = None
+    """A failed submission's: ``model`` (cached) or ``harness`` (retried); None otherwise or
+    when an older ledger did not record it."""
+    retry_of: int | None = None
+    """The harness-failed submission of the same files that this one evaluated again."""
+    identity: IdentityFlags | None = None
+    """None when the service did not check it (an older ledger)."""
+
+
+class CodeChange(_Closed):
+    """Lines a submission's code snapshot changed against the previous readable snapshot."""
+
+    id: int
+    snapshot: str | None
+    base: str | None
+    """The commit compared against (the empty tree for the first); None without a readable
+    snapshot, which then does not become the next base."""
+    added: int | None
+    removed: int | None
+
+
+class RejectedAttempt(_Closed):
+    """A submission attempt the grading service refused (bad path, bad files, bad token...)."""
+
+    id: int
+    t: float
+    path: str | None
+    http_status: int
+    reason: str
+
+
+class ResourceSummary(_Closed):
+    """From ``record/resources.jsonl``; a field missing from every sample is None."""
+
+    n_samples: int
+    peak_rss_bytes: int | None
+    mean_cpu_percent: float | None
+    peak_cpu_percent: float | None
+    max_procs: int | None
+    span_s: float | None
+
+
+class LLMUsage(_Open):
+    """Tokens the agent's LLM used through the metering proxy (``summarize_usage``).
+
+    ``errors`` counts refusals too; ``cost_usd`` is a lower bound when ``unpriced_requests``
+    is non-zero. ``by_model`` holds the same token and cost fields per model name.
+    """
+
+    requests: int = 0
+    refused: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_requests: int = 0
+    by_model: dict[str, dict[str, Any]] = {}
+
+
+class EnvUsage(_Open):
+    """What the agent played through the rollout service (``summarize_env``); breakdowns such
+    as per group and per step kind come as extra fields."""
+
+    episodes: int
+    finished_episodes: int
+    won_episodes: int
+    steps: int
+    admissible_steps: int
+    games: int
+    first_step_t: float | None
+    last_step_t: float | None
+    timeline: list[tuple[float, int]]
+    """``(bin start in seconds since start, steps in the bin)``, equal bins up to the last step."""
+
+
+class GroupScore(_Closed):
+    n: int
+    """Items of the group."""
+    score: float
+    """Mean 0-100 score over them."""
+
+
+class GroupScores(_Closed):
+    """Scores per item group (``meta.group``: an episode's task type); a side is None when its
+    per-item file is missing or carries no group."""
+
+    baseline: dict[str, GroupScore] | None
+    best: dict[str, GroupScore] | None
+
+
+class RunMetrics(_Closed):
+    """All per-run metrics of a finished run (see :func:`compute_metrics` for the edge cases).
+
+    The run's identity fields come from ``run.json``; the scores from the ledger, compared
+    with the baseline by :mod:`agent2rl.grading.comparison`'s one rule.
+    """
+
+    # -- the run (run.json) ----------------------------------------------------------------
+    run_id: str
+    task: str
+    task_version: str | None = None
+    task_options: dict[str, Any] | None = None
+    """The run's ``--task-opt`` values as the task parsed them (with its defaults), so that
+    runs of one task under different options are told apart in the report and in
+    comparisons."""
+    level: int | None = None
+    agent: str
+    driver: str | None = None
+    mode: str | None = None
+    model: str
+    status: str
+    error: str | None = None
+    budget_s: float | None = None
+    start: float | None = None
+    """Epoch seconds; None for a run that never started."""
+    deadline: float | None = None
+    ended_at: float | None = None
+    duration_s: float | None = None
+    """``ended_at - start``."""
+    sandbox: str | None = None
+    """``bwrap`` or ``none``."""
+    agent_uid: int | None = None
+    """The uid the agent ran as (0: root, only without the sandbox)."""
+    network: str | None = None
+    """``host`` or ``services``."""
+    egress: dict[str, Any] | None = None
+    """Under ``services``: what the egress proxy saw (``record/network.json``'s summary:
+    requests, allowed, denied, bytes, top hosts, denied hosts, plain-HTTP URLs)."""
+    caps: dict[str, int | None] | None = None
+    """The agent's caps (``memory_bytes``, ``max_pids``, ``disk_bytes``)."""
+    cap_mechanism: str | None = None
+    """What enforced memory and processes: ``cgroup2``, ``cgroup1``, or ``none`` (the
+    watchdog and RLIMIT_NPROC fallbacks)."""
+
+    # -- scores ----------------------------------------------------------------------------
+    baseline: float | None = None
+    """The base model's score; None without a ledger or a baseline record."""
+    baseline_n_items: int | None = None
+    best_score: float | None = None
+    best_submission_id: int | None = None
+    """Highest score, earliest on a tie (:func:`agent2rl.grading.comparison.best`)."""
+    eval_hash: str | None = None
+    """The baseline's evaluation settings."""
+    improvement: float | None = None
+    """``best_score - baseline``; None without either, or when the best is not comparable."""
+    improvement_ci95: Interval | None = None
+    best_score_ci95: Interval | None = None
+    within_noise: bool | None = None
+    """Whether ``improvement_ci95`` contains 0."""
+    n_items_paired: int | None = None
+
+    # -- the submission sequence -----------------------------------------------------------
+    submissions: int = 0
+    valid_submissions: int = 0
+    valid_submission_rate: float | None = None
+    first_valid_idx: int | None = None
+    """1-based position of the first valid submission."""
+    time_to_first_improvement: float | None = None
+    """Seconds from start to the first comparable score above the baseline."""
+    time_to_best: float | None = None
+    monotonic_ratio: float | None = None
+    """Share of consecutive valid scores that did not go down (needs two)."""
+    copy_model_count: int = 0
+    duplicate_count: int = 0
+    rejected_attempts: int = 0
+    time_used_ratio: float | None = None
+    """``duration_s / budget_s`` clipped to [0, 1]."""
+    last_submit_gap: float | None = None
+    """Seconds between the last submission and the deadline (negative: after it)."""
+    code_changes: list[CodeChange] = []
+    total_lines_changed: int = 0
+    """Added + removed over the ``code_changes`` with known counts."""
+    trajectory: list[TrajectoryPoint] = []
+    rejections: list[RejectedAttempt] = []
+
+    # -- records ---------------------------------------------------------------------------
+    resources: ResourceSummary | None = None
+    llm_usage: LLMUsage | None = None
+    """None: no metering proxy ran (not an LLM agent)."""
+    token_budget: int | None = None
+    env_usage: EnvUsage | None = None
+    """None: no rollout service ran (not an interactive task)."""
+    group_scores: GroupScores | None = None
+    judge: JudgeSummary | None = None
+    """A judge-based task's judge: its requests, tokens and cost over the run's gradings and
+    the judged metrics of the baseline and the best; None for a task without a judge."""
+
+    # -- the agent's own view (record/agent.json) -------------------------------------------
+    agent_log: dict[str, Any] | None = None
+    """The agent log's summary (events, the CLI's own token counts), free-form."""
+    methods: list[str] | None = None
+    """Training methods found in the agent's code."""
+    mode_flags: list[str] | None = None
+    """Where those methods contradict the run's mode."""
+
+    # -- integrity (agent2rl.integrity): reported next to the score, never changing it ---------
+    not_derived_submissions: list[int] = []
+    """Submissions whose model does not derive from the base model."""
+    chat_template_submissions: list[int] = []
+    """Submissions that bring their own chat template."""
+    contamination: ContaminationSummary | None = None
+    """None: the contamination check did not run."""
+    integrity_flags: list[str] = []
+    """``model_not_derived``, ``chat_template_changed``, ``contaminated``: the run's flags."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``metrics.json`` object: every field, intervals as lists."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def read(cls, path: Path) -> RunMetrics:
+        """A ``metrics.json`` written by the report (raises ``ValidationError`` if it is not)."""
+        return cls.model_validate_json(Path(path).read_text())

@@ -1,0 +1,171 @@
+"""What a provider API is to the proxy: its routes, keys, usage, errors and stream events."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from agent2rl.metering.pricing import estimate_cost
+from agent2rl.metering.stream import StreamMeter
+from agent2rl.metering.usage import TokenCounts, UsageRecord
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A proxied route: ``/{provider}/{version}/{path}`` -> the same path on the upstream.
+
+    ``path`` may end in ``{rest:path}`` (a route parameter). ``metered``: whether the proxy
+    reads usage from the response and refuses the request once the token budget is spent;
+    a provider may decide per request instead (see :meth:`Provider.route`).
+    """
+
+    path: str
+    methods: tuple[str, ...]
+    metered: bool
+
+
+@dataclass(frozen=True)
+class Route:
+    """What the proxy knows of a request from its method and path, before reading the body:
+    whether it is metered and, for an API that puts them in the URL, its model and whether
+    it streams."""
+
+    metered: bool
+    model: str | None = None
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where one provider's requests go and the real key they carry (``""`` sends none, e.g.
+    to a local OpenAI-compatible server without auth)."""
+
+    base_url: str
+    api_key: str = ""
+
+
+class Provider(ABC):
+    """One provider API as the proxy relays it. Subclasses set the class attributes and
+    implement :meth:`normalize`, :meth:`observe`, :meth:`auth_headers` and
+    :meth:`error_body`; the other methods are the common behaviour, overridden where an API
+    differs. Instances hold no state: one per API (in ``PROVIDERS``) serves every request."""
+
+    #: The route prefix (``/openai/...``), a usage record's ``api`` and a driver's API.
+    name: ClassVar[str]
+    #: The API version segment of the routes (``/anthropic/v1/messages``).
+    version: ClassVar[str] = "v1"
+    #: What the agent's base URL adds to the proxy's root (the SDKs append the rest).
+    client_path: ClassVar[str]
+    #: The provider's own endpoint.
+    default_base_url: ClassVar[str]
+    #: The base URL variable the usual SDKs and CLIs read: the agent gets the proxy's in it,
+    #: and the host's (a gateway) is the run's upstream.
+    base_url_env: ClassVar[str]
+    #: Host variables that may hold the real key, first found wins; the agent gets the proxy
+    #: key in the first.
+    key_envs: ClassVar[tuple[str, ...]]
+    #: The routes the proxy serves for this API; anything else is a 404.
+    endpoints: ClassVar[tuple[Endpoint, ...]]
+
+    @property
+    def upstream_key_env(self) -> str:
+        """The variable that hands the real key to the proxy process."""
+        return f"AGENT2RL_UPSTREAM_{self.name.upper()}_KEY"
+
+    def host_base_url(self) -> str:
+        """The upstream this host configures: its :attr:`base_url_env` (a gateway), else the
+        provider's own endpoint."""
+        return os.environ.get(self.base_url_env) or self.default_base_url
+
+    def host_key(self) -> str:
+        """The real key from this host's :attr:`key_envs`, first found wins; ``""`` if none."""
+        return next((os.environ[k] for k in self.key_envs if os.environ.get(k)), "")
+
+    # ----------------------------------------------------------------------------------------
+    # Usage
+
+    @abstractmethod
+    def normalize(self, usage: dict[str, Any]) -> TokenCounts:
+        """The provider's usage object -> :class:`TokenCounts`. Missing or malformed fields
+        count 0."""
+
+    def meter(self, rec: UsageRecord, usage: dict[str, Any] | None) -> None:
+        """Fill ``rec``'s token fields and estimated cost (on ``rec.model``) from this
+        provider's usage object; None (no usage seen) leaves them unknown."""
+        if usage is not None:
+            tokens = self.normalize(usage)
+            rec.set_usage(usage, tokens, estimate_cost(rec.model, tokens))
+
+    def response_usage(self, content: bytes, data: dict[str, Any]) -> dict[str, Any] | None:
+        """The usage object of a whole (non-SSE) response: ``content`` is its body, ``data``
+        the body as a JSON object (``{}`` if it is not one). None when it has none."""
+        return data["usage"] if isinstance(data.get("usage"), dict) else None
+
+    @abstractmethod
+    def observe(self, event: dict[str, Any], meter: StreamMeter) -> bool:
+        """Note what one SSE event says (usage, model, error) in ``meter``; return whether
+        the event is forwarded to the client."""
+
+    # ----------------------------------------------------------------------------------------
+    # Requests
+
+    def route(self, method: str, path: str, endpoint: Endpoint) -> Route | None:
+        """How the proxy treats ``method path`` (``path`` below the API version) served by
+        ``endpoint``; None refuses it with a 404."""
+        return Route(endpoint.metered)
+
+    def model_and_stream(self, route: Route, payload: dict[str, Any]) -> tuple[str | None, bool]:
+        """A request's model and whether it streams, from its JSON body ``payload``."""
+        model = payload.get("model")
+        return (model if isinstance(model, str) else None), payload.get("stream") is True
+
+    def ask_stream_usage(self, path: str, payload: dict[str, Any]) -> bool:
+        """Make a streaming request carry usage when it would not (changing ``payload`` in
+        place); True when the proxy must then drop the extra usage-only event (see
+        :attr:`StreamMeter.drop_usage_chunk`). Most APIs always stream usage: False."""
+        return False
+
+    def given_keys(self, request: Request) -> list[str]:
+        """The keys a client presented: ``Authorization: Bearer`` for every API."""
+        auth = request.headers.get("authorization", "")
+        return [auth[7:].strip()] if auth[:7].lower() == "bearer " else []
+
+    def authorized(self, request: Request, proxy_key: str) -> bool:
+        """Whether any key the client presented is the proxy key (in constant time)."""
+        want = proxy_key.encode()
+        return any(hmac.compare_digest(g.encode(), want) for g in self.given_keys(request))
+
+    @abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that carry the real key upstream (none for an empty key)."""
+
+    def upstream_url(self, base_url: str, path: str, query: str) -> str:
+        """The upstream URL of ``path`` (below the API version) with the client's ``query``;
+        ``base_url`` is a root, to which the version is added."""
+        base = f"{base_url.rstrip('/')}/{self.version}"
+        return f"{base}/{path}" + (f"?{query}" if query else "")
+
+    # ----------------------------------------------------------------------------------------
+    # Errors
+
+    @abstractmethod
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """An error body in the provider's own shape, so SDKs raise their usual exception."""
+
+    def error_response(self, status: int, message: str, *, retry: bool = True) -> JSONResponse:
+        """A provider-shaped error response; ``retry=False`` adds ``x-should-retry: false``,
+        which the OpenAI and Anthropic SDKs honour (a spent budget will not come back)."""
+        headers = {} if retry else {"x-should-retry": "false"}
+        return JSONResponse(self.error_body(status, message), status_code=status, headers=headers)
+
+    def stream_error_event(self, message: str) -> bytes:
+        """The SSE event that ends a stream the upstream broke off; the SDKs turn it into an
+        exception instead of a silently truncated answer."""
+        return f"data: {json.dumps(self.error_body(502, message))}\n\n".encode()

@@ -1,0 +1,144 @@
+"""The Gemini API (Google AI Studio's ``generativelanguage`` v1beta)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import unquote_plus
+
+from fastapi import Request
+
+from agent2rl.metering.providers.base import Endpoint, Provider, Route
+from agent2rl.metering.stream import StreamMeter
+from agent2rl.metering.usage import TokenCounts, token_count
+
+#: Gemini model actions the proxy relays, and whether each is metered.
+GEMINI_ACTIONS = {"generateContent": True, "streamGenerateContent": True, "countTokens": False}
+
+# Google's canonical status names; anything unlisted is INTERNAL.
+_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def gemini_action(method: str, path: str) -> tuple[str | None, str | None] | None:
+    """``(model, action)`` of a Gemini request to ``path`` (below ``v1beta/``), or None when
+    the proxy does not relay it (a 404).
+
+    ``POST models/gemini-2.5-pro:generateContent`` -> ``("gemini-2.5-pro",
+    "generateContent")``; a POST needs one of :data:`GEMINI_ACTIONS` and a non-empty model.
+    ``GET models`` and ``GET models/{m}`` are listings -> ``(m or None, None)``; a GET with an
+    action (``models/m:foo``) or a deeper path (``models/m/operations``) is refused.
+    """
+    rest = path.removeprefix("models").removeprefix("/")
+    model, sep, action = rest.partition(":")
+    if "/" in model:
+        return None
+    if method == "GET":
+        return None if sep else (model or None, None)
+    if not model or action not in GEMINI_ACTIONS:
+        return None
+    return model, action
+
+
+def _without_key_param(query: str) -> str:
+    """``query`` without its ``key=...`` pairs (the name compared after percent-decoding);
+    every other pair is kept byte for byte, in order."""
+    pairs = [p for p in query.split("&") if p and unquote_plus(p.split("=", 1)[0]) != "key"]
+    return "&".join(pairs)
+
+
+class GeminiProvider(Provider):
+    """``/gemini/v1beta/models[/{m}[:action]]``. The model and the action are in the URL,
+    not the body; any action but those in :data:`GEMINI_ACTIONS` (``:embedContent``,
+    ``:batchGenerateContent``) is a 404, and so are cached contents and files. The key comes
+    as ``x-goog-api-key`` or a ``?key=`` query parameter, which is checked and then removed:
+    the real key goes upstream only as ``x-goog-api-key``."""
+
+    name = "gemini"
+    version = "v1beta"
+    client_path = "/gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+    base_url_env = "GOOGLE_GEMINI_BASE_URL"
+    key_envs = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    endpoints = (
+        Endpoint("models", ("GET",), False),
+        # Metered or not by its action (see route()).
+        Endpoint("models/{rest:path}", ("GET", "POST"), True),
+    )
+
+    def normalize(self, usage: dict[str, Any]) -> TokenCounts:
+        """``usageMetadata``: ``promptTokenCount`` already includes
+        ``cachedContentTokenCount``; ``toolUsePromptTokenCount`` (prompts of built-in tools)
+        is added to the input and ``thoughtsTokenCount`` to the output (thinking tokens are
+        billed as output)."""
+        return TokenCounts(
+            input=token_count(usage.get("promptTokenCount"))
+            + token_count(usage.get("toolUsePromptTokenCount")),
+            output=token_count(usage.get("candidatesTokenCount"))
+            + token_count(usage.get("thoughtsTokenCount")),
+            cached=token_count(usage.get("cachedContentTokenCount")),
+        )
+
+    def response_usage(self, content: bytes, data: dict[str, Any]) -> dict[str, Any] | None:
+        """``usageMetadata``; a ``:streamGenerateContent`` without ``alt=sse`` is a JSON
+        array of responses, whose last element carrying ``usageMetadata`` counts."""
+        if isinstance(data.get("usageMetadata"), dict):
+            return data["usageMetadata"]
+        try:
+            items = json.loads(content) if content.lstrip().startswith(b"[") else []
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        found = [
+            i["usageMetadata"]
+            for i in items
+            if isinstance(i, dict) and isinstance(i.get("usageMetadata"), dict)
+        ]
+        return found[-1] if found else None
+
+    def observe(self, event: dict[str, Any], meter: StreamMeter) -> bool:
+        """Each event may carry ``usageMetadata`` (cumulative); the last one that does
+        counts. The model is the first ``modelVersion``."""
+        if isinstance(event.get("usageMetadata"), dict):
+            meter.usage = event["usageMetadata"]
+        if isinstance(event.get("modelVersion"), str):
+            meter.model = meter.model or event["modelVersion"]
+        return True
+
+    def route(self, method: str, path: str, endpoint: Endpoint) -> Route | None:
+        parsed = gemini_action(method, path)
+        if parsed is None:
+            return None
+        model, action = parsed
+        metered = GEMINI_ACTIONS.get(action or "", False)
+        return Route(metered, model, stream=action == "streamGenerateContent")
+
+    def model_and_stream(self, route: Route, payload: dict[str, Any]) -> tuple[str | None, bool]:
+        return route.model, route.stream
+
+    def given_keys(self, request: Request) -> list[str]:
+        keys = super().given_keys(request)
+        if "x-goog-api-key" in request.headers:
+            keys.append(request.headers["x-goog-api-key"].strip())
+        return keys + [v.strip() for v in request.query_params.getlist("key")]
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-goog-api-key": api_key} if api_key else {}
+
+    def upstream_url(self, base_url: str, path: str, query: str) -> str:
+        """The version is added to the root; the query loses its ``key`` (the proxy key)."""
+        return super().upstream_url(base_url, path, _without_key_param(query))
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """Google's ``{"error": {"code", "message", "status"}}`` with the canonical status
+        name (401 ``UNAUTHENTICATED``, 429 ``RESOURCE_EXHAUSTED``, 502 ``UNAVAILABLE``, 504
+        ``DEADLINE_EXCEEDED``; anything unlisted ``INTERNAL``)."""
+        name = _STATUS_NAMES.get(status, "INTERNAL")
+        return {"error": {"code": status, "message": message, "status": name}}

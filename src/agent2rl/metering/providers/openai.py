@@ -1,0 +1,97 @@
+"""The OpenAI API: Chat Completions and Responses (and any OpenAI-compatible server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent2rl.metering.providers.base import Endpoint, Provider
+from agent2rl.metering.stream import StreamMeter
+from agent2rl.metering.usage import TokenCounts, token_count
+
+
+class OpenAIProvider(Provider):
+    """``/openai/v1/...``. The upstream base URL includes ``/v1`` already (as the SDKs'
+    ``OPENAI_BASE_URL`` does), so that an OpenAI-compatible server can live under any path."""
+
+    name = "openai"
+    client_path = "/openai/v1"
+    default_base_url = "https://api.openai.com/v1"
+    base_url_env = "OPENAI_BASE_URL"
+    key_envs = ("OPENAI_API_KEY",)
+    endpoints = (
+        Endpoint("chat/completions", ("POST",), True),
+        Endpoint("responses", ("POST",), True),
+        Endpoint("models", ("GET",), False),
+        Endpoint("models/{rest:path}", ("GET",), False),
+    )
+
+    def normalize(self, usage: dict[str, Any]) -> TokenCounts:
+        """Chat Completions (``prompt_tokens``, ``completion_tokens``,
+        ``prompt_tokens_details.cached_tokens``) or Responses (``input_tokens``,
+        ``output_tokens``, ``input_tokens_details.cached_tokens``). Both prompt counts
+        include the cached tokens already; OpenAI has no cache writes."""
+        if "prompt_tokens" in usage or "completion_tokens" in usage:
+            details = usage.get("prompt_tokens_details") or {}
+            return TokenCounts(
+                input=token_count(usage.get("prompt_tokens")),
+                output=token_count(usage.get("completion_tokens")),
+                cached=token_count(details.get("cached_tokens")),
+            )
+        details = usage.get("input_tokens_details") or {}
+        return TokenCounts(
+            input=token_count(usage.get("input_tokens")),
+            output=token_count(usage.get("output_tokens")),
+            cached=token_count(details.get("cached_tokens")),
+        )
+
+    def observe(self, event: dict[str, Any], meter: StreamMeter) -> bool:
+        """A Responses stream carries usage in ``response.completed`` (and errors in
+        ``response.failed``); a Chat Completions stream in a last chunk with ``choices: []``,
+        which is dropped when the proxy asked for it (see :meth:`ask_stream_usage`)."""
+        kind = event.get("type")
+        if isinstance(kind, str) and kind.startswith("response."):
+            response = event.get("response")
+            if isinstance(response, dict):
+                meter.model = response.get("model") or meter.model
+                if isinstance(response.get("usage"), dict):
+                    meter.usage = response["usage"]
+                if isinstance(response.get("error"), dict):
+                    meter.error = str(response["error"].get("message"))[:500]
+            return True
+        meter.model = event.get("model") or meter.model
+        if isinstance(event.get("usage"), dict):
+            meter.usage = event["usage"]
+            if meter.drop_usage_chunk and event.get("choices") == []:
+                return False
+        return True
+
+    def ask_stream_usage(self, path: str, payload: dict[str, Any]) -> bool:
+        """A Chat Completions stream carries usage only with ``stream_options.include_usage``:
+        added when the client did not ask (its extra usage-only chunk is then dropped, so a
+        client that indexes ``chunk.choices[0]`` keeps working); a stream whose client asked
+        is left untouched."""
+        if path != "chat/completions" or payload.get("stream") is not True:
+            return False
+        options = payload.get("stream_options") or {}
+        if options.get("include_usage"):
+            return False
+        payload["stream_options"] = {**options, "include_usage": True}
+        return True
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def upstream_url(self, base_url: str, path: str, query: str) -> str:
+        return f"{base_url.rstrip('/')}/{path}" + (f"?{query}" if query else "")
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """``{"error": {"message", "type", "param", "code"}}``; a spent budget is
+        ``insufficient_quota``, as OpenAI says of an account out of credit."""
+        kind, code = {
+            401: ("invalid_request_error", "invalid_api_key"),
+            404: ("invalid_request_error", "not_found"),
+            429: ("insufficient_quota", "insufficient_quota"),
+            502: ("api_error", "upstream_unavailable"),
+            504: ("api_error", "upstream_timeout"),
+        }.get(status, ("api_error", None))
+        return {"error": {"message": message, "type": kind, "param": None, "code": code}}

@@ -1,0 +1,152 @@
+"""Server-sent-event streams on their way through the proxy, whichever provider sent them.
+
+:class:`StreamMeter` splits the upstream bytes into whole SSE events, hands each JSON event to
+the provider's reader (which picks out usage, model and error, see
+:meth:`agent2rl.metering.providers.Provider.observe`) and returns the bytes to forward.
+:class:`Relay` and :class:`RelayResponse` stream them to the client and make sure the request
+is recorded exactly once however the stream ends: completed, failed upstream, or abandoned by
+a client that hung up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import httpx
+from fastapi.responses import StreamingResponse
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+#: A provider's event reader: notes what one JSON event says in the meter and returns
+#: whether the event is forwarded to the client.
+Observe = Callable[[dict[str, Any], "StreamMeter"], bool]
+
+
+class StreamMeter:
+    """Splits an SSE byte stream into whole events, reads usage out of them, and returns the
+    bytes to forward (unchanged, except events ``observe`` drops: the usage-only chat chunk
+    the proxy asked for itself when ``drop_usage_chunk``).
+
+    ``usage`` (the provider's usage object), ``model`` and ``error`` hold what the events
+    said so far. An event whose ``error`` is an object sets ``error`` whatever the provider;
+    events that are not JSON objects (``[DONE]``, comments, pings) are forwarded unread.
+    """
+
+    def __init__(self, observe: Observe, *, drop_usage_chunk: bool = False) -> None:
+        self.observe = observe
+        self.drop_usage_chunk = drop_usage_chunk
+        self.usage: dict[str, Any] | None = None
+        self.model: str | None = None
+        self.error: str | None = None
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take raw bytes; return the complete events among them that are to be forwarded."""
+        self._buf += chunk
+        out = []
+        while m := _EVENT_END.search(self._buf):
+            event, self._buf = self._buf[: m.end()], self._buf[m.end() :]
+            if self._keep(event):
+                out.append(event)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """What is left at the end of the stream (an unterminated last event), forwarded as is."""
+        rest, self._buf = self._buf, b""
+        if rest:
+            self._keep(rest)
+        return rest
+
+    def _keep(self, event: bytes) -> bool:
+        data_lines = []
+        for raw in event.decode("utf-8", "replace").splitlines():
+            if raw.startswith("data:"):
+                data_lines.append(raw[5:].removeprefix(" "))
+        data = "\n".join(data_lines)
+        if not data or data == "[DONE]":
+            return True
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError:
+            return True
+        if not isinstance(obj, dict):
+            return True
+        if isinstance(obj.get("error"), dict):
+            self.error = str(obj["error"].get("message") or obj["error"])[:500]
+        return self.observe(obj, self)
+
+
+class Relay:
+    """One upstream stream on its way to the client: the body to send, and the bookkeeping
+    that must run exactly once however the stream ends.
+
+    ``error_event`` turns a message into the provider's stream error event, sent when the
+    upstream fails mid-stream; ``on_end`` records the request (it reads ``meter`` and
+    ``error``) before the upstream connection is released.
+    """
+
+    def __init__(
+        self,
+        resp: httpx.Response,
+        meter: StreamMeter,
+        *,
+        error_event: Callable[[str], bytes],
+        on_end: Callable[[Relay], None],
+    ) -> None:
+        self.resp = resp
+        self.meter = meter
+        self.error_event = error_event
+        self.on_end = on_end
+        self.error: str | None = None
+        self.complete = False
+        self._finished = False
+
+    async def body(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.resp.aiter_bytes():
+                out = self.meter.feed(chunk)
+                if out:
+                    yield out
+            tail = self.meter.flush()
+            if tail:
+                yield tail
+        except httpx.HTTPError as exc:
+            what = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
+            self.error = f"upstream stream {what}: {type(exc).__name__}: {exc}"[:500]
+            yield self.error_event(self.error)
+        self.complete = True
+        # Record before the response ends, so a client that has the whole answer finds its
+        # line in the usage file (almost always: SDKs may close at [DONE] a moment earlier).
+        await self.finish()
+
+    async def finish(self) -> None:
+        """Record the request and release the upstream connection; idempotent."""
+        if self._finished:
+            return
+        self._finished = True
+        if not self.complete and self.error is None:
+            self.error = "client disconnected before the stream ended"
+        self.on_end(self)
+        with anyio.CancelScope(shield=True):
+            await self.resp.aclose()
+
+
+class RelayResponse(StreamingResponse):
+    """Streams a :class:`Relay` and finishes it however streaming ends — the client hanging
+    up included, even before the first byte, when the body iterator never runs at all."""
+
+    def __init__(self, relay: Relay, status_code: int, headers: dict[str, str]) -> None:
+        super().__init__(relay.body(), status_code=status_code, headers=headers)
+        self.relay = relay
+
+    async def stream_response(self, send: Any) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                await self.relay.finish()

@@ -1,0 +1,319 @@
+"""The rollout service's HTTP API (FastAPI): agents play the public games for online RL.
+
+One instance per interactive run, on 127.0.0.1, serving only the task's public split (it is
+never given the private games). Every endpoint but ``/health`` needs
+``Authorization: Bearer <ENV_TOKEN>``; errors are 4xx with ``{"error": "..."}`` naming the fix.
+
+- ``GET /games``: the public game ids with their groups, and the default step limit.
+- ``POST /sessions {"game_id"?, "seed"?, "max_steps"?}``: start an episode of the given game
+  (or of one drawn with ``seed``, else at random); answers the session id, the goal, the first
+  observation and the admissible actions.
+- ``POST /sessions/{id}/step {"action": "..."}``: play one action; answers the observation,
+  the step's reward, ``done``, ``won``, the step count, the admissible actions. An action the
+  game does not understand is played like in the game itself (one step used); a malformed one
+  (not text, empty, too long, control characters) or one the environment refuses outright is
+  answered with 400 and the session is untouched.
+- ``DELETE /sessions/{id}``: end a session. ``GET /sessions``: the open ones.
+
+Limits: at most ``max_sessions`` open sessions (429 beyond, naming DELETE), ``steps_per_s``
+steps per second over all sessions with bursts of as many (429 with ``Retry-After``), and
+sessions idle for ``idle_timeout_s`` are closed to free their slot. Every session and step is
+recorded in the run's :class:`~agent2rl.rollout.ledger.EnvLedger`.
+
+The games come from a :class:`~agent2rl.rollout.env.GameSource`: this module knows no task.
+"""
+
+from __future__ import annotations
+
+import hmac
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agent2rl.rollout.env import MAX_ACTION_CHARS, Episode, GameSource, StepResult, check_action
+from agent2rl.rollout.ledger import EnvLedger
+
+
+@dataclass
+class RolloutLimits:
+    max_sessions: int = 32
+    steps_per_s: float = 500.0
+    idle_timeout_s: float = 900.0
+
+
+class NewSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    game_id: StrictStr | None = None
+    seed: StrictInt | None = None
+    max_steps: StrictInt | None = None
+
+
+class StepRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: StrictStr
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+@dataclass
+class _Slot:
+    id: int
+    episode: Episode
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+    closed: bool = False
+
+
+class _Bucket:
+    """A token bucket: ``rate`` tokens per second, at most ``rate`` stored (one second's
+    burst). ``take`` returns 0 when a token was taken, else the seconds until one is due."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate, self.tokens, self.at = rate, rate, time.monotonic()
+        self.lock = threading.Lock()
+
+    def take(self) -> float:
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
+            self.at = now
+            if self.tokens >= 1.0:
+                self.tokens -= 1.0
+                return 0.0
+            return (1.0 - self.tokens) / self.rate
+
+
+def create_app(
+    source: GameSource,
+    token: str,
+    ledger: EnvLedger,
+    limits: RolloutLimits | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> FastAPI:
+    """The rollout API over ``source`` (see the module docstring)."""
+    limits = limits or RolloutLimits()
+    app = FastAPI(title="agent2rl rollout service", docs_url=None, redoc_url=None, openapi_url=None)
+    slots: dict[int, _Slot] = {}
+    slots_lock = threading.Lock()
+    bucket = _Bucket(limits.steps_per_s)
+    pending = [0]  # sessions being started: they count against max_sessions
+
+    def authorize(request: Request) -> None:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
+            raise _Refused(
+                401, "missing or wrong token: send the header 'Authorization: Bearer $ENV_TOKEN'"
+            )
+
+    @app.exception_handler(_Refused)
+    async def _refused(request: Request, exc: _Refused) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if request.url.path.endswith("/step"):
+            msg = 'request body must be JSON like {"action": "go to desk 1"} (a string)'
+        else:
+            msg = (
+                'request body must be JSON like {"game_id": "...", "seed": 0, "max_steps": 20}'
+                " (every field optional)"
+            )
+        return JSONResponse({"error": msg}, status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    def close_slot(slot: _Slot) -> None:
+        with slot.lock:
+            if slot.closed:
+                return
+            slot.closed = True
+            slot.episode.close()
+        ledger.close_session(slot.id)
+        with slots_lock:
+            slots.pop(slot.id, None)
+
+    def reap_idle() -> None:
+        now = clock()
+        with slots_lock:
+            idle = [s for s in slots.values() if now - s.last_used > limits.idle_timeout_s]
+        for s in idle:
+            close_slot(s)
+
+    def slot_for(session_id: int) -> _Slot:
+        with slots_lock:
+            slot = slots.get(session_id)
+        if slot is None:
+            raise _Refused(404, f"no open session {session_id}: start one with POST /sessions")
+        return slot
+
+    def view(slot: _Slot, result: StepResult) -> dict[str, Any]:
+        ep = slot.episode
+        return {
+            "session_id": slot.id,
+            "game_id": ep.game.game_id,
+            "group": ep.game.group,
+            "goal": ep.goal,
+            "observation": result.observation,
+            "admissible_actions": result.admissible_actions,
+            "reward": result.reward,
+            "done": result.done,
+            "won": result.won,
+            "steps": result.steps,
+            "max_steps": ep.max_steps,
+            "kind": result.kind,
+        }
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "games": len(source.games)}
+
+    @app.get("/games")
+    def games(request: Request) -> dict[str, Any]:
+        authorize(request)
+        return {
+            "games": [{"game_id": g.game_id, "group": g.group} for g in source.games],
+            "max_steps": source.max_steps,
+        }
+
+    @app.get("/sessions")
+    def list_sessions(request: Request) -> dict[str, Any]:
+        authorize(request)
+        with slots_lock:
+            open_slots = list(slots.values())
+        return {
+            "sessions": [
+                {
+                    "session_id": s.id,
+                    "game_id": s.episode.game.game_id,
+                    "steps": s.episode.last.steps,
+                    "done": s.episode.done,
+                }
+                for s in open_slots
+            ],
+            "max_sessions": limits.max_sessions,
+        }
+
+    @app.post("/sessions")
+    def new_session(req: NewSession, request: Request) -> dict[str, Any]:
+        authorize(request)
+        if req.game_id is not None:
+            game = source.by_id.get(req.game_id)
+            if game is None:
+                raise _Refused(
+                    404,
+                    f"unknown game {req.game_id!r}: this service plays the public training "
+                    "games only; GET /games lists them",
+                )
+        else:
+            rng = random.Random(req.seed) if req.seed is not None else random.SystemRandom()
+            game = rng.choice(source.games)
+        max_steps = source.max_steps if req.max_steps is None else req.max_steps
+        if not 1 <= max_steps <= source.step_cap:
+            raise _Refused(400, f"max_steps must be between 1 and {source.step_cap}")
+        reap_idle()
+        # Reserve a place first: starting a game takes a while and must not hold the lock.
+        with slots_lock:
+            if len(slots) + pending[0] >= limits.max_sessions:
+                raise _Refused(
+                    429,
+                    f"too many open sessions ({limits.max_sessions}): close finished ones "
+                    "with DELETE /sessions/{id}",
+                )
+            pending[0] += 1
+        slot = None
+        try:
+            episode = source.open(game, max_steps)
+            slot = _Slot(ledger.open_session(game.game_id, game.group), episode)
+        finally:
+            with slots_lock:
+                pending[0] -= 1
+                if slot is not None:
+                    slots[slot.id] = slot
+        return view(slot, episode.last)
+
+    @app.post("/sessions/{session_id}/step")
+    def step(session_id: int, req: StepRequest, request: Request) -> dict[str, Any]:
+        authorize(request)
+        slot = slot_for(session_id)
+        try:
+            action = check_action(req.action)
+        except ValueError as err:
+            raise _Refused(400, str(err)) from None
+        wait = bucket.take()
+        if wait > 0:
+            raise _Refused(
+                429,
+                f"more than {limits.steps_per_s:g} steps per second: retry after {wait:.2f}s",
+                {"Retry-After": f"{max(1, round(wait + 0.5))}"},
+            )
+        with slot.lock:
+            if slot.closed:
+                raise _Refused(404, f"session {session_id} was closed: start a new one")
+            ep = slot.episode
+            if ep.done:
+                raise _Refused(409, f"session {session_id}'s episode is over: start a new one")
+            listed = ep.last.admissible_actions
+            # With no list (a free-text tool loop) every well-formed action is admissible; an
+            # episode whose list holds templates (WebShop's "search[<query>]") says itself.
+            admits = getattr(ep, "admits", None)
+            admissible = admits(action) if admits else (not listed or action in listed)
+            try:
+                result = ep.step(action)
+            except ValueError as err:  # refused by the environment; the episode is unchanged
+                raise _Refused(400, str(err)) from None
+            slot.last_used = clock()
+            ledger.record_step(
+                slot.id, admissible, result.reward, result.won, result.done, result.kind
+            )
+        return view(slot, result)
+
+    @app.delete("/sessions/{session_id}")
+    def delete(session_id: int, request: Request) -> dict[str, Any]:
+        authorize(request)
+        close_slot(slot_for(session_id))
+        return {"session_id": session_id, "closed": True}
+
+    return app
+
+
+def describe_api(max_steps: int, reward: str, example_action: str) -> str:
+    """Markdown for a task's ``description.md``: how the agent reaches the rollout service,
+    with the task's default episode length, what its ``reward`` is and an example action."""
+    return f"""A service over the public training games runs for you at `$ENV_SERVER_URL` (token
+`$ENV_TOKEN`, header `Authorization: Bearer $ENV_TOKEN`). `data/env_client.py` wraps it:
+
+```python
+import os, sys; sys.path.insert(0, os.environ["DATA_PATH"])
+from env_client import EnvClient
+env = EnvClient()
+with env.session(seed=0) as s:          # or game_id=...; a random public game otherwise
+    while not s.done:
+        s.step({example_action!r})  # s.observation, s.reward, s.won, s.steps, s.goal
+```
+
+- `GET /games`: the public game ids and their groups.
+- `POST /sessions` with `{{"game_id"?, "seed"?, "max_steps"?}}`: a new episode (default
+  {max_steps} steps): `session_id`, `goal`, `observation`, `admissible_actions`.
+- `POST /sessions/<id>/step` with `{{"action": "..."}}`: `observation`, `reward` ({reward}),
+  `done`, `won`, `steps`, `admissible_actions`, `kind` (what the step was). An action the game
+  does not understand uses a step, as in evaluation; a malformed one (empty, over
+  {MAX_ACTION_CHARS} characters, control characters) gets HTTP 400 and changes nothing.
+- `DELETE /sessions/<id>` ends a session. At most a few dozen sessions may be open at once
+  and steps are rate-limited (HTTP 429 with `Retry-After`; the client retries).
+- Every episode and step is recorded for the run's report.
+"""

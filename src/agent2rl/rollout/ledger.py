@@ -1,0 +1,195 @@
+"""The rollout record: every session and step the agent ran through the rollout service.
+
+SQLite in WAL mode at ``record/env.db`` (outside the workspace). The rollout service is its
+only writer; the analysis reads it after the run. It is the evidence of online RL: how many
+episodes and environment steps the agent collected, and when. Tables:
+
+``sessions``
+    one row per episode: game, the game's group (column ``task_type``, its name when only
+    ALFWorld had a rollout service), opened/closed times, steps, reward, won, done.
+``steps``
+    one row per step: time, session, whether the action was one the game admitted, reward,
+    and its kind (``search``, ``click``, ``answer``...; ``step`` where a task has no kinds).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id INTEGER PRIMARY KEY,
+    game_id TEXT NOT NULL,
+    task_type TEXT,
+    opened_at REAL NOT NULL,
+    closed_at REAL,
+    steps INTEGER NOT NULL DEFAULT 0,
+    reward REAL NOT NULL DEFAULT 0,
+    won INTEGER NOT NULL DEFAULT 0,
+    done INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS steps (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL,
+    at REAL NOT NULL,
+    admissible INTEGER NOT NULL,
+    reward REAL NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'step'
+);
+"""
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    id: int
+    game_id: str
+    group: str | None
+    opened_at: float
+    closed_at: float | None
+    steps: int
+    reward: float
+    won: bool
+    done: bool
+
+
+class EnvLedger:
+    """A connection to one run's rollout record; thread-safe (one lock per connection)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        # A lost last step on a power cut is acceptable; a slow commit per step is not.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        self._conn.executescript(SCHEMA)
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(steps)")}
+        if "kind" not in columns:  # a record written before steps had kinds
+            self._conn.execute("ALTER TABLE steps ADD COLUMN kind TEXT NOT NULL DEFAULT 'step'")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> EnvLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open_session(self, game_id: str, group: str | None, at: float | None = None) -> int:
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT INTO sessions(game_id, task_type, opened_at) VALUES (?, ?, ?)",
+                (game_id, group, at if at is not None else time.time()),
+            )
+            return int(cur.lastrowid)
+
+    def record_step(
+        self,
+        session_id: int,
+        admissible: bool,
+        reward: float,
+        won: bool,
+        done: bool,
+        kind: str = "step",
+    ) -> None:
+        """One step and the session's running totals, in one transaction."""
+        now = time.time()
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.execute(
+                    "INSERT INTO steps(session_id, at, admissible, reward, kind)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (session_id, now, int(admissible), reward, kind),
+                )
+                self._conn.execute(
+                    "UPDATE sessions SET steps = steps + 1, reward = reward + ?, won = ?,"
+                    " done = ? WHERE id = ?",
+                    (reward, int(won), int(done), session_id),
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def close_session(self, session_id: int) -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL",
+                (time.time(), session_id),
+            )
+
+    def sessions(self) -> list[SessionRow]:
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
+        return [
+            SessionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), bool(r[8]))
+            for r in rows
+        ]
+
+    def step_times(self) -> list[tuple[float, bool]]:
+        """(time, admissible) of every step, oldest first."""
+        with self._lock:
+            rows = self._conn.execute("SELECT at, admissible FROM steps ORDER BY id").fetchall()
+        return [(float(at), bool(ok)) for at, ok in rows]
+
+    def step_kinds(self) -> dict[str, int]:
+        """How many steps of each kind were played."""
+        with self._lock:
+            rows = self._conn.execute("SELECT kind, COUNT(*) FROM steps GROUP BY kind").fetchall()
+        return {str(kind): int(n) for kind, n in sorted(rows)}
+
+
+def summarize_env(path: Path, t0: float, buckets: int = 30) -> dict[str, Any] | None:
+    """The rollout record of a run as report figures, or None if there is no record.
+
+    Times are seconds since ``t0`` (the budget clock). ``timeline`` splits the span from
+    ``t0`` to the last step into at most ``buckets`` equal bins: ``[start_s, steps]`` each.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    with EnvLedger(path) as led:
+        sessions = led.sessions()
+        steps = led.step_times()
+        kinds = led.step_kinds()
+    n_steps = len(steps)
+    finished = [s for s in sessions if s.done]
+    by_group: dict[str, dict[str, int]] = {}
+    for s in sessions:
+        entry = by_group.setdefault(s.group or "?", {"episodes": 0, "won": 0, "steps": 0})
+        entry["episodes"] += 1
+        entry["won"] += int(s.won)
+        entry["steps"] += s.steps
+    timeline: list[list[float]] = []
+    if steps:
+        end = max(steps[-1][0] - t0, 1e-9)
+        width = end / buckets
+        counts = [0] * buckets
+        for at, _ in steps:
+            counts[min(buckets - 1, max(0, int((at - t0) / width)))] += 1
+        timeline = [[round(i * width, 3), c] for i, c in enumerate(counts)]
+    return {
+        "episodes": len(sessions),
+        "finished_episodes": len(finished),
+        "won_episodes": sum(1 for s in sessions if s.won),
+        "steps": n_steps,
+        "admissible_steps": sum(1 for _, ok in steps if ok),
+        "games": len({s.game_id for s in sessions}),
+        "first_step_t": steps[0][0] - t0 if steps else None,
+        "last_step_t": steps[-1][0] - t0 if steps else None,
+        "by_group": by_group,
+        "by_kind": kinds,
+        "timeline": timeline,
+    }

@@ -1,0 +1,283 @@
+"""``alfworld`` and ``alfworld-lite`` (level 3, interactive rollout): household tasks in
+ALFWorld's text games.
+
+::
+
+    games.py          AlfworldGames / GameSession: the games of a split through alfworld's
+                      AlfredTWEnv, as the rollout layer's GameSource / Episode
+    protocol.py       the prompt and action protocols, react (the paper's) and transcript
+                      (standard library only: it is copied into the workspace as
+                      data/protocol.py)
+    react_prompts.json  ReAct's ALFWorld exemplars (ReAct's prompts/alfworld_3prompts.json,
+                      which the reference ships), read by protocol.py's react protocol
+    generate_lite.py  alfworld-lite's offline game generator (ALFWorld's on-disk format)
+    importer.py       the official data: find, download, import
+
+The model plays each private game through the task-neutral episode solver: at every step the
+protocol builds the prompt, the model replies greedily and the parsed action is played, until
+the game is won or ``max_steps`` actions are used. Score: the percentage of games won, with a
+breakdown by task type (pick, look, clean, heat, cool, pick-two). The ``protocol`` option picks
+the prompt: ``react`` (the paper's: ReAct's two worked examples of the game's type, then the
+whole history, as text for every model; the action is the reply as written) or
+``transcript`` (agent2rl's: the task, the recent steps, the observation, optionally the
+admissible actions, sized to a small context).
+
+- ``alfworld``: the official data (``$ALFWORLD_DATA/json_2.1.1``, fetched by
+  ``alfworld-download``): public = the ``train`` games, validation = ``valid_seen``, private =
+  ``valid_unseen`` (134 out-of-distribution games); 50 steps per game; ``react`` by default.
+- ``alfworld-lite``: games generated offline in ALFWorld's format from fixed seeds: public,
+  validation and private sets, disjoint, small rooms and short solutions; 20 steps per game;
+  ``transcript`` by default (the react prompt's two exemplars alone are 3,200 to 4,400
+  characters, more than the built-in tiny model's 512-token context holds).
+
+The agent gets the expert walkthroughs of the public games (``data/walkthroughs.jsonl``, with
+every observation and admissible-action list along the way) and a rollout service over the
+public games for online RL.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agent2rl.dataset import PreparedTask, Sample, Split
+from agent2rl.errors import UserError
+from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.rollout import client as env_client
+from agent2rl.rollout.app import describe_api
+from agent2rl.scoring import EpisodeOutcome
+from agent2rl.solvers import EpisodeSolver
+from agent2rl.tasks.alfworld import protocol
+from agent2rl.tasks.alfworld.games import AlfworldGames
+from agent2rl.tasks.alfworld.generate_lite import GENERATOR_VERSION, generate_lite_split
+from agent2rl.tasks.alfworld.importer import download_alfworld, find_alfworld_json, import_alfworld
+from agent2rl.tasks.alfworld.protocol import EpisodeFormat
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.registry import task
+
+#: the longest episode a rollout-service session may ask for
+MAX_SESSION_STEPS = 500
+#: each protocol's reply length when the ``max_new_tokens`` option is 0 (the reference's 100
+#: for react; agent2rl's 64 for transcript)
+PROTOCOL_MAX_NEW_TOKENS = {"react": protocol.REACT_MAX_NEW_TOKENS, "transcript": 64}
+
+
+class AlfworldBase(Task):
+    """What both ALFWorld tasks share: the protocol, the environment, the workspace."""
+
+    level = 3
+    interactive = True
+    eval_timeout_s = 3600.0
+
+    def episode_format(self) -> EpisodeFormat:
+        """The run's protocol settings. Raises :class:`UserError` for an unknown ``protocol``
+        option."""
+        o = self.opts
+        name = o["protocol"]
+        if name not in protocol.PROTOCOLS:
+            raise UserError(
+                f"task {self.name}: unknown protocol {name!r}; choose one of "
+                f"{', '.join(protocol.PROTOCOLS)} (--task-opt protocol=react)"
+            )
+        return EpisodeFormat(
+            max_steps=o["max_steps"],
+            history=o["history"],
+            max_prompt_chars=o["max_prompt_chars"],
+            max_new_tokens=o["max_new_tokens"] or PROTOCOL_MAX_NEW_TOKENS[name],
+            show_admissible=o["show_admissible"],
+            protocol=name,
+        )
+
+    def prompt_format(self, prepared: PreparedTask) -> EpisodeFormat:
+        return self.episode_format()
+
+    def environment(self, prepared: PreparedTask, split: Split) -> AlfworldGames:
+        return AlfworldGames(
+            prepared.split(split) / "games", self.opts["max_steps"], step_cap=MAX_SESSION_STEPS
+        )
+
+    def samples(
+        self, prepared: PreparedTask, split: Split, limit: int | None = None
+    ) -> list[Sample]:
+        """One sample per game of ``split``, sorted by game id (the game's directory under
+        ``games/``, as :class:`AlfworldGames` names it; every stored game is playable: the
+        generator and the importer keep only those)."""
+        root = prepared.split(split) / "games"
+        ids = sorted(str(p.parent.relative_to(root)) for p in root.glob("*/*/game.tw-pddl"))
+        return [Sample(i, {"game_id": i}) for i in ids[:limit]]
+
+    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
+        return EpisodeSolver(
+            self.environment(prepared, split),
+            self.episode_format(),
+            env_batch=self.opts["env_batch"],
+            batch_size=self.opts["batch_size"],
+        )
+
+    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
+        # Without loading the games (the engine takes a while to start).
+        return {"solver": "episode", "protocol": self.episode_format().to_dict()}
+
+    def scorer(self, prepared: PreparedTask) -> EpisodeOutcome:
+        return EpisodeOutcome("won")
+
+    def workspace_files(self) -> dict[str, Path]:
+        return {
+            "protocol.py": Path(protocol.__file__),
+            protocol.REACT_PROMPTS_FILE: Path(protocol.__file__).with_name(
+                protocol.REACT_PROMPTS_FILE
+            ),
+            "env_client.py": Path(env_client.__file__),
+        }
+
+    def description(self, prepared: PreparedTask) -> str:
+        fmt = self.episode_format()
+        rows = _count_lines(prepared.public / "walkthroughs.jsonl")
+        n_eval = len(list((prepared.private / "games").glob("*/*/game.tw-pddl")))
+        games_note = (
+            "the game files are not copied into the workspace; play them through the rollout "
+            "service"
+            if "games" in self.workspace_exclude
+            else "`data/games/`: the same games in ALFWorld's on-disk format (`traj_data.json`,"
+            " `initial_state.pddl`, `game.tw-pddl`), loadable with the `alfworld` package"
+        )
+        return f"""# Task: {self.name} (level 3, interactive rollout)
+
+{self.summary}. Improve the base model's success rate: it plays text games where it must
+carry out household tasks (pick and place, look at an object under a lamp, clean, heat or cool
+an object and put it somewhere, put two objects somewhere) by typing actions.
+
+## Data
+- `data/walkthroughs.jsonl`: one line per public training game ({rows} games): `game_id`,
+  `group` (the task type), `goal`, and `steps`, a list of `{{"observation",
+  "admissible_actions", "action"}}` as an expert played it (the first observation is the
+  room's description), then `final_observation` and `won`.
+- {games_note}.
+- The {n_eval} evaluation games are never shown to you; the grading service plays your
+  submissions on them.
+
+## The rollout service (online RL)
+{describe_api(fmt.max_steps, "1 on the winning step", "look")}
+## How your model is evaluated
+{protocol.describe(fmt)}
+"""
+
+
+def _count_lines(path: Path) -> int:
+    with open(path) as fh:
+        return sum(1 for _ in fh)
+
+
+LITE_TRAIN_SEED = 1
+LITE_EVAL_SEED = 2
+LITE_VALIDATION_SEED = 3
+
+
+@task
+class AlfworldLite(AlfworldBase):
+    name = "alfworld-lite"
+    version = "2"
+    summary = "ALFWorld-format household text games generated offline (CPU-sized)"
+    eval_timeout_s = 1800.0
+    options: ClassVar[dict[str, Any]] = {
+        # agent2rl's transcript protocol: the paper's react prompt does not fit the tiny
+        # model's 512-token context (its two exemplars alone are 3,200-4,400 characters)
+        "protocol": "transcript",
+        # 600 walkthroughs: the tiny model won 5 of 48 after 900 SFT steps on them, 3 after
+        # 900 on 300 (benchmarks/alfworld_sft.py). Generating them takes minutes, once.
+        "n_train": 600,
+        "n_eval": 48,
+        "n_validation": 48,
+        "max_steps": 20,
+        # Prompts that fit the tiny model's 512-token context: the recent steps as in a
+        # ReAct transcript, no action list (each floor plan's receptacles are a fixed set).
+        "history": 6,
+        "show_admissible": False,
+        "max_prompt_chars": 470,
+        "max_new_tokens": 40,
+        "env_batch": 16,
+        "batch_size": 64,
+    }
+
+    def prepare(self, root: Path) -> PreparedTask:
+        n_train, n_eval, n_val = (self.opts[k] for k in ("n_train", "n_eval", "n_validation"))
+        if min(n_train, n_eval, n_val) < 1:
+            raise UserError("alfworld-lite needs n_train, n_eval and n_validation >= 1")
+        sets = root / f"g{GENERATOR_VERSION}-train{n_train}-eval{n_eval}-val{n_val}"
+        prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
+        if (prepared.public / "walkthroughs.jsonl").exists() and all(
+            (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
+        ):
+            return prepared
+        sets.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{sets.name}.", dir=sets.parent))
+        try:
+            _, eval_sigs = generate_lite_split(
+                tmp / "private" / "games", LITE_EVAL_SEED, n_eval, set()
+            )
+            _, val_sigs = generate_lite_split(
+                tmp / "validation" / "games", LITE_VALIDATION_SEED, n_val, eval_sigs
+            )
+            rows, _ = generate_lite_split(
+                tmp / "public" / "games", LITE_TRAIN_SEED, n_train, eval_sigs | val_sigs
+            )
+            write_jsonl(tmp / "public" / "walkthroughs.jsonl", rows)
+            write_json_atomic(
+                tmp / "manifest.json",
+                {"generator": GENERATOR_VERSION, "train": n_train, "eval": n_eval, "val": n_val},
+            )
+            swap_in_dir(tmp, sets)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return prepared
+
+    def make_data(self, out: Path, n: int, seed: int) -> str:
+        if n < 1:
+            raise UserError(f"--n {n}: generate at least one game")
+        if out.exists() and any(out.iterdir()):
+            raise UserError(f"{out} is not empty: choose a new folder for the games")
+        rows, _ = generate_lite_split(out / "games", seed, n, set())
+        write_jsonl(out / "walkthroughs.jsonl", rows)
+        return f"{n} games in {out / 'games'}, walkthroughs in {out / 'walkthroughs.jsonl'}"
+
+
+@task
+class Alfworld(AlfworldBase):
+    name = "alfworld"
+    # 3: the paper's react protocol became the default (2: transcript)
+    version = "3"
+    summary = "ALFWorld household text games (official data; valid_unseen graded)"
+    workspace_exclude = ("games",)
+    options: ClassVar[dict[str, Any]] = {
+        # the paper's protocol (the reference evaluator's ReAct prompt); "transcript" is
+        # agent2rl's, with the four options after max_steps
+        "protocol": "react",
+        "max_steps": 50,
+        "history": 10,
+        "show_admissible": True,
+        "max_prompt_chars": 6000,
+        # 0: the protocol's own (react 100, transcript 64)
+        "max_new_tokens": 0,
+        "env_batch": 16,
+        "batch_size": 64,
+    }
+
+    def prepare(self, root: Path) -> PreparedTask:
+        prepared = PreparedTask(root / "public", root / "private", root / "validation")
+        if (prepared.public / "walkthroughs.jsonl").exists() and all(
+            (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
+        ):
+            return prepared
+        source = Path(os.environ.get("ALFWORLD_DATA") or Path.home() / ".cache" / "alfworld")
+        try:
+            json_dir = find_alfworld_json(source)
+        except UserError:
+            json_dir = download_alfworld(source)
+        import_alfworld(json_dir, root)
+        return prepared
+
+    def import_data(self, source: Path, root: Path) -> str:
+        return import_alfworld(source, root)
