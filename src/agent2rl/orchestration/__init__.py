@@ -1,1 +1,13 @@
-"""orchestration."""
+"""Orchestration: one run from request to report (``agent2rl run``).
+
+::
+
+    context.py          RunRequest, RunContext (what the stages share), RunOutcome
+    run.py              execute_run: resolve, prepare, workspace, baseline, services, agent,
+                        supervise, finalize
+    baseline.py         the base model's score, cached across runs
+    agent_process.py    the agent's process tree: launch it, kill all of it
+    rollout_service.py  the rollout service process of interactive runs
+    watchdog.py         caps the kernel does not enforce (disk quota, RSS fallback)
+    status.py           the live status line
+"""

@@ -6,7 +6,14 @@
                  interpreter's binds, the availability probe
     programs.py  one untrusted Python program (a model's code and its tests) in a fresh,
                  resource-limited process: the HumanEval grader's runner
-    agent.py     the agent's sandbox: what a run mounts for it and how it is launched
+    agent.py     the agent's sandbox: what a run mounts for it, its uid, how it is launched
+    two_process.py  HumanEval's verdict: the model's function and the tests in two sandboxes
+    wire.py      the plain-data encoding the two processes exchange
+    split_boot.py   the bootstrap that runs inside those two sandboxes
+    limits.py    memory / process / disk caps (cgroup v2 or v1, and their fallbacks)
+    network.py   the ``host`` / ``services`` network policies and the service bridge
+    netbridge.py the bridge's end inside the sandbox (standard library only)
+    egress.py    the allowlisted egress proxy, logging every outbound request
 
 Nothing here knows a task; tasks, the grader and the orchestrator build on it.
 """

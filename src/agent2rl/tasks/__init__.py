@@ -5,7 +5,10 @@
     base.py       Task: a dataset, a solver and a scorer; evaluate() composes them
     registry.py   the @task decorator, get_task(), prepare_task()
     arith_lite.py, gsm8k.py, humaneval.py       level 1 (rule-based reward)
+    opencompass.py  the paper's OpenCompass prompts for gsm8k and humaneval
+    alpacaeval.py   level 2 (judge-based reward): AlpacaEval 2.0
     alfworld/     level 3 (interactive): games, protocol, lite generator, official import
+    webshop/      level 3 (interactive): the shop engine, reward, lite catalog, import
 
 Importing this package imports every task module in it (and tasks installed through the
 ``agent2rl.tasks`` entry-point group), so each registers itself.
