@@ -274,6 +274,7 @@ def test_malformed_requests_get_400_and_the_proxy_keeps_serving(
     assert all(r["allowed"] is False for r in rows[:-1]) and rows[-1]["status"] == 200
 
 
+@pytest.mark.timing  # asserts on wall-clock time (generous margin)
 def test_stopping_the_proxy_cuts_and_logs_open_tunnels(
     proxy: ServiceHandle, upstream: tuple[int, list[dict]], tmp_path: Path
 ) -> None:
