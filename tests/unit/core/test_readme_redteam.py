@@ -1,0 +1,89 @@
+"""The README's red-team table stays honest: it has at least 40 attacks, and every test it names
+is a test that exists (collected by pytest itself, from the files the table names)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+README = ROOT / "README.md"
+MIN_ROWS = 40
+#: a table row's last cell: exactly one node id in backticks
+NODE_CELL = re.compile(r"^`(tests/[^`\s]+\.py::[^`]+)`$")
+
+
+def _section(text: str, heading: str, level: int) -> str:
+    """The text under ``heading`` up to the next heading of ``level`` or higher."""
+    lines = text.splitlines()
+    start = lines.index(heading)
+    end = len(lines)
+    for i in range(start + 1, len(lines)):
+        m = re.match(r"^(#+) ", lines[i])
+        if m and len(m.group(1)) <= level:
+            end = i
+            break
+    return "\n".join(lines[start + 1 : end])
+
+
+def _rows(section: str) -> list[list[str]]:
+    """Each data row of the section's tables as its cells (header and rule rows left out)."""
+    rows = []
+    for line in section.splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
+        if cells == ["attack", "what happens", "test"] or set("".join(cells)) <= set("-|: "):
+            continue
+        rows.append(cells)
+    return rows
+
+
+def red_team_rows(text: str) -> list[list[str]]:
+    security = _section(text, "## Security", level=2)
+    return _rows(_section(security, "### Red team", level=3))
+
+
+def test_parser_reads_rows_and_node_ids() -> None:
+    text = (
+        "## Security\n\n### Red team\n\n**Group**\n\n| attack | what happens | test |\n"
+        "|---|---|---|\n| a \\| b | c | `tests/unit/t.py::test_a[p-1]` |\n"
+        "## Figures\n| not | in | `tests/unit/t.py::test_b` |\n"
+    )
+    rows = red_team_rows(text)
+    assert rows == [["a \\| b", "c", "`tests/unit/t.py::test_a[p-1]`"]]
+    assert NODE_CELL.match(rows[0][2]).group(1) == "tests/unit/t.py::test_a[p-1]"
+
+
+def test_red_team_table_names_at_least_40_real_tests() -> None:
+    rows = red_team_rows(README.read_text())
+    assert len(rows) >= MIN_ROWS, f"the red-team table has {len(rows)} rows, fewer than {MIN_ROWS}"
+    ids = []
+    for cells in rows:
+        assert len(cells) == 3 and all(cells), f"a row needs attack | what happens | test: {cells}"
+        m = NODE_CELL.match(cells[2])
+        assert m, f"the test cell must be one pytest node id in backticks: {cells[2]!r}"
+        ids.append(m.group(1))
+    duplicated = sorted({i for i in ids if ids.count(i) > 1})
+    assert not duplicated, f"each row must name its own test (or parameter id): {duplicated}"
+
+    files = sorted({i.split("::")[0] for i in ids})
+    missing_files = [f for f in files if not (ROOT / f).is_file()]
+    assert not missing_files, f"the table names test files that do not exist: {missing_files}"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    collected = set(proc.stdout.splitlines())
+    unknown = [i for i in ids if i not in collected]
+    assert not unknown, f"the table names tests that pytest does not collect: {unknown}"
