@@ -1,0 +1,404 @@
+"""``deepsearchqa`` and ``deepsearch-lite`` (level 3, interactive rollout): answer questions
+that take several searches, DeepSearchQA's way.
+
+::
+
+    protocol.py       the prompt and action protocol, and the exact-match scoring (standard
+                      library only: copied into the workspace as data/protocol.py)
+    search.py         SearchBackend: BM25 over a local corpus (bm25s), SerpAPI (SERPAPI_KEY)
+    games.py          QuestionGames / SearchEpisode: questions as the rollout layer's games;
+                      the expert's walkthroughs
+    generate_lite.py  deepsearch-lite's world: fictional entities, linked facts, questions
+    store.py          a task's data in the store; DeepSearchQA's import and split
+    judge.py          DeepSearchQA's rubric on an OpenAI-compatible judge (the L2 plumbing)
+    outcome.py        the scorer: F1, precision, recall, the four outcome categories
+
+The model answers each private question through the task-neutral episode solver, a ReAct
+loop: at every step the protocol builds the prompt (the question, recent observations and
+actions, the current observation), the model replies greedily with ``search[query]`` or
+``answer[text]``, until it answers or ``max_steps`` actions are used (6, the reference's
+cap). The answer is graded by an LLM judge with DeepSearchQA's rubric when one is
+configured, else by normalised exact match (F1 over items for set answers); the scorer's
+settings say which, so the two never compare.
+
+- ``deepsearchqa``: Google's DeepSearchQA (``google/deepsearchqa``, split ``eval``, 900
+  questions) through ``datasets``, or ``agent2rl data import deepsearchqa DIR``; split as the
+  paper's reference: a shuffle with seed :data:`~.store.DSQA_SPLIT_SEED` (42), 200 graded,
+  100 public (with answers), 100 validation. Search: SerpAPI when ``SERPAPI_KEY`` is set on
+  the host (``--task-opt search=auto``, the default), else a local BM25 corpus imported with
+  the data (``corpus.jsonl``); ``search=serpapi`` / ``search=bm25`` force one. Judge:
+  ``--task-opt judge=auto`` (the default) uses the LLM judge when a judge key
+  (``AGENT2RL_JUDGE_API_KEY`` or ``OPENAI_API_KEY``) is set, ``judge=llm`` always,
+  ``judge=exact`` never.
+- ``deepsearch-lite``: a generated encyclopedia of fictional entities (no pretrained model
+  knows a fact), BM25 search over it, two-hop questions with single and set answers, graded
+  by exact match / F1; graded, validation and public questions come from disjoint regions of
+  the world; prompts sized for the tiny model.
+
+Both: the public questions (with answers) and, for the lite task, the expert's
+walkthroughs in the workspace, and a rollout service over the public questions for online
+RL (its reward: the exact-match correctness of the answer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agent2rl.dataset import PreparedTask, Sample, Split
+from agent2rl.errors import UserError
+from agent2rl.files import read_json, read_jsonl, write_jsonl
+from agent2rl.rollout import client as env_client
+from agent2rl.rollout.app import describe_api
+from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, judge_api_key
+from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
+from agent2rl.settings import load_settings
+from agent2rl.solvers import EpisodeSolver
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.deepsearch import protocol
+from agent2rl.tasks.deepsearch.games import QuestionGames, expert_walkthrough
+from agent2rl.tasks.deepsearch.generate_lite import GENERATOR_VERSION, generate_world
+from agent2rl.tasks.deepsearch.judge import AnswerJudge, answer_judge
+from agent2rl.tasks.deepsearch.outcome import AnswerOutcome
+from agent2rl.tasks.deepsearch.protocol import EpisodeFormat
+from agent2rl.tasks.deepsearch.search import (
+    BM25Backend,
+    QueryLog,
+    SearchBackend,
+    SerpAPIBackend,
+    open_corpus,
+    serpapi_key,
+)
+from agent2rl.tasks.deepsearch.store import (
+    QUESTIONS,
+    WALKTHROUGHS,
+    build_lite_store,
+    corpus_file,
+    download_dsqa,
+    find_dsqa_files,
+    is_built,
+    read_table,
+    write_dsqa_store,
+)
+from agent2rl.tasks.registry import task
+
+#: the longest episode a rollout-service client may ask for
+MAX_SESSION_STEPS = 50
+#: the grader's record of every search it made (in the evaluation's grading directory)
+QUERY_LOG = "search_queries.jsonl"
+JUDGE_MODES = ("auto", "llm", "exact")
+SEARCH_MODES = ("auto", "serpapi", "bm25")
+#: the judge's default model (DeepSearchQA's paper grades with Gemini 2.5 Flash; point
+#: ``judge_base_url`` at any OpenAI-compatible endpoint serving it to match)
+DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"
+
+
+class DeepsearchBase(Task):
+    """What both search tasks share: the episode protocol, the solver, the scorer, the
+    workspace."""
+
+    level = 3
+    interactive = True
+    eval_timeout_s = 3600.0
+
+    # -- parts -----------------------------------------------------------------------------
+    def episode_format(self) -> EpisodeFormat:
+        o = self.opts
+        return EpisodeFormat(
+            max_steps=o["max_steps"],
+            history=o["history"],
+            max_prompt_chars=o["max_prompt_chars"],
+            max_new_tokens=o["max_new_tokens"],
+            max_observation_chars=o["max_observation_chars"],
+        )
+
+    def prompt_format(self, prepared: PreparedTask) -> EpisodeFormat:
+        return self.episode_format()
+
+    def search_backend(self, prepared: PreparedTask) -> SearchBackend:
+        """The search engine every episode of this task uses (built on first use)."""
+        return open_corpus(corpus_file(prepared.private.parent).resolve())
+
+    def search_identity(self, prepared: PreparedTask) -> dict[str, Any]:
+        return self.search_backend(prepared).identity()
+
+    def environment(self, prepared: PreparedTask, split: Split) -> QuestionGames:
+        log = QueryLog(self.record_dir / QUERY_LOG if self.record_dir else None)
+        return QuestionGames(
+            prepared.split(split) / QUESTIONS,
+            lambda: self.search_backend(prepared),
+            self.opts["max_steps"],
+            self.opts["top_k"],
+            step_cap=MAX_SESSION_STEPS,
+            log=log,
+        )
+
+    def samples(
+        self, prepared: PreparedTask, split: Split, limit: int | None = None
+    ) -> list[Sample]:
+        """One sample per question of ``split``, in file order: the gold answer as the
+        target, the answer type and category in the metadata."""
+        rows = read_jsonl(prepared.split(split) / QUESTIONS, limit)
+        return [
+            Sample(
+                r["game_id"],
+                {"game_id": r["game_id"], "question": r["question"]},
+                r["answer"],
+                {"group": r.get("category"), "answer_type": r["answer_type"]},
+            )
+            for r in rows
+        ]
+
+    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
+        return EpisodeSolver(
+            self.environment(prepared, split),
+            self.episode_format(),
+            env_batch=self.opts["env_batch"],
+            batch_size=self.opts["batch_size"],
+        )
+
+    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
+        return {
+            "solver": "episode",
+            "protocol": self.episode_format().to_dict(),
+            "top_k": self.opts["top_k"],
+            "search": self.search_identity(prepared),
+        }
+
+    def judge_enabled(self) -> bool:
+        """Whether answers are graded by the LLM judge (the ``judge`` option; ``auto``: when
+        the host has a judge key)."""
+        mode = self.opts["judge"]
+        if mode not in JUDGE_MODES:
+            raise UserError(f"--task-opt judge={mode}: use {', '.join(JUDGE_MODES)}")
+        return mode == "llm" or (mode == "auto" and bool(judge_api_key()))
+
+    def make_judge(self) -> AnswerJudge:
+        """The judge at ``judge_base_url``, cached under ``AGENT2RL_HOME`` and metered into the
+        evaluation's grading directory (:attr:`record_dir`)."""
+        return answer_judge(
+            self.opts["judge_model"],
+            self.opts["judge_base_url"],
+            cache_path=load_settings().home / CACHE_RELPATH,
+            usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
+        )
+
+    def scorer(self, prepared: PreparedTask) -> AnswerOutcome:
+        return AnswerOutcome(self.make_judge() if self.judge_enabled() else None)
+
+    def private_paths(self) -> list[Path]:
+        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
+        return [load_settings().home / CACHE_RELPATH.parent]
+
+    def workspace_files(self) -> dict[str, Path]:
+        return {
+            "protocol.py": Path(protocol.__file__),
+            "env_client.py": Path(env_client.__file__),
+        }
+
+    # -- what the agent reads --------------------------------------------------------------
+    def description(self, prepared: PreparedTask) -> str:
+        fmt = self.episode_format()
+        n_public = _count_lines(prepared.public / QUESTIONS)
+        n_eval = _count_lines(prepared.private / QUESTIONS)
+        walks = prepared.public / WALKTHROUGHS
+        n_walk = _count_lines(walks) if walks.exists() else 0
+        grading = (
+            "an LLM judge with DeepSearchQA's rubric (for every expected item whether your "
+            "answer states it, and which of your items are extraneous)"
+            if self.judge_enabled()
+            else "normalised exact match (lowercase, punctuation and articles removed; a set "
+            "answer's comma-separated items compared as sets); no LLM judge is configured"
+        )
+        walk_line = (
+            f"- `data/walkthroughs.jsonl`: {n_walk} expert episodes of public questions: "
+            f"`game_id`, `group`, `goal` (the question), `steps` (a list of "
+            f'`{{"observation", "admissible_actions", "action"}}`), `final_observation`, '
+            f"`won`, `reward`.\n"
+            if n_walk
+            else ""
+        )
+        return f"""# Task: {self.name} (level 3, interactive rollout)
+
+{self.summary}. Improve the base model at multi-step search: given a question, it searches
+(`search[query]`: the top {self.opts["top_k"]} results, `[1] Title: snippet ...`) as often as
+it needs within the step limit, then answers (`answer[text]`; a question whose answer is a
+set of items is answered with the items separated by commas).
+
+Each answer is graded by {grading}. An item's score is the F1 of your answer's items against
+the expected ones (a single answer: 1 when right); the score is the mean F1 x 100. The report
+also gives precision, recall and DeepSearchQA's four outcomes (fully correct, correct with
+extraneous items, partially correct, fully incorrect).
+
+## Data
+- `data/questions.jsonl`: the {n_public} public questions with their answers: `game_id`,
+  `question`, `answer`, `answer_type` (`single` or `set`), `category`.
+{walk_line}- The {n_eval} graded questions are never shown to you; the grading service plays your
+  submissions on them with the same search engine ({self.search_identity(prepared)["backend"]}).
+
+## The rollout service (online RL)
+{describe_api(fmt.max_steps, _REWARD_TEXT, "search[amber loom society founded]")}
+A step's `kind` is `search` or `answer`. The answer ends the episode (its reward: 1 or 0 for
+a single answer, the F1 for a set, by exact match after normalisation, as
+`protocol.answer_reward` computes it); answering first, without a search, is allowed. A
+malformed action (not `search[...]` or `answer[...]`, empty, over 256 characters) is
+answered with HTTP 400 and changes nothing.
+
+## How your model is evaluated
+{protocol.describe(fmt)}
+"""
+
+
+_REWARD_TEXT = "the answer's correctness on the answering step, else 0"
+
+
+def _count_lines(path: Path) -> int:
+    with open(path) as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+#: the seed of deepsearch-lite's world
+LITE_SEED = 1
+
+
+@task
+class DeepsearchLite(DeepsearchBase):
+    name = "deepsearch-lite"
+    version = "1"
+    summary = "multi-hop search over a generated encyclopedia of fictional entities (CPU-sized)"
+    eval_timeout_s = 1800.0
+    options: ClassVar[dict[str, Any]] = {
+        "n_regions": 14,
+        "n_eval_regions": 3,
+        "n_validation_regions": 2,
+        "max_steps": 6,
+        # Prompts that fit the tiny model's 512-token context: one earlier step, each
+        # observation cut to 200 characters.
+        "history": 1,
+        "max_prompt_chars": 520,
+        "max_observation_chars": 200,
+        "max_new_tokens": 48,
+        "top_k": 3,
+        "env_batch": 16,
+        "batch_size": 64,
+        "judge": "exact",
+        "judge_model": DEFAULT_JUDGE_MODEL,
+        "judge_base_url": DEFAULT_BASE_URL,
+    }
+
+    def prepare(self, root: Path) -> PreparedTask:
+        o = self.opts
+        if o["n_eval_regions"] < 1 or o["n_validation_regions"] < 1:
+            raise UserError("deepsearch-lite needs n_eval_regions and n_validation_regions >= 1")
+        if o["n_eval_regions"] + o["n_validation_regions"] >= o["n_regions"]:
+            raise UserError("deepsearch-lite: n_regions must exceed the graded + validation ones")
+        sets = root / (
+            f"g{GENERATOR_VERSION}-r{o['n_regions']}-eval{o['n_eval_regions']}"
+            f"-val{o['n_validation_regions']}-steps{o['max_steps']}"
+            f"-obs{o['max_observation_chars']}-k{o['top_k']}"
+        )
+        prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
+        if not is_built(sets):
+            build_lite_store(
+                sets, LITE_SEED, o["n_regions"], o["n_eval_regions"],
+                o["n_validation_regions"], self.episode_format(), o["top_k"],
+            )  # fmt: skip
+        return prepared
+
+    def make_data(self, out: Path, n: int, seed: int) -> str:
+        """A world of ``n`` regions from ``seed``: ``corpus.jsonl``, ``questions.jsonl``
+        (every question the expert solves) and ``walkthroughs.jsonl``."""
+        if n < 1:
+            raise UserError(f"--n {n}: generate at least one region")
+        if out.exists() and any(out.iterdir()):
+            raise UserError(f"{out} is not empty: choose a new folder for the world")
+        world = generate_world(seed, n)
+        backend = BM25Backend(world.documents)
+        fmt = self.episode_format()
+        questions, walks = [], []
+        for i, q in enumerate(world.questions):
+            row = {"game_id": f"q{i:04d}", **q}
+            walk = expert_walkthrough(backend, row, fmt, self.opts["top_k"])
+            if walk is not None:
+                questions.append(row)
+                walks.append(walk)
+        write_jsonl(out / "corpus.jsonl", world.documents)
+        write_jsonl(out / QUESTIONS, questions)
+        write_jsonl(out / WALKTHROUGHS, walks)
+        return (
+            f"{n} regions in {out}: {len(world.documents)} documents in corpus.jsonl, "
+            f"{len(questions)} questions in questions.jsonl, {len(walks)} expert walkthroughs "
+            f"in walkthroughs.jsonl"
+        )
+
+
+@task
+class DeepSearchQA(DeepsearchBase):
+    name = "deepsearchqa"
+    version = "1"
+    summary = "DeepSearchQA (900 multi-step search questions; 200 graded, judged by an LLM)"
+    options: ClassVar[dict[str, Any]] = {
+        "max_steps": 6,
+        "history": 6,
+        "max_prompt_chars": 16000,
+        "max_observation_chars": 0,
+        "max_new_tokens": 256,
+        "top_k": 5,
+        "env_batch": 16,
+        "batch_size": 64,
+        "search": "auto",
+        "judge": "auto",
+        "judge_model": DEFAULT_JUDGE_MODEL,
+        "judge_base_url": DEFAULT_BASE_URL,
+    }
+
+    def prepare(self, root: Path) -> PreparedTask:
+        prepared = PreparedTask(root / "public", root / "private", root / "validation")
+        if not is_built(root):
+            download_dsqa(root)
+        return prepared
+
+    def import_data(self, source: Path, root: Path) -> str:
+        questions, corpus = find_dsqa_files(source)
+        return write_dsqa_store(
+            root, read_table(questions), corpus, str(Path(source).expanduser().resolve())
+        )
+
+    def search_mode(self, prepared: PreparedTask) -> str:
+        """``serpapi`` or ``bm25``: the ``search`` option, ``auto`` resolved (SerpAPI when
+        ``SERPAPI_KEY`` is set, else the local corpus). :class:`UserError` when the chosen
+        backend cannot run here."""
+        mode = self.opts["search"]
+        if mode not in SEARCH_MODES:
+            raise UserError(f"--task-opt search={mode}: use {', '.join(SEARCH_MODES)}")
+        has_corpus = corpus_file(prepared.private.parent).exists()
+        if mode == "auto":
+            mode = "serpapi" if serpapi_key() else "bm25"
+        if mode == "serpapi" and not serpapi_key():
+            raise UserError("search=serpapi needs SERPAPI_KEY in the host's environment")
+        if mode == "bm25" and not has_corpus:
+            raise UserError(
+                "deepsearchqa has no search engine here: set SERPAPI_KEY on the host for "
+                "SerpAPI, or import a local corpus (a corpus.jsonl of title/text rows beside "
+                "the questions) with `agent2rl data import deepsearchqa DIR`"
+            )
+        return mode
+
+    def search_backend(self, prepared: PreparedTask) -> SearchBackend:
+        if self.search_mode(prepared) == "serpapi":
+            return SerpAPIBackend(serpapi_key())
+        return super().search_backend(prepared)
+
+    def search_identity(self, prepared: PreparedTask) -> dict[str, Any]:
+        if self.search_mode(prepared) == "serpapi":
+            return {"backend": "serpapi", "engine": "google"}
+        return super().search_identity(prepared)
+
+    def description(self, prepared: PreparedTask) -> str:
+        manifest = read_json(prepared.private.parent / "manifest.json")
+        note = (
+            ""
+            if manifest.get("official_sizes")
+            else "\n(This installation holds a subset of DeepSearchQA, split in thirds.)\n"
+        )
+        return super().description(prepared) + note

@@ -1,0 +1,140 @@
+"""The scorer of the search tasks: the final answer of each episode against the gold answer,
+DeepSearchQA's way.
+
+An episode's answer is the text of its last ``answer[...]`` action (none: the empty
+answer, fully incorrect). It is graded either
+
+- by an LLM judge (:class:`~.judge.AnswerJudge`, DeepSearchQA's rubric: for every expected
+  item whether the answer has it, and the extraneous items), ``grading = "llm-judge"``; or
+- without one, by normalised exact match (:func:`~.protocol.answer_score`: a single answer
+  equal to the gold one; a set answer's items against the gold items),
+  ``grading = "exact-match"``.
+
+Which one is part of the scorer's settings, so the two kinds of score never share an
+evaluation hash. Either way an item's score is its F1 (a single answer: 1 or 0 unless it
+adds extraneous items), the task score is the mean F1 x 100 (DeepSearchQA's primary
+metric), ``correct`` is the *fully correct* outcome, and the details hold precision, recall
+and the rates of DeepSearchQA's four outcome categories, by category and answer type.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from agent2rl.dataset import Sample
+from agent2rl.scoring.base import ItemResult
+from agent2rl.solvers.base import Output
+from agent2rl.tasks.deepsearch.judge import AnswerJudge
+from agent2rl.tasks.deepsearch.protocol import answer_score, split_action
+
+OUTCOMES = ("fully_correct", "correct_with_extraneous", "partially_correct", "fully_incorrect")
+
+
+def final_answer(actions: list[str]) -> str:
+    """The argument of the last ``answer[...]`` among ``actions`` (``""`` without one)."""
+    for action in reversed(actions):
+        parsed = split_action(action)
+        if parsed and parsed[0] == "answer":
+            return parsed[1]
+    return ""
+
+
+@dataclass
+class AnswerOutcome:
+    """Scores :class:`~agent2rl.solvers.episode.EpisodeSolver` outputs of search episodes
+    (module docstring). A sample's ``target`` is the gold answer; ``input["question"]`` the
+    question; ``metadata["answer_type"]`` ``single`` or ``set``; ``metadata["group"]`` its
+    category. ``judge`` None: exact match."""
+
+    judge: AnswerJudge | None = None
+
+    @property
+    def grading(self) -> str:
+        return "llm-judge" if self.judge is not None else "exact-match"
+
+    def settings(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"scorer": "deepsearchqa-answer", "grading": self.grading}
+        if self.judge is not None:
+            out["judge"] = self.judge.identity()
+        return out
+
+    def score(self, samples: list[Sample], outputs: list[Output]) -> list[ItemResult]:
+        """Grade every answer (the judge raises
+        :class:`~agent2rl.scoring.judges.JudgeUnavailable` when it cannot: a harness failure,
+        never a silent 0)."""
+        answers = [final_answer(list(o.trace.get("actions", []))) for o in outputs]
+        types = [str(s.metadata.get("answer_type", "single")) for s in samples]
+        if self.judge is not None:
+            graded = self.judge.grade(
+                [(str(s.input.get("question", "")), str(s.target), t, a)
+                 for s, t, a in zip(samples, types, answers, strict=True)]
+            )  # fmt: skip
+            scores = [g.score for g in graded]
+        else:
+            scores = [
+                answer_score(a, str(s.target), t)
+                for s, t, a in zip(samples, types, answers, strict=True)
+            ]
+        items = []
+        for s, out, a, t, sc in zip(samples, outputs, answers, types, scores, strict=True):
+            actions = list(out.trace.get("actions", []))
+            meta: dict[str, Any] = {
+                "group": s.metadata.get("group"),
+                "answer_type": t,
+                "steps": out.trace.get("steps", len(actions)),
+                "searches": sum(1 for x in actions if x.startswith("search[")),
+                "answered": bool(a),
+                "unjudged": sc is None,
+            }
+            if sc is not None:
+                meta.update(outcome=sc.outcome, precision=sc.precision, recall=sc.recall,
+                            f1=sc.f1)  # fmt: skip
+            else:
+                meta.update(outcome="fully_incorrect", precision=0.0, recall=0.0, f1=0.0)
+            items.append(
+                ItemResult(
+                    id=s.id,
+                    prediction=a,
+                    target=str(s.target),
+                    correct=meta["outcome"] == "fully_correct",
+                    score=float(meta["f1"]),
+                    meta=meta,
+                )
+            )
+        return items
+
+    def details(self, items: list[ItemResult], outputs: list[Output]) -> dict[str, Any]:
+        def figures(its: list[ItemResult]) -> dict[str, Any]:
+            n = max(1, len(its))
+            metas = [i.meta or {} for i in its]
+            out = {
+                "items": len(its),
+                "f1_x100": 100.0 * sum(m["f1"] for m in metas) / n,
+                "precision_x100": 100.0 * sum(m["precision"] for m in metas) / n,
+                "recall_x100": 100.0 * sum(m["recall"] for m in metas) / n,
+            }
+            for o in OUTCOMES:
+                out[f"{o}_rate"] = 100.0 * sum(m["outcome"] == o for m in metas) / n
+            return out
+
+        by_group: dict[str, list[ItemResult]] = defaultdict(list)
+        by_type: dict[str, list[ItemResult]] = defaultdict(list)
+        for i in items:
+            by_group[str((i.meta or {}).get("group"))].append(i)
+            by_type[str((i.meta or {}).get("answer_type"))].append(i)
+        n = max(1, len(items))
+        details: dict[str, Any] = {
+            "grading": self.grading,
+            **figures(items),
+            "answered_rate": 100.0 * sum((i.meta or {}).get("answered", False) for i in items) / n,
+            "unjudged": sum(1 for i in items if (i.meta or {}).get("unjudged")),
+            "by_group": {g: figures(v) for g, v in sorted(by_group.items())},
+            "by_answer_type": {t: figures(v) for t, v in sorted(by_type.items())},
+            "mean_steps": sum(o.trace.get("steps", 0) for o in outputs) / max(1, len(outputs)),
+            "mean_searches": sum((i.meta or {}).get("searches", 0) for i in items) / n,
+        }
+        if self.judge is not None:
+            details["judge"] = self.judge.totals()
+        return details

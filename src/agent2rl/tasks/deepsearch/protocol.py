@@ -1,0 +1,316 @@
+"""How the grader prompts a model in a search episode, reads its action, and scores its
+answer without a judge.
+
+Self-contained (standard library only) on purpose: the harness grades with it, and the same
+file is copied into the agent's workspace as ``data/protocol.py`` so that training code
+builds exactly the prompts the grader builds, parses replies the same way and computes the
+same offline reward. ``data/eval_format.json`` holds the run's settings. The module
+functions have the same names and meanings as the WebShop and ALFWorld protocol files.
+
+An episode is a ReAct-style tool loop with two actions:
+
+- ``search[query]``: the search backend's top results, one line each
+  (``[1] Title: snippet``);
+- ``answer[text]``: the final answer; the episode ends. For a question whose answer is a
+  set, the items are separated by commas (``answer[Ama Kell, Bo Rinn]``).
+
+One step, for a model without a chat template (a base model), is the episode's transcript::
+
+    Question: In which town was the founder of the Amber Loom Society born?
+    Results: [1] Amber Loom Society: It was founded by Tavo Quell in 1802. ...  <- up to
+    > search[Tavo Quell born]                                                    ``history``
+    Results: [1] Tavo Quell: Tavo Quell was born in Ostrewick. ...               earlier steps
+    >
+
+and the model continues with `` answer[Ostrewick]`` and a newline. A model with a chat
+template gets the same text without the final ``>`` as one user message, followed by
+:data:`CHAT_INSTRUCTION`, and replies with the action.
+
+Edge cases:
+
+- The oldest history steps are dropped until the prompt fits in ``max_prompt_chars``; the
+  question line and the current observation are always kept. An observation is shown on one
+  line, cut to ``max_observation_chars`` (``...`` marks a cut; 0 = never cut).
+- :func:`parse_action` reads the first non-empty line of the reply, drops a leading ``>``
+  or ``Action:`` (``Action 3:`` too), collapses whitespace and keeps ``search[...]`` /
+  ``answer[...]`` (the command lowercased, its argument as written) up to the first ``]``.
+  Anything else is refused: the turn is used and the next observation reads
+  ``Refused: <why>``.
+
+Answers without a judge (:func:`answer_score`): both sides are normalised
+(:func:`normalize_answer`: lowercase, accents and punctuation removed, articles dropped,
+whitespace collapsed). A single answer scores 1 when it equals the gold answer; a set
+answer is split into items (:func:`answer_items`) and scores the F1 of the two sets.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PROTOCOL_VERSION = "1"
+CHAT_INSTRUCTION = "Reply with the next action only: search[query] or answer[your answer]."
+STOP = ("\n",)
+#: what the grader shows after an action the environment refused (the reason follows)
+REFUSED_PREFIX = "Refused: "
+#: the answer types (DeepSearchQA's ``answer_type``, normalised)
+SINGLE = "single"
+SET = "set"
+_LEAD = re.compile(r"^(?:>|action(?:\s*\d+)?\s*:)\s*", re.I)
+_COMMAND = re.compile(r"^(search|answer)\[([^\]]*)\]?", re.I)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_ITEM_SPLIT = re.compile(r"\s*(?:[,;\n]|\band\b|&)\s*")
+
+
+@dataclass(frozen=True)
+class EpisodeFormat:
+    """The settings of the protocol for one run (``data/eval_format.json``).
+
+    ``max_steps``: actions per episode before it ends unanswered (the reference's ReAct loop
+    allows 6). ``history``: earlier steps shown. ``max_prompt_chars``: prompt size the
+    history is trimmed to. ``max_observation_chars``: an observation is cut to this (0:
+    never). ``max_new_tokens``: the longest reply; generation also stops at a newline.
+    """
+
+    max_steps: int
+    history: int
+    max_prompt_chars: int
+    max_new_tokens: int
+    max_observation_chars: int = 0
+    stop: tuple[str, ...] = STOP
+    version: str = PROTOCOL_VERSION
+    protocol: str = "transcript"
+
+    @property
+    def use_chat_template(self) -> bool:
+        """A model with a chat template gets :meth:`chat_message` through it."""
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        d["kind"] = "deepsearch-episode"
+        d["chat_instruction"] = CHAT_INSTRUCTION
+        return d
+
+    # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
+    # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
+    def prompt(self, state: Any) -> str:
+        return build_prompt(state.goal, state.steps, state.observation, state.admissible, self)
+
+    def chat_message(self, state: Any) -> str:
+        return build_chat_message(
+            state.goal, state.steps, state.observation, state.admissible, self
+        )
+
+    def parse(self, reply: str, state: Any) -> str:
+        return parse_action(reply)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpisodeFormat:
+        names = cls.__dataclass_fields__
+        kw = {k: v for k, v in d.items() if k in names}
+        if "stop" in kw:
+            kw["stop"] = tuple(kw["stop"])
+        return cls(**kw)
+
+
+def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
+    """An observation as the prompt shows it: on one line, cut to
+    ``fmt.max_observation_chars`` (the cut ends with ``...``)."""
+    text = " ".join(observation.split())
+    limit = fmt.max_observation_chars
+    if limit and len(text) > limit:
+        text = text[: max(0, limit - 3)].rstrip() + "..."
+    return text
+
+
+def build_prompt(
+    goal: str,
+    steps: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str],
+    fmt: EpisodeFormat,
+    group: str | None = None,
+) -> str:
+    """The text prompt for a base model at one step (see the module docstring).
+
+    ``steps`` are the earlier steps, oldest first, each as (the observation it answered, the
+    action taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
+    ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change nothing (the environment
+    takes free text): they are there for the signature the other protocol files share.
+    """
+    return _render(goal, steps, observation, fmt) + ">"
+
+
+def build_chat_message(
+    goal: str,
+    steps: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str],
+    fmt: EpisodeFormat,
+    group: str | None = None,
+) -> str:
+    """The user message for a chat model at one step (the same text, then the instruction)."""
+    return _render(goal, steps, observation, fmt) + CHAT_INSTRUCTION
+
+
+def transcript(
+    goal: str, steps: Sequence[tuple[str, str]], fmt: EpisodeFormat | None = None
+) -> tuple[str, list[tuple[str, str]]]:
+    """The pieces of a whole episode's transcript, for training on windows of it: the
+    question line, then one (observation text, action text) pair per step, where the
+    observation text ends with ``>`` and the action text is :func:`completion_for` the
+    action. The question line followed by the pairs of steps ``j..t-1`` and the observation
+    text of step ``t`` is exactly :func:`build_prompt` at step ``t`` with ``t - j`` steps of
+    history. ``fmt`` sets how observations are cut (None: never)."""
+    fmt = fmt or EpisodeFormat(max_steps=1, history=0, max_prompt_chars=0, max_new_tokens=1)
+    return _head(goal), [(f"{shown_observation(o, fmt)}\n>", completion_for(a)) for o, a in steps]
+
+
+def _head(goal: str) -> str:
+    return f"Question: {' '.join(goal.split())}\n"
+
+
+def _render(
+    goal: str, steps: Sequence[tuple[str, str]], observation: str, fmt: EpisodeFormat
+) -> str:
+    head = _head(goal)
+    tail = shown_observation(observation, fmt) + "\n"
+    shown = list(steps[-fmt.history :]) if fmt.history > 0 else []
+    lines = [f"{shown_observation(o, fmt)}\n> {a}\n" for o, a in shown]
+    while lines and len(head) + sum(map(len, lines)) + len(tail) + 1 > fmt.max_prompt_chars:
+        lines.pop(0)
+    return head + "".join(lines) + tail
+
+
+def parse_action(reply: str) -> str:
+    """The action in a model's reply (see the module docstring for the exact rule)."""
+    for line in reply.splitlines():
+        line = line.strip()
+        if line:
+            break
+    else:
+        return ""
+    line = " ".join(_LEAD.sub("", line).split())
+    m = _COMMAND.match(line)
+    if not m:
+        return line
+    return f"{m.group(1).lower()}[{m.group(2).strip()}]"
+
+
+def split_action(action: str) -> tuple[str, str] | None:
+    """``("search" | "answer", argument)`` for a well-formed action, else None."""
+    m = re.fullmatch(r"(search|answer)\[(.*)\]", action.strip(), re.S)
+    return (m.group(1), m.group(2).strip()) if m else None
+
+
+def completion_for(action: str) -> str:
+    """The completion a base model should produce for ``action`` after the prompt's ``>``."""
+    return f" {action}\n"
+
+
+# -- answers without a judge ---------------------------------------------------------------
+def normalize_answer(text: str) -> str:
+    """Lowercase, accents and punctuation removed, the articles a/an/the dropped, whitespace
+    collapsed (SQuAD's normalisation, plus accent folding)."""
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
+    text = "".join(" " if ch in string.punctuation else ch for ch in text)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def answer_items(text: str) -> list[str]:
+    """The normalised items of a set answer: split at commas, semicolons, newlines, ``&``
+    and the word ``and``; empty items and repeats dropped, first occurrence kept."""
+    out: list[str] = []
+    for part in _ITEM_SPLIT.split(text):
+        item = normalize_answer(part)
+        if item and item not in out:
+            out.append(item)
+    return out
+
+
+@dataclass(frozen=True)
+class AnswerScore:
+    """How an answer compares with the gold answer: the matched, missed and extraneous
+    items, precision, recall, F1 and DeepSearchQA's outcome category (``fully_correct``,
+    ``correct_with_extraneous``, ``partially_correct``, ``fully_incorrect``)."""
+
+    precision: float
+    recall: float
+    f1: float
+    outcome: str
+    matched: int
+    expected: int
+    extraneous: int
+
+
+def score_counts(matched: int, expected: int, extraneous: int) -> AnswerScore:
+    """Precision ``|S∩G| / |S|``, recall ``|S∩G| / |G|``, their F1 and the outcome category
+    from the counts (``extraneous`` = submitted items not in the gold set)."""
+    submitted = matched + extraneous
+    p = matched / submitted if submitted else 0.0
+    r = matched / expected if expected else 0.0
+    f1 = 2 * p * r / (p + r) if p + r else 0.0
+    if matched == 0:
+        outcome = "fully_incorrect"
+    elif matched < expected:
+        outcome = "partially_correct"
+    elif extraneous:
+        outcome = "correct_with_extraneous"
+    else:
+        outcome = "fully_correct"
+    return AnswerScore(p, r, f1, outcome, matched, expected, extraneous)
+
+
+def answer_score(answer: str, gold: str, answer_type: str = SINGLE) -> AnswerScore:
+    """``answer`` against ``gold`` by normalised exact match (see the module docstring): a
+    single answer is one item (matched or extraneous), a set answer's items are compared as
+    sets. An empty answer is fully incorrect."""
+    if answer_type == SET:
+        got, want = answer_items(answer), answer_items(gold)
+        matched = len(set(got) & set(want))
+        return score_counts(matched, len(want), len(got) - matched)
+    got_one, want_one = normalize_answer(answer), normalize_answer(gold)
+    if not got_one:
+        return score_counts(0, 1, 0)
+    hit = int(got_one == want_one)
+    return score_counts(hit, 1, 1 - hit)
+
+
+def answer_reward(answer: str, gold: str, answer_type: str = SINGLE) -> float:
+    """The environment's reward for an answer: 1/0 for a single answer, F1 for a set."""
+    return answer_score(answer, gold, answer_type).f1
+
+
+def describe(fmt: EpisodeFormat) -> str:
+    """Markdown bullets stating the protocol for ``description.md``."""
+    cut = (
+        f", cut to {fmt.max_observation_chars} characters (`...` marks the cut)"
+        if fmt.max_observation_chars
+        else ""
+    )
+    return (
+        f"- Each question is an episode of at most {fmt.max_steps} actions: `search[query]` "
+        f"shows the top results, `answer[text]` ends the episode (a set answer: items "
+        f"separated by commas). An episode without an answer scores 0.\n"
+        f"- At each step the model gets the line `Question: ...`, up to {fmt.history} "
+        f"earlier steps (the observation, then `> action`) and the current observation, "
+        f"each on one line{cut}. The oldest steps are dropped to keep the prompt within "
+        f"{fmt.max_prompt_chars} characters. A base model's prompt ends with `>`; a chat "
+        f'model gets the same text plus "{CHAT_INSTRUCTION}" as one user message.\n'
+        f"- Greedy decoding, at most {fmt.max_new_tokens} new tokens, cut at a newline. The "
+        f"action is the first non-empty line of the reply without a leading `>` or "
+        f"`Action:`, whitespace collapsed, `search[...]`/`answer[...]` kept up to the first "
+        f"`]`. Anything else uses the turn and the next observation reads "
+        f"`{REFUSED_PREFIX}<why>`.\n"
+        f"- `data/protocol.py` is the grader's own code for this (`build_prompt`, "
+        f"`build_chat_message`, `parse_action`, `transcript`; `answer_score` and "
+        f"`answer_reward` are the exact-match scoring); `data/eval_format.json` holds these "
+        f"settings."
+    )

@@ -1,0 +1,326 @@
+"""The search tasks' data in the task store: deepsearch-lite's generated set, and
+DeepSearchQA's questions (from the hub, or imported with ``agent2rl data import
+deepsearchqa DIR``).
+
+Layout under a set's root (written into a temporary sibling and swapped in whole)::
+
+    corpus/corpus.jsonl         the BM25 corpus (id, title, text[, url]); optional for
+                                deepsearchqa (an imported local corpus)
+    private/questions.jsonl     graded questions (game_id, question, answer, answer_type,
+                                category, ...)
+    private/corpus.sha256       the corpus's digest (the private split's digest, which keys
+                                comparable scores, changes with the corpus)
+    validation/questions.jsonl  the harness's own tuning questions
+    public/questions.jsonl      the agent's questions, with their answers
+    public/walkthroughs.jsonl   the expert's walkthroughs (deepsearch-lite)
+    manifest.json
+
+DeepSearchQA's split (as the paper's reference): the 900 rows in file order, shuffled with
+``random.Random(DSQA_SPLIT_SEED)``; the first 200 are graded, the next 100 public, the next
+100 the validation split (the other 500 are unused). An import of fewer than 400 rows (a
+subset, a test fixture) is split in thirds instead and the manifest says it is not the
+official setting.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agent2rl.errors import UserError
+from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.tasks.deepsearch.games import expert_walkthrough
+from agent2rl.tasks.deepsearch.generate_lite import generate_world
+from agent2rl.tasks.deepsearch.protocol import SET, SINGLE, EpisodeFormat
+from agent2rl.tasks.deepsearch.search import BM25Backend
+
+QUESTIONS = "questions.jsonl"
+WALKTHROUGHS = "walkthroughs.jsonl"
+CORPUS = "corpus.jsonl"
+
+DSQA_REPO = "google/deepsearchqa"
+DSQA_SPLIT = "eval"
+#: the seed of DeepSearchQA's split shuffle (recorded here and in the README)
+DSQA_SPLIT_SEED = 42
+DSQA_GRADED = 200
+DSQA_PUBLIC = 100
+DSQA_VALIDATION = 100
+DSQA_SIZE = 900
+#: the columns of google/deepsearchqa
+DSQA_COLUMNS = ("problem", "problem_category", "answer", "answer_type")
+
+
+def corpus_file(root: Path) -> Path:
+    """The corpus file of a store rooted at ``root`` (it may not exist for deepsearchqa)."""
+    return root / "corpus" / CORPUS
+
+
+def is_built(root: Path) -> bool:
+    """Whether ``root`` holds a complete store."""
+    return (root / "manifest.json").exists()
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "none"
+
+
+def _new_tmp(root: Path) -> Path:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+
+
+# -- deepsearch-lite -----------------------------------------------------------------------
+def lite_splits(
+    seed: int, n_regions: int, n_eval_regions: int, n_validation_regions: int
+) -> tuple[list[str], list[str], list[str]]:
+    """The region ids of the graded, validation and public splits: the regions shuffled
+    with ``seed``, then taken in that order."""
+    if n_eval_regions + n_validation_regions >= n_regions:
+        raise ValueError("the graded and validation regions leave no public region")
+    regions = [f"r{r:02d}" for r in range(n_regions)]
+    random.Random(f"deepsearch-lite-splits:{seed}").shuffle(regions)
+    a, b = n_eval_regions, n_eval_regions + n_validation_regions
+    return regions[:a], regions[a:b], regions[b:]
+
+
+def build_lite_store(
+    root: Path,
+    seed: int,
+    n_regions: int,
+    n_eval_regions: int,
+    n_validation_regions: int,
+    fmt: EpisodeFormat,
+    top_k: int,
+) -> dict[str, Any]:
+    """Generate the world of ``seed`` and write the store of the module docstring under
+    ``root``: every question the expert solves within ``fmt`` (the others are dropped), split
+    by region, with the walkthroughs of the public ones. Returns the manifest."""
+    world = generate_world(seed, n_regions)
+    backend = BM25Backend(world.documents)
+    private_r, validation_r, _ = lite_splits(seed, n_regions, n_eval_regions, n_validation_regions)
+    splits: dict[str, list[dict[str, Any]]] = {"private": [], "validation": [], "public": []}
+    walkthroughs = []
+    dropped = 0
+    for i, q in enumerate(world.questions):
+        row = {"game_id": f"q{i:04d}", **q}
+        walk = expert_walkthrough(backend, row, fmt, top_k)
+        if walk is None:
+            dropped += 1
+            continue
+        split = (
+            "private"
+            if q["region"] in private_r
+            else "validation"
+            if q["region"] in validation_r
+            else "public"
+        )
+        splits[split].append(row)
+        if split == "public":
+            walkthroughs.append(walk)
+    tmp = _new_tmp(root)
+    try:
+        write_jsonl(corpus_file(tmp), world.documents)
+        for split, rows in splits.items():
+            write_jsonl(tmp / split / QUESTIONS, rows)
+        write_jsonl(tmp / "public" / WALKTHROUGHS, walkthroughs)
+        (tmp / "private" / "corpus.sha256").write_text(_digest(corpus_file(tmp)) + "\n")
+        manifest = {
+            "seed": seed,
+            "regions": n_regions,
+            "documents": len(world.documents),
+            **{s: len(r) for s, r in splits.items()},
+            "walkthroughs": len(walkthroughs),
+            "dropped_unsolvable": dropped,
+            "answer_types": dict(Counter(q["answer_type"] for q in world.questions)),
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
+        swap_in_dir(tmp, root)
+        return manifest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- deepsearchqa --------------------------------------------------------------------------
+def answer_type_of(value: Any) -> str:
+    """DeepSearchQA's ``answer_type`` (``Single Answer`` / ``Set Answer``) as ``single`` /
+    ``set``."""
+    return SET if "set" in str(value).lower() else SINGLE
+
+
+def convert_dsqa(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """DeepSearchQA rows -> question rows (``game_id`` ``dsqa-NNN`` by file position,
+    ``index``, ``question``, ``answer``, ``answer_type``, ``category``). :class:`UserError`
+    naming the first row without a problem or an answer."""
+    out = []
+    for i, row in enumerate(rows):
+        problem, answer = row.get("problem"), row.get("answer")
+        if not isinstance(problem, str) or not problem.strip() or answer is None:
+            raise UserError(
+                f"{source}: row {i} is not in DeepSearchQA's schema ({', '.join(DSQA_COLUMNS)})"
+                f": {json.dumps(row, default=str)[:200]}"
+            )
+        out.append(
+            {
+                "game_id": f"dsqa-{i:03d}",
+                "index": i,
+                "question": problem.strip(),
+                "answer": str(answer).strip(),
+                "answer_type": answer_type_of(row.get("answer_type")),
+                "category": str(row.get("problem_category") or "uncategorized"),
+            }
+        )
+    return out
+
+
+def split_dsqa(
+    rows: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], bool]:
+    """(graded, public, validation, official) as in the module docstring."""
+    order = list(range(len(rows)))
+    random.Random(DSQA_SPLIT_SEED).shuffle(order)
+    shuffled = [rows[i] for i in order]
+    n = len(rows)
+    if n >= DSQA_GRADED + DSQA_PUBLIC + DSQA_VALIDATION:
+        a, b, c = DSQA_GRADED, DSQA_PUBLIC, DSQA_VALIDATION
+    else:
+        b = c = n // 3
+        a = n - b - c
+    graded, public, validation = shuffled[:a], shuffled[a : a + b], shuffled[a + b : a + b + c]
+    return graded, public, validation, n == DSQA_SIZE
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV, parquet, JSON list or JSON-lines file; :class:`UserError` naming a file
+    that does not read."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+        if path.suffix == ".csv":
+            with open(path, newline="", encoding="utf-8") as fh:
+                return list(csv.DictReader(fh))
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".jsonl":
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        data = json.loads(text)
+    except Exception as err:  # pyarrow, csv and json raise many kinds for a corrupt file
+        raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise UserError(f"{path} is not a JSON list of objects")
+    return data
+
+
+def _columns(path: Path) -> set[str]:
+    """The column names of a table file (cheaply: the header or the first row)."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return set(pq.read_schema(path).names)
+        with open(path, encoding="utf-8") as fh:
+            if path.suffix == ".csv":
+                return set(next(csv.reader(fh), []))
+            if path.suffix == ".jsonl":
+                return set(json.loads(fh.readline() or "{}"))
+        rows = read_table(path)
+        return set(rows[0]) if rows else set()
+    except (OSError, ValueError, UnicodeDecodeError, UserError):
+        return set()
+
+
+def find_dsqa_files(source: Path) -> tuple[Path, Path | None]:
+    """The question file under ``source`` (recursively: the one CSV, parquet, JSON or
+    JSON-lines file with ``problem`` and ``answer`` columns) and the optional local corpus
+    (a ``corpus.jsonl`` of ``title`` / ``text`` rows). :class:`UserError` naming what is
+    missing or ambiguous."""
+    source = Path(source).expanduser()
+    if not source.is_dir():
+        raise UserError(f"{source} is not a directory: pass the folder holding the files")
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    tables = [
+        p
+        for p in files
+        if p.suffix in (".csv", ".parquet", ".json", ".jsonl")
+        and p.name != CORPUS
+        and {"problem", "answer"} <= _columns(p)
+    ]
+    if not tables:
+        raise UserError(
+            f"no DeepSearchQA questions under {source}: add the {DSQA_REPO} dataset's file "
+            f"(split {DSQA_SPLIT}, columns {', '.join(DSQA_COLUMNS)}) as CSV, parquet or JSON"
+        )
+    if len(tables) > 1:
+        raise UserError(
+            f"several question files under {source}: {', '.join(map(str, tables))}; keep one"
+        )
+    corpora = [p for p in files if p.name == CORPUS]
+    return tables[0], corpora[0] if corpora else None
+
+
+def write_dsqa_store(
+    root: Path, rows: list[dict[str, Any]], corpus: Path | None, source: str
+) -> str:
+    """Write DeepSearchQA's splits (and the local corpus, when given) under ``root``,
+    replacing earlier data whole; returns a summary line."""
+    questions = convert_dsqa(rows, source)
+    graded, public, validation, official = split_dsqa(questions)
+    tmp = _new_tmp(root)
+    try:
+        write_jsonl(tmp / "private" / QUESTIONS, graded)
+        write_jsonl(tmp / "public" / QUESTIONS, public)
+        write_jsonl(tmp / "validation" / QUESTIONS, validation)
+        if corpus is not None:
+            corpus_file(tmp).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(corpus, corpus_file(tmp))
+        (tmp / "private" / "corpus.sha256").write_text(_digest(corpus_file(tmp)) + "\n")
+        manifest = {
+            "source": source,
+            "rows": len(questions),
+            "private": len(graded),
+            "public": len(public),
+            "validation": len(validation),
+            "split_seed": DSQA_SPLIT_SEED,
+            "official_sizes": official,
+            "local_corpus": corpus is not None,
+            "answer_types": dict(Counter(q["answer_type"] for q in questions)),
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
+        swap_in_dir(tmp, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    note = "" if official else f" (not the official {DSQA_SIZE} rows: a subset?)"
+    where = "with a local BM25 corpus" if corpus is not None else "without a local corpus"
+    return (
+        f"deepsearchqa: {len(graded)} graded / {len(public)} public / {len(validation)} "
+        f"validation questions from {source}{note}, {where}"
+    )
+
+
+def download_dsqa(root: Path) -> str:
+    """Fetch DeepSearchQA from the hub through ``datasets`` into ``root``;
+    :class:`UserError` naming the offline import when the hub cannot be reached."""
+    fix = (
+        "On a machine without network, fetch the dataset elsewhere and run: agent2rl data "
+        f"import deepsearchqa DIR (DIR holding the {DSQA_REPO} file, optionally a corpus.jsonl)"
+    )
+    if os.environ.get("AGENT2RL_OFFLINE"):
+        raise UserError(f"deepsearchqa's data is not in the task store (offline). {fix}")
+    try:
+        from datasets import load_dataset
+
+        data = load_dataset(DSQA_REPO, split=DSQA_SPLIT)
+    except Exception as err:
+        raise UserError(
+            f"deepsearchqa's data is not in the task store and the hub could not be reached "
+            f"({type(err).__name__}). {fix}"
+        ) from None
+    return write_dsqa_store(root, [dict(r) for r in data], None, f"{DSQA_REPO}:{DSQA_SPLIT}")
