@@ -199,3 +199,34 @@ def test_data_make_deepsearch_lite(tmp_path) -> None:
     assert docs == generate_world(5, 2).documents
     again = run_cli(["data", "make", "deepsearch-lite", "--out", str(out), "--n", "2"])
     assert again.returncode != 0 and "not empty" in again.stdout + again.stderr
+
+
+def test_workspace_has_protocol_client_questions_and_no_graded_item(lite, tiny, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from agent2rl.rundir import RunPaths
+    from agent2rl.workspace import build_workspace
+
+    task, prepared = lite
+    paths = RunPaths(tmp_path / "run")
+    build_workspace(paths, task, prepared, tiny)
+    data = paths.data
+    saved = json.loads((data / "eval_format.json").read_text())
+    assert protocol.EpisodeFormat.from_dict(saved) == task.episode_format()
+    assert (data / "protocol.py").read_text() == task.workspace_files()["protocol.py"].read_text()
+    assert "class EnvClient" in (data / "env_client.py").read_text()
+    assert (data / "questions.jsonl").exists() and (data / "walkthroughs.jsonl").exists()
+    # the protocol file runs with the standard library alone (no agent2rl on the path)
+    code = "import protocol; print(protocol.answer_reward('Bo, Al', 'Al and Bo', 'set'))"
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(data)!r}); {code}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "1.0"
+    desc = (paths.workspace / "description.md").read_text()
+    assert "ENV_SERVER_URL" in desc and "at most 6 actions" in desc and "exact match" in desc
+    graded = [r["question"] for r in read_jsonl(prepared.private / "questions.jsonl")]
+    text = "\n".join(p.read_text() for p in paths.workspace.rglob("*.*") if p.is_file()
+                     and p.suffix in (".md", ".jsonl", ".json"))  # fmt: skip
+    assert not any(q in text for q in graded)

@@ -33,9 +33,9 @@ Edge cases:
   line, cut to ``max_observation_chars`` (``...`` marks a cut; 0 = never cut).
 - :func:`parse_action` reads the first non-empty line of the reply, drops a leading ``>``
   or ``Action:`` (``Action 3:`` too), collapses whitespace and keeps ``search[...]`` /
-  ``answer[...]`` (the command lowercased, its argument as written) up to the first ``]``.
-  Anything else is refused: the turn is used and the next observation reads
-  ``Refused: <why>``.
+  ``answer[...]`` (the command lowercased, its argument as written) up to the first ``]``
+  (a reply cut before its ``]`` gets one). Anything else is refused: the turn is used and
+  the next observation reads ``Refused: <why>``.
 
 Answers without a judge (:func:`answer_score`): both sides are normalised
 (:func:`normalize_answer`: lowercase, accents and punctuation removed, articles dropped,
