@@ -240,6 +240,7 @@ def test_grader_end_to_end_with_judge_serpapi_and_exact(dsqa, serp, judge, monke
     result = task.evaluate(_Policy(answers), prepared)
     assert len(result.items) == len(rows) == 4
     assert result.details["grading"] == "llm-judge"
+    assert result.details["search_backend"] == "serpapi"
     assert result.details["judge"]["requests"] == 4 and result.details["judge"]["errors"] == 0
     assert len(judge.served) - served_before == 4
     by_id = {i.id: i for i in result.items}
@@ -266,6 +267,7 @@ def test_grader_end_to_end_with_judge_serpapi_and_exact(dsqa, serp, judge, monke
     prepare_task(exact, load_settings().task_store)
     plain = exact.evaluate(_Policy(answers), prepared)
     assert plain.details["grading"] == "exact-match" and "judge" not in plain.details
+    assert plain.details["search_backend"] == "bm25"
     assert exact.eval_hash({"b": 1}) != task.eval_hash({"b": 1})
     assert plain.score == pytest.approx(result.score)  # these answers grade alike
     # the judge down: a harness failure, never a silent 0

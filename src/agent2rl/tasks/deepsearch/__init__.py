@@ -184,7 +184,8 @@ class DeepsearchBase(Task):
         )
 
     def scorer(self, prepared: PreparedTask) -> AnswerOutcome:
-        return AnswerOutcome(self.make_judge() if self.judge_enabled() else None)
+        judge = self.make_judge() if self.judge_enabled() else None
+        return AnswerOutcome(judge, self.search_identity(prepared)["backend"])
 
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""

@@ -46,9 +46,12 @@ class AnswerOutcome:
     """Scores :class:`~agent2rl.solvers.episode.EpisodeSolver` outputs of search episodes
     (module docstring). A sample's ``target`` is the gold answer; ``input["question"]`` the
     question; ``metadata["answer_type"]`` ``single`` or ``set``; ``metadata["group"]`` its
-    category. ``judge`` None: exact match."""
+    category. ``judge`` None: exact match. ``search`` names the search backend in the
+    details."""
 
     judge: AnswerJudge | None = None
+    #: the search backend's name, for the report (the solver's settings hold its identity)
+    search: str = ""
 
     @property
     def grading(self) -> str:
@@ -127,6 +130,7 @@ class AnswerOutcome:
         n = max(1, len(items))
         details: dict[str, Any] = {
             "grading": self.grading,
+            "search_backend": self.search,
             **figures(items),
             "answered_rate": 100.0 * sum((i.meta or {}).get("answered", False) for i in items) / n,
             "unjudged": sum(1 for i in items if (i.meta or {}).get("unjudged")),

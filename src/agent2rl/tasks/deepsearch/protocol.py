@@ -17,12 +17,12 @@ An episode is a ReAct-style tool loop with two actions:
 One step, for a model without a chat template (a base model), is the episode's transcript::
 
     Question: In which town was the founder of the Amber Loom Society born?
-    Results: [1] Amber Loom Society: It was founded by Tavo Quell in 1802. ...  <- up to
-    > search[Tavo Quell born]                                                    ``history``
-    Results: [1] Tavo Quell: Tavo Quell was born in Ostrewick. ...               earlier steps
-    >
+    Search with search[query]; answer with answer[text].    <- up to ``history`` earlier
+    > search[Amber Loom Society founded]                       steps: the observation,
+    [1] Amber Loom Society: It was founded by Tavo Quell ...   then the action; then the
+    >                                                          current observation
 
-and the model continues with `` answer[Ostrewick]`` and a newline. A model with a chat
+and the model continues with `` search[Tavo Quell born]`` and a newline. A model with a chat
 template gets the same text without the final ``>`` as one user message, followed by
 :data:`CHAT_INSTRUCTION`, and replies with the action.
 
@@ -81,6 +81,9 @@ class EpisodeFormat:
     max_prompt_chars: int
     max_new_tokens: int
     max_observation_chars: int = 0
+    #: always False: the environment takes free text and lists no actions (the field is
+    #: there for training code shared with the WebShop and ALFWorld protocol files)
+    show_admissible: bool = False
     stop: tuple[str, ...] = STOP
     version: str = PROTOCOL_VERSION
     protocol: str = "transcript"
