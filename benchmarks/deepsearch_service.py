@@ -1,0 +1,124 @@
+"""deepsearch-lite figures: environment steps per second through the rollout service (HTTP
+on loopback, the agent's path) against the same steps in-process, with 1 and with 16 parallel
+sessions, and the time to grade the tiny model on the lite validation questions (no benchmark
+touches the graded split; the graded set has 60 questions, the validation set 40).
+
+    python benchmarks/deepsearch_service.py [--episodes 64] [--repeats 3] [--parallel 16]
+
+Episodes replay the public expert walkthroughs (two BM25 searches, then the answer: every
+answer rewarded 1), so both sides do the same search work. Uses a private AGENT2RL_HOME (a
+temp dir) unless one is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from spine import machine  # the machine line every benchmark prints
+
+
+def in_process(games, walks: list[dict]) -> tuple[int, float]:
+    """(steps, seconds) replaying ``walks`` with SearchEpisode directly."""
+    steps, start = 0, time.time()
+    for w in walks:
+        ep = games.open(games.by_id[w["game_id"]])
+        for st in w["steps"]:
+            ep.step(st["action"])
+            steps += 1
+        assert ep.last.won, w["game_id"]
+    return steps, time.time() - start
+
+
+def through_service(url: str, token: str, walks: list[dict], parallel: int) -> tuple[int, float]:
+    """(steps, seconds) replaying ``walks`` through the service with the workspace client,
+    ``parallel`` sessions at a time."""
+    from agent2rl.rollout.client import EnvClient
+
+    env = EnvClient(url, token)
+
+    def play(w: dict) -> int:
+        with env.session(game_id=w["game_id"]) as s:
+            for st in w["steps"]:
+                s.step(st["action"])
+            assert s.won, w["game_id"]
+        return len(w["steps"])
+
+    start = time.time()
+    with ThreadPoolExecutor(parallel) as pool:
+        steps = sum(pool.map(play, walks))
+    return steps, time.time() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parallel", type=int, default=16)
+    args = ap.parse_args()
+    if not os.environ.get("AGENT2RL_HOME"):
+        os.environ["AGENT2RL_HOME"] = tempfile.mkdtemp(prefix="agent2rl-bench-")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from support.rundirs import run_stub  # noqa: E402  (the tests' run-directory builder)
+
+    from agent2rl.files import read_jsonl
+    from agent2rl.inference import load_backend
+    from agent2rl.models import resolve_model
+    from agent2rl.orchestration.rollout_service import start_rollout_service
+    from agent2rl.rollout import RolloutLimits
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, prepare_task
+
+    print(f"machine: {machine()}")
+    settings = load_settings()
+    task = get_task("deepsearch-lite")
+    started = time.time()
+    prepared = prepare_task(task, settings.task_store)
+    print(f"deepsearch-lite data ready (defaults): {time.time() - started:.1f}s")
+    walks = read_jsonl(prepared.public / "walkthroughs.jsonl")[: args.episodes]
+    games = task.environment(prepared, "public")
+    paths = run_stub(Path(tempfile.mkdtemp()) / "run", task)
+    token = secrets.token_urlsafe(16)
+    # the run's default limits (32 sessions, 500 steps/s)
+    handle = start_rollout_service(paths, token, RolloutLimits())
+    try:
+        for r in range(args.repeats):
+            n_local, t_local = in_process(games, walks)
+            n_one, t_one = through_service(handle.url, token, walks, 1)
+            n_par, t_par = through_service(handle.url, token, walks, args.parallel)
+            print(
+                f"repeat {r + 1}: {n_one} steps ({len(walks)} episodes); in-process "
+                f"{n_local / t_local:.0f} steps/s, service 1 session {n_one / t_one:.0f} steps/s,"
+                f" service {args.parallel} sessions {n_par / t_par:.0f} steps/s"
+            )
+    finally:
+        handle.stop()
+
+    model = resolve_model("tiny", settings.model_store)
+    backend = load_backend(model.path, "transformers")
+    times = []
+    try:
+        for r in range(args.repeats):
+            started = time.time()
+            result = task.evaluate(backend, prepared, split="validation")
+            times.append(time.time() - started)
+            print(
+                f"eval repeat {r + 1}: tiny on {result.n_items} lite validation questions (max "
+                f"{task.opts['max_steps']} steps) in {times[-1]:.1f}s, score {result.score:.2f},"
+                f" mean steps {result.details['mean_steps']:.1f}, answered "
+                f"{result.details['answered_rate']:.0f}%"
+            )
+    finally:
+        backend.close()
+    print(f"grading time of the lite eval set (tiny, median): {statistics.median(times):.1f}s")
+
+
+if __name__ == "__main__":
+    main()
