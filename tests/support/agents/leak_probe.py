@@ -1,0 +1,299 @@
+"""Test agent: the leak scanner's half inside the agent sandbox (see tests/support/leakscan.py).
+
+It runs as an agent does (same bwrap sandbox, same user), reads its fingerprints from stdin
+(a pickle: raw patterns, the hashes of a PrivateIndex, the source of agent2rl's ngrams module,
+which the sandbox masks along with the rest of the harness) and prints one JSON report. It
+never writes a file: nothing private lands on a disk the agent could read.
+
+Three passes over ``roots`` (``exclude``, e.g. /proc, pruned):
+
+- ``grep -rlIF`` with the raw patterns over every readable text file;
+- every compressed file or archive (.gz .xz .bz2 .zip .whl .jar .egg .tar...) decompressed,
+  zip and tar members read, a compressed member decompressed once more, and the text hashed
+  into word n-grams in large batches: a batch is matched in full only when one of its word
+  6-grams starts one of the index's n-grams or distinctive strings (``prefixes``), so the
+  gigabyte of man pages and changelogs costs one hashing pass;
+- with ``full`` (the workspace), every file through ngrams.scan_file as the end-of-run
+  contamination check reads it.
+"""
+
+import bz2
+import gzip
+import io
+import json
+import lzma
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import types
+import zipfile
+
+COMPRESSED = (".tar", ".gz", ".tgz", ".xz", ".txz", ".bz2", ".tbz2", ".zip", ".whl", ".jar", ".egg")
+ARCHIVES = (".tar", ".zip", ".whl", ".jar", ".egg", ".tgz", ".txz", ".tbz2")
+MAX_BYTES = 256 * 2**20  # decompressed bytes read from one file
+BATCH = 8 * 2**20
+PREFIX = 6
+LETTER_WORD = re.compile(rb"[A-Za-z0-9\x80-\xff]*[A-Za-z\x80-\xff][A-Za-z0-9\x80-\xff]*")
+
+
+def load(payload):
+    mod = types.ModuleType("leak_ngrams")
+    sys.modules["leak_ngrams"] = mod
+    exec(compile(payload["ngrams_src"], "ngrams.py", "exec"), mod.__dict__)  # noqa: S102
+    t = mod._Table.of
+    index = mod.PrivateIndex(
+        n=payload["n"],
+        item_ids=payload["item_ids"],
+        ngrams=t(*payload["ngrams"]),
+        strings={m: t(*hs) for m, hs in payload["strings"].items()},
+    )
+    return mod, index, t(*payload["prefixes"])
+
+
+def split_roots(roots, exclude):
+    """``roots`` less ``exclude``: a root holding an excluded path is replaced by its
+    entries (grep's --exclude-dir matches base names, not paths). Symlinks are dropped (grep
+    follows those given on its command line; their targets are scanned where they lie)."""
+    out = []
+    for root in roots:
+        if root in exclude or (root != "/" and os.path.islink(root)):
+            continue
+        if any(e.startswith(root.rstrip("/") + "/") for e in exclude):
+            try:
+                names = sorted(os.listdir(root))
+            except OSError:
+                continue
+            out += split_roots([os.path.join(root, n) for n in names], exclude)
+        else:
+            out.append(root)
+    return out
+
+
+def walk(roots, exclude):
+    for root in roots:
+        for dirpath, dirs, files in os.walk(root, followlinks=False):
+            dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in exclude]
+            for name in files:
+                yield os.path.join(dirpath, name)
+
+
+def grep(roots, patterns, exclude):
+    """Files holding a raw pattern, and how many paths grep could not read."""
+    if not roots or not patterns:
+        return [], 0
+    proc = subprocess.run(
+        ["grep", "-rlIFZ", "-f", "-", "--", *roots],
+        input="\n".join(patterns).encode(),
+        capture_output=True,
+    )
+    errors = proc.stderr.decode(errors="replace").splitlines()
+    files = [f.decode(errors="surrogateescape") for f in proc.stdout.split(b"\0") if f]
+    return files, len(errors)
+
+
+def bounded(fh, limit=MAX_BYTES):
+    return fh.read(limit)
+
+
+def contents(path):
+    """(member, bytes) of a compressed file or archive; a compressed member is opened once
+    more (a .jsonl.gz inside a wheel)."""
+    low = path.lower()
+    if low.endswith(ARCHIVES):
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        if head.startswith(b"PK\x03\x04"):
+            with zipfile.ZipFile(path) as zf:
+                left = MAX_BYTES
+                for info in zf.infolist():
+                    if info.is_dir() or left <= 0:
+                        continue
+                    with zf.open(info) as fh:
+                        data = fh.read(left)
+                    left -= len(data)
+                    yield from inner(info.filename, data)
+            return
+        with tarfile.open(path, "r:*") as tf:
+            for info in tf:
+                f = tf.extractfile(info) if info.isfile() else None
+                if f is not None:
+                    yield from inner(info.name, bounded(f))
+        return
+    yield from inner("", None, path)
+
+
+def inner(member, data, path=None):
+    name = (member or path).lower()
+    opener = None
+    if name.endswith((".gz", ".tgz")):
+        opener = lambda f: gzip.GzipFile(fileobj=f)  # noqa: E731
+    elif name.endswith((".xz", ".txz")):
+        opener = lzma.LZMAFile
+    elif name.endswith((".bz2", ".tbz2")):
+        opener = bz2.BZ2File
+    if opener is None:
+        if data is not None:
+            yield member, data
+        return
+    src = io.BytesIO(data) if data is not None else open(path, "rb")  # noqa: SIM115
+    with src, opener(src) as fh:
+        out = bounded(fh)
+    if out[257:262] == b"ustar":  # a .tar.gz: its members
+        with tarfile.open(fileobj=io.BytesIO(out)) as tf:
+            for info in tf:
+                f = tf.extractfile(info) if info.isfile() else None
+                if f is not None:
+                    yield f"{member}!{info.name}" if member else info.name, bounded(f)
+        return
+    yield member, out
+
+
+def matches(mod, index, block, letters):
+    """Item id -> snippet of its first match in ``block`` holding at least ``letters``
+    words with a letter (a run of numbers identifies nothing)."""
+    w = mod.words(block)
+    found = {}
+    for m, table in [(index.n, index.ngrams), *index.strings.items()]:
+        pos, owners = table.lookup(mod.ngram_hashes(w.hashes, m))
+        for p, o in zip(pos.tolist(), owners.tolist(), strict=True):
+            item = index.item_ids[o]
+            if item in found:
+                continue
+            start, end = int(w.starts[p]), int(w.ends[p + m - 1])
+            if len(LETTER_WORD.findall(block[start:end])) >= letters:
+                found[item] = mod._snippet(block, (start, end))
+    return found
+
+
+def scan_path(mod, index, path, letters):
+    """ngrams.scan_file's reading of one file (itself, decompressed, an archive's members,
+    Parquet/Arrow columns, a binary's printable runs), matched with :func:`matches`."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        return {}
+    if os.path.splitext(path)[1].lower() in mod.BINARY_SUFFIXES:
+        return {}
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(512)
+        if head.startswith(mod._MAGIC_BINARY) or mod._is_safetensors(head):
+            return {}
+        hits = {}
+        for _member, data, _cut in mod._members(mod.Path(path), head, MAX_BYTES):
+            text = None
+            if data.startswith(b"PAR1"):
+                text = mod._columnar_text(data, "parquet")
+            elif data.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
+                text = mod._columnar_text(data, "arrow")
+            for block in mod._blocks_of(text if text is not None else mod._text_of(data)):
+                for item, snippet in matches(mod, index, block, letters).items():
+                    hits.setdefault(item, snippet)
+        return hits
+    except Exception:  # noqa: BLE001 - unreadable: nothing found, as scan_file skips it
+        return {}
+
+
+class Batcher:
+    """Hash many small texts at once; match in full only the batches a prefix hits."""
+
+    def __init__(self, mod, index, prefixes, letters):
+        self.mod, self.index, self.prefixes, self.letters = mod, index, prefixes, letters
+        self.parts, self.size, self.hits, self.bytes = [], 0, {}, 0
+
+    def add(self, where, data):
+        self.bytes += len(data)
+        if len(data) > BATCH:
+            for block in self.mod._blocks_of(data):
+                self._check([(where, block)])
+            return
+        self.parts.append((where, data))
+        self.size += len(data) + 2
+        if self.size >= BATCH:
+            self.flush()
+
+    def flush(self):
+        if self.parts:
+            self._check(self.parts)
+        self.parts, self.size = [], 0
+
+    def _check(self, parts):
+        mod = self.mod
+        blob = b"\n\n".join(d for _, d in parts)
+        w = mod.words(blob)
+        pos, _ = self.prefixes.lookup(mod.ngram_hashes(w.hashes, PREFIX))
+        if not len(pos):
+            return
+        for where, data in parts:  # a prefix hit: match each text on its own, exactly
+            for block in mod._blocks_of(data):
+                for item, snippet in matches(mod, self.index, block, self.letters).items():
+                    self.hits.setdefault(where, {}).setdefault(item, snippet)
+
+
+def main():
+    payload = pickle.load(sys.stdin.buffer)
+    mod, index, prefixes = load(payload)
+    exclude = set(payload["exclude"])
+    roots = split_roots(payload["roots"], exclude)
+    report = {"uid": os.getuid(), "hits": [], "timings": {}}
+    patterns = payload["patterns"]  # pattern -> item id
+
+    t = time.time()
+    files, unreadable = grep(roots, list(patterns), exclude)
+    report["grep_unreadable"] = unreadable
+    for path in files:
+        if any(path == e or path.startswith(e + "/") for e in exclude):
+            continue
+        with open(path, "rb") as fh:
+            text = fh.read(MAX_BYTES).decode("utf-8", "replace")
+        items = sorted({patterns[p] for p in patterns if p in text})
+        report["hits"].append({"file": path, "how": "raw text", "items": items[:20]})
+    report["grep_files"] = len(files)
+    report["timings"]["grep"] = round(time.time() - t, 2)
+
+    t = time.time()
+    letters = payload["letter_words"]
+    batcher = Batcher(mod, index, prefixes, letters)
+    compressed = failed = 0
+    for path in walk(roots, exclude):
+        if not path.lower().endswith(COMPRESSED) or os.path.islink(path):
+            continue
+        compressed += 1
+        try:
+            for member, data in contents(path):
+                batcher.add(f"{path}!{member}" if member else path, data)
+        except Exception:  # noqa: BLE001 - unreadable or corrupt: counted
+            failed += 1
+    batcher.flush()
+    for where, items in sorted(batcher.hits.items()):
+        found = [{"item": i, "snippet": s} for i, s in sorted(items.items())]
+        report["hits"].append({"file": where, "how": "decompressed n-grams", "items": found})
+    report["compressed_files"], report["compressed_unreadable"] = compressed, failed
+    report["decompressed_bytes"] = batcher.bytes
+    report["timings"]["compressed"] = round(time.time() - t, 2)
+
+    t = time.time()
+    scanned = 0
+    for root in payload["full"]:
+        for path in walk([root], exclude):
+            scanned += 1
+            hits = scan_path(mod, index, path, letters)
+            if hits:
+                found = [{"item": i, "snippet": s} for i, s in sorted(hits.items())]
+                report["hits"].append({"file": path, "how": "n-grams", "items": found})
+    report["full_files"] = scanned
+    report["timings"]["full"] = round(time.time() - t, 2)
+
+    # what the agent sees at each masked path (it must be empty)
+    report["masked"] = {
+        p: sorted(os.listdir(p)) if os.path.isdir(p) else os.path.getsize(p)
+        for p in payload["masked"]
+        if os.path.exists(p)
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
