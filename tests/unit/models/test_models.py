@@ -21,7 +21,9 @@ def test_tiny_is_deterministic_and_small(tmp_path, tiny) -> None:
     tok = AutoTokenizer.from_pretrained(tiny.path)
     text = "Question: 12 + 30?\nAnswer: 42\n#### 42"
     ids = tok(text, add_special_tokens=False).input_ids
-    assert len(ids) == len(text) and tok.decode(ids) == text  # one token per character
+    # the saved BPE loads back as built: shorter than the text, lossless (tokenizer details
+    # are tests/unit/models/test_tokenizer.py's)
+    assert len(ids) < len(text) and tok.decode(ids) == text
 
 
 def test_weights_hash_ignores_metadata_but_not_values(tmp_path, tiny) -> None:
