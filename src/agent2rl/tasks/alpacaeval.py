@@ -29,6 +29,7 @@ import json
 import os
 import tempfile
 from collections import Counter
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -398,8 +399,11 @@ class AlpacaEval(Task):
         return Judge(judge, read_df_gamed(gamed) if gamed.exists() else None)
 
     def private_paths(self) -> list[Path]:
-        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
-        return [load_settings().home / CACHE_RELPATH.parent]
+        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's; and
+        the installed ``alpaca-eval`` distribution's ``METADATA`` (:func:`_readme_path`)."""
+        paths = [load_settings().home / CACHE_RELPATH.parent]
+        readme = _readme_path()
+        return [*paths, readme] if readme is not None else paths
 
     def metric(self, prepared: PreparedTask) -> str:
         """The declared score: :data:`~agent2rl.scoring.judge.LC` or
@@ -460,3 +464,23 @@ Example:
 - The grading service tells you each submission's score; per-item judgments stay with the
   grader.
 """
+
+
+def _readme_path() -> Path | None:
+    """The ``METADATA`` file of the installed ``alpaca-eval`` distribution, or None.
+
+    It is the package's README, which quotes a graded item: the eval instruction "How did US
+    states get their names?" (helpful_base) with its gpt4_1106_preview reference output, in
+    its example of ``annotations.json``. The agent's interpreter has the package installed
+    (the judge's template comes from it), so every agent sandbox masks this file (it then
+    reads as empty: ``importlib.metadata`` finds no name or version for the package there).
+    """
+    try:
+        dist = metadata.distribution("alpaca-eval")
+    except metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name == "METADATA" and file.parent.name.endswith(".dist-info"):
+            path = Path(str(file.locate())).resolve()
+            return path if path.is_file() else None
+    return None

@@ -120,6 +120,10 @@ def test_import_splits_and_description(alpacaeval, tmp_path) -> None:
     assert fmt.chat_template == "{instruction}" and "### Response:" in fmt.template
     # the judgment cache is masked in every agent sandbox
     assert load_settings().home / "cache" / "judge" in task.private_paths()
+    # and so is the alpaca-eval package's README (its METADATA), which quotes a graded item
+    readme = [p for p in task.private_paths() if p.name == "METADATA"]
+    assert len(readme) == 1 and readme[0].parent.name.startswith("alpaca_eval-"), readme
+    assert "How did US states get their names?" in readme[0].read_text()
 
 
 def test_import_errors_name_the_fix(tmp_path) -> None:
