@@ -54,6 +54,8 @@ class Fingerprints:
     """Raw pattern -> the item it comes from."""
     items: dict[str, list[str]] = field(default_factory=dict)
     """The items' texts (for positive controls)."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """An item left out for being another task's item verbatim -> that item (:func:`union`)."""
 
     def unsearchable(self) -> list[str]:
         """Items the scanner could never find (no n-gram, string or raw pattern)."""
@@ -182,13 +184,25 @@ def task_fingerprints(task: Task, prepared: PreparedTask) -> Fingerprints:
 
 def union(named: dict[str, tuple[Task, PreparedTask]]) -> Fingerprints:
     """One set of fingerprints for every task's private items (ids ``task:item``), each
-    task's public texts removed."""
+    task's public texts removed. An item whose texts are another task's item's verbatim
+    (alfworld's test data is alfworld-lite's games) is indexed once, under the first task's
+    id (:attr:`Fingerprints.aliases`): twice, its n-grams and patterns would be shared by two
+    items, so dropped as not distinctive, and the item would be unsearchable."""
     items: dict[str, list[str]] = {}
+    first: dict[tuple[str, ...], str] = {}
+    aliases: dict[str, str] = {}
     public: list[str | bytes] = []
     for name, (task, prepared) in named.items():
-        items.update({f"{name}:{k}": v for k, v in item_texts(task, prepared).items()})
+        for key, texts in item_texts(task, prepared).items():
+            item = f"{name}:{key}"
+            if (same := first.setdefault(tuple(texts), item)) != item:
+                aliases[item] = same
+            else:
+                items[item] = texts
         public.extend(public_texts(task, prepared))
-    return fingerprints(items, public)
+    fp = fingerprints(items, public)
+    fp.aliases = aliases
+    return fp
 
 
 def payload(

@@ -105,6 +105,10 @@ TASK_DATA: dict[str, TaskData] = {
         options={"n_regions": "6", "n_eval_regions": "1", "n_validation_regions": "1"},
         source="generated (small)",
     ),
+    "deepsearchqa": TaskData(
+        setup=_import("deepsearchqa", FIXTURES / "deepsearchqa"),
+        source="fixtures/deepsearchqa (DeepSearchQA's schema)",
+    ),
     "webshop-lite": TaskData(options=dict(WEBSHOP_LITE_OPTS), source="generated (small)"),
     "webshop": TaskData(
         options={"n_walkthroughs": "20"},

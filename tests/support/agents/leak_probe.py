@@ -7,14 +7,32 @@ never writes a file: nothing private lands on a disk the agent could read.
 
 Three passes over ``roots`` (``exclude``, e.g. /proc, pruned):
 
-- ``grep -rlIF`` with the raw patterns over every readable text file;
-- every compressed file or archive (.gz .xz .bz2 .zip .whl .jar .egg .tar...) decompressed,
-  zip and tar members read, a compressed member decompressed once more, and the text hashed
-  into word n-grams in large batches: a batch is matched in full only when one of its word
-  6-grams starts one of the index's n-grams or distinctive strings (``prefixes``), so the
-  gigabyte of man pages and changelogs costs one hashing pass;
+- ``grep -rlIF`` with the raw patterns over every readable text file, everywhere;
+- compressed files and archives (.gz .tgz .xz .txz .bz2 .tbz2 .zip .whl .egg .tar)
+  decompressed, zip and tar members read, a compressed member decompressed once more, and
+  the text hashed into word n-grams in large batches: a batch is matched in full only when
+  one of its word 6-grams starts one of the index's n-grams or distinctive strings
+  (``prefixes``); the files are shared among :data:`WORKERS` forked processes;
 - with ``full`` (the workspace), every file through ngrams.scan_file as the end-of-run
-  contamination check reads it.
+  contamination check reads it (none of the limits below apply there).
+
+What the compressed pass does NOT read (so the shared view costs seconds, not minutes: all of
+it would be ~1.85 GB of decompressed text here). It looks where a private split could lie in
+a form an agent's Python reads as data; a private item hidden in these would be missed:
+
+- :data:`SKIP_DIRS` (/usr/share/man, doc, info, locale): gzipped man and info pages,
+  changelogs, message catalogs (most of the gigabyte), no Python package installs data there;
+- Java archives and classes (:data:`SKIP_SUFFIXES`: .jar, .class; e.g. the JVM and
+  google-cloud-sdk's jars): compiled code and resources, not data a Python agent loads;
+- archive members that are not data-like (:data:`DATA_MEMBERS`: .json .jsonl .csv .tsv .txt
+  .py .md .yaml .yml, or a compressed member, opened once more): binaries, images, ICU .res,
+  compiled modules, Parquet/Arrow inside an archive (binary; a plain .parquet file is read by
+  the workspace's full pass only, not in the shared view);
+- any one decompressed file or member over :data:`MAX_MEMBER` (50 MB; counted in the report
+  as ``compressed_oversize``), and more than :data:`MAX_BYTES` of one archive.
+
+Plain (uncompressed) files everywhere are covered by the grep pass, and, in the workspace,
+by the full pass.
 """
 
 import bz2
@@ -32,11 +50,19 @@ import time
 import types
 import zipfile
 
-COMPRESSED = (".tar", ".gz", ".tgz", ".xz", ".txz", ".bz2", ".tbz2", ".zip", ".whl", ".jar", ".egg")
-ARCHIVES = (".tar", ".zip", ".whl", ".jar", ".egg", ".tgz", ".txz", ".tbz2")
-MAX_BYTES = 256 * 2**20  # decompressed bytes read from one file
+COMPRESSED = (".tar", ".gz", ".tgz", ".xz", ".txz", ".bz2", ".tbz2", ".zip", ".whl", ".egg")
+ARCHIVES = (".tar", ".zip", ".whl", ".egg", ".tgz", ".txz", ".tbz2")
+NESTED = (".gz", ".tgz", ".xz", ".txz", ".bz2", ".tbz2")
+#: archive members read (see the module docstring)
+DATA_MEMBERS = (".json", ".jsonl", ".csv", ".tsv", ".txt", ".py", ".md", ".yaml", ".yml", *NESTED)
+#: not decompressed (see the module docstring); grep still reads every text file there
+SKIP_DIRS = ("/usr/share/man", "/usr/share/doc", "/usr/share/info", "/usr/share/locale")
+SKIP_SUFFIXES = (".jar", ".class")
+MAX_BYTES = 256 * 2**20  # decompressed bytes read from one archive
+MAX_MEMBER = 50 * 2**20  # a decompressed file or member larger than this is skipped
 BATCH = 8 * 2**20
 PREFIX = 6
+WORKERS = 2
 LETTER_WORD = re.compile(rb"[A-Za-z0-9\x80-\xff]*[A-Za-z\x80-\xff][A-Za-z0-9\x80-\xff]*")
 
 
@@ -95,13 +121,27 @@ def grep(roots, patterns, exclude):
     return files, len(errors)
 
 
-def bounded(fh, limit=MAX_BYTES):
-    return fh.read(limit)
+#: decompressed files or members skipped for their size (in this process)
+OVERSIZE = [0]
+
+
+def bounded(fh, limit=MAX_MEMBER):
+    """At most ``limit`` bytes of ``fh``; None (counted) when it holds more."""
+    data = fh.read(limit + 1)
+    if len(data) > limit:
+        OVERSIZE[0] += 1
+        return None
+    return data
+
+
+def data_like(name):
+    return name.lower().endswith(DATA_MEMBERS)
 
 
 def contents(path):
-    """(member, bytes) of a compressed file or archive; a compressed member is opened once
-    more (a .jsonl.gz inside a wheel)."""
+    """(member, bytes) of a compressed file or archive: its data-like members
+    (:data:`DATA_MEMBERS`); a compressed member is opened once more (a .jsonl.gz inside a
+    wheel)."""
     low = path.lower()
     if low.endswith(ARCHIVES):
         with open(path, "rb") as fh:
@@ -110,20 +150,33 @@ def contents(path):
             with zipfile.ZipFile(path) as zf:
                 left = MAX_BYTES
                 for info in zf.infolist():
-                    if info.is_dir() or left <= 0:
+                    if info.is_dir() or left <= 0 or not data_like(info.filename):
+                        continue
+                    if info.file_size > MAX_MEMBER:
+                        OVERSIZE[0] += 1
                         continue
                     with zf.open(info) as fh:
-                        data = fh.read(left)
+                        data = fh.read(min(left, MAX_MEMBER))
                     left -= len(data)
                     yield from inner(info.filename, data)
             return
         with tarfile.open(path, "r:*") as tf:
-            for info in tf:
-                f = tf.extractfile(info) if info.isfile() else None
-                if f is not None:
-                    yield from inner(info.name, bounded(f))
+            yield from tar_members(tf, "")
         return
     yield from inner("", None, path)
+
+
+def tar_members(tf, prefix):
+    for info in tf:
+        if not info.isfile() or not data_like(info.name):
+            continue
+        if info.size > MAX_MEMBER:
+            OVERSIZE[0] += 1
+            continue
+        f = tf.extractfile(info)
+        data = bounded(f) if f is not None else None
+        if data is not None:
+            yield from inner(f"{prefix}!{info.name}" if prefix else info.name, data)
 
 
 def inner(member, data, path=None):
@@ -142,12 +195,11 @@ def inner(member, data, path=None):
     src = io.BytesIO(data) if data is not None else open(path, "rb")  # noqa: SIM115
     with src, opener(src) as fh:
         out = bounded(fh)
+    if out is None:
+        return
     if out[257:262] == b"ustar":  # a .tar.gz: its members
         with tarfile.open(fileobj=io.BytesIO(out)) as tf:
-            for info in tf:
-                f = tf.extractfile(info) if info.isfile() else None
-                if f is not None:
-                    yield f"{member}!{info.name}" if member else info.name, bounded(f)
+            yield from tar_members(tf, member)
         return
     yield member, out
 
@@ -232,6 +284,49 @@ class Batcher:
                     self.hits.setdefault(where, {}).setdefault(item, snippet)
 
 
+def decompress_all(mod, index, prefixes, letters, paths):
+    """(hits, unreadable, decompressed bytes, oversize) of the compressed ``paths``."""
+    batcher = Batcher(mod, index, prefixes, letters)
+    failed = 0
+    for path in paths:
+        try:
+            for member, data in contents(path):
+                batcher.add(f"{path}!{member}" if member else path, data)
+        except Exception:  # noqa: BLE001 - unreadable or corrupt: counted
+            failed += 1
+    batcher.flush()
+    return batcher.hits, failed, batcher.bytes, OVERSIZE[0]
+
+
+def in_parallel(fn, parts):
+    """``[fn(part) for part in parts]``, the parts after the first in forked children that
+    send their results back through pipes (no file, no semaphore)."""
+    children = []
+    for part in parts[1:]:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                os.close(r)
+                with os.fdopen(w, "wb") as fh:
+                    fh.write(pickle.dumps(fn(part)))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        children.append((pid, r))
+    results = [fn(parts[0])] if parts else []
+    for pid, r in children:
+        with os.fdopen(r, "rb") as fh:
+            data = fh.read()
+        _, status = os.waitpid(pid, 0)
+        if status != 0 or not data:
+            raise RuntimeError(f"a decompressing worker failed (wait status {status})")
+        results.append(pickle.loads(data))
+    return results
+
+
 def main():
     payload = pickle.load(sys.stdin.buffer)
     mod, index, prefixes = load(payload)
@@ -255,23 +350,33 @@ def main():
 
     t = time.time()
     letters = payload["letter_words"]
-    batcher = Batcher(mod, index, prefixes, letters)
-    compressed = failed = 0
-    for path in walk(roots, exclude):
-        if not path.lower().endswith(COMPRESSED) or os.path.islink(path):
-            continue
-        compressed += 1
-        try:
-            for member, data in contents(path):
-                batcher.add(f"{path}!{member}" if member else path, data)
-        except Exception:  # noqa: BLE001 - unreadable or corrupt: counted
-            failed += 1
-    batcher.flush()
-    for where, items in sorted(batcher.hits.items()):
+    skip = exclude | {d for d in SKIP_DIRS if os.path.isdir(d)}
+    jobs = []
+    for path in walk(roots, skip):
+        low = path.lower()
+        if low.endswith(COMPRESSED) and not low.endswith(SKIP_SUFFIXES):
+            try:
+                if not os.path.islink(path):
+                    jobs.append((os.path.getsize(path), path))
+            except OSError:
+                continue
+    jobs.sort(reverse=True)  # dealt out largest first: the workers' shares even out
+    workers = max(1, min(WORKERS, len(os.sched_getaffinity(0)), len(jobs)))
+    parts = [[p for _, p in jobs[i::workers]] for i in range(workers)]
+    results = in_parallel(lambda part: decompress_all(mod, index, prefixes, letters, part), parts)
+    hits = {}
+    for part_hits, *_ in results:
+        for where, items in part_hits.items():
+            hits.setdefault(where, {}).update(items)
+    for where, items in sorted(hits.items()):
         found = [{"item": i, "snippet": s} for i, s in sorted(items.items())]
         report["hits"].append({"file": where, "how": "decompressed n-grams", "items": found})
-    report["compressed_files"], report["compressed_unreadable"] = compressed, failed
-    report["decompressed_bytes"] = batcher.bytes
+    report["compressed_files"] = len(jobs)
+    report["compressed_unreadable"] = sum(r[1] for r in results)
+    report["decompressed_bytes"] = sum(r[2] for r in results)
+    report["compressed_oversize"] = sum(r[3] for r in results)
+    report["compressed_workers"] = workers
+    report["compressed_skipped_dirs"] = sorted(skip - exclude)
     report["timings"]["compressed"] = round(time.time() - t, 2)
 
     t = time.time()
