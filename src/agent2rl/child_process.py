@@ -47,7 +47,8 @@ def start_announcing(
     it writes ``{"port": ...}`` to ``ready_file``; returns (process, port).
 
     A stale ``ready_file`` is removed first. Raises RuntimeError naming ``name`` and the log
-    when the child exits early or is not ready within ``ready_timeout`` seconds (it is killed).
+    when the child exits early or is not ready within ``ready_timeout`` seconds. Whatever
+    ends the wait early (that error, ``KeyboardInterrupt``) stops the child first.
     """
     ready_file.unlink(missing_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -56,15 +57,19 @@ def start_announcing(
             cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
     deadline = time.time() + ready_timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with code {proc.returncode}; see {log_file}")
-        if ready_file.exists():
-            return proc, int(read_json(ready_file)["port"])
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"{name} did not start in {ready_timeout:.0f}s; see {log_file}")
+    try:
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {proc.returncode}; see {log_file}")
+            if ready_file.exists():
+                return proc, int(read_json(ready_file)["port"])
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} did not start in {ready_timeout:.0f}s; see {log_file}")
+    except BaseException:
+        # Not ready, or interrupted while waiting (Ctrl-C, a study's SIGTERM): the caller never
+        # gets a handle to stop this child, so it must not outlive this call.
+        stop_child(proc, timeout=5.0)
+        raise
 
 
 def serve_on_free_port(

@@ -1,0 +1,62 @@
+"""The harness's service children: a child the caller never got a handle to must not outlive
+the call that started it (a study's Ctrl-C once landed while a run waited for its grading
+service to announce its port, and left that service running)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent2rl.child_process import start_announcing
+
+NEVER_READY = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def _children_running(cmdline_part: str) -> list[int]:
+    me = psutil.Process()
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline", "ppid", "status"])
+        if p.info["ppid"] == me.pid
+        and p.info["status"] != psutil.STATUS_ZOMBIE
+        and cmdline_part in " ".join(p.info["cmdline"] or [])
+    ]
+
+
+def test_a_child_that_never_announces_is_stopped(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="did not start in 1s; see"):
+        start_announcing(
+            NEVER_READY,
+            env={},
+            ready_file=tmp_path / "ready.json",
+            log_file=tmp_path / "svc.log",
+            name="svc",
+            ready_timeout=1.0,
+        )
+    assert _children_running("time.sleep(120)") == []
+
+
+def test_an_interrupt_while_waiting_stops_the_child(tmp_path: Path) -> None:
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            start_announcing(
+                NEVER_READY,
+                env={},
+                ready_file=tmp_path / "ready.json",
+                log_file=tmp_path / "svc.log",
+                name="svc",
+                ready_timeout=60.0,
+            )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert _children_running("time.sleep(120)") == []
