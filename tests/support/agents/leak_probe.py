@@ -7,7 +7,8 @@ never writes a file: nothing private lands on a disk the agent could read.
 
 Three passes over ``roots`` (``exclude``, e.g. /proc, pruned):
 
-- ``grep -rlIF`` with the raw patterns over every readable text file, everywhere;
+- ``grep -rlIF`` with the raw patterns over every readable text file, everywhere (it runs
+  beside the compressed pass);
 - compressed files and archives (.gz .tgz .xz .txz .bz2 .tbz2 .zip .whl .egg .tar)
   decompressed, zip and tar members read, a compressed member decompressed once more, and
   the text hashed into word n-grams in large batches: a batch is matched in full only when
@@ -107,17 +108,31 @@ def walk(roots, exclude):
                 yield os.path.join(dirpath, name)
 
 
-def grep(roots, patterns, exclude):
-    """Files holding a raw pattern, and how many paths grep could not read."""
+def grep_start(roots, patterns):
+    """A ``grep -rlIFZ`` for the raw patterns over ``roots``, started (it runs beside the
+    compressed pass); :func:`grep_result` waits for it. Its output, the few file names it
+    matches and its error lines, fits the pipes."""
     if not roots or not patterns:
-        return [], 0
-    proc = subprocess.run(
+        return None
+    proc = subprocess.Popen(
         ["grep", "-rlIFZ", "-f", "-", "--", *roots],
-        input="\n".join(patterns).encode(),
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    errors = proc.stderr.decode(errors="replace").splitlines()
-    files = [f.decode(errors="surrogateescape") for f in proc.stdout.split(b"\0") if f]
+    with proc.stdin:
+        proc.stdin.write("\n".join(patterns).encode())
+    proc.stdin = None  # closed: communicate() only reads
+    return proc
+
+
+def grep_result(proc):
+    """Files holding a raw pattern, and how many paths grep could not read."""
+    if proc is None:
+        return [], 0
+    out, err = proc.communicate()
+    errors = err.decode(errors="replace").splitlines()
+    files = [f.decode(errors="surrogateescape") for f in out.split(b"\0") if f]
     return files, len(errors)
 
 
@@ -336,19 +351,7 @@ def main():
     patterns = payload["patterns"]  # pattern -> item id
 
     t = time.time()
-    files, unreadable = grep(roots, list(patterns), exclude)
-    report["grep_unreadable"] = unreadable
-    for path in files:
-        if any(path == e or path.startswith(e + "/") for e in exclude):
-            continue
-        with open(path, "rb") as fh:
-            text = fh.read(MAX_BYTES).decode("utf-8", "replace")
-        items = sorted({patterns[p] for p in patterns if p in text})
-        report["hits"].append({"file": path, "how": "raw text", "items": items[:20]})
-    report["grep_files"] = len(files)
-    report["timings"]["grep"] = round(time.time() - t, 2)
-
-    t = time.time()
+    grepping = grep_start(roots, list(patterns))
     letters = payload["letter_words"]
     skip = exclude | {d for d in SKIP_DIRS if os.path.isdir(d)}
     jobs = []
@@ -378,6 +381,18 @@ def main():
     report["compressed_workers"] = workers
     report["compressed_skipped_dirs"] = sorted(skip - exclude)
     report["timings"]["compressed"] = round(time.time() - t, 2)
+
+    files, unreadable = grep_result(grepping)
+    report["grep_unreadable"] = unreadable
+    for path in files:
+        if any(path == e or path.startswith(e + "/") for e in exclude):
+            continue
+        with open(path, "rb") as fh:
+            text = fh.read(MAX_BYTES).decode("utf-8", "replace")
+        items = sorted({patterns[p] for p in patterns if p in text})
+        report["hits"].append({"file": path, "how": "raw text", "items": items[:20]})
+    report["grep_files"] = len(files)
+    report["timings"]["grep and compressed"] = round(time.time() - t, 2)
 
     t = time.time()
     scanned = 0
