@@ -27,11 +27,17 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/agent2rl demo
 
+# Two pytest workers (pytest-xdist), one test file per worker at a time: most end-to-end
+# tests wait on budgets, services and subprocesses rather than on the CPU, so two workers
+# halve the wall time even on 2 cores. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not gpu and not network"
+	$(PYTEST) -m "not gpu and not network"
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not gpu and not network and not slow"
+	$(PYTEST) -m "not gpu and not network and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
