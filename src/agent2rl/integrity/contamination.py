@@ -280,10 +280,13 @@ def _item_files(split_dir: Path, sample: Sample) -> list[str]:
 
 def private_texts(task: Task, prepared: PreparedTask) -> dict[str, list[str]]:
     """Item id -> the texts of one private item: every string of its ``input`` and
-    ``target``, and the files of its directory when it has one (interactive tasks)."""
+    ``target``, the files of its directory when it has one (interactive tasks), and what the
+    task adds (:meth:`~agent2rl.tasks.base.Task.item_texts`: webshop's goal instructions)."""
     out: dict[str, list[str]] = {}
+    extra = task.item_texts(prepared, "private")
     for s in task.samples(prepared, "private"):
-        out[s.id] = [*_strings(s.input), *_strings(s.target), *_item_files(prepared.private, s)]
+        texts = [*_strings(s.input), *_strings(s.target), *_item_files(prepared.private, s)]
+        out[s.id] = [*texts, *(t for t in extra.get(s.id, ()) if t not in texts)]
     return out
 
 

@@ -91,6 +91,12 @@ class Task(ABC):
             raise NotImplementedError(f"task {self.name} declares no splits: override samples()")
         return self.splits.read(prepared, split, limit)
 
+    def item_texts(self, prepared: PreparedTask, split: Split) -> dict[str, list[str]]:
+        """Sample id -> texts of that item which its sample does not hold (an interactive
+        task's goal behind a bare game id), for the contamination check's index
+        (:func:`agent2rl.integrity.contamination.private_texts`). None here."""
+        return {}
+
     # -- the solver and the scorer -------------------------------------------------------
     @abstractmethod
     def solver(self, prepared: PreparedTask, split: Split = "private") -> Solver:

@@ -110,3 +110,26 @@ def test_missing_workspace_or_log(tmp_path, missing) -> None:
     report = scan_workspace(ws, index, tmp_path / "no-log.jsonl", task="gsm8k")
     assert not report.flagged and report.egress.requests == 0
     assert bool(report.notes and "nothing scanned" in report.notes[-1]) is missing
+
+
+def test_webshop_goals_are_items_by_their_text(tmp_path, tiny) -> None:
+    """A webshop goal's sample is its bare game id: the goal's instruction (in the private
+    split's goals.jsonl) is what an agent would copy, and what the check finds."""
+    from support.taskdata import WEBSHOP_LITE_OPTS
+
+    from agent2rl.files import read_jsonl
+    from agent2rl.integrity.contamination import private_texts
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, prepare_task
+
+    task = get_task("webshop-lite", WEBSHOP_LITE_OPTS)
+    prepared = prepare_task(task, load_settings().task_store)
+    goals = read_jsonl(prepared.private / "goals.jsonl")
+    texts = private_texts(task, prepared)
+    for goal in goals:
+        assert goal["instruction_text"] in texts[goal["game_id"]], texts[goal["game_id"]]
+    paths = _run(tmp_path, task, prepared, tiny)
+    stolen = goals[:2]
+    (paths.code / "goals.txt").write_text("\n".join(g["instruction_text"] for g in stolen))
+    report = check_run(paths, task, prepared)
+    assert {m.item_id for m in report.matches} == {g["game_id"] for g in stolen}, report.matches

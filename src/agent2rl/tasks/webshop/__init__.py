@@ -100,6 +100,17 @@ class WebshopBase(Task):
             for r in rows
         ]
 
+    def item_texts(self, prepared: PreparedTask, split: Split) -> dict[str, list[str]]:
+        """A goal's strings (its instruction, attributes, options...) by game id: its
+        sample is the bare id, which alone would never match a copied goal."""
+        out: dict[str, list[str]] = {}
+        for row in read_jsonl(prepared.split(split) / "goals.jsonl"):
+            texts = out.setdefault(str(row["game_id"]), [])
+            for key, value in row.items():
+                if key != "game_id":
+                    texts.extend(v for v in _strings_of(value) if v not in texts)
+        return out
+
     def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
         return EpisodeSolver(
             self.environment(prepared, split),
@@ -323,3 +334,14 @@ class Webshop(WebshopBase):
             f"{len(goals.private)} graded goals (WebShop sessions 0-{WEBSHOP_GRADED - 1}), "
             f"{len(goals.validation)} validation, {len(goals.public)} public"
         )
+
+
+def _strings_of(value: Any) -> list[str]:
+    """Every string inside ``value`` (dicts and lists walked; numbers as text)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings_of(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings_of(v)]
+    return []
