@@ -42,6 +42,9 @@ class StreamMeter:
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.error: str | None = None
+        #: the stream's own end marker went by (OpenAI's ``data: [DONE]``, Anthropic's
+        #: ``message_stop``): a client may close right after it without cutting anything
+        self.ended = False
         self._buf = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -67,7 +70,10 @@ class StreamMeter:
             if raw.startswith("data:"):
                 data_lines.append(raw[5:].removeprefix(" "))
         data = "\n".join(data_lines)
-        if not data or data == "[DONE]":
+        if data == "[DONE]":
+            self.ended = True
+            return True
+        if not data:
             return True
         try:
             obj = json.loads(data)
@@ -77,6 +83,8 @@ class StreamMeter:
             return True
         if isinstance(obj.get("error"), dict):
             self.error = str(obj["error"].get("message") or obj["error"])[:500]
+        if obj.get("type") == "message_stop":
+            self.ended = True
         return self.observe(obj, self)
 
 
@@ -128,7 +136,9 @@ class Relay:
         if self._finished:
             return
         self._finished = True
-        if not self.complete and self.error is None:
+        # A client that closes right after the end marker has the whole answer (SDKs do, at
+        # [DONE]); only a close before it cut the stream.
+        if not self.complete and self.error is None and not self.meter.ended:
             self.error = "client disconnected before the stream ended"
         self.on_end(self)
         with anyio.CancelScope(shield=True):
