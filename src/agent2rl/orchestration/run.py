@@ -442,20 +442,30 @@ def _supervise(ctx: RunContext, command: list[str], env: dict[str, str]) -> None
     except OSError as err:
         _remove_cgroup(ctx)
         raise UserError(f"cannot start agent {ctx.spec.name} ({command[0]}): {err}") from None
-    sampler = ResourceSampler(agent.pid, paths.resources, interval_s=req.sample_interval_s)
-    watchdog = Watchdog(
-        paths.workspace,
-        (paths.data, paths.base_model.parent),
-        ctx.caps,
-        ctx.cgroup,
-        agent.pid,
-        on_breach=lambda kind, detail: None,  # the loop below polls watchdog.breach
-        interval_s=req.watchdog_interval_s,
-    )
-    sampler.start()
-    snapshotter.start()
-    watchdog.start()
-    status = StatusLine(console, info, ctx.ledger)
+    started: list = []  # what must be stopped if this set-up is interrupted
+    try:
+        sampler = ResourceSampler(agent.pid, paths.resources, interval_s=req.sample_interval_s)
+        watchdog = Watchdog(
+            paths.workspace,
+            (paths.data, paths.base_model.parent),
+            ctx.caps,
+            ctx.cgroup,
+            agent.pid,
+            on_breach=lambda kind, detail: None,  # the loop below polls watchdog.breach
+            interval_s=req.watchdog_interval_s,
+        )
+        for part in (sampler, snapshotter, watchdog):
+            part.start()
+            started.append(part)
+        status = StatusLine(console, info, ctx.ledger)
+    except BaseException:
+        # Interrupted (Ctrl-C, a study's SIGTERM) between the agent's start and its
+        # supervision: the agent is running and nothing below would stop it.
+        agent.terminate_tree((), grace_s=1.0)
+        for part in started:
+            part.stop()
+        _remove_cgroup(ctx)
+        raise
     try:
         with status:
             while agent.poll() is None and time.time() < info.deadline and watchdog.breach is None:
