@@ -4,6 +4,7 @@
 
     base.py       Task: a dataset, a solver and a scorer; evaluate() composes them
     registry.py   the @task decorator, get_task(), prepare_task()
+    interactive.py  InteractiveTask: the episode solver, protocol and workspace files of L3
     arith_lite.py, gsm8k.py, humaneval.py       level 1 (rule-based reward)
     opencompass.py  the paper's OpenCompass prompts for gsm8k and humaneval
     alpacaeval.py   level 2 (judge-based reward): AlpacaEval 2.0

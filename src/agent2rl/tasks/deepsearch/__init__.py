@@ -48,13 +48,10 @@ from typing import Any, ClassVar
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
 from agent2rl.files import read_json, read_jsonl, write_jsonl
-from agent2rl.rollout import client as env_client
 from agent2rl.rollout.app import describe_api
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, judge_api_key
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
-from agent2rl.solvers import EpisodeSolver
-from agent2rl.tasks.base import Task
 from agent2rl.tasks.deepsearch import protocol
 from agent2rl.tasks.deepsearch.games import QuestionGames, expert_walkthrough
 from agent2rl.tasks.deepsearch.generate_lite import GENERATOR_VERSION, generate_world
@@ -80,6 +77,7 @@ from agent2rl.tasks.deepsearch.store import (
     read_table,
     write_dsqa_store,
 )
+from agent2rl.tasks.interactive import InteractiveTask, count_lines
 from agent2rl.tasks.registry import task
 
 #: the longest episode a rollout-service client may ask for
@@ -93,13 +91,11 @@ SEARCH_MODES = ("auto", "serpapi", "bm25")
 DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"
 
 
-class DeepsearchBase(Task):
-    """What both search tasks share: the episode protocol, the solver, the scorer, the
-    workspace."""
+class DeepsearchBase(InteractiveTask):
+    """What both search tasks share: the episode protocol, the search engine, the scorer,
+    the description."""
 
-    level = 3
-    interactive = True
-    eval_timeout_s = 3600.0
+    protocol_module = protocol
 
     # -- parts -----------------------------------------------------------------------------
     def episode_format(self) -> EpisodeFormat:
@@ -111,9 +107,6 @@ class DeepsearchBase(Task):
             max_new_tokens=o["max_new_tokens"],
             max_observation_chars=o["max_observation_chars"],
         )
-
-    def prompt_format(self, prepared: PreparedTask) -> EpisodeFormat:
-        return self.episode_format()
 
     def search_backend(self, prepared: PreparedTask) -> SearchBackend:
         """The search engine every episode of this task uses (built on first use)."""
@@ -149,18 +142,9 @@ class DeepsearchBase(Task):
             for r in rows
         ]
 
-    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
-        return EpisodeSolver(
-            self.environment(prepared, split),
-            self.episode_format(),
-            env_batch=self.opts["env_batch"],
-            batch_size=self.opts["batch_size"],
-        )
-
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
         return {
-            "solver": "episode",
-            "protocol": self.episode_format().to_dict(),
+            **super().solver_settings(prepared),
             "top_k": self.opts["top_k"],
             "search": self.search_identity(prepared),
         }
@@ -191,19 +175,13 @@ class DeepsearchBase(Task):
         """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
         return [load_settings().home / CACHE_RELPATH.parent]
 
-    def workspace_files(self) -> dict[str, Path]:
-        return {
-            "protocol.py": Path(protocol.__file__),
-            "env_client.py": Path(env_client.__file__),
-        }
-
     # -- what the agent reads --------------------------------------------------------------
     def description(self, prepared: PreparedTask) -> str:
         fmt = self.episode_format()
-        n_public = _count_lines(prepared.public / QUESTIONS)
-        n_eval = _count_lines(prepared.private / QUESTIONS)
+        n_public = count_lines(prepared.public / QUESTIONS)
+        n_eval = count_lines(prepared.private / QUESTIONS)
         walks = prepared.public / WALKTHROUGHS
-        n_walk = _count_lines(walks) if walks.exists() else 0
+        n_walk = count_lines(walks) if walks.exists() else 0
         grading = (
             "an LLM judge with DeepSearchQA's rubric (for every expected item whether your "
             "answer states it, and which of your items are extraneous)"
@@ -251,11 +229,6 @@ answered with HTTP 400 and changes nothing.
 
 
 _REWARD_TEXT = "the answer's correctness on the answering step, else 0"
-
-
-def _count_lines(path: Path) -> int:
-    with open(path) as fh:
-        return sum(1 for line in fh if line.strip())
 
 
 #: the seed of deepsearch-lite's world

@@ -40,10 +40,8 @@ from typing import Any, ClassVar
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl, write_jsonl
-from agent2rl.rollout import client as env_client
 from agent2rl.rollout.app import describe_api
-from agent2rl.solvers import EpisodeSolver
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.interactive import InteractiveTask, count_lines
 from agent2rl.tasks.registry import task
 from agent2rl.tasks.webshop import protocol
 from agent2rl.tasks.webshop.catalog import CATALOG_FILES, load_catalog
@@ -59,12 +57,10 @@ from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_
 MAX_SESSION_STEPS = 200
 
 
-class WebshopBase(Task):
+class WebshopBase(InteractiveTask):
     """What both WebShop tasks share: the shop, the protocol, the scorer, the workspace."""
 
-    level = 3
-    interactive = True
-    eval_timeout_s = 3600.0
+    protocol_module = protocol
 
     def episode_format(self) -> EpisodeFormat:
         o = self.opts
@@ -77,9 +73,6 @@ class WebshopBase(Task):
             max_observation_chars=o["max_observation_chars"],
             separator=o["separator"],
         )
-
-    def prompt_format(self, prepared: PreparedTask) -> EpisodeFormat:
-        return self.episode_format()
 
     def environment(self, prepared: PreparedTask, split: Split) -> ShopGames:
         return ShopGames(
@@ -111,33 +104,16 @@ class WebshopBase(Task):
                     texts.extend(v for v in _strings_of(value) if v not in texts)
         return out
 
-    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
-        return EpisodeSolver(
-            self.environment(prepared, split),
-            self.episode_format(),
-            env_batch=self.opts["env_batch"],
-            batch_size=self.opts["batch_size"],
-        )
-
-    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
-        return {"solver": "episode", "protocol": self.episode_format().to_dict()}
-
     def scorer(self, prepared: PreparedTask) -> PurchaseOutcome:
         if self.opts["score"] not in SCORES:
             raise UserError(f"--task-opt score={self.opts['score']}: use {', '.join(SCORES)}")
         return PurchaseOutcome(self.opts["score"])
 
-    def workspace_files(self) -> dict[str, Path]:
-        return {
-            "protocol.py": Path(protocol.__file__),
-            "env_client.py": Path(env_client.__file__),
-        }
-
     def description(self, prepared: PreparedTask) -> str:
         fmt = self.episode_format()
-        n_walk = _count_lines(prepared.public / "walkthroughs.jsonl")
-        n_public = _count_lines(prepared.public / "goals.jsonl")
-        n_eval = _count_lines(prepared.private / "goals.jsonl")
+        n_walk = count_lines(prepared.public / "walkthroughs.jsonl")
+        n_public = count_lines(prepared.public / "goals.jsonl")
+        n_eval = count_lines(prepared.private / "goals.jsonl")
         score = {
             "reward": "the mean purchase reward x 100 (WebShop's score)",
             "success": "the percentage of sessions with reward 1 (WebShop's success rate)",
@@ -181,11 +157,6 @@ is answered with HTTP 400 and changes nothing; after the purchase the session is
 
 
 _REWARD_TEXT = "the purchase reward on the buying step, else 0"
-
-
-def _count_lines(path: Path) -> int:
-    with open(path) as fh:
-        return sum(1 for line in fh if line.strip())
 
 
 LITE_CATALOG_SEED = 1

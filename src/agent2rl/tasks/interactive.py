@@ -1,0 +1,68 @@
+"""InteractiveTask: the plumbing every level-3 task shares.
+
+An interactive task is played as episodes: the grader's :class:`~agent2rl.solvers.EpisodeSolver`
+and the rollout service both play its :meth:`~agent2rl.tasks.base.Task.environment`, prompted
+through the task's episode protocol, a standard-library module the agent gets as
+``data/protocol.py`` (beside the rollout service's client, ``data/env_client.py``) so that
+its training code builds the very prompts the grader does.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+from agent2rl.dataset import PreparedTask, Split
+from agent2rl.rollout import client as env_client
+from agent2rl.solvers import EpisodeSolver
+from agent2rl.solvers.episode import EpisodeProtocol
+from agent2rl.tasks.base import Task
+
+
+class InteractiveTask(Task):
+    """A level-3 task: an episode protocol, the episode solver over the task's environment,
+    and the protocol and rollout client in the workspace.
+
+    A subclass sets :attr:`protocol_module` and declares :meth:`episode_format` (from its
+    options ``env_batch`` and ``batch_size`` the solver is sized), besides the dataset,
+    scorer and description every task declares.
+    """
+
+    level = 3
+    interactive = True
+    eval_timeout_s = 3600.0
+    #: the task's episode protocol (standard library only: copied alone into the workspace)
+    protocol_module: ClassVar[ModuleType]
+
+    @abstractmethod
+    def episode_format(self) -> EpisodeProtocol:
+        """The run's episode protocol, from the task's options."""
+
+    def prompt_format(self, prepared: PreparedTask) -> EpisodeProtocol:
+        return self.episode_format()
+
+    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
+        return EpisodeSolver(
+            self.environment(prepared, split),
+            self.episode_format(),
+            env_batch=self.opts["env_batch"],
+            batch_size=self.opts["batch_size"],
+        )
+
+    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
+        # Without building the environment (loading its games or index takes a while).
+        return {"solver": "episode", "protocol": self.episode_format().to_dict()}
+
+    def workspace_files(self) -> dict[str, Path]:
+        return {
+            "protocol.py": Path(str(self.protocol_module.__file__)),
+            "env_client.py": Path(env_client.__file__),
+        }
+
+
+def count_lines(path: Path) -> int:
+    """The non-blank lines of the text file at ``path`` (a JSON-lines file's rows)."""
+    with open(path) as fh:
+        return sum(1 for line in fh if line.strip())
