@@ -5,16 +5,13 @@ sessions searching at once stay within the rate limits."""
 
 from __future__ import annotations
 
-import secrets
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
-from support.rundirs import run_stub
+from support.rollout import open_session, post_step, serve_rollout
 
 from agent2rl.files import read_jsonl
-from agent2rl.orchestration.rollout_service import start_rollout_service
-from agent2rl.rollout import EnvLedger, RolloutLimits
+from agent2rl.rollout import EnvLedger
 from agent2rl.rollout.client import EnvClient
 
 SMALL = {"n_regions": 6, "n_eval_regions": 1, "n_validation_regions": 1}
@@ -22,30 +19,8 @@ SMALL = {"n_regions": 6, "n_eval_regions": 1, "n_validation_regions": 1}
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    from agent2rl.settings import load_settings
-    from agent2rl.tasks import get_task, prepare_task
-
-    task = get_task("deepsearch-lite", SMALL)
-    prepared = prepare_task(task, load_settings().task_store)
-    paths = run_stub(tmp_path_factory.mktemp("deepsearch") / "run", task)
-    token = secrets.token_urlsafe(16)
-    handle = start_rollout_service(paths, token, RolloutLimits())
-    client = httpx.Client(
-        base_url=handle.url, timeout=120, headers={"Authorization": f"Bearer {token}"}
-    )
-    yield paths, client, prepared, handle.url, token
-    client.close()
-    handle.stop()
-
-
-def _open(client, **body) -> dict:
-    r = client.post("/sessions", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _step(client, sid: int, action: str) -> httpx.Response:
-    return client.post(f"/sessions/{sid}/step", json={"action": action})
+    with serve_rollout("deepsearch-lite", SMALL, tmp_path_factory.mktemp("deepsearch")) as served:
+        yield served
 
 
 def test_walkthrough_answers_with_full_reward_and_kinds_are_recorded(service) -> None:
@@ -54,12 +29,12 @@ def test_walkthrough_answers_with_full_reward_and_kinds_are_recorded(service) ->
     graded = {g["game_id"] for g in read_jsonl(prepared.private / "questions.jsonl")}
     assert served and not served & graded  # only public questions are served
     walk = read_jsonl(prepared.public / "walkthroughs.jsonl")[0]
-    s = _open(client, game_id=walk["game_id"])
+    s = open_session(client, game_id=walk["game_id"])
     assert s["goal"] == walk["goal"] and s["observation"] == walk["steps"][0]["observation"]
     assert s["admissible_actions"] == []
     kinds = []
     for step in walk["steps"]:
-        r = _step(client, s["session_id"], step["action"])
+        r = post_step(client, s["session_id"], step["action"])
         assert r.status_code == 200, r.text
         kinds.append(r.json()["kind"])
     last = r.json()
@@ -75,26 +50,26 @@ def test_walkthrough_answers_with_full_reward_and_kinds_are_recorded(service) ->
 def test_bad_input_gets_4xx_and_leaves_the_session_intact(service) -> None:
     _, client, prepared, _, _ = service
     walk = read_jsonl(prepared.public / "walkthroughs.jsonl")[1]
-    sid = _open(client, game_id=walk["game_id"])["session_id"]
+    sid = open_session(client, game_id=walk["game_id"])["session_id"]
 
     def unchanged(expected_steps: int) -> None:
         listing = {x["session_id"]: x for x in client.get("/sessions").json()["sessions"]}
         assert listing[sid]["steps"] == expected_steps and not listing[sid]["done"]
 
-    r = _step(client, sid, "search[" + "who " * 2498 + "]")  # 10,000 characters
+    r = post_step(client, sid, "search[" + "who " * 2498 + "]")  # 10,000 characters
     assert r.status_code == 400 and "characters" in r.json()["error"]
     unchanged(0)
-    assert _step(client, sid, walk["steps"][0]["action"]).status_code == 200
+    assert post_step(client, sid, walk["steps"][0]["action"]).status_code == 200
     for bad in ["search[]", "answer[]", "click[x]", "lookup Osk", ""]:
-        r = _step(client, sid, bad)
+        r = post_step(client, sid, bad)
         assert r.status_code == 400, (bad, r.text)
         assert r.json()["error"]
         unchanged(1)
     for step in walk["steps"][1:]:  # the session plays on, to the answer
-        r = _step(client, sid, step["action"])
+        r = post_step(client, sid, step["action"])
         assert r.status_code == 200, r.text
     assert r.json()["won"]
-    r = _step(client, sid, "answer[again]")  # the episode is over
+    r = post_step(client, sid, "answer[again]")  # the episode is over
     assert r.status_code == 409 and "over" in r.json()["error"]
     assert client.delete(f"/sessions/{sid}").status_code == 200
 
@@ -102,13 +77,13 @@ def test_bad_input_gets_4xx_and_leaves_the_session_intact(service) -> None:
 def test_answer_before_any_search_is_legal(service) -> None:
     _, client, prepared, _, _ = service
     q = read_jsonl(prepared.public / "questions.jsonl")[2]
-    sid = _open(client, game_id=q["game_id"])["session_id"]
-    r = _step(client, sid, "answer[no idea]")
+    sid = open_session(client, game_id=q["game_id"])["session_id"]
+    r = post_step(client, sid, "answer[no idea]")
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["done"] and body["kind"] == "answer" and body["reward"] == 0.0
-    sid = _open(client, game_id=q["game_id"])["session_id"]
-    body = _step(client, sid, f"answer[{q['answer']}]").json()
+    sid = open_session(client, game_id=q["game_id"])["session_id"]
+    body = post_step(client, sid, f"answer[{q['answer']}]").json()
     assert body["won"] and body["reward"] == 1.0 and body["steps"] == 1
 
 

@@ -4,16 +4,13 @@ the session as it was; 32 sessions searching at once stay within the rate limits
 
 from __future__ import annotations
 
-import secrets
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
-from support.rundirs import run_stub
+from support.rollout import open_session, post_step, serve_rollout
 
 from agent2rl.files import read_jsonl
-from agent2rl.orchestration.rollout_service import start_rollout_service
-from agent2rl.rollout import EnvLedger, RolloutLimits
+from agent2rl.rollout import EnvLedger
 from agent2rl.rollout.client import EnvClient
 
 SMALL = {"n_products": 60, "n_train": 20, "n_eval": 8, "n_validation": 8}
@@ -21,30 +18,8 @@ SMALL = {"n_products": 60, "n_train": 20, "n_eval": 8, "n_validation": 8}
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    from agent2rl.settings import load_settings
-    from agent2rl.tasks import get_task, prepare_task
-
-    task = get_task("webshop-lite", SMALL)
-    prepared = prepare_task(task, load_settings().task_store)
-    paths = run_stub(tmp_path_factory.mktemp("webshop") / "run", task)
-    token = secrets.token_urlsafe(16)
-    handle = start_rollout_service(paths, token, RolloutLimits())
-    client = httpx.Client(
-        base_url=handle.url, timeout=120, headers={"Authorization": f"Bearer {token}"}
-    )
-    yield paths, client, prepared, handle.url, token
-    client.close()
-    handle.stop()
-
-
-def _open(client, **body) -> dict:
-    r = client.post("/sessions", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _step(client, sid: int, action: str) -> httpx.Response:
-    return client.post(f"/sessions/{sid}/step", json={"action": action})
+    with serve_rollout("webshop-lite", SMALL, tmp_path_factory.mktemp("webshop")) as served:
+        yield served
 
 
 def test_walkthrough_buys_with_full_reward_and_kinds_are_recorded(service) -> None:
@@ -53,11 +28,11 @@ def test_walkthrough_buys_with_full_reward_and_kinds_are_recorded(service) -> No
     graded = {g["game_id"] for g in read_jsonl(prepared.private / "goals.jsonl")}
     assert served and not served & graded  # only public goals are served
     walk = read_jsonl(prepared.public / "walkthroughs.jsonl")[0]
-    s = _open(client, game_id=walk["game_id"])
+    s = open_session(client, game_id=walk["game_id"])
     assert s["goal"] == walk["goal"] and s["observation"] == walk["steps"][0]["observation"]
     kinds = []
     for step in walk["steps"]:
-        r = _step(client, s["session_id"], step["action"])
+        r = post_step(client, s["session_id"], step["action"])
         assert r.status_code == 200, r.text
         kinds.append(r.json()["kind"])
     last = r.json()
@@ -74,28 +49,28 @@ def test_walkthrough_buys_with_full_reward_and_kinds_are_recorded(service) -> No
 def test_bad_input_gets_4xx_and_leaves_the_session_intact(service) -> None:
     _, client, prepared, _, _ = service
     walk = read_jsonl(prepared.public / "walkthroughs.jsonl")[0]
-    s = _open(client, game_id=walk["game_id"])
+    s = open_session(client, game_id=walk["game_id"])
     sid = s["session_id"]
 
     def unchanged(expected_obs: str, expected_steps: int) -> None:
         listing = {x["session_id"]: x for x in client.get("/sessions").json()["sessions"]}
         assert listing[sid]["steps"] == expected_steps and not listing[sid]["done"]
 
-    r = _step(client, sid, "search[" + "shoes " * 1666 + "]")  # 10,000 characters
+    r = post_step(client, sid, "search[" + "shoes " * 1666 + "]")  # 10,000 characters
     assert r.status_code == 400 and "characters" in r.json()["error"]
     unchanged(s["observation"], 0)
-    page = _step(client, sid, walk["steps"][0]["action"]).json()  # the search: results
+    page = post_step(client, sid, walk["steps"][0]["action"]).json()  # the search: results
     for bad in ["click[b0zzzz]", "click[buy now]", "search[again]", "jump", ""]:
-        r = _step(client, sid, bad)
+        r = post_step(client, sid, bad)
         assert r.status_code == 400, (bad, r.text)
         assert r.json()["error"]
         unchanged(page["observation"], 1)
     # the session plays on from where it was, to the purchase
     for step in walk["steps"][1:]:
-        r = _step(client, sid, step["action"])
+        r = post_step(client, sid, step["action"])
         assert r.status_code == 200, r.text
     assert r.json()["won"]
-    r = _step(client, sid, "click[buy now]")  # a second purchase
+    r = post_step(client, sid, "click[buy now]")  # a second purchase
     assert r.status_code == 409 and "over" in r.json()["error"]
     assert client.delete(f"/sessions/{sid}").status_code == 200
 
