@@ -5,7 +5,8 @@
     env.py      GameInfo, StepResult, Episode, GameSource: the interface a task implements
                 (the grader's episode solver plays its private games through the same one)
     app.py      the rollout service's HTTP API: sessions, steps, limits, bearer token
-    ledger.py   record/env.db: every session and step the agent played (SQLite)
+    ledger.py   record/env.db: every session, step and search query the agent played
+                (SQLite)
     client.py   a standard-library client, copied into the workspace as data/env_client.py
 
 The service process itself (loading a run's task and serving its public games) is started by
@@ -15,9 +16,11 @@ The service process itself (loading a run's task and serving its public games) i
 from agent2rl.rollout.app import RolloutLimits, create_app, describe_api
 from agent2rl.rollout.env import (
     MAX_ACTION_CHARS,
+    EnvironmentUnavailable,
     Episode,
     GameInfo,
     GameSource,
+    SearchRecord,
     StepResult,
     check_action,
 )
@@ -26,10 +29,12 @@ from agent2rl.rollout.ledger import EnvLedger, summarize_env
 __all__ = [
     "MAX_ACTION_CHARS",
     "EnvLedger",
+    "EnvironmentUnavailable",
     "Episode",
     "GameInfo",
     "GameSource",
     "RolloutLimits",
+    "SearchRecord",
     "StepResult",
     "check_action",
     "create_app",

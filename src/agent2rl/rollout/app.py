@@ -12,13 +12,15 @@ never given the private games). Every endpoint but ``/health`` needs
   the step's reward, ``done``, ``won``, the step count, the admissible actions. An action the
   game does not understand is played like in the game itself (one step used); a malformed one
   (not text, empty, too long, control characters) or one the environment refuses outright is
-  answered with 400 and the session is untouched.
+  answered with 400 and the session is untouched. When a service the environment needs is
+  down (a search provider), 503 with ``Retry-After``: the step was not played.
 - ``DELETE /sessions/{id}``: end a session. ``GET /sessions``: the open ones.
 
 Limits: at most ``max_sessions`` open sessions (429 beyond, naming DELETE), ``steps_per_s``
 steps per second over all sessions with bursts of as many (429 with ``Retry-After``), and
 sessions idle for ``idle_timeout_s`` are closed to free their slot. Every session and step is
-recorded in the run's :class:`~agent2rl.rollout.ledger.EnvLedger`.
+recorded in the run's :class:`~agent2rl.rollout.ledger.EnvLedger`, and so is every query a
+step sends to a search engine (a failed one too), with its session and step number.
 
 The games come from a :class:`~agent2rl.rollout.env.GameSource`: this module knows no task.
 """
@@ -39,8 +41,18 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agent2rl.rollout.env import MAX_ACTION_CHARS, Episode, GameSource, StepResult, check_action
+from agent2rl.rollout.env import (
+    MAX_ACTION_CHARS,
+    EnvironmentUnavailable,
+    Episode,
+    GameSource,
+    StepResult,
+    check_action,
+)
 from agent2rl.rollout.ledger import EnvLedger
+
+#: the Retry-After of a 503 (a search provider down): long enough not to hammer it
+UNAVAILABLE_RETRY_S = 5
 
 
 @dataclass
@@ -276,10 +288,20 @@ def create_app(
                 result = ep.step(action)
             except ValueError as err:  # refused by the environment; the episode is unchanged
                 raise _Refused(400, str(err)) from None
+            except EnvironmentUnavailable as err:  # not played; the episode is unchanged
+                slot.last_used = clock()
+                if err.search is not None:
+                    ledger.record_search(slot.id, ep.last.steps + 1, err.search)
+                raise _Refused(
+                    503,
+                    f"{err}; the step was not played: send it again later",
+                    {"Retry-After": str(UNAVAILABLE_RETRY_S)},
+                ) from None
             slot.last_used = clock()
             ledger.record_step(
-                slot.id, admissible, result.reward, result.won, result.done, result.kind
-            )
+                slot.id, admissible, result.reward, result.won, result.done, result.kind,
+                search=result.search, step=result.steps,
+            )  # fmt: skip
         return view(slot, result)
 
     @app.delete("/sessions/{session_id}")

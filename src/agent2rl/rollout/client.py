@@ -13,8 +13,9 @@ Copied into the agent's workspace as ``data/env_client.py``::
         print(s.won, s.steps)
 
 Every HTTP error becomes an :class:`EnvError` carrying the service's message and status; a
-429 (too many sessions or steps per second) is retried after the service's ``Retry-After``
-up to ``retries`` times before it is raised.
+429 (too many sessions or steps per second) or a 503 (a search provider down; the step was
+not played) is retried after the service's ``Retry-After`` up to ``retries`` times before it
+is raised.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class EnvClient:
                     message = json.loads(err.read()).get("error", "")
                 except ValueError:
                     message = err.reason
-                if err.code == 429 and attempt < self.retries:
+                if err.code in (429, 503) and attempt < self.retries:
                     time.sleep(float(err.headers.get("Retry-After") or 1))
                     continue
                 raise EnvError(err.code, message) from None

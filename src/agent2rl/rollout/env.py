@@ -19,6 +19,44 @@ from typing import Any, Protocol
 
 #: the longest action text an environment accepts (longer is a malformed request)
 MAX_ACTION_CHARS = 256
+#: the longest query text a record keeps (longer is cut; its full length is kept beside it)
+MAX_RECORDED_QUERY_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """One query a step sent to a search engine, for the run's record: the ``query`` as
+    sent, the ``backend``'s name (``bm25``, ``serpapi``, ``wikipedia``), the number of
+    ``hits``, the ``seconds`` it took and, for a search that failed, its ``error`` (one
+    line; ``hits`` 0)."""
+
+    query: str
+    backend: str
+    hits: int
+    seconds: float = 0.0
+    error: str = ""
+
+    def to_row(self) -> dict[str, Any]:
+        """The record as stored: the query cut to :data:`MAX_RECORDED_QUERY_CHARS` (so a
+        runaway query cannot bloat the record), ``query_chars`` its full length."""
+        return {
+            "backend": self.backend,
+            "query": self.query[:MAX_RECORDED_QUERY_CHARS],
+            "query_chars": len(self.query),
+            "hits": self.hits,
+            "seconds": round(self.seconds, 4),
+            "error": self.error[:MAX_RECORDED_QUERY_CHARS],
+        }
+
+
+class EnvironmentUnavailable(RuntimeError):
+    """A service the environment depends on (a search provider) could not answer. The step
+    was not played: the episode is unchanged and the action may be sent again. ``search``
+    is the failed query's record when the step was a search (for the run's record)."""
+
+    def __init__(self, message: str, search: SearchRecord | None = None) -> None:
+        super().__init__(message)
+        self.search = search
 
 
 @dataclass(frozen=True)
@@ -39,7 +77,8 @@ class StepResult:
     ``observation`` is the text the prompt protocol shows (the opening observation on reset);
     ``reward`` is the reward of this step (an episode's return is their sum); ``won`` is True
     once the game's goal is reached; ``kind`` names what the step was (``search``, ``click``,
-    ``answer``...; ``reset`` for the opening) for the run's per-kind step counts.
+    ``answer``...; ``reset`` for the opening) for the run's per-kind step counts; ``search``
+    is the query the step sent to a search engine, if any, for the run's record of queries.
     """
 
     observation: str
@@ -49,6 +88,7 @@ class StepResult:
     won: bool
     steps: int
     kind: str = "step"
+    search: SearchRecord | None = None
 
 
 class Episode(Protocol):
@@ -64,8 +104,9 @@ class Episode(Protocol):
     def step(self, action: str) -> StepResult:
         """Play ``action`` (already checked by :func:`check_action`). An action the game does
         not understand is played as the game plays it (it uses a step). Raises
-        :class:`RuntimeError` once the episode is over, and :class:`ValueError` for an
-        action the environment refuses outright (e.g. a second purchase): the episode is
+        :class:`RuntimeError` once the episode is over, :class:`ValueError` for an
+        action the environment refuses outright (e.g. a second purchase), and
+        :class:`EnvironmentUnavailable` when a service it needs is down: the episode is
         then unchanged."""
         ...
 

@@ -10,6 +10,11 @@ episodes and environment steps the agent collected, and when. Tables:
 ``steps``
     one row per step: time, session, whether the action was one the game admitted, reward,
     and its kind (``search``, ``click``, ``answer``...; ``step`` where a task has no kinds).
+``searches``
+    one row per query a step sent to a search engine: session, step number (the step it
+    was, or would have been for a failed search, which plays no step), time, backend,
+    the query (cut to :data:`~agent2rl.rollout.env.MAX_RECORDED_QUERY_CHARS`; ``query_chars``
+    its full length), hits, seconds, and the error of a failed one ('' otherwise).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from agent2rl.rollout.env import SearchRecord
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -41,7 +48,25 @@ CREATE TABLE IF NOT EXISTS steps (
     reward REAL NOT NULL,
     kind TEXT NOT NULL DEFAULT 'step'
 );
+CREATE TABLE IF NOT EXISTS searches (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    at REAL NOT NULL,
+    backend TEXT NOT NULL,
+    query TEXT NOT NULL,
+    query_chars INTEGER NOT NULL,
+    hits INTEGER NOT NULL,
+    seconds REAL NOT NULL,
+    error TEXT NOT NULL DEFAULT ''
+);
 """
+
+_INSERT_SEARCH = (
+    "INSERT INTO searches(session_id, step, at, backend, query, query_chars, hits, seconds,"
+    " error) VALUES (:session_id, :step, :at, :backend, :query, :query_chars, :hits, :seconds,"
+    " :error)"
+)
 
 
 @dataclass(frozen=True)
@@ -102,8 +127,11 @@ class EnvLedger:
         won: bool,
         done: bool,
         kind: str = "step",
+        search: SearchRecord | None = None,
+        step: int | None = None,
     ) -> None:
-        """One step and the session's running totals, in one transaction."""
+        """One step, the query it sent to a search engine (``search``, recorded as step
+        number ``step``) and the session's running totals, in one transaction."""
         now = time.time()
         with self._lock:
             self._conn.execute("BEGIN")
@@ -113,6 +141,9 @@ class EnvLedger:
                     " VALUES (?, ?, ?, ?, ?)",
                     (session_id, now, int(admissible), reward, kind),
                 )
+                if search is not None:
+                    row = {"session_id": session_id, "step": step or 0, "at": now}
+                    self._conn.execute(_INSERT_SEARCH, {**row, **search.to_row()})
                 self._conn.execute(
                     "UPDATE sessions SET steps = steps + 1, reward = reward + ?, won = ?,"
                     " done = ? WHERE id = ?",
@@ -122,6 +153,42 @@ class EnvLedger:
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+
+    def record_search(self, session_id: int, step: int, search: SearchRecord) -> None:
+        """A query that played no step (its search failed): recorded as step ``step``."""
+        row = {"session_id": session_id, "step": step, "at": time.time(), **search.to_row()}
+        with self._lock:
+            self._conn.execute(_INSERT_SEARCH, row)
+
+    def searches(self, session_id: int | None = None) -> list[dict[str, Any]]:
+        """The recorded queries (of one session, or all), oldest first: dicts of the
+        ``searches`` columns."""
+        sql = "SELECT * FROM searches"
+        args: tuple[Any, ...] = ()
+        if session_id is not None:
+            sql, args = sql + " WHERE session_id = ?", (session_id,)
+        with self._lock:
+            cur = self._conn.execute(sql + " ORDER BY id", args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def search_counts(self) -> dict[str, Any]:
+        """``queries`` (all), ``failed``, ``sessions`` (that searched) and ``by_backend``
+        (queries per backend)."""
+        with self._lock:
+            total, failed, sessions = self._conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(error != ''), 0), COUNT(DISTINCT session_id)"
+                " FROM searches"
+            ).fetchone()
+            rows = self._conn.execute(
+                "SELECT backend, COUNT(*) FROM searches GROUP BY backend"
+            ).fetchall()
+        return {
+            "queries": int(total),
+            "failed": int(failed),
+            "sessions": int(sessions),
+            "by_backend": {str(b): int(n) for b, n in sorted(rows)},
+        }
 
     def close_session(self, session_id: int) -> None:
         with self._lock:
@@ -164,6 +231,7 @@ def summarize_env(path: Path, t0: float, buckets: int = 30) -> dict[str, Any] | 
         sessions = led.sessions()
         steps = led.step_times()
         kinds = led.step_kinds()
+        searches = led.search_counts()
     n_steps = len(steps)
     finished = [s for s in sessions if s.done]
     by_group: dict[str, dict[str, int]] = {}
@@ -191,5 +259,6 @@ def summarize_env(path: Path, t0: float, buckets: int = 30) -> dict[str, Any] | 
         "last_step_t": steps[-1][0] - t0 if steps else None,
         "by_group": by_group,
         "by_kind": kinds,
+        "searches": searches,
         "timeline": timeline,
     }

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from support.fake_provider import Turn, start_fake_provider
+from support.fake_wikipedia import start_fake_wikipedia
 
 from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl
@@ -22,7 +23,12 @@ from agent2rl.inference.backend import GenerationSettings
 from agent2rl.scoring.judges import JudgeUnavailable
 from agent2rl.tasks.deepsearch.judge import parse_verdict
 from agent2rl.tasks.deepsearch.search import SearchUnavailable, SerpAPIBackend
-from agent2rl.tasks.deepsearch.store import DSQA_SPLIT_SEED, read_table, split_dsqa
+from agent2rl.tasks.deepsearch.store import (
+    DSQA_SPLIT_SEED,
+    read_table,
+    split_dsqa,
+    write_dsqa_store,
+)
 
 FIXTURE = Path(__file__).resolve().parents[2] / "support" / "fixtures" / "deepsearchqa"
 SERP_KEY = "serp-test-key"
@@ -278,3 +284,55 @@ def test_grader_end_to_end_with_judge_serpapi_and_exact(dsqa, serp, judge, monke
             task.evaluate(_Policy(fresh), prepared)
     finally:
         judge.respond_with(_judge_reply)
+
+
+def test_wikipedia_search_is_keyless_and_the_grader_records_every_query(
+    dsqa, tmp_path, monkeypatch
+) -> None:
+    """search=wikipedia through a MediaWiki-speaking server on loopback: the identity and
+    the description name it, auto picks it when there is neither a key nor a corpus, the
+    grader's episodes search it and record every query, and an outage fails the evaluation
+    (SearchUnavailable), never a silent 0."""
+    from agent2rl.dataset import PreparedTask
+    from agent2rl.tasks import get_task
+
+    _, prepared, _ = dsqa
+    wiki = start_fake_wikipedia(read_jsonl(FIXTURE / "corpus.jsonl"))
+    try:
+        monkeypatch.delenv("SERPAPI_KEY", raising=False)
+        monkeypatch.setenv("AGENT2RL_WIKIPEDIA_URL", wiki.url)
+        task = get_task("deepsearchqa", {"judge": "exact", "search": "wikipedia"})
+        identity = task.search_identity(prepared)
+        assert identity == {"backend": "wikipedia", "engine": "mediawiki", "url": wiki.url}
+        assert "(wikipedia)" in task.description(prepared)
+        with pytest.raises(UserError, match="bm25, wikipedia"):
+            get_task("deepsearchqa", {"search": "nope"}).search_identity(prepared)
+        # no key and no local corpus: auto is the keyless web search
+        bare = tmp_path / "bare"
+        rows = read_table(FIXTURE / "deepsearchqa_eval.csv")
+        write_dsqa_store(bare, rows, None, "fixture without corpus")
+        no_corpus = PreparedTask(bare / "public", bare / "private", bare / "validation")
+        assert get_task("deepsearchqa").search_identity(no_corpus)["backend"] == "wikipedia"
+        with pytest.raises(UserError, match="search=wikipedia"):
+            get_task("deepsearchqa", {"search": "bm25"}).search_identity(no_corpus)
+
+        graded = read_jsonl(prepared.private / "questions.jsonl")
+        answers = {r["question"]: r["answer"] for r in graded}
+        task.record_dir = tmp_path / "grading"
+        result = task.evaluate(_Policy(answers), prepared)
+        assert result.details["search_backend"] == "wikipedia"
+        assert task.solver_settings(prepared)["search"]["backend"] == "wikipedia"
+        assert result.score == pytest.approx(100.0)
+        queries = read_jsonl(tmp_path / "grading" / "search_queries.jsonl")
+        assert len(queries) == len(graded) and {q["backend"] for q in queries} == {"wikipedia"}
+        assert sorted(q["query"] for q in queries) == sorted(wiki.queries)
+        assert {q["game_id"] for q in queries} == {r["game_id"] for r in graded}
+        assert all(q["step"] == 1 and q["hits"] > 0 for q in queries)
+        # Wikipedia down: the evaluation fails as the harness's failure
+        wiki.fail = 100
+        with pytest.raises(SearchUnavailable, match="HTTP 503"):
+            task.evaluate(_Policy(answers), prepared)
+        failed = read_jsonl(tmp_path / "grading" / "search_queries.jsonl")[len(queries) :]
+        assert failed and all(q["error"] and q["hits"] == 0 for q in failed)
+    finally:
+        wiki.stop()

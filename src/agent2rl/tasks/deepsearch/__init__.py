@@ -5,7 +5,8 @@ that take several searches, DeepSearchQA's way.
 
     protocol.py       the prompt and action protocol, and the exact-match scoring (standard
                       library only: copied into the workspace as data/protocol.py)
-    search.py         SearchBackend: BM25 over a local corpus (bm25s), SerpAPI (SERPAPI_KEY)
+    search.py         SearchBackend: BM25 over a local corpus (bm25s), SerpAPI (SERPAPI_KEY),
+                      Wikipedia's search API (keyless web search)
     games.py          QuestionGames / SearchEpisode: questions as the rollout layer's games;
                       the expert's walkthroughs
     generate_lite.py  deepsearch-lite's world: fictional entities, linked facts, questions
@@ -26,7 +27,8 @@ settings say which, so the two never compare.
   paper's reference: a shuffle with seed :data:`~.store.DSQA_SPLIT_SEED` (42), 200 graded,
   100 public (with answers), 100 validation. Search: SerpAPI when ``SERPAPI_KEY`` is set on
   the host (``--task-opt search=auto``, the default), else a local BM25 corpus imported with
-  the data (``corpus.jsonl``); ``search=serpapi`` / ``search=bm25`` force one. Judge:
+  the data (``corpus.jsonl``), else Wikipedia's search API (keyless, needs the network);
+  ``search=serpapi`` / ``search=bm25`` / ``search=wikipedia`` force one. Judge:
   ``--task-opt judge=auto`` (the default) uses the LLM judge when a judge key
   (``AGENT2RL_JUDGE_API_KEY`` or ``OPENAI_API_KEY``) is set, ``judge=llm`` always,
   ``judge=exact`` never.
@@ -63,8 +65,10 @@ from agent2rl.tasks.deepsearch.search import (
     QueryLog,
     SearchBackend,
     SerpAPIBackend,
+    WikipediaBackend,
     open_corpus,
     serpapi_key,
+    wikipedia_url,
 )
 from agent2rl.tasks.deepsearch.store import (
     QUESTIONS,
@@ -85,7 +89,7 @@ MAX_SESSION_STEPS = 50
 #: the grader's record of every search it made (in the evaluation's grading directory)
 QUERY_LOG = "search_queries.jsonl"
 JUDGE_MODES = ("auto", "llm", "exact")
-SEARCH_MODES = ("auto", "serpapi", "bm25")
+SEARCH_MODES = ("auto", "serpapi", "bm25", "wikipedia")
 #: the judge's default model (DeepSearchQA's paper grades with Gemini 2.5 Flash; point
 #: ``judge_base_url`` at any OpenAI-compatible endpoint serving it to match)
 DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"
@@ -339,33 +343,41 @@ class DeepSearchQA(DeepsearchBase):
         )
 
     def search_mode(self, prepared: PreparedTask) -> str:
-        """``serpapi`` or ``bm25``: the ``search`` option, ``auto`` resolved (SerpAPI when
-        ``SERPAPI_KEY`` is set, else the local corpus). :class:`UserError` when the chosen
-        backend cannot run here."""
+        """``serpapi``, ``bm25`` or ``wikipedia``: the ``search`` option, ``auto`` resolved
+        (SerpAPI when ``SERPAPI_KEY`` is set, else the local corpus when one was imported,
+        else the keyless Wikipedia search). :class:`UserError` when the chosen backend
+        cannot run here (no key, no corpus); a network that cannot reach Wikipedia shows
+        only at the first search (:class:`~.search.SearchUnavailable`)."""
         mode = self.opts["search"]
         if mode not in SEARCH_MODES:
             raise UserError(f"--task-opt search={mode}: use {', '.join(SEARCH_MODES)}")
         has_corpus = corpus_file(prepared.private.parent).exists()
         if mode == "auto":
-            mode = "serpapi" if serpapi_key() else "bm25"
+            mode = "serpapi" if serpapi_key() else "bm25" if has_corpus else "wikipedia"
         if mode == "serpapi" and not serpapi_key():
             raise UserError("search=serpapi needs SERPAPI_KEY in the host's environment")
         if mode == "bm25" and not has_corpus:
             raise UserError(
-                "deepsearchqa has no search engine here: set SERPAPI_KEY on the host for "
-                "SerpAPI, or import a local corpus (a corpus.jsonl of title/text rows beside "
-                "the questions) with `agent2rl data import deepsearchqa DIR`"
+                "deepsearchqa has no local corpus: import one (a corpus.jsonl of title/text "
+                "rows beside the questions) with `agent2rl data import deepsearchqa DIR`, or "
+                "search the web: search=wikipedia (keyless) or search=serpapi (SERPAPI_KEY)"
             )
         return mode
 
     def search_backend(self, prepared: PreparedTask) -> SearchBackend:
-        if self.search_mode(prepared) == "serpapi":
+        mode = self.search_mode(prepared)
+        if mode == "serpapi":
             return SerpAPIBackend(serpapi_key())
+        if mode == "wikipedia":
+            return WikipediaBackend()
         return super().search_backend(prepared)
 
     def search_identity(self, prepared: PreparedTask) -> dict[str, Any]:
-        if self.search_mode(prepared) == "serpapi":
+        mode = self.search_mode(prepared)
+        if mode == "serpapi":
             return {"backend": "serpapi", "engine": "google"}
+        if mode == "wikipedia":  # the endpoint is the wiki searched: part of the identity
+            return {"backend": "wikipedia", "engine": "mediawiki", "url": wikipedia_url()}
         return super().search_identity(prepared)
 
     def description(self, prepared: PreparedTask) -> str:

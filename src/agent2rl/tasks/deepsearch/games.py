@@ -11,7 +11,10 @@ Actions (free text: the admissible list is empty):
 
 ``search[query]`` (step kind ``search``)
     the observation is the top ``top_k`` hits, ``[1] Title: snippet [2] ...`` (``No
-    results.`` when none); reward 0.
+    results.`` when none); reward 0. The step's :class:`~agent2rl.rollout.env.SearchRecord`
+    (query, backend, hits) rides on its result for the rollout service's record, and the
+    episode's :class:`~.search.QueryLog` (the grader's) gets a line. A backend that cannot
+    answer raises :class:`~.search.SearchUnavailable` (the record on it): no step is used.
 ``answer[text]`` (step kind ``answer``)
     ends the episode; the reward is the offline correctness
     (:func:`~.protocol.answer_reward`: normalised exact match for a single answer, F1 for
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.files import read_jsonl
-from agent2rl.rollout.env import MAX_ACTION_CHARS, GameInfo, StepResult
+from agent2rl.rollout.env import MAX_ACTION_CHARS, GameInfo, SearchRecord, StepResult
 from agent2rl.tasks.deepsearch.protocol import (
     EpisodeFormat,
     answer_items,
@@ -39,7 +42,7 @@ from agent2rl.tasks.deepsearch.protocol import (
     shown_observation,
     split_action,
 )
-from agent2rl.tasks.deepsearch.search import Hit, QueryLog, SearchBackend
+from agent2rl.tasks.deepsearch.search import Hit, QueryLog, SearchBackend, SearchUnavailable
 
 #: the opening observation of every episode
 INTRO = "Search with search[query]; answer with answer[text]."
@@ -140,8 +143,9 @@ class SearchEpisode:
                 f"the {kind} is {len(arg)} characters long; at most {MAX_ACTION_CHARS}"
             )
         reward = 0.0
+        search = None
         if kind == "search":
-            hits = self._search(arg)
+            hits, search = self._search(arg)
             observation = render_hits(hits)
             self.searches += 1
         else:
@@ -151,19 +155,27 @@ class SearchEpisode:
         self.steps += 1
         self.done = kind == "answer" or self.steps >= self.max_steps
         self.last = StepResult(
-            observation, [], reward, self.done, reward >= WIN_REWARD, self.steps, kind
+            observation, [], reward, self.done, reward >= WIN_REWARD, self.steps, kind, search
         )
         return self.last
 
-    def _search(self, query: str) -> list[Hit]:
+    def _search(self, query: str) -> tuple[list[Hit], SearchRecord]:
+        """The hits for ``query`` and its record, logged as this episode's next step. A
+        failure is logged too, then re-raised (a :class:`SearchUnavailable` carrying its
+        record, for the rollout service's)."""
         started = time.monotonic()
+        name, game_id, step = self.backend.name, self.game.game_id, self.steps + 1
         try:
             hits = self.backend.search(query, self.top_k)
         except Exception as err:
-            self.log.record(self.backend.name, query, 0, time.monotonic() - started, str(err))
+            failed = SearchRecord(query, name, 0, time.monotonic() - started, str(err) or repr(err))
+            self.log.record(failed, game_id, step)
+            if isinstance(err, SearchUnavailable):
+                err.search = failed
             raise
-        self.log.record(self.backend.name, query, len(hits), time.monotonic() - started)
-        return hits
+        record = SearchRecord(query, name, len(hits), time.monotonic() - started)
+        self.log.record(record, game_id, step)
+        return hits, record
 
     def close(self) -> None:
         """Nothing to release (the backend is shared)."""

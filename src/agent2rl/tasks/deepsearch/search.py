@@ -11,16 +11,25 @@ rollout service's alike.
   ``SERPAPI_KEY`` is set in the host's environment (``AGENT2RL_SERPAPI_URL`` overrides the
   endpoint: a proxy, a test server). The key stays on the host: the grader
   and the rollout service call SerpAPI, the agent only ever calls the service.
+- :class:`WikipediaBackend`: keyless web search, English Wikipedia's full-text search
+  through the MediaWiki Action API (``action=query&list=search``; ``AGENT2RL_WIKIPEDIA_URL``
+  overrides the endpoint). Chosen over scraping a search engine's HTML page (DuckDuckGo's
+  ``html.duckduckgo.com``): it is a documented JSON API that Wikimedia allows automated
+  clients to use without a key, while an HTML results page changes without notice and
+  answers automated clients with CAPTCHAs. It searches Wikipedia only, not the whole web,
+  and its index is live: results drift over time.
 
-Every query can be recorded (:class:`QueryLog`: one JSON line per query with the backend,
-the number of hits and the time taken). A backend that cannot answer raises
-:class:`SearchUnavailable`: the harness's failure, never a silent empty result.
+Every query can be recorded (:class:`QueryLog`: one JSON line per query with the game, the
+step, the backend, the number of hits and the time taken). A backend that cannot answer
+raises :class:`SearchUnavailable`: the harness's failure, never a silent empty result (the
+rollout service answers it with 503, the step unplayed).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import html
 import json
 import os
 import re
@@ -29,11 +38,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote, urljoin
 
 import httpx
 import numpy as np
 
 from agent2rl.files import read_jsonl
+from agent2rl.rollout.env import EnvironmentUnavailable, SearchRecord
 
 #: BM25 parameters: pyserini's defaults (as the WebShop search uses)
 BM25_K1 = 0.9
@@ -42,13 +53,21 @@ SERPAPI_URL = "https://serpapi.com/search.json"
 SERPAPI_KEY_ENV = "SERPAPI_KEY"
 #: the host may point SerpAPI requests elsewhere (a proxy, a loopback test server)
 SERPAPI_URL_ENV = "AGENT2RL_SERPAPI_URL"
+WIKIPEDIA_URL = "https://en.wikipedia.org/w/api.php"
+#: the host may point Wikipedia requests elsewhere (another language, a mirror, a test server)
+WIKIPEDIA_URL_ENV = "AGENT2RL_WIKIPEDIA_URL"
+#: Wikimedia's User-Agent policy asks for a descriptive agent; generic ones may get 403
+USER_AGENT = "agent2rl/0.1 (agentic RL benchmark harness; deepsearchqa search backend)"
+#: the longest wait a Retry-After header may impose before a retry
+MAX_BACKOFF_S = 30.0
+_TAG = re.compile(r"<[^>]*>")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-class SearchUnavailable(RuntimeError):
-    """The search backend could not answer (network, quota, a refused key). One line naming
-    the backend and the cause."""
+class SearchUnavailable(EnvironmentUnavailable):
+    """The search backend could not answer (network, quota, a refused key, a timeout). One
+    line naming the backend and the cause."""
 
 
 @dataclass(frozen=True)
@@ -77,19 +96,22 @@ class SearchBackend(Protocol):
 
 
 class QueryLog:
-    """Appends one JSON line per query to ``path`` (thread-safe); None records nothing."""
+    """Appends one JSON line per query to ``path`` (thread-safe); None records nothing.
+
+    A line: ``t`` (Unix time), ``game_id`` and ``step`` (the episode's step number the
+    search was, or would have been had it not failed), then the
+    :meth:`~agent2rl.rollout.env.SearchRecord.to_row` fields: ``backend``, ``query`` (cut to
+    :data:`~agent2rl.rollout.env.MAX_RECORDED_QUERY_CHARS`), ``query_chars``, ``hits``,
+    ``seconds`` and ``error`` ('' unless the search failed)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
 
-    def record(self, backend: str, query: str, hits: int, seconds: float, error: str = "") -> None:
+    def record(self, search: SearchRecord, game_id: str = "", step: int = 0) -> None:
         if self.path is None:
             return
-        row = {"t": time.time(), "backend": backend, "query": query, "hits": hits,
-               "seconds": round(seconds, 4)}  # fmt: skip
-        if error:
-            row["error"] = error
+        row = {"t": time.time(), "game_id": game_id, "step": step, **search.to_row()}
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as fh:
@@ -198,21 +220,10 @@ class SerpAPIBackend:
 
     def search(self, query: str, k: int) -> list[Hit]:
         params = {"engine": "google", "q": query, "num": k, "api_key": self.api_key}
-        last = ""
-        for attempt in range(self.max_attempts):
-            if attempt:
-                time.sleep(min(self.backoff_s * 2 ** (attempt - 1), 30.0))
-            try:
-                resp = self._http.get(self.url, params=params)
-            except httpx.HTTPError as err:
-                last = f"{type(err).__name__}: {err}"
-                continue
-            if resp.status_code == 200:
-                return self._parse(resp, k)
-            last = f"HTTP {resp.status_code}"
-            if resp.status_code != 429 and resp.status_code < 500:
-                break
-        raise SearchUnavailable(f"SerpAPI at {self.url} failed ({last})")
+        resp = fetch_with_retries(
+            self._http, self.url, params, "SerpAPI", self.max_attempts, self.backoff_s
+        )
+        return self._parse(resp, k)
 
     def _parse(self, resp: httpx.Response, k: int) -> list[Hit]:
         try:
@@ -236,6 +247,142 @@ class SerpAPIBackend:
 
     def close(self) -> None:
         self._http.close()
+
+
+class WikipediaBackend:
+    """Keyless web search: English Wikipedia's full-text search (CirrusSearch) through the
+    MediaWiki Action API. A hit is an article's ``title``, its search ``snippet`` (HTML
+    highlighting removed, entities decoded) and its ``/wiki/`` address.
+
+    Requests carry a descriptive User-Agent (Wikimedia's policy) and at most
+    ``max_parallel`` are in flight at once (Wikimedia asks API clients not to flood it; the
+    rollout service may run dozens of sessions). Transient failures (connection errors,
+    timeouts, 429, 5xx) are retried ``max_attempts`` times with exponential backoff,
+    honouring ``Retry-After``; then, or on another status, an API error in the body
+    (MediaWiki answers errors with HTTP 200 and an ``error`` object), or a body that is not
+    the API's JSON: :class:`SearchUnavailable`. No results is an empty list, not an error.
+    A blank query or ``k < 1`` returns ``[]`` without a request."""
+
+    name = "wikipedia"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        timeout_s: float = 30.0,
+        max_attempts: int = 3,
+        backoff_s: float = 1.0,
+        max_parallel: int = 4,
+    ) -> None:
+        self.url = url or wikipedia_url()
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_s = backoff_s
+        self._slots = threading.BoundedSemaphore(max(1, max_parallel))
+        self._http = httpx.Client(timeout=timeout_s, headers={"User-Agent": USER_AGENT})
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.name, "engine": "mediawiki", "url": self.url}
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        if not query.strip() or k < 1:
+            return []
+        params = {
+            "action": "query",
+            "list": "search",
+            "srsearch": query,
+            "srlimit": k,
+            "srprop": "snippet",
+            "format": "json",
+            "formatversion": 2,
+            "utf8": 1,
+        }
+        with self._slots:
+            resp = fetch_with_retries(
+                self._http, self.url, params, "Wikipedia", self.max_attempts, self.backoff_s
+            )
+        return self._parse(resp, k)
+
+    def _parse(self, resp: httpx.Response, k: int) -> list[Hit]:
+        try:
+            data = resp.json()
+        except ValueError:
+            raise SearchUnavailable(f"Wikipedia at {self.url} answered without JSON") from None
+        if not isinstance(data, dict):
+            raise SearchUnavailable(f"Wikipedia at {self.url} answered {type(data).__name__}")
+        if isinstance(data.get("error"), dict):
+            err = data["error"]
+            raise SearchUnavailable(
+                f"Wikipedia at {self.url}: {err.get('code', '?')}: {err.get('info', '')}"
+            )
+        rows = (data.get("query") or {}).get("search")
+        if not isinstance(rows, list):
+            raise SearchUnavailable(f"Wikipedia at {self.url} answered without query.search")
+        hits = []
+        for row in rows[:k]:
+            if not isinstance(row, dict):
+                continue
+            title = str(row.get("title") or "")
+            snippet = snippet_text(str(row.get("snippet") or ""))
+            hits.append(Hit(title, snippet, self.page_url(title)))
+        return hits
+
+    def page_url(self, title: str) -> str:
+        """The article's address beside the API's (``.../w/api.php`` -> ``.../wiki/T_itle``)."""
+        return urljoin(self.url, "/wiki/" + quote(title.replace(" ", "_"), safe="/:(),'!*"))
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def snippet_text(snippet: str) -> str:
+    """MediaWiki's HTML search snippet as plain text: tags (the ``searchmatch`` highlights)
+    removed, entities decoded, whitespace collapsed."""
+    return " ".join(html.unescape(_TAG.sub("", snippet)).split())
+
+
+def fetch_with_retries(
+    http: httpx.Client,
+    url: str,
+    params: dict[str, Any],
+    what: str,
+    max_attempts: int,
+    backoff_s: float,
+) -> httpx.Response:
+    """GET ``url`` with ``params``: the 200 response. Connection errors, timeouts, 429 and
+    5xx are retried up to ``max_attempts`` tries in all, waiting ``backoff_s`` doubling per
+    try (a ``Retry-After`` in seconds instead, when given; at most
+    :data:`MAX_BACKOFF_S`); then, or at once on another status, :class:`SearchUnavailable`
+    naming ``what``, the URL and the last cause."""
+    last, wait = "", 0.0
+    for attempt in range(max(1, max_attempts)):
+        if attempt:
+            time.sleep(min(wait or backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S))
+        wait = 0.0
+        try:
+            resp = http.get(url, params=params)
+        except httpx.HTTPError as err:
+            last = f"{type(err).__name__}: {err}"
+            continue
+        if resp.status_code == 200:
+            return resp
+        last = f"HTTP {resp.status_code}"
+        if resp.status_code != 429 and resp.status_code < 500:
+            break
+        wait = _retry_after(resp.headers.get("retry-after", ""))
+    raise SearchUnavailable(f"{what} at {url} failed ({last})")
+
+
+def _retry_after(value: str) -> float:
+    """A ``Retry-After`` in seconds, or 0 (absent, or an HTTP date: the doubling applies)."""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 0.0
+
+
+def wikipedia_url() -> str:
+    """The MediaWiki API endpoint searched: ``AGENT2RL_WIKIPEDIA_URL`` on the host, else
+    English Wikipedia's."""
+    return os.environ.get(WIKIPEDIA_URL_ENV) or WIKIPEDIA_URL
 
 
 def serpapi_key() -> str:
