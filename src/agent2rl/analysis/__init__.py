@@ -14,6 +14,8 @@ Modules:
     :func:`compute_metrics`: a finished run directory -> :class:`RunMetrics`.
 ``code_changes``
     lines changed per submission and the diffs between code snapshots (``record/code.git``).
+``judging``, ``searching``
+    a judge's cost over the run's gradings; a search task's backend and query counts.
 ``report``
     ``metrics.json``, ``report.md``, the self-contained ``report.html`` and ``diffs/``.
 ``plot``

@@ -36,6 +36,7 @@ from agent2rl.analysis.run_metrics import (
     RunMetrics,
     TrajectoryPoint,
 )
+from agent2rl.analysis.searching import search_summary
 from agent2rl.files import read_jsonl_tolerant
 from agent2rl.grading.comparison import best as best_of
 from agent2rl.grading.comparison import comparable, improvement
@@ -431,6 +432,7 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
             _rel(paths, (baseline or {}).get("items_path")),
             _items_for(paths, best, {s.id: s for s in subs}) if best else None,
         ),
+        search=search_summary(paths, env),
         agent_log=agent_log,
         methods=methods,
         mode_flags=mode_flags,

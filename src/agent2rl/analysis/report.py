@@ -26,6 +26,7 @@ from agent2rl.analysis.run_metrics import (
     RunMetrics,
     TrajectoryPoint,
 )
+from agent2rl.analysis.searching import search_text
 from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import DASH, format_bytes, format_duration
 from agent2rl.grading.comparison import improvement
@@ -383,12 +384,20 @@ def render_markdown(m: RunMetrics) -> str:
         lines += ["", "## Scores by task type", "", *_groups_md(m.group_scores)]
     if m.env_usage is not None:
         lines += ["", "## Environment rollouts", "", _env_text(m.env_usage)]
+    if m.search is not None:
+        lines += ["", "## Search", "", search_text(m.search)]
     if m.judge is not None:
         lines += ["", "## Judge", "", judge_text(m.judge)]
     lines += ["", "## LLM usage", "", _usage_text(m)]
     for flag in m.mode_flags or []:
         lines.append(f"\n**Mode check:** {_md(flag)}")
     return "\n".join(lines) + "\n"
+
+
+def _search_html(m: RunMetrics) -> str:
+    if m.search is None:
+        return ""
+    return f"<h2>Search</h2>\n<p>{_e(search_text(m.search))}</p>\n"
 
 
 def _judge_html(m: RunMetrics) -> str:
@@ -728,7 +737,7 @@ def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) ->
 {_rejections_html(m)}
 <h2>Resources</h2>
 {_resources_html(m)}
-{_groups_html(m)}{_env_html(m)}{_judge_html(m)}<h2>LLM usage</h2>
+{_groups_html(m)}{_env_html(m)}{_search_html(m)}{_judge_html(m)}<h2>LLM usage</h2>
 <p>{_e(_usage_text(m))}</p>{flags}
 <h2>Code changes</h2>
 {_diffs_html(m, diffs)}

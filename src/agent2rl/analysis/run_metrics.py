@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from agent2rl.analysis.judging import JudgeSummary
+from agent2rl.analysis.searching import SearchSummary
 
 #: A 95% interval, ``(low, high)``, in score points; ``[low, high]`` in JSON.
 Interval = tuple[float, float]
@@ -284,6 +285,9 @@ class RunMetrics(_Closed):
     judge: JudgeSummary | None = None
     """A judge-based task's judge: its requests, tokens and cost over the run's gradings and
     the judged metrics of the baseline and the best; None for a task without a judge."""
+    search: SearchSummary | None = None
+    """A search task's backend and query counts (the grader's, the agent's); None for a
+    task without search."""
 
     # -- the agent's own view (record/agent.json) -------------------------------------------
     agent_log: dict[str, Any] | None = None

@@ -326,7 +326,7 @@ METRICS_KEYS = {
     "time_to_first_improvement", "time_to_best", "monotonic_ratio", "copy_model_count",
     "duplicate_count", "rejected_attempts", "time_used_ratio", "last_submit_gap",
     "code_changes", "total_lines_changed", "trajectory", "rejections", "resources",
-    "llm_usage", "token_budget", "env_usage", "group_scores", "judge", "agent_log",
+    "llm_usage", "token_budget", "env_usage", "group_scores", "judge", "search", "agent_log",
     "methods",
     "mode_flags", "not_derived_submissions", "chat_template_submissions", "contamination",
     "integrity_flags",
@@ -529,6 +529,47 @@ def test_rollout_record_and_task_type_scores_reach_metrics_and_report(tmp_path: 
     assert "3 episodes on 2 games (1 finished, 1 won), 6 environment steps" in md
     assert "| a | 20 | 100.00 | 100.00 |" in md and "| b | 20 | 0.00 | 100.00 |" in md
     assert "Environment rollouts" in page and 'aria-label="environment steps over time"' in page
+
+
+def test_search_backend_and_query_counts_reach_metrics_and_report(tmp_path: Path) -> None:
+    from agent2rl.rollout import SearchRecord
+
+    paths = make_run(tmp_path / "r", HALF, [Sub(t=60, items=[1.0] * 40)])
+    sub = paths.grading / "submissions" / "0001"
+    for d in (paths.baseline_dir, sub):
+        (d / "result.json").write_text(json.dumps({"details": {"search_backend": "wikipedia"}}))
+    lines = [{"game_id": "q1", "step": 1, "backend": "wikipedia", "query": "a", "hits": 3,
+              "error": ""}] * 3  # fmt: skip
+    lines.append({**lines[0], "hits": 0, "error": "Wikipedia at x failed (HTTP 503)"})
+    (paths.baseline_dir / "search_queries.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in lines) + '{"torn'
+    )
+    (sub / "search_queries.jsonl").write_text(json.dumps(lines[0]) + "\n")
+    with EnvLedger(paths.env_db) as led:
+        sid = led.open_session("p1", None, at=START + 5)
+        for step in (1, 2):
+            led.record_step(sid, True, 0.0, False, False, "search",
+                            search=SearchRecord(f"q{step}", "wikipedia", 2), step=step)  # fmt: skip
+        led.record_search(sid, 3, SearchRecord("q3", "wikipedia", 0, 1.0, "down"))
+    m = compute_metrics(paths)
+    s = m.search
+    assert s is not None and s.backends == ["wikipedia"]
+    assert (s.grader_evaluations, s.grader_queries, s.grader_failed) == (2, 5, 1)
+    assert (s.agent_queries, s.agent_failed, s.agent_sessions) == (3, 1, 1)
+    assert RunMetrics.model_validate(m.to_json()).search == s
+    write_report(paths)
+    md, page = (paths.report / "report.md").read_text(), (paths.report / "report.html").read_text()
+    assert "## Search" in md and "Backend: wikipedia." in md
+    assert "sent 5 queries over 2 evaluations, 1 failed" in md
+    assert "sent 3 queries through the rollout service from 1 session, 1 failed" in md
+    assert "<h2>Search</h2>" in page and "Backend: wikipedia." in page
+    # a run of a task without search (no backend named, no query): no section
+    plain = make_run(tmp_path / "plain", HALF, [Sub(t=60, items=HALF)])
+    with EnvLedger(plain.env_db) as led:
+        led.record_step(led.open_session("g", None, at=START + 5), True, 0.0, False, False)
+    assert compute_metrics(plain).search is None
+    write_report(plain)
+    assert "## Search" not in (plain.report / "report.md").read_text()
 
 
 def test_runs_without_rollouts_have_no_env_section(tmp_path: Path) -> None:
