@@ -336,6 +336,8 @@ with env.session(seed=0) as s:          # or game_id=...; a random public game o
   does not understand uses a step, as in evaluation; a malformed one (empty, over
   {MAX_ACTION_CHARS} characters, control characters) gets HTTP 400 and changes nothing.
 - `DELETE /sessions/<id>` ends a session. At most a few dozen sessions may be open at once
-  and steps are rate-limited (HTTP 429 with `Retry-After`; the client retries).
-- Every episode and step is recorded for the run's report.
+  and steps are rate-limited (HTTP 429 with `Retry-After`; the client retries). A service
+  the game needs that is down (a search engine) gets HTTP 503 with `Retry-After`: the step
+  was not played (the client retries).
+- Every episode, step and search query is recorded for the run's report.
 """
