@@ -1,13 +1,15 @@
-"""webshop-lite figures: environment steps per second through the rollout service (HTTP on
-loopback, the agent's path) against the same steps in-process, with 1 and with 16 parallel
-sessions, and the time to grade the tiny model on the lite validation goals (the eval set's
-size; no benchmark touches the graded split).
+"""webshop-lite and deepsearch-lite figures: environment steps per second through the
+rollout service (HTTP on loopback, the agent's path) against the same steps in-process, with
+1 and with 16 parallel sessions, and the time to grade the tiny model on the lite validation
+split (no benchmark touches the graded split).
 
-    python benchmarks/webshop_service.py [--episodes 64] [--repeats 3] [--parallel 16]
+    python benchmarks/interactive_service.py --task webshop-lite|deepsearch-lite
+        [--episodes 64] [--repeats 3] [--parallel 16]
 
-Episodes replay the public expert walkthroughs (a search, clicks, a purchase: every action
-offered, every purchase rewarded 1), so both sides do the same shop work. Uses a private
-AGENT2RL_HOME (a temp dir) unless one is set.
+Episodes replay the public expert walkthroughs (webshop-lite: a search, clicks, a purchase,
+every action offered; deepsearch-lite: two BM25 searches, then the answer; every episode
+rewarded 1), so both sides do the same work. Uses a private AGENT2RL_HOME (a temp dir)
+unless one is set.
 """
 
 from __future__ import annotations
@@ -20,13 +22,31 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from spine import machine  # the machine line every benchmark prints
 
 
+@dataclass(frozen=True)
+class Figures:
+    """How a task's figures read: what its validation items are called, and the extra
+    detail of its evaluation worth printing (a key of ``details`` and its label), if any."""
+
+    items: str
+    extra: tuple[str, str] | None = None
+
+
+#: the tasks this benchmark measures (the lite interactive tasks with a walkthrough per
+#: public item; alfworld-lite has its own, benchmarks/rollout_service.py)
+TASKS = {
+    "webshop-lite": Figures("goals"),
+    "deepsearch-lite": Figures("questions", ("answered_rate", "answered")),
+}
+
+
 def in_process(games, walks: list[dict]) -> tuple[int, float]:
-    """(steps, seconds) replaying ``walks`` with ShopEpisode directly."""
+    """(steps, seconds) replaying ``walks`` with the task's episodes directly."""
     steps, start = 0, time.time()
     for w in walks:
         ep = games.open(games.by_id[w["game_id"]])
@@ -59,6 +79,7 @@ def through_service(url: str, token: str, walks: list[dict], parallel: int) -> t
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--task", choices=sorted(TASKS), required=True)
     ap.add_argument("--episodes", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--parallel", type=int, default=16)
@@ -78,10 +99,11 @@ def main() -> None:
 
     print(f"machine: {machine()}")
     settings = load_settings()
-    task = get_task("webshop-lite")
+    figures = TASKS[args.task]
+    task = get_task(args.task)
     started = time.time()
     prepared = prepare_task(task, settings.task_store)
-    print(f"webshop-lite data ready (defaults): {time.time() - started:.1f}s")
+    print(f"{args.task} data ready (defaults): {time.time() - started:.1f}s")
     walks = read_jsonl(prepared.public / "walkthroughs.jsonl")[: args.episodes]
     games = task.environment(prepared, "public")
     paths = run_stub(Path(tempfile.mkdtemp()) / "run", task)
@@ -109,10 +131,14 @@ def main() -> None:
             started = time.time()
             result = task.evaluate(backend, prepared, split="validation")
             times.append(time.time() - started)
+            extra = ""
+            if figures.extra:
+                key, label = figures.extra
+                extra = f", {label} {result.details[key]:.0f}%"
             print(
-                f"eval repeat {r + 1}: tiny on {result.n_items} lite validation goals (max "
-                f"{task.opts['max_steps']} steps) in {times[-1]:.1f}s, score {result.score:.2f},"
-                f" mean steps {result.details['mean_steps']:.1f}"
+                f"eval repeat {r + 1}: tiny on {result.n_items} lite validation {figures.items} "
+                f"(max {task.opts['max_steps']} steps) in {times[-1]:.1f}s, score "
+                f"{result.score:.2f}, mean steps {result.details['mean_steps']:.1f}{extra}"
             )
     finally:
         backend.close()
