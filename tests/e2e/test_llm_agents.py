@@ -12,135 +12,34 @@ the provider served, and an agent environment without the real key or any other 
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import secrets
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import FIXTURES
-from support.cli import only_run, run_cli
-from support.fake_provider import FakeProvider, ToolCall, Turn, start_fake_provider
-
-from agent2rl.grading.ledger import Ledger
-from agent2rl.rundir import RunInfo, RunPaths
-from agent2rl.sandbox import bwrap_available
-
-TRAIN_PY = (FIXTURES / "llm_scripts" / "train.py").read_text()
-VENV_BIN = str(Path(sys.executable).parent)
-# The agent CLIs and `python` (with torch) must be on the PATH the run hands to the agent.
-HOST_PATH = f"{VENV_BIN}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
-HOST_SECRET = "s3cret"
-# Every key-like variable a developer's shell may hold: the runs below get only the ones the
-# test sets, so a real key on the host is never used (nor sent to the fake provider).
-_KEY_VARS = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "AGENT2RL_DRIVER_API_KEY",
+from support.cli import run_cli
+from support.fake_provider import ToolCall, Turn
+from support.llmruns import (
+    HOST_PATH,
+    TRAIN_PY,
+    LLMRun,
+    check_trained_and_submitted,
+    host_env,
+    llm_run,
 )
 
 
-def _host_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _KEY_VARS}
-    return {**env, "PATH": HOST_PATH, **extra}
-
-
-def _llm_run(
-    tmp_path: Path, agent: str, driver: str, turns: list[Turn], api: str, mode: str = "free"
-) -> tuple[RunPaths, FakeProvider, str, subprocess.CompletedProcess]:
-    """Run ``agent`` with ``driver`` in ``mode`` through a fake provider replaying ``turns``;
-    returns the run, the (stopped) provider, the real key and the CLI's result."""
-    real_key = f"sk-real-{secrets.token_hex(8)}"
-    fake = start_fake_provider({"turns": turns, "final_text": "All done."}, api_key=real_key)
-    if api == "anthropic":
-        upstream = {"ANTHROPIC_API_KEY": real_key, "ANTHROPIC_BASE_URL": fake.anthropic_base_url}
-    else:
-        upstream = {"OPENAI_API_KEY": real_key, "OPENAI_BASE_URL": fake.openai_base_url}
-    runs = tmp_path / "runs"
-    try:
-        r = run_cli(
-            [
-                "run",
-                "--task",
-                "arith-lite",
-                "--agent",
-                agent,
-                "--driver",
-                driver,
-                "--mode",
-                mode,
-                "--model",
-                "tiny",
-                "--budget",
-                "150s",
-                "--sandbox",
-                "auto",
-                "--runs-dir",
-                str(runs),
-            ],
-            env=_host_env(HOST_SECRET=HOST_SECRET, **upstream),
-        )
-    finally:
-        fake.stop()
-    assert r.returncode == 0, r.stdout + r.stderr
-    return only_run(runs), fake, real_key, r
-
-
-def _check_run(paths: RunPaths, fake: FakeProvider, real_key: str, url_var: str) -> dict:
-    """The assertions both agents share; returns metrics.json."""
-    log = paths.agent_log.read_text(errors="replace")[-4000:]
-    metrics = json.loads((paths.report / "metrics.json").read_text())
-    info = RunInfo.load(paths)
-    assert info.status == "completed", (info.status, info.error, log)
-    assert info.sandbox == ("bwrap" if bwrap_available() else "none")
-    # The script really trained inside the agent's tool (its output is in the agent's log).
-    assert "step 1 loss" in paths.agent_log.read_text(errors="replace"), log
-
-    # At least one graded submission, linked to a code snapshot that holds the script.
-    assert metrics["valid_submissions"] >= 1, log
-    with Ledger(paths.ledger) as ledger:
-        subs = ledger.submissions()
-    graded = [s for s in subs if s.snapshot]
-    assert graded, subs
-    tree = subprocess.run(
-        ["git", "--git-dir", str(paths.code_git), "ls-tree", "-r", "--name-only"]
-        + [graded[0].snapshot],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert "code/train.py" in tree, tree
-
-    # Every request went through the proxy (the provider saw only the real key, which the
-    # agent never had), and the report's token totals are exactly what was served.
-    served = fake.served
-    assert served and all(s.status == 200 for s in served)
-    assert all(s.api_key == real_key for s in served)
+def _check_run(run: LLMRun, url_var: str) -> dict:
+    """The checks every LLM agent's run passes, then what these agents add: no refused or
+    failed request, the grading token and model path in the agent's environment, and the
+    agent's own token account equal to the proxy's; returns metrics.json."""
+    record = check_trained_and_submitted(run, url_var)
+    metrics, dump, agent_view = record.metrics, record.env_dump, record.agent_view
     usage = metrics["llm_usage"]
-    assert usage["requests"] == len(served)
-    assert usage["input_tokens"] == sum(s.input_tokens for s in served)
-    assert usage["output_tokens"] == sum(s.output_tokens for s in served)
     assert usage["refused"] == 0 and usage["errors"] == 0
-
-    # The agent's environment: the proxy's URL and key, no real key, no host secret.
-    dump = (paths.code / "env.txt").read_text()
-    assert real_key not in dump and HOST_SECRET not in dump
-    url = re.search(rf"^{url_var}=(http://127\.0\.0\.1:(\d+)/\S*)$", dump, re.M)
-    assert url, dump
-    assert int(url.group(2)) != fake.port  # the proxy, not the provider
     assert "GRADING_TOKEN=" in dump and "MODEL_PATH=" in dump
 
-    agent_view = json.loads((paths.record / "agent.json").read_text())
     assert "error" not in agent_view, agent_view
     assert agent_view["log"]["tool_calls"] >= 3, agent_view
     # The agent's own account of its tokens agrees with the proxy's.
@@ -174,13 +73,11 @@ def test_mini_swe_agent_trains_and_submits_through_the_proxy(tmp_path: Path) -> 
         _bash("Finished.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
     ]
     t0 = time.time()
-    paths, fake, real_key, _ = _llm_run(
-        tmp_path, "mini-swe-agent", "gpt-4.1-mini", turns, "openai", mode="sft-only"
-    )
-    metrics = _check_run(paths, fake, real_key, "OPENAI_BASE_URL")
-    assert len(fake.served) == len(turns)  # one request per step, the last one finishes
-    assert fake.served[0].api == "openai-chat"
-    assert (paths.workspace / ".agent2rl" / "mini.traj.json").is_file()
+    run = llm_run(tmp_path, "mini-swe-agent", "gpt-4.1-mini", turns, "openai", mode="sft-only")
+    metrics = _check_run(run, "OPENAI_BASE_URL")
+    assert len(run.fake.served) == len(turns)  # one request per step, the last one finishes
+    assert run.fake.served[0].api == "openai-chat"
+    assert (run.paths.workspace / ".agent2rl" / "mini.traj.json").is_file()
     print(f"mini-swe-agent run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
 
 
@@ -215,12 +112,10 @@ def test_claude_code_trains_and_submits_through_the_proxy(tmp_path: Path) -> Non
         ),
     ]
     t0 = time.time()
-    paths, fake, real_key, _ = _llm_run(
-        tmp_path, "claude-code", "claude-sonnet-4-5", turns, "anthropic"
-    )
-    metrics = _check_run(paths, fake, real_key, "ANTHROPIC_BASE_URL")
-    assert len(fake.served) == len(turns) + 1  # the tool turns, then the final answer
-    assert all(s.api == "anthropic" and s.stream for s in fake.served)
+    run = llm_run(tmp_path, "claude-code", "claude-sonnet-4-5", turns, "anthropic")
+    metrics = _check_run(run, "ANTHROPIC_BASE_URL")
+    assert len(run.fake.served) == len(turns) + 1  # the tool turns, then the final answer
+    assert all(s.api == "anthropic" and s.stream for s in run.fake.served)
     assert metrics["llm_usage"]["by_model"].keys() == {"claude-sonnet-4-5"}
     print(f"claude-code run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
 
@@ -234,7 +129,7 @@ def test_llm_agent_without_its_key_is_one_line_and_writes_nothing(tmp_path: Path
     r = run_cli(
         ["run", "--task", "arith-lite", "--agent", "claude-code", "--budget", "60s"]
         + ["--runs-dir", str(runs)],
-        env=_host_env(),
+        env=host_env(),
         timeout=120,
     )
     assert r.returncode == 2, r.stdout + r.stderr
@@ -248,7 +143,7 @@ def test_driver_for_an_agent_without_llm_is_one_clear_error(tmp_path: Path) -> N
     r = run_cli(
         ["run", "--task", "arith-lite", "--agent", "reference-sft", "--budget", "60s"]
         + ["--driver", "claude-sonnet-4-5", "--runs-dir", str(runs)],
-        env=_host_env(ANTHROPIC_API_KEY="sk-unused"),
+        env=host_env(ANTHROPIC_API_KEY="sk-unused"),
         timeout=120,
     )
     assert r.returncode == 2, r.stdout + r.stderr

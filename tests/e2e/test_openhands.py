@@ -18,41 +18,13 @@ terminal tool runs commands in tmux, whose socket goes in /tmp/tmux-UID whatever
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import secrets
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support import FIXTURES
-from support.cli import only_run, run_cli
-from support.fake_provider import ToolCall, Turn, start_fake_provider
-
-from agent2rl.grading.ledger import Ledger
-from agent2rl.rundir import RunInfo
-from agent2rl.sandbox import bwrap_available
-
-TRAIN_PY = (FIXTURES / "llm_scripts" / "train.py").read_text()
-# The harness's interpreter first (the agent's `python` must have torch), then the host PATH,
-# where `openhands` lives.
-HOST_PATH = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-HOST_SECRET = "s3cret"
-_KEY_VARS = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "AGENT2RL_DRIVER_API_KEY",
-    "LLM_MODEL",
-    "LLM_BASE_URL",
-    "LLM_API_KEY",
-)
+from support.fake_provider import ToolCall, Turn
+from support.llmruns import HOST_PATH, TRAIN_PY, check_trained_and_submitted, llm_run
 
 
 def _terminal(text: str, command: str, timeout_s: float | None = None) -> Turn:
@@ -80,71 +52,25 @@ def test_openhands_trains_and_submits_through_the_proxy(tmp_path: Path) -> None:
         _terminal("Recording the environment.", "env > code/env.txt && wc -l code/env.txt"),
         Turn(text="Finished.", tool_calls=[ToolCall("finish", {"message": "Trained, submitted."})]),
     ]
-    real_key = f"sk-real-{secrets.token_hex(8)}"
-    fake = start_fake_provider({"turns": turns, "final_text": "All done."}, api_key=real_key)
-    env = {k: v for k, v in os.environ.items() if k not in _KEY_VARS}
-    env.update(
-        PATH=HOST_PATH,
-        HOST_SECRET=HOST_SECRET,
-        OPENAI_API_KEY=real_key,
-        OPENAI_BASE_URL=fake.openai_base_url,
+    run = llm_run(
+        tmp_path, "openhands", "gpt-4.1-mini", turns, "openai", mode="sft-only", budget="240s"
     )
-    runs = tmp_path / "runs"
-    try:
-        r = run_cli(
-            ["run", "--task", "arith-lite", "--agent", "openhands", "--driver", "gpt-4.1-mini"]
-            + ["--mode", "sft-only", "--model", "tiny", "--budget", "240s"]
-            + ["--sandbox", "auto", "--runs-dir", str(runs)],
-            env=env,
-        )
-    finally:
-        fake.stop()
-    assert r.returncode == 0, r.stdout + r.stderr
-    paths = only_run(runs)
-    log = paths.agent_log.read_text(errors="replace")
-    info = RunInfo.load(paths)
-    assert info.status == "completed", (info.status, info.error, log[-4000:])
-    assert info.sandbox == ("bwrap" if bwrap_available() else "none")
-    assert "step 1 loss" in log, log[-4000:]  # the script trained inside the agent's tool
+    record = check_trained_and_submitted(run, "LLM_BASE_URL")
 
-    # A graded submission linked to a code snapshot that holds the script.
-    metrics = json.loads((paths.report / "metrics.json").read_text())
-    assert metrics["valid_submissions"] >= 1, log[-4000:]
-    with Ledger(paths.ledger) as ledger:
-        graded = [s for s in ledger.submissions() if s.snapshot]
-    assert graded
-    tree = subprocess.run(
-        ["git", "--git-dir", str(paths.code_git), "ls-tree", "-r", "--name-only"]
-        + [graded[0].snapshot],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert "code/train.py" in tree, tree
-
-    # Every request went through the proxy (the provider saw only the real key), one per step,
-    # and the report's token totals are exactly what was served.
-    served = fake.served
+    # One request per step, all OpenAI chat completions for the driver's model.
+    served = run.fake.served
     assert len(served) == len(turns), [s.api for s in served]
-    assert all(s.status == 200 and s.api_key == real_key for s in served)
     assert all(s.api == "openai-chat" for s in served)
-    usage = metrics["llm_usage"]
-    assert usage["requests"] == len(served)
-    assert usage["input_tokens"] == sum(s.input_tokens for s in served)
-    assert usage["output_tokens"] == sum(s.output_tokens for s in served)
-    assert usage["by_model"].keys() == {"gpt-4.1-mini"}
+    assert record.metrics["llm_usage"]["by_model"].keys() == {"gpt-4.1-mini"}
 
-    # The agent's environment: the proxy's URL and per-run key, no real key, no host secret.
-    dump = (paths.code / "env.txt").read_text()
-    assert real_key not in dump and HOST_SECRET not in dump
-    url = re.search(r"^LLM_BASE_URL=(http://127\.0\.0\.1:(\d+)/openai/v1)$", dump, re.M)
-    assert url, dump
-    assert int(url.group(2)) != fake.port  # the proxy, not the provider
+    # The agent's environment: the proxy's OpenAI route and the driver's model, litellm-style.
+    dump = record.env_dump
+    assert re.search(r"^LLM_BASE_URL=http://127\.0\.0\.1:\d+/openai/v1$", dump, re.M), dump
     assert re.search(r"^LLM_MODEL=openai/gpt-4\.1-mini$", dump, re.M), dump
 
     # The JSONL events parse: the tool calls and the finish message. (`--json` prints no
     # token stats, so the agent's own token account stays empty; the proxy's is the record.)
-    agent_view = json.loads((paths.record / "agent.json").read_text())
+    agent_view = record.agent_view
     assert agent_view["log"]["tools"] == {"terminal": 3}, agent_view
     assert agent_view["log"]["final"] == "Trained, submitted.", agent_view
     assert agent_view["log"]["tool_errors"] == 0, agent_view
