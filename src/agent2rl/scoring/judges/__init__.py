@@ -8,12 +8,17 @@
                           template, the position swap, the logprob preference
     logprob.py            LogprobJudge: that protocol over any backend, with cache and meter
     openai_compatible.py  the HTTP backend for OpenAI-compatible servers; openai_judge()
+    local.py              TransformersJudgeBackend: a model run in-process (transformers, GGUF)
+    smollm2.py            alpaca-lite's judge: SmolLM2-135M on CPU, compact template, both
+                          orders; smollm2_judge()
     cache.py              JudgmentCache: SQLite under AGENT2RL_HOME, shared across runs
     meter.py              JudgeMeter: one usage line per judge request, and totals
 
 A local model judge is one more :class:`LogprobJudgeBackend` (a ``next_tokens`` that runs a
-forward pass and returns the top-k of the last position) handed to :class:`LogprobJudge`;
-the scorer (:class:`agent2rl.scoring.judge.Judge`) takes any :class:`PairwiseJudge`.
+forward pass and returns the top-k of the last position: :class:`TransformersJudgeBackend`)
+handed to :class:`LogprobJudge`; the scorer (:class:`agent2rl.scoring.judge.Judge`) takes
+any :class:`PairwiseJudge`. :func:`smollm2_judge` is imported from its module (it is not
+re-exported here, so importing the package never touches transformers).
 """
 
 from agent2rl.scoring.judges.base import (
@@ -25,6 +30,7 @@ from agent2rl.scoring.judges.base import (
     PairwiseJudge,
 )
 from agent2rl.scoring.judges.cache import CACHE_RELPATH, JudgmentCache
+from agent2rl.scoring.judges.local import TransformersJudgeBackend
 from agent2rl.scoring.judges.logprob import LogprobJudge
 from agent2rl.scoring.judges.meter import USAGE_FILE, JudgeMeter
 from agent2rl.scoring.judges.openai_compatible import (
@@ -46,6 +52,7 @@ __all__ = [
     "OpenAICompatibleBackend",
     "Pair",
     "PairwiseJudge",
+    "TransformersJudgeBackend",
     "judge_api_key",
     "openai_judge",
 ]

@@ -30,6 +30,11 @@ class LogprobJudge:
     Pairs are asked in chunks of ``backend.batch_size``; each chunk's judgments are cached
     as soon as they arrive, so an outage halfway through keeps what was already paid for,
     and grading again after it asks only for the rest.
+
+    ``judge_protocol`` is AlpacaEval's own by default; a variant
+    (:class:`~agent2rl.scoring.judges.protocol.JudgeProtocol`: another template, both
+    orders) keeps the labels, the preference, the swap and the cache, and has its own
+    identity.
     """
 
     def __init__(
@@ -37,20 +42,15 @@ class LogprobJudge:
         backend: LogprobJudgeBackend,
         cache: JudgmentCache | None = None,
         meter: JudgeMeter | None = None,
+        judge_protocol: protocol.JudgeProtocol = protocol.ALPACA_EVAL,
     ) -> None:
         self.backend = backend
         self.cache = cache
         self.meter = meter or JudgeMeter()
+        self.protocol = judge_protocol
 
     def identity(self) -> dict[str, Any]:
-        return {
-            "protocol": protocol.NAME,
-            "template_sha256": protocol.TEMPLATE_SHA256,
-            "top_logprobs": protocol.TOP_LOGPROBS,
-            "labels": list(protocol.LABELS),
-            "swap_seed": protocol.SWITCH_SEED,
-            "backend": self.backend.identity(),
-        }
+        return {**self.protocol.identity(), "backend": self.backend.identity()}
 
     def totals(self) -> dict[str, Any]:
         return self.meter.totals()
@@ -78,21 +78,40 @@ class LogprobJudge:
                 out[i] = c
             self.meter.hit(len(hits))
             todo = [i for i in todo if out[i] is None]
-        step = max(1, int(self.backend.batch_size))
+        orders = 2 if self.protocol.both_orders else 1
+        step = max(1, int(self.backend.batch_size) // orders)
         for start in range(0, len(todo), step):
             chunk = todo[start : start + step]
-            swapped = [protocol.is_swapped(pairs[i].instruction) for i in chunk]
+            # the seeded order first, then (both orders) the other one
+            shown = [
+                (i, swap if n == 0 else not swap)
+                for i in chunk
+                for swap in [protocol.is_swapped(pairs[i].instruction)]
+                for n in range(orders)
+            ]
             prompts = []
-            for i, swap in zip(chunk, swapped, strict=True):
+            for i, swap in shown:
                 p = pairs[i]
                 first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
-                prompts.append(protocol.messages(p.instruction, first, second))
-            answers = self.backend.next_tokens(prompts, protocol.TOP_LOGPROBS)
+                prompts.append(self.protocol.build(p.instruction, first, second))
+            answers = self.backend.next_tokens(prompts, self.protocol.top_logprobs)
             judged = []
-            for i, swap, answer in zip(chunk, swapped, answers, strict=True):
-                pref = protocol.unswap(protocol.preference_from_logprobs(answer.top), swap)
+            for k, i in enumerate(chunk):
+                views = list(
+                    zip(
+                        shown[k * orders : (k + 1) * orders],
+                        answers[k * orders : (k + 1) * orders],
+                        strict=True,
+                    )
+                )
+                prefs = [
+                    protocol.unswap(protocol.preference_from_logprobs(a.top), swap)
+                    for (_, swap), a in views
+                ]
+                pref = prefs[0] if orders == 1 else protocol.combine_orders(prefs)
                 out[i] = pref
-                judged.append((pairs[i], pref, answer.top))
+                top = views[0][1].top if orders == 1 else [t for _, a in views for t in a.top]
+                judged.append((pairs[i], pref, top))
             if self.cache is not None:
                 self.cache.put_many(key, judged)
         return [math.nan if v is None else v for v in out]

@@ -37,9 +37,12 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from agent2rl.errors import UserError
 from agent2rl.scoring.judges.base import Messages
@@ -143,3 +146,68 @@ def preference_from_logprobs(top: list[tuple[str, float]]) -> float:
 def unswap(preference: float, swapped: bool) -> float:
     """A preference over the displayed order turned into AlpacaEval's order."""
     return 3.0 - preference if swapped else preference
+
+
+@dataclass(frozen=True)
+class JudgeProtocol:
+    """A pairwise logprob protocol: how a pair becomes chat messages, and whether it is
+    judged in one order or in both.
+
+    Everything else is AlpacaEval's and shared: the labels ``m`` / ``M``, the preference
+    from their log-probabilities (:func:`preference_from_logprobs`), the seeded swap
+    (:func:`is_swapped`) and its undoing (:func:`unswap`), draws for identical outputs.
+
+    ``both_orders``: the pair is also judged with the two outputs the other way round and
+    the two (unswapped) preferences are combined by :func:`combine_orders`. That cancels a
+    judge's position bias, which a small model has in excess: SmolLM2-135M names the second
+    output about four times in five whatever the outputs are. The seeded order is asked
+    first.
+    """
+
+    name: str
+    #: ``(instruction, shown first, shown second) -> messages``
+    build: Callable[[str, str, str], Messages]
+    #: sha256 of the template text (part of the identity: another template, another cache)
+    template_sha256: str
+    top_logprobs: int = TOP_LOGPROBS
+    both_orders: bool = False
+
+    def identity(self) -> dict[str, Any]:
+        """The protocol's part of a judge's identity. AlpacaEval's own has no
+        ``both_orders`` key, so its identity (and every cached judgment) is as before."""
+        out: dict[str, Any] = {
+            "protocol": self.name,
+            "template_sha256": self.template_sha256,
+            "top_logprobs": self.top_logprobs,
+            "labels": list(LABELS),
+            "swap_seed": SWITCH_SEED,
+        }
+        if self.both_orders:
+            out["both_orders"] = True
+        return out
+
+
+def combine_orders(preferences: list[float]) -> float:
+    """One preference from the (unswapped) preferences of a pair judged in both orders: the
+    mean of their log-odds, mapped back to [1, 2].
+
+    Why log-odds: a position bias ``b`` adds to the log-odds of the first-shown output, so
+    the two orders read ``s + b`` and ``s - b`` for the same pair, and their mean is the
+    unbiased ``s``. A mean of probabilities would keep the bias's squashing (every pair
+    near 1.5). NaN preferences are left out (NaN when all are); a preference of exactly 1
+    or 2 is clipped to 1e-6 from the bound so one certain order does not decide alone.
+    """
+    found = [p for p in preferences if not math.isnan(p)]
+    if not found:
+        return math.nan
+    eps = 1e-6
+    logits = []
+    for p in found:
+        q = min(max(p - 1.0, eps), 1.0 - eps)
+        logits.append(math.log(q / (1.0 - q)))
+    mean = sum(logits) / len(logits)
+    return 1.0 + 1.0 / (1.0 + math.exp(-mean))
+
+
+#: AlpacaEval 2.0's own protocol (``weighted_alpaca_eval_gpt4_turbo``)
+ALPACA_EVAL = JudgeProtocol(NAME, messages, TEMPLATE_SHA256)

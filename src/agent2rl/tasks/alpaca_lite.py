@@ -1,0 +1,206 @@
+"""``alpaca-lite`` (L2, judge-based, CPU, offline): AlpacaEval's protocol with a local judge.
+
+Graded (private): 100 simple instructions (capitals, opposites, plurals, animal sounds and
+foods, colours, lists, sums; :mod:`agent2rl.tasks.alpaca_lite_data`), each output judged
+pairwise against a deliberately weak reference output (a hedge or a fragment) by
+SmolLM2-135M-Instruct on CPU (:mod:`agent2rl.scoring.judges.smollm2`): AlpacaEval's
+labels, logprob preference, seeded position swap and cache, with a compact template judged
+in both orders. Score: the win rate (mean preference for the model's output, x 100).
+
+Validation: 100 more instructions of the same kinds (the harness's own, never graded or
+shown). Public: 2,000 instruction / response pairs whose responses are complete, correct
+sentences (never a graded or validation instruction). A model that learns to answer in
+such sentences beats the weak references; the built-in ``tiny`` model, untrained, writes
+noise and loses to them.
+
+The data is generated from fixed seeds (the lite track runs offline and identically
+everywhere); the sandbox keeps the harness source out of the agent's reach, and the
+judge's weights carry no task data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from agent2rl.dataset import PreparedTask
+from agent2rl.files import write_json_atomic, write_jsonl
+from agent2rl.scoring.judge import RAW, Judge
+from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE
+from agent2rl.scoring.judges.smollm2 import MODEL_NAME, smollm2_judge
+from agent2rl.settings import load_settings
+from agent2rl.solvers import Generate, PromptFormat
+from agent2rl.tasks.alpaca_lite_data import KINDS, generate_items
+from agent2rl.tasks.alpacaeval import SPLIT_FILES, SPLITS
+from agent2rl.tasks.base import Task
+from agent2rl.tasks.registry import task
+
+TRAIN_SIZE = 2000
+EVAL_SIZE = 100
+VALIDATION_SIZE = 100
+TRAIN_SEED = 11
+EVAL_SEED = 12
+VALIDATION_SEED = 13
+
+#: the prompt: short, so the tiny model's 512 positions and its training steps go to the
+#: answer; the answer is one line
+FORMAT_TEMPLATE = "Instruction: {instruction}\nResponse:"
+
+
+def _judged_rows(items: list[dict[str, str]]) -> list[dict[str, object]]:
+    """Graded / validation rows in alpacaeval's schema (``reference`` is the weak answer)."""
+    return [
+        {
+            "id": it["id"],
+            "index": i,
+            "instruction": it["instruction"],
+            "dataset": it["kind"],
+            "reference": it["weak"],
+            "reference_generator": "alpaca-lite-weak",
+        }
+        for i, it in enumerate(items)
+    ]
+
+
+def _public_rows(items: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Public rows in Alpaca's schema (``output`` is the good answer)."""
+    return [
+        {
+            "id": it["id"],
+            "instruction": it["instruction"],
+            "input": "",
+            "output": it["good"],
+            "kind": it["kind"],
+        }
+        for it in items
+    ]
+
+
+def split_items() -> dict[str, list[dict[str, str]]]:
+    """The generated items of each split, with both answers (``good`` and ``weak``):
+    ``private`` first, then ``validation`` (no graded instruction), then ``public`` (neither's
+    instructions). Deterministic."""
+    graded = generate_items(EVAL_SEED, EVAL_SIZE)
+    held = {it["instruction"] for it in graded}
+    validation = generate_items(VALIDATION_SEED, VALIDATION_SIZE, exclude=held)
+    held |= {it["instruction"] for it in validation}
+    public = generate_items(TRAIN_SEED, TRAIN_SIZE, exclude=held, distinct=False)
+    return {"private": graded, "validation": validation, "public": public}
+
+
+def make_splits() -> dict[str, list[dict[str, object]]]:
+    """The rows the task store holds: the judged splits with the weak answer as the
+    reference, the public split with the good answer as the output."""
+    items = split_items()
+    return {
+        "private": _judged_rows(items["private"]),
+        "validation": _judged_rows(items["validation"]),
+        "public": _public_rows(items["public"]),  # type: ignore[dict-item]
+    }
+
+
+@task
+class AlpacaLite(Task):
+    name = "alpaca-lite"
+    level = 2
+    version = "1"
+    summary = (
+        "AlpacaEval's protocol offline: 100 simple instructions judged against weak "
+        "references by SmolLM2-135M on CPU (win rate); 2,000 pairs to train on"
+    )
+    eval_timeout_s = 1800.0
+    options = {"max_new_tokens": 32, "batch_size": 32, "judge_batch_size": 16}
+    splits = SPLITS
+
+    def prepare(self, root: Path) -> PreparedTask:
+        prepared = PreparedTask(root / "public", root / "private", root / "validation")
+        if all((prepared.split(s) / f).exists() for s, f in SPLIT_FILES.items()):
+            return prepared
+        splits = make_splits()
+        for side, rows in splits.items():
+            write_jsonl(prepared.split(side) / SPLIT_FILES[side], rows)  # type: ignore[arg-type]
+        manifest = {
+            "train": len(splits["public"]),
+            "validation": len(splits["validation"]),
+            "eval": len(splits["private"]),
+            "eval_kinds": dict(Counter(str(r["dataset"]) for r in splits["private"])),
+            "judge": MODEL_NAME,
+        }
+        write_json_atomic(root / "manifest.json", manifest)
+        return prepared
+
+    def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
+        return PromptFormat(
+            template=FORMAT_TEMPLATE,
+            chat_template="{instruction}",
+            completion_template=" {output}",
+            stop=("\n",),
+            chat_stop=(),
+            max_new_tokens=self.opts["max_new_tokens"],
+        )
+
+    def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
+        return Generate(self.prompt_format(prepared), batch_size=self.opts["batch_size"])
+
+    def scorer(self, prepared: PreparedTask) -> Judge:
+        """SmolLM2 under the lite protocol, cached under ``AGENT2RL_HOME`` (the same cache
+        file as alpacaeval's, keyed apart by the judge's identity) and metered into the
+        evaluation's grading directory. No ``df_gamed``: the score is the raw win rate."""
+        judge = smollm2_judge(
+            cache_path=load_settings().home / CACHE_RELPATH,
+            usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
+            batch_size=self.opts["judge_batch_size"],
+        )
+        return Judge(judge)
+
+    def private_paths(self) -> list[Path]:
+        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
+        return [load_settings().home / CACHE_RELPATH.parent]
+
+    def metric(self, prepared: PreparedTask) -> str:
+        """The declared score: :data:`~agent2rl.scoring.judge.RAW`, the win rate."""
+        return RAW
+
+    def description(self, prepared: PreparedTask) -> str:
+        sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
+        fmt = self.prompt_format(prepared)
+        kinds = ", ".join(KINDS)
+        return f"""# Task: alpaca-lite (level 2, judge-based reward)
+
+Improve the base model's answers to simple instructions as judged by an LLM. There is no
+rule that computes the reward: a judge model compares each of your model's answers with a
+reference answer and says which it prefers.
+
+## Data
+- `data/train.jsonl`: {TRAIN_SIZE} instruction / response pairs, one JSON object per line
+  with `id`, `instruction`, `input` (always empty), `output` (a good answer) and `kind`
+  (one of: {kinds}). All of it is yours to use.
+- The {EVAL_SIZE} evaluation instructions (the same kinds, none of them in your data) and
+  their reference answers are never shown to you; the grading service generates your
+  model's answers and has them judged.
+
+Example:
+```json
+{json.dumps(sample)}
+```
+
+## How your model is evaluated
+{fmt.describe()}
+- The judge is a small instruction-tuned language model. For every instruction it sees your
+  answer and the reference answer (labelled `m` and `M`, in an order fixed per
+  instruction, and again the other way round); the probabilities of its next token `m`
+  or `M` give a preference between 0 (reference better) and 1 (yours better), as in
+  AlpacaEval 2.0's protocol.
+- Score: the **win rate** against the reference, in percent: the mean preference for your
+  answers (50 = as good as the reference).
+
+## What you may use
+- You may **not** use the grading judge: not its model, its prompt or its cache of
+  judgments. They are the grader's and are not in your environment.
+- You **may** call your own LLM (the driver model of this run) through the run's metering
+  proxy, e.g. to write or rank preference data for DPO: those tokens count against your
+  token budget and show in the run report.
+- The grading service tells you each submission's score; per-item judgments stay with the
+  grader.
+"""
