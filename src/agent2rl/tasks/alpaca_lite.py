@@ -44,7 +44,8 @@ EVAL_SEED = 12
 VALIDATION_SEED = 13
 
 #: the prompt: short, so the tiny model's 512 positions and its training steps go to the
-#: answer; the answer is one line
+#: answer; the answer is one line, and its newline (in the completion a trainer learns) is
+#: where generation stops
 FORMAT_TEMPLATE = "Instruction: {instruction}\nResponse:"
 
 
@@ -134,7 +135,7 @@ class AlpacaLite(Task):
         return PromptFormat(
             template=FORMAT_TEMPLATE,
             chat_template="{instruction}",
-            completion_template=" {output}",
+            completion_template=" {output}\n",
             stop=("\n",),
             chat_stop=(),
             max_new_tokens=self.opts["max_new_tokens"],

@@ -1,7 +1,9 @@
 """The item generator of ``alpaca-lite``: simple instructions, good answers, weak references.
 
 Every item is drawn from small fact tables (capitals, opposites, plurals, animal sounds and
-foods, colours, categories, sums) and asked in one of several phrasings per kind. A row
+foods, colours, categories, sums) and asked in one of several phrasings per kind, each at
+least six words long: the leak scanner and the contamination check find a private item by
+its word 6-grams, so a shorter instruction could never be traced. A row
 holds the ``instruction``, a ``good`` answer (one complete, correct sentence: what the
 public split trains on) and a ``weak`` answer (a hedge, a non-answer or a bare fragment:
 what the graded and validation splits hold as the reference). The weak references are
@@ -148,8 +150,8 @@ _PHRASINGS: dict[str, list[tuple[str, str]]] = {
     "capital": [
         ("What is the capital of {x}?", "The capital of {x} is {y}."),
         ("Which city is the capital of {x}?", "{y} is the capital of {x}."),
-        ("Name the capital city of {x}.", "The capital city of {x} is {y}."),
-        ("Tell me the capital of {x}.", "The capital of {x} is {y}."),
+        ("Please name the capital city of {x}.", "The capital city of {x} is {y}."),
+        ("Can you tell me the capital of {x}?", "The capital of {x} is {y}."),
     ],
     "opposite": [
         ("What is the opposite of {x}?", "The opposite of {x} is {y}."),
@@ -162,25 +164,25 @@ _PHRASINGS: dict[str, list[tuple[str, str]]] = {
         ("How do you say more than one {x}?", "More than one {x} are called {y}."),
     ],
     "sound": [
-        ("What sound does a {x} make?", "A {x} {y}."),
-        ("How does a {x} sound?", "A {x} {y}."),
+        ("What sound does a {x} usually make?", "A {x} {y}."),
+        ("What noise does a {x} make when it calls?", "A {x} {y}."),
     ],
     "food": [
-        ("What does a {x} eat?", "A {x} eats {y}."),
-        ("What is the food of a {x}?", "A {x} mostly eats {y}."),
+        ("What kind of food does a {x} eat?", "A {x} eats {y}."),
+        ("What is the usual food of a {x}?", "A {x} mostly eats {y}."),
     ],
     "colour": [
-        ("What colour is {x}?", "{X} is {y}."),
-        ("Tell me the colour of {x}.", "The colour of {x} is {y}."),
+        ("Can you tell me what colour {x} is?", "{X} is {y}."),
+        ("Please tell me the colour of {x}.", "The colour of {x} is {y}."),
     ],
     "list": [
-        ("Name three {x}.", "Three {x} are {a}, {b} and {c}."),
-        ("List three {x}.", "Here are three {x}: {a}, {b} and {c}."),
-        ("Give me three examples of {x}.", "Three examples of {x} are {a}, {b} and {c}."),
+        ("Please name three different kinds of {x}.", "Three {x} are {a}, {b} and {c}."),
+        ("Can you list three examples of {x}?", "Here are three {x}: {a}, {b} and {c}."),
+        ("Give me three examples of {x}, please.", "Three examples of {x} are {a}, {b} and {c}."),
     ],
     "sum": [
-        ("What is {a} plus {b}?", "{a} plus {b} is {c}."),
-        ("Add {a} and {b}.", "{a} and {b} add up to {c}."),
+        ("What number do you get from {a} plus {b}?", "{a} plus {b} is {c}."),
+        ("Please add the two numbers {a} and {b}.", "{a} and {b} add up to {c}."),
         ("What do you get when you add {a} to {b}?", "When you add {a} to {b} you get {c}."),
     ],
 }
@@ -200,6 +202,9 @@ _WEAK = [
 ]
 
 KINDS = tuple(_PHRASINGS)
+#: draws in a row that may hit a used instruction before a split is declared impossible (the
+#: smallest kind has 30 instructions: 5,000 misses in a row mean it is used up)
+_MAX_MISSES = 5000
 
 
 def _fact(kind: str, rng: random.Random) -> tuple[dict[str, str], str]:
@@ -268,14 +273,15 @@ def generate_items(
     rng = random.Random(seed)
     seen = set(exclude)
     out: list[dict[str, str]] = []
-    misses = 0
+    misses = 0  # in a row: a kind whose instructions are used up misses every time
     while len(out) < size:
         item = make_item(rng, KINDS[len(out) % len(KINDS)])
         if item["instruction"] in seen:
             misses += 1
-            if misses > 50 * size + 1000:
+            if misses > _MAX_MISSES:
                 raise ValueError(f"cannot draw {size} items with new instructions from seed {seed}")
             continue
+        misses = 0
         if distinct:
             seen.add(item["instruction"])
         out.append({"id": f"lite-{seed}-{len(out):05d}", **item})
