@@ -302,11 +302,14 @@ def grpo(
     max_completion_length: int = 40,
     temperature: float = 1.0,
     beta: float = 0.0,
+    max_steps: int | None = None,
 ):
     """GRPO with trl for about ``seconds`` on ``rows`` (``prompt`` plus extra columns, which
     reach the reward functions as keyword arguments); returns ``(model, stats)``.
 
-    ``stats``: ``steps``, ``seconds``, ``rewards`` (the mean reward of each logging window).
+    ``stats``: ``steps``, ``seconds``, ``rewards`` (the mean reward of each logging window),
+    ``logs`` (trl's metrics of each logging window: ``frac_reward_zero_std``, ``kl``, ...).
+    ``max_steps`` also ends training after that many steps (benchmarks compare by steps).
     Constant learning rate and CPU-safe settings. ``beta > 0`` adds a KL penalty towards the
     weights ``model`` has when this call starts (``beta=0``: no reference model, cheaper).
     ``prompts_per_step * num_generations`` completions are sampled and trained on per step.
@@ -322,7 +325,7 @@ def grpo(
     stop_at = started + seconds
     args = GRPOConfig(
         output_dir=str(Path("code") / ".trainer"),
-        max_steps=1_000_000,
+        max_steps=max_steps or 1_000_000,
         learning_rate=lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
@@ -359,7 +362,8 @@ def grpo(
     # The default printer writes every metric of every log; one short line per log instead.
     trainer.remove_callback(PrinterCallback)
     rewards: list[float] = []
-    trainer.add_callback(_grpo_log_callback(rewards))
+    logs: list[dict] = []
+    trainer.add_callback(_grpo_log_callback(rewards, logs))
     trainer.train()
     spent = time.time() - started
     steps = trainer.state.global_step
@@ -368,7 +372,7 @@ def grpo(
         f"GRPO: {steps} steps in {spent:.0f}s ({steps / max(spent, 1e-9):.2f} steps/s),"
         f" mean reward per window: {trend or 'n/a'}"
     )
-    return trainer.model, {"steps": steps, "seconds": spent, "rewards": rewards}
+    return trainer.model, {"steps": steps, "seconds": spent, "rewards": rewards, "logs": logs}
 
 
 def _no_checkpointing(config_cls) -> dict:
@@ -388,7 +392,7 @@ def _sequential(config_cls) -> dict:
     return {}
 
 
-def _grpo_log_callback(rewards: list[float]):
+def _grpo_log_callback(rewards: list[float], history: list[dict]):
     from transformers import TrainerCallback
 
     nan = float("nan")
@@ -397,6 +401,7 @@ def _grpo_log_callback(rewards: list[float]):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
+                history.append(dict(logs, step=state.global_step))
                 parts = [f"reward {logs['reward']:.3f} (std {logs.get('reward_std', nan):.3f})"]
                 parts += [
                     f"{key.split('/')[1]} {value:.3f}"
