@@ -286,7 +286,8 @@ def main() -> None:
                         extra += f", kl {row['kl_last']:.4f}"
                 sb = f"{100 * sampled_before:.1f} -> " if sampled_before is not None else ""
                 print(
-                    f"{name:12s} seed {seed}, {row.get('steps', args.grpo_steps)} steps: validation {score(after):6.2f}"
+                    f"{name:12s} seed {seed}, {row.get('steps', args.grpo_steps)} steps:"
+                    f" validation {score(after):6.2f}"
                     f" ({delta:+.2f}, paired 95% CI {lo:+.2f}..{hi:+.2f}),"
                     f" sampled T=1 {sb}{100 * acc_after:.1f}%{extra}"
                     f" ({row['train_s']:.0f}s)",
