@@ -30,11 +30,10 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/agent2rl demo
 
-# One process by default. TEST_WORKERS=2 runs two pytest-xdist workers, one test file per
-# worker at a time: about 15 instead of about 22 minutes on 2 cores, but there tests with
-# wall-clock limits (sandbox timeouts) compete with training runs, and one such limit was
-# hit in one of three runs here.
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers by default, one test file at a time per worker, with the tests
+# that train for a time budget kept on one worker one after the other (tests/conftest.py:
+# two at once would each get about one core). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: $(STAMP)

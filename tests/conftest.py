@@ -17,6 +17,44 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["AGENT2RL_OFFLINE"] = "1"
 
 
+#: Tests that train a model for a time budget, then assert on what happened in it (graded
+#: submissions, a GRPO round, a gain). On two workers (``make test``) two of them at once get
+#: about one core each, and a plan made for the budget can then miss its GRPO round or its
+#: last grading; they run one after the other on one worker, while the other takes the rest.
+TRAINING_TESTS = frozenset(
+    {
+        "test_reference_sft_run_end_to_end",
+        "test_reference_grpo_run_on_alfworld_lite",
+        "test_reference_grpo_run_on_webshop_lite",
+        "test_gsm8k_run_end_to_end",
+        "test_humaneval_run_end_to_end",
+    }
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's scheduler for ``-n N``: one test file at a time per worker (as
+    ``--dist loadfile``: module fixtures are set up once), except that the
+    :data:`TRAINING_TESTS` form one unit, the first to start. (xdist's own ``loadgroup``
+    does not work with pytest 9: it renames ``item._nodeid``, which pytest 9 no longer
+    reads.) The controller sees only node ids, not markers, hence a list of names."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, name = nodeid.partition("::")
+            return "training" if name.split("[", 1)[0] in TRAINING_TESTS else path
+
+        def _assign_work_unit(self, node) -> None:
+            # xdist queues the units by their number of tests, largest first: the training
+            # unit (few tests, the longest unit by far) would start last and run alone
+            if "training" in self.workqueue:
+                self.workqueue.move_to_end("training", last=False)
+            super()._assign_work_unit(node)
+
+    return Scheduler(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def a2home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("agent2rl-home")
