@@ -46,16 +46,14 @@ from typing import Any, ClassVar
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
 from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
-from agent2rl.rollout import client as env_client
 from agent2rl.rollout.app import describe_api
 from agent2rl.scoring import EpisodeOutcome
-from agent2rl.solvers import EpisodeSolver
 from agent2rl.tasks.alfworld import protocol
 from agent2rl.tasks.alfworld.games import AlfworldGames
 from agent2rl.tasks.alfworld.generate_lite import GENERATOR_VERSION, generate_lite_split
 from agent2rl.tasks.alfworld.importer import download_alfworld, find_alfworld_json, import_alfworld
 from agent2rl.tasks.alfworld.protocol import EpisodeFormat
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.interactive import InteractiveTask
 from agent2rl.tasks.registry import task
 
 #: the longest episode a rollout-service session may ask for
@@ -65,12 +63,10 @@ MAX_SESSION_STEPS = 500
 PROTOCOL_MAX_NEW_TOKENS = {"react": protocol.REACT_MAX_NEW_TOKENS, "transcript": 64}
 
 
-class AlfworldBase(Task):
+class AlfworldBase(InteractiveTask):
     """What both ALFWorld tasks share: the protocol, the environment, the workspace."""
 
-    level = 3
-    interactive = True
-    eval_timeout_s = 3600.0
+    protocol_module = protocol
 
     def episode_format(self) -> EpisodeFormat:
         """The run's protocol settings. Raises :class:`UserError` for an unknown ``protocol``
@@ -91,9 +87,6 @@ class AlfworldBase(Task):
             protocol=name,
         )
 
-    def prompt_format(self, prepared: PreparedTask) -> EpisodeFormat:
-        return self.episode_format()
-
     def environment(self, prepared: PreparedTask, split: Split) -> AlfworldGames:
         return AlfworldGames(
             prepared.split(split) / "games", self.opts["max_steps"], step_cap=MAX_SESSION_STEPS
@@ -109,29 +102,13 @@ class AlfworldBase(Task):
         ids = sorted(str(p.parent.relative_to(root)) for p in root.glob("*/*/game.tw-pddl"))
         return [Sample(i, {"game_id": i}) for i in ids[:limit]]
 
-    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
-        return EpisodeSolver(
-            self.environment(prepared, split),
-            self.episode_format(),
-            env_batch=self.opts["env_batch"],
-            batch_size=self.opts["batch_size"],
-        )
-
-    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
-        # Without loading the games (the engine takes a while to start).
-        return {"solver": "episode", "protocol": self.episode_format().to_dict()}
-
     def scorer(self, prepared: PreparedTask) -> EpisodeOutcome:
         return EpisodeOutcome("won")
 
     def workspace_files(self) -> dict[str, Path]:
-        return {
-            "protocol.py": Path(protocol.__file__),
-            protocol.REACT_PROMPTS_FILE: Path(protocol.__file__).with_name(
-                protocol.REACT_PROMPTS_FILE
-            ),
-            "env_client.py": Path(env_client.__file__),
-        }
+        # the react protocol reads its exemplars from beside protocol.py
+        prompts = Path(protocol.__file__).with_name(protocol.REACT_PROMPTS_FILE)
+        return {**super().workspace_files(), protocol.REACT_PROMPTS_FILE: prompts}
 
     def description(self, prepared: PreparedTask) -> str:
         fmt = self.episode_format()
