@@ -44,6 +44,11 @@ def test_walkthrough_buys_with_full_reward_and_kinds_are_recorded(service) -> No
         assert led.step_kinds()["purchase"] >= 1 and led.step_kinds()["search"] >= 1
         # a search is an admissible step though the page lists only "search[<query>]"
         assert all(ok for _, ok in led.step_times())
+        # every query is recorded, with the shop's engine and its number of results
+        (search,) = led.searches(s["session_id"])
+        query = walk["steps"][0]["action"].removeprefix("search[").removesuffix("]")
+        assert (search["query"], search["backend"], search["step"]) == (query, "bm25", 1)
+        assert search["hits"] > 0 and search["error"] == ""
 
 
 def test_bad_input_gets_4xx_and_leaves_the_session_intact(service) -> None:

@@ -15,11 +15,12 @@ does not offer raises :class:`ValueError` and uses no step (the service answers 
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Any
 
 from agent2rl.files import read_jsonl
-from agent2rl.rollout.env import GameInfo, StepResult
+from agent2rl.rollout.env import GameInfo, SearchRecord, StepResult
 from agent2rl.tasks.webshop.catalog import load_catalog
 from agent2rl.tasks.webshop.engine import Shop, ShopSession
 
@@ -93,7 +94,14 @@ class ShopEpisode:
         not offer, RuntimeError once the episode is over."""
         if self.done:
             raise RuntimeError("the episode is over")
+        started = time.monotonic()
         outcome = self.session.act(action)
+        search = None
+        if outcome.kind == "search":  # for the run's record of queries (the shop's BM25)
+            query = " ".join(self.session.keywords)
+            search = SearchRecord(
+                query, "bm25", len(self.session.results), time.monotonic() - started
+            )
         self.steps += 1
         self.done = outcome.done or self.steps >= self.max_steps
         self.last = StepResult(
@@ -104,6 +112,7 @@ class ShopEpisode:
             outcome.reward >= WIN_REWARD,
             self.steps,
             outcome.kind,
+            search,
         )
         return self.last
 
