@@ -31,7 +31,7 @@ def test_reference_sft_run_end_to_end(tmp_path) -> None:
             "--model",
             "tiny",
             "--budget",
-            "150s",
+            "100s",  # two SFT rounds of about 20 s, each graded
             "--runs-dir",
             str(runs),
         ]
