@@ -18,26 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from agent_workspace import enter_workspace
 from spine import machine  # the machine line every benchmark prints
-
-REFERENCE = Path(__file__).resolve().parent.parent / "src" / "agent2rl" / "agents" / "reference"
 
 
 def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Path) -> dict:
     """Fine-tune and grade one variant in this process; the result as a dict."""
     from agent2rl.inference import load_backend
     from agent2rl.models import resolve_model
-    from agent2rl.rundir import RunPaths
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
-    from agent2rl.workspace import build_workspace
 
     settings = load_settings()
     task = get_task("alfworld-lite", {"n_train": n_train})
@@ -45,17 +41,7 @@ def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Pa
     model_ref = resolve_model("tiny", settings.model_store)
     tiny = model_ref.path
     # The workspace's data/ as a run builds it for the agent.
-    paths = RunPaths(work / "run")
-    build_workspace(paths, task, prepared, model_ref)
-    os.environ.update(
-        DATA_PATH=str(paths.data),
-        MODEL_PATH=str(tiny),
-        OUTPUT_DIR=str(paths.output),
-        GRADING_SERVER_URL="http://127.0.0.1:9",  # not contacted
-        GRADING_TOKEN="unused",
-        DEADLINE="0",
-    )
-    sys.path.insert(0, str(REFERENCE))
+    enter_workspace(work, task, prepared, model_ref)
     import random
 
     import episodes

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_workspace import enter_workspace
 from spine import machine  # the machine line every benchmark prints
 
 # As the harness sets it for agents: with OpenMP's default spin-waiting, two threads on two
@@ -38,7 +39,6 @@ from spine import machine  # the machine line every benchmark prints
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REFERENCE = Path(__file__).resolve().parent.parent / "src" / "agent2rl" / "agents" / "reference"
 
 #: variant -> (tokenizer kind, architecture overrides of agent2rl.models.tiny.ARCHITECTURE)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -83,10 +83,8 @@ def one(variant: str, args: argparse.Namespace, work: Path) -> list[dict]:
     from agent2rl.models.resolve import ModelRef
     from agent2rl.models.tiny import save_model
     from agent2rl.models.tokenizer import build_tokenizer
-    from agent2rl.rundir import RunPaths
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
-    from agent2rl.workspace import build_workspace
 
     kind, overrides = VARIANTS[variant]
     settings = load_settings()
@@ -94,17 +92,7 @@ def one(variant: str, args: argparse.Namespace, work: Path) -> list[dict]:
     prepared = prepare_task(task, settings.task_store)
     tok = build_tokenizer() if kind == "bpe" else char_tokenizer()
     base = save_model(work / "base", tok, name=f"tiny-{variant}", **overrides)
-    paths = RunPaths(work / "run")
-    build_workspace(paths, task, prepared, ModelRef(variant, base, "unused"))
-    os.environ.update(
-        DATA_PATH=str(paths.data),
-        MODEL_PATH=str(base),
-        OUTPUT_DIR=str(paths.output),
-        GRADING_SERVER_URL="http://127.0.0.1:9",  # not contacted
-        GRADING_TOKEN="unused",
-        DEADLINE="0",
-    )
-    sys.path.insert(0, str(REFERENCE))
+    paths = enter_workspace(work, task, prepared, ModelRef(variant, base, "unused"))
     import torch
     from common import load, prompt_completion_rows, sft
     from transformers import TrainerCallback

@@ -35,19 +35,18 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from agent_workspace import enter_workspace
 from spine import machine  # the machine line every benchmark prints
 
 # As the harness sets it for agents (see lite_learning.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REFERENCE = Path(__file__).resolve().parent.parent / "src" / "agent2rl" / "agents" / "reference"
 
 #: variant -> overrides of the reference agent's GRPO settings (REFERENCE_GRPO)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -77,25 +76,13 @@ def workspace(work: Path):
     from agent2rl.models.resolve import ModelRef
     from agent2rl.models.tiny import save_model
     from agent2rl.models.tokenizer import build_tokenizer
-    from agent2rl.rundir import RunPaths
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
-    from agent2rl.workspace import build_workspace
 
     task = get_task("arith-lite")
     prepared = prepare_task(task, load_settings().task_store)
     base = save_model(work / "base", build_tokenizer(), name="tiny")
-    paths = RunPaths(work / "run")
-    build_workspace(paths, task, prepared, ModelRef("tiny", base, "unused"))
-    os.environ.update(
-        DATA_PATH=str(paths.data),
-        MODEL_PATH=str(base),
-        OUTPUT_DIR=str(paths.output),
-        GRADING_SERVER_URL="http://127.0.0.1:9",  # not contacted
-        GRADING_TOKEN="unused",
-        DEADLINE="0",
-    )
-    sys.path.insert(0, str(REFERENCE))
+    enter_workspace(work, task, prepared, ModelRef("tiny", base, "unused"))
     return task, prepared, base
 
 
