@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from agent2rl.dataset import PreparedTask
+from agent2rl.dataset import PreparedTask, Sample, Split
+from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.scoring.judge import RAW, Judge
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE
@@ -111,8 +113,23 @@ class AlpacaLite(Task):
         "references by SmolLM2-135M on CPU (win rate); 2,000 pairs to train on"
     )
     eval_timeout_s = 1800.0
-    options = {"max_new_tokens": 32, "batch_size": 32, "judge_batch_size": 16}
+    #: ``n_eval``: grade the first n of the 100 graded instructions (a smaller, quicker and
+    #: noisier figure; part of the eval settings, so never compared with the full one)
+    options = {"max_new_tokens": 32, "batch_size": 32, "judge_batch_size": 16, "n_eval": EVAL_SIZE}
     splits = SPLITS
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        if not 1 <= self.opts["n_eval"] <= EVAL_SIZE:
+            raise UserError(f"alpaca-lite: n_eval must be 1 to {EVAL_SIZE} (--task-opt n_eval=100)")
+
+    def samples(
+        self, prepared: PreparedTask, split: Split, limit: int | None = None
+    ) -> list[Sample]:
+        """As declared, the private split cut to its first ``n_eval`` items."""
+        if split == "private":
+            limit = min(limit or EVAL_SIZE, self.opts["n_eval"])
+        return super().samples(prepared, split, limit)
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
@@ -182,7 +199,7 @@ reference answer and says which it prefers.
 - `data/train.jsonl`: {TRAIN_SIZE} instruction / response pairs, one JSON object per line
   with `id`, `instruction`, `input` (always empty), `output` (a good answer) and `kind`
   (one of: {kinds}). All of it is yours to use.
-- The {EVAL_SIZE} evaluation instructions (the same kinds, none of them in your data) and
+- The {self.opts["n_eval"]} evaluation instructions (the same kinds, none of them in your data) and
   their reference answers are never shown to you; the grading service generates your
   model's answers and has them judged.
 

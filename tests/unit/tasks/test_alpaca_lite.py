@@ -11,6 +11,7 @@ import json
 import pytest
 from support.rundirs import make_run
 
+from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl
 from agent2rl.metering.usage import read_usage
 from agent2rl.scoring.judges import USAGE_FILE
@@ -25,6 +26,18 @@ from agent2rl.tasks.alpaca_lite_data import KINDS, degrade, generate_items
 def lite():
     task = get_task("alpaca-lite")
     return task, prepare_task(task, load_settings().task_store)
+
+
+def test_n_eval_cuts_the_graded_split_and_is_checked() -> None:
+    task = get_task("alpaca-lite", {"n_eval": 5})
+    prepared = prepare_task(task, load_settings().task_store)
+    full = get_task("alpaca-lite").samples(prepared, "private")
+    assert [x.id for x in task.samples(prepared, "private")] == [x.id for x in full[:5]]
+    assert len(task.samples(prepared, "validation")) == VALIDATION_SIZE
+    assert "The 5 evaluation instructions" in task.description(prepared)
+    for bad in (0, EVAL_SIZE + 1):
+        with pytest.raises(UserError, match="n_eval must be 1 to 100"):
+            get_task("alpaca-lite", {"n_eval": bad})
 
 
 def test_registered_as_a_level_2_task() -> None:
@@ -105,19 +118,24 @@ def test_description_states_the_judge_rules(lite) -> None:
         assert s.input["instruction"] not in text
 
 
+#: graded items in the grading test (``n_eval``): the whole 100 took 130-200 s here
+N_GRADED = 12
+
+
 @pytest.mark.slow
-def test_baseline_grading_through_the_grader(lite, tiny, tmp_path) -> None:
+def test_baseline_grading_through_the_grader(tiny, tmp_path) -> None:
     """The untrained tiny model writes noise: the judge prefers the weak references."""
-    task, prepared = lite
+    task = get_task("alpaca-lite", {"n_eval": N_GRADED})
+    prepared = prepare_task(task, load_settings().task_store)
     paths = make_run(tmp_path / "run", task, prepared, tiny)
     result = json.loads((paths.baseline_dir / "result.json").read_text())
     details = result["details"]
-    assert details["metric"] == "win_rate" and details["n_total"] == EVAL_SIZE
+    assert details["metric"] == "win_rate" and details["n_total"] == N_GRADED
     assert result["score"] == pytest.approx(details["win_rate"])
     assert result["score"] < 50, "noise loses to the weak references"
-    assert details["judge"]["requests"] == 2 * EVAL_SIZE  # both orders, nothing cached yet
+    assert details["judge"]["requests"] == 2 * N_GRADED  # both orders, nothing cached yet
     usage = read_usage(paths.baseline_dir / USAGE_FILE)
-    assert len(usage) == 2 * EVAL_SIZE and {u["model"] for u in usage} == {MODEL_NAME}
+    assert len(usage) == 2 * N_GRADED and {u["model"] for u in usage} == {MODEL_NAME}
     items = read_jsonl(paths.baseline_dir / "items.jsonl")
     assert all(1 <= i["meta"]["preference"] <= 2 for i in items)
     assert not (paths.record / "llm_usage.jsonl").exists(), "the judge is not the agent's usage"
