@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent2rl.metering.usage import read_usage, summarize_usage
 from agent2rl.rundir import RunPaths
+from agent2rl.scoring.alpaca_eval import LC_V1
 
 #: the usage file's name in a grading directory (:data:`agent2rl.scoring.judges.USAGE_FILE`)
 USAGE_FILE = "judge_usage.jsonl"
@@ -28,6 +29,7 @@ METRICS = (
     "standard_error",
     "length_controlled_winrate",
     "lc_standard_error",
+    "lc_glm",
     "n_wins",
     "n_draws",
     "n_total",
@@ -124,8 +126,11 @@ def _rate(m: dict[str, Any], key: str, se: str) -> str:
 def _side(name: str, m: dict[str, Any] | None) -> str:
     if not m:
         return f"{name}: not judged."
+    # the leaderboard's GLM is plain "LC"; another (alpaca-lite's minimal one) is named
+    glm = m.get("lc_glm")
+    label = "LC win rate" + (f" ({glm} GLM)" if glm and glm != LC_V1 else "")
     lc = (
-        f", LC win rate {_rate(m, 'length_controlled_winrate', 'lc_standard_error')}"
+        f", {label} {_rate(m, 'length_controlled_winrate', 'lc_standard_error')}"
         if m.get("length_controlled_winrate") is not None
         else ""
     )

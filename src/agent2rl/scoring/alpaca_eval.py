@@ -34,6 +34,13 @@ import pandas as pd
 #: The LC GLM of AlpacaEval 2.0 (``GLM_INFO["length_controlled_v1"]`` in the package):
 #: ``preference ~ tanh(std_delta_len) + instruction_difficulty + not_gamed_baseline - 1``,
 #: fitted with the two gamed baselines of ``df_gamed.csv`` weighted by this lambda (/2).
+LC_V1 = "length_controlled_v1"
+#: The package's ``GLM_INFO["length_controlled_minimal"]``: ``preference ~
+#: tanh(std_delta_len) + not_gamed_baseline - 1`` on the annotations alone (no instruction
+#: difficulty, no gamed baselines), so it needs no ``df_gamed.csv``: for an eval set that
+#: AlpacaEval's data does not cover (alpaca-lite's).
+LC_MINIMAL = "length_controlled_minimal"
+GLMS = (LC_V1, LC_MINIMAL)
 REGULARIZE_TO_BASELINE_LAMBDA = 0.2
 N_SPLITS = 5
 #: ``fit_LogisticRegressionCV``'s settings in the package
@@ -131,45 +138,50 @@ def read_df_gamed(path: Path) -> pd.DataFrame:
     return df.drop(columns=["model"], errors="ignore")
 
 
-def _features(df: pd.DataFrame) -> pd.DataFrame:
-    """The design matrix of the formula, in its column order (patsy's names)."""
-    return pd.DataFrame(
-        {
-            "np.tanh(std_delta_len)": np.tanh(df["std_delta_len"].astype(float)),
-            "instruction_difficulty": df["instruction_difficulty"].astype(float),
-            "not_gamed_baseline.astype(float)": df["not_gamed_baseline"].astype(float),
-        },
-        index=df.index,
-    )
+def _features(df: pd.DataFrame, glm: str = LC_V1) -> pd.DataFrame:
+    """The design matrix of ``glm``'s formula, in its column order (patsy's names)."""
+    columns = {"np.tanh(std_delta_len)": np.tanh(df["std_delta_len"].astype(float))}
+    if glm == LC_V1:
+        columns["instruction_difficulty"] = df["instruction_difficulty"].astype(float)
+    columns["not_gamed_baseline.astype(float)"] = df["not_gamed_baseline"].astype(float)
+    return pd.DataFrame(columns, index=df.index)
 
 
 def length_controlled(
-    annotations: Sequence[Mapping[str, Any]], df_gamed: pd.DataFrame
+    annotations: Sequence[Mapping[str, Any]],
+    df_gamed: pd.DataFrame | None,
+    glm: str = LC_V1,
 ) -> LengthControlled:
-    """AlpacaEval 2.0's LC win rate (``length_controlled_v1``) of ``annotations``.
+    """AlpacaEval 2.0's LC win rate of ``annotations`` with the package's GLM ``glm``.
 
-    As the package does: each annotation gets the length difference of its two outputs (in
-    characters, standardised over the annotations) and its instruction's difficulty (the
-    ``df_gamed`` row of its ``index``); a logistic regression (L1, liblinear, no intercept,
-    ``C`` chosen by 5-fold group cross-validation on the log loss of the soft preference) is
-    fitted on them plus the gamed baselines' rows (weight lambda / 2), and predicts each
-    annotation at a length difference of zero.
+    :data:`LC_V1` (the leaderboard's), as the package does: each annotation gets the length
+    difference of its two outputs (in characters, standardised over the annotations) and its
+    instruction's difficulty (the ``df_gamed`` row of its ``index``); a logistic regression
+    (L1, liblinear, no intercept, ``C`` chosen by 5-fold group cross-validation on the log
+    loss of the soft preference) is fitted on them plus the gamed baselines' rows (weight
+    lambda / 2), and predicts each annotation at a length difference of zero.
+    :data:`LC_MINIMAL` fits the length term and the model's own term on the annotations
+    alone (``df_gamed`` is not read and may be None): every annotation then gets the same
+    prediction, so ``standard_error`` is 0.
 
     Edge cases: annotations without a usable preference are left out of the fit but still
     predicted (the package's behaviour, so the LC win rate averages over all of them); an
     ``index`` outside ``df_gamed`` raises ``KeyError``; fewer than two annotations, or one
-    length difference shared by all (nothing to standardise), raise ``ValueError``. Needs
-    scikit-learn (imported here: it takes a second, and only LC scoring needs it).
+    length difference shared by all (nothing to standardise), raise ``ValueError``, as do an
+    unknown ``glm`` and :data:`LC_V1` without ``df_gamed``. Needs scikit-learn (imported
+    here: it takes a second, and only LC scoring needs it).
     """
     from sklearn import config_context
     from sklearn.linear_model import LogisticRegressionCV
     from sklearn.metrics import make_scorer
     from sklearn.model_selection import GroupKFold
 
+    if glm not in GLMS:
+        raise ValueError(f"unknown LC GLM {glm!r}: one of {', '.join(GLMS)}")
+    if glm == LC_V1 and df_gamed is None:
+        raise ValueError(f"the {LC_V1} GLM needs df_gamed.csv")
     if len(annotations) < 2:
         raise ValueError("the LC GLM needs at least two annotations")
-    gamed = df_gamed.drop(columns=["model"], errors="ignore")
-    difficulty = gamed.drop_duplicates("index")["instruction_difficulty"]
     index = [a.get("index", i) for i, a in enumerate(annotations)]
     len_1 = pd.Series([len(a["output_1"]) for a in annotations], dtype=float)
     len_2 = pd.Series([len(a["output_2"]) for a in annotations], dtype=float)
@@ -182,25 +194,29 @@ def length_controlled(
             "preference": prefs - 1.0,  # [0, 1]: the probability that the model's output wins
             "index": index,
             "std_delta_len": delta / delta.std(),
-            # label lookup, as the package does (df_gamed's first rows are indices 0..804)
-            "instruction_difficulty": [float(difficulty[i]) for i in index],
             "not_gamed_baseline": True,
         }
     )
-    test = _features(df.assign(std_delta_len=0.0))
-
-    train = pd.concat([gamed, df], axis=0)
-    # The gamed baselines pull the weights toward theirs (two of them: lambda / 2 each).
-    weight = (
-        train["not_gamed_baseline"].astype(float)
-        + (REGULARIZE_TO_BASELINE_LAMBDA * (~train["not_gamed_baseline"].astype(bool))).astype(
-            float
+    if glm == LC_V1:
+        gamed = df_gamed.drop(columns=["model"], errors="ignore")  # type: ignore[union-attr]
+        difficulty = gamed.drop_duplicates("index")["instruction_difficulty"]
+        # label lookup, as the package does (df_gamed's first rows are indices 0..804)
+        df["instruction_difficulty"] = [float(difficulty[i]) for i in index]
+        train = pd.concat([gamed, df], axis=0)
+        # The gamed baselines pull the weights toward theirs (two of them: lambda / 2 each).
+        gamed_rows = ~train["not_gamed_baseline"].astype(bool)
+        weight = (
+            train["not_gamed_baseline"].astype(float)
+            + (REGULARIZE_TO_BASELINE_LAMBDA * gamed_rows).astype(float) / 2
         )
-        / 2
-    )
+    else:
+        # no weights in the package: the same fit as weight 1 for every row
+        train, weight = df, pd.Series(1.0, index=df.index)
+    test = _features(df.assign(std_delta_len=0.0), glm)
+
     keep = train["preference"].notna().to_numpy()
     train, weight = train[keep], weight[keep].to_numpy()
-    features = _features(train).reset_index(drop=True)
+    features = _features(train, glm).reset_index(drop=True)
     target = train["preference"].astype(float).to_numpy()
 
     # A soft label p is fitted as two rows, (x, 1) weighted p and (x, 0) weighted 1 - p, kept
@@ -211,15 +227,17 @@ def length_controlled(
     true_prob = np.concatenate([target, 1.0 - target])
     true_weight = np.concatenate([weight, weight])
     groups = np.concatenate([np.arange(n), np.arange(n)])
-    scorer = make_scorer(
-        _soft_log_loss, response_method="predict_proba", greater_is_better=False
-    ).set_score_request(true_sample_weight=True, true_prob=True)
-    model = LogisticRegressionCV(
-        cv=GroupKFold(n_splits=N_SPLITS), scoring=scorer, **_LOGREG, **_l1_penalty()
-    )
+    # Metadata routing only inside this block (the package turns it on for the whole
+    # process); set_score_request refuses to run without it, so the scorer is made here too.
     with config_context(enable_metadata_routing=True), warnings.catch_warnings():
         # scikit-learn >= 1.8 announces API changes that do not change this fit.
         warnings.simplefilter("ignore", FutureWarning)
+        scorer = make_scorer(
+            _soft_log_loss, response_method="predict_proba", greater_is_better=False
+        ).set_score_request(true_sample_weight=True, true_prob=True)
+        model = LogisticRegressionCV(
+            cv=GroupKFold(n_splits=N_SPLITS), scoring=scorer, **_LOGREG, **_l1_penalty()
+        )
         model.set_fit_request(sample_weight=True)
         model.fit(
             x,

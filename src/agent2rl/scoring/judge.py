@@ -20,6 +20,11 @@ The score is one declared metric, :attr:`Judge.metric`:
     instead, so the details' ``win_rate`` differs from the score only when that happened
     (``unjudged`` says how often).
 
+Without ``df_gamed`` a task may ask for the package's ``length_controlled_minimal`` GLM
+(:attr:`Judge.lc_glm`; alpaca-lite does, its eval set being outside AlpacaEval's data): its
+LC win rate is reported in the details beside the raw score, never as the score (it predicts
+one number for every item, so it has no per-item spread for the harness's interval).
+
 Either way ``correct`` is ``preference > 1.5`` (the judge preferred the model's output) and
 ``meta`` keeps the raw ``preference``. Per-item preferences reach only the grader's record
 (``items.jsonl``), never the agent.
@@ -36,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from agent2rl.dataset import Sample
-from agent2rl.scoring.alpaca_eval import length_controlled, win_rates
+from agent2rl.scoring.alpaca_eval import LC_MINIMAL, LC_V1, length_controlled, win_rates
 from agent2rl.scoring.base import ItemResult
 from agent2rl.scoring.judges.base import Pair, PairwiseJudge
 from agent2rl.solvers.base import Output
@@ -53,10 +58,18 @@ class Judge:
     ``metadata["index"]`` (its position in the eval set, for the LC GLM's instruction
     difficulty; default: its position in the list) and ``metadata["group"]`` are optional.
     ``df_gamed`` enables the LC metric (:func:`~agent2rl.scoring.alpaca_eval.read_df_gamed`).
+    ``lc_glm``: without ``df_gamed``, :data:`~agent2rl.scoring.alpaca_eval.LC_MINIMAL` puts
+    that GLM's LC win rate in the details (the score stays the raw win rate); ignored with
+    ``df_gamed``.
     """
 
     judge: PairwiseJudge
     df_gamed: pd.DataFrame | None = None
+    lc_glm: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.lc_glm not in (None, LC_MINIMAL):
+            raise ValueError(f"lc_glm: only {LC_MINIMAL!r} (or None) without df_gamed")
 
     @property
     def metric(self) -> str:
@@ -64,7 +77,10 @@ class Judge:
         return LC if self.df_gamed is not None else RAW
 
     def settings(self) -> dict[str, Any]:
-        return {"scorer": "judge", "metric": self.metric, "judge": self.judge.identity()}
+        out = {"scorer": "judge", "metric": self.metric, "judge": self.judge.identity()}
+        if self.df_gamed is None and self.lc_glm:
+            out["lc_glm"] = self.lc_glm
+        return out
 
     def score(self, samples: list[Sample], outputs: list[Output]) -> list[ItemResult]:
         """Judge every output (the judge raises
@@ -134,14 +150,16 @@ class Judge:
         ]
         stats = win_rates(annotations) if items else {}
         metric = RAW
-        if self.df_gamed is not None and items:
+        glm = LC_V1 if self.df_gamed is not None else self.lc_glm
+        if glm and items:
             try:
-                lc = length_controlled(annotations, self.df_gamed)
+                lc = length_controlled(annotations, self.df_gamed, glm)
             except ValueError as err:
                 stats["lc_error"] = str(err)
             else:
                 stats[LC], stats["lc_standard_error"] = lc.winrate, lc.standard_error
-                metric = LC
+                stats["lc_glm"] = glm
+                metric = LC if glm == LC_V1 else RAW
         n = len(items)
         return {
             "metric": metric,

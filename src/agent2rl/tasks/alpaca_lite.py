@@ -28,6 +28,7 @@ from typing import Any
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_jsonl
+from agent2rl.scoring.alpaca_eval import LC_MINIMAL
 from agent2rl.scoring.judge import RAW, Judge
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE
 from agent2rl.scoring.judges.smollm2 import MODEL_NAME, installed_dir, smollm2_judge
@@ -164,13 +165,14 @@ class AlpacaLite(Task):
     def scorer(self, prepared: PreparedTask) -> Judge:
         """SmolLM2 under the lite protocol, cached under ``AGENT2RL_HOME`` (the same cache
         file as alpacaeval's, keyed apart by the judge's identity) and metered into the
-        evaluation's grading directory. No ``df_gamed``: the score is the raw win rate."""
+        evaluation's grading directory. No ``df_gamed``: the score is the raw win rate, with
+        the package's ``length_controlled_minimal`` GLM's LC win rate beside it."""
         judge = smollm2_judge(
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
             batch_size=self.opts["judge_batch_size"],
         )
-        return Judge(judge)
+        return Judge(judge, lc_glm=LC_MINIMAL)
 
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``) and the judge's weights (the

@@ -8,11 +8,13 @@ import json
 import math
 
 import pytest
+import sklearn
 from support.fake_provider import Turn, start_fake_provider
 
 from agent2rl.dataset import Sample
 from agent2rl.metering.usage import read_usage
 from agent2rl.scoring import Judge
+from agent2rl.scoring.alpaca_eval import LC_MINIMAL
 from agent2rl.scoring.judges import JudgeUnavailable, Pair, openai_judge, protocol
 from agent2rl.solvers.base import Output
 
@@ -204,3 +206,39 @@ def test_judge_scorer_items_and_details(provider, tmp_path) -> None:
     assert details["avg_length"] == pytest.approx(sum(len(o.text) for o in outputs) / 4)
     assert details["judge"]["requests"] == 3  # the identical pair needs no request
     json.dumps(details)  # result.json must be able to hold it
+
+
+def test_minimal_lc_glm_is_reported_beside_the_raw_score(provider, tmp_path) -> None:
+    """A judge that only likes length: the raw win rate rewards the model's longer outputs,
+    the minimal GLM's LC win rate (alpaca-lite's) takes the length out; the score stays raw."""
+    outputs = [Output(f"Model {i}." + " and more" * (i % 6)) for i in range(12)]
+
+    def prefers_longer(body: dict) -> Turn:
+        user = body["messages"][1]["content"]
+        i = next(i for i in range(12) if f"Instruction number {i}:" in user)
+        model, ref = outputs[i].text, PAIRS[i].output_1
+        model_first = user.index(model) < user.index(ref)
+        p_model = 1 / (1 + math.exp(-(len(model) - len(ref)) / 8))
+        p_first = p_model if model_first else 1 - p_model
+        return Turn(top_logprobs=[("m", math.log(p_first)), ("M", math.log(1 - p_first))])
+
+    provider.respond_with(prefers_longer)
+    samples = [
+        Sample(f"id{i}", {"instruction": p.instruction}, p.output_1, {"index": i})
+        for i, p in enumerate(PAIRS)
+    ]
+    scorer = Judge(judge_for(provider, tmp_path), lc_glm=LC_MINIMAL)
+    assert scorer.metric == "win_rate" and scorer.settings()["lc_glm"] == LC_MINIMAL
+    items = scorer.score(samples, outputs)
+    assert all(i.score == pytest.approx(i.meta["preference"] - 1) for i in items)
+    # as in a grading process, where nothing turned scikit-learn's metadata routing on (the
+    # alpaca-eval package does so for the whole process, and other tests import it)
+    with sklearn.config_context(enable_metadata_routing=False):
+        details = scorer.details(items, outputs)
+    assert "lc_error" not in details, details.get("lc_error")
+    assert details["metric"] == "win_rate" and details["lc_glm"] == LC_MINIMAL
+    raw, lc = details["win_rate"], details["length_controlled_winrate"]
+    assert raw > 60 and raw - lc > 10, (raw, lc)
+    assert details["lc_standard_error"] == pytest.approx(0.0)  # one prediction for all
+    with pytest.raises(ValueError, match="lc_glm"):
+        Judge(judge_for(provider, tmp_path), lc_glm="length_controlled_v1")

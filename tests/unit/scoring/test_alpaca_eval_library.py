@@ -15,6 +15,7 @@ import math
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,12 @@ import pytest
 from packaging.version import parse as parse_version
 from test_alpaca_eval import MODELS, annotations
 
-from agent2rl.scoring.alpaca_eval import length_controlled, read_df_gamed, win_rates
+from agent2rl.scoring.alpaca_eval import (
+    LC_MINIMAL,
+    length_controlled,
+    read_df_gamed,
+    win_rates,
+)
 from agent2rl.scoring.judges import protocol
 
 
@@ -103,11 +109,8 @@ def test_parser_and_prompt_equal_the_package(ae) -> None:
         assert protocol.messages(a["instruction"], a["output_1"], a["output_2"]) == theirs
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_length_controlled_win_rate_equals_the_package(ae, tmp_path, monkeypatch, model) -> None:
-    """The package's GLM reads df_gamed.csv through hf_hub_download; offline, that returns
-    the file from the cache, where the synthetic one is put."""
-    gamed = synthetic_df_gamed(seed=len(model))
+def _offline_df_gamed(ae, tmp_path, monkeypatch, gamed: pd.DataFrame) -> Path:
+    """Put ``gamed`` where the package's hf_hub_download finds df_gamed.csv offline."""
     repo = tmp_path / "datasets--tatsu-lab--alpaca_eval"
     (repo / "snapshots" / "0000").mkdir(parents=True)
     (repo / "refs").mkdir()
@@ -115,6 +118,15 @@ def test_length_controlled_win_rate_equals_the_package(ae, tmp_path, monkeypatch
     gamed.to_csv(repo / "snapshots" / "0000" / "df_gamed.csv", index=False)
     monkeypatch.setattr(ae.constants, "DEFAULT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(ae.glm.constants, "DEFAULT_CACHE_DIR", str(tmp_path))
+    return repo
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_length_controlled_win_rate_equals_the_package(ae, tmp_path, monkeypatch, model) -> None:
+    """The package's GLM reads df_gamed.csv through hf_hub_download; offline, that returns
+    the file from the cache, where the synthetic one is put."""
+    gamed = synthetic_df_gamed(seed=len(model))
+    repo = _offline_df_gamed(ae, tmp_path, monkeypatch, gamed)
     rows = annotations(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -126,3 +138,31 @@ def test_length_controlled_win_rate_equals_the_package(ae, tmp_path, monkeypatch
     # the LC rate is the mean of the per-item predictions the scorer uses as item scores
     lc = length_controlled(rows, gamed)
     assert lc.predictions.mean() * 100 == pytest.approx(ours["length_controlled_winrate"])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_minimal_glm_equals_the_package(ae, tmp_path, monkeypatch, model) -> None:
+    """``length_controlled_minimal`` (alpaca-lite's LC) reads no df_gamed.csv of ours; the
+    package still downloads one (for a column its formula does not use), hence the file."""
+    _offline_df_gamed(ae, tmp_path, monkeypatch, synthetic_df_gamed(seed=1))
+    # a shorter, unbalanced subset: the GLM must not depend on the eval set's size
+    rows = annotations(model)[: 300 + 50 * len(model)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = ae.glm.get_length_controlled_winrate(
+            rows, glm_name=LC_MINIMAL, save_weights_dir=None
+        )
+    ours = length_controlled(rows, None, LC_MINIMAL)
+    assert ours.winrate == pytest.approx(float(theirs["length_controlled_winrate"]), abs=1e-9)
+    assert ours.standard_error == pytest.approx(float(theirs["lc_standard_error"]), abs=1e-9)
+    # the length term is fitted, and moves the rate away from the raw one
+    assert ours.weights["np.tanh(std_delta_len)"] != 0.0
+    assert ours.winrate != pytest.approx(win_rates(rows)["win_rate"], abs=0.1)
+
+
+def test_length_controlled_refuses_what_it_cannot_fit() -> None:
+    rows = annotations("phi-2")[:20]
+    with pytest.raises(ValueError, match="needs df_gamed"):
+        length_controlled(rows, None)
+    with pytest.raises(ValueError, match="unknown LC GLM"):
+        length_controlled(rows, None, "length_controlled_v2")

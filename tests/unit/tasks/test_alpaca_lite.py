@@ -11,6 +11,7 @@ import json
 import pytest
 from support.rundirs import make_run
 
+from agent2rl.analysis.judging import JudgeSummary, judge_text
 from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl
 from agent2rl.metering.usage import read_usage
@@ -133,6 +134,9 @@ def test_baseline_grading_through_the_grader(tiny, tmp_path) -> None:
     assert details["metric"] == "win_rate" and details["n_total"] == N_GRADED
     assert result["score"] == pytest.approx(details["win_rate"])
     assert result["score"] < 50, "noise loses to the weak references"
+    # the minimal GLM's LC win rate beside the score, named
+    assert details.get("lc_glm") == "length_controlled_minimal", details.get("lc_error")
+    assert 0 <= details["length_controlled_winrate"] <= 100
     assert details["judge"]["requests"] == 2 * N_GRADED  # both orders, nothing cached yet
     usage = read_usage(paths.baseline_dir / USAGE_FILE)
     assert len(usage) == 2 * N_GRADED and {u["model"] for u in usage} == {MODEL_NAME}
@@ -143,3 +147,15 @@ def test_baseline_grading_through_the_grader(tiny, tmp_path) -> None:
         if f.is_file() and f.suffix in (".jsonl", ".md", ".json"):
             text = f.read_text(errors="replace")
             assert '"preference"' not in text, f"per-item judgments reached the agent: {f}"
+
+
+def test_report_names_the_minimal_glm_beside_the_raw_score() -> None:
+    side = {"win_rate": 45.0, "standard_error": 4.0, "length_controlled_winrate": 40.0,
+            "lc_standard_error": 0.0, "lc_glm": "length_controlled_minimal"}  # fmt: skip
+    text = judge_text(JudgeSummary(metric="win_rate", baseline=side, best=side))
+    assert "Score: the raw win rate" in text
+    assert "LC win rate (length_controlled_minimal GLM) 40.00" in text
+    # the leaderboard's GLM is plain "LC win rate"
+    v1 = {**side, "lc_glm": "length_controlled_v1"}
+    text = judge_text(JudgeSummary(metric="length_controlled_winrate", baseline=v1, best=v1))
+    assert "LC win rate 40.00" in text and "GLM" not in text
