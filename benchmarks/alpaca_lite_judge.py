@@ -1,7 +1,8 @@
 """How good and how fast the ``alpaca-lite`` judge is (SmolLM2-135M-Instruct on CPU).
 
-Prints, for the lite protocol (compact template, both orders: the task's judge) and for
-AlpacaEval's own protocol on the same model (the official template, one seeded order):
+Prints, for the lite protocol (compact template in two phrasings, both orders: the task's
+judge) and for AlpacaEval's own protocol on the same model (the official template, one
+seeded order):
 
 1. **degraded outputs**: on the task's validation split, how often the judge prefers the
    reference over an emptied, truncated and word-shuffled copy of it (the issue asks for
@@ -15,7 +16,7 @@ AlpacaEval's own protocol on the same model (the official template, one seeded o
    answers run to thousands of characters) in minutes: ``--pairs`` pairs are drawn (seed 0,
    the three models in turn) from those whose two outputs total at most ``--max-chars``
    characters; the official judge's win rate on that subset is printed beside it;
-3. **throughput**: pairs per second (a lite pair is two forward passes), and the wall
+3. **throughput**: pairs per second (a lite pair is four forward passes), and the wall
    time of grading one ``alpaca-lite`` submission (the built-in ``tiny`` model, untrained,
    through the task's own ``evaluate``: generation and judging of the 100 graded items,
    a fresh judgment cache, the judge loaded once before).

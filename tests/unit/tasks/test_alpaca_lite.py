@@ -137,9 +137,10 @@ def test_baseline_grading_through_the_grader(tiny, tmp_path) -> None:
     # the minimal GLM's LC win rate beside the score, named
     assert details.get("lc_glm") == "length_controlled_minimal", details.get("lc_error")
     assert 0 <= details["length_controlled_winrate"] <= 100
-    assert details["judge"]["requests"] == 2 * N_GRADED  # both orders, nothing cached yet
+    # both orders in two phrasings, nothing cached yet
+    assert details["judge"]["requests"] == 4 * N_GRADED
     usage = read_usage(paths.baseline_dir / USAGE_FILE)
-    assert len(usage) == 2 * N_GRADED and {u["model"] for u in usage} == {MODEL_NAME}
+    assert len(usage) == 4 * N_GRADED and {u["model"] for u in usage} == {MODEL_NAME}
     items = read_jsonl(paths.baseline_dir / "items.jsonl")
     assert all(1 <= i["meta"]["preference"] <= 2 for i in items)
     assert not (paths.record / "llm_usage.jsonl").exists(), "the judge is not the agent's usage"

@@ -9,8 +9,8 @@
     logprob.py            LogprobJudge: that protocol over any backend, with cache and meter
     openai_compatible.py  the HTTP backend for OpenAI-compatible servers; openai_judge()
     local.py              TransformersJudgeBackend: a model run in-process (transformers, GGUF)
-    smollm2.py            alpaca-lite's judge: SmolLM2-135M on CPU, compact template, both
-                          orders; smollm2_judge()
+    smollm2.py            alpaca-lite's judge: SmolLM2-135M on CPU, compact template in two
+                          phrasings, both orders; smollm2_judge()
     cache.py              JudgmentCache: SQLite under AGENT2RL_HOME, shared across runs
     meter.py              JudgeMeter: one usage line per judge request, and totals
 

@@ -79,38 +79,41 @@ class LogprobJudge:
             self.meter.hit(len(hits))
             todo = [i for i in todo if out[i] is None]
         orders = 2 if self.protocol.both_orders else 1
-        step = max(1, int(self.backend.batch_size) // orders)
+        builds = self.protocol.builds()
+        views = self.protocol.views
+        step = max(1, int(self.backend.batch_size) // views)
         for start in range(0, len(todo), step):
             chunk = todo[start : start + step]
-            # the seeded order first, then (both orders) the other one
+            # the seeded order first, then (both orders) the other one; each in every phrasing
             shown = [
-                (i, swap if n == 0 else not swap)
+                (i, swap if n == 0 else not swap, build)
                 for i in chunk
                 for swap in [protocol.is_swapped(pairs[i].instruction)]
                 for n in range(orders)
+                for build in builds
             ]
             prompts = []
-            for i, swap in shown:
+            for i, swap, build in shown:
                 p = pairs[i]
                 first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
-                prompts.append(self.protocol.build(p.instruction, first, second))
+                prompts.append(build(p.instruction, first, second))
             answers = self.backend.next_tokens(prompts, self.protocol.top_logprobs)
             judged = []
             for k, i in enumerate(chunk):
-                views = list(
+                asked = list(
                     zip(
-                        shown[k * orders : (k + 1) * orders],
-                        answers[k * orders : (k + 1) * orders],
+                        shown[k * views : (k + 1) * views],
+                        answers[k * views : (k + 1) * views],
                         strict=True,
                     )
                 )
                 prefs = [
                     protocol.unswap(protocol.preference_from_logprobs(a.top), swap)
-                    for (_, swap), a in views
+                    for (_, swap, _), a in asked
                 ]
-                pref = prefs[0] if orders == 1 else protocol.combine_orders(prefs)
+                pref = prefs[0] if views == 1 else protocol.combine_orders(prefs)
                 out[i] = pref
-                top = views[0][1].top if orders == 1 else [t for _, a in views for t in a.top]
+                top = asked[0][1].top if views == 1 else [t for _, a in asked for t in a.top]
                 judged.append((pairs[i], pref, top))
             if self.cache is not None:
                 self.cache.put_many(key, judged)

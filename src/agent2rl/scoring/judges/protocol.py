@@ -171,10 +171,26 @@ class JudgeProtocol:
     template_sha256: str
     top_logprobs: int = TOP_LOGPROBS
     both_orders: bool = False
+    #: more phrasings of the same question, each ``(instruction, shown first, shown second)
+    #: -> messages`` like ``build``: each order is also asked in every one of them, and all
+    #: the (unswapped) preferences are combined by :func:`combine_orders`. One phrasing's
+    #: quirks (a small judge's verdict moves with the wording) then count for less. The
+    #: ``template_sha256`` must cover them all.
+    also: tuple[Callable[[str, str, str], Messages], ...] = ()
+
+    @property
+    def views(self) -> int:
+        """Prompts per pair: orders times phrasings."""
+        return (2 if self.both_orders else 1) * (1 + len(self.also))
+
+    def builds(self) -> tuple[Callable[[str, str, str], Messages], ...]:
+        """``build``, then the ``also`` phrasings."""
+        return (self.build, *self.also)
 
     def identity(self) -> dict[str, Any]:
         """The protocol's part of a judge's identity. AlpacaEval's own has no
-        ``both_orders`` key, so its identity (and every cached judgment) is as before."""
+        ``both_orders`` or ``phrasings`` key, so its identity (and every cached judgment) is
+        as before."""
         out: dict[str, Any] = {
             "protocol": self.name,
             "template_sha256": self.template_sha256,
@@ -184,12 +200,15 @@ class JudgeProtocol:
         }
         if self.both_orders:
             out["both_orders"] = True
+        if self.also:
+            out["phrasings"] = 1 + len(self.also)
         return out
 
 
 def combine_orders(preferences: list[float]) -> float:
-    """One preference from the (unswapped) preferences of a pair judged in both orders: the
-    mean of their log-odds, mapped back to [1, 2].
+    """One preference from the (unswapped) preferences of a pair judged in both orders (and
+    in every phrasing of :attr:`JudgeProtocol.also`): the mean of their log-odds, mapped
+    back to [1, 2].
 
     Why log-odds: a position bias ``b`` adds to the log-odds of the first-shown output, so
     the two orders read ``s + b`` and ``s - b`` for the same pair, and their mean is the

@@ -8,16 +8,33 @@ needed, since transformers reads GGUF itself with the ``gguf`` package. The pack
 imported (its ``__init__`` imports ``llm``): the file is found through the distribution's
 metadata, and its sha256 comes from the wheel's ``RECORD``.
 
-The protocol (:data:`LITE`) is AlpacaEval's in all but two choices, each validated on the
+The protocol (:data:`LITE`) is AlpacaEval's in all but three choices, each validated on the
 task's validation split (``benchmarks/alpaca_lite_judge.py`` prints the figures):
 
 - **the template** is a short user message (:data:`TEMPLATE`) instead of AlpacaEval's
   leaderboard prompt, which a 135M model cannot follow: on it the judge prefers a reference
   over an emptied, truncated or shuffled copy about as often as not;
 - **both orders**: the pair is judged as the seeded swap shows it and the other way round,
-  and the two preferences (each flipped back) are averaged. SmolLM2-135M names the second
-  output about four times in five whatever it is; in one order only, the seeded swap
-  decides the verdict.
+  and the preferences (each flipped back) are averaged in log-odds. SmolLM2-135M names the
+  second output about four times in five whatever it is; in one order only, the seeded
+  swap decides the verdict;
+- **two phrasings**: each order is also asked with the question worded another way
+  (:data:`TEMPLATE_2`: "Which answer correctly answers the instruction?"), so a pair costs
+  four forward passes, and the four preferences are averaged. The judge's margins are
+  small and move with the wording; on the validation split either phrasing alone prefers
+  the reference over a degraded copy 94.0% of the time (282 of 300, failing on different
+  items), the two together 96.3% (289 of 300), with the good answer over the weak
+  reference 87 times in 100 (88 and 82 for each alone). The phrasing was chosen there, so
+  that is optimistic: on the public split's first 100 distinct instructions the first
+  phrasing alone gives 89.0% and 73/100, the two 92.0% and 79/100.
+
+  Tried there and not kept (both orders each; reference over degraded copies, then good
+  over weak): a rubric sentence before the question ("The better answer is correct,
+  complete and clearly written.") 90.0%, 81/100; the answers in quotes 92.3%, 63/100; on
+  the first 50 items only, a "strict judge" system message 86.7%, 20/50, labels A / B
+  38.0%, 39/50, labels 1 / 2 28.0%, 29/50, two few-shot demonstrations 45.3%, 27/50.
+  Averaged with the first phrasing, the rubric gives 94.3%, 86/100 and the quotes 95.0%,
+  75/100; three or four phrasings reach 95.3-97.0% with 81-88/100, at 1.5-2x this cost.
 
 Kept as in AlpacaEval: the labels ``m`` / ``M``, the preference ``2 - P(m) / (P(m) +
 P(M))`` from the first token's log-probabilities, the per-instruction seeded swap, draws for
@@ -54,19 +71,34 @@ TEMPLATE = (
     "Answer M: {output_2}\n\n"
     "Which answer is better, m or M? Reply with one letter: m or M."
 )
-TEMPLATE_SHA256 = hashlib.sha256(TEMPLATE.encode()).hexdigest()
+#: the same prompt with the question phrased another way: the lite protocol asks both
+QUESTION_2 = "Which answer correctly answers the instruction, m or M?"
+TEMPLATE_2 = TEMPLATE.replace("Which answer is better, m or M?", QUESTION_2)
+#: one digest for both phrasings, in the order asked (another phrasing, another cache)
+TEMPLATE_SHA256 = hashlib.sha256((TEMPLATE + "\0" + TEMPLATE_2).encode()).hexdigest()
+
+
+def _fill(template: str, instruction: str, output_1: str, output_2: str) -> Messages:
+    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
+    return [{"role": "user", "content": template.format_map(values)}]
 
 
 def messages(instruction: str, output_1: str, output_2: str) -> Messages:
     """The judge's chat for one pair as shown (already in display order): one user message
     (the model's chat template adds SmolLM2's default system message). The three fields are
     substituted in one pass, so an output containing ``{output_2}`` stays as written."""
-    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
-    return [{"role": "user", "content": TEMPLATE.format_map(values)}]
+    return _fill(TEMPLATE, instruction, output_1, output_2)
 
 
-#: the alpaca-lite protocol: this template, both orders averaged
-LITE = JudgeProtocol("alpaca-lite-compact", messages, TEMPLATE_SHA256, both_orders=True)
+def messages_2(instruction: str, output_1: str, output_2: str) -> Messages:
+    """As :func:`messages`, with the question of :data:`TEMPLATE_2`."""
+    return _fill(TEMPLATE_2, instruction, output_1, output_2)
+
+
+#: the alpaca-lite protocol: both phrasings, both orders, the four preferences averaged
+LITE = JudgeProtocol(
+    "alpaca-lite-compact", messages, TEMPLATE_SHA256, both_orders=True, also=(messages_2,)
+)
 
 
 @cache
