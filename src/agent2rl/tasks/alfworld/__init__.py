@@ -164,7 +164,7 @@ class AlfworldLite(AlfworldBase):
         # model's 512-token context (its two exemplars alone are 3,200-4,400 characters)
         "protocol": "transcript",
         # 600 walkthroughs: the tiny model won 5 of 48 after 900 SFT steps on them, 3 after
-        # 900 on 300 (benchmarks/alfworld_sft.py). Generating them takes minutes, once.
+        # 900 on 300 (benchmarks/interactive_sft.py). Generating them takes minutes, once.
         "n_train": 600,
         "n_eval": 48,
         "n_validation": 48,

@@ -1,17 +1,21 @@
-"""What the reference agent's SFT warm-up wins on alfworld-lite: the tiny model fine-tuned a
-fixed number of steps on the walkthrough rows the agent builds (``episodes.sft_rows``), then
-played on the 48 lite *validation* games (never the graded ones: this benchmark chooses the
-reference agent's defaults), for each variant of learning-rate schedule and training-set size
-asked for.
+"""What the reference agent's SFT warm-up wins on an interactive lite task: the tiny model
+fine-tuned a fixed number of steps on the walkthrough rows the agent builds
+(``episodes.sft_rows``), then played on the task's *validation* games (never the graded ones:
+this benchmark chooses the reference agent's and the lite tasks' defaults), for each variant
+of task options and learning-rate schedule asked for.
 
-    python benchmarks/alfworld_sft.py [--steps 900] [--lr 2e-3] [--batch 8]
-        [--schedule constant linear] [--n-train 300 600]
+    python benchmarks/interactive_sft.py [--task alfworld-lite] [--steps 900] [--lr 2e-3]
+        [--batch 8] [--schedule constant linear] [--variant n_train=300 --variant ...]
+
+A ``--variant`` is a space-separated list of ``key=value`` task options (values read as JSON
+where they parse, else as strings; an empty string: the task's defaults), e.g.
+``--task deepsearch-lite --variant n_regions=14 --variant n_regions=60``.
 
 Steps, not seconds, so that variants compare on a shared machine (the agent itself trains for
 a time and decays its rate by the clock). One variant is one draw: the margin between variants
-is a few games of 48, so read several runs before trusting a difference. Each variant runs in
-its own process (the agent's code reads its workspace from the environment at import). Uses
-the default AGENT2RL_HOME, so the games are generated once and shared with real runs.
+is a few games, so read several runs before trusting a difference. Each variant runs in its
+own process (the agent's code reads its workspace from the environment at import). Uses the
+default AGENT2RL_HOME, so the games are generated once and shared with real runs.
 """
 
 from __future__ import annotations
@@ -23,12 +27,29 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from agent_workspace import enter_workspace
 from spine import machine  # the machine line every benchmark prints
 
 
-def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Path) -> dict:
+def parse_variant(text: str) -> dict[str, Any]:
+    """``"a=1 b=x"`` -> ``{"a": 1, "b": "x"}`` (JSON values where they parse)."""
+    options: dict[str, Any] = {}
+    for part in text.split():
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise SystemExit(f"--variant {text!r}: write key=value pairs")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def one(
+    task_name: str, options: dict, schedule: str, steps: int, lr: float, batch: int, work: Path
+) -> dict:
     """Fine-tune and grade one variant in this process; the result as a dict."""
     from agent2rl.inference import load_backend
     from agent2rl.models import resolve_model
@@ -36,7 +57,7 @@ def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Pa
     from agent2rl.tasks import get_task, prepare_task
 
     settings = load_settings()
-    task = get_task("alfworld-lite", {"n_train": n_train})
+    task = get_task(task_name, options)
     prepared = prepare_task(task, settings.task_store)
     model_ref = resolve_model("tiny", settings.model_store)
     tiny = model_ref.path
@@ -91,8 +112,6 @@ def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Pa
     finally:
         backend.close()
     return {
-        "n_train": n_train,
-        "schedule": schedule,
         "rows": len(rows),
         "train_s": round(train_s, 1),
         "won": sum(i.correct for i in result.items),
@@ -104,34 +123,41 @@ def one(n_train: int, schedule: str, steps: int, lr: float, batch: int, work: Pa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--task", default="alfworld-lite")
     ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--schedule", nargs="+", default=["constant", "linear"])
-    ap.add_argument("--n-train", nargs="+", type=int, default=[300, 600])
-    ap.add_argument("--one", nargs=2, metavar=("N_TRAIN", "SCHEDULE"), help=argparse.SUPPRESS)
+    ap.add_argument("--variant", action="append", default=None, help="key=value task options")
+    ap.add_argument("--one", nargs=2, metavar=("OPTIONS_JSON", "SCHEDULE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         with tempfile.TemporaryDirectory() as work:
-            r = one(int(args.one[0]), args.one[1], args.steps, args.lr, args.batch, Path(work))
+            r = one(
+                args.task, json.loads(args.one[0]), args.one[1], args.steps, args.lr,
+                args.batch, Path(work),
+            )  # fmt: skip
         print("RESULT " + json.dumps(r))
         return
     print(f"machine: {machine()}")
-    print(f"{args.steps} SFT steps at lr {args.lr:g}, batch {args.batch}")
-    for n_train in args.n_train:
+    print(f"{args.task}: {args.steps} SFT steps at lr {args.lr:g}, batch {args.batch}")
+    for variant in args.variant or [""]:
+        options = parse_variant(variant)
         for schedule in args.schedule:
-            cmd = [sys.executable, __file__, "--one", str(n_train), schedule]
-            cmd += ["--steps", str(args.steps), "--lr", str(args.lr), "--batch", str(args.batch)]
+            cmd = [sys.executable, __file__, "--task", args.task, "--one", json.dumps(options)]
+            cmd += [schedule, "--steps", str(args.steps), "--lr", str(args.lr)]
+            cmd += ["--batch", str(args.batch)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            label = f"{variant or 'defaults'}, {schedule} rate"
             if proc.returncode or not lines:
-                print(f"n_train {n_train}, {schedule}: failed\n{proc.stderr[-2000:]}")
+                print(f"{label}: failed\n{proc.stderr[-2000:]}")
                 continue
             r = json.loads(lines[-1][len("RESULT ") :])
             print(
-                f"n_train {n_train} ({r['rows']} rows), {schedule} rate: won {r['won']} of "
-                f"{r['games']} validation games (score {r['score']:.2f}); "
-                f"SFT {r['train_s']:.0f}s, grading {r['eval_s']:.0f}s"
+                f"{label} ({r['rows']} rows): won {r['won']} of {r['games']} validation games "
+                f"(score {r['score']:.2f}); SFT {r['train_s']:.0f}s, grading {r['eval_s']:.0f}s",
+                flush=True,
             )
 
 
