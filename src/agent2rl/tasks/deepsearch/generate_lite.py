@@ -5,7 +5,10 @@ The world is a set of *regions*. A region has two rivers, five towns (each on on
 rivers, with its founding year), three societies (each founded by one of the region's people
 in one of its towns, in a year, with three or four members) and thirteen people (each born in
 one of its towns, with a trade; some founded a society, most belong to one). Names are
-made of invented syllables, so no pretrained model knows a fact. Every entity is one page
+made of invented syllables, so no pretrained model knows a fact; a person's name is one word
+of two syllables (version 2; version 1's two-word names took about twice as many tokens,
+which the tiny model, whose tokenizer spells such names a letter or two a token, copies
+from a search result less often: see the README's *Figures*). Every entity is one page
 of the corpus (``id``, ``title``, ``text``, ``region``); every fact is one sentence, which a
 query naming the page and the relation finds (see :mod:`.search`).
 
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: changes whenever the generated world or questions change (part of the store's path)
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr",
            "gr", "kr", "tr", "th", "sk", "st", "vr", "qu"]  # fmt: skip
@@ -119,7 +122,7 @@ def generate_world(seed: int, n_regions: int) -> World:
         ]
         people = [
             {
-                "name": names.fresh(lambda: f"{names.word(2)} {names.word(rng.choice([1, 2]))}"),
+                "name": names.fresh(lambda: names.word(2)),
                 "town": rng.choice(towns)["name"],
                 "year": rng.randint(1760, 1890),
                 "trade": rng.choice(_TRADES),
@@ -149,13 +152,13 @@ def generate_world(seed: int, n_regions: int) -> World:
             )  # fmt: skip
         rid = f"r{r:02d}"
         for p in people:
-            first = p["name"].split()[0]
-            text = f"{p['name']} was a {p['trade']} born in {p['town']} in {p['year']}."
+            name = p["name"]
+            text = f"{name} was a {p['trade']} born in {p['town']} in {p['year']}."
             if p["society"]:
-                text += f" {first} was a member of the {p['society']}."
+                text += f" {name} was a member of the {p['society']}."
             if p["founded"]:
                 s = next(x for x in societies if x["name"] == p["founded"])
-                text += f" {first} founded the {p['founded']} in {s['year']}."
+                text += f" {name} founded the {p['founded']} in {s['year']}."
             docs.append({"title": p["name"], "text": text, "kind": "person", "region": rid})
         for t in towns:
             docs.append(
