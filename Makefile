@@ -54,7 +54,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/spine.py
 	$(BIN)/python benchmarks/eval_throughput.py
 	$(BIN)/python benchmarks/humaneval_grading.py
-	$(BIN)/python benchmarks/rollout_service.py
+	$(BIN)/python benchmarks/interactive_service.py --task alfworld-lite
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,15 +1,18 @@
-"""webshop-lite and deepsearch-lite figures: environment steps per second through the
-rollout service (HTTP on loopback, the agent's path) against the same steps in-process, with
-1 and with 16 parallel sessions, and the time to grade the tiny model on the lite validation
-split (no benchmark touches the graded split).
+"""The lite interactive tasks' figures: environment steps per second through the rollout
+service (HTTP on loopback, the agent's path) against the same steps in-process, side by side
+in one run, with 1 and with 16 parallel sessions, and the time to grade the tiny model on the
+lite validation split (no benchmark touches the graded split).
 
-    python benchmarks/interactive_service.py --task webshop-lite|deepsearch-lite
-        [--episodes 64] [--repeats 3] [--parallel 16]
+    python benchmarks/interactive_service.py --task alfworld-lite|webshop-lite|deepsearch-lite
+        [--episodes N] [--repeats 3] [--parallel 16]
 
-Episodes replay the public expert walkthroughs (webshop-lite: a search, clicks, a purchase,
-every action offered; deepsearch-lite: two BM25 searches, then the answer; every episode
-rewarded 1), so both sides do the same work. Uses a private AGENT2RL_HOME (a temp dir)
-unless one is set.
+Episodes replay the public expert walkthroughs (alfworld-lite: every action admissible, each
+game won; webshop-lite: a search, clicks, a purchase, every action offered; deepsearch-lite:
+two BM25 searches, then the answer; every episode rewarded 1), each session as long as its
+walkthrough, so both sides do the same work; the overhead is in-process steps/s over one
+service session's. Uses a private AGENT2RL_HOME (a temp dir) unless one is set; preparing the
+task's data the first time is reported separately (alfworld-lite is sized down: 60 public,
+48 graded and 48 validation games).
 """
 
 from __future__ import annotations
@@ -35,11 +38,18 @@ class Figures:
 
     items: str
     extra: tuple[str, str] | None = None
+    #: episodes replayed by default (ALFWorld's engine is the slow one)
+    episodes: int = 64
+    #: task options (smaller data for a task whose generation takes minutes)
+    options: dict | None = None
 
 
-#: the tasks this benchmark measures (the lite interactive tasks with a walkthrough per
-#: public item; alfworld-lite has its own, benchmarks/rollout_service.py)
+#: the tasks this benchmark measures (the lite interactive tasks: a walkthrough per public
+#: item)
 TASKS = {
+    "alfworld-lite": Figures(
+        "games", episodes=24, options={"n_train": 60, "n_eval": 48, "n_validation": 48}
+    ),
     "webshop-lite": Figures("goals"),
     "deepsearch-lite": Figures("questions", ("answered_rate", "answered")),
 }
@@ -49,11 +59,12 @@ def in_process(games, walks: list[dict]) -> tuple[int, float]:
     """(steps, seconds) replaying ``walks`` with the task's episodes directly."""
     steps, start = 0, time.time()
     for w in walks:
-        ep = games.open(games.by_id[w["game_id"]])
+        ep = games.open(games.by_id[w["game_id"]], max_steps=len(w["steps"]))
         for st in w["steps"]:
             ep.step(st["action"])
             steps += 1
         assert ep.last.won, w["game_id"]
+        ep.close()
     return steps, time.time() - start
 
 
@@ -65,7 +76,7 @@ def through_service(url: str, token: str, walks: list[dict], parallel: int) -> t
     env = EnvClient(url, token)
 
     def play(w: dict) -> int:
-        with env.session(game_id=w["game_id"]) as s:
+        with env.session(game_id=w["game_id"], max_steps=len(w["steps"])) as s:
             for st in w["steps"]:
                 s.step(st["action"])
             assert s.won, w["game_id"]
@@ -80,7 +91,7 @@ def through_service(url: str, token: str, walks: list[dict], parallel: int) -> t
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--task", choices=sorted(TASKS), required=True)
-    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--episodes", type=int, help="default: 24 for alfworld-lite, else 64")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--parallel", type=int, default=16)
     args = ap.parse_args()
@@ -100,28 +111,35 @@ def main() -> None:
     print(f"machine: {machine()}")
     settings = load_settings()
     figures = TASKS[args.task]
-    task = get_task(args.task)
+    task = get_task(args.task, figures.options)
     started = time.time()
     prepared = prepare_task(task, settings.task_store)
-    print(f"{args.task} data ready (defaults): {time.time() - started:.1f}s")
-    walks = read_jsonl(prepared.public / "walkthroughs.jsonl")[: args.episodes]
+    print(f"{args.task} data ready ({figures.options or 'defaults'}): {time.time() - started:.1f}s")
+    walks = read_jsonl(prepared.public / "walkthroughs.jsonl")[: args.episodes or figures.episodes]
     games = task.environment(prepared, "public")
     paths = run_stub(Path(tempfile.mkdtemp()) / "run", task)
     token = secrets.token_urlsafe(16)
     # the run's default limits (32 sessions, 500 steps/s)
     handle = start_rollout_service(paths, token, RolloutLimits())
+    ratios = []
     try:
         for r in range(args.repeats):
             n_local, t_local = in_process(games, walks)
             n_one, t_one = through_service(handle.url, token, walks, 1)
             n_par, t_par = through_service(handle.url, token, walks, args.parallel)
+            ratios.append((n_local / t_local) / (n_one / t_one))
             print(
                 f"repeat {r + 1}: {n_one} steps ({len(walks)} episodes); in-process "
-                f"{n_local / t_local:.0f} steps/s, service 1 session {n_one / t_one:.0f} steps/s,"
-                f" service {args.parallel} sessions {n_par / t_par:.0f} steps/s"
+                f"{n_local / t_local:.1f} steps/s, service 1 session {n_one / t_one:.1f} "
+                f"steps/s ({ratios[-1]:.2f}x), service {args.parallel} sessions "
+                f"{n_par / t_par:.1f} steps/s"
             )
     finally:
         handle.stop()
+    print(
+        f"service overhead (in-process / 1 session steps/s), median: "
+        f"{statistics.median(ratios):.2f}x"
+    )
 
     model = resolve_model("tiny", settings.model_store)
     backend = load_backend(model.path, "transformers")

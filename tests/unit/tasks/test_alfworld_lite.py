@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,28 @@ def test_bad_sizes_are_refused(bad) -> None:
     task = get_task("alfworld-lite", bad)
     with pytest.raises(UserError, match="n_train, n_eval and n_validation >= 1"):
         prepare_task(task, load_settings().task_store)
+
+
+def test_sessions_played_from_many_threads_each_play_their_own_game(alfworld_lite) -> None:
+    """The rollout service plays sessions from a thread pool: loading and stepping games at
+    once must neither crash TextWorld's shared parsers nor swap the games."""
+    task, prepared = alfworld_lite
+    games = AlfworldGames(prepared.public / "games", max_steps=task.opts["max_steps"])
+    walks = {w["game_id"]: w for w in read_jsonl(prepared.public / "walkthroughs.jsonl")}
+    barrier = threading.Barrier(len(games.games))
+
+    def play(g) -> tuple[str, bool]:
+        barrier.wait()  # every thread loads its game at the same moment
+        session = games.open(g)
+        try:
+            for step in walks[g.game_id]["steps"]:
+                session.step(step["action"])
+            return session.goal, session.won
+        finally:
+            session.close()
+
+    for _ in range(2):
+        with ThreadPoolExecutor(len(games.games)) as pool:
+            results = list(pool.map(play, games.games))
+        for g, (goal, won) in zip(games.games, results, strict=True):
+            assert goal == walks[g.game_id]["goal"] and won, g.game_id

@@ -15,12 +15,21 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from agent2rl.rollout.env import GameInfo, StepResult
 from agent2rl.tasks.alfworld.protocol import split_intro
+
+#: One engine call at a time in a process. TextWorld's PDDL engine parses with module-global
+#: tatsu parsers (``textworld.envs.pddl.logic._PARSER`` when a game loads,
+#: ``...textgen._PARSER`` at every step's text), which are not thread-safe: two rollout
+#: service sessions loading or stepping at once raised ``IndexError: pop from empty list``
+#: (a 500). And ``engine`` picks the game through the shared ``AlfredTWEnv.game_files``. The
+#: engine is CPU-bound Python, so the lock costs no parallelism the GIL would have allowed.
+_ENGINE_LOCK = threading.RLock()
 
 #: alfworld's task-type ids (``env.task_types`` in its config)
 TASK_TYPE_IDS = {
@@ -106,9 +115,10 @@ class AlfworldGames:
     def engine(self, game: GameInfo) -> Any:
         """alfworld's environment for ``game`` alone (TextWorld's batch API with one slot,
         which runs in this process)."""
-        self._tw.game_files = [str(game_path(game))]
-        with _quiet():
-            return self._tw.init_env(batch_size=1)
+        with _ENGINE_LOCK:
+            self._tw.game_files = [str(game_path(game))]
+            with _quiet():
+                return self._tw.init_env(batch_size=1)
 
     def open(self, game: GameInfo, max_steps: int | None = None) -> GameSession:
         """A new episode of ``game`` lasting at most ``max_steps`` actions (default
@@ -118,14 +128,16 @@ class AlfworldGames:
 
 class GameSession:
     """One ALFWorld game played step by step (an :class:`~agent2rl.rollout.env.Episode`).
-    Not thread-safe."""
+    One caller at a time per session; sessions may be played from different threads (their
+    engine calls take turns, see :data:`_ENGINE_LOCK`)."""
 
     def __init__(self, games: AlfworldGames, game: GameInfo, max_steps: int) -> None:
         self.game = game
         self.max_steps = max_steps
-        self._env = games.engine(game)
-        self._closed = False
-        obs, infos = self._env.reset()
+        with _ENGINE_LOCK:
+            self._env = games.engine(game)
+            self._closed = False
+            obs, infos = self._env.reset()
         room, self.goal = split_intro(obs[0])
         self.steps = 0
         self.done = self.won = False
@@ -137,7 +149,8 @@ class GameSession:
         Raises :class:`RuntimeError` once the episode is over."""
         if self.done:
             raise RuntimeError("the episode is over")
-        obs, _scores, dones, infos = self._env.step([action])
+        with _ENGINE_LOCK:
+            obs, _scores, dones, infos = self._env.step([action])
         self.steps += 1
         won = bool(infos["won"][0])
         self.done = bool(dones[0]) or won or self.steps >= self.max_steps
@@ -156,7 +169,8 @@ class GameSession:
         """Release the game's engine (idempotent)."""
         if not self._closed:
             self._closed = True
-            self._env.close()
+            with _ENGINE_LOCK:
+                self._env.close()
 
 
 def walkthrough_row(
