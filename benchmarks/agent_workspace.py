@@ -35,3 +35,16 @@ def enter_workspace(work: Path, task: Any, prepared: Any, model_ref: Any) -> Any
     )
     sys.path.insert(0, str(REFERENCE))
     return paths
+
+
+def run_variant(cmd: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """Run one variant's child process (a benchmark re-invoking itself with ``--one``): the
+    JSON of its last ``RESULT `` line, or None and the end of its stderr when it failed."""
+    import json
+    import subprocess
+
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        return None, proc.stderr[-2000:]
+    return json.loads(lines[-1][len("RESULT ") :]), ""

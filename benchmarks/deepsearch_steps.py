@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from agent_workspace import enter_workspace
+from agent_workspace import enter_workspace, run_variant
 from interactive_sft import parse_variant
 from spine import machine  # the machine line every benchmark prints
 
@@ -149,13 +148,11 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--one", json.dumps(parse_variant(variant))]
             cmd += ["--steps", str(args.steps), "--lr", str(args.lr), "--batch", str(args.batch)]
             cmd += ["--seed", str(seed), "--checkpoints", ",".join(map(str, marks))]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            r, error = run_variant(cmd)
             label = f"{variant or 'defaults'}, seed {seed}"
-            if proc.returncode or not lines:
-                print(f"{label}: failed\n{proc.stderr[-2000:]}")
+            if r is None:
+                print(f"{label}: failed\n{error}")
                 continue
-            r = json.loads(lines[-1][len("RESULT ") :])
             print(f"{label}: {r['rows']} rows of {r['tokens_per_row']} tokens, "
                   f"{r['val_steps']} validation steps, on {r['device']}")  # fmt: skip
             for c in r["results"]:

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from agent_workspace import enter_workspace
+from agent_workspace import enter_workspace, run_variant
 from spine import machine  # the machine line every benchmark prints
 
 
@@ -147,13 +146,11 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--task", args.task, "--one", json.dumps(options)]
             cmd += [schedule, "--steps", str(args.steps), "--lr", str(args.lr)]
             cmd += ["--batch", str(args.batch)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            r, error = run_variant(cmd)
             label = f"{variant or 'defaults'}, {schedule} rate"
-            if proc.returncode or not lines:
-                print(f"{label}: failed\n{proc.stderr[-2000:]}")
+            if r is None:
+                print(f"{label}: failed\n{error}")
                 continue
-            r = json.loads(lines[-1][len("RESULT ") :])
             print(
                 f"{label} ({r['rows']} rows): won {r['won']} of {r['games']} validation games "
                 f"(score {r['score']:.2f}); SFT {r['train_s']:.0f}s, grading {r['eval_s']:.0f}s",
