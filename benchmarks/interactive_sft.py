@@ -62,46 +62,26 @@ def one(
     tiny = model_ref.path
     # The workspace's data/ as a run builds it for the agent.
     enter_workspace(work, task, prepared, model_ref)
+    import os
     import random
 
     import episodes
-    from datasets import Dataset
+    from common import sft
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
 
+    os.chdir(work)  # the agent's trainer writes under ./code, as in its workspace
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     model = AutoModelForCausalLM.from_pretrained(tiny)
     rows = episodes.sft_rows(
         episodes.Prompter(tokenizer, episodes.episode_format()), random.Random(0)
     )
-    args = SFTConfig(
-        output_dir=str(work / "trainer"),
-        max_steps=steps,
-        learning_rate=lr,
-        lr_scheduler_type=schedule,
-        per_device_train_batch_size=batch,
-        max_length=512,
-        save_strategy="no",
-        report_to=[],
-        seed=0,
-        use_cpu=True,
-        bf16=False,
-        completion_only_loss=True,
-        disable_tqdm=True,
-        logging_steps=steps,
-    )
-    keys = ("input_ids", "completion_mask")
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list([{k: r[k] for k in keys} for r in rows]),
-        processing_class=tokenizer,
-    )
     started = time.time()
-    trainer.train()
+    # the agent's own SFT, ended by the step count (its rate decays to 0 by then if linear)
+    model = sft(model, tokenizer, rows, 1e9, lr, batch_size=batch,
+                decay=schedule == "linear", max_steps=steps)  # fmt: skip
     train_s = time.time() - started
     out = work / "model"
-    trainer.model.save_pretrained(out)
+    model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     backend = load_backend(out, "transformers")
     try:
@@ -126,7 +106,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--schedule", nargs="+", default=["constant", "linear"])
+    ap.add_argument(
+        "--schedule", nargs="+", choices=["constant", "linear"], default=["constant", "linear"]
+    )
     ap.add_argument("--variant", action="append", default=None, help="key=value task options")
     ap.add_argument("--one", nargs=2, metavar=("OPTIONS_JSON", "SCHEDULE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
