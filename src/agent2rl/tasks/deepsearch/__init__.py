@@ -248,7 +248,7 @@ class DeepsearchLite(DeepsearchBase):
     options: ClassVar[dict[str, Any]] = {
         # 95 public regions (1,900 questions with walkthroughs): with version 1's 9 (180),
         # the tiny model memorised its walkthroughs and copied no name from a search result
-        # into a validation question's next step, however long it trained; with 95 it
+        # into a validation question's next step, even after 3,000 SFT steps; with 95 it
         # starts to (the README's *Figures*: benchmarks/deepsearch_steps.py).
         "n_regions": 100,
         "n_eval_regions": 3,
