@@ -69,13 +69,15 @@ def prompt_completion_rows(tokenizer) -> list[dict]:
             prompt = tokenizer.apply_chat_template(
                 chat_messages(fmt, row), tokenize=False, add_generation_prompt=True
             )
-            # Math tasks answer with the worked solution; code tasks with the whole function in
-            # the fenced block the grader extracts.
-            completion = (
-                row["answer"]
-                if "answer" in row
-                else f"```python\n{row['prompt']}{row['canonical_solution']}```"
-            )
+            # Math tasks answer with the worked solution, instruction following (alpaca) with
+            # the response; code tasks with the whole function in the fenced block the grader
+            # extracts.
+            if "answer" in row:
+                completion = row["answer"]
+            elif "output" in row:
+                completion = row["output"]
+            else:
+                completion = f"```python\n{row['prompt']}{row['canonical_solution']}```"
         else:
             prompt = fmt["template"].format(**row)
             completion = fmt["completion_template"].format(**row)
@@ -373,6 +375,129 @@ def grpo(
         f" mean reward per window: {trend or 'n/a'}"
     )
     return trainer.model, {"steps": steps, "seconds": spent, "rewards": rewards, "logs": logs}
+
+
+def sample(model, tokenizer, prompts: list[str], temperature: float, seed: int = 0) -> list[str]:
+    """One completion per prompt (text, as the grader prompts: a chat model's prompt already
+    has its template applied), sampled at ``temperature`` up to the format's
+    ``max_new_tokens`` and read as the grader reads it (:func:`graded_text`: cut at the first
+    stop string). Batches of 64, left-padded; the model is left in eval mode."""
+    import torch
+
+    torch.manual_seed(seed)
+    model.eval()
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    max_new = int(eval_format().get("max_new_tokens", 64))
+    out: list[str] = []
+    try:
+        for start in range(0, len(prompts), 64):
+            enc = tokenizer(prompts[start : start + 64], return_tensors="pt", padding=True)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
+            with torch.inference_mode():
+                ids = model.generate(
+                    **enc,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=0,
+                    max_new_tokens=max_new,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            new = ids[:, enc["input_ids"].shape[1] :]
+            out += [graded_text(t) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
+    finally:
+        tokenizer.padding_side = side
+    return out
+
+
+def dpo(
+    model,
+    tokenizer,
+    rows: list[dict],
+    seconds: float,
+    lr: float,
+    beta: float = 0.1,
+    seed: int = 0,
+    batch_size: int = 16,
+    max_steps: int | None = None,
+    nll_weight: float = 0.0,
+):
+    """Direct preference optimisation (trl's ``DPOTrainer``) for about ``seconds`` on rows
+    of ``prompt`` / ``chosen`` / ``rejected`` text; returns ``(model, stats)``.
+
+    ``nll_weight > 0`` adds the chosen completions' negative log-likelihood to the DPO loss
+    with that weight (trl's ``loss_type=["sigmoid", "sft"]``; RPO, Pang et al., 2024): DPO
+    alone may lower the chosen answers' likelihood as long as the rejected ones fall faster.
+
+    The reference model is a copy of ``model`` as this call gets it (trl would otherwise
+    load the base weights from the config's path: the wrong anchor for a model trained in
+    memory). Constant learning rate, CPU-safe settings; ``max_steps`` also ends training
+    after that many steps. ``stats``: ``steps``, and trl's last logged ``rewards/accuracies``
+    and ``rewards/margins`` (NaN before its first log).
+    """
+    import copy
+
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    quiet()
+    # trl itself calls a renamed transformers API once per trainer; nothing to act on.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+    stop_at = time.time() + seconds
+    longest = max(
+        len(tokenizer(r["prompt"] + r[side])["input_ids"])
+        for r in rows[:2000]
+        for side in ("chosen", "rejected")
+    )
+    context = getattr(model.config, "max_position_embeddings", None) or 1024
+    args = DPOConfig(
+        output_dir=str(Path("code") / ".trainer"),
+        max_steps=max_steps or 1_000_000,
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=batch_size,
+        max_length=max(16, min(longest + 1, context, 1024)),
+        beta=beta,
+        **(
+            {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, nll_weight]}
+            if nll_weight
+            else {}
+        ),
+        logging_steps=10,
+        save_strategy="no",
+        report_to=[],
+        seed=seed,
+        use_cpu=not _cuda(),
+        bf16=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        **_no_checkpointing(DPOConfig),
+    )
+    ref = copy.deepcopy(model).eval()
+    trainer = DPOTrainer(
+        model=model,
+        ref_model=ref,
+        args=args,
+        train_dataset=Dataset.from_list(
+            [{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows]
+        ),
+        processing_class=tokenizer,
+        callbacks=[time_callback(stop_at)],
+    )
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "rewards/margins" in h]
+    nan = float("nan")
+    stats = {
+        "steps": trainer.state.global_step,
+        "accuracy": logged[-1].get("rewards/accuracies", nan) if logged else nan,
+        "margin": logged[-1]["rewards/margins"] if logged else nan,
+    }
+    log(
+        f"DPO: {stats['steps']} steps on {len(rows)} pairs, loss {_last_loss(trainer):.3f},"
+        f" reward accuracy {stats['accuracy']:.2f}, margin {stats['margin']:.3f}"
+    )
+    return trainer.model, stats
 
 
 def _no_checkpointing(config_cls) -> dict:

@@ -153,27 +153,50 @@ def main() -> None:
         return
     model, tokenizer = load(MODEL_PATH)
     track = Tracker()
-    track.eval_estimate = FIRST_EVAL_ESTIMATE_S
+    model = warm_up(track, model, tokenizer)
+    if model is None:
+        return
 
-    # 1. SFT warm-up: about SFT_SHARE of the training time, i.e. of the time left net of the
-    # submissions (one after SFT, one per GRPO round; fewer rounds when time is short).
+    # 2. GRPO rounds from the best checkpoint; fewer, longer rounds if grading is slow.
+    rows = grpo_rows(tokenizer)
+
+    def train_round(model, seconds: float, lr: float, seed: int):
+        rewards = [correct, well_formed_reward(eos_token_ids(model, tokenizer))]
+        return grpo(model, tokenizer, rows, rewards, seconds, lr, seed=seed, beta=GRPO_BETA)[0]
+
+    train_rounds(track, model, tokenizer, GRPO_LR, train_round)
+
+
+def warm_up(
+    track: Tracker,
+    model,
+    tokenizer,
+    share: float = SFT_SHARE,
+    checkpoints: tuple[float, ...] = SFT_CHECKPOINTS,
+):
+    """The SFT warm-up (step 1 of the plan), submitted at its ``checkpoints`` (shares of
+    its time) and at its end; returns the trained model, or None when too little time is
+    left to train. It takes about ``share`` of the training time, i.e. of the time left net
+    of the submissions (one after SFT, one per later round; fewer rounds when time is
+    short)."""
+    track.eval_estimate = FIRST_EVAL_ESTIMATE_S
     per_submission = track.eval_estimate + OVERHEAD_S
     left = time_left() - SAFETY_S
     sft_s = left - per_submission  # SFT only, if no GRPO round fits
     for rounds in range(GRPO_ROUNDS, 0, -1):
         train_s = left - (1 + rounds) * per_submission
-        if train_s * (1 - SFT_SHARE) / rounds >= MIN_GRPO_ROUND_S:
-            sft_s = train_s * SFT_SHARE
+        if train_s * (1 - share) / rounds >= MIN_GRPO_ROUND_S:
+            sft_s = train_s * share
             break
     if sft_s < 5:
         log(f"{left:.0f}s left: not enough time to train")
-        return
+        return None
     # The rate decays linearly to 0 by the warm-up's end: on arith-lite's validation split,
     # 900 SFT steps of the tiny model reached 37.0% with decay against 15.3% at a constant
     # rate (benchmarks/lite_learning.py, README's Figures).
     log(f"SFT warm-up: {sft_s:.0f}s at lr={SFT_LR:g} decaying linearly to 0")
     start = time.time()
-    marks = [start + share * sft_s for share in SFT_CHECKPOINTS]
+    marks = [start + mark * sft_s for mark in checkpoints]
     model = sft(
         model,
         tokenizer,
@@ -184,35 +207,38 @@ def main() -> None:
         callbacks=(checkpoint_callback(track, tokenizer, marks),),
     )
     track.submit(save(model, tokenizer))
-
-    # 2. GRPO rounds from the best checkpoint; fewer, longer rounds if grading is slow.
-    rows = grpo_rows(tokenizer)
-
-    def train_round(model, seconds: float, lr: float, seed: int):
-        rewards = [correct, well_formed_reward(eos_token_ids(model, tokenizer))]
-        return grpo(model, tokenizer, rows, rewards, seconds, lr, seed=seed, beta=GRPO_BETA)[0]
-
-    grpo_rounds(track, model, tokenizer, GRPO_LR, train_round)
+    return model
 
 
-def grpo_rounds(track: Tracker, model, tokenizer, lr: float, train_round, what: str = "") -> None:
-    """GRPO rounds until the time left fits no more, each ``train_round(model, seconds, lr,
-    seed)`` then a submission. A round that scores below the best is undone: training goes
-    on from the best checkpoint at half the learning rate. A round that fails ends the plan
-    (what was submitted stays)."""
+def train_rounds(
+    track: Tracker,
+    model,
+    tokenizer,
+    lr: float,
+    train_round,
+    what: str = "",
+    method: str = "GRPO",
+) -> None:
+    """``method`` rounds until the time left fits no more, each ``train_round(model,
+    seconds, lr, seed)`` then a submission. A round that scores below the best is undone:
+    training goes on from the best checkpoint at half the learning rate. A round that fails
+    ends the plan (what was submitted stays)."""
     done = 0
     while True:
         left = time_left() - SAFETY_S
         rounds, per_round = plan_rounds(left, GRPO_ROUNDS - done, track.eval_estimate + OVERHEAD_S)
         if rounds == 0:
-            log(f"{left:.0f}s left: no time for another GRPO round")
+            log(f"{left:.0f}s left: no time for another {method} round")
             break
         done += 1
-        log(f"GRPO round {done}{what} ({rounds - 1} more planned): {per_round:.0f}s at lr={lr:g}")
+        log(
+            f"{method} round {done}{what} ({rounds - 1} more planned): {per_round:.0f}s"
+            f" at lr={lr:g}"
+        )
         try:
             model = train_round(model, per_round, lr, done)
         except Exception as err:  # keep what was submitted; report and stop here
-            log(f"GRPO round {done} failed: {type(err).__name__}: {err}")
+            log(f"{method} round {done} failed: {type(err).__name__}: {err}")
             break
         path = save(model, tokenizer)
         score = track.submit(path)
@@ -266,7 +292,7 @@ def interactive_main() -> None:
     def train_round(model, seconds: float, lr: float, seed: int):
         return episode_grpo(model, tokenizer, seconds, lr, EPISODE_GROUP, seed=seed)[0]
 
-    grpo_rounds(track, model, tokenizer, EPISODE_GRPO_LR, train_round, " on rollouts")
+    train_rounds(track, model, tokenizer, EPISODE_GRPO_LR, train_round, " on rollouts")
 
 
 if __name__ == "__main__":
