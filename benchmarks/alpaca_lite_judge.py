@@ -4,10 +4,17 @@ Prints, for the lite protocol (compact template in two phrasings, both orders: t
 judge) and for AlpacaEval's own protocol on the same model (the official template, one
 seeded order):
 
-1. **degraded outputs**: on the task's validation split, how often the judge prefers the
-   reference over an emptied, truncated and word-shuffled copy of it (the issue asks for
-   at least 95%), and how often it prefers the public split's kind of answer (a complete,
-   correct sentence) over the weak reference (what makes the task learnable);
+1. **degraded outputs**: on 100 items, how often the judge prefers the reference (the
+   weak answer the graded split compares with) over an emptied, truncated and
+   word-shuffled copy of it (the issue asks for at least 95%), and how often it prefers the
+   public split's kind of answer (a complete, correct sentence) over the weak reference
+   (what makes the task learnable). ``--items validation`` (the default) takes the
+   validation split, where the protocol's phrasings were chosen; ``--items heldout`` takes
+   public instructions never looked at while choosing anything (the split's distinct
+   instructions 100-199 in order: 0-99 served as the held-out check of task version 2's
+   phrasing and then to compare more phrasings). ``--bases weak good`` also degrades the
+   good answer (a correct sentence made worse is surely worse; a hedge or a wrong guess
+   cut short, "Maybe 30?" to "Maybe", not always);
 2. **agreement with the official judge**: on pairs of AlpacaEval's official annotations
    (GPT-4-turbo's ``weighted_alpaca_eval_gpt4_turbo`` preferences for alpaca-7b,
    gemma-2b-it and phi-2 against gpt4_turbo, from ``--eval-dir``), the share of pairs where
@@ -22,7 +29,8 @@ seeded order):
    a fresh judgment cache, the judge loaded once before).
 
     python benchmarks/alpaca_lite_judge.py [--eval-dir DIR] [--pairs 200] [--max-chars 1500]
-        [--threads N] [--skip degraded agreement grading]
+        [--threads N] [--items validation|heldout] [--bases weak [good]]
+        [--skip degraded agreement grading]
 """
 
 from __future__ import annotations
@@ -43,31 +51,50 @@ def _rate(values: list[bool]) -> str:
     return f"{100 * sum(values) / len(values):5.1f}% ({sum(values)}/{len(values)})"
 
 
-def degraded_figures(judges: dict, validation: list[dict]) -> dict[str, float]:
-    """Per judge: the rate of reference-over-degraded and good-over-weak; returns the lite
-    judge's pairs/s on these short pairs."""
+#: which distinct public instructions ``--items heldout`` takes (see the module docstring)
+HELDOUT = slice(100, 200)
+
+
+def judged_items(items: str) -> list[dict]:
+    """100 items with both answers (``weak``, ``good``): the validation split, or the
+    held-out public instructions (each instruction's first row, in the split's order)."""
+    from agent2rl.tasks.alpaca_lite import split_items
+
+    splits = split_items()
+    if items == "validation":
+        return splits["validation"]
+    first: dict[str, dict] = {}
+    for item in splits["public"]:
+        first.setdefault(item["instruction"], item)
+    return list(first.values())[HELDOUT]
+
+
+def degraded_figures(
+    judges: dict, rows: list[dict], items: str, bases: tuple[str, ...] = ("weak",)
+) -> dict[str, float]:
+    """Per judge: the rate of answer-over-degraded-answer for each base answer (``weak``:
+    the reference; ``good``: the correct sentence) and good-over-weak; returns each judge's
+    pairs/s on these short pairs."""
     from agent2rl.scoring.judges import Pair
     from agent2rl.tasks.alpaca_lite_data import DEGRADATIONS, degrade
 
     speed: dict[str, float] = {}
     for label, judge in judges.items():
-        print(f"\n[{label}] degraded outputs, {len(validation)} validation items")
-        overall: list[bool] = []
         n_pairs, seconds = 0, 0.0
-        for how in DEGRADATIONS:
-            pairs = [
-                Pair(r["instruction"], r["reference"], degrade(r["reference"], how))
-                for r in validation
-            ]
-            started = time.perf_counter()
-            prefs = judge.preferences(pairs)
-            seconds += time.perf_counter() - started
-            n_pairs += len(pairs)
-            wins = [p < 1.5 for p in prefs]  # NaN compares False: not a win
-            overall += wins
-            print(f"  reference preferred over {how:9s}: {_rate(wins)}")
-        print(f"  reference preferred, all degradations : {_rate(overall)}")
-        pairs = [Pair(r["instruction"], r["reference"], r["good"]) for r in validation]
+        for base in bases:
+            print(f"\n[{label}] degraded {base} answers, {len(rows)} {items} items")
+            overall: list[bool] = []
+            for how in DEGRADATIONS:
+                pairs = [Pair(r["instruction"], r[base], degrade(r[base], how)) for r in rows]
+                started = time.perf_counter()
+                prefs = judge.preferences(pairs)
+                seconds += time.perf_counter() - started
+                n_pairs += len(pairs)
+                wins = [p < 1.5 for p in prefs]  # NaN compares False: not a win
+                overall += wins
+                print(f"  {base} answer preferred over {how:9s}: {_rate(wins)}")
+            print(f"  {base} answer preferred, all degradations : {_rate(overall)}")
+        pairs = [Pair(r["instruction"], r["weak"], r["good"]) for r in rows]
         started = time.perf_counter()
         prefs = judge.preferences(pairs)
         seconds += time.perf_counter() - started
@@ -170,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=200, help="official pairs for the agreement")
     ap.add_argument("--max-chars", type=int, default=1500, help="of an agreement pair's outputs")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--items", choices=("validation", "heldout"), default="validation")
+    ap.add_argument("--bases", nargs="+", choices=("weak", "good"), default=["weak"])
     ap.add_argument("--skip", nargs="*", default=(), choices=("degraded", "agreement", "grading"))
     args = ap.parse_args(argv)
     import torch
@@ -192,12 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             f"SmolLM2-135M-Instruct (GGUF Q4_1) loaded in {time.perf_counter() - started:.1f} s; "
             f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs"
         )
-        from agent2rl.tasks.alpaca_lite import split_items
-
-        # the validation items with both answers (the task's rows hold only the weak one)
-        rows = [{**it, "reference": it["weak"]} for it in split_items()["validation"]]
         if "degraded" not in args.skip:
-            degraded_figures(judges, rows)
+            degraded_figures(judges, judged_items(args.items), args.items, tuple(args.bases))
         if "agreement" not in args.skip:
             if (args.eval_dir / "models").is_dir():
                 agreement_figures(judges, args.eval_dir, args.pairs, args.max_chars)

@@ -35,13 +35,20 @@ def margin(model, tok, batch):
         total += out[0] - out[1]
     return total / len(batch)
 
+class ChatTokenizer:  # a chat model's tokenizer, as far as prompt_completion_rows looks
+    chat_template = "chat"
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+chat_row = prompt_completion_rows(ChatTokenizer())[0]
 model, tok = load(MODEL_PATH)
 rows = prompt_completion_rows(tok)
 batch = pairs(model, tok, rows, 48, seed=0)
 again = pairs(model, tok, rows, 48, seed=0)
 before = margin(model, tok, batch)
 model, stats = dpo(model, tok, batch, 600.0, 1e-3, max_steps=30, batch_size=8)
-print(json.dumps({"pairs": batch, "again": again, "before": before,
+print(json.dumps({"chat_row": chat_row, "pairs": batch, "again": again, "before": before,
                   "after": margin(model, tok, batch), "steps": stats["steps"]}))
 """
 
@@ -89,6 +96,9 @@ def test_self_play_pairs_and_dpo_raise_the_chosen_margin(tmp_path: Path, tiny) -
         assert pair["rejected"].endswith("\n") and "\n" not in pair["rejected"][:-1]
         assert pair["rejected"] not in answers[pair["prompt"]]
     assert out["again"] == batch, "a round's pairs are a function of its seed"
+    # a chat model learns an instruction row's response (this raised KeyError before)
+    assert out["chat_row"]["prompt"] == f"<user>{public[0]['instruction']}<assistant>"
+    assert out["chat_row"]["completion"] == public[0]["output"]
     assert out["steps"] == 30
     # DPO moved the policy towards the public answers and away from its own samples
     assert out["after"] > out["before"] + 1.0, out

@@ -36,6 +36,20 @@ task's validation split (``benchmarks/alpaca_lite_judge.py`` prints the figures)
   Averaged with the first phrasing, the rubric gives 94.3%, 86/100 and the quotes 95.0%,
   75/100; three or four phrasings reach 95.3-97.0% with 81-88/100, at 1.5-2x this cost.
 
+  A later scan (task version 2 kept) asked eight questions, each in both orders, on the
+  validation split and, for the five best there, on the public split's first 100 distinct
+  instructions (reference over degraded copies, then good over weak; validation | public):
+  "Which answer is better" 94.0%, 88 | 89.0%, 73; "... correctly answers the instruction"
+  94.0%, 82 | 89.7%, 79; "Which answer would a teacher prefer" 97.7%, 83 | 93.3%, 70;
+  "... gives the user what they asked for" 77.3%, 74 | 80.3%, 77; "... is written more
+  clearly" 85.7%, 80 | 87.3%, 76; on the validation split only "... is more helpful" 88.7%,
+  "... is a complete and correct reply" 85.0%, "... makes more sense" 84.7%. Of every
+  combination of the five, the best on the validation split (better, correct, teacher and
+  asked-for: 98.0%, 89) gives 92.0%, 79 on the public items, and none passes 93.3%
+  there: more or other phrasings do not carry the 95% to items they were not chosen on. The
+  misses are near-ties (under 0.1 in log-odds, one 0.22) between two non-answers, many of
+  them a wrong guess cut short ("Maybe 30?" for 15 plus 16, against "Maybe").
+
 Kept as in AlpacaEval: the labels ``m`` / ``M``, the preference ``2 - P(m) / (P(m) +
 P(M))`` from the first token's log-probabilities, the per-instruction seeded swap, draws for
 identical outputs, the cache keyed on (judge, instruction, both outputs), the meter.
