@@ -181,6 +181,8 @@ def test_detect_methods_on_the_reference_agents() -> None:
     assert detect_methods(REFERENCE / "sft_train.py") == {"sft"}
     grpo = detect_methods(REFERENCE / "grpo_train.py")
     assert {"sft", "grpo", "rl"} <= grpo  # an SFT warm-up, then GRPO
+    # an SFT warm-up, then DPO on pairs it samples (it imports the round loop of grpo_train)
+    assert {"sft", "dpo", "preference"} <= detect_methods(REFERENCE / "dpo_train.py")
 
 
 # --------------------------------------------------------------------------------------------
