@@ -103,11 +103,11 @@ def main() -> None:
         log(f"{len(batch)} of {min(PAIRS, len(rows))} samples differ from the public answer")
         if not batch:
             return model
-        spent = time.time() - started
-        left = seconds - spent
-        return dpo(model, tokenizer, batch, left, lr, beta=BETA, seed=seed, nll_weight=NLL_WEIGHT)[
-            0
-        ]
+        left = seconds - (time.time() - started)
+        model, _ = dpo(
+            model, tokenizer, batch, left, lr, beta=BETA, seed=seed, nll_weight=NLL_WEIGHT
+        )
+        return model
 
     train_rounds(track, model, tokenizer, DPO_LR, train_round, method="DPO")
 
