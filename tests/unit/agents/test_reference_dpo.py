@@ -12,9 +12,9 @@ from pathlib import Path
 import agent2rl.agents
 from agent2rl.tasks.alpaca_lite import AlpacaLite, make_splits
 
-# One round's pairs from the untrained tiny model, then 30 DPO steps on them: prints the
-# pairs and the policy's mean log-probability margin (chosen minus rejected, summed over the
-# completion's tokens) on those pairs before and after.
+# One round's pairs from the untrained tiny model, then 30 DPO steps on them (with the agent's
+# NLL term, trl's combined loss): prints the pairs and the policy's mean log-probability
+# margin (chosen minus rejected, summed over the completion's tokens) before and after.
 _SCRIPT = """
 import json, torch
 from common import MODEL_PATH, load, prompt_completion_rows, dpo
@@ -47,7 +47,7 @@ rows = prompt_completion_rows(tok)
 batch = pairs(model, tok, rows, 48, seed=0)
 again = pairs(model, tok, rows, 48, seed=0)
 before = margin(model, tok, batch)
-model, stats = dpo(model, tok, batch, 600.0, 1e-3, max_steps=30, batch_size=8)
+model, stats = dpo(model, tok, batch, 600.0, 1e-3, max_steps=30, batch_size=8, nll_weight=1.0)
 print(json.dumps({"chat_row": chat_row, "pairs": batch, "again": again, "before": before,
                   "after": margin(model, tok, batch), "steps": stats["steps"]}))
 """
