@@ -37,8 +37,9 @@ task's validation split (``benchmarks/alpaca_lite_judge.py`` prints the figures)
   75/100; three or four phrasings reach 95.3-97.0% with 81-88/100, at 1.5-2x this cost.
 
   A later scan (task version 2 kept) asked eight questions, each in both orders, on the
-  validation split and, for the five best there, on the public split's first 100 distinct
-  instructions (reference over degraded copies, then good over weak; validation | public):
+  validation split and, for five of them (the three best there alone, and two that made
+  part of its best combinations), on the public split's first 100 distinct instructions
+  (reference over degraded copies, then good over weak; validation | public):
   "Which answer is better" 94.0%, 88 | 89.0%, 73; "... correctly answers the instruction"
   94.0%, 82 | 89.7%, 79; "Which answer would a teacher prefer" 97.7%, 83 | 93.3%, 70;
   "... gives the user what they asked for" 77.3%, 74 | 80.3%, 77; "... is written more
