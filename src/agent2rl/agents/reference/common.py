@@ -215,8 +215,16 @@ def time_callback(stop_at: float, decay_s: float | None = None):
 
 
 def _row_length(tokenizer, row: dict) -> int:
+    """A row's tokens: tokenized rows as they are, prompt/completion rows joined, preference
+    rows with the longer of their two answers plus the end-of-sequence token trl's DPO
+    appends."""
     if "input_ids" in row:
         return len(row["input_ids"])
+    if "chosen" in row:
+        return 1 + max(
+            len(tokenizer(row["prompt"] + row[side])["input_ids"])
+            for side in ("chosen", "rejected")
+        )
     return len(tokenizer(row["prompt"] + row["completion"])["input_ids"])
 
 
@@ -256,22 +264,13 @@ def sft(
     quiet()
     stop_at = time.time() + seconds
     args = SFTConfig(
-        output_dir=str(Path("code") / ".trainer"),
-        max_steps=max_steps or 1_000_000,
+        **_trainer_args(SFTConfig, seed, max_steps),
         learning_rate=lr,
         lr_scheduler_type="linear" if decay and max_steps else "constant",
         per_device_train_batch_size=batch_size,
         max_length=_max_length(model, tokenizer, rows),
         logging_steps=50,
-        save_strategy="no",
-        report_to=[],
-        seed=seed,
-        use_cpu=not _cuda(),
-        bf16=False,
-        dataloader_num_workers=0,
         completion_only_loss=True,
-        disable_tqdm=True,
-        **_no_checkpointing(SFTConfig),
         **({} if shuffle else _sequential(SFTConfig)),
     )
     keys = ("input_ids", "completion_mask") if "input_ids" in rows[0] else ("prompt", "completion")
@@ -326,26 +325,17 @@ def grpo(
     started = time.time()
     stop_at = started + seconds
     args = GRPOConfig(
-        output_dir=str(Path("code") / ".trainer"),
-        max_steps=max_steps or 1_000_000,
+        **_trainer_args(GRPOConfig, seed, max_steps),
         learning_rate=lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        seed=seed,
         per_device_train_batch_size=num_generations * prompts_per_step,
         num_generations=num_generations,
         max_completion_length=max_completion_length,
         temperature=temperature,
         beta=beta,
         logging_steps=10,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=not _cuda(),
-        bf16=False,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
         log_completions=False,
-        **_no_checkpointing(GRPOConfig),
     )
     trainer = GRPOTrainer(
         model=model,
@@ -445,19 +435,12 @@ def dpo(
     # trl itself calls a renamed transformers API once per trainer; nothing to act on.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
     stop_at = time.time() + seconds
-    longest = max(
-        len(tokenizer(r["prompt"] + r[side])["input_ids"])
-        for r in rows[:2000]
-        for side in ("chosen", "rejected")
-    )
-    context = getattr(model.config, "max_position_embeddings", None) or 1024
     args = DPOConfig(
-        output_dir=str(Path("code") / ".trainer"),
-        max_steps=max_steps or 1_000_000,
+        **_trainer_args(DPOConfig, seed, max_steps),
         learning_rate=lr,
         lr_scheduler_type="constant",
         per_device_train_batch_size=batch_size,
-        max_length=max(16, min(longest + 1, context, 1024)),
+        max_length=_max_length(model, tokenizer, rows),
         beta=beta,
         **(
             {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, nll_weight]}
@@ -465,14 +448,6 @@ def dpo(
             else {}
         ),
         logging_steps=10,
-        save_strategy="no",
-        report_to=[],
-        seed=seed,
-        use_cpu=not _cuda(),
-        bf16=False,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-        **_no_checkpointing(DPOConfig),
     )
     ref = copy.deepcopy(model).eval()
     trainer = DPOTrainer(
@@ -498,6 +473,25 @@ def dpo(
         f" reward accuracy {stats['accuracy']:.2f}, margin {stats['margin']:.3f}"
     )
     return trainer.model, stats
+
+
+def _trainer_args(config_cls, seed: int, max_steps: int | None) -> dict:
+    """The config kwargs every trainer here shares: scratch output under ``code/.trainer``,
+    no checkpoints, no reporting, no progress bars, the CPU when there is no CUDA (fp32,
+    no dataloader workers, no gradient checkpointing), and ``max_steps`` (None: stop on
+    time only, via :func:`time_callback`)."""
+    return {
+        "output_dir": str(Path("code") / ".trainer"),
+        "max_steps": max_steps or 1_000_000,
+        "seed": seed,
+        "save_strategy": "no",
+        "report_to": [],
+        "use_cpu": not _cuda(),
+        "bf16": False,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+        **_no_checkpointing(config_cls),
+    }
 
 
 def _no_checkpointing(config_cls) -> dict:
