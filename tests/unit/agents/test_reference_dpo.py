@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import agent2rl.agents
+from support.agentcode import run_agent_code
+
 from agent2rl.tasks.alpaca_lite import AlpacaLite, make_splits
 
 # One round's pairs from the untrained tiny model, then 30 DPO steps on them (with the agent's
@@ -60,25 +59,7 @@ def test_self_play_pairs_and_dpo_raise_the_chosen_margin(tmp_path: Path, tiny) -
     public = make_splits()["public"][:200]
     (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in public))
     (data / "eval_format.json").write_text(json.dumps(task.prompt_format(None).to_dict()))
-    code = Path(agent2rl.agents.__file__).parent / "reference"
-    r = subprocess.run(
-        [sys.executable, "-c", _SCRIPT],
-        cwd=tmp_path,
-        env={
-            "DATA_PATH": str(data),
-            "MODEL_PATH": str(tiny.path),
-            "PYTHONPATH": str(code),
-            "OUTPUT_DIR": str(tmp_path / "output"),
-            "GRADING_SERVER_URL": "http://127.0.0.1:9",  # not contacted
-            "GRADING_TOKEN": "unused",
-            "DEADLINE": "0",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.splitlines()[-1])
+    out = run_agent_code(tmp_path, data, tiny.path, _SCRIPT, timeout=600)
 
     answers: dict[str, set[str]] = {}
     for p in public:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import agent2rl.agents
+from support.agentcode import run_agent_code
+
 from agent2rl.rollout import client
 from agent2rl.tasks.alfworld import protocol
 from agent2rl.tasks.alfworld.protocol import EpisodeFormat, build_prompt, completion_for
@@ -50,30 +49,6 @@ def _workspace_data(tmp_path: Path, public: Path, fmt: EpisodeFormat) -> Path:
     return data
 
 
-def _run(tmp_path: Path, data: Path, tiny: Path, script: str):
-    """The JSON that ``script`` prints last, run in the agent's ``code/`` set-up."""
-    code = Path(agent2rl.agents.__file__).parent / "reference"
-    r = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env={
-            "DATA_PATH": str(data),
-            "MODEL_PATH": str(tiny),
-            "PYTHONPATH": str(code),
-            # the rest of the workspace contract common.py reads (nothing is contacted)
-            "OUTPUT_DIR": str(tmp_path / "output"),
-            "GRADING_SERVER_URL": "http://127.0.0.1:9",
-            "GRADING_TOKEN": "unused",
-            "DEADLINE": "0",
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.splitlines()[-1])
-
-
 # The learning rate of each optimizer step of a short SFT run with ``decay=True``, as the
 # optimizer saw it when it stepped, and the time the run started.
 _DECAY_SCRIPT = """
@@ -98,7 +73,7 @@ print(json.dumps({"start": start, "seen": seen}))
 def test_sft_learning_rate_decays_to_zero_by_its_deadline(tmp_path, alfworld_lite, tiny) -> None:
     task, prepared = alfworld_lite
     data = _workspace_data(tmp_path, prepared.public, task.episode_format())
-    out = _run(tmp_path, data, tiny.path, _DECAY_SCRIPT)
+    out = run_agent_code(tmp_path, data, tiny.path, _DECAY_SCRIPT)
     steps = out["seen"]
     assert len(steps) >= 3, steps
     rates = [lr for _, lr in steps]
@@ -132,7 +107,7 @@ def test_transcript_windows_supervise_each_step_in_the_graders_prompt(
                 if len(p) <= fmt.max_prompt_chars:
                     expected.setdefault(p, set()).add((g["game_id"], t, completion_for(action)))
 
-    rows = _run(tmp_path, data, tiny.path, _SCRIPT)
+    rows = run_agent_code(tmp_path, data, tiny.path, _SCRIPT)
     spans = [s for row in rows for s in row]
     assert len(spans) > len(rows) > 0  # windows supervise several steps each
     covered = set()
