@@ -5,6 +5,7 @@ ready file. :func:`start_announcing` is the parent's side of that handshake,
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -16,6 +17,25 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.files import read_json
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """``preexec_fn``: the kernel sends ``sig`` to this child when the thread that started it
+    exits (Linux ``PR_SET_PDEATHSIG``), so a harness killed by SIGKILL leaves no child behind.
+
+    Also unblocks SIGINT and SIGTERM, which a Ray worker blocks (a signal mask survives fork and
+    exec, and the child's own children would inherit it). Off glibc Linux it does nothing more:
+    the parent's own stop path still applies. Edge case: the signal follows the *thread* that
+    forked, so start children from a thread that lives as long as they should.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+    except OSError:
+        pass
 
 
 @dataclass

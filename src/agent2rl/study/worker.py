@@ -26,7 +26,6 @@ a killed study driver (Ray then kills its workers) all end in the same clean sto
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -36,27 +35,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent2rl.child_process import die_with_parent
 from agent2rl.files import read_json, write_json_atomic
 
 REQUEST, STARTED, RESULT, CONSOLE = "request.json", "started.json", "result.json", "console.log"
 #: written by the driver to stop an attempt (works wherever the study directory is shared)
 STOP = "stop"
-_PR_SET_PDEATHSIG = 1
 
 _ENTRY = "import sys; from agent2rl.study.worker import main; sys.exit(main(sys.argv[1:]))"
 #: seconds a cancelled run gets to stop its agent and write its report
 STOP_GRACE_S = 120.0
-
-
-def _die_with_parent() -> None:
-    """preexec: SIGTERM to this child when the process that started it dies (Linux); and
-    unblock the stop signals, which a Ray worker blocks (a mask survives fork and exec, and
-    the agent's processes would inherit it too)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not glibc Linux: the Ray worker's own cancel path still applies
-        pass
 
 
 def run_attempt(attempt_dir: str) -> dict[str, Any]:
@@ -87,7 +75,7 @@ def run_attempt(attempt_dir: str) -> dict[str, Any]:
             env=env,
             # Its own session: a terminal's Ctrl-C reaches the run once, through us.
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         try:
             code = _wait(proc, adir / STOP)
