@@ -131,15 +131,12 @@ def _status_of(run_dir: Path | None) -> str | None:
 def find_run_dir(request: dict[str, Any]) -> Path | None:
     """The run directory an attempt created, found by its identity when no ``result.json``
     says: the earliest run under the study directory created after the attempt was queued
-    with the slot's task, model, seed and agent (and mode, when set). One slot never has two
-    attempts at once, so the match is unambiguous. None when the run never got that far."""
-    from agent2rl.agents.spec import get_agent
-
+    with the slot's task, model, seed, agent, driver and mode. One slot never has two
+    attempts at once, and two slots differ in one of these, so the match is unambiguous
+    (slots that differ only by driver run side by side with the same seed: without the
+    driver they could take each other's run). None when the run never got that far."""
     req = request["request"]
-    try:
-        agent = get_agent(req["agent"]).name
-    except Exception:  # an agent spec that vanished: match on the rest
-        agent = None
+    agent, driver = _identity(req["agent"], req.get("driver"))
     since = float(request["queued_at"]) - 1.0
     found: list[tuple[float, Path]] = []
     for run_json in Path(request["study_dir"]).glob("*/run.json"):
@@ -152,12 +149,37 @@ def find_run_dir(request: dict[str, Any]) -> Path | None:
             and info.get("model") == req["model"]
             and info.get("seed") == req["seed"]
             and (agent is None or info.get("agent") == agent)
+            and (driver is _UNKNOWN or info.get("driver") == driver)
             and (req.get("mode") is None or info.get("mode") == req["mode"])
             and float(info.get("created_at") or 0) >= since
         )
         if same:
             found.append((float(info["created_at"]), run_json.parent))
     return min(found)[1] if found else None
+
+
+#: a driver :func:`_identity` could not resolve (the agent spec vanished): not matched on
+_UNKNOWN = object()
+
+
+def _identity(agent_ref: str, driver: str | None) -> tuple[str | None, Any]:
+    """The agent name and driver name a run of (``agent_ref``, ``driver``) records in its
+    ``run.json``: the driver as resolved (``None`` stands for the agent's default driver),
+    None for an agent without an LLM. Either is unknown (None, :data:`_UNKNOWN`) when the
+    spec can no longer be read."""
+    from agent2rl.agents.drivers import driver_for
+    from agent2rl.agents.spec import get_agent
+
+    try:
+        spec = get_agent(agent_ref)
+    except Exception:  # an agent spec that vanished: match on the rest
+        return None, _UNKNOWN
+    if not spec.uses_llm:
+        return spec.name, None
+    try:
+        return spec.name, driver_for(spec, driver).name
+    except Exception:  # a driver it no longer accepts: the run never started anyway
+        return spec.name, driver
 
 
 # -- the run process -------------------------------------------------------------------------
