@@ -30,11 +30,15 @@ next ``study run`` closes the attempts it left open, keeping any run that had fi
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
+import socket
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,8 @@ from agent2rl.study.worker import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_
 
 #: the object store a local Ray gets: runs pass only small JSON through Ray
 LOCAL_OBJECT_STORE_BYTES = 80 * 2**20
+#: the file :func:`study_lock` holds while a ``study run`` uses the directory
+LOCK_FILE = "study.lock"
 #: environment variables forwarded to runs (they matter on a cluster, whose workers have
 #: the environment of `ray start`, not the study driver's)
 _FORWARD = re.compile(
@@ -248,12 +254,43 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _StopRequested
 
 
+@contextmanager
+def study_lock(study_dir: Path) -> Iterator[None]:
+    """Hold ``study_dir`` for one ``study run`` (an exclusive ``flock`` on its
+    :data:`LOCK_FILE`, which names the holder's pid and host).
+
+    Two drivers on one directory would each start the slots the other started (every
+    pending slot twice): the second one gets a :class:`UserError` naming the first, before
+    it writes anything. The kernel drops the lock when its holder exits or is killed, so a
+    killed driver never leaves a stale one. On a network filesystem the lock holds across
+    hosts where the filesystem supports ``flock`` (Linux NFS maps it to NFS locks)."""
+    path = study_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+            who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "pid unknown"
+            raise UserError(
+                f"another `agent2rl study run` is using {study_dir} ({who}): wait for it to "
+                f"end or stop it (Ctrl-C, or kill {holder[0] if holder else 'it'}); "
+                f"`agent2rl study status {study_dir}` shows its progress"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyResult:
     """Run (or resume) the study of ``spec_path`` into ``opts.out``.
 
     ``reporter_for(tally) -> Reporter`` makes the progress display. Slots already finished
     are skipped; attempts a killed driver left open are closed first. Raises
-    :class:`UserError` for a bad study file or a study directory bound to other settings.
+    :class:`UserError` for a bad study file, a study directory bound to other settings or
+    one another ``study run`` is using (:func:`study_lock`).
     Returns with ``interrupted`` set after Ctrl-C/SIGTERM (every run stopped and recorded).
     """
     spec_path = Path(spec_path)
@@ -265,7 +302,7 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
     if opts.max_concurrent is not None and opts.max_concurrent < 1:
         raise UserError(f"--max-concurrent {opts.max_concurrent}: use 1 or more")
     study_dir.mkdir(parents=True, exist_ok=True)
-    with StudyState(study_dir, create=True) as state:
+    with study_lock(study_dir), StudyState(study_dir, create=True) as state:
         state.bind(spec, spec_path.read_text())
         write_text_atomic(study_dir / "study.toml", spec_path.read_text())
         state.sync_slots(slots)
