@@ -41,9 +41,10 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except UserError as err:
             err_console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:
             err_console.print("[red]interrupted[/]")
-            raise typer.Exit(130) from None
+            # 128 + the signal, as a shell reports it: SIGINT 130, SIGTERM 143, SIGHUP 129
+            raise typer.Exit(128 + getattr(err, "signum", 2)) from None
 
     return wrapper
 
@@ -326,13 +327,21 @@ def agents_doctor() -> None:
 @app.command()
 @_user_errors
 def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_id>).")) -> None:
-    """Re-generate a run's report from its run directory."""
+    """Re-generate a run's report from its run directory.
+
+    A run whose harness died (SIGKILL, a crash) without closing it is first marked
+    ``interrupted``, and its submissions still in flight failed (the harness's fault).
+    """
     from agent2rl.analysis import record_run, write_report
+    from agent2rl.orchestration.recover import close_dead_run
     from agent2rl.rundir import RunPaths
 
     paths = RunPaths(run_dir.expanduser().resolve())
     if not paths.run_json.is_file():
         raise UserError(f"{run_dir} is not a run directory (no run.json): pass runs/<run_id>")
+    note = close_dead_run(paths)
+    if note:
+        err_console.print(note, highlight=False, soft_wrap=True)
     record_run(paths.root.parent, paths.root, write_report(paths))
     console.print(f"report: {paths.report / 'report.html'}")
 
@@ -345,10 +354,14 @@ def compare(
     eval_hash: str | None = typer.Option(
         None, "--eval-hash", help="Only runs graded under these evaluation settings."
     ),
+    raw: bool = typer.Option(
+        False, "--raw", help="Count flagged runs in the means as graded, not as their base model."
+    ),
 ) -> None:
     """Compare finished runs: one row per run, then means per (task, agent, driver).
 
     Refuses to put side by side runs of one task graded under different evaluation settings.
+    A flagged run counts in the means as its base model (improvement 0) unless --raw.
     """
     from agent2rl.analysis import list_runs
     from agent2rl.analysis.compare import aggregate, integrity_note
@@ -360,7 +373,7 @@ def compare(
     rows = [r for r in rows if eval_hash is None or r["eval_hash"] == eval_hash]
     if not rows:
         raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
-    groups = aggregate(rows)  # raises when the rows are not comparable
+    groups = aggregate(rows, raw=raw)  # raises when the rows are not comparable
     table = Table(
         "run",
         "task",
@@ -412,6 +425,10 @@ def compare(
             str(g["flagged"]),
         )
     console.print(summary)
+    console.print(
+        "best: selected over every graded submission (optimistic); flagged runs count in the"
+        + (" means as graded (--raw)" if raw else " means as their base model (--raw: as graded)")
+    )
 
 
 study_app = typer.Typer(
@@ -507,6 +524,9 @@ def study_export(
 @_user_errors
 def dashboard(
     runs_dir: Path = typer.Argument(..., help="A study directory or a plain runs directory."),
+    raw: bool = typer.Option(
+        False, "--raw", help="Count flagged runs as graded, not as their base model."
+    ),
 ) -> None:
     """Write DIR/dashboard.html: leaderboard, pass@k, heatmap, curves, trajectories, routes,
     failures and summaries, one self-contained offline page linking to every run's report.
@@ -530,7 +550,7 @@ def dashboard(
             cache_dir=root / "summaries" / "cache",
             usage_path=root / "summaries" / "llm_usage.jsonl",
         )
-    path = write_dashboard(root, runs, overview, summaries)
+    path = write_dashboard(root, runs, overview, summaries, raw=raw)
     console.print(f"dashboard: {path}", highlight=False, soft_wrap=True)
 
 

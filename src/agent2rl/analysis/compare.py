@@ -4,6 +4,10 @@ Scores are comparable only when they were graded under the same evaluation setti
 version, data, prompt, generation settings, backend), which every run records as its
 ``eval_hash``. Comparing or averaging runs of one task with different hashes is refused with
 an error that names the runs and the way out, rather than printing a misleading table.
+
+A flagged run (its ``integrity_flags`` column is not empty) counts in the means as its base
+model, best = baseline and improvement 0, unless ``raw`` (the policy of
+:mod:`agent2rl.analysis.counting`); each group counts its flagged runs either way.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ class RunGroup(TypedDict):
     driver: str | None
     runs: int
     mean_best: float | None
-    """Over the runs with a best score."""
+    """Over the runs with a best score (best of budget: selected over every graded
+    submission, so optimistic)."""
     mean_improvement: float | None
     """Over the runs with an improvement (comparable with their baseline)."""
     std_improvement: float | None
@@ -39,7 +44,26 @@ class RunGroup(TypedDict):
     """Runs that improved with an interval excluding 0."""
     eval_hash: str | None
     flagged: int
-    """Runs with an integrity flag (:func:`integrity_note`); their scores are in the means."""
+    """Runs with an integrity flag (:func:`integrity_note`); unless ``raw`` they count in the
+    means as their base model (improvement 0) and never as beyond noise."""
+    raw: bool
+    """Flagged runs counted as graded."""
+
+
+def is_flagged(row: ResultsRow) -> bool:
+    """Whether a results row carries an integrity flag (a row recorded before the checks
+    existed has none)."""
+    return any(f for f in (row.get("integrity_flags") or "").split(","))
+
+
+def counted_scores(row: ResultsRow, *, raw: bool = False) -> tuple[float | None, float | None]:
+    """``(best, improvement)`` as a row counts in an aggregate: as recorded, or, for a
+    flagged row unless ``raw``, its baseline and 0 (None for both without a baseline)."""
+    if raw or not is_flagged(row):
+        return row["best"], row["improvement"]
+    if row["baseline"] is None:
+        return None, None
+    return row["baseline"], 0.0
 
 
 def integrity_note(row: ResultsRow) -> str:
@@ -74,18 +98,20 @@ def check_comparable(rows: Sequence[ResultsRow]) -> None:
             )
 
 
-def aggregate(rows: Sequence[ResultsRow]) -> list[RunGroup]:
+def aggregate(rows: Sequence[ResultsRow], *, raw: bool = False) -> list[RunGroup]:
     """Per (task, agent, driver): run count, mean and spread of best score and improvement,
-    and how many runs improved beyond noise. Refuses incomparable rows (see
-    :func:`check_comparable`). Runs without a best score count in ``runs`` only."""
+    how many runs improved beyond noise and how many are flagged. Refuses incomparable rows
+    (see :func:`check_comparable`). Runs without a best score count in ``runs`` only. A
+    flagged run counts as its base model unless ``raw`` (module docstring)."""
     check_comparable(rows)
     groups: dict[tuple[str | None, str | None, str | None], list[ResultsRow]] = defaultdict(list)
     for row in rows:
         groups[(row["task"], row["agent"], row["driver"])].append(row)
     out = []
     for (task, agent, driver), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        best = [r["best"] for r in members if r["best"] is not None]
-        imp = [r["improvement"] for r in members if r["improvement"] is not None]
+        scores = [counted_scores(r, raw=raw) for r in members]
+        best = [b for b, _ in scores if b is not None]
+        imp = [i for _, i in scores if i is not None]
         out.append(
             RunGroup(
                 task=task,
@@ -96,10 +122,15 @@ def aggregate(rows: Sequence[ResultsRow]) -> list[RunGroup]:
                 mean_improvement=float(np.mean(imp)) if imp else None,
                 std_improvement=float(np.std(imp, ddof=1)) if len(imp) > 1 else None,
                 beyond_noise=sum(
-                    1 for r in members if r["within_noise"] == 0 and (r["improvement"] or 0) > 0
+                    1
+                    for r in members
+                    if r["within_noise"] == 0
+                    and (r["improvement"] or 0) > 0
+                    and (raw or not is_flagged(r))
                 ),
                 eval_hash=next((r["eval_hash"] for r in members if r["eval_hash"]), None),
-                flagged=sum(1 for r in members if r.get("integrity_flags")),
+                flagged=sum(1 for r in members if is_flagged(r)),
+                raw=raw,
             )
         )
     return out

@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent2rl.analysis.counting import counted, run_flags
 from agent2rl.analysis.curves import AXES, Curve, scaling_curves
 from agent2rl.analysis.failures import failure_counts, run_failures
 from agent2rl.analysis.heatmap import Heatmap, mode_task_heatmap
 from agent2rl.analysis.leaderboard import LeaderboardRow, Stat, leaderboard
 from agent2rl.analysis.passk import PassAtK, pass_at_k
 from agent2rl.analysis.routes import ROUTES, run_route
-from agent2rl.analysis.runset import GroupKey, StudyRun, column_label, mixed_tasks, outcome
+from agent2rl.analysis.runset import GroupKey, StudyRun, column_label, mixed_tasks
 from agent2rl.analysis.summary import RunSummary
 from agent2rl.analysis.trajectories import Trajectory, trajectories
 from agent2rl.files import write_text_atomic
@@ -209,8 +210,9 @@ def _stat_cell(s: Stat) -> str:
 
 def _leaderboard(rows: list[LeaderboardRow], mixed: dict[str, list[str]]) -> str:
     head = (
-        "<tr><th>task</th><th>model</th><th>stack</th><th>runs</th><th>baseline</th>"
-        "<th>best</th><th>improvement</th><th>beyond noise</th><th>valid subm.</th>"
+        "<tr><th>task</th><th>model</th><th>stack</th><th>runs</th><th>flagged</th>"
+        "<th>baseline</th><th>best (selected)</th><th>improvement (best, selected)</th>"
+        "<th>final</th><th>improvement (final)</th><th>beyond noise</th><th>valid subm.</th>"
         "<th>tokens / run</th><th>cost / run</th><th>statuses</th></tr>"
     )
     body = []
@@ -222,12 +224,17 @@ def _leaderboard(rows: list[LeaderboardRow], mixed: dict[str, list[str]]) -> str
         tokens = "-" if r.tokens.mean is None else f"{r.tokens.mean:,.0f}"
         statuses = ", ".join(f"{s} {n}" for s, n in sorted(r.statuses.items()))
         n = f"{r.runs}" + (f" ({r.no_valid} w/o valid)" if r.no_valid else "")
+        flagged = f"{r.flagged} flagged" + (
+            "" if not r.flagged else (" (as graded)" if r.raw else " (as base)")
+        )
         body.append(
-            f'<tr class="lb-row" data-task="{_e(k.task)}" data-stack="{_e(k.stack.label)}">'
+            f'<tr class="lb-row" data-task="{_e(k.task)}" data-stack="{_e(k.stack.label)}" '
+            f'data-flagged="{r.flagged}">'
             f"<td>{_e(column_label(k.task, k.eval_hash, mixed))}</td><td>{_e(k.model)}</td>"
-            f"<td>{_e(k.stack.label)}</td><td>{_e(n)}</td>"
+            f"<td>{_e(k.stack.label)}</td><td>{_e(n)}</td><td>{_e(flagged)}</td>"
             f"<td>{_stat_cell(r.baseline)}</td><td>{_stat_cell(r.best)}</td>"
-            f"<td><b>{_stat_cell(r.improvement)}</b></td><td>{r.beyond_noise}</td>"
+            f"<td><b>{_stat_cell(r.improvement)}</b></td><td>{_stat_cell(r.final)}</td>"
+            f"<td>{_stat_cell(r.final_improvement)}</td><td>{r.beyond_noise}</td>"
             f"<td>{_e(rate)}</td><td>{tokens}</td><td>{cost}</td><td>{_e(statuses)}</td></tr>"
         )
     return f'<table id="leaderboard-table">{head}{"".join(body)}</table>'
@@ -264,12 +271,11 @@ def _passk(curves: list[PassAtK], colors: dict[str, str], mixed: dict[str, list[
             pts = " ".join(f"k={k}: {_num(v, signed=True)}" for k, v in c.points)
             rows.append(
                 f'<tr class="pk-row"><td>{_e(col)}</td><td>{_e(c.key.stack.label)}</td>'
-                f"<td>{c.n}</td><td>{_e(pts)}</td></tr>"
+                f"<td>{c.n}</td><td>{c.flagged} flagged</td><td>{_e(pts)}</td></tr>"
             )
     table = (
-        "<table><tr><th>task</th><th>stack</th><th>n</th><th>E[max of k]</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        "<table><tr><th>task</th><th>stack</th><th>n</th><th>flagged</th>"
+        "<th>E[max of k]</th></tr>" + "".join(rows) + "</table>"
     )
     return f'<div class="charts">{"".join(charts)}</div>{table}'
 
@@ -311,16 +317,18 @@ def _heatmap(hm: Heatmap) -> str:
         mark = "best" if c.best else ("worst" if c.worst else "")
         parts.append(
             f'<rect class="hm-cell {mark}" data-row="{_e(c.row)}" data-col="{_e(c.column)}" '
-            f'data-n="{c.n}" x="{x + 2}" y="{y + 2}" width="{cw - 4}" height="{ch - 4}" '
+            f'data-n="{c.n}" data-flagged="{c.flagged}" x="{x + 2}" y="{y + 2}" '
+            f'width="{cw - 4}" height="{ch - 4}" '
             f'fill="{fill}"><title>{_e(c.row)} on {_e(c.column)}: {_num(c.mean, signed=True)} '
-            f"(n={c.n})</title></rect>"
+            f"(n={c.n}, {c.flagged} flagged)</title></rect>"
         )
         sign = " ▲ best" if c.best else (" ▼ worst" if c.worst else "")
         parts.append(
             f'<text class="cell" x="{x + cw / 2:.0f}" y="{y + ch / 2:.0f}" text-anchor="middle">'
             f"{_num(c.mean, signed=True)}{sign}</text>"
             f'<text class="cell-n" x="{x + cw / 2:.0f}" y="{y + ch / 2 + 14:.0f}" '
-            f'text-anchor="middle">n={c.n}{"" if c.n == c.runs else f" of {c.runs}"}</text>'
+            f'text-anchor="middle">n={c.n}{"" if c.n == c.runs else f" of {c.runs}"}'
+            f", {c.flagged} flagged</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -504,20 +512,26 @@ def _run_cell(r: StudyRun, links: dict[str, str]) -> str:
 def _runs_table(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
     rows = []
     for r in sorted(runs, key=lambda r: (r.metrics.task, r.stack.label, r.repeat or 0)):
-        m, o = r.metrics, outcome(r.metrics)
+        # per run, the scores as graded (the raw figures); the flags say how it counts above
+        m, o = r.metrics, counted(r.metrics, raw=True)
+        flags = ", ".join(run_flags(m)) or "-"
         rows.append(
             f'<tr class="run-row"><td>{_run_cell(r, links)}</td><td>{_e(m.task)}</td>'
             f"<td>{_e(r.stack.label)}</td><td>{_e(m.model)}</td>"
             f"<td>{'-' if r.repeat is None else r.repeat}</td><td>{_e(m.status)}</td>"
             f"<td>{_num(m.baseline)}</td><td>{_num(m.best_score)}</td>"
             f"<td>{_num(o.improvement if o else None, signed=True)}</td>"
+            f"<td>{_num(o.final if o else None)}</td>"
             f"<td>{m.valid_submissions}/{m.submissions}</td>"
-            f"<td>{format_duration(m.duration_s) if m.duration_s is not None else '-'}</td></tr>"
+            f"<td>{format_duration(m.duration_s) if m.duration_s is not None else '-'}</td>"
+            f"<td>{_e(flags)}</td></tr>"
         )
     return (
         "<table><tr><th>run (report)</th><th>task</th><th>stack</th><th>model</th><th>repeat</th>"
-        "<th>status</th><th>baseline</th><th>best</th><th>improvement</th><th>valid/all</th>"
-        "<th>duration</th></tr>" + "".join(rows) + "</table>"
+        "<th>status</th><th>baseline</th><th>best (selected)</th><th>improvement</th>"
+        "<th>final</th><th>valid/all</th><th>duration</th><th>flags</th></tr>"
+        + "".join(rows)
+        + "</table>"
     )
 
 
@@ -547,12 +561,20 @@ _GLOSSARY = """
 <li><b>Leaderboard</b>: per task and agent stack (agent, driver, mode), over repeats: mean ±
 sample std and a 95% bootstrap interval of the mean, for the baseline, the best score and the
 improvement. A run without a valid submission leaves the base model: it scores its baseline
-(improvement 0, counted in "w/o valid"). Valid submissions: the mean per-run rate (and the
-pooled count). Tokens and cost: the driver LLM's, metered by the harness.</li>
+(improvement 0, counted in "w/o valid"). "Best" is selected: the maximum over every graded
+submission, each scored on the private split the agent saw, so it and its interval are
+optimistic; "final" is the run's last valid submission, not selected. Valid submissions: the
+mean per-run rate (and the pooled count). Tokens and cost: the driver LLM's, metered by the
+harness.</li>
+<li><b>Flagged runs</b> (model not derived from the base, own chat template, contamination,
+mode violation) count as their base model, improvement 0, in the leaderboard, pass@k and the
+heatmap (the anchors' policy), and each of them says how many it holds;
+<code>agent2rl dashboard --raw</code> counts them as graded. The runs table shows every run
+as graded, with its flags.</li>
 <li><b>pass@k</b>: the expected best improvement of k runs drawn from the n repeats
 (unbiased estimator, improvements sorted ascending: sum C(i-1,k-1)/C(n,k) x(i)).</li>
-<li><b>Heatmap</b>: mean improvement per mode (or stack) and task, n runs per cell; per task
-the best cell is outlined green, the worst red.</li>
+<li><b>Heatmap</b>: mean improvement per mode (or stack) and task, n runs per cell (and how
+many are flagged); per task the best cell is outlined green, the worst red.</li>
 <li><b>Scaling curves</b>: best-so-far improvement against wall time, driver tokens and
 submissions; the line is the mean over repeats, the band ± one standard deviation.</li>
 <li><b>Trajectories</b>: each run's scores by submission; the dashed line is its baseline.</li>
@@ -581,9 +603,13 @@ def render_dashboard(
     overview: Overview,
     summaries: Sequence[RunSummary],
     links: dict[str, str],
+    *,
+    raw: bool = False,
 ) -> str:
     """The dashboard's HTML for ``runs`` (see the module docstring). ``links`` maps run ids
-    to the href of their report (:func:`report_links`)."""
+    to the href of their report (:func:`report_links`). ``raw`` counts flagged runs as
+    graded in the leaderboard, pass@k and the heatmap (default: as their base model,
+    :mod:`agent2rl.analysis.counting`)."""
     mixed = mixed_tasks(runs)
     colors = _colors(runs)
     notes = list(overview.notes)
@@ -594,11 +620,25 @@ def render_dashboard(
         )
     lines = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in overview.lines)
     note_html = "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
+    n_flagged = sum(1 for r in runs if run_flags(r.metrics))
+    counting = f'<p class="note counting">{n_flagged} flagged run(s) of {len(runs)}, counted ' + (
+        "as graded (--raw).</p>"
+        if raw
+        else "as their base model (improvement 0); --raw shows them as graded.</p>"
+    )
     sections = [
         ("overview", "Overview", f'<dl class="overview">{lines}</dl>{note_html}{_GLOSSARY}'),
-        ("leaderboard", "Leaderboard", _leaderboard(leaderboard(runs), mixed)),
-        ("passk", "pass@k: expected best improvement", _passk(pass_at_k(runs), colors, mixed)),
-        ("heatmap", "Mode × task heatmap (mean improvement)", _heatmap(mode_task_heatmap(runs))),
+        ("leaderboard", "Leaderboard", counting + _leaderboard(leaderboard(runs, raw=raw), mixed)),
+        (
+            "passk",
+            "pass@k: expected best improvement",
+            counting + _passk(pass_at_k(runs, raw=raw), colors, mixed),
+        ),
+        (
+            "heatmap",
+            "Mode × task heatmap (mean improvement)",
+            counting + _heatmap(mode_task_heatmap(runs, raw=raw)),
+        ),
         ("curves", "Scaling curves", _curves(runs, colors, mixed)),
         (
             "trajectories",
@@ -628,10 +668,13 @@ def write_dashboard(
     runs: Sequence[StudyRun],
     overview: Overview,
     summaries: Sequence[RunSummary],
+    *,
+    raw: bool = False,
 ) -> Path:
-    """Write ``out_dir/dashboard.html`` (atomically) and return its path."""
+    """Write ``out_dir/dashboard.html`` (atomically) and return its path; ``raw`` as in
+    :func:`render_dashboard`."""
     out_dir = Path(out_dir)
-    html_text = render_dashboard(runs, overview, summaries, report_links(runs, out_dir))
+    html_text = render_dashboard(runs, overview, summaries, report_links(runs, out_dir), raw=raw)
     path = out_dir / DASHBOARD
     write_text_atomic(path, html_text)
     return path

@@ -4,8 +4,10 @@ Rows are operating modes when every LLM run shares one agent and driver (the pap
 Code modes), else agent stacks; agents without an LLM are rows of their own. Columns are
 tasks (split by eval hash where a task was graded under several settings, see
 :mod:`agent2rl.analysis.runset`). A cell is the mean improvement (best of budget rule) of
-its runs with an outcome, with their count; per column the best and the worst cell are
-marked (all of them on a tie; a column with one filled cell marks it best only).
+its runs with an outcome, with their count and how many of them are flagged (a flagged
+run counts as improvement 0 unless ``raw``: :mod:`agent2rl.analysis.counting`); per column
+the best and the worst cell are marked (all of them on a tie; a column with one filled cell
+marks it best only).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent2rl.analysis.runset import StudyRun, assign_hashes, column_label, mixed_tasks, outcome
+from agent2rl.analysis.counting import counted
+from agent2rl.analysis.runset import StudyRun, assign_hashes, column_label, mixed_tasks
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class Cell:
     mean: float | None
     best: bool = False
     worst: bool = False
+    flagged: int = 0
+    """Runs of the ``n`` with a flag."""
 
 
 @dataclass(frozen=True)
@@ -56,18 +61,21 @@ def _row_labels(runs: Sequence[StudyRun]) -> tuple[dict[str, str], str]:
     return labels, "mode" if by_mode and llm else "stack"
 
 
-def mode_task_heatmap(runs: Sequence[StudyRun]) -> Heatmap:
-    """The heatmap of ``runs`` (see the module docstring); empty for no runs."""
+def mode_task_heatmap(runs: Sequence[StudyRun], *, raw: bool = False) -> Heatmap:
+    """The heatmap of ``runs`` (see the module docstring); empty for no runs. ``raw``
+    counts flagged runs as graded."""
     runs = assign_hashes(runs)
     mixed = mixed_tasks(runs)
     labels, kind = _row_labels(runs)
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     counts: dict[tuple[str, str], int] = defaultdict(int)
+    flagged: dict[tuple[str, str], int] = defaultdict(int)
     for r in runs:
         cell = (labels[r.run_id], column_label(r.metrics.task, r.metrics.eval_hash, mixed))
         counts[cell] += 1
-        if (o := outcome(r.metrics)) is not None:
+        if (o := counted(r.metrics, raw=raw)) is not None:
             values[cell].append(o.improvement)
+            flagged[cell] += o.flagged
     rows = sorted({c[0] for c in counts})
     columns = sorted({c[1] for c in counts})
     means = {c: float(np.mean(v)) if v else None for c, v in ((c, values[c]) for c in counts)}
@@ -89,6 +97,7 @@ def mode_task_heatmap(runs: Sequence[StudyRun]) -> Heatmap:
                     mean,
                     best=mean is not None and mean == top,
                     worst=mean is not None and bottom is not None and mean == bottom,
+                    flagged=flagged[(row, col)],
                 )
             )
     return Heatmap(rows, columns, cells, kind)

@@ -3,9 +3,14 @@
 One row per :class:`~agent2rl.analysis.runset.GroupKey` (task, eval hash, model, stack):
 mean, sample standard deviation and a 95% percentile-bootstrap interval of the mean over the
 repeats, for the baseline, the best score and the improvement (the best of budget rule of
-:func:`~agent2rl.analysis.runset.outcome`), plus the valid-submission rate and what the
-driver LLM cost. A task graded under more than one evaluation setting gets one block of rows
-per setting, never a pooled one.
+:func:`~agent2rl.analysis.runset.outcome`: selected over every graded submission, so
+optimistic), the final submission's score and improvement beside them, plus the
+valid-submission rate and what the driver LLM cost. A task graded under more than one
+evaluation setting gets one block of rows per setting, never a pooled one.
+
+A flagged run (:func:`~agent2rl.analysis.counting.run_flags`) counts as its base model
+(improvement 0) unless ``raw``; each row counts its flagged runs either way
+(:mod:`agent2rl.analysis.counting`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent2rl.analysis.runset import GroupKey, StudyRun, group_runs, outcome
+from agent2rl.analysis.counting import counted
+from agent2rl.analysis.runset import GroupKey, StudyRun, group_runs
 from agent2rl.grading.noise import bootstrap_ci
 
 #: bootstrap resamples for the intervals over repeats (few values: cheap)
@@ -73,9 +79,16 @@ class LeaderboardRow:
     """Runs with an outcome (a baseline)."""
     no_valid: int
     """Scored runs without a valid comparable submission (counted as improvement 0)."""
+    flagged: int
+    """Scored runs with an integrity or mode flag; unless ``raw``, each counts as its base
+    model (best = final = baseline, improvement 0)."""
     baseline: Stat
     best: Stat
+    """Best of budget: the maximum over every graded submission (selected, optimistic)."""
     improvement: Stat
+    final: Stat
+    """The last valid submission's score (not selected)."""
+    final_improvement: Stat
     beyond_noise: int
     """Runs whose improvement's paired interval excludes 0, upwards."""
     valid_rate: float | None
@@ -87,14 +100,20 @@ class LeaderboardRow:
     cost_usd: Stat
     statuses: dict[str, int]
     run_ids: tuple[str, ...]
+    raw: bool = False
+    """Flagged runs counted as graded (True) or as their base model (False, the default)."""
 
 
-def leaderboard(runs: Sequence[StudyRun], *, seed: int = 0) -> list[LeaderboardRow]:
+def leaderboard(
+    runs: Sequence[StudyRun], *, seed: int = 0, raw: bool = False
+) -> list[LeaderboardRow]:
     """Rows per group, ordered by task, eval hash, then mean improvement (best first),
-    groups without any outcome last."""
+    groups without any outcome last. ``raw`` counts flagged runs as graded (module
+    docstring); ``beyond_noise`` never counts a flagged run unless ``raw``."""
     rows = []
     for key, members in group_runs(runs).items():
-        outs = [o for r in members if (o := outcome(r.metrics)) is not None]
+        outs = [o for r in members if (o := counted(r.metrics, raw=raw)) is not None]
+        zeroed = {r.run_id for r in members if (o := counted(r.metrics, raw=raw)) and o.zeroed}
         rates = [
             r.metrics.valid_submissions / r.metrics.submissions
             for r in members
@@ -107,13 +126,18 @@ def leaderboard(runs: Sequence[StudyRun], *, seed: int = 0) -> list[LeaderboardR
                 runs=len(members),
                 scored=len(outs),
                 no_valid=sum(1 for o in outs if not o.has_valid),
+                flagged=sum(1 for o in outs if o.flagged),
                 baseline=stat([o.baseline for o in outs], seed=seed),
                 best=stat([o.best for o in outs], seed=seed),
                 improvement=stat([o.improvement for o in outs], seed=seed),
+                final=stat([o.final for o in outs], seed=seed),
+                final_improvement=stat([o.final_improvement for o in outs], seed=seed),
                 beyond_noise=sum(
                     1
                     for r in members
-                    if r.metrics.within_noise is False and (r.metrics.improvement or 0) > 0
+                    if r.metrics.within_noise is False
+                    and (r.metrics.improvement or 0) > 0
+                    and r.run_id not in zeroed
                 ),
                 valid_rate=float(np.mean(rates)) if rates else None,
                 submissions=sum(r.metrics.submissions for r in members),
@@ -122,6 +146,7 @@ def leaderboard(runs: Sequence[StudyRun], *, seed: int = 0) -> list[LeaderboardR
                 cost_usd=stat([u.cost_usd for u in usage], seed=seed),
                 statuses=dict(Counter(r.metrics.status for r in members)),
                 run_ids=tuple(r.run_id for r in members),
+                raw=raw,
             )
         )
 

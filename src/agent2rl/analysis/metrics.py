@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from agent2rl.analysis.code_changes import code_changes
+from agent2rl.analysis.counting import MODE_VIOLATION
 from agent2rl.analysis.judging import judge_summary
 from agent2rl.analysis.run_metrics import (
     ContaminationSummary,
@@ -233,8 +234,26 @@ def _trajectory(
 
 
 def _identity(s: Submission) -> IdentityFlags | None:
+    """The submission's identity check as the report shows it: the pass/fail view the agent
+    got (:func:`identity_flags`) plus the weight figures, read from the ledger's full report
+    (the agent never saw them)."""
     flags = identity_flags(s.identity)
-    return IdentityFlags.model_validate(flags) if flags is not None else None
+    if flags is None or s.identity is None:
+        return None
+    # the full reasons too: the agent's view cuts the figures out of the weight reason
+    flags["reasons"] = [str(r) for r in s.identity.get("reasons") or []]
+    return IdentityFlags.model_validate(
+        {
+            **flags,
+            "related_share": _finite_or_none(s.identity.get("related_share")),
+            "median_cosine": _finite_or_none(s.identity.get("median_cosine")),
+        }
+    )
+
+
+def _finite_or_none(x: Any) -> float | None:
+    ok = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
 
 
 def _contamination(paths: RunPaths) -> ContaminationSummary | None:
@@ -262,7 +281,9 @@ def _contamination(paths: RunPaths) -> ContaminationSummary | None:
 
 
 def _integrity_flags(
-    trajectory: Sequence[TrajectoryPoint], contamination: ContaminationSummary | None
+    trajectory: Sequence[TrajectoryPoint],
+    contamination: ContaminationSummary | None,
+    mode_flags: Sequence[str] | None,
 ) -> list[str]:
     flags: list[str] = []
     if any(tr.identity and tr.identity.derived is False for tr in trajectory):
@@ -271,6 +292,8 @@ def _integrity_flags(
         flags.append("chat_template_changed")
     if contamination is not None and contamination.flagged:
         flags.append("contaminated")
+    if mode_flags:
+        flags.append(MODE_VIOLATION)
     return flags
 
 
@@ -316,9 +339,11 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
     ``created_at`` as the origin. Scores are 0-100. Edge cases:
 
     - no ``ledger.db`` (the run failed before grading): zero submissions, no baseline;
-    - no valid submission: ``best_score``, ``improvement``, the intervals, ``time_to_best``
-      and ``first_valid_idx`` are None; no baseline: ``improvement`` and
-      ``time_to_first_improvement`` are None;
+    - no valid submission: ``best_score``, ``improvement``, the ``final_*`` fields, the
+      intervals, ``time_to_best`` and ``first_valid_idx`` are None; no baseline:
+      ``improvement`` and ``time_to_first_improvement`` are None;
+    - ``final_*`` is the last valid submission (ledger order), compared with the baseline by
+      the same rule as the best;
     - a score is compared with the baseline only when both eval hashes are known and equal
       (:func:`agent2rl.grading.comparison.comparable`): otherwise its trajectory point says
       ``comparable`` False and has no improvement interval, a best that is not comparable
@@ -349,6 +374,8 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
     changes = code_changes(paths.code_git, subs)
     intervals = _intervals(paths, baseline, subs)
     top = intervals.get(best.id, Intervals()) if best is not None else Intervals()
+    final = valid[-1] if valid else None
+    last = intervals.get(final.id, Intervals()) if final is not None else Intervals()
     env = summarize_env(paths.env_db, t0)
     agent_log, methods, mode_flags = _agent_view(paths)
     trajectory = _trajectory(subs, t0, base_hash, intervals)
@@ -392,6 +419,14 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
         best_score_ci95=top.score_ci95,
         within_noise=top.within_noise,
         n_items_paired=top.n_items_paired,
+        final_submission_id=final.id if final else None,
+        final_score=final.score if final else None,
+        final_improvement=(
+            improvement(final.score, base_score, comparable(final.eval_hash, base_hash))
+            if final is not None
+            else None
+        ),
+        final_improvement_ci95=last.improvement_ci95,
         submissions=len(subs),
         valid_submissions=len(valid),
         valid_submission_rate=len(valid) / len(subs) if subs else None,
@@ -443,5 +478,5 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
             tr.id for tr in trajectory if tr.identity and tr.identity.chat_template_changed
         ],
         contamination=contamination,
-        integrity_flags=_integrity_flags(trajectory, contamination),
+        integrity_flags=_integrity_flags(trajectory, contamination, mode_flags),
     )

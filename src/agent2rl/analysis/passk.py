@@ -8,7 +8,8 @@ replacement from them is the unbiased estimator
 
 (``x_(i)`` is the maximum of a k-subset exactly when the other k-1 come from the i-1 below
 it). ``k = 1`` gives the mean, ``k = n`` the maximum. Improvements follow the best of budget
-rule of :func:`~agent2rl.analysis.runset.outcome`.
+rule of :func:`~agent2rl.analysis.runset.outcome`; a flagged run counts as improvement 0
+unless ``raw`` (:mod:`agent2rl.analysis.counting`), and each curve counts its flagged runs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import comb
 
-from agent2rl.analysis.runset import GroupKey, StudyRun, group_runs, outcome
+from agent2rl.analysis.counting import counted
+from agent2rl.analysis.runset import GroupKey, StudyRun, group_runs
 
 
 def expected_max_of_k(values: Sequence[float], k: int) -> float:
@@ -46,16 +48,20 @@ class PassAtK:
     key: GroupKey
     n: int
     points: list[tuple[int, float]]
+    flagged: int = 0
+    """Runs of the ``n`` with a flag (counted as improvement 0 unless ``raw``)."""
 
 
-def pass_at_k(runs: Sequence[StudyRun]) -> list[PassAtK]:
+def pass_at_k(runs: Sequence[StudyRun], *, raw: bool = False) -> list[PassAtK]:
     """A curve per group (task, eval hash, model, stack) over its runs with an outcome;
-    groups without any are left out."""
+    groups without any are left out. ``raw`` counts flagged runs as graded."""
     out = []
     for key, members in group_runs(runs).items():
-        values = [o.improvement for r in members if (o := outcome(r.metrics)) is not None]
-        if values:
-            out.append(PassAtK(key, len(values), pass_at_k_curve(values)))
+        outs = [o for r in members if (o := counted(r.metrics, raw=raw)) is not None]
+        if outs:
+            values = [o.improvement for o in outs]
+            flagged = sum(1 for o in outs if o.flagged)
+            out.append(PassAtK(key, len(values), pass_at_k_curve(values), flagged))
     return out
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.analysis.code_changes import snapshot_diff
+from agent2rl.analysis.counting import run_flags
 from agent2rl.analysis.judging import judge_text
 from agent2rl.analysis.metrics import compute_metrics
 from agent2rl.analysis.plot import env_steps_svg, score_plot_svg
@@ -147,6 +148,29 @@ def _improvement_text(m: RunMetrics) -> str:
     return text
 
 
+def selected_text(m: RunMetrics) -> str:
+    """``selected over 5 graded submissions``: the best is a maximum over every submission
+    the agent saw scored on the private split, so its score and interval are optimistic."""
+    n = m.valid_submissions
+    return f"selected over {n} graded submission{'' if n == 1 else 's'}"
+
+
+def final_text(m: RunMetrics) -> str:
+    """The last valid submission's score and improvement, not selected: ``52.00
+    (submission #4), +2.00 points (95% CI [...])``; a dash without a valid submission."""
+    if m.final_submission_id is None:
+        return DASH
+    text = f"{_num(m.final_score)} (submission #{m.final_submission_id})"
+    if m.final_improvement is not None:
+        text += f", {m.final_improvement:+.2f} points"
+        if m.final_improvement_ci95:
+            text += f" (95% CI {_ci(m.final_improvement_ci95)})"
+    elif m.baseline is not None:
+        final = next((tr for tr in m.trajectory if tr.id == m.final_submission_id), None)
+        text += ", " + _incomparable(final.eval_hash if final else None, m.eval_hash, "it")
+    return text
+
+
 def _notes(tr: TrajectoryPoint, m: RunMetrics) -> list[str]:
     notes = []
     label = _noise_label(tr.within_noise)
@@ -185,6 +209,8 @@ def integrity_text(m: RunMetrics) -> str:
         parts.append(f"model not derived from the base: {_ids(m.not_derived_submissions)}")
     if m.chat_template_submissions:
         parts.append(f"own chat template: {_ids(m.chat_template_submissions)}")
+    if m.mode_flags:
+        parts.append(f"mode violation ({len(m.mode_flags)} contradiction(s) with the mode)")
     c = m.contamination
     if c is None:
         parts.append("contamination check not run")
@@ -196,11 +222,16 @@ def integrity_text(m: RunMetrics) -> str:
         )
     else:
         parts.append(f"no contamination found ({c.items_total} private items searched)")
-    flagged = bool(m.integrity_flags)
+    flagged = bool(run_flags(m))
     return (
         ("flagged: " if flagged else "")
         + "; ".join(parts)
-        + (" (scores unchanged)" if flagged else "")
+        + (
+            " (scores here as graded; cross-run aggregates count this run as its base model"
+            " unless --raw)"
+            if flagged
+            else ""
+        )
     )
 
 
@@ -240,7 +271,11 @@ def _integrity_details(m: RunMetrics) -> list[str]:
     if c.flagged_urls:
         out.append(f"Fetched addresses naming the task's data: {', '.join(c.flagged_urls)}.")
     out += c.notes
-    out.append("The score is reported as graded: integrity flags never change it.")
+    out.append(
+        "The scores in this report are as graded: integrity flags never change them. A"
+        " flagged run counts in cross-run aggregates (leaderboard, heatmap, pass@k, compare)"
+        " as its base model, improvement 0, unless they are asked for raw figures (--raw)."
+    )
     return out
 
 
@@ -321,12 +356,14 @@ def render_markdown(m: RunMetrics) -> str:
         f"| Budget | {format_duration(m.budget_s)}, used {_pct(m.time_used_ratio)} |",
         f"| Score | baseline {_num(m.baseline)} → best {_num(m.best_score)}"
         + (
-            f" (submission #{best_id}, 95% CI {_ci(m.best_score_ci95, signed=False)})"
+            f" ({selected_text(m)}: submission #{best_id}, 95% CI "
+            f"{_ci(m.best_score_ci95, signed=False)} computed as if it were the only one)"
             if best_id
             else ""
         )
         + " |",
         f"| Improvement | {_md(_improvement_text(m))} |",
+        f"| Final submission | {_md(final_text(m))} |",
         f"| Submissions | {m.submissions} (valid {m.valid_submissions}, "
         f"copies {m.copy_model_count}, duplicates {m.duplicate_count}); "
         f"rejected attempts {m.rejected_attempts} |",
@@ -358,7 +395,7 @@ def render_markdown(m: RunMetrics) -> str:
     else:
         lines.append("No submissions.")
     lines += ["", "## Integrity", ""]
-    lines += [f"{'**Flagged:** ' if m.integrity_flags else ''}{_md(integrity_text(m), 2000)}", ""]
+    lines += [f"{'**Flagged:** ' if run_flags(m) else ''}{_md(integrity_text(m), 2000)}", ""]
     lines += [f"- {_md(p, 2000)}" for p in _integrity_details(m)]
     lines += ["", "## Rejected attempts", ""]
     if m.rejections:
@@ -535,9 +572,20 @@ def _headline_html(m: RunMetrics) -> str:
         tag = f' <span class="tag {cls}">{_e(label)}</span>'
     imp_value = _e(_num(imp, signed=True)) + tag if imp is not None else _e(_improvement_text(m))
     ci = m.improvement_ci95
+    final = _num(m.final_improvement, signed=True) if m.final_improvement is not None else DASH
     cards = [
-        _card(f"{_e(_num(m.baseline))} → {_e(_num(m.best_score))}", "baseline → best score"),
-        _card(imp_value, f"improvement, 95% CI {_ci(ci)}" if ci else "improvement"),
+        _card(
+            f"{_e(_num(m.baseline))} → {_e(_num(m.best_score))}",
+            f"baseline → best ({selected_text(m)})",
+        ),
+        _card(
+            imp_value,
+            f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best",
+        ),
+        _card(
+            f"{_e(_num(m.final_score))} ({_e(final)})",
+            "final submission (not selected): score (improvement)",
+        ),
         _card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
         _card(_e(format_duration(m.time_to_first_improvement)), "time to first improvement"),
         _card(_e(format_duration(m.time_to_best)), "time to best"),
@@ -692,14 +740,14 @@ def _diffs_html(m: RunMetrics, diffs: Mapping[int, str | None]) -> str:
 
 
 def _integrity_banner(m: RunMetrics) -> str:
-    if not m.integrity_flags:
+    if not run_flags(m):
         return ""
     return f'<div class="flag"><b>Integrity:</b> {_e(integrity_text(m))}</div>\n'
 
 
 def _integrity_html(m: RunMetrics) -> str:
     items = "".join(f"<li>{_e(p)}</li>" for p in _integrity_details(m))
-    head = f'<p class="{"flag" if m.integrity_flags else "muted"}">{_e(integrity_text(m))}</p>'
+    head = f'<p class="{"flag" if run_flags(m) else "muted"}">{_e(integrity_text(m))}</p>'
     return f"<h2>Integrity</h2>{head}<ul>{items}</ul>"
 
 

@@ -45,6 +45,8 @@ class IdentityFlags(_Closed):
     chat_template_changed: bool = False
     """The submission brings a chat template other than the base model's."""
     related_share: float | None = None
+    """From the ledger's full report, for the run's report only: the grading API returns the
+    agent the pass/fail view (:func:`agent2rl.integrity.identity.identity_flags`)."""
     median_cosine: float | None = None
 
 
@@ -249,6 +251,14 @@ class RunMetrics(_Closed):
     within_noise: bool | None = None
     """Whether ``improvement_ci95`` contains 0."""
     n_items_paired: int | None = None
+    final_submission_id: int | None = None
+    """The last valid submission (ledger order): what the agent left, chosen without the
+    private split's scores. The best is selected over every graded submission, so its score
+    and interval are optimistic; the final one is not."""
+    final_score: float | None = None
+    final_improvement: float | None = None
+    """``final_score - baseline``; None without either, or when the final is not comparable."""
+    final_improvement_ci95: Interval | None = None
 
     # -- the submission sequence -----------------------------------------------------------
     submissions: int = 0
@@ -297,7 +307,7 @@ class RunMetrics(_Closed):
     mode_flags: list[str] | None = None
     """Where those methods contradict the run's mode."""
 
-    # -- integrity (agent2rl.integrity): reported next to the score, never changing it ---------
+    # -- integrity (agent2rl.integrity): reported next to the score, never changing it here ---
     not_derived_submissions: list[int] = []
     """Submissions whose model does not derive from the base model."""
     chat_template_submissions: list[int] = []
@@ -305,7 +315,9 @@ class RunMetrics(_Closed):
     contamination: ContaminationSummary | None = None
     """None: the contamination check did not run."""
     integrity_flags: list[str] = []
-    """``model_not_derived``, ``chat_template_changed``, ``contaminated``: the run's flags."""
+    """``model_not_derived``, ``chat_template_changed``, ``contaminated``, ``mode_violation``
+    (the mode check found a contradiction): the run's flags. Cross-run aggregates count a
+    flagged run as its base model by default (:mod:`agent2rl.analysis.counting`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``metrics.json`` object: every field, intervals as lists."""

@@ -160,18 +160,30 @@ class IdentityReport:
         return asdict(self)
 
 
+#: the start of the reason a weight comparison gives; its figures stay out of the API's view
+WEIGHTS_REASON = "weights unrelated to the base"
+
+
 def identity_flags(report: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The short view of a stored report that the grading API and the run report show:
-    ``derived``, ``reasons``, ``chat_template_changed`` and the headline statistics. None in,
-    None out (a submission checked by an older service)."""
+    """The pass/fail view of a stored report that the grading API returns to the agent:
+    ``derived`` (True, False, or None when the check could not run), ``reasons`` and
+    ``chat_template_changed``. None in, None out (a submission checked by an older service).
+
+    No figure of the weight comparison is in it: ``related_share`` and ``median_cosine``
+    (and the weight reason's own percentages) would let an agent tune a blend of the base
+    into another model until it just reads derived. The reason about weights is cut to its
+    words; the figures stay in the ledger's full report, which the run's report reads.
+    """
     if not isinstance(report, dict):
         return None
+    reasons = [
+        WEIGHTS_REASON if str(r).startswith(WEIGHTS_REASON) else str(r)
+        for r in report.get("reasons") or []
+    ]
     return {
         "derived": report.get("derived"),
-        "reasons": list(report.get("reasons") or []),
+        "reasons": reasons,
         "chat_template_changed": bool(report.get("chat_template_changed")),
-        "related_share": report.get("related_share"),
-        "median_cosine": report.get("median_cosine"),
     }
 
 
@@ -412,7 +424,7 @@ def _summarise(stats: list[TensorStat], report: IdentityReport) -> None:
     ]
     if report.related_share is not None and report.related_share < MIN_DERIVED_SHARE:
         report.reasons.append(
-            f"weights unrelated to the base: {100 * report.related_share:.0f}% of parameters have"
+            f"{WEIGHTS_REASON}: {100 * report.related_share:.0f}% of parameters have"
             f" cosine >= {MIN_COSINE} with the base's (median cosine {report.median_cosine:.3f});"
             " a fine-tune keeps most of them"
         )

@@ -85,7 +85,7 @@ def test_an_older_results_db_gains_the_new_columns(tmp_path) -> None:
     assert (rows["a"]["ci_lo"], rows["a"]["ci_hi"]) == (1.0, 3.0)
 
 
-def test_integrity_flags_are_shown_and_scores_kept(tmp_path) -> None:
+def test_integrity_flags_are_shown_and_flagged_runs_count_as_base(tmp_path) -> None:
     runs = tmp_path / "runs"
     clean = _metrics("a", "h1", 2.0, within=True)
     flagged = _metrics("bb", "h1", 4.0, within=False).model_copy(
@@ -104,8 +104,21 @@ def test_integrity_flags_are_shown_and_scores_kept(tmp_path) -> None:
     assert integrity_note(rows["bb"]) == "model_not_derived, contaminated (12 items)"
     assert rows["bb"]["contaminated"] == 1 and rows["bb"]["not_derived"] == 1
     assert rows["a"]["contaminated"] is None  # no check ran: unknown, not clean
+    # By default the flagged run counts as its base model (the anchors' policy): best =
+    # baseline, improvement 0, and never beyond noise; --raw counts it as graded.
     (group,) = aggregate(list_runs(runs))
-    assert group["flagged"] == 1 and group["mean_improvement"] == pytest.approx(3.0)
+    assert group["flagged"] == 1 and group["mean_improvement"] == pytest.approx(1.0)
+    assert group["mean_best"] == pytest.approx((3.0 + 1.0) / 2) and group["beyond_noise"] == 0
+    (raw,) = aggregate(list_runs(runs), raw=True)
+    assert raw["flagged"] == 1 and raw["mean_improvement"] == pytest.approx(3.0)
+    assert raw["beyond_noise"] == 1
     r = _compare(runs)
     assert r.returncode == 0, r.stderr
+    # the per-run row keeps the score as graded, marked; the mean counts it as 0
     assert "contaminated (12 items)" in r.stdout and "+4.00" in r.stdout
+    means = r.stdout.split("mean improvement", 1)[1]  # the per-group table, after its header
+    assert "+1.00" in means and "+3.00" not in means and "as their base model" in means
+    r = _compare(runs, "--raw")
+    assert r.returncode == 0, r.stderr
+    means = r.stdout.split("mean improvement", 1)[1]
+    assert "+3.00" in means and "as graded (--raw)" in means

@@ -1,0 +1,101 @@
+"""How one run counts in a cross-run aggregate: its flags, and the figures it contributes.
+
+**Flagged runs.** A run is flagged when an integrity check raised something against it
+(:func:`run_flags`): a submission whose model does not derive from the base
+(``model_not_derived``), a submission that brings its own chat template
+(``chat_template_changed``), private items found in its workspace or a fetch of the task's
+data (``contaminated``), or training methods that contradict its operating mode
+(``mode_violation``). The anchors' policy (PostTrainBench scores a flagged run as the base
+model) is the default: a flagged run counts in the leaderboard, the heatmap, pass@k and
+``agent2rl compare`` with its baseline as its best and final score, improvement 0, and every
+aggregate says how many flagged runs it holds. ``raw=True`` (the CLI's ``--raw``) counts
+every run as graded; the flagged counts are shown all the same. The run's own report and
+``metrics.json`` always keep the scores as graded: the policy is applied only here.
+
+**Best and final.** ``best`` follows the best of budget rule
+(:func:`agent2rl.analysis.runset.outcome`): the maximum over every valid submission, each
+of which the agent saw scored on the private split. That is a selection: the best's score
+and its interval are optimistic (its interval is computed as if it were the only
+submission). ``final`` is the last valid submission's score, the one a deployment would get
+without looking at the private split; it is shown beside the best. A run without a valid
+comparable final submission keeps its base model there too (final = baseline, improvement
+0), as the best of budget rule does for the best.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from agent2rl.analysis.run_metrics import RunMetrics
+from agent2rl.analysis.runset import outcome
+
+#: the flag a run gets when its code's training methods contradict its operating mode
+MODE_VIOLATION = "mode_violation"
+
+
+def run_flags(m: RunMetrics) -> list[str]:
+    """The run's flags: its ``integrity_flags``, plus :data:`MODE_VIOLATION` when its mode
+    check found a contradiction (``mode_flags``; a ``metrics.json`` written before that flag
+    joined ``integrity_flags`` still gets it). Empty for a clean run."""
+    flags = list(m.integrity_flags)
+    if m.mode_flags and MODE_VIOLATION not in flags:
+        flags.append(MODE_VIOLATION)
+    return flags
+
+
+def final_of(m: RunMetrics) -> tuple[float | None, float | None]:
+    """``(score, improvement)`` of the run's last valid submission (ledger order), the
+    improvement None when that score is not comparable with the baseline. Read from
+    ``final_score``/``final_improvement`` when the metrics have them, else from the
+    trajectory (a ``metrics.json`` written before those fields existed). ``(None, None)``
+    without a valid submission."""
+    if m.final_submission_id is not None:
+        return m.final_score, m.final_improvement
+    valid = [tr for tr in m.trajectory if tr.score is not None]
+    if not valid:
+        return None, None
+    last = valid[-1]
+    gain = (
+        last.score - m.baseline
+        if m.baseline is not None and last.comparable and last.score is not None
+        else None
+    )
+    return last.score, gain
+
+
+class Counted(NamedTuple):
+    """What one run contributes to an aggregate (see the module docstring)."""
+
+    baseline: float
+    best: float
+    """Best of budget: selected over every graded submission (optimistic)."""
+    improvement: float
+    final: float
+    """The last valid submission's score (not selected)."""
+    final_improvement: float
+    has_valid: bool
+    """False: no valid comparable best, the base model stands (improvement 0)."""
+    flagged: bool
+    """The run has a flag (:func:`run_flags`), whether or not it was zeroed."""
+    zeroed: bool
+    """Flagged and counted as its base model (the default, not ``raw``)."""
+
+
+def counted(m: RunMetrics, *, raw: bool = False) -> Counted | None:
+    """The run's figures under the counting policy (module docstring); None for a run
+    without a baseline (it counts only in ``n``). ``raw`` counts a flagged run as graded."""
+    o = outcome(m)
+    if o is None:
+        return None
+    flagged = bool(run_flags(m))
+    final, final_gain = final_of(m)
+    if final is None or final_gain is None:
+        final, final_gain = o.baseline, 0.0
+    if flagged and not raw:
+        return Counted(o.baseline, o.baseline, 0.0, o.baseline, 0.0, o.has_valid, True, True)
+    return Counted(
+        o.baseline, o.best, o.improvement, final, final_gain, o.has_valid, flagged, False
+    )
+
+
+__all__ = ["MODE_VIOLATION", "Counted", "counted", "final_of", "run_flags"]
