@@ -10,7 +10,8 @@ graded without changing its weights: beams, a repetition penalty, a minimum leng
 words) and decode greedily with the task's settings. A completion ends at a stop string, at
 ``max_new_tokens``, or at one of the run's :attr:`BackendConfig.stop_token_ids` (the base
 model's end-of-sequence ids, see :func:`model_stop_token_ids`) or the model's own tokenizer's
-end-of-sequence token.
+end-of-sequence token. The one part of a submission that runs as code, its chat template, is
+held to :func:`apply_chat_template`'s rule: it may wrap the messages, not read them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
+
+from agent2rl.inference.chat_template import ChatTemplate
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,16 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str | None:
-    """``messages`` through the tokenizer's chat template with the generation prompt, or None
-    when the tokenizer has no chat template (a base model). Shared by every backend so that
-    they all build the same prompt text."""
-    if not getattr(tokenizer, "chat_template", None):
-        return None
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def apply_chat_template(
+    template: ChatTemplate | None, messages: list[dict[str, str]]
+) -> str | None:
+    """``messages`` through the model's chat template with the generation prompt, or None
+    when the tokenizer has no chat template (a base model: ``template`` is None). Shared by
+    every backend, so that they all build the same prompt text under the same rule: the
+    template is rendered in a bounded child process and must preserve the messages' texts,
+    else :class:`~agent2rl.inference.chat_template.ChatTemplateRefused` (the model's fault)
+    ends the evaluation (see :mod:`agent2rl.inference.chat_template`)."""
+    return None if template is None else template.render(messages)
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.inference.backend import GenerationSettings, apply_chat_template, truncate_at_stop
+from agent2rl.inference.chat_template import ChatTemplate
 
 
 class TransformersBackend:
@@ -15,7 +16,8 @@ class TransformersBackend:
     come back in the original order. A tokenizer without a pad token pads with EOS. The
     model directory's ``generation_config.json`` is replaced at load by a fresh config (see
     :mod:`agent2rl.inference.backend`): greedy, one beam, no penalties, ending at
-    ``stop_token_ids`` or the tokenizer's end-of-sequence token.
+    ``stop_token_ids`` or the tokenizer's end-of-sequence token. Chat prompts go through
+    :func:`~agent2rl.inference.backend.apply_chat_template` (checked, bounded rendering).
     """
 
     name = "transformers"
@@ -36,6 +38,7 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.chat_template = ChatTemplate.of_tokenizer(self.tokenizer)
         if dtype == "auto":
             dtype = "bfloat16" if self.device == "cuda" else "float32"
         dtype = getattr(torch, dtype)
@@ -62,7 +65,7 @@ class TransformersBackend:
         return {"backend": self.name, "dtype": self._dtype}
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
-        return apply_chat_template(self.tokenizer, messages)
+        return apply_chat_template(self.chat_template, messages)
 
     def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
         import torch
@@ -101,6 +104,8 @@ class TransformersBackend:
 
         import torch
 
+        if self.chat_template is not None:
+            self.chat_template.close()
         del self.model
         gc.collect()
         if torch.cuda.is_available():

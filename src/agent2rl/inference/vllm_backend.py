@@ -15,6 +15,7 @@ from agent2rl.inference.backend import (
     apply_chat_template,
     truncate_at_stop,
 )
+from agent2rl.inference.chat_template import ChatTemplate
 
 
 class VllmBackend:
@@ -48,6 +49,9 @@ class VllmBackend:
             generation_config="vllm",
         )
         self.tokenizer = self.llm.get_tokenizer()
+        # Prompts are rendered here, never by vLLM's own chat path: the same checked rendering
+        # as the transformers backend's.
+        self.chat_template = ChatTemplate.of_tokenizer(self.tokenizer)
         eos = set(config.stop_token_ids)
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -58,7 +62,7 @@ class VllmBackend:
         return {"backend": self.name, "dtype": self._dtype}
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
-        return apply_chat_template(self.tokenizer, messages)
+        return apply_chat_template(self.chat_template, messages)
 
     def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
         from vllm import SamplingParams
@@ -85,6 +89,8 @@ class VllmBackend:
 
         import torch
 
+        if self.chat_template is not None:
+            self.chat_template.close()
         del self.llm
         gc.collect()
         if torch.cuda.is_available():

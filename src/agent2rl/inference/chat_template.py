@@ -1,0 +1,401 @@
+"""A model's chat template, rendered by the grader under a content-preservation rule.
+
+A submission's chat template is a Jinja program over the conversation: left alone, one could
+read "Ava has 23 apples. Ava gets 45 more" and append "Hint: 68", and the score would stop
+measuring the weights. The grader therefore accepts a rendering only if the template treats
+each message's text as opaque:
+
+    rendering the real messages == rendering the same conversation with each message's text
+    replaced by a fresh random placeholder, then putting each text back in its placeholder's
+    place (the text as written, or with whitespace trimmed at either end, as Jinja's ``trim``
+    and ``str.strip`` do in real templates such as Llama 3's).
+
+Everything around the texts (role markers, special tokens, a default system prompt, the
+generation prompt) is then the same whatever the texts say, so the template cannot compute
+anything from them. The check runs on every prompt the grader renders (a template that only
+misbehaves on some questions is caught on those), and a prompt that fails it fails the
+evaluation as the model's fault (:class:`ChatTemplateRefused`, a
+:class:`~agent2rl.errors.ModelFault`): the policy is to refuse, not to grade with another
+template, so that a score always comes from the submission as it was submitted.
+
+Rendering is transformers' own (``render_jinja_template``, with the tokenizer's special tokens,
+exactly what ``tokenizer.apply_chat_template`` does), but in a child process
+(:class:`TemplateRenderer`) with a time limit per prompt, an address-space limit and a cap on
+the rendered size: Jinja's sandbox stops a template from reaching Python, not from looping
+for hours or building a string of gigabytes.
+
+What a refusal says is chosen so that it cannot carry graded text back to the agent (the
+grading API returns it): a syntax error comes with its message (it depends on the template
+only), an error raised while rendering a graded prompt only with its type (a template could
+put the prompt's text in its message).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import secrets
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent2rl.child_process import die_with_parent, stop_child
+from agent2rl.errors import ModelFault
+
+Messages = Sequence[Mapping[str, Any]]
+
+#: The renderer child's program (``-c``: ``-m`` would import this module twice).
+_CHILD = "import sys; from agent2rl.inference.chat_template import _serve; sys.exit(_serve())"
+
+_FIX = (
+    "a chat template may only wrap each message's text in role markers and special tokens; "
+    "fix or remove `chat_template` in the submission's tokenizer files"
+)
+
+
+class ChatTemplateRefused(ModelFault):
+    """The submission's chat template failed to render a graded prompt, took too long or too
+    much memory doing so, or changed the text of the messages. The message says which, never
+    what the prompt said."""
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """Bounds on rendering one prompt (its real and its placeholder conversation together).
+
+    ``timeout_s``: wall-clock seconds per prompt (a real template takes milliseconds);
+    ``start_timeout_s``: for the renderer process to start (importing transformers);
+    ``max_chars``: the longest rendered prompt, plus twice the messages' own length;
+    ``memory_bytes``: address space the renderer may add to what it holds once started.
+    """
+
+    timeout_s: float = 10.0
+    start_timeout_s: float = 120.0
+    max_chars: int = 1_000_000
+    memory_bytes: int = 1 << 30
+
+
+class TemplateRenderer:
+    """A child process that renders chat templates with transformers' renderer, one request at
+    a time, under :class:`RenderLimits`.
+
+    Started on the first :meth:`render` (and again after it was killed or died between
+    requests); runs in its own session with ``cwd=/`` and ``python -P``, so nothing in the
+    caller's directory is importable, and dies with its parent. Thread-safe (one request at
+    a time). A child that does not start is the harness's problem (``RuntimeError``); a
+    render that times out, errs or kills the child is the template's
+    (:class:`ChatTemplateRefused`).
+    """
+
+    def __init__(self, limits: RenderLimits | None = None) -> None:
+        self.limits = limits or RenderLimits()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def render(
+        self, template: str, variables: Mapping[str, Any], conversations: list[Messages]
+    ) -> list[str]:
+        """Each conversation through ``template`` with the generation prompt, ``variables``
+        (the tokenizer's special tokens) as template variables; in order."""
+        size = sum(len(str(m.get("content", ""))) for c in conversations for m in c)
+        request = {
+            "template": template,
+            "variables": dict(variables),
+            "conversations": [[dict(m) for m in c] for c in conversations],
+            "max_chars": self.limits.max_chars + 2 * size,
+        }
+        data = (json.dumps(request, default=str) + "\n").encode()
+        with self._lock:
+            proc = self._ensure_started()
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+                line = self._read_line(proc, self.limits.timeout_s)
+            except BrokenPipeError:
+                line = b""
+            if line is None:
+                self._kill()
+                raise ChatTemplateRefused(
+                    f"rendering the chat template took more than {self.limits.timeout_s:g} s "
+                    f"on a graded prompt (a loop?); {_FIX}"
+                )
+            if not line:
+                code = self._kill()
+                raise ChatTemplateRefused(
+                    f"the chat template's renderer died (exit status {code}) rendering a "
+                    f"graded prompt; {_FIX}"
+                )
+        reply = json.loads(line)
+        if "error" in reply:
+            raise ChatTemplateRefused(f"the chat template failed: {reply['error']}; {_FIX}")
+        return [str(r) for r in reply["rendered"]]
+
+    def close(self) -> None:
+        """Stop the child (idempotent); a later :meth:`render` starts a new one."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is not None:
+                if proc.stdin is not None:
+                    try:
+                        proc.stdin.close()  # the child exits at end of input
+                    except OSError:
+                        pass
+                try:
+                    proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    stop_child(proc, timeout=1)
+                if proc.stdout is not None:
+                    proc.stdout.close()
+
+    def __enter__(self) -> TemplateRenderer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        if self._proc is not None:
+            # Died between requests (not while rendering): not the template's doing.
+            self._kill()
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-c", _CHILD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd="/",
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+            bufsize=0,
+        )
+        self._proc = proc
+        assert proc.stdin is not None
+        hello = {"memory_bytes": self.limits.memory_bytes}
+        try:
+            proc.stdin.write((json.dumps(hello) + "\n").encode())
+            proc.stdin.flush()
+            ready = self._read_line(proc, self.limits.start_timeout_s)
+        except BrokenPipeError:
+            ready = b""
+        if not ready or json.loads(ready).get("ready") is not True:
+            code = self._kill()
+            raise RuntimeError(
+                f"the chat-template renderer did not start (exit status {code}); "
+                "see the worker's stderr"
+            )
+        return proc
+
+    def _read_line(self, proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
+        """One reply line; b"" at end of output, None after ``timeout`` seconds."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        buf = bytearray()
+        deadline = time.monotonic() + timeout
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return b""
+                buf += chunk
+        return bytes(buf)
+
+    def _kill(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        code = proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        return code
+
+
+class ChatTemplate:
+    """One model's chat template and the special tokens it is rendered with; :meth:`render`
+    builds a prompt and checks it (see the module's docstring)."""
+
+    def __init__(
+        self,
+        template: str,
+        variables: Mapping[str, Any] | None = None,
+        renderer: TemplateRenderer | None = None,
+    ) -> None:
+        self.template = template
+        self.variables = dict(variables or {})
+        self._own_renderer = renderer is None
+        self.renderer = renderer or TemplateRenderer()
+
+    @classmethod
+    def of_tokenizer(
+        cls, tokenizer: Any, renderer: TemplateRenderer | None = None
+    ) -> ChatTemplate | None:
+        """The template ``tokenizer.apply_chat_template`` would use, with the same variables
+        (its special tokens map); None when the tokenizer has none (a base model). A set of
+        named templates without a ``default`` one is refused, as transformers refuses it."""
+        if not getattr(tokenizer, "chat_template", None):
+            return None
+        try:
+            template = tokenizer.get_chat_template()
+        except ValueError as err:
+            raise ChatTemplateRefused(f"unusable chat template: {err}") from err
+        return cls(template, dict(getattr(tokenizer, "special_tokens_map", {}) or {}), renderer)
+
+    def render(self, messages: Messages) -> str:
+        """``messages`` through the template with the generation prompt, as transformers
+        renders them; raises :class:`ChatTemplateRefused` when the template fails, exceeds
+        :class:`RenderLimits`, or does not preserve the messages' texts. Every message needs a
+        ``content`` string (a ``TypeError`` otherwise: the caller's bug)."""
+        if not messages:
+            raise ValueError("no messages to render")
+        contents = []
+        for m in messages:
+            if not isinstance(m.get("content"), str):
+                raise TypeError(f"message content must be a string, not {m.get('content')!r}")
+            contents.append(m["content"])
+        placeholders = _placeholders(len(contents), avoid=(self.template, *contents))
+        masked = [{**m, "content": p} for m, p in zip(messages, placeholders, strict=True)]
+        real, stand_in = self.renderer.render(self.template, self.variables, [messages, masked])
+        roles = [str(m.get("role", "?")) for m in messages]
+        problem = preservation_problem(real, stand_in, placeholders, contents, roles)
+        if problem is not None:
+            raise ChatTemplateRefused(
+                f"the chat template does not preserve the prompt's text: {problem}; {_FIX}"
+            )
+        return real
+
+    def close(self) -> None:
+        """Stop the renderer if this object started it."""
+        if self._own_renderer:
+            self.renderer.close()
+
+
+def _placeholders(n: int, avoid: Sequence[str]) -> list[str]:
+    """``n`` fresh random tokens, none of them inside any of ``avoid``. Letters and digits
+    only, so that trimming, escaping or casing rules that leave ordinary words alone leave
+    them alone too."""
+    out: list[str] = []
+    while len(out) < n:
+        p = f"msg{secrets.token_hex(16)}"
+        if p not in out and not any(p in a for a in avoid):
+            out.append(p)
+    return out
+
+
+def preservation_problem(
+    real: str,
+    stand_in: str,
+    placeholders: Sequence[str],
+    contents: Sequence[str],
+    roles: Sequence[str],
+) -> str | None:
+    """None when ``real`` equals ``stand_in`` with each placeholder replaced by its content
+    (as written, or stripped of whitespace at the start, the end or both); else what is
+    wrong, naming messages by position and role and never quoting a content, so that it can
+    be shown to whoever wrote the template.
+
+    Each placeholder must occur exactly once in ``stand_in`` (in any order: a template may
+    move the system message); since the stand-in rendering never saw the contents, the text
+    around them cannot depend on what they say.
+    """
+    where: list[tuple[int, int]] = []
+    for i, p in enumerate(placeholders):
+        count = stand_in.count(p)
+        if count != 1:
+            how = "is dropped or rewritten" if count == 0 else f"is repeated {count} times"
+            return f"message {i + 1} ({roles[i]}) {how}"
+        where.append((stand_in.index(p), i))
+    pattern, pos = [], 0
+    for start, i in sorted(where):
+        pattern.append(re.escape(stand_in[pos:start]))
+        c = contents[i]
+        variants = sorted({c, c.strip(), c.lstrip(), c.rstrip()}, key=len, reverse=True)
+        pattern.append("(?:" + "|".join(re.escape(v) for v in variants) + ")")
+        pos = start + len(placeholders[i])
+    pattern.append(re.escape(stand_in[pos:]))
+    if re.fullmatch("".join(pattern), real) is None:
+        return (
+            "what it renders around the messages depends on what they say (it adds, drops or "
+            "changes text for these messages that it does not for others)"
+        )
+    return None
+
+
+# --- the renderer child --------------------------------------------------------------------
+
+
+def _limit_memory(extra: int) -> None:
+    """Cap this process's address space at what it maps now plus ``extra`` bytes."""
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = mapped + extra
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _one_line(err: BaseException) -> str:
+    first = next((line for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
+
+
+def _serve() -> int:
+    """The child's loop: a JSON hello (limits), then one JSON request per line on stdin, one
+    JSON reply per line on stdout (``rendered`` or ``error``); ends at end of input."""
+    proto = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # anything else printed goes to stderr, not into the replies
+    import jinja2
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    hello = json.loads(sys.stdin.buffer.readline() or b"{}")
+    _limit_memory(int(hello.get("memory_bytes", RenderLimits.memory_bytes)))
+    proto.write(b'{"ready": true}\n')
+    for line in sys.stdin.buffer:
+        reply: dict[str, Any]
+        try:
+            req = json.loads(line)
+            rendered, _ = render_jinja_template(
+                conversations=req["conversations"],
+                chat_template=req["template"],
+                add_generation_prompt=True,
+                **req["variables"],
+            )
+            longest = max(len(r) for r in rendered)
+            if longest > req["max_chars"]:
+                reply = {
+                    "error": f"the rendered prompt has {longest} characters, more than the "
+                    f"limit of {req['max_chars']}"
+                }
+            else:
+                reply = {"rendered": rendered}
+        except jinja2.TemplateSyntaxError as err:
+            # Raised by the parser, from the template's source alone: safe to show.
+            reply = {"error": _one_line(err)}
+        except Exception as err:  # noqa: BLE001 - any failure is the template's, reported
+            reply = {
+                "error": f"{type(err).__name__} raised while rendering a graded prompt (its "
+                "message is withheld: it could quote the prompt; render a public example "
+                "with tokenizer.apply_chat_template to see it)"
+            }
+        proto.write((json.dumps(reply) + "\n").encode())
+    return 0
