@@ -19,7 +19,12 @@ Ray:
   caps it further;
 - Ray never retries a run by itself (``max_retries=0``): the study decides, from the run's
   outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries harness failures up
-  to ``--retries`` times per ``study run``.
+  to ``--retries`` times per ``study run``; so are runs whose ``agent_error`` came from their
+  infrastructure (:mod:`~agent2rl.study.infra`: the provider answered 401/403/5xx, the
+  agent's command could not run), after a pause (``infra_backoff_s`` times the retry).
+
+One driver per study directory: ``study run`` holds an exclusive lock on it
+(:func:`study_lock`); a second one is refused with the first one's pid.
 
 Stopping: Ctrl-C or SIGTERM cancels the running tasks (each run stops its agent and writes
 an ``interrupted`` report), waits for them, records them as interrupted (they run again
@@ -48,6 +53,7 @@ import psutil
 from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
+from agent2rl.study.infra import INFRASTRUCTURE, infrastructure_failure
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
 from agent2rl.study.state import SlotRow, StudyState
@@ -74,6 +80,9 @@ class StudyOptions:
     max_concurrent: int | None = None
     retries: int = 1
     poll_s: float = 0.5
+    infra_backoff_s: float = 30.0
+    """Seconds before a slot whose run failed on its infrastructure is retried (an outage
+    or a revoked key does not heal at once), times the retries it had in this call."""
 
 
 @dataclass
@@ -222,6 +231,7 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
                 "run_status": status or "interrupted",
                 "error": None if status else "the study stopped during this run",
             }
+        result = classify(result)
         outcome = state.end_attempt(
             a.slot_id,
             a.n,
@@ -229,10 +239,25 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
             run_dir=result.get("run_dir"),
             run_status=result.get("run_status") or "interrupted",
             error=result.get("error"),
+            failure=result.get("failure"),
         )
         if reporter is not None:
             label = state.slot(a.slot_id).slot.label
             reporter.note(f"recovered {label} (attempt {a.n}) from an earlier study run: {outcome}")
+
+
+def classify(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` (an attempt's ``result.json``) with ``failure`` set to
+    :data:`~agent2rl.study.infra.INFRASTRUCTURE`, and ``error`` saying why, when its run's
+    ``agent_error`` came from the run's infrastructure (:func:`infrastructure_failure`);
+    else ``result`` unchanged."""
+    if result.get("failure") is not None or result.get("run_status") != "agent_error":
+        return result
+    run_dir = result.get("run_dir")
+    why = infrastructure_failure(Path(run_dir) if run_dir else None)
+    if why is None:
+        return result
+    return result | {"failure": INFRASTRUCTURE, "error": f"infrastructure failure: {why}"}
 
 
 def _final_status(run_dir: Path | None) -> str | None:
@@ -359,8 +384,14 @@ def _drive(
         )
         remote = ray.remote(_run_attempt_task)
         pending = deque(todo)
+        # Slots whose run failed on its infrastructure wait here (due time, slot) before
+        # they are retried.
+        delayed: list[tuple[float, SlotRow]] = []
         try:
-            while pending or inflight:
+            while pending or inflight or delayed:
+                now = time.time()
+                pending.extend(row for due, row in delayed if due <= now)
+                delayed = [(due, row) for due, row in delayed if due > now]
                 while pending and len(inflight) < (opts.max_concurrent or len(todo)):
                     row = pending.popleft()
                     att = _submit(remote, spec, state, study_dir, row, gpus)
@@ -368,14 +399,21 @@ def _drive(
                     ran += 1
                     tally.running[(row.id, att.n)] = att.view
                     reporter.queued(att.view)
-                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=opts.poll_s)
+                if inflight:
+                    ready, _ = ray.wait(list(inflight), num_returns=1, timeout=opts.poll_s)
+                else:  # only delayed retries left
+                    ready = []
+                    time.sleep(opts.poll_s)
                 _poll_started(state, inflight.values(), reporter)
                 for ref in ready:
                     att = inflight.pop(ref)
-                    result = _result_of(ref, att)
+                    result = classify(_result_of(ref, att))
                     outcome, retry = _close(state, att, result, began, opts.retries, tally)
                     reporter.ended(att.view, result, outcome, retry)
-                    if retry:
+                    if retry and result.get("failure") == INFRASTRUCTURE:
+                        wait = opts.infra_backoff_s * _tries(state, att.row.id, began)
+                        delayed.append((time.time() + wait, state.slot(att.row.id)))
+                    elif retry:
                         pending.append(state.slot(att.row.id))
                     elif outcome != "finished":
                         failed_keys.append(att.row.key)
@@ -474,7 +512,8 @@ def _close(
     retries: int,
     tally: Tally,
 ) -> tuple[str, bool]:
-    """Record the attempt's end; returns its outcome and whether the slot runs again."""
+    """Record the attempt's end (``result`` as :func:`classify` made it); returns its
+    outcome and whether the slot runs again."""
     outcome = state.end_attempt(
         att.row.id,
         att.n,
@@ -482,6 +521,7 @@ def _close(
         run_dir=result.get("run_dir"),
         run_status=result.get("run_status"),
         error=result.get("error"),
+        failure=result.get("failure"),
     )
     tally.running.pop((att.row.id, att.n), None)
     if att.view.started_at is not None:
@@ -491,17 +531,22 @@ def _close(
         return outcome, False
     # Failures (and runs interrupted by something other than this study) count against
     # --retries; the first attempt of this call is not a retry.
-    tried = sum(
-        1
-        for a in state.attempts(att.row.id)
-        if (a.queued_at or 0) >= began and a.status in ("failed", "interrupted")
-    )
-    retry = tried <= retries
+    retry = _tries(state, att.row.id, began) <= retries
     if retry:
         tally.retries += 1
     else:
         tally.failed += 1
     return outcome, retry
+
+
+def _tries(state: StudyState, slot_id: int, began: float) -> int:
+    """Attempts of ``slot_id`` in this ``study run`` (since ``began``) that failed or were
+    interrupted by something other than this study."""
+    return sum(
+        1
+        for a in state.attempts(slot_id)
+        if (a.queued_at or 0) >= began and a.status in ("failed", "interrupted")
+    )
 
 
 def _cancel_all(
@@ -531,6 +576,7 @@ def _cancel_all(
         time.sleep(0.2)
     for att in inflight.values():
         result = read_json(att.dir / RESULT) if (att.dir / RESULT).is_file() else {}
+        result = classify(result)
         status = result.get("run_status")
         state.end_attempt(
             att.row.id,
@@ -540,6 +586,7 @@ def _cancel_all(
             # A run that finished while we stopped keeps its result; the rest run again.
             run_status=status if status else "interrupted",
             error=result.get("error") or (None if status else "interrupted: the study stopped"),
+            failure=result.get("failure"),
         )
         tally.running.pop((att.row.id, att.n), None)
         reporter.note(f"{att.view.label}: {status or 'interrupted'}")

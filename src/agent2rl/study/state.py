@@ -12,8 +12,11 @@ Attempt outcomes (:func:`attempt_outcome`):
 ``finished``
     the run ended as ``completed``, ``deadline``, ``agent_error``, ``oom`` or ``disk_quota``;
 ``failed``
-    the harness failed (``harness_error``, a run that could not start, a lost worker): the
-    slot is retried, up to ``--retries`` times per ``study run``;
+    the harness failed (``harness_error``, a run that could not start, a lost worker), or
+    the run's infrastructure did (an ``agent_error`` the study classed as
+    :data:`~agent2rl.study.infra.INFRASTRUCTURE`: the provider answered 401/403/5xx, the
+    agent's command could not run; see :mod:`agent2rl.study.infra`): the slot is retried, up
+    to ``--retries`` times per ``study run``;
 ``interrupted``
     the study was stopped (Ctrl-C, a signal, a killed driver): the slot is run again by the
     next ``study run`` and the attempt does not count against its retries.
@@ -22,7 +25,6 @@ Attempt outcomes (:func:`attempt_outcome`):
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent2rl.errors import UserError
+from agent2rl.sqlite_store import SQLiteStore
 from agent2rl.study.spec import RunSlot, StudySpec
 
 STATE_DB = "study.db"
@@ -62,9 +65,12 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 
 
-def attempt_outcome(run_status: str | None) -> Outcome:
+def attempt_outcome(run_status: str | None, failure: str | None = None) -> Outcome:
     """What a run's final ``run.json`` status means for its slot (see the module docstring).
-    None (no run directory, or a run that never wrote a final status) is ``failed``."""
+    None (no run directory, or a run that never wrote a final status) is ``failed``, and so
+    is any run with a ``failure`` kind (``infrastructure``), whatever its status."""
+    if failure is not None and run_status != "interrupted":
+        return "failed"
     if run_status in FINISHED_RUN_STATUSES:
         return "finished"
     if run_status == "interrupted":
@@ -129,7 +135,8 @@ class StudyState:
     """The state database of one study directory (created on first open for writing).
 
     Every write is one short transaction, so a study killed at any moment leaves the
-    database as of its last completed write.
+    database as of its last completed write. Safe to share between threads (one connection
+    behind one lock, :class:`~agent2rl.sqlite_store.SQLiteStore`).
     """
 
     def __init__(self, study_dir: Path, *, create: bool = False) -> None:
@@ -139,16 +146,11 @@ class StudyState:
                 f"{study_dir} is not a study directory (no {STATE_DB}): "
                 "pass the --out of `agent2rl study run`"
             )
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA busy_timeout=30000")
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(SCHEMA)
+        self._db = SQLiteStore(path, schema=SCHEMA)
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     def __enter__(self) -> StudyState:
         return self
@@ -158,11 +160,11 @@ class StudyState:
 
     # -- meta ----------------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._db.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
         return json.loads(row["value"]) if row else None
 
     def set_meta(self, key: str, value: Any) -> None:
-        self._conn.execute(
+        self._db.write(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
         )
 
@@ -170,39 +172,42 @@ class StudyState:
         """Tie the directory to ``spec`` on first use; later, refuse a spec whose run
         settings differ (budget, seed, sandbox, backend, token budget, task options). The
         matrix itself may grow: new slots are added by :meth:`sync_slots`."""
-        known = self.get_meta("settings_hash")
-        if known is not None and known != spec.settings_hash():
-            old = self.get_meta("run_settings") or {}
-            new = spec.run_settings()
-            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            raise UserError(
-                f"{self.path.parent} holds study {self.get_meta('name')!r} run with other "
-                f"settings (changed: {', '.join(changed) or 'settings'}): its runs would not "
-                "be comparable. Use another --out, or restore those settings"
-            )
-        self.set_meta("name", spec.name)
-        self.set_meta("settings_hash", spec.settings_hash())
-        self.set_meta("run_settings", spec.run_settings())
-        self.set_meta("spec", spec.model_dump(mode="json"))
-        self.set_meta("spec_text", spec_text)
+        # one transaction: two drivers binding one directory at once cannot both pass the
+        # check, and a killed driver leaves all of the binding or none of it
+        with self._db.transaction():
+            known = self.get_meta("settings_hash")
+            if known is not None and known != spec.settings_hash():
+                old = self.get_meta("run_settings") or {}
+                new = spec.run_settings()
+                changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+                raise UserError(
+                    f"{self.path.parent} holds study {self.get_meta('name')!r} run with other "
+                    f"settings (changed: {', '.join(changed) or 'settings'}): its runs would "
+                    "not be comparable. Use another --out, or restore those settings"
+                )
+            self.set_meta("name", spec.name)
+            self.set_meta("settings_hash", spec.settings_hash())
+            self.set_meta("run_settings", spec.run_settings())
+            self.set_meta("spec", spec.model_dump(mode="json"))
+            self.set_meta("spec_text", spec_text)
 
     # -- slots ---------------------------------------------------------------------------
     def sync_slots(self, slots: list[RunSlot]) -> None:
         """Add the slots not yet known (existing ones keep their state)."""
         now = time.time()
-        with self._conn:
+        with self._db.transaction() as db:
             for s in slots:
-                self._conn.execute(
+                db.execute(
                     "INSERT OR IGNORE INTO slots (key, task, model, agent, driver, mode, repeat,"
                     " seed, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (s.key, s.task, s.model, s.agent, s.driver, s.mode, s.repeat, s.seed, now),
                 )
 
     def slots(self) -> list[SlotRow]:
-        rows = self._conn.execute(
+        rows = self._db.fetchall(
             "SELECT id, key, task, model, agent, driver, mode, repeat, seed, status, attempts,"
             " run_id, run_dir, run_status, error FROM slots ORDER BY id"
-        ).fetchall()
+        )
         return [SlotRow(**dict(r)) for r in rows]
 
     def slot(self, slot_id: int) -> SlotRow:
@@ -214,7 +219,7 @@ class StudyState:
         if slot_id is not None:
             sql += " WHERE slot_id = ?"
             args = (slot_id,)
-        rows = self._conn.execute(sql + " ORDER BY slot_id, n", args).fetchall()
+        rows = self._db.fetchall(sql + " ORDER BY slot_id, n", args)
         return [AttemptRow(**dict(r)) for r in rows]
 
     def open_attempts(self) -> list[AttemptRow]:
@@ -226,15 +231,15 @@ class StudyState:
         """A new attempt of ``slot_id`` (status ``queued``); the slot becomes ``running``.
         Returns the attempt number (1, 2, ...)."""
         now = time.time()
-        with self._conn:
-            n = self._conn.execute(
+        with self._db.transaction() as db:  # the number read and the row written, atomically
+            n = db.execute(
                 "SELECT COALESCE(MAX(n), 0) + 1 FROM attempts WHERE slot_id = ?", (slot_id,)
             ).fetchone()[0]
-            self._conn.execute(
+            db.execute(
                 "INSERT INTO attempts (slot_id, n, status, queued_at) VALUES (?, ?, 'queued', ?)",
                 (slot_id, n, now),
             )
-            self._conn.execute(
+            db.execute(
                 "UPDATE slots SET status = 'running', attempts = attempts + 1, updated_at = ?"
                 " WHERE id = ?",
                 (now, slot_id),
@@ -242,7 +247,7 @@ class StudyState:
         return n
 
     def mark_started(self, slot_id: int, n: int, started_at: float, node: str | None) -> None:
-        self._conn.execute(
+        self._db.write(
             "UPDATE attempts SET status = 'running', started_at = ?, node = ?"
             " WHERE slot_id = ? AND n = ? AND status = 'queued'",
             (started_at, node, slot_id, n),
@@ -257,19 +262,22 @@ class StudyState:
         run_dir: str | None,
         run_status: str | None,
         error: str | None,
+        failure: str | None = None,
     ) -> Outcome:
         """Close attempt ``n`` with what its run ended as; the slot becomes ``finished``
-        (this run is its run), ``failed`` or, interrupted, ``pending`` again."""
-        outcome = attempt_outcome(run_status)
+        (this run is its run), ``failed`` or, interrupted, ``pending`` again. ``failure``
+        (``infrastructure``) makes a finished-looking run a failed attempt; ``error`` should
+        then say why."""
+        outcome = attempt_outcome(run_status, failure)
         now = time.time()
         slot_status = {"finished": "finished", "failed": "failed", "interrupted": "pending"}
-        with self._conn:
-            self._conn.execute(
+        with self._db.transaction() as db:
+            db.execute(
                 "UPDATE attempts SET status = ?, ended_at = ?, run_id = ?, run_dir = ?,"
                 " run_status = ?, error = ? WHERE slot_id = ? AND n = ?",
                 (outcome, now, run_id, run_dir, run_status, error, slot_id, n),
             )
-            self._conn.execute(
+            db.execute(
                 "UPDATE slots SET status = ?, run_id = ?, run_dir = ?, run_status = ?,"
                 " error = ?, updated_at = ? WHERE id = ? AND status != 'finished'",
                 (slot_status[outcome], run_id, run_dir, run_status, error, now, slot_id),
@@ -278,16 +286,17 @@ class StudyState:
 
     def failures_since(self, slot_id: int, since: float) -> int:
         """Failed attempts of ``slot_id`` queued at or after ``since`` (this ``study run``)."""
-        return self._conn.execute(
+        row = self._db.fetchone(
             "SELECT COUNT(*) FROM attempts WHERE slot_id = ? AND status = 'failed'"
             " AND queued_at >= ?",
             (slot_id, since),
-        ).fetchone()[0]
+        )
+        return int(row[0]) if row else 0
 
     def counts(self) -> dict[str, int]:
         """Slots per status (every status present, zero when none)."""
         out = dict.fromkeys(("pending", "running", "finished", "failed"), 0)
-        for row in self._conn.execute("SELECT status, COUNT(*) AS n FROM slots GROUP BY status"):
+        for row in self._db.fetchall("SELECT status, COUNT(*) AS n FROM slots GROUP BY status"):
             out[row["status"]] = row["n"]
         return out
 
@@ -299,7 +308,7 @@ class StudyState:
 def read_state(study_dir: Path) -> tuple[dict[str, Any], list[SlotRow], list[AttemptRow]]:
     """Meta, slots and attempts of a study directory, read once (for status and export).
     Raises :class:`UserError` when ``study_dir`` is not a study directory."""
-    with closing(StudyState(study_dir)) as state:
+    with closing(StudyState(study_dir)) as state, state._db.read():  # one snapshot
         meta = {k: state.get_meta(k) for k in ("name", "spec", "run_settings", "last_run")}
         return meta, state.slots(), state.attempts()
 
