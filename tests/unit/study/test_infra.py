@@ -142,7 +142,7 @@ def test_a_revoked_key_makes_a_real_run_an_infrastructure_failure(tmp_path: Path
     env = host_env(ANTHROPIC_API_KEY="sk-revoked", ANTHROPIC_BASE_URL=fake.anthropic_base_url)
     try:
         r = run_cli(
-            ["run", "--task", "arith-lite", "--agent", str(AGENTS / "one-call.toml")]
+            ["run", "--task", "arith-lite", "--agent", str(AGENTS / "llm" / "one-call.toml")]
             + ["--model", "tiny", "--budget", "60s", "--runs-dir", str(runs)],
             env=env,
         )
