@@ -581,3 +581,46 @@ def test_runs_without_rollouts_have_no_env_section(tmp_path: Path) -> None:
     write_report(paths)
     assert "Environment rollouts" not in (paths.report / "report.md").read_text()
     assert "Environment rollouts" not in (paths.report / "report.html").read_text()
+
+
+def test_final_submission_beside_the_selected_best_and_identity_figures_in_the_report(
+    tmp_path: Path,
+) -> None:
+    sixty = [1.0] * 24 + [0.0] * 16
+    seventy = [1.0] * 28 + [0.0] * 12
+    paths = make_run(
+        tmp_path / "r",
+        HALF,
+        [Sub(t=60, items=seventy), Sub(t=120, items=sixty), Sub(t=180, status="failed")],
+    )
+    report = {
+        "derived": False,
+        "reasons": ["weights unrelated to the base: 3% of parameters have cosine >= 0.2"],
+        "chat_template_changed": False,
+        "related_share": 0.03,
+        "median_cosine": 0.011,
+    }
+    with Ledger(paths.ledger) as ledger:
+        ledger.update_submission(1, identity=report)
+    paths.record.mkdir(exist_ok=True)
+    (paths.record / "agent.json").write_text(json.dumps({"mode_flags": ["uses grpo"]}))
+    m = write_report(paths)
+    # the best is selected over the graded submissions; the final one is the last valid
+    assert (m.best_submission_id, m.best_score, m.improvement) == (1, 70.0, 20.0)
+    assert (m.final_submission_id, m.final_score, m.final_improvement) == (2, 60.0, 10.0)
+    assert m.final_improvement_ci95 is not None
+    md = (paths.report / "report.md").read_text()
+    assert "(selected over 2 graded submissions: submission #1" in md
+    assert "as if it were the only one" in md
+    assert "| Final submission | 60.00 (submission \\#2), +10.00 points (95% CI" in md
+    page = (paths.report / "report.html").read_text()
+    assert "baseline → best (selected over 2 graded submissions)" in page
+    assert "final submission (not selected)" in page
+    # the figures the agent never saw reach the report from the ledger's full report
+    identity = m.trajectory[0].identity
+    assert identity.related_share == 0.03 and identity.median_cosine == 0.011
+    assert identity.reasons == report["reasons"]
+    assert "(related share 0.03)" in md and "3% of parameters" in md
+    # a mode contradiction is a flag like the integrity ones
+    assert m.integrity_flags == ["model_not_derived", "mode_violation"]
+    assert "mode violation" in md and "base model" in md

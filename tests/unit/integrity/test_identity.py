@@ -125,3 +125,18 @@ def test_nan_weights_and_corrupt_files_never_raise(models, tmp_path) -> None:
     (bad / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     r = check_identity(bad, models["base"])
     assert r.derived is None and r.reasons[0].startswith("identity check failed")
+
+
+def test_the_agents_view_is_pass_fail_without_the_weight_figures(models) -> None:
+    """The grading API answers the agent with identity_flags(): pass/fail and reasons, never
+    the related share or median cosine (an oracle for tuning a blend until it reads
+    derived). The ledger keeps the full report, for the run's report."""
+    full = check_identity(models["seed1"], models["base"]).to_dict()
+    assert full["related_share"] == 0.0 and full["median_cosine"] is not None
+    view = identity_flags(full)
+    assert set(view) == {"derived", "reasons", "chat_template_changed"}
+    assert view["derived"] is False and view["reasons"] == ["weights unrelated to the base"]
+    assert "%" not in json.dumps(view) and "cosine" not in json.dumps(view)
+    tuned = identity_flags(check_identity(models["tuned"], models["base"]).to_dict())
+    assert tuned == {"derived": True, "reasons": [], "chat_template_changed": False}
+    assert identity_flags(None) is None

@@ -1,0 +1,85 @@
+"""How flagged runs and the final submission count in the cross-run aggregates.
+
+A flagged run (integrity flag or mode violation) counts as its base model (improvement 0) in
+the leaderboard, the heatmap and pass@k unless ``raw``, and every aggregate says how many
+flagged runs it holds. The best is labelled as selected, and the final submission's score is
+reported beside it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.studyruns import make_run
+
+from agent2rl.analysis.counting import MODE_VIOLATION, counted, final_of, run_flags
+from agent2rl.analysis.dashboard import Overview, render_dashboard
+from agent2rl.analysis.heatmap import mode_task_heatmap
+from agent2rl.analysis.leaderboard import leaderboard
+from agent2rl.analysis.passk import pass_at_k
+
+
+def _runs():
+    """Three repeats of one stack: a clean +4 (final +2), a contaminated +30 (a leak), a +20
+    whose code contradicted its mode (only ``mode_flags``, as an older metrics.json has)."""
+    return [
+        make_run(baseline=10, scores=[14, 12]),
+        make_run(baseline=10, scores=[40], integrity_flags=["contaminated"]),
+        make_run(baseline=10, scores=[30], mode_flags=["uses GRPO under sft-only"]),
+    ]
+
+
+def test_flags_include_a_mode_violation() -> None:
+    clean, leak, mode = _runs()
+    assert run_flags(clean.metrics) == []
+    assert run_flags(leak.metrics) == ["contaminated"]
+    assert run_flags(mode.metrics) == [MODE_VIOLATION]
+
+
+def test_leaderboard_counts_a_flagged_run_as_its_base_model_unless_raw() -> None:
+    runs = _runs()
+    (row,) = leaderboard(runs)
+    assert row.flagged == 2 and row.scored == 3 and not row.raw
+    assert row.improvement.mean == pytest.approx((4 + 0 + 0) / 3)
+    assert row.best.mean == pytest.approx((14 + 10 + 10) / 3)
+    assert row.final.mean == pytest.approx((12 + 10 + 10) / 3)
+    assert row.final_improvement.mean == pytest.approx((2 + 0 + 0) / 3)
+    (raw,) = leaderboard(runs, raw=True)
+    assert raw.flagged == 2 and raw.raw
+    assert raw.improvement.mean == pytest.approx((4 + 30 + 20) / 3)
+    assert raw.final_improvement.mean == pytest.approx((2 + 30 + 20) / 3)
+
+
+def test_heatmap_and_passk_count_flagged_runs_as_zero_and_say_how_many() -> None:
+    runs = _runs()
+    (cell,) = mode_task_heatmap(runs).cells
+    assert (cell.n, cell.flagged) == (3, 2) and cell.mean == pytest.approx(4 / 3)
+    (raw_cell,) = mode_task_heatmap(runs, raw=True).cells
+    assert raw_cell.flagged == 2 and raw_cell.mean == pytest.approx(54 / 3)
+    (curve,) = pass_at_k(runs)
+    # k = n is the maximum: the leak's +30 must not be the headline
+    assert curve.flagged == 2 and curve.points[-1] == (3, pytest.approx(4.0))
+    (raw_curve,) = pass_at_k(runs, raw=True)
+    assert raw_curve.points[-1] == (3, pytest.approx(30.0))
+
+
+def test_final_is_the_last_valid_submission_even_from_an_older_metrics_json() -> None:
+    run = make_run(baseline=10, scores=[14, None, 12, None])
+    assert run.metrics.final_submission_id is None  # as an older metrics.json
+    assert final_of(run.metrics) == (12, 2)
+    c = counted(run.metrics)
+    assert (c.best, c.improvement, c.final, c.final_improvement) == (14, 4, 12, 2)
+    # no valid submission: the base model stands for the final too
+    none = counted(make_run(baseline=10, scores=[None]).metrics)
+    assert (none.final, none.final_improvement, none.has_valid) == (10, 0.0, False)
+
+
+def test_dashboard_marks_flagged_counts_and_labels_best_as_selected() -> None:
+    runs = _runs()
+    page = render_dashboard(runs, Overview("t"), [], {})
+    assert 'data-flagged="2"' in page and "2 flagged (as base)" in page
+    assert "best (selected)" in page and "improvement (final)" in page
+    assert "2 flagged run(s) of 3, counted as their base model" in page
+    assert "1.33" in page  # the counted mean improvement (4 + 0 + 0) / 3
+    raw = render_dashboard(runs, Overview("t"), [], {}, raw=True)
+    assert "2 flagged (as graded)" in raw and "counted as graded (--raw)" in raw
+    assert "18.00" in raw  # the raw mean improvement (4 + 30 + 20) / 3
