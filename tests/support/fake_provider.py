@@ -89,8 +89,11 @@ class Turn:
     that many prompt tokens as cache reads (capped at the prompt size). ``delay_s`` waits
     before answering (to exercise timeouts); ``chunk_delay_s`` between stream events (to
     exercise clients that hang up mid-stream). ``error_status`` answers with a provider-shaped
-    error of that status instead of a reply; ``drop_connection`` sends the response headers
-    and the start of a body, then closes the connection (the client sees it dropped).
+    error of that status instead of a reply (with a ``Retry-After: <retry_after>`` header when
+    that is set); ``drop_connection`` sends the response headers and the start of a body, then
+    closes the connection (the client sees it dropped). ``cut_stream_after``: a streamed reply
+    sends that many events and then stops: no usage event, no end marker (the server ends the
+    chunked body after the handler's exception), as a provider's stream cut short.
 
     ``top_logprobs``: the first token's candidates as ``[token, logprob]`` pairs (or a
     ``{token: logprob}`` table), most likely first; served as Chat Completions ``logprobs``
@@ -105,6 +108,8 @@ class Turn:
     error_status: int | None = None
     error_message: str = "scripted provider error"
     drop_connection: bool = False
+    retry_after: str | None = None
+    cut_stream_after: int | None = None
     top_logprobs: list[tuple[str, float]] | dict[str, float] | None = None
 
     def __post_init__(self) -> None:
@@ -719,6 +724,8 @@ def create_app(engine: _Engine) -> FastAPI:
             )
         if turn.error_status is not None:
             resp = _error(api, turn.error_status, turn.error_message)
+            if turn.retry_after is not None:
+                resp.headers["retry-after"] = turn.retry_after
             served.status, served.response = turn.error_status, bytes(resp.body)
             engine.add(served, epoch)
             return resp
@@ -742,8 +749,13 @@ def create_app(engine: _Engine) -> FastAPI:
         served.response = b"".join(result)
         engine.add(served, epoch)
 
+        cut = turn.cut_stream_after
+
         async def events() -> AsyncIterator[bytes]:
-            for event in result:
+            for i, event in enumerate(result):
+                if cut is not None and i >= cut:
+                    # Raised after the response started: the server ends the body here.
+                    raise ConnectionAbortedError("scripted cut of the stream")
                 yield event
                 # Separate writes, as a real provider's stream has.
                 await asyncio.sleep(turn.chunk_delay_s)

@@ -1,4 +1,5 @@
-"""The metering proxy as an ASGI app: routes, key check, budget, relay and recording.
+"""The metering proxy as an ASGI app: routes, path and key checks, budget, relay, retries and
+recording.
 
 Everything that differs between provider APIs is asked of the request's
 :class:`~agent2rl.metering.providers.Provider`; this module is the same for all of them.
@@ -6,24 +7,41 @@ Everything that differs between provider APIs is asked of the request's
 
 from __future__ import annotations
 
+import email.utils
 import json
+import random
+import string
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
+import anyio
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from agent2rl.metering.budget import OUTPUT_RESERVE_TOKENS, Estimate, TokenBudget, estimate_request
+from agent2rl.metering.pricing import estimate_cost
 from agent2rl.metering.providers import PROVIDERS, Endpoint, Provider, Upstream
+from agent2rl.metering.providers.base import safe_rest
 from agent2rl.metering.stream import Relay, RelayResponse, StreamMeter
-from agent2rl.metering.usage import UsageRecord, append_record, summarize_usage
+from agent2rl.metering.usage import TokenCounts, UsageRecord, append_record, summarize_usage
 
-# A path under no provider's prefix gets this provider's 404 (the most widely spoken shape).
+# A path under no provider's prefix gets this provider's error shape (the most widely spoken).
 FALLBACK_PROVIDER = "openai"
+
+#: The largest request body relayed (413 above it). Agents' requests are JSON conversations:
+#: a 200k-token context is about 1 MiB, a screenshot a few MiB of base64. The bound keeps an
+#: agent from making the proxy hold unbounded memory (64 requests in flight at once).
+MAX_BODY_BYTES = 16 << 20
+
+#: Upstream statuses retried before anything reached the client: rate limits, server errors,
+#: Anthropic's 529 "overloaded".
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 
 # Never forwarded upstream: hop-by-hop headers, credentials (replaced) and encodings (the
 # proxy asks for identity so it can read usage and forward the very same bytes).
@@ -56,6 +74,11 @@ _DROP_RESPONSE = {
     "set-cookie",
 }
 
+# Percent-escapes a path may carry: those of characters a model id may hold anyway. An
+# escaped dot, slash, backslash, percent, '?' or '#' only ever serves to smuggle a path past
+# a check, so it is refused rather than decoded.
+_ESCAPABLE = frozenset(string.ascii_letters + string.digits + "_~:@+=-")
+
 
 @dataclass
 class ProxyConfig:
@@ -63,7 +86,13 @@ class ProxyConfig:
 
     ``upstreams`` by provider name; a provider without one goes to its own endpoint with no
     credentials. ``inject_stream_usage``: make streams carry usage where an API needs asking
-    (OpenAI Chat Completions, see the package docstring).
+    (OpenAI Chat Completions, see the package docstring). ``max_body_bytes``: larger request
+    bodies get a 413. ``output_reserve_tokens``: the most output tokens the budget reserves
+    for one request (:mod:`agent2rl.metering.budget`). ``max_retries``: upstream retries of
+    a 429/5xx (or a refused connection) before anything reached the client, waiting
+    ``retry_backoff_s`` doubled each time, or the upstream's ``Retry-After`` when it says;
+    a ``Retry-After`` above ``retry_after_cap_s`` is not waited for (the error goes to the
+    client, whose SDK honours it).
     """
 
     usage_file: Path
@@ -73,9 +102,27 @@ class ProxyConfig:
     upstream_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     inject_stream_usage: bool = True
+    max_body_bytes: int = MAX_BODY_BYTES
+    output_reserve_tokens: int = OUTPUT_RESERVE_TOKENS
+    max_retries: int = 2
+    retry_backoff_s: float = 0.5
+    retry_after_cap_s: float = 8.0
 
     def upstream(self, provider: Provider) -> Upstream:
         return self.upstreams.get(provider.name) or Upstream(provider.default_base_url)
+
+
+@dataclass
+class _Exchange:
+    """One client request on its way through: its usage line, when it began, its budget
+    reservation (metered routes only), the tokens of failed attempts that reported usage, and
+    whether it was recorded (exactly once, however it ends)."""
+
+    rec: UsageRecord
+    started: float
+    estimate: Estimate | None = None
+    failed_attempts: TokenCounts = field(default_factory=TokenCounts)
+    done: bool = False
 
 
 class _Proxy:
@@ -83,12 +130,41 @@ class _Proxy:
         self.cfg = cfg
         self.client: httpx.AsyncClient | None = None
         # A restarted proxy keeps counting from what the run already used.
-        self.used_tokens = summarize_usage(cfg.usage_file)["total_tokens"]
+        used = summarize_usage(cfg.usage_file)["total_tokens"]
+        self.budget = TokenBudget(cfg.max_total_tokens, used)
 
-    def record(self, rec: UsageRecord, started: float) -> None:
-        rec.latency_s = round(time.monotonic() - started, 4)
-        self.used_tokens += rec.tokens.total
+    def record(self, ex: _Exchange) -> None:
+        """Write the exchange's usage line and settle its reservation to what it was charged;
+        idempotent."""
+        if ex.done:
+            return
+        ex.done = True
+        rec = ex.rec
+        if ex.failed_attempts.total:
+            rec.set_usage(rec.usage, rec.tokens + ex.failed_attempts, None)
+            rec.cost_usd = estimate_cost(rec.model, rec.tokens)
+        rec.latency_s = round(time.monotonic() - ex.started, 4)
+        self.budget.settle(ex.estimate, rec.tokens.total)
         append_record(self.cfg.usage_file, rec)
+
+    def charge_estimate(self, ex: _Exchange, why: str) -> None:
+        """Charge a request the provider may have billed without saying how much: what its
+        usage did report (Anthropic reports the prompt as the stream starts), the reservation
+        for the rest — the prompt estimate, and all the output it reserved, since the
+        provider may have generated it after the proxy stopped seeing the stream."""
+        rec, est = ex.rec, ex.estimate
+        if est is None:
+            return
+        seen = rec.tokens
+        charged = TokenCounts(
+            input=seen.input or est.prompt,
+            output=max(seen.output, est.output),
+            cached=seen.cached,
+            cache_write=seen.cache_write,
+        )
+        rec.set_usage(rec.usage, charged, estimate_cost(rec.model, charged))
+        rec.estimated = True
+        rec.error = rec.error or why
 
     def upstream_headers(self, request: Request, provider: Provider) -> dict[str, str]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
@@ -98,42 +174,126 @@ class _Proxy:
 
     async def forward(self, request: Request, provider: Provider, ep: Endpoint) -> Response:
         started = time.monotonic()
-        path = ep.path.split("{", 1)[0] + request.path_params.get("rest", "")
+        rest = request.path_params.get("rest")
+        problem = path_problem(request)
+        if problem is None and rest is not None and not safe_rest(rest):
+            problem = "its model part is not a plain model id"
+        if problem is not None:
+            return refuse_path(request, provider, 400, problem)
+        path = ep.path.split("{", 1)[0] + (rest or "")
         route = provider.route(request.method, path, ep)
         if route is None:
-            return provider.error_response(
-                404, f"{request.url.path} is not served by the agent2rl metering proxy"
-            )
-        rec = UsageRecord(api=provider.name, endpoint=path.rstrip("/"))
+            return refuse_path(request, provider, 404, None)
+        ex = _Exchange(UsageRecord(api=provider.name, endpoint=path.rstrip("/")), started)
+        rec = ex.rec
         if not provider.authorized(request, self.cfg.proxy_key):
             rec.status, rec.refused, rec.error = 401, True, "invalid or missing proxy key"
-            self.record(rec, started)
+            self.record(ex)
             return provider.error_response(
                 401, "Invalid API key for the agent2rl metering proxy (use the run's key)."
             )
-        body = await request.body()
+        body = await _read_body(request, self.cfg.max_body_bytes)
+        if body is None:
+            msg = (
+                f"request body larger than the metering proxy's limit of "
+                f"{self.cfg.max_body_bytes} bytes; send a shorter conversation"
+            )
+            rec.status, rec.refused, rec.error = 413, True, msg
+            self.record(ex)
+            return provider.error_response(413, msg, retry=False)
         payload = _json_object(body)
         rec.model, rec.stream = provider.model_and_stream(route, payload)
-        limit = self.cfg.max_total_tokens
-        if route.metered and limit is not None and self.used_tokens >= limit:
-            msg = f"token budget of {limit} exhausted ({self.used_tokens} tokens used in this run)"
-            rec.status, rec.refused, rec.error = 429, True, msg
-            self.record(rec, started)
-            return provider.error_response(429, msg, retry=False)
+        if route.metered:
+            estimate = estimate_request(
+                body, provider.requested_output_tokens(payload), self.cfg.output_reserve_tokens
+            )
+            refusal = self.budget.reserve(estimate)
+            if refusal is not None:
+                rec.status, rec.refused, rec.error = 429, True, refusal.message
+                self.record(ex)
+                resp = provider.error_response(429, refusal.message, retry=not refusal.final)
+                if not refusal.final:
+                    resp.headers["retry-after"] = "1"
+                return resp
+            ex.estimate = estimate
         inject = self.cfg.inject_stream_usage and provider.ask_stream_usage(path, payload)
         if inject:
             body = json.dumps(payload).encode()
-        assert self.client is not None
-        upstream = self.client.build_request(
-            request.method,
-            provider.upstream_url(self.cfg.upstream(provider).base_url, path, request.url.query),
-            headers=self.upstream_headers(request, provider),
-            content=body,
-        )
         try:
-            resp = await self.client.send(upstream, stream=True)
-        except httpx.HTTPError as exc:
-            return self._failed(rec, provider, started, exc)
+            return await self._relay(request, provider, path, body, ex, route.metered, inject)
+        except BaseException:
+            # Cancelled or broken in the proxy itself: the provider may have the request.
+            self.charge_estimate(ex, "the proxy failed while relaying the request")
+            self.record(ex)
+            raise
+
+    async def _send(
+        self, request: Request, provider: Provider, path: str, body: bytes, ex: _Exchange
+    ) -> httpx.Response | httpx.HTTPError:
+        """Send upstream, retrying (bounded) a refused connection or a 429/5xx answer — all
+        before the client got a byte. The response to relay, or the error that ended it."""
+        assert self.client is not None
+        cfg = self.cfg
+        url = provider.upstream_url(cfg.upstream(provider).base_url, path, request.url.query)
+        headers = self.upstream_headers(request, provider)
+        attempt = 0
+        while True:
+            upstream = self.client.build_request(request.method, url, headers=headers, content=body)
+            try:
+                resp = await self.client.send(upstream, stream=True)
+            except httpx.ConnectError as exc:
+                # Nothing reached the provider: safe to try again.
+                if attempt >= cfg.max_retries:
+                    return exc
+                delay = _backoff(cfg, attempt)
+            except httpx.HTTPError as exc:
+                return exc
+            else:
+                delay = self._retry_delay(resp, attempt)
+                if delay is None:
+                    return resp
+                try:
+                    content = await resp.aread()
+                except httpx.HTTPError:
+                    content = b""
+                finally:
+                    await resp.aclose()
+                # A failed attempt that reports usage was billed: count it.
+                usage = provider.response_usage(content, _json_object(content))
+                if ex.estimate is not None and usage is not None:
+                    ex.failed_attempts += provider.normalize(usage)
+            attempt += 1
+            ex.rec.retries = attempt
+            await anyio.sleep(delay)
+
+    def _retry_delay(self, resp: httpx.Response, attempt: int) -> float | None:
+        """How long to wait before retrying ``resp``, or None to relay it as it is: not a
+        retried status, no retries left, the provider said not to (``x-should-retry:
+        false``), or asked for a longer wait than the cap."""
+        cfg = self.cfg
+        if resp.status_code not in RETRY_STATUSES or attempt >= cfg.max_retries:
+            return None
+        if resp.headers.get("x-should-retry", "").lower() == "false":
+            return None
+        asked = _retry_after(resp.headers)
+        if asked is None:
+            return _backoff(cfg, attempt)
+        return asked if asked <= cfg.retry_after_cap_s else None
+
+    async def _relay(
+        self,
+        request: Request,
+        provider: Provider,
+        path: str,
+        body: bytes,
+        ex: _Exchange,
+        metered: bool,
+        inject: bool,
+    ) -> Response:
+        rec = ex.rec
+        resp = await self._send(request, provider, path, body, ex)
+        if isinstance(resp, httpx.HTTPError):
+            return self._failed(ex, provider, resp)
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
         rec.status = resp.status_code
         if resp.headers.get("content-type", "").startswith("text/event-stream"):
@@ -143,35 +303,128 @@ class _Proxy:
                 rec.model = rec.model or relay.meter.model
                 provider.meter(rec, relay.meter.usage)
                 rec.error = relay.error or relay.meter.error or rec.error
-                self.record(rec, started)
+                # A stream that ends cleanly without its final usage (an API that sends none
+                # unless asked) is not cut; every other end before the final usage is.
+                clean_end = relay.meter.ended and relay.error is None
+                if metered and resp.is_success and not relay.meter.final and not clean_end:
+                    self.charge_estimate(ex, "the stream ended before its usage was reported")
+                self.record(ex)
 
             relay = Relay(resp, meter, error_event=provider.stream_error_event, on_end=on_end)
             return RelayResponse(relay, resp.status_code, headers)
         try:
             content = await resp.aread()
         except httpx.HTTPError as exc:
-            return self._failed(rec, provider, started, exc)
+            return self._failed(ex, provider, exc)
         finally:
             await resp.aclose()
         data = _json_object(content)
-        if route.metered:
+        if metered:
             provider.meter(rec, provider.response_usage(content, data))
         rec.model = rec.model or (data.get("model") if isinstance(data.get("model"), str) else None)
         if resp.status_code >= 400:
             rec.error = _error_message(data, content)
-        self.record(rec, started)
+        self.record(ex)
         return Response(content=content, status_code=resp.status_code, headers=headers)
 
-    def _failed(
-        self, rec: UsageRecord, provider: Provider, started: float, exc: httpx.HTTPError
-    ) -> Response:
+    def _failed(self, ex: _Exchange, provider: Provider, exc: httpx.HTTPError) -> Response:
         timeout = isinstance(exc, httpx.TimeoutException)
         status = 504 if timeout else 502
         what = "timed out" if timeout else "could not be reached"
         msg = f"upstream {provider.name} API {what}: {type(exc).__name__}: {exc}".rstrip(": ")
-        rec.status, rec.error = status, msg[:500]
-        self.record(rec, started)
+        ex.rec.status, ex.rec.error = status, msg[:500]
+        if not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            # The request went out: the provider may be generating (and billing) the answer.
+            self.charge_estimate(ex, msg[:500])
+        self.record(ex)
         return provider.error_response(status, msg)
+
+
+def _backoff(cfg: ProxyConfig, attempt: int) -> float:
+    # Jitter, so that requests failed together do not come back together.
+    return cfg.retry_backoff_s * (2**attempt) * random.uniform(0.8, 1.2)
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """The wait a response asks for: ``retry-after-ms`` (OpenAI), else ``Retry-After`` in
+    seconds or as an HTTP date; None when it says nothing readable."""
+    try:
+        if "retry-after-ms" in headers:
+            return max(float(headers["retry-after-ms"]) / 1000, 0.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(float(value), 0.0)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(when.timestamp() - time.time(), 0.0)
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than ``limit`` bytes: a declared
+    ``Content-Length`` above it is refused unread, a chunked body as soon as it passes it."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        if len(buf) > limit:
+            return None
+    return bytes(buf)
+
+
+def path_problem(request: Request) -> str | None:
+    """Why the request's path is refused before any routing decision counts, or None.
+
+    The path is read as the client sent it (``raw_path``, before percent-decoding): anything
+    but printable ASCII, a backslash, an empty segment (``//``), a dot segment (``.`` or
+    ``..``, also after decoding) or a percent-escape of anything but a model-id character
+    (so ``%2e``, ``%2f``, ``%5c``, ``%25``, ``%3f`` are refused). Each would let a relayed
+    route (``models/{id}``) reach another upstream endpoint with the real key once the URL is
+    normalised on the way out (``models/../files`` is ``/files``).
+    """
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return "it is not ASCII"
+    if any(not ("!" <= c <= "~") for c in text):
+        return "it holds a space or a control character"
+    if "\\" in text:
+        return "it holds a backslash"
+    for i, c in enumerate(text):
+        if c == "%":
+            code = text[i + 1 : i + 3]
+            if len(code) != 2 or not all(h in string.hexdigits for h in code):
+                return "it holds a malformed percent-escape"
+            if chr(int(code, 16)) not in _ESCAPABLE:
+                return f"it holds an encoded {chr(int(code, 16))!r} (%{code})"
+    if "//" in text:
+        return "it holds an empty segment (//)"
+    if any(seg in (".", "..") for seg in unquote(text).split("/")):
+        return "it holds a dot segment (. or ..)"
+    return None
+
+
+def refuse_path(request: Request, provider: Provider | None, status: int, why: str | None):
+    """The refusal of a path the proxy does not relay: ``status`` (400: a malformed or
+    traversing path, ``why`` says how; 404: no such endpoint) in the provider's error shape,
+    naming the endpoints it does relay (every provider's, for a path under none)."""
+    shown = (request.scope.get("raw_path") or request.url.path.encode()).decode("ascii", "replace")
+    shown = shown[:200]
+    providers = [provider] if provider is not None else list(PROVIDERS.values())
+    allowed = ", ".join(line for p in providers for line in p.allowed_endpoints())
+    head = (
+        f"{request.method} {shown} is refused: {why}"
+        if why
+        else (f"{request.method} {shown} is not an endpoint the agent2rl metering proxy relays")
+    )
+    msg = f"{head}. The metering proxy relays only: {allowed}"
+    return (provider or PROVIDERS[FALLBACK_PROVIDER]).error_response(status, msg, retry=False)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -212,7 +465,13 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"ok": True, "used_tokens": proxy.used_tokens, "budget": cfg.max_total_tokens}
+        budget = proxy.budget
+        return {
+            "ok": True,
+            "used_tokens": budget.used,
+            "reserved_tokens": budget.reserved,
+            "budget": cfg.max_total_tokens,
+        }
 
     def route(provider: Provider, ep: Endpoint) -> Any:
         # A closure per endpoint: FastAPI would read an extra parameter as a query field.
@@ -231,8 +490,9 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
             )
 
     @app.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
-    async def unknown(rest: str) -> Response:
-        provider = PROVIDERS.get(rest.split("/", 1)[0]) or PROVIDERS[FALLBACK_PROVIDER]
-        return provider.error_response(404, f"/{rest} is not served by the agent2rl metering proxy")
+    async def unknown(request: Request, rest: str) -> Response:
+        provider = PROVIDERS.get(rest.split("/", 1)[0])
+        problem = path_problem(request)
+        return refuse_path(request, provider, 404 if problem is None else 400, problem)
 
     return app

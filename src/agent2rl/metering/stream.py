@@ -42,9 +42,16 @@ class StreamMeter:
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.error: str | None = None
-        #: the stream's own end marker went by (OpenAI's ``data: [DONE]``, Anthropic's
-        #: ``message_stop``): a client may close right after it without cutting anything
+        #: the stream's own last event went by (OpenAI's ``data: [DONE]``, Anthropic's
+        #: ``message_stop``, or what the provider's ``observe`` marks: a Responses stream's
+        #: ``response.completed``, a Gemini event with a finish reason): a client may close
+        #: right after it without cutting anything, and an upstream that ends the stream
+        #: before it (or before ``final``) cut it short
         self.ended = False
+        #: the event carrying the stream's final usage went by (set by the provider's
+        #: ``observe``); a stream that ends without it was cut, and the proxy charges its
+        #: reservation instead of the partial (or missing) usage
+        self.final = False
         self._buf = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -122,6 +129,11 @@ class Relay:
             tail = self.meter.flush()
             if tail:
                 yield tail
+            if not (self.meter.ended or self.meter.final):
+                # A clean end of the body but not of the stream: the client would take the
+                # truncated answer for a whole one; the SDKs raise on the error event.
+                self.error = "upstream stream ended before its last event"
+                yield self.error_event(self.error)
         except httpx.HTTPError as exc:
             what = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
             self.error = f"upstream stream {what}: {type(exc).__name__}: {exc}"[:500]

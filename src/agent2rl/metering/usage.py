@@ -78,8 +78,16 @@ class UsageRecord:
 
     ``api`` is the provider's name (``openai``, ``anthropic``, ``gemini``); ``endpoint`` the
     path below its API version. The token fields and ``cost_usd`` stay None when the
-    response carried no usage (refused, failed, or an unmetered endpoint); ``usage`` is the
-    provider's own usage object, unmodified.
+    response carried no usage (refused, failed before anything was sent upstream, or an
+    unmetered endpoint); ``usage`` is the provider's own usage object, unmodified.
+
+    ``estimated``: the token fields are (in part) the proxy's estimate, not the provider's
+    count — a request the provider may have billed without ever reporting it (a stream cut
+    before its usage, a response that timed out or broke off); see :mod:`agent2rl.metering`.
+    ``retries``: how many times the proxy retried the upstream after a 429/5xx or a refused
+    connection; the token fields then add up every attempt that reported usage.
+
+    New fields are only ever appended, so older lines read the same.
     """
 
     api: str
@@ -97,15 +105,19 @@ class UsageRecord:
     refused: bool = False
     error: str | None = None
     usage: dict[str, Any] | None = None
+    estimated: bool = False
+    retries: int = 0
 
     @property
     def tokens(self) -> TokenCounts:
         """The token fields as counts (unknown ones 0)."""
         return TokenCounts.of_line(vars(self))
 
-    def set_usage(self, usage: dict[str, Any], tokens: TokenCounts, cost_usd: float | None) -> None:
-        """Record the provider's ``usage`` object, its normalised ``tokens`` and the
-        estimated cost (None: a model without a known price)."""
+    def set_usage(
+        self, usage: dict[str, Any] | None, tokens: TokenCounts, cost_usd: float | None
+    ) -> None:
+        """Record the provider's ``usage`` object (None: it sent none), the normalised
+        ``tokens`` and the estimated cost (None: a model without a known price)."""
         self.usage = usage
         for name, value in tokens.as_fields().items():
             setattr(self, name, value)

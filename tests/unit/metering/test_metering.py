@@ -32,6 +32,7 @@ from agent2rl.metering import (
     start_metering_proxy,
     summarize_usage,
 )
+from agent2rl.metering.budget import estimate_request
 from agent2rl.metering.process import main as proxy_main
 
 pytestmark = pytest.mark.timeout(120)
@@ -460,15 +461,19 @@ def test_gemini_free_endpoints_and_unknown_actions(
 
 def test_gemini_budget_and_upstream_down(fake: FakeProvider, tmp_path: Path) -> None:
     fake.load(["one two three"] * 3)
-    handle = _start(tmp_path / "a", fake, max_total_tokens=1)
+    # A budget the first request's reservation fits (its prompt estimate plus the 10 output
+    # tokens it asks for) and the tokens it really used then no longer leave room for.
+    body = json.dumps({**GEMINI_BODY, "generationConfig": {"maxOutputTokens": 10}}).encode()
+    budget = estimate_request(body, 10).total + 5
+    handle = _start(tmp_path / "a", fake, max_total_tokens=budget)
     down = _start(tmp_path / "b", fake, base_urls={"gemini": f"http://127.0.0.1:{_dead_port()}"})
     try:
         url = _gemini_url(handle, "generateContent")
-        assert httpx.post(url, json=GEMINI_BODY, headers=_goog()).status_code == 200
-        refused = httpx.post(url, json=GEMINI_BODY, headers=_goog())
+        assert httpx.post(url, content=body, headers=_goog()).status_code == 200
+        refused = httpx.post(url, content=body, headers=_goog())
         assert refused.status_code == 429 and refused.headers["x-should-retry"] == "false"
         assert refused.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
-        assert "token budget of 1 exhausted" in refused.json()["error"]["message"]
+        assert f"token budget of {budget} exhausted" in refused.json()["error"]["message"]
         # countTokens is not metered, so the budget does not stop it.
         count = httpx.post(_gemini_url(handle, "countTokens"), json=GEMINI_BODY, headers=_goog())
         assert count.status_code == 200
@@ -528,18 +533,19 @@ def test_wrong_or_missing_key_is_refused(fake: FakeProvider, proxy: MeteringProx
 
 
 def test_upstream_error_passes_through(fake: FakeProvider, proxy: MeteringProxy) -> None:
-    fake.load([Turn(error_status=500, error_message="the model is on fire"), "recovered"])
+    # A client error is not retried (429/5xx are: test_proxy_faults): it passes through as is.
+    fake.load([Turn(error_status=400, error_message="the request is malformed"), "recovered"])
     before = len(read_usage(proxy.usage_file))
     client = _oai(proxy)
-    with pytest.raises(openai.InternalServerError) as err:
+    with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=GPT, messages=HI)
     assert err.value.response.content == fake.served[0].response
     assert client.chat.completions.create(model=GPT, messages=HI).choices[0].message.content == (
         "recovered"
     )
     failed, ok = _records_after(proxy, before, 2)
-    assert failed["status"] == 500 and failed["error"] == "the model is on fire"
-    assert failed["input_tokens"] is None
+    assert failed["status"] == 400 and failed["error"] == "the request is malformed"
+    assert failed["input_tokens"] is None and failed["retries"] == 0
     _assert_metered(ok, fake.served[1])
 
 
@@ -605,25 +611,37 @@ def test_upstream_down_or_slow(fake: FakeProvider, tmp_path: Path) -> None:
 
 def test_token_budget(fake: FakeProvider, tmp_path: Path) -> None:
     fake.load(["one two three four five"] * 10)
-    per_request = 0
-    handle = _start(tmp_path, fake, max_total_tokens=25)
+    # Each request reserves its prompt estimate plus the 5 output tokens it asks for, and
+    # really uses 10 tokens; the budget fits three such requests and not a fourth.
+    body = json.dumps(
+        {"model": GPT, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    )
+    reserve = estimate_request(body.encode(), 5).total
+    budget = 20 + reserve
+    handle = _start(tmp_path, fake, max_total_tokens=budget)
+    exhausted = f"token budget of {budget} exhausted"
     try:
-        client = _oai(handle)
+        url = f"{handle.base_url('openai')}/chat/completions"
         for _ in range(3):
-            client.chat.completions.create(model=GPT, messages=[{"role": "user", "content": "hi"}])
+            resp = httpx.post(url, content=body, headers={"Authorization": f"Bearer {PROXY_KEY}"})
+            assert resp.status_code == 200, resp.text
         per_request = fake.served[0].input_tokens + fake.served[0].output_tokens
-        assert per_request == 10  # so the budget of 25 is spent after the third request
+        assert per_request == 10  # so 30 used, and 30 + reserve is over the budget
+        assert reserve > per_request  # the estimate is an upper bound of the real use
 
+        client = _oai(handle)
         with pytest.raises(openai.APIStatusError) as err:
-            client.chat.completions.create(model=GPT, messages=HI)
+            client.chat.completions.create(model=GPT, messages=HI, max_tokens=5)
         assert err.value.status_code == 429
-        assert "token budget of 25 exhausted" in err.value.message
+        assert exhausted in err.value.message and "30 tokens used" in err.value.message
         assert err.value.response.headers["x-should-retry"] == "false"
         with pytest.raises(anthropic.RateLimitError) as aerr:
             _ant(handle).messages.create(model=CLAUDE, max_tokens=8, messages=HI)
-        assert "token budget of 25 exhausted" in aerr.value.body["error"]["message"]
+        assert exhausted in aerr.value.body["error"]["message"]
         assert len(fake.served) == 3  # nothing forwarded after the budget
         assert len(_oai(handle).models.list().data) == 2  # free endpoints still answer
+        health = httpx.get(f"{handle.url}/healthz").json()
+        assert health["used_tokens"] == 30 and health["reserved_tokens"] == 0
 
         recs = _records_after(handle, 0, 6)
         assert [(r["status"], r["refused"]) for r in recs[3:5]] == [(429, True)] * 2
@@ -640,10 +658,10 @@ def test_token_budget(fake: FakeProvider, tmp_path: Path) -> None:
         handle.stop()
 
     # A restarted proxy on the same usage file keeps counting.
-    again = _start(tmp_path, fake, max_total_tokens=25)
+    again = _start(tmp_path, fake, max_total_tokens=budget)
     try:
         with pytest.raises(openai.RateLimitError):
-            _oai(again).chat.completions.create(model=GPT, messages=HI)
+            _oai(again).chat.completions.create(model=GPT, messages=HI, max_tokens=5)
     finally:
         again.stop()
 
@@ -717,6 +735,9 @@ def test_usage_line_format_is_stable(tmp_path: Path) -> None:
         "refused",
         "error",
         "usage",
+        # appended by later versions: older lines simply lack them
+        "estimated",
+        "retries",
     ]
     assert read_usage(path)[0]["input_tokens"] == 7 and rec.tokens == TokenCounts(7, 2)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import Request
 
-from agent2rl.metering.providers.base import Endpoint, Provider
+from agent2rl.metering.providers.base import Endpoint, Provider, requested_count
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, token_count
 
@@ -19,6 +19,8 @@ class AnthropicProvider(Provider):
     default_base_url = "https://api.anthropic.com"
     base_url_env = "ANTHROPIC_BASE_URL"
     key_envs = ("ANTHROPIC_API_KEY",)
+    # What Claude Code uses: Messages, token counting, and the model listing. Message
+    # batches, files, skills and the admin API are refused.
     endpoints = (
         Endpoint("messages", ("POST",), True),
         Endpoint("messages/count_tokens", ("POST",), False),
@@ -51,7 +53,13 @@ class AnthropicProvider(Provider):
             # message_delta usage is cumulative; null fields mean "unchanged".
             meter.usage = {**(meter.usage or {})}
             meter.usage.update({k: v for k, v in event["usage"].items() if v is not None})
+            # The one message_delta comes last, right before message_stop.
+            meter.final = True
         return True
+
+    def requested_output_tokens(self, payload: dict[str, Any]) -> int | None:
+        """``max_tokens`` (required by the Messages API)."""
+        return requested_count(payload.get("max_tokens"))
 
     def given_keys(self, request: Request) -> list[str]:
         keys = super().given_keys(request)
@@ -65,8 +73,10 @@ class AnthropicProvider(Provider):
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         """``{"type": "error", "error": {"type", "message"}}``."""
         kind = {
+            400: "invalid_request_error",
             401: "authentication_error",
             404: "not_found_error",
+            413: "request_too_large",
             429: "rate_limit_error",
         }.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -14,21 +15,48 @@ from fastapi.responses import JSONResponse
 
 from agent2rl.metering.pricing import estimate_cost
 from agent2rl.metering.stream import StreamMeter
-from agent2rl.metering.usage import TokenCounts, UsageRecord
+from agent2rl.metering.usage import TokenCounts, UsageRecord, token_count
+
+#: One path segment a relayed route may carry in its ``{rest:path}`` part (a model id): the
+#: characters model ids use, nothing that changes a URL's meaning (``%``, ``?``, ``#``, ``\``)
+#: and no leading dot, so neither ``.`` nor ``..`` (nor a hidden name) is a segment.
+SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_~:@+=-][A-Za-z0-9._~:@+=-]*")
+
+
+def requested_count(value: Any) -> int | None:
+    """A ``max_tokens``-like field of a request: a positive count, else None (absent, zero,
+    negative or not a number: the request did not say)."""
+    return token_count(value) or None
+
+
+def safe_rest(rest: str) -> bool:
+    """Whether ``rest`` (a decoded ``{rest:path}`` value, ``a/b``) is one or more
+    :data:`SAFE_SEGMENT` segments joined by single slashes: no dot segment, no empty segment,
+    no characters a URL would read as anything but a name. ``""`` is not."""
+    return all(SAFE_SEGMENT.fullmatch(seg) for seg in rest.split("/"))
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """A proxied route: ``/{provider}/{version}/{path}`` -> the same path on the upstream.
 
-    ``path`` may end in ``{rest:path}`` (a route parameter). ``metered``: whether the proxy
-    reads usage from the response and refuses the request once the token budget is spent;
-    a provider may decide per request instead (see :meth:`Provider.route`).
+    ``path`` may end in ``{rest:path}`` (a route parameter: one or more model-id segments,
+    checked by :func:`safe_rest` before anything is forwarded). ``metered``: whether the proxy
+    reads usage from the response and reserves and charges the token budget for it; a
+    provider may decide per request instead (see :meth:`Provider.route`). ``shown``: how the
+    route reads in the list of allowed endpoints (default: ``path`` with its parameter shown
+    as ``{model}``).
     """
 
     path: str
     methods: tuple[str, ...]
     metered: bool
+    shown: str | None = None
+
+    def describe(self, prefix: str) -> list[str]:
+        """``METHOD /prefix/path`` for each method, as the allowed-endpoints list shows it."""
+        path = self.shown or self.path.replace("{rest:path}", "{model}")
+        return [f"{m} {prefix}/{path}" for m in self.methods]
 
 
 @dataclass(frozen=True)
@@ -71,8 +99,19 @@ class Provider(ABC):
     #: Host variables that may hold the real key, first found wins; the agent gets the proxy
     #: key in the first.
     key_envs: ClassVar[tuple[str, ...]]
-    #: The routes the proxy serves for this API; anything else is a 404.
+    #: The routes the proxy serves for this API, the allowlist of what an agent's CLI needs;
+    #: anything else is refused (a 404 naming them) and never reaches the provider.
     endpoints: ClassVar[tuple[Endpoint, ...]]
+
+    @property
+    def prefix(self) -> str:
+        """The routes' common prefix on the proxy (``/openai/v1``)."""
+        return f"/{self.name}/{self.version}"
+
+    def allowed_endpoints(self) -> list[str]:
+        """The endpoints the proxy relays for this API, ``METHOD /path`` each, as refusals
+        name them."""
+        return [line for ep in self.endpoints for line in ep.describe(self.prefix)]
 
     @property
     def upstream_key_env(self) -> str:
@@ -110,8 +149,9 @@ class Provider(ABC):
 
     @abstractmethod
     def observe(self, event: dict[str, Any], meter: StreamMeter) -> bool:
-        """Note what one SSE event says (usage, model, error) in ``meter``; return whether
-        the event is forwarded to the client."""
+        """Note what one SSE event says (usage, model, error) in ``meter``, and set
+        ``meter.final`` once the event carrying the stream's final usage went by; return
+        whether the event is forwarded to the client."""
 
     # ----------------------------------------------------------------------------------------
     # Requests
@@ -125,6 +165,12 @@ class Provider(ABC):
         """A request's model and whether it streams, from its JSON body ``payload``."""
         model = payload.get("model")
         return (model if isinstance(model, str) else None), payload.get("stream") is True
+
+    def requested_output_tokens(self, payload: dict[str, Any]) -> int | None:
+        """The most output tokens the request ``payload`` asks for (``max_tokens`` or its
+        API's name for it); None when it does not say or says something that is not a
+        number. What the token budget reserves for the output (capped)."""
+        return None
 
     def ask_stream_usage(self, path: str, payload: dict[str, Any]) -> bool:
         """Make a streaming request carry usage when it would not (changing ``payload`` in

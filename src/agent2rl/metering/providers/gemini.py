@@ -8,7 +8,13 @@ from urllib.parse import unquote_plus
 
 from fastapi import Request
 
-from agent2rl.metering.providers.base import Endpoint, Provider, Route
+from agent2rl.metering.providers.base import (
+    SAFE_SEGMENT,
+    Endpoint,
+    Provider,
+    Route,
+    requested_count,
+)
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, token_count
 
@@ -21,6 +27,7 @@ _STATUS_NAMES = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
+    413: "INVALID_ARGUMENT",
     429: "RESOURCE_EXHAUSTED",
     502: "UNAVAILABLE",
     503: "UNAVAILABLE",
@@ -35,11 +42,13 @@ def gemini_action(method: str, path: str) -> tuple[str | None, str | None] | Non
     ``POST models/gemini-2.5-pro:generateContent`` -> ``("gemini-2.5-pro",
     "generateContent")``; a POST needs one of :data:`GEMINI_ACTIONS` and a non-empty model.
     ``GET models`` and ``GET models/{m}`` are listings -> ``(m or None, None)``; a GET with an
-    action (``models/m:foo``) or a deeper path (``models/m/operations``) is refused.
+    action (``models/m:foo``) or a deeper path (``models/m/operations``) is refused, and so is
+    a model that is not one safe path segment (``..``, ``.x``, anything percent-decoded to
+    ``/``, ``?`` or ``%``).
     """
     rest = path.removeprefix("models").removeprefix("/")
     model, sep, action = rest.partition(":")
-    if "/" in model:
+    if model and not SAFE_SEGMENT.fullmatch(model):
         return None
     if method == "GET":
         return None if sep else (model or None, None)
@@ -68,11 +77,20 @@ class GeminiProvider(Provider):
     default_base_url = "https://generativelanguage.googleapis.com"
     base_url_env = "GOOGLE_GEMINI_BASE_URL"
     key_envs = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    # What Gemini CLI uses: generateContent, streamGenerateContent, countTokens and the model
+    # listing. Embeddings, batches, cached contents, files and tuned models are refused.
     endpoints = (
         Endpoint("models", ("GET",), False),
         # Metered or not by its action (see route()).
         Endpoint("models/{rest:path}", ("GET", "POST"), True),
     )
+
+    def allowed_endpoints(self) -> list[str]:
+        """The listing, one model, and each action of :data:`GEMINI_ACTIONS`."""
+        models = f"{self.prefix}/models"
+        return [f"GET {models}", f"GET {models}/{{model}}"] + [
+            f"POST {models}/{{model}}:{action}" for action in GEMINI_ACTIONS
+        ]
 
     def normalize(self, usage: dict[str, Any]) -> TokenCounts:
         """``usageMetadata``: ``promptTokenCount`` already includes
@@ -108,9 +126,22 @@ class GeminiProvider(Provider):
         counts. The model is the first ``modelVersion``."""
         if isinstance(event.get("usageMetadata"), dict):
             meter.usage = event["usageMetadata"]
+        # The stream has no end marker: its last event is the one with a finish reason, and
+        # the usage that comes with it is final.
+        candidates = event.get("candidates")
+        if isinstance(candidates, list) and any(
+            isinstance(c, dict) and c.get("finishReason") for c in candidates
+        ):
+            meter.ended = True
+            meter.final = meter.usage is not None
         if isinstance(event.get("modelVersion"), str):
             meter.model = meter.model or event["modelVersion"]
         return True
+
+    def requested_output_tokens(self, payload: dict[str, Any]) -> int | None:
+        """``generationConfig.maxOutputTokens``."""
+        config = payload.get("generationConfig")
+        return requested_count(config.get("maxOutputTokens")) if isinstance(config, dict) else None
 
     def route(self, method: str, path: str, endpoint: Endpoint) -> Route | None:
         parsed = gemini_action(method, path)

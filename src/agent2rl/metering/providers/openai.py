@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent2rl.metering.providers.base import Endpoint, Provider
+from agent2rl.metering.providers.base import Endpoint, Provider, requested_count
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, token_count
 
@@ -18,6 +18,10 @@ class OpenAIProvider(Provider):
     default_base_url = "https://api.openai.com/v1"
     base_url_env = "OPENAI_BASE_URL"
     key_envs = ("OPENAI_API_KEY",)
+    # What the drivers use: Chat Completions (OpenHands, mini-swe-agent and OpenCode through
+    # litellm / the AI SDK, an OpenAI-compatible server), Responses (Codex CLI), and the model
+    # listing some of them read at start-up. Files, batches, fine-tuning, assistants, images,
+    # audio and the rest are refused.
     endpoints = (
         Endpoint("chat/completions", ("POST",), True),
         Endpoint("responses", ("POST",), True),
@@ -57,13 +61,27 @@ class OpenAIProvider(Provider):
                     meter.usage = response["usage"]
                 if isinstance(response.get("error"), dict):
                     meter.error = str(response["error"].get("message"))[:500]
+            # The Responses stream's last event, whichever way the response ended.
+            if kind in ("response.completed", "response.incomplete", "response.failed"):
+                meter.ended = True
+                meter.final = meter.usage is not None
             return True
         meter.model = event.get("model") or meter.model
         if isinstance(event.get("usage"), dict):
+            # Chat Completions sends usage once, in the stream's last chunk.
             meter.usage = event["usage"]
+            meter.final = True
             if meter.drop_usage_chunk and event.get("choices") == []:
                 return False
         return True
+
+    def requested_output_tokens(self, payload: dict[str, Any]) -> int | None:
+        """``max_completion_tokens`` (Chat Completions), its older name ``max_tokens``, or
+        ``max_output_tokens`` (Responses)."""
+        for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+            if (n := requested_count(payload.get(key))) is not None:
+                return n
+        return None
 
     def ask_stream_usage(self, path: str, payload: dict[str, Any]) -> bool:
         """A Chat Completions stream carries usage only with ``stream_options.include_usage``:
@@ -88,8 +106,10 @@ class OpenAIProvider(Provider):
         """``{"error": {"message", "type", "param", "code"}}``; a spent budget is
         ``insufficient_quota``, as OpenAI says of an account out of credit."""
         kind, code = {
+            400: ("invalid_request_error", "invalid_path"),
             401: ("invalid_request_error", "invalid_api_key"),
             404: ("invalid_request_error", "not_found"),
+            413: ("invalid_request_error", "request_too_large"),
             429: ("insufficient_quota", "insufficient_quota"),
             502: ("api_error", "upstream_unavailable"),
             504: ("api_error", "upstream_timeout"),
