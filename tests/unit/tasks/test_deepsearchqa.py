@@ -96,13 +96,16 @@ def _judge_reply(body: dict) -> Turn:
     response's comma-separated items matching none are extraneous."""
     text = body["messages"][-1]["content"]
     items = re.findall(r"^- (.+)$", text.split("Response:")[0], re.M)
-    response = text.split("Response:", 1)[1].split("\n\n")[0].strip().lower()
+    # the response is fenced by its id: <response ID> ... </response ID>
+    fence = re.search(r"^<response (\w+)>\n(.*)\n</response \1>$", text, re.M | re.S)
+    rid, response = fence.group(1), fence.group(2).strip().lower()
     found = [{"item": i, "found": i.lower() in response} for i in items]
     extra = [
         r.strip() for r in response.split(",") if r.strip() and not any(
             i.lower() in r for i in items)
     ]  # fmt: skip
-    return Turn(text="Verdict:\n" + json.dumps({"expected": found, "extraneous": extra}))
+    verdict = {"response_id": rid, "expected": found, "extraneous": extra}
+    return Turn(text="Verdict:\n" + json.dumps(verdict))
 
 
 @pytest.fixture(scope="module")
