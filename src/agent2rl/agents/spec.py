@@ -148,9 +148,18 @@ def fill(text: str, values: Mapping[str, str]) -> str:
 
 
 def load_spec(path: Path) -> AgentSpec:
-    """Parse one spec file; a malformed one raises :class:`UserError` naming the problem."""
+    """Parse one spec file; a malformed one raises :class:`UserError` naming the problem: a
+    file that cannot be read or is not UTF-8, bad TOML, a missing or unknown key, a value of
+    the wrong type, a ``name`` that is not a plain name (:data:`NAME_PATTERN`: it becomes
+    part of the run directory's name, so ``../x`` or ``a/b`` would put the run outside
+    ``--runs-dir``)."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        text = Path(path).read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"agent spec {path} is not UTF-8 text (byte {err.start}): save it as UTF-8"
+        ) from None
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise UserError(f"cannot read agent spec {path}: {err}") from None
     missing = [k for k in ("name", "description", "command") if k not in data]
@@ -158,6 +167,7 @@ def load_spec(path: Path) -> AgentSpec:
         raise UserError(
             f"agent spec {path} lacks {', '.join(missing)}: see agents/specs/ for examples"
         )
+    _check_types(path, data)
     cmd = data["command"]
     if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
         raise UserError(f"agent spec {path}: command must be a non-empty list of strings")
@@ -191,9 +201,40 @@ def load_spec(path: Path) -> AgentSpec:
     return spec
 
 
+#: what an agent's ``name`` may be: it is part of every run directory's name
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# keys whose value must be TOML text, and keys whose value must be a list of TOML texts
+_TEXT_KEYS = (
+    "description", "kind", "prompt_template", "install", "binary", "module", "api",
+    "default_driver", "log_format", "log_file",
+)  # fmt: skip
+_TEXT_LIST_KEYS = ("files", "version_args")
+
+
+def _check_types(path: Path, data: dict) -> None:
+    """The keys' TOML types, and the name's form, each with one message naming the fix."""
+    name = data["name"]
+    if not isinstance(name, str):
+        raise UserError(f'agent spec {path}: name must be a string (name = "my-agent")')
+    if not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise UserError(
+            f"agent spec {path}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..' (it names the run directories)"
+        )
+    for key in _TEXT_KEYS:
+        if key in data and not isinstance(data[key], str):
+            raise UserError(f"agent spec {path}: {key} must be a string, not {data[key]!r}")
+    for key in _TEXT_LIST_KEYS:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UserError(f"agent spec {path}: {key} must be a list of strings")
+
+
 def _str_table(path: Path, data: dict, key: str) -> dict[str, str]:
+    """A table of text values (numbers and booleans are written out as TOML has them)."""
     table = data.get(key, {})
-    if not isinstance(table, dict):
+    scalar = (str, int, float, bool)
+    if not isinstance(table, dict) or not all(isinstance(v, scalar) for v in table.values()):
         raise UserError(f"agent spec {path}: [{key}] must be a table of strings")
     return {str(k): str(v) for k, v in table.items()}
 

@@ -320,6 +320,7 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
     """
     spec_path = Path(spec_path)
     spec = load_study(spec_path)
+    spec_text = spec_path.read_bytes().decode("utf-8")  # load_study checked it is UTF-8
     slots = validate(spec)
     study_dir = opts.out.expanduser().resolve()
     if opts.retries < 0:
@@ -328,8 +329,8 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
         raise UserError(f"--max-concurrent {opts.max_concurrent}: use 1 or more")
     study_dir.mkdir(parents=True, exist_ok=True)
     with study_lock(study_dir), StudyState(study_dir, create=True) as state:
-        state.bind(spec, spec_path.read_text())
-        write_text_atomic(study_dir / "study.toml", spec_path.read_text())
+        state.bind(spec, spec_text)
+        write_text_atomic(study_dir / "study.toml", spec_text)
         state.sync_slots(slots)
         keys = {s.key for s in slots}
         rows = [r for r in state.slots() if r.key in keys]

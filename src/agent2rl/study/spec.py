@@ -125,15 +125,23 @@ def load_study(path: Path) -> StudySpec:
     """Read and validate a study file. Agent spec paths are made absolute (relative to the
     study file), so that the study runs the same from any working directory.
 
-    Raises :class:`UserError` naming the problem: a missing file, bad TOML, a missing or
-    unknown key, a bad value.
+    Raises :class:`UserError` naming the problem: a missing or unreadable file, one that is
+    not UTF-8, bad TOML, a missing or unknown key, a bad value.
     """
     path = Path(path).expanduser()
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise UserError(
             f"no study file at {path}: write one (see `agent2rl study --help`)"
+        ) from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory: pass the study file (TOML)") from None
+    except OSError as err:
+        raise UserError(f"cannot read study file {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"study file {path} is not UTF-8 text (byte {err.start}): save it as UTF-8"
         ) from None
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"{path} is not valid TOML: {err}") from None
