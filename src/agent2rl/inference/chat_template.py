@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent2rl.child_process import die_with_parent, stop_child
+from agent2rl.child_process import die_with_parent
 from agent2rl.errors import ModelFault
 
 Messages = Sequence[Mapping[str, Any]]
@@ -87,8 +87,10 @@ class TemplateRenderer:
     a time, under :class:`RenderLimits`.
 
     Started on the first :meth:`render` (and again after it was killed or died between
-    requests); runs in its own session with ``cwd=/`` and ``python -P``, so nothing in the
-    caller's directory is importable, and dies with its parent. Thread-safe (one request at
+    requests), with ``cwd=/`` and ``python -P`` so that nothing in the caller's directory is
+    importable; it stays in the caller's process group (killing an evaluation worker's group
+    kills it too) and gets SIGTERM from the kernel if the caller dies. It starts no process
+    of its own. Thread-safe (one request at
     a time). A child that does not start is the harness's problem (``RuntimeError``); a
     render that times out, errs or kills the child is the template's
     (:class:`ChatTemplateRefused`).
@@ -151,7 +153,8 @@ class TemplateRenderer:
                 try:
                     proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
-                    stop_child(proc, timeout=1)
+                    proc.kill()
+                    proc.wait()
                 if proc.stdout is not None:
                     proc.stdout.close()
 
@@ -172,7 +175,6 @@ class TemplateRenderer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd="/",
-            start_new_session=True,
             preexec_fn=die_with_parent,
             bufsize=0,
         )
@@ -216,10 +218,7 @@ class TemplateRenderer:
         if proc is None:
             return None
         if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
+            proc.kill()
         code = proc.wait()
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
