@@ -13,8 +13,9 @@ agent's setting             value
                             Gemini ``x-goog-api-key`` / a ``?key=`` query parameter)
 ==========================  ============================================================
 
-Routes (anything else is a provider-shaped 404, so the real key cannot reach other endpoints,
-e.g. fine-tuning or files)::
+Routes: an allowlist of what the driver CLIs use, each provider module declaring its own
+(``Provider.endpoints``). Anything else is a provider-shaped 404 that lists the allowed
+endpoints, so the real key cannot reach other endpoints (files, batches, fine-tuning)::
 
     POST /openai/v1/chat/completions          metered
     POST /openai/v1/responses                 metered
@@ -31,6 +32,16 @@ e.g. fine-tuning or files)::
 Any other Gemini action (``:embedContent``, ``:batchGenerateContent``, cached contents, files)
 is a 404 too. A Gemini key given as ``?key=`` is checked and then removed from the query; the
 real key goes upstream only as ``x-goog-api-key``.
+
+Paths are checked as the client sent them, before any routing decision counts: a dot segment
+(``..``, ``.``), an empty segment (``//``), a backslash, a control character, or a
+percent-escape of anything but a model-id character (``%2e``, ``%2f``, ``%5c``, ``%25``,
+``%3f``...) is a 400 listing the allowed endpoints, and a ``{model}`` part must be plain model
+id segments. Otherwise ``models/../files`` would match ``models/{model}`` and reach the
+upstream's ``/files`` once the URL is normalised on the way out.
+
+Request bodies above 16 MiB (``ProxyConfig.max_body_bytes``) get a provider-shaped 413,
+refused unread when ``Content-Length`` says so, else as soon as the body passes the limit.
 
 Responses pass through to the client byte for byte (streamed or not) while the proxy reads
 the ``usage`` out of them, and every request — forwarded, refused or failed — appends one JSON
@@ -61,18 +72,42 @@ unmetered stream. When the client asked for usage itself, the stream is untouche
 ``:streamGenerateContent`` without ``alt=sse`` answers one JSON array; the proxy relays it
 whole once it has ended (same bytes, no increments) and meters its last element with usage.
 
-Token budget (``--max-total-tokens``): once the recorded ``input_tokens + output_tokens`` reach
-the budget, metered requests are refused with a provider-shaped 429 ("token budget of N
-exhausted"; Gemini's ``RESOURCE_EXHAUSTED``) carrying ``x-should-retry: false`` (the OpenAI and
-Anthropic SDKs honour it and do not retry), and recorded with ``refused: true``. Requests
-already in flight when the budget runs out finish, so the total can overshoot by them. The
-running total starts from the usage file, so a restarted proxy keeps counting.
+Token budget (``--max-total-tokens``, :mod:`agent2rl.metering.budget`): before a metered
+request is forwarded it reserves, under a lock, an estimate of its cost: its prompt at one
+token per 4 body bytes (an over-estimate for JSON text) plus the output it asks for
+(``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens`` /
+``generationConfig.maxOutputTokens``) capped at 4096, or 4096 when it does not say. It is
+refused with a provider-shaped 429 unless ``used + reserved + estimate`` fits the budget; when
+the used tokens alone leave no room the message says "token budget of N exhausted" (Gemini's
+``RESOURCE_EXHAUSTED``) and carries ``x-should-retry: false`` (the OpenAI and Anthropic SDKs
+honour it and do not retry); when the room is held by requests in flight it carries
+``Retry-After: 1`` instead. Refusals are recorded with ``refused: true``. When a request ends
+its reservation is released and what it cost is added to the used tokens, so concurrent
+requests cannot all pass a check none of them has paid for yet. The total can pass the budget
+only by what a request used beyond its estimate (an answer longer than the 4096 reserved
+when it asked for more). The used tokens start from the usage file, so a restarted proxy
+keeps counting.
 
-Failures. Upstream HTTP responses of any status (4xx, 5xx) pass through unchanged — they are
-already provider-shaped — and are recorded with their status. When no response comes at all,
-the client gets a provider-shaped 502 (connection refused, protocol error) or 504 (timeout).
-If the upstream fails in the middle of a stream, the proxy ends the stream with a
-provider-shaped error event. None of this stops the proxy.
+Unreported usage. A metered request the provider may have billed without saying how much is
+charged its reservation, with ``estimated: true`` in its line: a stream that ends before its
+final usage (cut by the upstream, by the network, or by the client hanging up — otherwise an
+agent could cut every stream just before its usage event to use tokens for free), or a
+response that timed out or broke off after the request went out. What the provider did
+report counts (Anthropic reports the prompt as the stream starts); the reservation fills in
+the rest: the prompt estimate, and all the reserved output, since the provider may have
+generated it after the proxy stopped reading.
+
+Failures. An upstream 429, 500, 502, 503, 504 or 529, or a refused connection, is retried up
+to 2 times before anything reached the client (streams included: an error status comes before
+any event), waiting 0.5 s then 1 s (with jitter), or what ``Retry-After`` /
+``retry-after-ms`` asks up to 8 s; a response with ``x-should-retry: false`` or asking a longer
+wait goes straight to the client, whose SDK honours it. The line records ``retries``, and the
+tokens of a failed attempt that reported usage count. The last answer passes through
+unchanged — it is already provider-shaped — and is recorded with its status, as are other
+upstream errors (4xx). When no response comes at all, the client gets a provider-shaped 502
+(connection refused, protocol error) or 504 (timeout). If the upstream fails in the middle of
+a stream, or ends it before its last event, the proxy ends the stream with a provider-shaped
+error event. None of this stops the proxy.
 
 Keys come from the environment (never the command line): ``AGENT2RL_PROXY_KEY`` (required),
 ``AGENT2RL_UPSTREAM_OPENAI_KEY``, ``AGENT2RL_UPSTREAM_ANTHROPIC_KEY``,
@@ -83,6 +118,7 @@ The package, one noun a module (each readable alone)::
 
     usage.py       TokenCounts (the one token-count type), UsageRecord, the usage file's
                    writer (append_record) and reader (read_usage, summarize_usage)
+    budget.py      the token budget: request estimates, reservations, settling
     pricing.py     Price, PRICES, price_for, estimate_cost (list prices, for reports only)
     providers/     one class per provider API (openai.py, anthropic.py, gemini.py on the
                    Provider base in base.py) and the PROVIDERS registry: routes, keys,
@@ -93,7 +129,7 @@ The package, one noun a module (each readable alone)::
                    (``python -m agent2rl.metering``)
 
 Dependencies point one way: usage <- pricing <- providers <- proxy <- process, and stream
-below providers.
+and budget below providers and proxy.
 """
 
 from agent2rl.metering.pricing import PRICES, Price, estimate_cost, price_for
