@@ -16,6 +16,9 @@ never given the private games). Every endpoint but ``/health`` needs
   down (a search provider), 503 with ``Retry-After``: the step was not played.
 - ``DELETE /sessions/{id}``: end a session. ``GET /sessions``: the open ones.
 
+Anything else an environment raises is a 500 with ``{"error": ...}`` naming it; a session
+whose environment fails to close is freed all the same.
+
 Limits: at most ``max_sessions`` open sessions (429 beyond, naming DELETE), ``steps_per_s``
 steps per second over all sessions with bursts of as many (429 with ``Retry-After``), and
 sessions idle for ``idle_timeout_s`` are closed to free their slot. Every session and step is
@@ -149,22 +152,43 @@ def create_app(
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
 
+    @app.middleware("http")
+    async def _environment_failed(request: Request, call_next: Any) -> Any:
+        # Anything else an environment raises (a game engine's bug, a close that fails) is
+        # answered in the API's own shape, not as a plain-text 500; the service goes on.
+        try:
+            return await call_next(request)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            return JSONResponse(
+                {"error": f"the environment failed: {message}; start a new session"},
+                status_code=500,
+            )
+
     def close_slot(slot: _Slot) -> None:
+        """Close ``slot`` and free its place, even when the environment's ``close`` raises
+        (the error is re-raised afterwards: the caller answers it as a 500): a session
+        whose close failed must not hold one of ``max_sessions`` forever."""
         with slot.lock:
             if slot.closed:
                 return
             slot.closed = True
-            slot.episode.close()
-        ledger.close_session(slot.id)
-        with slots_lock:
-            slots.pop(slot.id, None)
+            try:
+                slot.episode.close()
+            finally:
+                with slots_lock:
+                    slots.pop(slot.id, None)
+                ledger.close_session(slot.id)
 
     def reap_idle() -> None:
         now = clock()
         with slots_lock:
             idle = [s for s in slots.values() if now - s.last_used > limits.idle_timeout_s]
         for s in idle:
-            close_slot(s)
+            try:
+                close_slot(s)
+            except Exception:  # freed anyway; an idle session's close error is no one's answer
+                pass
 
     def slot_for(session_id: int) -> _Slot:
         with slots_lock:
