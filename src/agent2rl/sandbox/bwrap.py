@@ -17,6 +17,14 @@ on 127.0.0.1. With ``unshare_net`` it gets a namespace of its own, holding only 
 reaches the run's services through :mod:`agent2rl.sandbox.network`'s bridge. When run as
 root, all capabilities are dropped (``--cap-drop ALL``): otherwise the sandboxed root could simply
 remount the read-only binds read-write.
+
+No user namespaces inside: an unprivileged user may create one (``unshare -Ur``) and be "root"
+there, with the capabilities to mount, make network namespaces and reach kernel code that
+is otherwise out of its reach, a common step in a privilege escalation. Where bubblewrap has
+``--disable-userns`` (0.8 and later) the sandbox uses it (:func:`userns_lock_args`): the
+command runs in a user namespace of its own in which no further one can be made. Older
+bubblewrap leaves nested user namespaces possible (the kernel's own
+``user.max_user_namespaces`` then decides).
 """
 
 from __future__ import annotations
@@ -138,6 +146,8 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if spec.unshare_net:
         argv += ["--unshare-net"]
+    outer, nested = userns_lock_args(spec.run_as is not None)
+    argv += outer
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if spec.run_as is not None:
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -148,7 +158,51 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
     if spec.run_as is not None:
         uid, gid = spec.run_as
         argv += [sys.executable, "-I", "-c", DROP_PRIVILEGES, str(uid), str(gid)]
-    return argv + list(command)
+    return argv + nested + list(command)
+
+
+def userns_lock_args(run_as: bool) -> tuple[list[str], list[str]]:
+    """How a sandbox keeps its command from creating user namespaces: (arguments for the
+    sandbox's own bwrap, a command prefix run inside it). Both empty where this bwrap lacks
+    ``--disable-userns`` or the probe (:func:`_userns_lockable`) fails here.
+
+    A sandbox of an ordinary caller gets ``--unshare-user --disable-userns`` itself. A root
+    caller's sandbox must not get a user namespace (its ids would map back to root's, see
+    :func:`bwrap_argv`), so its command, once it is the agent's user, runs behind a second,
+    unprivileged bwrap that makes the user namespace (the agent's uid mapped to itself, no
+    capability) and disables further ones; it binds the sandbox's whole root as it is, so
+    everything else stays as the outer sandbox made it."""
+    if not _userns_lockable(run_as):
+        return [], []
+    lock = ["--unshare-user", "--disable-userns"]
+    if not run_as:
+        return lock, []
+    exe = shutil.which("bwrap") or "bwrap"
+    return [], [exe, "--dev-bind", "/", "/", *lock, "--die-with-parent", "--"]
+
+
+@functools.cache
+def _userns_lockable(run_as: bool) -> bool:
+    """Whether :func:`userns_lock_args`'s form of ``--disable-userns`` works here (probed
+    once per form): bwrap 0.8+, and a kernel that lets the caller (or, for ``run_as``, an
+    unprivileged user) make a user namespace. Where it cannot, neither can the agent."""
+    exe = shutil.which("bwrap")
+    if exe is None or not bwrap_supports("--disable-userns"):
+        return False
+    base = [exe, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+    base += ["--die-with-parent"]
+    if run_as:
+        nobody = "65534"
+        probe = [*base, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        probe += ["--", sys.executable, "-I", "-c", DROP_PRIVILEGES, nobody, nobody]
+        probe += [exe, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", "true"]
+    else:
+        probe = [*base, "--unshare-user", "--disable-userns", "--", "true"]
+    try:
+        proc = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
 
 
 #: ``python -I -c DROP_PRIVILEGES UID GID CMD...``: become UID/GID (no supplementary
@@ -160,7 +214,13 @@ DROP_PRIVILEGES = (
     "os.setgroups([])\n"
     "os.setresgid(gid, gid, gid)\n"
     "os.setresuid(uid, uid, uid)\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+    "try:\n"
+    "    os.execvp(sys.argv[3], sys.argv[3:])\n"
+    "except OSError as err:\n"
+    # 127, as a shell answers a command it cannot run (and without a traceback)
+    "    print(f'agent2rl sandbox: cannot execute {sys.argv[3]}: {err.strerror}',"
+    " file=sys.stderr)\n"
+    "    sys.exit(127)\n"
 )
 
 
