@@ -1,7 +1,8 @@
 """The harness's own long-lived child processes (grading service, metering proxy, rollout
-service): each is a loopback HTTP server in its own session that announces its port in a
-ready file. :func:`start_announcing` is the parent's side of that handshake,
-:func:`serve_on_free_port` the child's, :func:`stop_child` the end of it."""
+service, egress proxy): each is a loopback HTTP server in its own session, with a
+parent-death signal, that announces its port in a ready file. :func:`start_announcing` is
+the parent's side of that handshake, :func:`serve_on_free_port` the child's,
+:func:`stop_child` the end of it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.files import read_json
-
 
 _PR_SET_PDEATHSIG = 1
 
@@ -66,6 +66,10 @@ def start_announcing(
     """Start ``cmd`` in its own session with output appended to ``log_file`` and wait until
     it writes ``{"port": ...}`` to ``ready_file``; returns (process, port).
 
+    The child gets SIGTERM from the kernel when the calling *thread* exits
+    (:func:`die_with_parent`), so a harness killed by SIGKILL leaves no service behind: call
+    this from a thread that lives as long as the service should (the run's main thread).
+
     A stale ``ready_file`` is removed first. Raises RuntimeError naming ``name`` and the log
     when the child exits early or is not ready within ``ready_timeout`` seconds. Whatever
     ends the wait early (that error, ``KeyboardInterrupt``) stops the child first.
@@ -74,7 +78,12 @@ def start_announcing(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            preexec_fn=die_with_parent,
         )
     deadline = time.time() + ready_timeout
     try:

@@ -171,6 +171,9 @@ class RunInfo:
     network: str | None = None
     caps: dict[str, Any] | None = None
     cap_mechanism: str | None = None
+    #: the process that runs the run (pid, start_ticks, host): lets ``agent2rl report`` tell
+    #: a run whose harness died from one still going (agent2rl.orchestration.recover)
+    harness: dict[str, Any] | None = None
 
     def save(self, paths: RunPaths) -> None:
         write_json_atomic(paths.run_json, self.__dict__)

@@ -5,6 +5,11 @@ catch them: the process group; every pid the resource sampler ever saw in the tr
 marker environment variable (``AGENT2RL_AGENT_MARK``) that every process the agent starts
 inherits, found by scanning ``/proc``. Under bubblewrap the pid namespace dies with the
 sandbox as well, which catches even a process that scrubbed its environment.
+
+If the harness itself is killed (SIGKILL: no code of it runs), the agent's top process gets
+SIGKILL from the kernel (a parent-death signal); under bubblewrap that ends the sandbox and
+its pid namespace, everything in it included. The rest of a tree outside a sandbox is the
+run's guard's to kill (:mod:`agent2rl.orchestration.guard`, told the marker and the cgroup).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
+
+from agent2rl.child_process import die_with_parent
 
 MARK_ENV = "AGENT2RL_AGENT_MARK"
 
@@ -42,6 +49,16 @@ class AgentProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> int:
+        """Start the agent; returns its pid. Call it from a thread that lives as long as the
+        agent should (the parent-death signal follows the thread that forks)."""
+        preexec = self.preexec
+
+        def setup() -> None:
+            # SIGKILL, not SIGTERM: with the harness gone nobody waits for a graceful end.
+            die_with_parent(signal.SIGKILL)
+            if preexec is not None:
+                preexec()
+
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -51,7 +68,7 @@ class AgentProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=self.preexec,
+                preexec_fn=setup,
             )
         return self.proc.pid
 

@@ -21,10 +21,14 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
+import tempfile
+import threading
 import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 from rich.console import Console
@@ -54,6 +58,8 @@ from agent2rl.orchestration.context import (
     RunOutcome,
     RunRequest,
 )
+from agent2rl.orchestration.guard import HARNESS_MARK_ENV, RunGuard
+from agent2rl.orchestration.recover import fail_in_flight, harness_record
 from agent2rl.orchestration.rollout_service import start_rollout_service
 from agent2rl.orchestration.status import StatusLine
 from agent2rl.orchestration.watchdog import Watchdog
@@ -151,7 +157,6 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
 
     prepared = prepare_task(task, settings.task_store)
     paths = RunPaths(runs_dir / new_run_id(task.name, spec.name))
-    paths.root.mkdir(parents=True)
     user = agent_user(paths.root.name) if sandbox == "bwrap" else None
     info = RunInfo(
         run_id=paths.root.name,
@@ -174,31 +179,122 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
         network=network,
         caps=caps.to_dict(),
         cap_mechanism=probe(),
+        harness=harness_record(),
     )
-    info.save(paths)
     ctx = RunContext(
         req, settings, console, task, prepared, spec, model, backend, sandbox, network, caps,
         llm, paths, info, user,
     )  # fmt: skip
+    # The agent's files are copied out before the run directory exists: a missing one is the
+    # user's mistake and must leave nothing behind.
+    with tempfile.TemporaryDirectory(prefix="agent2rl-agent-files-") as staged:
+        install_files(spec, Path(staged))
+        paths.root.mkdir(parents=True)
+        try:
+            info.save(paths)
+            build_workspace(paths, task, prepared, model)
+            for f in Path(staged).iterdir():
+                shutil.copyfile(f, paths.code / f.name)
+        except BaseException:
+            # Whatever stops the run before it starts (a workspace that cannot be built,
+            # Ctrl-C, SIGTERM) leaves no half-made run directory: nothing could report on it.
+            _remove_tree(paths.root)
+            raise
     console.print(
         f"[bold]run[/] {info.run_id}  task={task.name} agent={spec.name} "
         f"model={req.model} budget={format_duration(req.budget_s)} sandbox={sandbox}"
     )
     if sandbox == "none":
         console.print(f"sandbox=none: the agent is not isolated ({BWRAP_HINT})")
-    build_workspace(paths, task, prepared, model)
-    install_files(spec, paths.code)
     return ctx
 
 
+def _remove_tree(root: Path) -> None:
+    """Remove ``root`` whole, its read-only parts (the workspace's data/) included."""
+    for dirpath, _dirs, _files in os.walk(root):
+        os.chmod(dirpath, 0o700)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, turned into what Ctrl-C raises: the run stops its agent and its
+    services and writes its report, exactly as on Ctrl-C. ``signum`` is the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _StopSignals:
+    """While a run is set up and supervised, SIGINT, SIGTERM and SIGHUP raise
+    :class:`RunInterrupted` in the main thread (``timeout``, ``docker stop``, a scheduler's
+    preemption and a closed terminal then end the run as Ctrl-C does). Only the first one
+    does: from then on, and during the run's own stop path (:meth:`stopping`), a signal is
+    noted on stderr and ignored, so that the stop path itself is never cut short (the run's
+    guard still cleans up after a SIGKILL).
+
+    Outside the main thread (a caller's worker thread) nothing is installed: the caller's
+    own handling applies. The previous handlers come back on exit."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._stopping = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._old = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def stopping(self) -> None:
+        """From now on the run is stopping: signals no longer interrupt it."""
+        self._stopping = True
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self._stopping or self.received is not None:
+            # async-signal-safe: no rich, no locks
+            os.write(2, b"agent2rl: already stopping (stopping the agent, writing the report)\n")
+            return
+        self.received = signum
+        self._stopping = True
+        raise RunInterrupted(signum)
+
+
 def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
-    """Run one benchmark run and return where it went and its metrics."""
+    """Run one benchmark run and return where it went and its metrics.
+
+    SIGINT, SIGTERM and SIGHUP (in the main thread) end the run ``interrupted``: the agent
+    and the services are stopped, the report and the results row are written, then
+    :class:`RunInterrupted` (a ``KeyboardInterrupt``) is raised. A SIGKILL of this process
+    leaves the run's guard (:mod:`agent2rl.orchestration.guard`) to kill what the run
+    started; ``agent2rl report`` then closes the run (:mod:`agent2rl.orchestration.recover`).
+    """
     console = console or Console(stderr=True)
-    ctx = resolve_run(req, console)
+    with _StopSignals() as signals:
+        ctx = resolve_run(req, console)
+        return _execute(ctx, signals)
+
+
+def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
     info, paths = ctx.info, ctx.paths
+    guard: RunGuard | None = None
+    old_mark = os.environ.get(HARNESS_MARK_ENV)
     try:
+        guard = RunGuard.start(paths.root, paths.root / "guard.log")
+        # Every process this one starts from now on (services, evaluation workers) inherits
+        # the mark, by which the guard finds it if this process is killed.
+        os.environ[HARNESS_MARK_ENV] = guard.harness_mark
         _start_grading(ctx)
-        _run_agent(ctx)
+        _run_agent(ctx, guard)
+    except RunInterrupted as err:
+        info.status, info.error = "interrupted", f"interrupted by {err}"
+        raise
     except KeyboardInterrupt:
         info.status, info.error = "interrupted", "interrupted by the user"
         raise
@@ -209,13 +305,31 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
         info.status, info.error = "harness_error", f"{type(err).__name__}: {err}"
         raise
     finally:
-        for child in (ctx.rollout, ctx.grading):
-            if child is not None:
-                child.stop()
-        if info.ended_at is None:
-            info.ended_at = time.time()
-        info.save(paths)
-        metrics = _finalize(ctx)
+        signals.stopping()
+        try:
+            for child in (ctx.rollout, ctx.grading):
+                if child is not None:
+                    child.stop()
+            # The grading service is gone: a submission it had not finished never will be.
+            try:
+                fail_in_flight(
+                    paths.ledger, f"still being graded when the run ended ({info.status})"
+                )
+            except Exception as err:  # the report is still written; the row stays in flight
+                ctx.console.print(f"[red]could not close the in-flight submissions: {err}[/]")
+            if info.ended_at is None:
+                info.ended_at = time.time()
+            info.save(paths)
+            metrics = _finalize(ctx)
+            if info.status == "interrupted":
+                ctx.console.print(f"run interrupted; report: {paths.report / 'report.html'}")
+        finally:
+            if old_mark is None:
+                os.environ.pop(HARNESS_MARK_ENV, None)
+            else:
+                os.environ[HARNESS_MARK_ENV] = old_mark
+            if guard is not None:
+                guard.close()
     return RunOutcome(paths.root, info.status, metrics)
 
 
@@ -279,8 +393,9 @@ def _default_max_bytes(model: ModelRef) -> int:
     return 4 * weights + 256 * 2**20
 
 
-def _run_agent(ctx: RunContext) -> None:
-    """Stage 3: start the clock, write what the agent reads, launch and supervise it."""
+def _run_agent(ctx: RunContext, guard: RunGuard) -> None:
+    """Stage 3: start the clock, write what the agent reads, launch and supervise it (the
+    agent's processes made known to the run's ``guard``)."""
     req, info, paths = ctx.req, ctx.info, ctx.paths
     assert ctx.grading is not None
     info.start = time.time()
@@ -310,7 +425,7 @@ def _run_agent(ctx: RunContext) -> None:
         launch.write_files()
         env.update(launch.env)
         env.update(req.extra_env)
-        _supervise(ctx, launch.argv, env)
+        _supervise(ctx, launch.argv, env, guard)
     finally:
         if proxy is not None:
             proxy.stop()
@@ -428,20 +543,25 @@ def _close_network(ctx: RunContext) -> None:
     write_json_atomic(ctx.paths.record / "network.json", record)
 
 
-def _supervise(ctx: RunContext, command: list[str], env: dict[str, str]) -> None:
+def _supervise(ctx: RunContext, command: list[str], env: dict[str, str], guard: RunGuard) -> None:
     """Start the agent, record it, stop it at the deadline or at a cap, settle in-flight
-    grading."""
+    grading. Its marker, cgroup and the processes the sampler sees are told to ``guard``,
+    which kills them if this process dies without stopping them."""
     req, info, paths, console = ctx.req, ctx.info, ctx.paths, ctx.console
     assert ctx.ledger is not None
     agent = _launch(ctx, command, env)
     recorder = CodeRecorder(paths.code_git, paths.workspace)
     recorder.snapshot("start")
     snapshotter = PeriodicSnapshotter(recorder, interval_s=req.snapshot_interval_s)
+    guard.watch_mark(agent.mark)
+    if ctx.cgroup is not None:
+        guard.watch_cgroup(ctx.cgroup.dirs.values())
     try:
         agent.start()
     except OSError as err:
         _remove_cgroup(ctx)
         raise UserError(f"cannot start agent {ctx.spec.name} ({command[0]}): {err}") from None
+    guard.watch_pids([agent.pid])
     started: list = []  # what must be stopped if this set-up is interrupted
     try:
         sampler = ResourceSampler(agent.pid, paths.resources, interval_s=req.sample_interval_s)
@@ -470,6 +590,7 @@ def _supervise(ctx: RunContext, command: list[str], env: dict[str, str]) -> None
         with status:
             while agent.poll() is None and time.time() < info.deadline and watchdog.breach is None:
                 status.update()
+                guard.watch_pids(p.pid for p in sampler.alive_seen())
                 time.sleep(0.5)
             info.ended_at = time.time()
             code = agent.poll()
@@ -538,4 +659,11 @@ def _finalize(ctx: RunContext) -> RunMetrics | None:
     return metrics
 
 
-__all__ = ["RunOutcome", "RunRequest", "execute_run", "resolve_run", "resolve_sandbox"]
+__all__ = [
+    "RunInterrupted",
+    "RunOutcome",
+    "RunRequest",
+    "execute_run",
+    "resolve_run",
+    "resolve_sandbox",
+]

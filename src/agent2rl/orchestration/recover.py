@@ -1,0 +1,106 @@
+"""A run whose harness died: recognise it and close its record.
+
+A harness killed by SIGKILL (or a crash of the interpreter) writes nothing more: its
+``run.json`` still says ``preparing`` or ``running`` and a submission that was being graded
+stays ``evaluating`` in the ledger. ``run.json`` records which process ran the run
+(``harness``: pid, start time in clock ticks, host); :func:`close_dead_run` finds that
+process gone (or its pid taken by another process) and marks the run ``interrupted`` and its
+unfinished ledger rows failed, the harness's fault, so that ``agent2rl report`` can then
+write the report of what the run did.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+from agent2rl.grading.ledger import Ledger
+from agent2rl.orchestration.guard import start_ticks
+from agent2rl.rundir import RunInfo, RunPaths
+
+#: statuses of a run whose harness has not finished it
+LIVE_STATUSES = ("preparing", "running")
+#: ledger statuses that end a submission's evaluation (anything else is still in flight)
+FINAL_SUBMISSION_STATUSES = ("graded", "failed")
+
+
+def harness_record() -> dict[str, object]:
+    """This process as the run's harness, for ``run.json``."""
+    return {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()), "host": _host()}
+
+
+def harness_alive(info: RunInfo) -> bool | None:
+    """Whether the process that ran ``info``'s run is still alive: None when that cannot be
+    told here (no record: an older run, or a run of another host)."""
+    rec = info.harness or {}
+    if not rec.get("pid") or rec.get("host") != _host():
+        return None
+    ticks = start_ticks(int(rec["pid"]))
+    if ticks is None:
+        return False
+    return rec.get("start_ticks") is None or ticks == int(rec["start_ticks"])
+
+
+def fail_in_flight(ledger_path: Path, reason: str) -> int:
+    """Mark every submission of the ledger that is not graded or failed as failed, the
+    harness's fault (``failure_kind='harness'``), with ``reason``; returns how many. Only for
+    a run whose grading service is gone (nothing else will finish those rows). A run with no
+    ledger yet has none."""
+    if not ledger_path.exists():
+        return 0
+    with Ledger(ledger_path) as ledger:
+        left = [s for s in ledger.submissions() if s.status not in FINAL_SUBMISSION_STATUSES]
+        for sub in left:
+            ledger.update_submission(
+                sub.id,
+                status="failed",
+                error=reason,
+                failure_kind="harness",
+                finished_at=time.time(),
+            )
+    return len(left)
+
+
+def close_dead_run(paths: RunPaths) -> str | None:
+    """If the run in ``paths`` is recorded as live but its harness is dead, mark it
+    ``interrupted`` (with the reason in ``error``, ``ended_at`` now unless set) and its
+    unfinished submissions failed (:func:`fail_in_flight`); returns a sentence saying what
+    was done, else None. A live harness, a finished run, or a harness that cannot be checked
+    from here (another host, an older run.json) leaves the run as it is."""
+    info = RunInfo.load(paths)
+    if info.status not in LIVE_STATUSES or harness_alive(info) is not False:
+        return None
+    was = info.status
+    failed = fail_in_flight(paths.ledger, "the harness died while this submission was being graded")
+    info.status = "interrupted"
+    info.error = f"the harness process died while the run was {was} (killed, e.g. SIGKILL)"
+    if info.ended_at is None:
+        info.ended_at = _last_sign_of_life(paths)
+    info.save(paths)
+    rows = f"; {failed} submission(s) in flight marked failed (harness)" if failed else ""
+    return f"the run's harness is dead: marked the run interrupted{rows}"
+
+
+def _last_sign_of_life(paths: RunPaths) -> float:
+    """When the run last wrote anything the harness or its agent writes as it goes: the
+    best estimate of when the harness died."""
+    times = []
+    for p in (
+        paths.run_json,
+        paths.agent_log,
+        paths.resources,
+        paths.ledger,
+        paths.ledger.with_name(paths.ledger.name + "-wal"),
+        paths.llm_usage,
+    ):
+        try:
+            times.append(p.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=time.time())
+
+
+def _host() -> str:
+    return socket.gethostname()
