@@ -6,9 +6,13 @@ measuring the weights. The grader therefore accepts a rendering only if the temp
 each message's text as opaque:
 
     rendering the real messages == rendering the same conversation with each message's text
-    replaced by a fresh random placeholder, then putting each text back in its placeholder's
-    place (the text as written, or with whitespace trimmed at either end, as Jinja's ``trim``
-    and ``str.strip`` do in real templates such as Llama 3's).
+    replaced by a stand-in (a fresh random token between the text's own leading and trailing
+    whitespace), then putting each text's core (the text less that whitespace) back in its
+    token's place.
+
+The stand-in keeps the edges so that a template that trims the texts (Jinja's ``trim`` in
+Llama 3's template) trims the stand-in alike and passes, while a template cannot choose
+whether to trim by what a text says: that choice would be a channel for the answer.
 
 Everything around the texts (role markers, special tokens, a default system prompt, the
 generation prompt) is then the same whatever the texts say, so the template cannot compute
@@ -34,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import secrets
 import select
@@ -271,11 +274,12 @@ class ChatTemplate:
             if not isinstance(m.get("content"), str):
                 raise TypeError(f"message content must be a string, not {m.get('content')!r}")
             contents.append(m["content"])
-        placeholders = _placeholders(len(contents), avoid=(self.template, *contents))
-        masked = [{**m, "content": p} for m, p in zip(messages, placeholders, strict=True)]
+        tokens, texts = stand_ins(contents, avoid=(self.template, *contents))
+        masked = [{**m, "content": t} for m, t in zip(messages, texts, strict=True)]
         real, stand_in = self.renderer.render(self.template, self.variables, [messages, masked])
         roles = [str(m.get("role", "?")) for m in messages]
-        problem = preservation_problem(real, stand_in, placeholders, contents, roles)
+        cores = [split_edges(c)[1] for c in contents]
+        problem = preservation_problem(real, stand_in, tokens, cores, roles)
         if problem is not None:
             raise ChatTemplateRefused(
                 f"the chat template does not preserve the prompt's text: {problem}; {_FIX}"
@@ -288,50 +292,61 @@ class ChatTemplate:
             self.renderer.close()
 
 
-def _placeholders(n: int, avoid: Sequence[str]) -> list[str]:
-    """``n`` fresh random tokens, none of them inside any of ``avoid``. Letters and digits
-    only, so that trimming, escaping or casing rules that leave ordinary words alone leave
-    them alone too."""
-    out: list[str] = []
-    while len(out) < n:
-        p = f"msg{secrets.token_hex(16)}"
-        if p not in out and not any(p in a for a in avoid):
-            out.append(p)
-    return out
+def split_edges(text: str) -> tuple[str, str, str]:
+    """``text`` as (leading whitespace, core, trailing whitespace); an all-whitespace text is
+    all leading whitespace."""
+    rest = text.lstrip()
+    lead = text[: len(text) - len(rest)]
+    core = rest.rstrip()
+    return lead, core, rest[len(core) :]
+
+
+def stand_ins(contents: Sequence[str], avoid: Sequence[str]) -> tuple[list[str], list[str]]:
+    """For each content, a fresh random token (letters and digits, in none of ``avoid`` and
+    distinct) and the stand-in message text: the token between the content's own leading and
+    trailing whitespace. A template that trims (Llama 3's ``| trim``) thus trims the stand-in
+    as it trims the text, and one that trims only some texts cannot hide a choice in it."""
+    tokens: list[str] = []
+    while len(tokens) < len(contents):
+        t = f"msg{secrets.token_hex(16)}"
+        if t not in tokens and not any(t in a for a in avoid):
+            tokens.append(t)
+    texts = []
+    for c, t in zip(contents, tokens, strict=True):
+        lead, _, trail = split_edges(c)
+        texts.append(lead + t + trail)
+    return tokens, texts
 
 
 def preservation_problem(
     real: str,
     stand_in: str,
-    placeholders: Sequence[str],
-    contents: Sequence[str],
+    tokens: Sequence[str],
+    cores: Sequence[str],
     roles: Sequence[str],
 ) -> str | None:
-    """None when ``real`` equals ``stand_in`` with each placeholder replaced by its content
-    (as written, or stripped of whitespace at the start, the end or both); else what is
-    wrong, naming messages by position and role and never quoting a content, so that it can
-    be shown to whoever wrote the template.
+    """None when ``real`` equals ``stand_in`` with each message's token replaced by the core
+    of its text (see :func:`split_edges`: the stand-in carried the edges); else what is
+    wrong, naming messages by position and role and never quoting a text, so that it can be
+    shown to whoever wrote the template.
 
-    Each placeholder must occur exactly once in ``stand_in`` (in any order: a template may
-    move the system message); since the stand-in rendering never saw the contents, the text
-    around them cannot depend on what they say.
+    Each token must occur exactly once in ``stand_in`` (in any order: a template may move
+    the system message). Since the stand-in rendering never saw the texts, whatever the
+    accepted prompt holds around them cannot depend on what they say.
     """
     where: list[tuple[int, int]] = []
-    for i, p in enumerate(placeholders):
-        count = stand_in.count(p)
+    for i, t in enumerate(tokens):
+        count = stand_in.count(t)
         if count != 1:
             how = "is dropped or rewritten" if count == 0 else f"is repeated {count} times"
             return f"message {i + 1} ({roles[i]}) {how}"
-        where.append((stand_in.index(p), i))
-    pattern, pos = [], 0
+        where.append((stand_in.index(t), i))
+    expected, pos = [], 0
     for start, i in sorted(where):
-        pattern.append(re.escape(stand_in[pos:start]))
-        c = contents[i]
-        variants = sorted({c, c.strip(), c.lstrip(), c.rstrip()}, key=len, reverse=True)
-        pattern.append("(?:" + "|".join(re.escape(v) for v in variants) + ")")
-        pos = start + len(placeholders[i])
-    pattern.append(re.escape(stand_in[pos:]))
-    if re.fullmatch("".join(pattern), real) is None:
+        expected += [stand_in[pos:start], cores[i]]
+        pos = start + len(tokens[i])
+    expected.append(stand_in[pos:])
+    if "".join(expected) != real:
         return (
             "what it renders around the messages depends on what they say (it adds, drops or "
             "changes text for these messages that it does not for others)"

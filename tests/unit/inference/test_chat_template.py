@@ -23,6 +23,7 @@ from agent2rl.inference.chat_template import (
     RenderLimits,
     TemplateRenderer,
     preservation_problem,
+    split_edges,
 )
 
 TEMPLATES = FIXTURES / "chat_templates"
@@ -73,7 +74,7 @@ CHEATS = {
     "drops-the-text": (_wrap("a question"), r"message 1 \(user\) is dropped or rewritten"),
     "rewrites-upper": (_wrap("{{ m.content | upper }}"), "dropped or rewritten"),
     "rewrites-replace": (
-        _wrap("{{ m.content.replace('45', '46') }}"),
+        _wrap("{{ m.content.replace('Ava', 'Eve') }}"),
         "depends on what they say",
     ),
     "truncates": (_wrap("{{ m.content[:30] }}"), "dropped or rewritten"),
@@ -142,6 +143,7 @@ def test_the_arithmetic_hint_template_does_compute_the_hint(tokenizer) -> None:
         ("{{ messages[0].content | int / 0 }}", "ZeroDivisionError raised"),
         ("{% for m in messages %}{{ m.content }", "TemplateSyntaxError: unexpected '}'"),
     ],
+    ids=["raises-the-prompt-as-its-message", "undefined", "zero-division", "syntax-error"],
 )
 def test_a_template_that_raises_is_refused_with_its_error(source, shown, renderer) -> None:
     with pytest.raises(ChatTemplateRefused, match=shown) as refused:
@@ -177,6 +179,7 @@ def test_a_looping_template_is_refused_within_the_time_limit() -> None:
             "MemoryError",
         ),
     ],
+    ids=["too-long-a-prompt", "huge-string", "doubling-string"],
 )
 def test_a_template_that_blows_up_is_refused(source, reason, renderer) -> None:
     start = time.monotonic()
@@ -194,15 +197,34 @@ def test_a_model_without_a_chat_template_has_none(tokenizer) -> None:
 @pytest.mark.parametrize(
     ("real", "ok"),
     [
-        ("[A]Hello[B]", True),
-        ("[A]  Hello \n[B]", True),  # as written
-        ("[A]Hello \n[B]", True),  # leading whitespace trimmed
-        ("[A]  Hello[B]", True),  # trailing whitespace trimmed
-        ("[A]Hello.[B]", False),
-        ("[A]Hello[B] Hint: 68", False),
+        ("[A]  Hello \n[B]", True),  # what the stand-in render says, with the core put back
+        ("[A]Hello \n[B]", False),  # trimmed where the stand-in was not
+        ("[A]  Hello.\n[B]", False),
+        ("[A]  Hello \n[B] Hint: 68", False),
         ("[A][B]", False),
     ],
 )
-def test_preservation_allows_only_the_text_or_its_trimmed_form(real, ok) -> None:
-    problem = preservation_problem(real, "[A]P1[B]", ["P1"], ["  Hello \n"], ["user"])
+def test_the_text_goes_back_exactly_where_the_stand_in_was(real, ok) -> None:
+    lead, core, trail = split_edges("  Hello \n")
+    assert (lead, core, trail) == ("  ", "Hello", " \n")
+    stand_in = f"[A]{lead}TOKEN{trail}[B]"
+    problem = preservation_problem(real, stand_in, ["TOKEN"], [core], ["user"])
     assert (problem is None) is ok
+
+
+def test_a_template_cannot_choose_by_content_whether_to_trim(renderer) -> None:
+    """Trimming is allowed (Llama 3 does it), but only if the stand-in, which carries the
+    text's whitespace, is trimmed alike: choosing by the text would leak a bit per message."""
+    parity = _wrap(
+        "{% if m.content.split()[-1] | int % 2 == 0 %}{{ m.content | trim }}"
+        "{% else %}{{ m.content }}{% endif %}"
+    )
+    # The stand-in's last word reads as 0 (even): trimmed. An odd text is not: refused. An
+    # even one is rendered as the stand-in was, so the prompt tells nothing about the text.
+    with pytest.raises(ChatTemplateRefused, match="depends on what they say"):
+        ChatTemplate(parity, {}, renderer).render([{"role": "user", "content": "It is 67\n"}])
+    assert ChatTemplate(parity, {}, renderer).render([{"role": "user", "content": "It is 68\n"}])
+    trims = ChatTemplate(_wrap("{{ m.content | trim }}"), {}, renderer)
+    assert "<|im_start|>user\nIt is 68<|im_end|>" in trims.render(
+        [{"role": "user", "content": "It is 68\n"}]
+    )
