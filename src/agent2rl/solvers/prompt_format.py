@@ -21,7 +21,10 @@ class PromptFormat:
     """``template`` is used for models without a chat template (base models): the prompt is
     ``template.format(**fields)`` and the expected completion ``completion_template``.
     ``chat_template`` is the user message for models with a chat template; the tokenizer's
-    own template then wraps it (with the generation prompt).
+    own template then wraps it (with the generation prompt), and may do no more than wrap:
+    every chat prompt is rendered through
+    :func:`~agent2rl.inference.backend.apply_chat_template`, whichever the backend, which
+    refuses a template that does not preserve the messages' texts.
 
     ``chat_shots`` are worked examples for chat models: (user, assistant) turns put before the
     user message, verbatim (they are not formatted with the fields), as a few-shot chat
@@ -92,7 +95,9 @@ class PromptFormat:
             f"`{json.dumps(self.completion_template)}`.\n"
             f"- Models whose tokenizer has a chat template get {conversation}"
             f"`{json.dumps(self.chat_template)}`, wrapped by that template with the "
-            f"generation prompt.\n"
+            f"generation prompt. The template may only wrap the messages (role markers, "
+            f"special tokens, fixed text): a submission whose template drops, changes or "
+            f"reads their text fails.\n"
             f"- Greedy decoding, at most {self.max_new_tokens} new tokens, cut at any of "
             f"{json.dumps(list(self.stop))}{chat_stop} or at the end-of-sequence token.\n"
             f"- The same settings, as JSON, are in `data/eval_format.json`."
@@ -100,5 +105,6 @@ class PromptFormat:
 
 
 def is_chat(backend: Backend) -> bool:
-    """Whether ``backend``'s model has a chat template (and is prompted as a chat model)."""
+    """Whether ``backend``'s model has a chat template (and is prompted as a chat model).
+    Renders a one-word message through the same checked path as every prompt."""
     return backend.chat_prompt([{"role": "user", "content": "x"}]) is not None
