@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from agent2rl.analysis.run_metrics import RunMetrics
+from agent2rl.sqlite_store import SQLiteStore
 
 RESULTS_DB = "results.db"
 
@@ -109,18 +110,19 @@ def results_db_path(runs_dir: Path) -> Path:
     return Path(runs_dir) / RESULTS_DB
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA busy_timeout=30000")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.executescript(SCHEMA)
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Give a results.db written by an older version the :data:`ADDED_COLUMNS` (inside the
+    store's opening transaction: two processes opening it at once never both add one)."""
     have = {r["name"] for r in conn.execute("PRAGMA table_info(runs)")}
     for name, kind in ADDED_COLUMNS.items():
         if name not in have:
             conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
-    return conn
+
+
+def _open(path: Path) -> SQLiteStore:
+    """The results ledger at ``path`` (created, or migrated, if need be). Each call opens
+    its own connection: the ledger is written by many processes, rarely by one twice."""
+    return SQLiteStore(path, schema=SCHEMA, migrate=_add_columns)
 
 
 def results_row(run_dir: Path, metrics: RunMetrics) -> ResultsRow:
@@ -167,8 +169,8 @@ def record_run(runs_dir: Path, run_dir: Path, metrics: RunMetrics) -> None:
     """
     row = results_row(run_dir, metrics)
     placeholders = ", ".join("?" for _ in COLUMNS)
-    with closing(_connect(results_db_path(runs_dir))) as conn:
-        conn.execute(
+    with closing(_open(results_db_path(runs_dir))) as db:
+        db.write(
             f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) VALUES ({placeholders})",
             tuple(row[c] for c in COLUMNS),  # type: ignore[literal-required]
         )
@@ -181,8 +183,6 @@ def list_runs(runs_dir: Path) -> list[ResultsRow]:
     path = results_db_path(runs_dir)
     if not path.is_file():
         return []
-    with closing(_connect(path)) as conn:
-        rows = conn.execute(
-            "SELECT * FROM runs ORDER BY finished_at IS NULL, finished_at, run_id"
-        ).fetchall()
+    with closing(_open(path)) as db:
+        rows = db.fetchall("SELECT * FROM runs ORDER BY finished_at IS NULL, finished_at, run_id")
     return [typing.cast(ResultsRow, dict(r)) for r in rows]

@@ -15,7 +15,11 @@ service starts, and the analysis reads it afterwards. Tables:
     harness failure are evaluated again, and that row's ``retry_of`` names the failed one.
     ``identity`` is the model-identity report (:mod:`agent2rl.integrity.identity`) as JSON.
 ``rejections``
-    one row per refused attempt (bad path, bad files, bad token...), for the report.
+    one row per refused attempt (bad path, bad files, bad token...), for the report. The
+    attempt is untrusted and may come before any authentication: its ``path`` and ``reason``
+    are cut to :data:`MAX_REJECTION_FIELD_BYTES` each (:func:`cap_text`), so a flood of
+    rejections grows the ledger by a bounded amount per row, and
+    :meth:`Ledger.rejection_count` (indexed on ``at``) lets the service rate-limit them.
 
 A ledger written by an older version gains the newer columns when it is opened
 (:data:`ADDED_COLUMNS`); its failed rows have no ``failure_kind`` and count as retryable.
@@ -26,13 +30,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from agent2rl.grading import comparison
+from agent2rl.sqlite_store import SQLiteStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,6 +67,7 @@ CREATE TABLE IF NOT EXISTS rejections (
     http_status INTEGER NOT NULL,
     reason TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS rejections_at ON rejections(at);
 """
 
 
@@ -71,6 +75,10 @@ CREATE TABLE IF NOT EXISTS rejections (
 ADDED_COLUMNS = {"failure_kind": "TEXT", "retry_of": "INTEGER", "identity": "TEXT"}
 #: Columns stored as JSON text and read back as Python values.
 JSON_COLUMNS = frozenset({"identity"})
+#: The most UTF-8 bytes a rejection stores of its path and of its reason (each).
+MAX_REJECTION_FIELD_BYTES = 1024
+#: What ends a value :func:`cap_text` cut; ``{n}`` is the original length in bytes.
+TRUNCATION_MARK = "...[truncated: {n} bytes]"
 
 
 @dataclass
@@ -119,33 +127,43 @@ class Rejection:
 _SUB_FIELDS = [f.name for f in fields(Submission)]
 
 
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Give a ledger written by an older version the :data:`ADDED_COLUMNS` (runs inside the
+    store's opening transaction, so two processes never both add one)."""
+    have = {r["name"] for r in conn.execute("PRAGMA table_info(submissions)")}
+    for name, kind in ADDED_COLUMNS.items():
+        if name not in have:
+            conn.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
+
+
+def cap_text(text: str, limit: int = MAX_REJECTION_FIELD_BYTES) -> str:
+    """``text`` if its UTF-8 form has at most ``limit`` bytes; else its longest prefix that,
+    followed by :data:`TRUNCATION_MARK` (which names the original length), fits in ``limit``
+    bytes (``limit`` must exceed the mark's length, about 40 bytes). A character is never
+    split. Lone surrogates (valid in JSON, not in UTF-8) are stored escaped, as ``\\ud800``:
+    SQLite would refuse them."""
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= limit:
+        return data.decode("utf-8")
+    mark = TRUNCATION_MARK.format(n=len(data))
+    keep = data[: max(0, limit - len(mark.encode()))]
+    return keep.decode("utf-8", "ignore") + mark  # "ignore": drops a cut last character
+
+
 class Ledger:
-    """A connection to one run's ledger. Safe to open from several processes (WAL + busy timeout).
+    """A connection to one run's ledger. Safe to share between threads (one connection
+    behind one lock, :class:`~agent2rl.sqlite_store.SQLiteStore`) and to open from several
+    processes (WAL + busy timeout).
 
     Each method is its own transaction; readers never see a half-written submission.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA busy_timeout=30000")
-        self._conn.executescript(SCHEMA)
-        have = {r["name"] for r in self._conn.execute("PRAGMA table_info(submissions)")}
-        for name, kind in ADDED_COLUMNS.items():
-            if name not in have:
-                try:
-                    self._conn.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
-                except sqlite3.OperationalError as err:  # another process added it first
-                    if "duplicate column" not in str(err):
-                        raise
+        self._db = SQLiteStore(self.path, schema=SCHEMA, migrate=_add_columns)
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -153,25 +171,15 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-
     # -- meta -----------------------------------------------------------------------------
     def set_meta(self, key: str, value: Any) -> None:
-        with self._tx() as c:
+        with self._db.transaction() as c:
             c.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value))
             )
 
     def get_meta(self, key: str, default: Any = None) -> Any:
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._db.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
         return json.loads(row["value"]) if row else default
 
     # -- submissions ----------------------------------------------------------------------
@@ -184,7 +192,7 @@ class Ledger:
         at: float | None = None,
     ) -> int:
         """Insert a row in status ``evaluating`` and return its id."""
-        with self._tx() as c:
+        with self._db.transaction() as c:
             cur = c.execute(
                 "INSERT INTO submissions(submitted_at, path, weights_hash, status, eval_hash,"
                 " snapshot) VALUES (?, ?, ?, 'evaluating', ?, ?)",
@@ -201,21 +209,19 @@ class Ledger:
         if not values:
             return
         cols = ", ".join(f"{k} = ?" for k in values)
-        with self._tx() as c:
+        with self._db.transaction() as c:
             c.execute(
                 f"UPDATE submissions SET {cols} WHERE id = ?",
                 (*[_to_sql(k, v) for k, v in values.items()], submission_id),
             )
 
     def submission(self, submission_id: int) -> Submission | None:
-        row = self._conn.execute(
-            "SELECT * FROM submissions WHERE id = ?", (submission_id,)
-        ).fetchone()
+        row = self._db.fetchone("SELECT * FROM submissions WHERE id = ?", (submission_id,))
         return _row_to_submission(row) if row else None
 
     def submissions(self) -> list[Submission]:
         """All accepted submissions, oldest first."""
-        rows = self._conn.execute("SELECT * FROM submissions ORDER BY id").fetchall()
+        rows = self._db.fetchall("SELECT * FROM submissions ORDER BY id")
         return [_row_to_submission(r) for r in rows]
 
     def graded_with_fingerprint(self, fingerprint: str) -> Submission | None:
@@ -223,23 +229,23 @@ class Ledger:
         own and so stands for the same files submitted again: graded, or failed by the
         model's fault. A harness failure (or an older ledger's failure of unknown kind) is
         never returned: those files deserve another evaluation."""
-        row = self._conn.execute(
+        row = self._db.fetchone(
             "SELECT * FROM submissions WHERE fingerprint = ? AND duplicate_of IS NULL"
             " AND (status = 'graded' OR (status = 'failed' AND failure_kind = 'model'))"
             " ORDER BY id LIMIT 1",
             (fingerprint,),
-        ).fetchone()
+        )
         return _row_to_submission(row) if row else None
 
     def retryable_failure(self, fingerprint: str) -> Submission | None:
         """The latest failed submission with this fingerprint that was not the model's fault
         (a harness failure, or a failure of unknown kind in an older ledger), if any: the one
         a new evaluation of the same files retries."""
-        row = self._conn.execute(
+        row = self._db.fetchone(
             "SELECT * FROM submissions WHERE fingerprint = ? AND status = 'failed'"
             " AND (failure_kind IS NULL OR failure_kind != 'model') ORDER BY id DESC LIMIT 1",
             (fingerprint,),
-        ).fetchone()
+        )
         return _row_to_submission(row) if row else None
 
     def in_flight(self) -> list[Submission]:
@@ -251,17 +257,84 @@ class Ledger:
         return comparison.best(self.submissions())
 
     # -- rejections -----------------------------------------------------------------------
-    def add_rejection(self, path: str | None, http_status: int, reason: str) -> int:
-        with self._tx() as c:
+    def add_rejection(
+        self, path: str | None, http_status: int, reason: str, at: float | None = None
+    ) -> int:
+        """Record a refused attempt and return its row id. ``path`` and ``reason`` are
+        stored cut by :func:`cap_text` (at most :data:`MAX_REJECTION_FIELD_BYTES` each, the
+        cut marked): the attempt may be unauthenticated and its values arbitrary."""
+        row = (
+            at if at is not None else time.time(),
+            None if path is None else cap_text(str(path)),
+            http_status,
+            cap_text(str(reason)),
+        )
+        with self._db.transaction() as c:
             cur = c.execute(
-                "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)",
-                (time.time(), path, http_status, reason),
+                "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)", row
             )
             return int(cur.lastrowid)
 
+    def rejection_count(self, since: float | None = None) -> int:
+        """How many rejections are recorded (at or after time ``since``, if given): an
+        index count, cheap enough to call on every request (to rate-limit them)."""
+        if since is None:
+            row = self._db.fetchone("SELECT COUNT(*) AS n FROM rejections")
+        else:
+            row = self._db.fetchone("SELECT COUNT(*) AS n FROM rejections WHERE at >= ?", (since,))
+        return int(row["n"]) if row else 0
+
     def rejections(self) -> list[Rejection]:
-        rows = self._conn.execute("SELECT * FROM rejections ORDER BY id").fetchall()
+        rows = self._db.fetchall("SELECT * FROM rejections ORDER BY id")
         return [Rejection(**dict(r)) for r in rows]
+
+    # -- settling (the grading service's submission lifecycle) ----------------------------
+    def withdraw_submission(
+        self, submission_id: int, rejection: tuple[str | None, int, str] | None
+    ) -> None:
+        """A recorded submission that turned out to be a refusal (bad files found while
+        staging, no disk space): in one transaction, delete its row if it is still
+        ``evaluating`` and record ``rejection`` (path, HTTP status, reason; cut as in
+        :meth:`add_rejection`), or nothing when ``rejection`` is None (rate-limited).
+        Edge case: the id of a deleted last row is given to the next submission."""
+        with self._db.transaction() as c:
+            c.execute(
+                "DELETE FROM submissions WHERE id = ? AND status = 'evaluating'", (submission_id,)
+            )
+            if rejection is not None:
+                path, status, reason = rejection
+                c.execute(
+                    "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)",
+                    (
+                        time.time(),
+                        None if path is None else cap_text(str(path)),
+                        status,
+                        cap_text(str(reason)),
+                    ),
+                )
+
+    def fail_unfinished(self, reason: str, ids: list[int] | None = None) -> list[int]:
+        """End every row still ``evaluating`` (only those in ``ids``, if given) as
+        ``failed``/``harness`` with ``reason``; returns their ids. For the run's end: the
+        grading service stopped, so nothing will settle them; being harness failures, the
+        same files submitted again later are evaluated."""
+        if ids is not None and not ids:
+            return []
+        where = "status = 'evaluating'"
+        params: list[Any] = []
+        if ids is not None:
+            where += f" AND id IN ({', '.join('?' for _ in ids)})"
+            params = list(ids)
+        with self._db.transaction() as c:
+            found = [
+                int(r["id"]) for r in c.execute(f"SELECT id FROM submissions WHERE {where}", params)
+            ]
+            c.execute(
+                f"UPDATE submissions SET status = 'failed', failure_kind = 'harness', error = ?,"
+                f" finished_at = ? WHERE {where}",
+                (reason, time.time(), *params),
+            )
+        return found
 
 
 def _to_sql(column: str, value: Any) -> Any:

@@ -20,13 +20,13 @@ episodes and environment steps the agent collected, and when. Tables:
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent2rl.rollout.env import SearchRecord
+from agent2rl.sqlite_store import SQLiteStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -82,28 +82,24 @@ class SessionRow:
     done: bool
 
 
+def _add_kind(conn: sqlite3.Connection) -> None:
+    """Give a record written before steps had kinds its ``kind`` column."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(steps)")}
+    if "kind" not in columns:
+        conn.execute("ALTER TABLE steps ADD COLUMN kind TEXT NOT NULL DEFAULT 'step'")
+
+
 class EnvLedger:
-    """A connection to one run's rollout record; thread-safe (one lock per connection)."""
+    """A connection to one run's rollout record; thread-safe (one connection behind one
+    lock, :class:`~agent2rl.sqlite_store.SQLiteStore`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
         # A lost last step on a power cut is acceptable; a slow commit per step is not.
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA busy_timeout=30000")
-        self._conn.executescript(SCHEMA)
-        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(steps)")}
-        if "kind" not in columns:  # a record written before steps had kinds
-            self._conn.execute("ALTER TABLE steps ADD COLUMN kind TEXT NOT NULL DEFAULT 'step'")
+        self._db = SQLiteStore(self.path, schema=SCHEMA, migrate=_add_kind, synchronous="NORMAL")
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
     def __enter__(self) -> EnvLedger:
         return self
@@ -112,12 +108,11 @@ class EnvLedger:
         self.close()
 
     def open_session(self, game_id: str, group: str | None, at: float | None = None) -> int:
-        with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO sessions(game_id, task_type, opened_at) VALUES (?, ?, ?)",
-                (game_id, group, at if at is not None else time.time()),
-            )
-            return int(cur.lastrowid)
+        rowid = self._db.write(
+            "INSERT INTO sessions(game_id, task_type, opened_at) VALUES (?, ?, ?)",
+            (game_id, group, at if at is not None else time.time()),
+        )
+        return int(rowid or 0)
 
     def record_step(
         self,
@@ -133,32 +128,25 @@ class EnvLedger:
         """One step, the query it sent to a search engine (``search``, recorded as step
         number ``step``) and the session's running totals, in one transaction."""
         now = time.time()
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                self._conn.execute(
-                    "INSERT INTO steps(session_id, at, admissible, reward, kind)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (session_id, now, int(admissible), reward, kind),
-                )
-                if search is not None:
-                    row = {"session_id": session_id, "step": step or 0, "at": now}
-                    self._conn.execute(_INSERT_SEARCH, {**row, **search.to_row()})
-                self._conn.execute(
-                    "UPDATE sessions SET steps = steps + 1, reward = reward + ?, won = ?,"
-                    " done = ? WHERE id = ?",
-                    (reward, int(won), int(done), session_id),
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._db.transaction() as db:
+            db.execute(
+                "INSERT INTO steps(session_id, at, admissible, reward, kind)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (session_id, now, int(admissible), reward, kind),
+            )
+            if search is not None:
+                row = {"session_id": session_id, "step": step or 0, "at": now}
+                db.execute(_INSERT_SEARCH, {**row, **search.to_row()})
+            db.execute(
+                "UPDATE sessions SET steps = steps + 1, reward = reward + ?, won = ?,"
+                " done = ? WHERE id = ?",
+                (reward, int(won), int(done), session_id),
+            )
 
     def record_search(self, session_id: int, step: int, search: SearchRecord) -> None:
         """A query that played no step (its search failed): recorded as step ``step``."""
         row = {"session_id": session_id, "step": step, "at": time.time(), **search.to_row()}
-        with self._lock:
-            self._conn.execute(_INSERT_SEARCH, row)
+        self._db.write(_INSERT_SEARCH, row)
 
     def searches(self, session_id: int | None = None) -> list[dict[str, Any]]:
         """The recorded queries (of one session, or all), oldest first: dicts of the
@@ -167,39 +155,32 @@ class EnvLedger:
         args: tuple[Any, ...] = ()
         if session_id is not None:
             sql, args = sql + " WHERE session_id = ?", (session_id,)
-        with self._lock:
-            cur = self._conn.execute(sql + " ORDER BY id", args)
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        return [dict(r) for r in self._db.fetchall(sql + " ORDER BY id", args)]
 
     def search_counts(self) -> dict[str, Any]:
         """``queries`` (all), ``failed``, ``sessions`` (that searched) and ``by_backend``
         (queries per backend)."""
-        with self._lock:
-            total, failed, sessions = self._conn.execute(
+        with self._db.read() as db:  # one snapshot: the totals agree with the breakdown
+            total, failed, sessions = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(error != ''), 0), COUNT(DISTINCT session_id)"
                 " FROM searches"
             ).fetchone()
-            rows = self._conn.execute(
-                "SELECT backend, COUNT(*) FROM searches GROUP BY backend"
-            ).fetchall()
+            rows = db.execute("SELECT backend, COUNT(*) FROM searches GROUP BY backend").fetchall()
         return {
             "queries": int(total),
             "failed": int(failed),
             "sessions": int(sessions),
-            "by_backend": {str(b): int(n) for b, n in sorted(rows)},
+            "by_backend": dict(sorted((str(b), int(n)) for b, n in rows)),
         }
 
     def close_session(self, session_id: int) -> None:
-        with self._lock:
-            self._conn.execute(
-                "UPDATE sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL",
-                (time.time(), session_id),
-            )
+        self._db.write(
+            "UPDATE sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL",
+            (time.time(), session_id),
+        )
 
     def sessions(self) -> list[SessionRow]:
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
+        rows = self._db.fetchall("SELECT * FROM sessions ORDER BY id")
         return [
             SessionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), bool(r[8]))
             for r in rows
@@ -207,15 +188,13 @@ class EnvLedger:
 
     def step_times(self) -> list[tuple[float, bool]]:
         """(time, admissible) of every step, oldest first."""
-        with self._lock:
-            rows = self._conn.execute("SELECT at, admissible FROM steps ORDER BY id").fetchall()
+        rows = self._db.fetchall("SELECT at, admissible FROM steps ORDER BY id")
         return [(float(at), bool(ok)) for at, ok in rows]
 
     def step_kinds(self) -> dict[str, int]:
         """How many steps of each kind were played."""
-        with self._lock:
-            rows = self._conn.execute("SELECT kind, COUNT(*) FROM steps GROUP BY kind").fetchall()
-        return {str(kind): int(n) for kind, n in sorted(rows)}
+        rows = self._db.fetchall("SELECT kind, COUNT(*) FROM steps GROUP BY kind")
+        return dict(sorted((str(kind), int(n)) for kind, n in rows))
 
 
 def summarize_env(path: Path, t0: float, buckets: int = 30) -> dict[str, Any] | None:

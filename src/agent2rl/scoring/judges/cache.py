@@ -8,7 +8,8 @@ the judge's top candidates (for audits), never anything an agent can reach: the 
 outside every workspace, and the task lists it among the paths every agent sandbox masks.
 
 Concurrent evaluations (a study's runs) share the file: WAL mode and a busy timeout let them
-read and write at once; a write lost to a crash only costs a judge call later.
+read and write at once; a write lost to a crash only costs a judge call later. Within a
+process, one connection behind one lock (:class:`~agent2rl.sqlite_store.SQLiteStore`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.scoring.judges.base import Pair
+from agent2rl.sqlite_store import SQLiteStore
 
 #: the cache file under ``AGENT2RL_HOME``
 CACHE_RELPATH = Path("cache") / "judge" / "judgments.sqlite3"
@@ -56,35 +58,35 @@ def pair_key(judge: str, pair: Pair) -> str:
 
 
 class JudgmentCache:
-    """Preferences by (judge, pair). Thread-safe (one connection behind a lock)."""
+    """Preferences by (judge, pair). Thread-safe (one connection behind one lock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
         # Opened on first use: a judge built only for its identity touches no file.
-        self._conn: sqlite3.Connection | None = None
+        self._store = SQLiteStore(self.path, schema=_SCHEMA, timeout=60.0, lazy=True)
+
+    @property
+    def _lock(self) -> threading.RLock:
+        """The store's lock, for subclasses that use :attr:`_db` directly."""
+        return self._store.lock
 
     @property
     def _db(self) -> sqlite3.Connection:
-        """The connection (callers hold ``_lock``)."""
-        if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(_SCHEMA)
-            self._conn.commit()
-        return self._conn
+        """The connection, opened if need be; callers hold :attr:`_lock`. It autocommits
+        (``isolation_level=None``): a batch of writes belongs in ``self._store.transaction()``."""
+        with self._store.read() as conn:  # opens the file on first use
+            return conn
 
     def get_many(self, judge: str, pairs: Sequence[Pair]) -> list[float | None]:
         """The cached preference of each pair (NaN for a cached unusable answer), None where
         there is none."""
         keys = [pair_key(judge, p) for p in pairs]
         found: dict[str, float] = {}
-        with self._lock:
+        with self._store.read() as db:
             for start in range(0, len(keys), 500):  # SQLite's host-parameter limit
                 chunk = keys[start : start + 500]
                 marks = ",".join("?" * len(chunk))
-                rows = self._db.execute(
+                rows = db.execute(
                     f"SELECT key, preference FROM judgments WHERE key IN ({marks})", chunk
                 ).fetchall()
                 found.update({k: math.nan if v is None else float(v) for k, v in rows})
@@ -105,12 +107,9 @@ class JudgmentCache:
             )
             for pair, pref, top in items
         ]
-        with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?, ?)", rows)
-            self._db.commit()
+        with self._store.transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?, ?)", rows)
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        """Close the file; a later use opens it again."""
+        self._store.close()
