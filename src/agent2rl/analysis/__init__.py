@@ -24,6 +24,9 @@ Modules:
     ``results.db``: one row per run (:class:`ResultsRow`), for cross-run analysis.
 ``compare``
     cross-run tables over those rows; refuses runs graded under different settings.
+``counting``
+    how a run counts in any cross-run aggregate: its flags (a flagged run counts as its base
+    model unless raw figures are asked for), the selected best and the final submission.
 
 Comparability with the baseline, the best submission and the bootstrap intervals are the
 grading service's (:mod:`agent2rl.grading.comparison`, :mod:`agent2rl.grading.noise`): the
