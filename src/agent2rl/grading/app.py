@@ -1,9 +1,34 @@
 """The grading service's HTTP API (FastAPI), one instance per run.
 
 Every endpoint but ``/health`` needs ``Authorization: Bearer <run token>``. Errors are 4xx
-with a JSON body ``{"error": "..."}`` naming the fix; every refused submission attempt is
-recorded in the ledger's ``rejections`` table. There is no endpoint that changes the
-baseline, the clock or past results.
+with a JSON body ``{"error": "..."}`` naming the fix (507 when the grader's own disk is too full
+to copy a submission; a JSON 500 only for a bug of the service itself). Every refused
+submission attempt is recorded in the ledger's ``rejections`` table, at most
+:attr:`GradingContext.rejections_per_minute` of them per minute: past that a refusal is
+answered 429 and only counted (meta ``rejections_unrecorded``), so a flood of bad requests
+cannot grow the ledger without bound. There is no endpoint that changes the baseline, the
+clock or past results.
+
+A submission's life (``POST /submit``), so that none can vanish:
+
+1. **record**: right after the token and the clock are checked, its ledger row is created
+   (status ``evaluating``), before anything slow; the run's end waits for such rows.
+2. **check and stage**: the path and files are checked, the code snapshot is taken (a
+   snapshot failure is logged in meta ``snapshot_errors`` and never fails the submission),
+   and the files the model needs are copied into ``grading/submissions/<id>/model``, one
+   staging at a time, and only when the grader's disk has room for them plus
+   :attr:`GradingContext.disk_margin_bytes`. A refusal here (bad files, too big, no room, a
+   full disk) *withdraws* the row: in one transaction it is deleted and a rejection recorded,
+   and the agent gets the 4xx/507; a refused attempt is never a submission.
+3. **grade**: hashed, de-duplicated (the same files are evaluated once: a duplicate of a
+   graded row is settled at once, without queueing), identity-checked and evaluated, one
+   evaluation at a time per run. Whatever goes wrong ends the row ``failed`` with a reason
+   (``harness`` for the grader's own errors); no row is left ``evaluating`` by an exception.
+
+When the service is stopped (SIGTERM) it kills its running evaluation worker at once (the
+worker also dies with the service on SIGKILL, :func:`agent2rl.grading.evaluator.run_evaluation`),
+and every row it created that is not settled ends ``failed``/``harness`` saying the run ended
+before it was graded.
 
 A submission's answer (and its row in ``GET /submissions``) says, besides the score:
 
@@ -18,28 +43,38 @@ A submission's answer (and its row in ``GET /submissions``) says, besides the sc
 
 from __future__ import annotations
 
+import errno
 import hmac
-import secrets
 import shutil
+import signal
+import sys
 import threading
 import time
+import traceback
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent2rl.grading.comparison import comparable, improvement
-from agent2rl.grading.evaluator import EvalSpec, run_evaluation
+from agent2rl.grading.evaluator import EvalSpec, EvalWorkers, run_evaluation
 from agent2rl.grading.ledger import Ledger, Submission
 from agent2rl.grading.noise import compare_items, load_item_scores
 from agent2rl.grading.submission import (
     SubmissionError,
     SubmissionLimits,
+    needed_files,
     precheck_submission,
     resolve_submission,
     stage_submission,
@@ -49,15 +84,33 @@ from agent2rl.models.weights import model_fingerprint, weights_hash
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import Settings
 
+#: The longest ``model_path`` accepted; a longer one is a malformed request (400).
+MAX_MODEL_PATH_CHARS = 4096
+#: The largest request body read; a larger one is refused (413) before it is parsed.
+MAX_BODY_BYTES = 64 * 1024
+#: The reason of every row the run's end (or a stopping service) leaves unsettled.
+RUN_ENDED = (
+    "the run ended before this submission was graded (the grading service stopped): "
+    "not the model's fault"
+)
+
 
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model_path: str
+    model_path: str = Field(max_length=MAX_MODEL_PATH_CHARS)
 
 
 @dataclass
 class GradingContext:
-    """What the service needs to grade one run."""
+    """What the service needs to grade one run.
+
+    ``eval_lock_wait_s``: how long an evaluation may wait for its device (held by other
+    runs) before it fails as ``harness``; None: :func:`run_evaluation`'s default. The
+    ``eval_timeout_s`` clock starts only once the device is held.
+    ``staging_slots``: submissions copied at once. ``disk_margin_bytes``: free space the
+    grader's disk must keep beyond a submission's size for it to be copied.
+    ``rejections_per_minute``: refusals stored row by row in any minute (the rest: 429).
+    """
 
     paths: RunPaths
     info: RunInfo
@@ -68,18 +121,95 @@ class GradingContext:
     base_model_dir: Path
     eval_spec: EvalSpec
     snapshot: Any = None  # callable(message) -> commit id, or None
+    eval_lock_wait_s: float | None = None
+    staging_slots: int = 1
+    disk_margin_bytes: int = 256 * 2**20
+    rejections_per_minute: int = 120
+    submit_threads: int = 64
     eval_lock: threading.Lock = field(default_factory=threading.Lock)
+    workers: EvalWorkers = field(default_factory=EvalWorkers)
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str, path: str | None = None) -> None:
+    """A refused request; ``sub_id`` is the row to withdraw when the refusal came after the
+    submission was recorded."""
+
+    def __init__(
+        self, status: int, message: str, path: str | None = None, sub_id: int | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.path = status, message, path
+        self.status, self.message, self.path, self.sub_id = status, message, path, sub_id
+
+
+class RejectionLimiter:
+    """At most ``per_minute`` refusals stored in any 60 s window (a sliding window);
+    thread-safe. ``unrecorded`` counts the refusals it turned away."""
+
+    def __init__(self, per_minute: int, window_s: float = 60.0) -> None:
+        self.per_minute, self.window_s = per_minute, window_s
+        self._stored: deque[float] = deque()
+        self._lock = threading.Lock()
+        self.unrecorded = 0
+
+    def admit(self, now: float | None = None) -> bool:
+        """True if this refusal may be stored (and counts it), False if over the limit."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._stored and self._stored[0] <= now - self.window_s:
+                self._stored.popleft()
+            if len(self._stored) >= self.per_minute:
+                self.unrecorded += 1
+                return False
+            self._stored.append(now)
+            return True
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is answered 413 before the app
+    parses it (with or without a Content-Length header). ``on_refusal(path, status, message)``
+    records it (rate-limited) and returns the status and message to answer."""
+
+    def __init__(self, app: Any, limit: int, on_refusal: Any) -> None:
+        self.app, self.limit, self.on_refusal = app, limit, on_refusal
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        too_big = declared is not None and declared.isdigit() and int(declared) > self.limit
+        body, more = b"", not too_big
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            too_big = len(body) > self.limit
+            if too_big:
+                break
+        if too_big:
+            status, error = await self.on_refusal(
+                scope.get("path"),
+                413,
+                f"request body over {self.limit} bytes: send only the JSON {{model_path: ...}}",
+            )
+            await JSONResponse({"error": error}, status_code=status)(scope, receive, send)
+            return
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def create_app(ctx: GradingContext) -> FastAPI:
     """Build the app for one run. The ledger must already hold the baseline."""
-    app = FastAPI(title="agent2rl grading service", docs_url=None, redoc_url=None, openapi_url=None)
     ledger = Ledger(ctx.paths.ledger)
     baseline: dict = ledger.get_meta("baseline") or {}
     base_hash: str | None = ledger.get_meta("base_weights_hash")
@@ -90,6 +220,57 @@ def create_app(ctx: GradingContext) -> FastAPI:
         else None
     )
     noise_cache: dict[int, dict[str, Any]] = {}
+    limiter = RejectionLimiter(ctx.rejections_per_minute)
+    unrecorded_saved = [0.0, 0]  # when and what was last written to meta
+    staging_slots = threading.BoundedSemaphore(max(1, ctx.staging_slots))
+    meta_lock = threading.Lock()
+    mine: set[int] = set()  # rows this service created (settled or not)
+    submit_pool: dict[str, anyio.CapacityLimiter] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Submissions get their own threads: a queue of them waiting for the evaluation
+        # must not take every thread that status polls are answered from.
+        submit_pool["limiter"] = anyio.CapacityLimiter(ctx.submit_threads)
+        restore = _on_sigterm(ctx.workers.stop)
+        try:
+            yield
+        finally:
+            ctx.workers.stop()
+            await run_in_threadpool(_close_mine)
+            restore()
+
+    app = FastAPI(
+        title="agent2rl grading service",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
+
+    async def body_refused(path: str | None, status: int, message: str) -> tuple[int, str]:
+        if path != "/submit":
+            return status, message
+        return await run_in_threadpool(record_refusal, None, status, message)
+
+    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES, on_refusal=body_refused)
+
+    def _close_mine() -> None:
+        """Settle this service's unsettled rows as the run's end (stopping)."""
+        closed = ledger.fail_unfinished(RUN_ENDED, ids=sorted(mine))
+        if closed:
+            print(
+                f"grading service stopping: {len(closed)} unsettled row(s) failed", file=sys.stderr
+            )
+        _save_unrecorded(force=True)
+
+    def _save_unrecorded(force: bool = False) -> None:
+        # At most once a second: a flood of refusals must not become a flood of writes.
+        with meta_lock:
+            n, now = limiter.unrecorded, time.monotonic()
+            if n != unrecorded_saved[1] and (force or now - unrecorded_saved[0] >= 1.0):
+                unrecorded_saved[:] = [now, n]
+                ledger.set_meta("rejections_unrecorded", n)
 
     def noise(s: Submission) -> dict[str, Any]:
         """Intervals for a graded submission (cached: a graded row never changes). One graded
@@ -111,32 +292,67 @@ def create_app(ctx: GradingContext) -> FastAPI:
     def authorize(request: Request, path: str | None = None) -> None:
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), ctx.token):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), ctx.token.encode()
+        ):
             raise _Refused(
                 401,
                 "missing or wrong token: send the header 'Authorization: Bearer $GRADING_TOKEN'",
                 path,
             )
 
+    def record_refusal(
+        path: str | None, status: int, message: str, sub_id: int | None = None
+    ) -> tuple[int, str]:
+        """Store one refused /submit attempt (withdrawing its row, if it had one) unless over
+        the rate limit; returns the status and message to answer."""
+        admitted = limiter.admit()
+        if sub_id is not None:
+            shutil.rmtree(ctx.paths.submission_dir(sub_id), ignore_errors=True)
+            ledger.withdraw_submission(sub_id, (path, status, message) if admitted else None)
+            mine.discard(sub_id)
+        elif admitted:
+            ledger.add_rejection(path, status, message)
+        if admitted:
+            return status, message
+        _save_unrecorded()
+        return 429, (
+            f"too many refused requests (over {limiter.per_minute} a minute): wait a minute "
+            f"before retrying. This request was refused too: {message}"
+        )
+
     @app.exception_handler(_Refused)
     async def _refused(request: Request, exc: _Refused) -> JSONResponse:
+        status, message = exc.status, exc.message
         if request.url.path == "/submit":
-            ledger.add_rejection(exc.path, exc.status, exc.message)
-        return JSONResponse({"error": exc.message}, status_code=exc.status)
+            status, message = await run_in_threadpool(
+                record_refusal, _capped(exc.path), exc.status, exc.message, exc.sub_id
+            )
+        return JSONResponse({"error": message}, status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
         msg = (
             'request body must be JSON like {"model_path": "output/v1"} with the header '
-            "Content-Type: application/json"
+            f"Content-Type: application/json (a path of at most {MAX_MODEL_PATH_CHARS} characters)"
         )
+        status = 400
         if request.url.path == "/submit":
-            ledger.add_rejection(None, 400, msg)
-        return JSONResponse({"error": msg}, status_code=400)
+            status, msg = await run_in_threadpool(record_refusal, None, 400, msg)
+        return JSONResponse({"error": msg}, status_code=status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        # The last resort: a bug of this service. Never a traceback to the agent.
+        traceback.print_exception(exc, file=sys.stderr)
+        return JSONResponse(
+            {"error": f"internal error of the grading service ({type(exc).__name__}): try again"},
+            status_code=500,
+        )
 
     def deadline() -> float | None:
         # The orchestrator starts the clock only after this service is up: re-read run.json
@@ -199,32 +415,35 @@ def create_app(ctx: GradingContext) -> FastAPI:
         }
 
     @app.post("/submit")
-    def submit(req: SubmitRequest, request: Request) -> dict[str, Any]:
+    async def submit(req: SubmitRequest, request: Request) -> dict[str, Any]:
         authorize(request, req.model_path)
+        return await anyio.to_thread.run_sync(
+            _submit, req.model_path, limiter=submit_pool.get("limiter")
+        )
+
+    def _submit(model_path: str) -> dict[str, Any]:
         end = deadline()
         if end is None:
-            raise _Refused(
-                409, "the run has not started yet: try again in a moment", req.model_path
-            )
+            raise _Refused(409, "the run has not started yet: try again in a moment", model_path)
         if time.time() > end:
-            raise _Refused(
-                409, "the budget is over: no more submissions are graded", req.model_path
-            )
-        staging = ctx.paths.grading / "staging" / secrets.token_hex(8)
+            raise _Refused(409, "the budget is over: no more submissions are graded", model_path)
+        # Recorded before anything slow: from here on the run's end waits for this row, and
+        # whatever happens it ends graded, failed (with a reason) or withdrawn as a refusal.
+        sub_id = ledger.add_submission(_capped(model_path) or "", None, None, None)
+        mine.add(sub_id)
         try:
-            model_dir = resolve_submission(req.model_path, ctx.paths.workspace)
-            precheck_submission(model_dir)
-            roots = [ctx.paths.output.resolve(), ctx.base_model_dir.resolve()]
-            stage_submission(model_dir, staging, roots, ctx.limits)
+            copy = _check_and_stage(sub_id, model_path)
+        except _Refused as refused:
+            refused.sub_id = sub_id
+            raise
         except SubmissionError as err:
-            raise _Refused(err.status, str(err), req.model_path) from None
-        rel = str(model_dir.relative_to(ctx.paths.workspace.resolve()))
-        snapshot = ctx.snapshot(f"submission: {rel}") if ctx.snapshot else None
-        sub_id = ledger.add_submission(rel, None, None, snapshot)
-        copy = ctx.paths.submission_dir(sub_id) / "model"
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(copy)
-        with ctx.eval_lock:  # one evaluation at a time for this run
+            raise _Refused(err.status, str(err), model_path, sub_id) from None
+        except Exception as err:  # the grader's own failure: recorded on the row
+            traceback.print_exc(file=sys.stderr)
+            _fail(
+                sub_id, f"the grader could not copy the submission ({_describe(err)}): submit again"
+            )
+        else:
             _grade(sub_id, copy)
         s = ledger.submission(sub_id)
         best = ledger.best()
@@ -237,73 +456,124 @@ def create_app(ctx: GradingContext) -> FastAPI:
             "remaining_s": remaining(),
         }
 
+    def _fail(sub_id: int, error: str, kind: str = "harness") -> None:
+        ledger.update_submission(
+            sub_id, status="failed", error=error, failure_kind=kind, finished_at=time.time()
+        )
+
+    def _check_and_stage(sub_id: int, model_path: str) -> Path:
+        """Check the path and files, snapshot the code, copy the model privately; raises
+        :class:`SubmissionError` / :class:`_Refused` for a refusal."""
+        model_dir = resolve_submission(model_path, ctx.paths.workspace)
+        precheck_submission(model_dir)
+        rel = str(model_dir.relative_to(ctx.paths.workspace.resolve()))
+        ledger.update_submission(sub_id, path=rel)
+        _snapshot(sub_id, rel)
+        sub_dir = ctx.paths.submission_dir(sub_id)
+        with staging_slots:
+            # Checked under the slot: concurrent copies cannot all pass one free-space reading.
+            need = sum(_size(f) for f in needed_files(model_dir))
+            sub_dir.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(sub_dir).free
+            if free < need + ctx.disk_margin_bytes:
+                raise _Refused(
+                    507,
+                    f"the grader's disk is too full to copy this submission ({free / 2**20:.0f} "
+                    f"MiB free, it needs {need / 2**20:.0f} MiB plus "
+                    f"{ctx.disk_margin_bytes / 2**20:.0f} MiB to spare): submit again later",
+                    model_path,
+                )
+            partial = sub_dir / "model.partial"
+            roots = [ctx.paths.output.resolve(), ctx.base_model_dir.resolve()]
+            try:
+                stage_submission(model_dir, partial, roots, ctx.limits)
+            except OSError as err:
+                if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise _Refused(
+                    507,
+                    "the grader's disk filled up while copying this submission (no space left"
+                    " on device): it was not accepted; submit again later",
+                    model_path,
+                ) from None
+            copy = sub_dir / "model"
+            partial.rename(copy)
+        return copy
+
+    def _snapshot(sub_id: int, rel: str) -> None:
+        """The code snapshot for this submission; a failure is logged, never fatal."""
+        if not ctx.snapshot:
+            return
+        try:
+            ledger.update_submission(sub_id, snapshot=ctx.snapshot(f"submission: {rel}"))
+        except Exception as err:  # a recording failure must not cost the agent its submission
+            traceback.print_exc(file=sys.stderr)
+            with meta_lock:
+                errors = ledger.get_meta("snapshot_errors") or {}
+                errors[str(sub_id)] = _describe(err)[:500]
+                ledger.set_meta("snapshot_errors", errors)
+
     def _grade(sub_id: int, copy: Path) -> None:
-        """Hash, de-duplicate, check identity, evaluate the private copy; leaves the row
-        graded or failed (with whose fault it was)."""
+        """Grade the private copy; never raises: any exception ends the row failed
+        (``harness``) with the reason, and the weights copy is removed."""
+        try:
+            _grade_copy(sub_id, copy)
+        except Exception as err:
+            traceback.print_exc(file=sys.stderr)
+            _fail(sub_id, f"the grader failed while grading ({_describe(err)}): submit again")
+        finally:
+            for f in copy.glob("*.safetensors"):  # only needed while evaluating
+                f.unlink(missing_ok=True)
+
+    def _grade_copy(sub_id: int, copy: Path) -> None:
+        """Hash, de-duplicate, check identity, evaluate; leaves the row graded or failed
+        (with whose fault it was)."""
         sub_dir = ctx.paths.submission_dir(sub_id)
         try:
             digest = weights_hash(copy)
             fingerprint = model_fingerprint(copy, digest)
         except (OSError, ValueError) as err:
-            ledger.update_submission(
+            # Malformed safetensors are the model's; an I/O error on our copy is ours.
+            _fail(
                 sub_id,
-                status="failed",
-                finished_at=time.time(),
-                error=f"could not read the submission: {err}",
-                # Malformed safetensors are the model's; an I/O error on our copy is ours.
-                failure_kind="model" if isinstance(err, ValueError) else "harness",
+                f"could not read the submission: {err}",
+                "model" if isinstance(err, ValueError) else "harness",
             )
             return
         is_copy = bool(base_hash) and digest == base_hash
         ledger.update_submission(
             sub_id, weights_hash=digest, fingerprint=fingerprint, is_copy=is_copy
         )
-        if is_copy and fingerprint == base_fingerprint:  # the base model itself: its baseline
-            identity = check_identity(copy, ctx.base_model_dir).to_dict()
-            shutil.rmtree(copy, ignore_errors=True)
+        if _settle_known(sub_id, copy, is_copy, fingerprint):
+            return  # no evaluation needed: no waiting in the queue either
+        while not ctx.eval_lock.acquire(timeout=0.5):  # one evaluation at a time for this run
+            if ctx.workers.stopped.is_set():
+                _fail(sub_id, RUN_ENDED)
+                return
+        try:
+            if ctx.workers.stopped.is_set():
+                _fail(sub_id, RUN_ENDED)
+                return
+            # The same files may have been graded while this one waited: evaluated once.
+            if _settle_known(sub_id, copy, is_copy, fingerprint):
+                return
+            # Before the weights copy is deleted; a report, never a change to the score.
             ledger.update_submission(
-                sub_id,
-                identity=identity,
-                status="graded",
-                is_copy=True,
-                score=baseline.get("score"),
-                n_items=baseline.get("n_items"),
-                items_path=baseline.get("items_path"),
-                eval_seconds=0.0,
-                eval_hash=baseline.get("eval_hash"),
-                finished_at=time.time(),
+                sub_id, identity=check_identity(copy, ctx.base_model_dir).to_dict()
             )
-            return
-        earlier = ledger.graded_with_fingerprint(fingerprint)
-        if earlier is not None and earlier.id != sub_id:  # same files: same outcome
-            shutil.rmtree(copy, ignore_errors=True)
-            ledger.update_submission(
-                sub_id,
-                status=earlier.status,
-                duplicate_of=earlier.id,
-                score=earlier.score,
-                n_items=earlier.n_items,
-                items_path=earlier.items_path,
-                eval_seconds=0.0,
-                eval_hash=earlier.eval_hash,
-                error=earlier.error,
-                failure_kind=earlier.failure_kind,
-                identity=earlier.identity,
-                finished_at=time.time(),
+            # The same files failed before through no fault of their own: evaluate them again.
+            retried = ledger.retryable_failure(fingerprint)
+            outcome = run_evaluation(
+                ctx.eval_spec,
+                copy,
+                sub_dir,
+                ctx.settings,
+                timeout_s=ctx.eval_timeout_s,
+                lock_wait_s=ctx.eval_lock_wait_s,
+                workers=ctx.workers,
             )
-            return
-        # Before the weights copy is deleted; a report, never a change to the score.
-        ledger.update_submission(
-            sub_id, identity=check_identity(copy, ctx.base_model_dir).to_dict()
-        )
-        # The same files failed before through no fault of their own: evaluate them again.
-        retried = ledger.retryable_failure(fingerprint)
-        outcome = run_evaluation(
-            ctx.eval_spec, copy, sub_dir, ctx.settings, timeout_s=ctx.eval_timeout_s
-        )
-        # The weights copy is only needed while evaluating; keep config for the record.
-        for f in copy.glob("*.safetensors"):
-            f.unlink(missing_ok=True)
+        finally:
+            ctx.eval_lock.release()
         items = str(outcome.items_path.relative_to(ctx.paths.root)) if outcome.items_path else None
         ledger.update_submission(
             sub_id,
@@ -319,4 +589,78 @@ def create_app(ctx: GradingContext) -> FastAPI:
             finished_at=time.time(),
         )
 
+    def _settle_known(sub_id: int, copy: Path, is_copy: bool, fingerprint: str) -> bool:
+        """Settle the row without evaluating when its outcome is known: the base model
+        itself (the baseline's score) or the same files as an earlier graded or model-failed
+        row (that row's outcome). False when it must be evaluated."""
+        if is_copy and fingerprint == base_fingerprint:  # the base model itself: its baseline
+            identity = check_identity(copy, ctx.base_model_dir).to_dict()
+            ledger.update_submission(
+                sub_id,
+                identity=identity,
+                status="graded",
+                is_copy=True,
+                score=baseline.get("score"),
+                n_items=baseline.get("n_items"),
+                items_path=baseline.get("items_path"),
+                eval_seconds=0.0,
+                eval_hash=baseline.get("eval_hash"),
+                finished_at=time.time(),
+            )
+            return True
+        earlier = ledger.graded_with_fingerprint(fingerprint)
+        if earlier is None or earlier.id == sub_id:
+            return False
+        ledger.update_submission(  # same files: same outcome
+            sub_id,
+            status=earlier.status,
+            duplicate_of=earlier.id,
+            score=earlier.score,
+            n_items=earlier.n_items,
+            items_path=earlier.items_path,
+            eval_seconds=0.0,
+            eval_hash=earlier.eval_hash,
+            error=earlier.error,
+            failure_kind=earlier.failure_kind,
+            identity=earlier.identity,
+            finished_at=time.time(),
+        )
+        return True
+
     return app
+
+
+def _capped(text: str | None, limit: int = 1024) -> str | None:
+    """At most ``limit`` characters of agent-given text, for the ledger."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"...[{len(text)} characters]"
+
+
+def _describe(err: BaseException) -> str:
+    first = next((line for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # vanished or unreadable: staging refuses it with a clear message
+        return 0
+
+
+def _on_sigterm(stop: Any) -> Any:
+    """Call ``stop()`` first thing on SIGTERM, then the handler already installed (uvicorn's
+    graceful shutdown). Returns the function that puts the previous handler back. Off the
+    main thread (no signals there) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(sig: int, frame: Any) -> None:
+        stop()  # kill the evaluation worker now, not after the graceful wait
+        if callable(previous):
+            previous(sig, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)

@@ -5,6 +5,12 @@ The orchestrator starts it (one per run) with the run token in the environment v
 ``grading/service.json`` (port, pid) atomically once it is ready to accept connections, and
 serves until SIGTERM. :func:`start_service` is the orchestrator's side of that handshake
 (:mod:`agent2rl.child_process`).
+
+The run's end, so that every accepted submission is settled or says why not: while the
+agent is gone but the service runs, :func:`wait_for_in_flight` waits for rows still
+``evaluating`` (queued ones included, as long as each keeps settling within a per-row
+timeout); once the service is stopped, :func:`close_unfinished` ends any row left
+``evaluating`` (the service was killed) as a ``harness`` failure saying the run ended.
 """
 
 from __future__ import annotations
@@ -12,11 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agent2rl.child_process import ServiceHandle, serve_on_free_port, start_announcing
 from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic
+from agent2rl.grading.ledger import Ledger
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import load_settings
 
@@ -31,8 +40,13 @@ def start_service(
     max_bytes: int,
     base_model_dir: Path,
     ready_timeout: float = 60.0,
+    options: dict[str, float | int] | None = None,
 ) -> ServiceHandle:
-    """Start the service for the run in ``paths`` and wait until it answers."""
+    """Start the service for the run in ``paths`` and wait until it answers.
+
+    ``options``: :class:`~agent2rl.grading.app.GradingContext` settings by field name
+    (``eval_lock_wait_s``, ``disk_margin_bytes``, ``rejections_per_minute``, ``staging_slots``);
+    unset ones keep their defaults."""
     cmd = [
         sys.executable,
         "-m",
@@ -45,6 +59,8 @@ def start_service(
         "--base-model",
         str(base_model_dir),
     ]
+    for name, value in (options or {}).items():
+        cmd += ["--" + name.replace("_", "-"), str(value)]
     proc, port = start_announcing(
         cmd,
         env={**os.environ, TOKEN_ENV: token},
@@ -68,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-timeout", type=float, required=True)
     ap.add_argument("--max-bytes", type=int, required=True)
     ap.add_argument("--base-model", type=Path, required=True)
+    ap.add_argument("--eval-lock-wait-s", type=float, default=None)
+    ap.add_argument("--disk-margin-bytes", type=int, default=256 * 2**20)
+    ap.add_argument("--rejections-per-minute", type=int, default=120)
+    ap.add_argument("--staging-slots", type=int, default=1)
     args = ap.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
@@ -87,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         base_model_dir=args.base_model,
         eval_spec=spec,
         snapshot=recorder.snapshot,
+        eval_lock_wait_s=args.eval_lock_wait_s,
+        disk_margin_bytes=args.disk_margin_bytes,
+        rejections_per_minute=args.rejections_per_minute,
+        staging_slots=args.staging_slots,
     )
     app = create_app(ctx)
     serve_on_free_port(
@@ -94,6 +118,35 @@ def main(argv: list[str] | None = None) -> int:
         lambda port: write_json_atomic(paths.service_json, {"port": port, "pid": os.getpid()}),
     )
     return 0
+
+
+def wait_for_in_flight(
+    ledger: Ledger, per_row_timeout_s: float, tick: Callable[[int], None] | None = None
+) -> list[int]:
+    """Wait while rows are ``evaluating`` (the service still running): as long as some row
+    settles within ``per_row_timeout_s`` of the last one (evaluations queued behind one
+    another each get their own time), or until none is left. ``tick(n_left)`` is called about
+    twice a second. Returns the ids still unsettled (for :func:`close_unfinished`)."""
+    left = {s.id for s in ledger.in_flight()}
+    last_progress = time.monotonic()
+    while left and time.monotonic() - last_progress < per_row_timeout_s:
+        if tick is not None:
+            tick(len(left))
+        time.sleep(0.5)
+        now_left = {s.id for s in ledger.in_flight()}
+        if now_left - left or left - now_left:  # one settled (or a late one was recorded)
+            last_progress = time.monotonic()
+        left = now_left
+    return sorted(left)
+
+
+def close_unfinished(ledger: Ledger) -> list[int]:
+    """After the service has stopped: every row still ``evaluating`` ends ``failed`` as a
+    ``harness`` failure, "the run ended before it was graded"; returns their ids. A service
+    stopped by SIGTERM has done this already for its own rows; this covers one killed."""
+    from agent2rl.grading.app import RUN_ENDED
+
+    return ledger.fail_unfinished(RUN_ENDED)
 
 
 if __name__ == "__main__":

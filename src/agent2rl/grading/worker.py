@@ -5,7 +5,8 @@ the inference backend, runs the task's evaluation on its private split and write
 ``items.jsonl`` (per-item results) and ``result.json`` (score, n_items, seconds, eval_hash),
 both atomically. Running in a child process means a crash, a hang or a memory blow-up of the
 model cannot take the grading service down, and GPU memory is freed after every submission.
-Evaluations on one device are serialised across runs by a file lock.
+Evaluations on one device are serialised across runs by a file lock per physical device
+(:func:`device_lock_names`); the worker writes ``started.json`` once it holds them.
 
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
 "harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
@@ -15,8 +16,11 @@ it was from the stage it happened in (see :mod:`agent2rl.grading.evaluator`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
+import os
+import subprocess
 import sys
 import time
 import traceback
@@ -25,15 +29,64 @@ from typing import Literal
 
 from agent2rl.errors import ModelFault
 from agent2rl.files import write_json_atomic, write_jsonl
-from agent2rl.grading.evaluator import EvalSpec, FailureKind
+from agent2rl.grading.evaluator import STARTED_FILE, EvalSpec, FailureKind
 from agent2rl.inference import load_backend
+from agent2rl.inference.backend import BackendConfig
 from agent2rl.tasks import get_task, prepare_task
 
 
-def device_name() -> str:
+def device_lock_names(
+    backend: BackendConfig, visible: str | None, cuda: bool, uuids: dict[str, str] | None = None
+) -> list[str]:
+    """The names of the device locks an evaluation with ``backend`` must hold, sorted (the
+    order they are taken in, so two workers never deadlock).
+
+    ``cuda`` False: ``["cpu"]`` (every CPU evaluation on the host shares one). On CUDA, the
+    backend uses the first ``tensor_parallel_size`` visible devices under vLLM (or ``auto``,
+    which picks vLLM on a GPU when it is installed), else the first one; each lock names the
+    *physical* device: the entry of ``visible`` (``CUDA_VISIBLE_DEVICES``: indices, UUIDs or MIG
+    ids) at that position, an index mapped to its UUID through ``uuids`` (from
+    :func:`gpu_uuids`) when known, so that ``0`` and ``GPU-...`` name one lock. Without
+    ``visible`` the visible devices are the host's, by index. Edge case: without ``uuids`` a
+    device named once by index and once by UUID gets two locks.
+    """
+    if not cuda:
+        return ["cpu"]
+    n = max(1, backend.tensor_parallel_size) if backend.kind in ("vllm", "auto") else 1
+    entries = [e.strip() for e in visible.split(",")] if visible is not None else []
+    entries = [e for e in entries if e] or [str(i) for i in range(n)]
+    names = []
+    for entry in entries[:n]:
+        physical = (uuids or {}).get(entry, entry)
+        names.append("gpu-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in physical))
+    return sorted(set(names))
+
+
+def gpu_uuids() -> dict[str, str]:
+    """``nvidia-smi``'s index -> UUID map ({} when it is missing or fails). Asked through the
+    tool so that this process does not initialise CUDA before the backend does (vLLM forks)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    pairs = (line.split(",", 1) for line in out.splitlines() if "," in line)
+    return {i.strip(): u.strip() for i, u in pairs}
+
+
+def device_locks(backend: BackendConfig) -> list[str]:
+    """:func:`device_lock_names` for this process's environment."""
     import torch
 
-    return "cuda0" if torch.cuda.is_available() else "cpu"
+    cuda = torch.cuda.is_available()
+    return device_lock_names(
+        backend, os.environ.get("CUDA_VISIBLE_DEVICES"), cuda, gpu_uuids() if cuda else None
+    )
 
 
 Stage = Literal["setup", "load", "evaluate"]
@@ -91,10 +144,19 @@ def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: 
         task.record_dir = out  # a scorer's private records (a judge's usage) land here
         prepared = prepare_task(task, store)
         locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"eval-{device_name()}.lock", "w") as lock:
+        names = device_locks(spec.backend)
+        with contextlib.ExitStack() as held:
             waited = time.time()
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            for name in names:  # sorted: two workers never hold one each and wait for the other
+                lock = held.enter_context(open(locks / f"eval-{name}.lock", "w"))
+                fcntl.flock(lock, fcntl.LOCK_EX)
             waited = time.time() - waited
+            # The parent's evaluation timeout starts now: waiting for a busy device is not
+            # the evaluation's time (see agent2rl.grading.evaluator.run_evaluation).
+            write_json_atomic(
+                out / STARTED_FILE,
+                {"pid": os.getpid(), "devices": names, "lock_wait_s": waited, "at": time.time()},
+            )
             stage = "load"
             backend = load_backend(model_dir, spec.backend)
             stage = "evaluate"
