@@ -410,7 +410,9 @@ def path_problem(request: Request) -> str | None:
     return None
 
 
-def refuse_path(request: Request, provider: Provider | None, status: int, why: str | None):
+def refuse_path(
+    request: Request, provider: Provider | None, status: int, why: str | None
+) -> Response:
     """The refusal of a path the proxy does not relay: ``status`` (400: a malformed or
     traversing path, ``why`` says how; 404: no such endpoint) in the provider's error shape,
     naming the endpoints it does relay (every provider's, for a path under none)."""
