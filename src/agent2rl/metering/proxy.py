@@ -176,7 +176,8 @@ class _Proxy:
         started = time.monotonic()
         rest = request.path_params.get("rest")
         problem = path_problem(request)
-        if problem is None and rest is not None and not safe_rest(rest):
+        # An empty rest is the bare listing with a trailing slash (``models/``).
+        if problem is None and rest and not safe_rest(rest):
             problem = "its model part is not a plain model id"
         if problem is not None:
             return refuse_path(request, provider, 400, problem)
