@@ -1,25 +1,71 @@
 """Checks on a submitted model directory, and the private copy the grader evaluates.
 
-A submission is untrusted data. It must resolve (symlinks followed) to a directory inside the
-workspace's ``output/``; it must hold ``config.json`` and ``*.safetensors`` weights; pickle
-weights and custom code (``auto_map``) are refused; its size is bounded. The grader then
-*copies* the files it needs into the run's private grading directory and evaluates the copy,
-so the agent cannot swap weights between the check and the evaluation.
+A submission is untrusted data, and so is the workspace it sits in: the agent owns
+``workspace/output`` and may replace it, or anything under it, with a symlink at any moment.
+So nothing here trusts a path the agent can change:
+
+- :func:`resolve_submission` opens the workspace's ``output/`` itself with ``O_NOFOLLOW``
+  (an ``output`` that is a symlink is refused) and walks ``model_path`` from that directory
+  handle, one component at a time, following a symlink only while it stays beneath
+  ``output/`` (the rule of ``openat2(RESOLVE_BENEATH)``). Whether a path outside ``output/``
+  is refused is decided from the text of the path and of the links alone, so the answer
+  never reveals whether a host path exists.
+- :func:`precheck_submission`, :func:`needed_files` and :func:`stage_submission` open the
+  resolved directory again component by component from ``/`` with ``O_NOFOLLOW``: a symlink
+  swapped in after the resolution fails instead of being followed.
+- The grader *copies* the files it needs into the run's private grading directory and checks
+  and evaluates the copy, so the agent cannot swap anything between the check and the
+  evaluation. The copy must hold ``config.json`` and ``*.safetensors`` weights; pickle weights
+  and custom code (``auto_map``) are refused; its size is bounded; every JSON file and every
+  safetensors header is parsed strictly (:func:`check_model_files`), and the weights must be
+  exactly the tensors the config's architecture has (:func:`check_weights_match_config`), so
+  a config cannot make the loader build layers the weights do not hold.
+
+Every refusal is a :class:`SubmissionError` (an HTTP 4xx with a message naming the fix);
+no malformed input raises anything else.
 """
 
 from __future__ import annotations
 
-import json
+import errno
+import fnmatch
 import os
+import re
 import shutil
 import stat
+from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
-from agent2rl.models.weights import model_files
+from agent2rl.models.weights import (
+    MODEL_FILE_PATTERNS,
+    MalformedWeights,
+    TensorInfo,
+    loads_json,
+    read_safetensors_header,
+)
 
 # Weights formats that unpickle (run code) when loaded.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+#: What the transformers loader reads: the single file if present, else the sharded index.
+SINGLE_WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+#: Larger JSON files are refused (big tokenizers are ~30 MiB; configs are a few KiB).
+MAX_JSON_BYTES = 64 * 2**20
+#: Entries :func:`precheck_submission` looks at before refusing the directory as too big.
+MAX_ENTRIES = 50_000
+#: Symlinks followed while resolving one ``model_path`` (the kernel's own limit is 40).
+MAX_SYMLINKS = 40
+#: Config fields that say how many modules to build. Each must be at most the number of
+#: tensors in the weights (every layer or expert has at least one), checked before
+#: transformers reads the config: its constructors allocate per layer
+#: (``layer_types``), so ``num_hidden_layers = 10**9`` would hang the grader first.
+_MODULE_COUNTS = re.compile(
+    r"num_hidden_layers|num_layers|n_layers?|num_decoder_layers|decoder_layers"
+    r"|num_local_experts|num_experts|n_routed_experts"
+)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class SubmissionError(Exception):
@@ -35,110 +81,303 @@ class SubmissionLimits:
     max_bytes: int
 
 
+def _outside(model_path: str) -> SubmissionError:
+    return SubmissionError(
+        f"model_path {model_path!r} is outside output/: submissions must be"
+        " directories inside the workspace's output/ directory",
+        403,
+    )
+
+
+def _missing(model_path: str) -> SubmissionError:
+    return SubmissionError(
+        f"model_path {model_path!r} does not exist: save the model under "
+        "output/ first (e.g. output/v1)",
+        404,
+    )
+
+
+def _changed(what: str) -> SubmissionError:
+    return SubmissionError(
+        f"{what} changed while it was being read: submit again once the model is fully written"
+    )
+
+
+def _open_output(workspace: Path) -> int:
+    """A directory handle on ``workspace/output``, refusing an ``output`` that is a symlink
+    (the agent may have replaced the directory the harness made with a link anywhere)."""
+    ws_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return os.open("output", _DIR_FLAGS, dir_fd=ws_fd)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SubmissionError(
+                "the workspace's output/ is not a plain directory (it is a symlink or a"
+                " file): remove it, make output/ a real directory again and save models"
+                " inside it",
+                403,
+            ) from None
+        if err.errno == errno.ENOENT:
+            raise SubmissionError(
+                "the workspace has no output/ directory: create it and save the model"
+                " inside it (e.g. output/v1)",
+                404,
+            ) from None
+        raise
+    finally:
+        os.close(ws_fd)
+
+
+def _beneath_output(path: PurePosixPath, outputs: list[PurePosixPath]) -> list[str] | None:
+    """The components of absolute ``path`` below one of ``outputs`` (lexically), or None."""
+    for out in outputs:
+        if path == out or path.is_relative_to(out):
+            return list(path.relative_to(out).parts)
+    return None
+
+
 def resolve_submission(model_path: str, workspace: Path) -> Path:
     """The real directory behind ``model_path`` (absolute, or relative to the workspace).
 
-    Raises :class:`SubmissionError` if it does not exist, is not a directory, or lies outside
-    ``workspace/output`` once symlinks are followed (``../``, absolute paths and escaping
-    symlinks all end up here).
+    The path is walked from a handle on the workspace's real ``output/`` directory (see
+    the module docstring). Raises :class:`SubmissionError`:
+
+    - 403 if ``output`` itself is a symlink, or the path, or a symlink met on the way, leads
+      outside ``output/`` (``../``, absolute paths elsewhere, escaping links) or to
+      ``output/`` itself. This is decided from the text alone, before anything outside
+      ``output/`` is looked at: an absolute path outside gets the same 403 whether or not
+      it exists on the host;
+    - 404 if it does not exist inside ``output/``; 400 if it is not a directory or has too
+      many symlinks.
+
+    Returns ``realpath(workspace)/output/<components>``, a path without symlinks at the
+    time of the walk (later callers open it again with ``O_NOFOLLOW``).
     """
     if not isinstance(model_path, str) or not model_path.strip() or "\x00" in model_path:
         raise SubmissionError("model_path must be a non-empty path string, e.g. 'output/v1'")
-    output = (workspace / "output").resolve()
-    raw = Path(model_path)
-    candidate = raw if raw.is_absolute() else workspace / raw
+    real_ws = Path(os.path.realpath(workspace))
+    # The spellings of output/ an agent may use in an absolute path or link.
+    outputs = list(
+        dict.fromkeys(
+            PurePosixPath(os.path.normpath(p / "output"))
+            for p in (Path(os.path.abspath(workspace)), real_ws)
+        )
+    )
+    raw = PurePosixPath(model_path)
+    if raw.is_absolute():
+        parts = _beneath_output(PurePosixPath(os.path.normpath(raw)), outputs)
+    else:
+        rel = PurePosixPath(os.path.normpath(raw))
+        parts = list(rel.parts[1:]) if rel.parts[:1] == ("output",) else None
+    if parts is None:
+        raise _outside(model_path)
+
+    out_fd = _open_output(workspace)
+    stack: list[tuple[str, int]] = []  # the directories walked so far below output/
     try:
-        real = candidate.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError, OSError):
-        raise SubmissionError(
-            f"model_path {model_path!r} does not exist: save the model under "
-            "output/ first (e.g. output/v1)",
-            404,
-        ) from None
-    if not real.is_relative_to(output) or real == output:
-        raise SubmissionError(
-            f"model_path {model_path!r} is outside output/: submissions must be"
-            " directories inside the workspace's output/ directory",
-            403,
-        )
-    if not real.is_dir():
-        raise SubmissionError(
-            f"model_path {model_path!r} is not a directory: submit the model "
-            "directory written by save_pretrained"
-        )
-    return real
+        pending = deque(parts)
+        links = 0
+        while pending:
+            part = pending.popleft()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not stack:
+                    raise _outside(model_path)
+                os.close(stack.pop()[1])
+                continue
+            here = stack[-1][1] if stack else out_fd
+            try:
+                st = os.stat(part, dir_fd=here, follow_symlinks=False)
+            except FileNotFoundError:
+                raise _missing(model_path) from None
+            except OSError as err:  # ENAMETOOLONG, EACCES, ENOTDIR: inside output/, agent-made
+                raise SubmissionError(
+                    f"model_path {model_path!r} cannot be opened ({os.strerror(err.errno)})"
+                ) from None
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise SubmissionError(
+                        f"model_path {model_path!r} goes through more than {MAX_SYMLINKS}"
+                        " symlinks: submit the model directory itself"
+                    )
+                try:
+                    target = PurePosixPath(os.readlink(part, dir_fd=here))
+                except OSError:
+                    raise _changed(f"model_path {model_path!r}") from None
+                if target.is_absolute():
+                    inside = _beneath_output(PurePosixPath(os.path.normpath(target)), outputs)
+                    if inside is None:
+                        raise _outside(model_path)
+                    while stack:
+                        os.close(stack.pop()[1])
+                    pending.extendleft(reversed(inside))
+                else:
+                    pending.extendleft(reversed(target.parts))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise SubmissionError(
+                    f"model_path {model_path!r} is not a directory: submit the model "
+                    "directory written by save_pretrained"
+                )
+            try:
+                stack.append((part, os.open(part, _DIR_FLAGS, dir_fd=here)))
+            except OSError:
+                raise _changed(f"model_path {model_path!r}") from None
+        if not stack:
+            raise _outside(model_path)
+        return real_ws.joinpath("output", *(name for name, _ in stack))
+    finally:
+        for _, fd in stack:
+            os.close(fd)
+        os.close(out_fd)
 
 
-def _load_json(path: Path, what: str) -> dict:
+def submission_roots(workspace: Path, base_model_dir: Path) -> list[Path]:
+    """The ``allowed_roots`` for :func:`stage_submission`: the workspace's own ``output/``
+    (refused with 403 if it is a symlink, so a link swapped in cannot widen the root) and
+    the base model (whose tokenizer files agents often link to)."""
+    os.close(_open_output(workspace))
+    return [Path(os.path.realpath(workspace)) / "output", Path(os.path.realpath(base_model_dir))]
+
+
+def _open_dir_nofollow(path: Path) -> int:
+    """A handle on absolute directory ``path``, opening each component with ``O_NOFOLLOW``
+    from ``/``: raises ``OSError`` if any component is (now) a symlink or missing."""
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SubmissionError(f"{what} is not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise SubmissionError(f"{what} must be a JSON object")
-    return data
+        for part in Path(path).parts[1:]:
+            next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_model_dir(model_dir: Path) -> int:
+    try:
+        return _open_dir_nofollow(model_dir)
+    except OSError:
+        raise _changed("the submission directory") from None
+
+
+def _entries(dir_fd: int) -> list[os.DirEntry]:
+    with os.scandir(dir_fd) as it:
+        return list(it)
 
 
 def precheck_submission(model_dir: Path) -> None:
     """Cheap checks with friendly messages before anything is copied.
 
-    Refuses pickle weights anywhere in the directory, and a directory without
-    ``config.json`` or ``*.safetensors``.
+    Refuses pickle weights anywhere in the directory (symlinked directories are not
+    followed), a tree of more than :data:`MAX_ENTRIES` entries, and a directory without
+    ``config.json`` or ``*.safetensors`` at its top.
     """
-    pickles = sorted(p.name for p in model_dir.rglob("*") if p.suffix in PICKLE_SUFFIXES)
+    top = _open_model_dir(model_dir)
+    pickles: list[str] = []
+    seen = 0
+    todo = [top]
+    try:
+        while todo:
+            fd = todo.pop()
+            try:
+                for entry in _entries(fd):
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        raise SubmissionError(
+                            f"the submission holds more than {MAX_ENTRIES} files: submit only"
+                            " the model directory written by save_pretrained"
+                        )
+                    if entry.name.endswith(PICKLE_SUFFIXES):
+                        pickles.append(entry.name)
+                    if entry.is_dir(follow_symlinks=False):
+                        try:
+                            todo.append(os.open(entry.name, _DIR_FLAGS, dir_fd=fd))
+                        except OSError:
+                            pass  # vanished or unreadable: nothing in it is copied anyway
+            finally:
+                if fd != top:
+                    os.close(fd)
+        names = {e.name for e in _entries(top)}
+    finally:
+        for fd in todo:
+            os.close(fd)
+        os.close(top)
     if pickles:
         raise SubmissionError(
-            f"pickle weights are refused ({', '.join(pickles[:3])}): save with "
+            f"pickle weights are refused ({', '.join(sorted(pickles)[:3])}): save with "
             "save_pretrained(..., safe_serialization=True) and remove them"
         )
-    if not (model_dir / "config.json").is_file():
+    if "config.json" not in names:
         raise SubmissionError(
             "no config.json in the submission: submit the directory written by save_pretrained"
         )
-    if not any(model_dir.glob("*.safetensors")):
+    if not any(n.endswith(".safetensors") for n in names):
         raise SubmissionError(
             "no *.safetensors weights in the submission: save the full merged"
             " model with safe_serialization=True"
         )
 
 
+def _is_needed(name: str) -> bool:
+    return fnmatch.fnmatchcase(name, "*.safetensors") or any(
+        fnmatch.fnmatchcase(name, p) for p in MODEL_FILE_PATTERNS
+    )
+
+
+def _needed_names(dir_fd: int) -> list[str]:
+    # Regular files and symlinks (checked when copied); directories are never copied.
+    return sorted(
+        e.name
+        for e in _entries(dir_fd)
+        if _is_needed(e.name) and (e.is_file(follow_symlinks=False) or e.is_symlink())
+    )
+
+
 def needed_files(model_dir: Path) -> list[Path]:
     """The files of ``model_dir`` (top level only) a model needs, sorted by name: weights and
-    :data:`MODEL_FILE_PATTERNS`; scripts, optimizer state and the like are left behind."""
-    weights = [p for p in model_dir.glob("*.safetensors") if p.is_file()]
-    return sorted({*weights, *model_files(model_dir)})
+    :data:`MODEL_FILE_PATTERNS`; scripts, optimizer state and the like are left behind.
+    Symlinks are listed (not followed): :func:`stage_submission` checks where they lead."""
+    fd = _open_model_dir(model_dir)
+    try:
+        return [model_dir / name for name in _needed_names(fd)]
+    finally:
+        os.close(fd)
 
 
 def stage_submission(
     model_dir: Path, dest: Path, allowed_roots: list[Path], limits: SubmissionLimits
 ) -> Path:
-    """Copy the files a model needs into ``dest`` (private), checking each as it is copied.
+    """Copy the files a model needs into ``dest`` (private), then check the copy.
 
-    Each file's real path must lie in ``allowed_roots`` (the workspace's output/ and the base
-    model, whose tokenizer files agents often link) and is opened without following symlinks
-    from there, so nothing outside can be smuggled in (see :func:`_open_beneath`).
-    The size bound is enforced on the bytes actually copied. After copying, the copied
-    configs are checked for ``auto_map`` (custom model code). On any refusal ``dest`` is
-    removed and :class:`SubmissionError` raised.
+    ``model_dir`` is opened component by component with ``O_NOFOLLOW`` and its files are
+    opened relative to that handle, so nothing outside can be smuggled in by swapping a
+    symlink in. A file that is itself a symlink must lead into ``allowed_roots`` (best
+    from :func:`submission_roots`: the workspace's output/ and the base model) and is opened
+    from its root without following any symlink (see :func:`_open_beneath`). The size bound
+    is enforced on the bytes actually copied. The copy is then checked by
+    :func:`check_model_files` (strict JSON and safetensors, no ``auto_map``, weights that
+    match the config exactly). On any refusal ``dest`` is removed and
+    :class:`SubmissionError` raised; ``OSError`` comes out only for the grader's own I/O
+    failures (a full disk).
     """
     try:
         dest.mkdir(parents=True, exist_ok=False)
-        total = 0
-        for f in needed_files(model_dir):
-            total = _copy_checked(f, dest / f.name, allowed_roots, limits.max_bytes, total)
-        for name in ("config.json", "tokenizer_config.json"):
-            if (dest / name).is_file():
-                cfg = _load_json(dest / name, name)
-                if "auto_map" in cfg:
-                    raise SubmissionError(
-                        f"{name} has auto_map (custom model code), which is "
-                        "refused: use a model class built into transformers"
-                    )
+        src_fd = _open_model_dir(model_dir)
+        try:
+            total = 0
+            for name in _needed_names(src_fd):
+                total = _copy_checked(
+                    src_fd, model_dir, name, dest / name, allowed_roots, limits.max_bytes, total
+                )
+        finally:
+            os.close(src_fd)
         if not (dest / "config.json").is_file() or not any(dest.glob("*.safetensors")):
-            raise SubmissionError(
-                "the submission changed while it was being read: submit it "
-                "again once it is fully written"
-            )
+            raise _changed("the submission")
+        check_model_files(dest)
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -146,15 +385,15 @@ def stage_submission(
 
 
 def _open_beneath(real: Path, roots: list[Path], name: str) -> int:
-    """Open ``real`` for reading without following any symlink below its root.
+    """Open ``real`` for reading without following any symlink, its roots' path included.
 
     Why so careful: opening the run's ledger (SQLite) in this process and closing it again
     would drop SQLite's POSIX locks on it, so a submission's symlink to the ledger must never
-    be opened, not even to be refused. ``real`` is checked against ``roots`` first; then each
-    component is opened with ``O_NOFOLLOW`` relative to its parent, so a symlink swapped in
-    after the check fails instead of being followed.
+    be opened, not even to be refused. ``real`` is checked against ``roots`` first; then the
+    root and each component below it are opened with ``O_NOFOLLOW``, so a symlink swapped in
+    after the check (``output`` included) fails instead of being followed.
     """
-    root = next((r for r in roots if real.is_relative_to(r)), None)
+    root = next((r for r in roots if real.is_relative_to(r) and real != r), None)
     if root is None:
         raise SubmissionError(
             f"{name} links outside output/ and the base model: copy the file "
@@ -162,26 +401,57 @@ def _open_beneath(real: Path, roots: list[Path], name: str) -> int:
             403,
         )
     parts = real.relative_to(root).parts
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = _open_dir_nofollow(root)
+    except OSError:
+        raise _changed(name) from None
     try:
         for part in parts[:-1]:
-            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = next_fd
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        return os.open(
+            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
+        )
     except OSError:
-        raise SubmissionError(
-            f"{name} changed while it was being read: submit again once the model is fully written"
-        ) from None
+        raise _changed(name) from None
     finally:
         os.close(fd)
 
 
-def _copy_checked(src: Path, dst: Path, roots: list[Path], max_bytes: int, total: int) -> int:
-    fd = _open_beneath(Path(os.path.realpath(src)), roots, src.name)
+def _open_entry(src_fd: int, model_dir: Path, name: str, roots: list[Path]) -> int:
+    """Open top-level file ``name`` of the submission: a plain file relative to the
+    directory handle, a symlink only where it leads into ``roots``."""
+    try:
+        return os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_fd
+        )
+    except OSError as err:
+        if err.errno != errno.ELOOP:  # vanished, unreadable
+            raise _changed(name) from None
+    try:
+        target = os.readlink(name, dir_fd=src_fd)
+    except OSError:
+        raise _changed(name) from None
+    # Where the link leads, resolved as text from the submission's own (symlink-free) path;
+    # whatever it resolves to is then opened from its root with O_NOFOLLOW.
+    real = Path(os.path.realpath(model_dir / target))
+    return _open_beneath(real, roots, name)
+
+
+def _copy_checked(
+    src_fd: int,
+    model_dir: Path,
+    name: str,
+    dst: Path,
+    roots: list[Path],
+    max_bytes: int,
+    total: int,
+) -> int:
+    fd = _open_entry(src_fd, model_dir, name, roots)
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SubmissionError(f"{src.name} is not a regular file")
+            raise SubmissionError(f"{name} is not a regular file")
         with dst.open("wb") as out:
             while chunk := fh.read(1 << 20):
                 total += len(chunk)
@@ -193,3 +463,242 @@ def _copy_checked(src: Path, dst: Path, roots: list[Path], max_bytes: int, total
                     )
                 out.write(chunk)
     return total
+
+
+# -- the checks on the private copy ---------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file of the copy, parsed with bounded size and depth."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise SubmissionError(
+            f"{path.name} is {size / 2**20:.0f} MiB, over the {MAX_JSON_BYTES / 2**20:.0f} MiB"
+            " a model's JSON file may have: submit the files save_pretrained wrote"
+        )
+    try:
+        return loads_json(path.read_bytes(), path.name)
+    except ValueError as err:
+        raise SubmissionError(f"{err}: submit the files save_pretrained wrote") from None
+
+
+def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
+    """Check a (private, copied) model directory; return each weights file's tensors.
+
+    - every ``*.json`` file: at most :data:`MAX_JSON_BYTES`, valid JSON, at most
+      :data:`~agent2rl.models.weights.MAX_JSON_DEPTH` deep, a JSON object;
+    - ``config.json`` and ``tokenizer_config.json`` without ``auto_map`` (custom code);
+    - every ``*.safetensors`` file: a valid header (see
+      :func:`~agent2rl.models.weights.read_safetensors_header`);
+    - the weights the loader reads match the config exactly
+      (:func:`check_weights_match_config`).
+
+    Raises :class:`SubmissionError` (400) naming the first problem.
+    """
+    configs: dict[str, dict[str, Any]] = {}
+    for path in sorted(model_dir.glob("*.json")):
+        data = _read_json(path)
+        if not isinstance(data, dict):
+            raise SubmissionError(f"{path.name} must be a JSON object")
+        configs[path.name] = data
+    for name in ("config.json", "tokenizer_config.json"):
+        if "auto_map" in configs.get(name, {}):
+            raise SubmissionError(
+                f"{name} has auto_map (custom model code), which is "
+                "refused: use a model class built into transformers"
+            )
+    headers: dict[str, dict[str, TensorInfo]] = {}
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            headers[path.name] = read_safetensors_header(path)[1]
+        except MalformedWeights as err:
+            raise SubmissionError(
+                f"malformed weights: {err}: save the model again with"
+                " save_pretrained(..., safe_serialization=True)"
+            ) from None
+    tensors = _loaded_tensors(headers, configs.get(WEIGHTS_INDEX))
+    check_weights_match_config(model_dir, configs.get("config.json", {}), tensors)
+    return headers
+
+
+def _loaded_tensors(
+    headers: dict[str, dict[str, TensorInfo]], index: dict[str, Any] | None
+) -> dict[str, TensorInfo]:
+    """The tensors the transformers loader reads: ``model.safetensors`` alone if present,
+    else the shards ``model.safetensors.index.json`` names. A weights file the loader would
+    not read is refused, as is a tensor in two shards or in a shard the index does not say."""
+    if SINGLE_WEIGHTS in headers:
+        unread = sorted(set(headers) - {SINGLE_WEIGHTS})
+        if unread:
+            raise SubmissionError(
+                f"{', '.join(unread[:3])} would not be loaded (model.safetensors is):"
+                " remove the extra .safetensors files"
+            )
+        return headers[SINGLE_WEIGHTS]
+    if index is None:
+        raise SubmissionError(
+            "neither model.safetensors nor model.safetensors.index.json in the submission:"
+            " save the model with save_pretrained(..., safe_serialization=True)"
+        )
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise SubmissionError(
+            f"{WEIGHTS_INDEX} has no weight_map of tensor names to files: save the model"
+            " again with save_pretrained"
+        )
+    shards = set(weight_map.values())
+    if shards != set(headers):
+        missing, unlisted = sorted(shards - set(headers)), sorted(set(headers) - shards)
+        raise SubmissionError(
+            f"{WEIGHTS_INDEX} does not match the .safetensors files (missing:"
+            f" {missing[:3]}, not in the index: {unlisted[:3]}): submit every shard it"
+            " names and nothing else"
+        )
+    tensors: dict[str, TensorInfo] = {}
+    for shard, infos in sorted(headers.items()):
+        for name, info in infos.items():
+            if name in tensors or weight_map.get(name) != shard:
+                raise SubmissionError(
+                    f"tensor {name!r} of {shard} is in two shards or not where"
+                    f" {WEIGHTS_INDEX} says: save the model again with save_pretrained"
+                )
+            tensors[name] = info
+    if set(weight_map) != set(tensors):
+        absent = sorted(set(weight_map) - set(tensors))
+        raise SubmissionError(
+            f"{WEIGHTS_INDEX} names tensors no shard holds ({', '.join(absent[:3])}):"
+            " submit every shard"
+        )
+    return tensors
+
+
+def _module_counts(config: Any, depth: int = 0) -> list[tuple[str, int]]:
+    """``(field, value)`` of every :data:`_MODULE_COUNTS` integer in a config (nested
+    sub-configs included; the JSON is already depth-bounded)."""
+    found: list[tuple[str, int]] = []
+    if isinstance(config, dict):
+        for key, value in config.items():
+            if _MODULE_COUNTS.fullmatch(key) and isinstance(value, int):
+                found.append((key, value))
+            found += _module_counts(value, depth + 1)
+    elif isinstance(config, list):
+        for value in config:
+            found += _module_counts(value, depth + 1)
+    return found
+
+
+def _list(names: list[str], more: int) -> str:
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def check_weights_match_config(
+    model_dir: Path, config: dict[str, Any], tensors: dict[str, TensorInfo]
+) -> None:
+    """Refuse weights that are not exactly the tensors ``config.json``'s architecture has.
+
+    The model is built from the config on the ``meta`` device (no memory, no custom code)
+    with the class the evaluator loads (``AutoModelForCausalLM``), and its state dict
+    compared with ``tensors``: every name present with the same shape, nothing extra.
+    A tensor may be absent where the model ties it to one that is present (``lm_head``
+    tied to the embeddings) or where transformers itself ignores it when missing; an extra
+    tensor is allowed where transformers ignores it when unexpected. For architectures whose
+    checkpoints transformers converts while loading (fused MoE experts), names cannot be
+    compared, and the element count must match instead. dtypes may differ (the loader
+    casts). Raises :class:`SubmissionError` (400) naming the first few differences.
+    """
+    for key, value in _module_counts(config):
+        if value > len(tensors):
+            raise SubmissionError(
+                f"config.json says {key} = {value}, but the weights hold only {len(tensors)}"
+                " tensors: the config does not describe these weights; submit the config"
+                " saved with them"
+            )
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
+    except Exception as err:  # any error of transformers on a config we do not control
+        first = next((ln for ln in str(err).splitlines() if ln.strip()), "")[:300]
+        raise SubmissionError(
+            f"config.json does not describe a causal LM transformers can build"
+            f" ({type(err).__name__}: {first}): submit the config save_pretrained wrote"
+        ) from None
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    if _converts_checkpoints(model):
+        _check_element_count(model, tensors)
+        return
+    aliases: dict[int, set[str]] = {}
+    for name, t in [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]:
+        aliases.setdefault(id(t), set()).add(name)
+    alias_of = {name: group for group in aliases.values() for name in group}
+    ignore_missing = _patterns(model, "_keys_to_ignore_on_load_missing", "_keys_to_ignore_on_save")
+    ignore_extra = _patterns(model, "_keys_to_ignore_on_load_unexpected")
+    missing = [
+        name
+        for name in expected
+        if name not in tensors
+        and not (alias_of.get(name, set()) & tensors.keys())
+        and not any(p.search(name) for p in ignore_missing)
+    ]
+    extra = [n for n in tensors if n not in expected and not any(p.search(n) for p in ignore_extra)]
+    wrong = [
+        f"{n} {list(tensors[n].shape)} (config: {list(expected[n])})"
+        for n in tensors
+        if n in expected and tensors[n].shape != expected[n]
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {_list(missing[:3], len(missing) - 3)}")
+    if extra:
+        problems.append(f"not in the architecture {_list(extra[:3], len(extra) - 3)}")
+    if wrong:
+        problems.append(f"shapes differ: {_list(wrong[:3], len(wrong) - 3)}")
+    if problems:
+        raise SubmissionError(
+            "the weights do not match config.json ("
+            + "; ".join(problems)
+            + "): the loader would build layers at random or fail; submit the config.json"
+            " saved together with these weights"
+        )
+
+
+def _patterns(model: Any, *attrs: str) -> list[re.Pattern[str]]:
+    out: list[re.Pattern[str]] = []
+    for attr in attrs:
+        for pattern in getattr(model, attr, None) or []:
+            try:
+                out.append(re.compile(pattern))
+            except (re.error, TypeError):
+                continue
+    return out
+
+
+def _converts_checkpoints(model: Any) -> bool:
+    """Whether transformers renames or reshapes this architecture's tensors while loading
+    (then the checkpoint's names are not the state dict's)."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+    except ImportError:  # transformers 4: no load-time conversions
+        return False
+    try:
+        return bool(get_model_conversion_mapping(model, add_legacy=False))
+    except Exception:  # an API change: fall back to the weaker check
+        return True
+
+
+def _check_element_count(model: Any, tensors: dict[str, TensorInfo]) -> None:
+    state = list(model.state_dict(keep_vars=True).values())
+    every = sum(t.numel() for t in state)  # tied tensors counted under each name
+    distinct = sum({id(t): t.numel() for t in state}.values())
+    have = sum(t.numel for t in tensors.values())
+    if not distinct <= have <= every:
+        raise SubmissionError(
+            f"the weights hold {have} parameters but config.json's architecture has"
+            f" {distinct}: submit the config.json saved together with these weights"
+        )
