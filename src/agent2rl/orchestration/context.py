@@ -38,7 +38,7 @@ NETWORK_MODES = ("auto", "host", "services")
 class RunRequest:
     """What ``agent2rl run`` asks for. Timing knobs exist for tests and slow machines.
 
-    ``memory``, ``max_pids`` and ``disk_quota`` cap the agent (None: the defaults of
+    ``memory``, ``max_pids``, ``disk_quota`` and ``max_files`` cap the agent (None: the defaults of
     :func:`~agent2rl.orchestration.run.default_caps`); ``network`` is ``host`` (the host's
     network), ``services`` (only the run's own services, and an allowlisted egress proxy) or
     ``auto`` (``services`` under bubblewrap where it can make a network namespace, else
@@ -62,6 +62,7 @@ class RunRequest:
     memory: int | None = None
     max_pids: int | None = None
     disk_quota: int | None = None
+    max_files: int | None = None
     network: str = "auto"
     egress_allow: tuple[str, ...] | None = None
     grace_s: float = 10.0

@@ -30,7 +30,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 from rich.console import Console
 
 from agent2rl.agents.drivers import driver_for, real_key
@@ -68,7 +67,7 @@ from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.sandbox import SandboxSpec, bwrap_argv, bwrap_available
 from agent2rl.sandbox.agent import agent_sandbox, agent_user, hand_over, identity_files
 from agent2rl.sandbox.egress import DEFAULT_ALLOWLIST, Allowlist, start_egress_proxy
-from agent2rl.sandbox.limits import Cgroup, ResourceCaps, probe, set_nproc_limit
+from agent2rl.sandbox.limits import Cgroup, ResourceCaps, machine_caps, probe, set_nproc_limit
 from agent2rl.sandbox.network import (
     ServiceBridge,
     confine,
@@ -115,14 +114,20 @@ def resolve_network(mode: str, sandbox: str) -> str:
 
 
 def default_caps(req: RunRequest, runs_dir: Path) -> ResourceCaps:
-    """The agent's caps: the request's, else 75% of this machine's memory, 4,096 processes
-    and threads, and half the free space of the disk the run directory is on. A process cap
-    below 16 is a :class:`UserError` (no agent starts with fewer)."""
+    """The agent's caps: the request's, else :func:`~agent2rl.sandbox.limits.machine_caps`
+    (75% of this machine's memory, 4,096 processes and threads, half the free bytes and half
+    the free inodes of the filesystem the run directory is on). Runs that share a machine (a
+    study's) set the request's caps to their share. A process cap below 16 is a
+    :class:`UserError` (no agent starts with fewer)."""
     if req.max_pids is not None and req.max_pids < 16:
         raise UserError(f"--max-procs {req.max_pids} is too small: an agent needs at least 16")
-    memory = req.memory or int(psutil.virtual_memory().total * 0.75)
-    disk = req.disk_quota or shutil.disk_usage(runs_dir).free // 2
-    return ResourceCaps(memory_bytes=memory, max_pids=req.max_pids or 4096, disk_bytes=disk)
+    base = machine_caps(runs_dir)
+    return ResourceCaps(
+        memory_bytes=req.memory or base.memory_bytes,
+        max_pids=req.max_pids or base.max_pids,
+        disk_bytes=req.disk_quota or base.disk_bytes,
+        max_files=req.max_files or base.max_files,
+    )
 
 
 def new_run_id(task: str, agent: str) -> str:

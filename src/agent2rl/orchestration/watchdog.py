@@ -3,8 +3,10 @@
 One thread per run, checking every ``interval_s``:
 
 - **workspace disk**: the bytes on disk under the workspace's writable parts (``data/`` and
-  the base model's links are the harness's, not counted) against the quota. A full disk would
-  stop the ledger's writes and other runs'; the agent is stopped first.
+  the base model's links are the harness's, not counted) against the quota, and the entries
+  there (files, directories, links: each takes an inode) against the file cap. A full disk,
+  or a filesystem out of inodes, would stop the ledger's writes and other runs'; the agent
+  is stopped first. Either breach is ``disk_quota``; the detail says which.
 - **memory, without a cgroup**: the resident memory of the agent's process tree against the
   cap (with a cgroup the kernel enforces it; the watchdog then only notices the cgroup's OOM
   kills).
@@ -28,27 +30,42 @@ from agent2rl.sandbox.limits import Cgroup, ResourceCaps
 
 
 def disk_usage(root: Path, skip: tuple[Path, ...] = ()) -> int:
-    """Bytes allocated on disk to the files under ``root`` (``st_blocks``: a sparse file
-    counts what it really takes), not following symlinks and leaving out ``skip`` subtrees.
-    Files that vanish during the walk are ignored."""
-    total = 0
+    """Bytes allocated on disk to the files under ``root`` (see :func:`workspace_usage`)."""
+    return workspace_usage(root, skip)[0]
+
+
+def workspace_usage(
+    root: Path, skip: tuple[Path, ...] = (), max_entries: int | None = None
+) -> tuple[int, int]:
+    """(bytes, entries) under ``root``: the bytes allocated on disk to its files
+    (``st_blocks``: a sparse file counts what it really takes) and the number of entries
+    (files, directories, links, each an inode; a hard link counts again), not following
+    symlinks and leaving out ``skip`` subtrees (neither counted). Entries that vanish during
+    the walk are ignored. With ``max_entries`` the walk stops once it has counted more than
+    that (the counts are then partial, the entries over the cap): a workspace of millions of
+    files costs the watchdog no more than its cap."""
+    total = entries = 0
     stack = [root]
     while stack:
-        d = stack.pop()
         try:
-            entries = list(os.scandir(d))
-        except OSError:
+            # Iterated, not listed: one directory of millions of entries is never in memory.
+            with os.scandir(stack.pop()) as found:
+                for e in found:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            if Path(e.path) in skip:
+                                continue
+                            stack.append(Path(e.path))
+                        else:
+                            total += e.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue
+                    entries += 1
+                    if max_entries is not None and entries > max_entries:
+                        return total, entries
+        except OSError:  # a directory that vanished or cannot be read
             continue
-        for e in entries:
-            try:
-                if e.is_dir(follow_symlinks=False):
-                    if Path(e.path) not in skip:
-                        stack.append(Path(e.path))
-                else:
-                    total += e.stat(follow_symlinks=False).st_blocks * 512
-            except OSError:
-                continue
-    return total
+    return total, entries
 
 
 def tree_rss(pid: int) -> int:
@@ -86,6 +103,7 @@ class Watchdog:
         self.breach: str | None = None
         self.detail = ""
         self.peak_disk = 0
+        self.peak_files = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
 
@@ -100,10 +118,17 @@ class Watchdog:
     def check(self) -> str | None:
         """One check; the breach found now (``disk_quota`` / ``oom``) or None."""
         caps = self.caps
-        if caps.disk_bytes is not None:
-            used = disk_usage(self.workspace, self.skip)
+        if caps.disk_bytes is not None or caps.max_files is not None:
+            used, files = workspace_usage(self.workspace, self.skip, caps.max_files)
             self.peak_disk = max(self.peak_disk, used)
-            if used > caps.disk_bytes:
+            self.peak_files = max(self.peak_files, files)
+            if caps.max_files is not None and files > caps.max_files:
+                self.detail = (
+                    f"the workspace holds more than {caps.max_files:,} files and directories, "
+                    "over its cap"
+                )
+                return "disk_quota"
+            if caps.disk_bytes is not None and used > caps.disk_bytes:
                 self.detail = (
                     f"the workspace holds {format_bytes(used)}, over its quota of "
                     f"{format_bytes(caps.disk_bytes)}"

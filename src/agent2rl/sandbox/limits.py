@@ -10,8 +10,17 @@ Each run therefore caps its agent's
   ``memory`` and ``pids`` hierarchies. The kernel enforces these: an allocation past the
   memory cap gets the tree OOM-killed inside its cgroup, and a fork past the pids cap fails
   with EAGAIN;
-- **workspace disk**: a quota on the bytes the agent's writable workspace holds, enforced by
-  a watchdog (:mod:`agent2rl.orchestration.watchdog`) that stops the agent when it goes over.
+- **workspace disk**: a quota on the bytes the agent's writable workspace holds, and a cap
+  on its files (inodes: a filesystem can run out of them long before it runs out of bytes),
+  enforced by a watchdog (:mod:`agent2rl.orchestration.watchdog`) that stops the agent when
+  it goes over.
+
+The defaults (:func:`machine_caps`) give one run 75% of the machine's memory, 4,096
+processes, half the free bytes and half the free inodes of the runs directory's
+filesystem. Runs that share a machine (a study's) each get ``share`` of that: memory, disk
+and files split so that together they take no more than one run alone; processes split
+too, but never below :data:`MIN_SHARED_PIDS` (a process cap guards against a fork bomb, not
+a scarce resource: the kernel's pid space is millions).
 
 Fallbacks where no cgroup can be made (documented, and stated in the run's report):
 
@@ -40,23 +49,55 @@ from typing import Literal
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 Mechanism = Literal["cgroup2", "cgroup1", "none"]
 
+#: one run alone: this fraction of the machine's memory
+MEMORY_FRACTION = 0.75
+#: one run alone: processes and threads
+DEFAULT_MAX_PIDS = 4096
+#: one run alone: this fraction of the free bytes, and of the free inodes, of its filesystem
+DISK_FRACTION = 0.5
+#: the fewest processes a run sharing the machine gets (tokenizers and BLAS start a thread
+#: per core; an agent CLI a dozen)
+MIN_SHARED_PIDS = 512
+
 
 @dataclass(frozen=True)
 class ResourceCaps:
     """What one agent may use; None means unbounded. ``memory_bytes`` covers the whole
     process tree; ``max_pids`` counts processes and threads; ``disk_bytes`` is the workspace
-    quota (everything the agent can write: ``code/``, ``output/``, caches, temp files)."""
+    quota (everything the agent can write: ``code/``, ``output/``, caches, temp files);
+    ``max_files`` caps the entries (files, directories, links: inodes) it holds."""
 
     memory_bytes: int | None = None
     max_pids: int | None = None
     disk_bytes: int | None = None
+    max_files: int | None = None
 
     def to_dict(self) -> dict[str, int | None]:
         return {
             "memory_bytes": self.memory_bytes,
             "max_pids": self.max_pids,
             "disk_bytes": self.disk_bytes,
+            "max_files": self.max_files,
         }
+
+
+def machine_caps(path: Path, share: float = 1.0) -> ResourceCaps:
+    """The default caps of a run whose directory is on ``path``'s filesystem, when it holds
+    ``share`` (0 < share <= 1) of this machine: ``share`` x (:data:`MEMORY_FRACTION` of the
+    memory, :data:`DISK_FRACTION` of the free bytes and of the free inodes) and ``share`` x
+    :data:`DEFAULT_MAX_PIDS` processes, at least :data:`MIN_SHARED_PIDS` when shared. No file
+    cap (None) on a filesystem that does not count inodes (btrfs reports 0). Raises
+    ValueError for a share outside (0, 1]."""
+    if not 0 < share <= 1:
+        raise ValueError(f"a run's share of the machine must be in (0, 1], not {share}")
+    import psutil
+
+    memory = int(psutil.virtual_memory().total * MEMORY_FRACTION * share)
+    st = os.statvfs(path)
+    disk = int(st.f_bavail * st.f_frsize * DISK_FRACTION * share)
+    files = int(st.f_favail * DISK_FRACTION * share) if st.f_files > 0 else None
+    pids = DEFAULT_MAX_PIDS if share == 1 else max(MIN_SHARED_PIDS, int(DEFAULT_MAX_PIDS * share))
+    return ResourceCaps(memory_bytes=memory, max_pids=pids, disk_bytes=disk, max_files=files)
 
 
 @functools.cache

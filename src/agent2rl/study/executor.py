@@ -17,6 +17,10 @@ Ray:
 - each run asks for ``cpus_per_run`` CPUs and ``gpus_per_run`` GPUs (``auto``: one when the
   cluster has GPUs), so concurrency follows the cluster's resources; ``--max-concurrent``
   caps it further;
+- each run's agent gets its share of its node: with k runs of the study at once on a node
+  (its CPUs / ``cpus_per_run``, its GPUs / ``gpus_per_run``, ``--max-concurrent``), 1/k of
+  what a plain run gets (:func:`~agent2rl.sandbox.limits.machine_caps`: memory, disk bytes
+  and inodes, processes), so that together they take no more than one run alone;
 - Ray never retries a run by itself (``max_retries=0``): the study decides, from the run's
   outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries harness failures up
   to ``--retries`` times per ``study run``; so are runs whose ``agent_error`` came from their
@@ -113,14 +117,28 @@ def _attempt_dir(study_dir: Path, slot_id: int, n: int) -> Path:
     return study_dir / "attempts" / f"{slot_id:03d}-a{n}"
 
 
-def _request(spec: StudySpec, slot: RunSlot, study_dir: Path, queued_at: float) -> dict:
-    """``request.json`` of an attempt (see :mod:`agent2rl.study.worker`)."""
+def _request(
+    spec: StudySpec,
+    slot: RunSlot,
+    study_dir: Path,
+    queued_at: float,
+    gpus: float = 0.0,
+    max_concurrent: int | None = None,
+) -> dict:
+    """``request.json`` of an attempt (see :mod:`agent2rl.study.worker`). ``resources``
+    is what the attempt's node needs to work out how many runs of the study it holds at
+    once, and so the run's share of it (:func:`agent2rl.study.worker.runs_per_node`)."""
     threads = spec.cpus_per_run
     return {
         "study_dir": str(study_dir),
         "key": slot.key,
         "label": slot.label,
         "queued_at": queued_at,
+        "resources": {
+            "cpus": spec.cpus_per_run,
+            "gpus": gpus,
+            "max_concurrent": max_concurrent,
+        },
         "request": {
             "task": slot.task,
             "agent": slot.agent,
@@ -395,7 +413,7 @@ def _drive(
                 delayed = [(due, row) for due, row in delayed if due > now]
                 while pending and len(inflight) < (opts.max_concurrent or len(todo)):
                     row = pending.popleft()
-                    att = _submit(remote, spec, state, study_dir, row, gpus)
+                    att = _submit(remote, spec, state, study_dir, row, gpus, opts.max_concurrent)
                     inflight[att.ref] = att
                     ran += 1
                     tally.running[(row.id, att.n)] = att.view
@@ -451,13 +469,20 @@ def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
 
 
 def _submit(
-    remote: Any, spec: StudySpec, state: StudyState, study_dir: Path, row: SlotRow, gpus: float
+    remote: Any,
+    spec: StudySpec,
+    state: StudyState,
+    study_dir: Path,
+    row: SlotRow,
+    gpus: float,
+    max_concurrent: int | None,
 ) -> _Attempt:
     n = state.queue_attempt(row.id)
     adir = _attempt_dir(study_dir, row.id, n)
     adir.mkdir(parents=True, exist_ok=True)
     queued_at = time.time()
-    write_json_atomic(adir / "request.json", _request(spec, row.slot, study_dir, queued_at))
+    request = _request(spec, row.slot, study_dir, queued_at, gpus, max_concurrent)
+    write_json_atomic(adir / "request.json", request)
     ref = remote.options(
         num_cpus=spec.cpus_per_run,
         num_gpus=gpus,

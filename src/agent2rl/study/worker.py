@@ -7,9 +7,10 @@ shares the study directory:
 
 ``request.json``
     written by the driver: the :class:`~agent2rl.orchestration.context.RunRequest` fields,
-    the environment to forward, the agent's thread count;
+    the environment to forward, the agent's thread count, the resources a run asks for
+    (from which the node works out the run's share of it, :func:`runs_per_node`);
 ``started.json``
-    written here when the run process starts (node, pid, time);
+    written here when the run process starts (node, pid, time, runs per node);
 ``console.log``
     the run's console output (what ``agent2rl run`` would print);
 ``result.json``
@@ -65,10 +66,11 @@ def run_attempt(attempt_dir: str) -> dict[str, Any]:
     env.pop("OMP_NUM_THREADS", None)
     if request.get("omp_num_threads"):
         env["OMP_NUM_THREADS"] = request["omp_num_threads"]
+    share = runs_per_node(request.get("resources") or {})
     with open(adir / CONSOLE, "ab") as log:
         proc = subprocess.Popen(
             # -c rather than -m: the package already imports this module (no runpy warning).
-            [sys.executable, "-c", _ENTRY, str(adir)],
+            [sys.executable, "-c", _ENTRY, str(adir), str(share)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -94,6 +96,38 @@ def run_attempt(attempt_dir: str) -> dict[str, Any]:
     }
     write_json_atomic(result_file, result)
     return result
+
+
+def runs_per_node(resources: dict[str, Any]) -> int:
+    """How many runs of the study the node running this attempt holds at once (at least 1):
+    its CPUs over the run's ``cpus``, its GPUs over the run's ``gpus`` (when it asks for
+    any), at most ``max_concurrent``. The node's resources are Ray's (this is called in the
+    attempt's Ray task); outside Ray, this machine's CPU count and no GPU."""
+    node_cpus, node_gpus = _node_resources()
+    cpus = float(resources.get("cpus") or 1.0)
+    gpus = float(resources.get("gpus") or 0.0)
+    k = max(1, int(node_cpus // cpus))
+    if gpus > 0:
+        k = min(k, max(1, int(node_gpus // gpus)))
+    if resources.get("max_concurrent"):
+        k = min(k, int(resources["max_concurrent"]))
+    return max(1, k)
+
+
+def _node_resources() -> tuple[float, float]:
+    """(CPUs, GPUs) Ray gave this node, or (this machine's CPUs, 0) outside a Ray task."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+            for n in ray.nodes():
+                if n.get("NodeID") == node:
+                    res = n.get("Resources") or {}
+                    return float(res.get("CPU", 1.0)), float(res.get("GPU", 0.0))
+    except Exception:  # no Ray, or its state service is gone: this machine's count
+        pass
+    return float(os.cpu_count() or 1), 0.0
 
 
 def _wait(proc: subprocess.Popen, stop_file: Path) -> int:
@@ -197,15 +231,19 @@ class _StopOnce:
         raise KeyboardInterrupt
 
 
-def _run(adir: Path) -> dict[str, Any]:
+def _run(adir: Path, share: int = 1) -> dict[str, Any]:
+    """The attempt's run, its agent capped at 1/``share`` of this machine (see
+    :func:`runs_per_node`)."""
     from rich.console import Console
 
     from agent2rl.errors import UserError
     from agent2rl.inference import BackendConfig
     from agent2rl.orchestration.run import RunRequest, execute_run
+    from agent2rl.sandbox.limits import machine_caps
 
     request = read_json(adir / REQUEST)
     r = request["request"]
+    caps = machine_caps(Path(request["study_dir"]), 1 / max(1, share))
     extra_env = dict(request.get("agent_env", {}))
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         # The GPU(s) Ray assigned to this task: the agent trains on those only.
@@ -224,6 +262,10 @@ def _run(adir: Path) -> dict[str, Any]:
         mode=r.get("mode") or "free",
         token_budget=r.get("token_budget"),
         extra_env=extra_env,
+        memory=caps.memory_bytes,
+        max_pids=caps.max_pids,
+        disk_quota=caps.disk_bytes,
+        max_files=caps.max_files,
     )
     console = Console(file=sys.stdout, force_terminal=False, width=120, soft_wrap=True)
     try:
@@ -257,19 +299,21 @@ def _run(adir: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m agent2rl.study.worker ATTEMPT_DIR", file=sys.stderr)
+    if len(args) not in (1, 2) or (len(args) == 2 and not args[1].isdigit()):
+        print("usage: python -m agent2rl.study.worker ATTEMPT_DIR [RUNS_PER_NODE]", file=sys.stderr)
         return 2
+    share = int(args[1]) if len(args) == 2 else 1
     stop = _StopOnce()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     adir = Path(args[0])
     write_json_atomic(
-        adir / STARTED, {"node": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+        adir / STARTED,
+        {"node": socket.gethostname(), "pid": os.getpid(), "at": time.time(), "share": share},
     )
     try:
-        result = _run(adir)
+        result = _run(adir, share)
     except KeyboardInterrupt:  # a signal before execute_run started: nothing was created
         result = {"run_id": None, "run_dir": None, "run_status": "interrupted", "error": None}
     write_json_atomic(adir / RESULT, result)
