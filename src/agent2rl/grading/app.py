@@ -550,6 +550,10 @@ def create_app(ctx: GradingContext) -> FastAPI:
             if ctx.workers.stopped.is_set():
                 _fail(sub_id, RUN_ENDED)
                 return
+            # The same files graded meanwhile (they were ahead in the queue): done, without
+            # waiting behind other evaluations for the lock.
+            if _settle_known(sub_id, copy, is_copy, fingerprint):
+                return
         try:
             if ctx.workers.stopped.is_set():
                 _fail(sub_id, RUN_ENDED)
