@@ -110,7 +110,10 @@ class Episode(Protocol):
         then unchanged."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Free what the episode holds (a game process, a browser). May raise: the rollout
+        service frees the session all the same and answers the error as a JSON 500."""
+        ...
 
     # Optional: ``admits(action) -> bool``, whether the current page or state offers
     # ``action``, for an episode whose admissible list holds templates (``search[<query>]``)

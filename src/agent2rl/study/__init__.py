@@ -11,15 +11,20 @@ Modules:
     one attempt as a process of its own (``python -m agent2rl.study.worker``), and the Ray
     task that runs it.
 ``executor``
-    :func:`run_study`: the driver (Ray, scheduling, retries, Ctrl-C).
+    :func:`run_study`: the driver (Ray, scheduling, retries, Ctrl-C, the directory's lock,
+    each run's share of its node).
+``infra``
+    which ``agent_error`` runs failed because of their infrastructure (the provider, the
+    agent's install): failed attempts, retried, never counted as results.
 ``progress``
     the live display on a terminal, one line per event on a pipe.
 ``export``
     the study's runs and submissions as CSV and Parquet.
 
 A study directory is a runs directory (run directories and ``results.db``) plus
-``study.db``, ``study.toml`` and ``attempts/``; the cross-run analysis and the dashboard
-live in :mod:`agent2rl.analysis`.
+``study.db``, ``study.toml``, ``study.lock`` and ``attempts/``; the cross-run analysis and
+the dashboard live in :mod:`agent2rl.analysis`. On a network filesystem, read its SQLite
+databases as :mod:`~agent2rl.study.executor` says (WAL is unsafe across hosts).
 """
 
 from agent2rl.study.executor import StudyOptions, StudyResult, run_study

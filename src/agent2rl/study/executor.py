@@ -30,6 +30,18 @@ Ray:
 One driver per study directory: ``study run`` holds an exclusive lock on it
 (:func:`study_lock`); a second one is refused with the first one's pid.
 
+SQLite on a shared (network) filesystem: a study directory holds two SQLite databases in
+WAL mode, ``study.db`` (written by the driver alone) and ``results.db`` (each run adds its
+row, from the node it ran on). WAL keeps its index in shared memory, which processes on
+different hosts do not share, so on NFS, CIFS, Lustre and the like, writers or readers on
+two hosts can corrupt either. Hence: read ``study.db`` (``study status``, ``study export``,
+the dashboard) on the driver's host; and on a cluster whose nodes share the directory over
+the network, treat ``results.db`` as a convenience, not the record: nothing the study
+reports reads it (its analysis reads ``study.db`` and the run directories, which are plain
+files written by one process each), and ``agent2rl compare`` over such a directory is best
+run once the study is done. ``study run`` says so when the directory is on such a
+filesystem (:func:`network_filesystem`).
+
 Stopping: Ctrl-C or SIGTERM cancels the running tasks (each run stops its agent and writes
 an ``interrupted`` report), waits for them, records them as interrupted (they run again
 next time), and shuts Ray down. A driver killed outright (SIGKILL) takes its Ray workers
@@ -67,6 +79,11 @@ from agent2rl.study.worker import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_
 LOCAL_OBJECT_STORE_BYTES = 80 * 2**20
 #: the file :func:`study_lock` holds while a ``study run`` uses the directory
 LOCK_FILE = "study.lock"
+#: filesystem types whose files other hosts share (SQLite's WAL is unsafe across them)
+NETWORK_FS = frozenset(
+    "nfs nfs4 cifs smb3 smbfs lustre ceph glusterfs fuse.sshfs fuse.glusterfs fuse.cephfs "
+    "9p beegfs gpfs afs".split()
+)
 #: environment variables forwarded to runs (they matter on a cluster, whose workers have
 #: the environment of `ray start`, not the study driver's)
 _FORWARD = re.compile(
@@ -297,6 +314,25 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _StopRequested
 
 
+def network_filesystem(path: Path, partitions: list[Any] | None = None) -> str | None:
+    """The type of the network filesystem ``path`` lies on (one of :data:`NETWORK_FS`), or
+    None for a local one or when the mount table cannot be read. ``partitions`` is
+    :func:`psutil.disk_partitions`'s answer (read here when None)."""
+    try:
+        parts = psutil.disk_partitions(all=True) if partitions is None else partitions
+    except OSError:
+        return None
+    path = Path(path).resolve()
+    best: tuple[int, str] | None = None
+    for part in parts:
+        mount = Path(part.mountpoint)
+        if path == mount or mount in path.parents:
+            depth = len(mount.parts)
+            if best is None or depth >= best[0]:
+                best = (depth, part.fstype)
+    return best[1] if best is not None and best[1] in NETWORK_FS else None
+
+
 @contextmanager
 def study_lock(study_dir: Path) -> Iterator[None]:
     """Hold ``study_dir`` for one ``study run`` (an exclusive ``flock`` on its
@@ -355,6 +391,12 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
         tally = Tally(total=len(rows), budget_s=spec.budget_s, parallel=1)
         reporter: Reporter = reporter_for(tally)
         last = state.get_meta("last_run") or {}
+        if (fs := network_filesystem(study_dir)) is not None:
+            reporter.note(
+                f"{study_dir} is on {fs}: SQLite's WAL is unsafe across hosts there; read "
+                "study.db on this host, and results.db only once the study is done "
+                "(the study's own results do not use it)"
+            )
         _reap_ray_session(last.get("session"), last.get("pid"))
         _recover(state, study_dir, reporter)
         rows = [r for r in state.slots() if r.key in keys]
