@@ -21,7 +21,9 @@ and what the package does around it, step by step (each function below cites its
    annotator's seed 0) — checked against every official annotation in the tests;
 3. the template's ``{instruction}``, ``{output_1}``, ``{output_2}`` are replaced, each once
    and in that order (``utils.make_prompts``), the prompt is stripped and split into chat
-   messages at ``<|im_start|>`` (``utils.prompt_to_chatml``);
+   messages at ``<|im_start|>`` (``utils.prompt_to_chatml``); here the template is split
+   first and the values go into the messages, the same messages unless an output holds a
+   ChatML marker, which then stays text (:func:`messages`);
 4. one chat completion: ``max_tokens=1, temperature=1, top_p=1, logprobs=true,
    top_logprobs=5`` (``decoders.openai._openai_completion_helper``);
 5. the preference is ``2 - P(m) / (P(m) + P(M))`` over the first token's top logprobs
@@ -124,9 +126,32 @@ def to_messages(text: str) -> Messages:
     return out
 
 
+@cache
+def _template_messages() -> tuple[tuple[str, str], ...]:
+    """The template split into ``(role, content)`` chat messages, before any value is in."""
+    return tuple((m["role"], m["content"]) for m in to_messages(template().strip()))
+
+
 def messages(instruction: str, output_1: str, output_2: str) -> Messages:
-    """The judge's chat messages for one pair as presented (already in display order)."""
-    return to_messages(prompt(instruction, output_1, output_2))
+    """The judge's chat messages for one pair as presented (already in display order).
+
+    The same messages as the package's (:func:`to_messages` of :func:`prompt`) for every
+    text without ChatML markers, each placeholder's first occurrence replaced in turn; but
+    the template is split into messages *before* the values go in. The package splits the
+    filled prompt, so a model output holding ``<|im_end|>`` or ``<|im_start|>assistant`` could
+    end the user's message early or write turns of its own, the judge's answer included.
+    Here an output stays text inside the user message, whatever it holds.
+    """
+    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
+    roles = [role for role, _ in _template_messages()]
+    contents = [content for _, content in _template_messages()]
+    for name in PLACEHOLDERS:
+        slot = "{" + name + "}"
+        for i, content in enumerate(contents):
+            if slot in content:
+                contents[i] = content.replace(slot, values[name], 1)
+                break
+    return [{"role": role, "content": c} for role, c in zip(roles, contents, strict=True)]
 
 
 def preference_from_logprobs(top: list[tuple[str, float]]) -> float:
