@@ -112,8 +112,9 @@ def leaderboard(
     docstring); ``beyond_noise`` never counts a flagged run unless ``raw``."""
     rows = []
     for key, members in group_runs(runs).items():
-        outs = [o for r in members if (o := counted(r.metrics, raw=raw)) is not None]
-        zeroed = {r.run_id for r in members if (o := counted(r.metrics, raw=raw)) and o.zeroed}
+        by_run = {r.run_id: counted(r.metrics, raw=raw) for r in members}
+        outs = [o for o in by_run.values() if o is not None]
+        zeroed = {run_id for run_id, o in by_run.items() if o is not None and o.zeroed}
         rates = [
             r.metrics.valid_submissions / r.metrics.submissions
             for r in members
