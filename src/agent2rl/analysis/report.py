@@ -274,7 +274,7 @@ def _integrity_details(m: RunMetrics) -> list[str]:
     out.append(
         "The scores in this report are as graded: integrity flags never change them. A"
         " flagged run counts in cross-run aggregates (leaderboard, heatmap, pass@k, compare)"
-        " as its base model, improvement 0, unless they are asked for raw figures (--raw)."
+        " as its base model, improvement 0, unless raw figures are asked for (--raw)."
     )
     return out
 
