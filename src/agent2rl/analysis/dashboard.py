@@ -232,7 +232,9 @@ def _leaderboard(rows: list[LeaderboardRow], mixed: dict[str, list[str]]) -> str
             f'data-flagged="{r.flagged}">'
             f"<td>{_e(column_label(k.task, k.eval_hash, mixed))}</td><td>{_e(k.model)}</td>"
             f"<td>{_e(k.stack.label)}</td><td>{_e(n)}</td><td>{_e(flagged)}</td>"
-            f"<td>{_stat_cell(r.baseline)}</td><td>{_stat_cell(r.best)}</td>"
+            f"<td>{_stat_cell(r.baseline)}</td><td>{_stat_cell(r.best)}"
+            f'<br><span class="ci">selected over {r.valid_submissions} graded submissions'
+            f"</span></td>"
             f"<td><b>{_stat_cell(r.improvement)}</b></td><td>{_stat_cell(r.final)}</td>"
             f"<td>{_stat_cell(r.final_improvement)}</td><td>{r.beyond_noise}</td>"
             f"<td>{_e(rate)}</td><td>{tokens}</td><td>{cost}</td><td>{_e(statuses)}</td></tr>"

@@ -78,6 +78,7 @@ def test_dashboard_marks_flagged_counts_and_labels_best_as_selected() -> None:
     page = render_dashboard(runs, Overview("t"), [], {})
     assert 'data-flagged="2"' in page and "2 flagged (as base)" in page
     assert "best (selected)" in page and "improvement (final)" in page
+    assert "selected over 4 graded submissions" in page
     assert "2 flagged run(s) of 3, counted as their base model" in page
     assert "1.33" in page  # the counted mean improvement (4 + 0 + 0) / 3
     raw = render_dashboard(runs, Overview("t"), [], {}, raw=True)
