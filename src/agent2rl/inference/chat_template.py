@@ -71,9 +71,10 @@ class ChatTemplateRefused(ModelFault):
 
 @dataclass(frozen=True)
 class RenderLimits:
-    """Bounds on rendering one prompt (its real and its placeholder conversation together).
+    """Bounds on rendering one prompt (its real and its stand-in conversation together).
 
-    ``timeout_s``: wall-clock seconds per prompt (a real template takes milliseconds);
+    ``timeout_s``: wall-clock seconds per prompt (a real template takes milliseconds, so the
+    margin covers a loaded machine);
     ``start_timeout_s``: for the renderer process to start (importing transformers);
     ``max_chars``: the longest rendered prompt, plus twice the messages' own length;
     ``memory_bytes``: address space the renderer may add to what it holds once started.
@@ -93,10 +94,9 @@ class TemplateRenderer:
     requests), with ``cwd=/`` and ``python -P`` so that nothing in the caller's directory is
     importable; it stays in the caller's process group (killing an evaluation worker's group
     kills it too) and gets SIGTERM from the kernel if the caller dies. It starts no process
-    of its own. Thread-safe (one request at
-    a time). A child that does not start is the harness's problem (``RuntimeError``); a
-    render that times out, errs or kills the child is the template's
-    (:class:`ChatTemplateRefused`).
+    of its own. Thread-safe (one request at a time). A child that does not start is the
+    harness's problem (``RuntimeError``); a render that times out, errs or kills the child
+    is the template's (:class:`ChatTemplateRefused`).
     """
 
     def __init__(self, limits: RenderLimits | None = None) -> None:
