@@ -51,6 +51,14 @@ def _run_processes(root: Path) -> list[tuple[int, str]]:
     return found
 
 
+def _cgroups_left(paths: RunPaths) -> list[Path]:
+    """The agent's cgroup directories still there (cgroup v2 or v1's memory and pids)."""
+    name = f"agent2rl-{paths.root.name}"
+    root = Path("/sys/fs/cgroup")
+    candidates = [root / name, root / "unified" / name, root / "memory" / name]
+    return [d for d in candidates + [root / "pids" / name] if d.exists()]
+
+
 def _wait_gone(root: Path, timeout: float = GONE_TIMEOUT_S) -> list[tuple[int, str]]:
     end = time.time() + timeout
     while (left := _run_processes(root)) and time.time() < end:
@@ -110,6 +118,7 @@ def test_sigterm_ends_the_run_interrupted_with_its_report(tmp_path, sig) -> None
         code = proc.wait(timeout=60)
         assert code == 128 + sig, log.read_text()
         assert _wait_gone(paths.root) == [], "no process of the run survives it"
+        assert _cgroups_left(paths) == []
         info = RunInfo.load(paths)
         assert info.status == "interrupted" and signal.Signals(sig).name in (info.error or "")
         assert info.ended_at is not None
@@ -147,6 +156,7 @@ def test_sigkill_leaves_no_process_and_report_closes_the_run(tmp_path, sandbox) 
         proc.wait()
         left = _wait_gone(paths.root)
         assert left == [], f"processes of the run survived the harness's SIGKILL: {left}"
+        assert _cgroups_left(paths) == []  # the guard removed the agent's cgroup
         assert RunInfo.load(paths).status == "running"  # nobody could write otherwise
 
         r = run_cli(["report", str(paths.root)], timeout=120)
