@@ -8,7 +8,10 @@ reported beside it.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from support.cli import run_cli
 from support.studyruns import make_run
 
 from agent2rl.analysis.counting import MODE_VIOLATION, counted, final_of, run_flags
@@ -84,3 +87,19 @@ def test_dashboard_marks_flagged_counts_and_labels_best_as_selected() -> None:
     raw = render_dashboard(runs, Overview("t"), [], {}, raw=True)
     assert "2 flagged (as graded)" in raw and "counted as graded (--raw)" in raw
     assert "18.00" in raw  # the raw mean improvement (4 + 30 + 20) / 3
+
+
+def test_the_dashboard_command_counts_flagged_runs_as_base_unless_raw(tmp_path) -> None:
+    for run in _runs():
+        d = tmp_path / run.run_id
+        (d / "report").mkdir(parents=True)
+        (d / "run.json").write_text("{}")
+        (d / "report" / "metrics.json").write_text(json.dumps(run.metrics.to_json()))
+    r = run_cli(["dashboard", str(tmp_path)], env={"PATH": "/usr/bin:/bin"}, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = (tmp_path / "dashboard.html").read_text()
+    assert "2 flagged (as base)" in page and "<b>1.33" in page
+    r = run_cli(["dashboard", str(tmp_path), "--raw"], env={"PATH": "/usr/bin:/bin"}, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = (tmp_path / "dashboard.html").read_text()
+    assert "2 flagged (as graded)" in page and "<b>18.00" in page
