@@ -23,7 +23,9 @@ for the whole of every transaction and every read.
   method that opens a transaction, which then joins the outer one: see
   :meth:`SQLiteStore.transaction`).
 - Several processes: each opens its own store; WAL lets readers run beside one writer, and a
-  writer waits up to the busy timeout for another's ``BEGIN IMMEDIATE`` to end.
+  writer waits up to the busy timeout for another's ``BEGIN IMMEDIATE`` to end. It waits
+  holding the lock, so while another process writes, this store's readers in this process
+  wait too (for as long as that write transaction lasts: every store keeps them short).
 - ``fork``: a SQLite connection must not be used in a child it was inherited by. A store
   used in a forked child opens a fresh connection and lock there (the parent's connection is
   kept referenced, never closed, in the child: closing it there could disturb the parent's
@@ -52,6 +54,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from agent2rl.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +108,10 @@ def filesystem_type(path: Path) -> str | None:
 def journal_mode() -> str:
     """The journal mode stores open with: ``AGENT2RL_SQLITE_JOURNAL_MODE`` or ``WAL``.
 
-    Raises ``ValueError`` naming the allowed values for anything else."""
+    Raises :class:`~agent2rl.errors.UserError` naming the allowed values for anything else."""
     mode = (os.environ.get(JOURNAL_MODE_ENV) or "WAL").strip().upper()
     if mode not in _JOURNAL_MODES:
-        raise ValueError(
+        raise UserError(
             f"{JOURNAL_MODE_ENV}={mode!r} is not a journal mode: use one of "
             f"{', '.join(sorted(_JOURNAL_MODES))} (WAL unless the database is on a network "
             "filesystem)"
@@ -201,6 +205,7 @@ class SQLiteStore:
         self._pid = os.getpid()
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._reading = False  # the open transaction is a read() (no writes inside it)
         if not lazy:
             with self._lock:
                 self._connection()
@@ -255,10 +260,16 @@ class SQLiteStore:
 
         Nested in a transaction of the same thread, it joins the outer one: its writes commit
         or roll back with the outer block (an exception that escapes it rolls back all).
+        Nested in a :meth:`read`, it raises ``RuntimeError``: a read snapshot turned into a
+        write fails (``SQLITE_BUSY_SNAPSHOT``) whenever another process wrote meanwhile.
         Do not iterate a cursor after the block: fetch inside it."""
         with self.lock:
             conn = self._connection()
             if conn.in_transaction:
+                if self._reading:
+                    raise RuntimeError(
+                        f"a write to {self.path} inside a read(): use transaction() instead"
+                    )
                 yield conn
                 return
             conn.execute("BEGIN IMMEDIATE")
@@ -281,9 +292,11 @@ class SQLiteStore:
                 yield conn
                 return
             conn.execute("BEGIN")
+            self._reading = True
             try:
                 yield conn
             finally:
+                self._reading = False
                 if conn.in_transaction:
                     conn.execute("COMMIT")  # a read transaction: ends it, writes nothing
 

@@ -4,6 +4,7 @@ the settings (WAL, busy timeout, autocommit) are the project's."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from agent2rl import sqlite_store
+from agent2rl.errors import UserError
 from agent2rl.sqlite_store import (
     JOURNAL_MODE_ENV,
     SQLiteStore,
@@ -55,6 +58,9 @@ def test_transaction_commits_rolls_back_and_nests(tmp_path: Path) -> None:
         "outer",
         "inner",
     ]
+    with pytest.raises(RuntimeError, match="inside a read"), store.read():
+        store.write("INSERT INTO pairs(half) VALUES ('from a snapshot')")
+    assert store.fetchone("SELECT COUNT(*) FROM pairs")[0] == 2
     store.close()
     store.close()  # idempotent
     with pytest.raises(sqlite3.ProgrammingError):
@@ -168,8 +174,20 @@ def test_journal_mode_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     with SQLiteStore(tmp_path / "s.db", schema=SCHEMA) as store:
         assert store.fetchone("PRAGMA journal_mode")[0] == "delete"
     monkeypatch.setenv(JOURNAL_MODE_ENV, "memory")
-    with pytest.raises(ValueError, match="WAL"):
+    with pytest.raises(UserError, match="WAL"):
         SQLiteStore(tmp_path / "t.db")
+
+
+def test_a_store_on_a_network_filesystem_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No NFS mount here: the filesystem type is what the test stands in for."""
+    monkeypatch.setattr(sqlite_store, "filesystem_type", lambda path: "nfs4")
+    with caplog.at_level(logging.WARNING, logger="agent2rl.sqlite_store"):
+        SQLiteStore(tmp_path / "s.db").close()
+        SQLiteStore(tmp_path / "s.db").close()  # once per path
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "nfs4" in warnings[0] and "local disk" in warnings[0]
 
 
 def test_filesystem_type() -> None:
