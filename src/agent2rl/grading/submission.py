@@ -488,6 +488,7 @@ def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
     - every ``*.json`` file: at most :data:`MAX_JSON_BYTES`, valid JSON, at most
       :data:`~agent2rl.models.weights.MAX_JSON_DEPTH` deep, a JSON object;
     - ``config.json`` and ``tokenizer_config.json`` without ``auto_map`` (custom code);
+    - ``tokenizer.json``, if present, readable by the tokenizers library;
     - every ``*.safetensors`` file: a valid header (see
       :func:`~agent2rl.models.weights.read_safetensors_header`);
     - the weights the loader reads match the config exactly
@@ -507,6 +508,8 @@ def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
                 f"{name} has auto_map (custom model code), which is "
                 "refused: use a model class built into transformers"
             )
+    if "tokenizer.json" in configs:
+        _check_tokenizer(model_dir / "tokenizer.json")
     headers: dict[str, dict[str, TensorInfo]] = {}
     for path in sorted(model_dir.glob("*.safetensors")):
         try:
@@ -519,6 +522,25 @@ def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
     tensors = _loaded_tensors(headers, configs.get(WEIGHTS_INDEX))
     check_weights_match_config(model_dir, configs.get("config.json", {}), tensors)
     return headers
+
+
+def _check_tokenizer(path: Path) -> None:
+    """Refuse a ``tokenizer.json`` the tokenizers library (what the evaluator loads it with)
+    cannot read: its fields have the wrong types or an unknown model."""
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_str(path.read_text(encoding="utf-8"))
+    except BaseException as err:
+        # A Rust panic comes out as pyo3's PanicException, a BaseException: it is the
+        # file's fault too. Interrupts and exits are not.
+        if isinstance(err, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        first = next((ln for ln in str(err).splitlines() if ln.strip()), "")[:300]
+        raise SubmissionError(
+            f"tokenizer.json cannot be read by the tokenizers library ({first}): submit the"
+            " tokenizer save_pretrained wrote"
+        ) from None
 
 
 def _loaded_tensors(

@@ -166,6 +166,14 @@ def test_json_that_is_not_an_object_or_not_json_is_refused(run: Run) -> None:
     _refused(run, "output/v1", 400, "not valid JSON")
 
 
+def test_tokenizer_json_the_tokenizers_library_cannot_read_is_refused(run: Run) -> None:
+    tok = run.model() / "tokenizer.json"
+    data = json.loads(tok.read_text())
+    data["model"]["vocab"] = {"a": "not an id"}
+    tok.write_text(json.dumps(data))
+    _refused(run, "output/v1", 400, "tokenizer.json cannot be read by the tokenizers library")
+
+
 def test_json_depth_ignores_brackets_in_strings() -> None:
     assert json_depth(b'[["]]]\\\\", {"a\\"[[[": [1]}]]') == 4
     assert loads_json(b'{"a": ["[[[", "\\"{"]}', "x") == {"a": ["[[[", '"{']}
@@ -528,3 +536,39 @@ def test_fuzz_config(fuzz_run: Run, tiny, content: dict | bytes) -> None:
 )
 def test_fuzz_tokenizer_and_other_json_files(fuzz_run: Run, name: str, content: bytes) -> None:
     _stage_or_refuse(fuzz_run, {name: content})
+
+
+@st.composite
+def tokenizer_field_edits(draw) -> list[tuple[tuple[str, ...], object]]:
+    """Edits of the real tokenizer.json: a field (top level or of its model) set to any
+    JSON value."""
+    fields = st.sampled_from(
+        [
+            ("added_tokens",),
+            ("normalizer",),
+            ("pre_tokenizer",),
+            ("post_processor",),
+            ("decoder",),
+            ("truncation",),
+            ("padding",),
+            ("model",),
+            ("model", "type"),
+            ("model", "vocab"),
+            ("model", "merges"),
+            ("model", "unk_token"),
+            ("model", "dropout"),
+        ]
+    )
+    return draw(st.lists(st.tuples(fields, json_value), min_size=1, max_size=3))
+
+
+@FUZZ
+@given(edits=tokenizer_field_edits())
+def test_fuzz_tokenizer_json_fields(fuzz_run: Run, tiny, edits) -> None:
+    data = json.loads((tiny.path / "tokenizer.json").read_text())
+    for path, value in edits:
+        target = data
+        for key in path[:-1]:
+            target = target[key] if isinstance(target.get(key), dict) else {}
+        target[path[-1]] = value
+    _stage_or_refuse(fuzz_run, {"tokenizer.json": json.dumps(data).encode()})
