@@ -264,7 +264,11 @@ class _StopSignals:
     def _handle(self, signum: int, frame: object) -> None:
         if self._stopping or self.received is not None:
             # async-signal-safe: no rich, no locks
-            os.write(2, b"agent2rl: already stopping (stopping the agent, writing the report)\n")
+            os.write(
+                2,
+                b"agent2rl: already stopping (the agent, the services, then the report); "
+                b"kill -9 abandons the report (`agent2rl report RUN_DIR` writes it later)\n",
+            )
             return
         self.received = signum
         self._stopping = True
@@ -312,9 +316,12 @@ def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
     finally:
         signals.stopping()
         try:
+            # Interrupted, nobody waits for an evaluation in flight (its row is failed
+            # below); else the services get their usual time to finish a request.
+            stop_s = 2.0 if info.status == "interrupted" else 10.0
             for child in (ctx.rollout, ctx.grading):
                 if child is not None:
-                    child.stop()
+                    child.stop(timeout=stop_s)
             # The grading service is gone: a submission it had not finished never will be.
             try:
                 fail_in_flight(
