@@ -238,8 +238,9 @@ class _StopSignals:
     noted on stderr and ignored, so that the stop path itself is never cut short (the run's
     guard still cleans up after a SIGKILL).
 
-    Outside the main thread (a caller's worker thread) nothing is installed: the caller's
-    own handling applies. The previous handlers come back on exit."""
+    A signal ignored when the run starts (``nohup``) stays ignored. Outside the main thread
+    (a caller's worker thread) nothing is installed: the caller's own handling applies. The
+    previous handlers come back on exit."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -250,7 +251,11 @@ class _StopSignals:
 
     def __enter__(self) -> _StopSignals:
         if threading.current_thread() is threading.main_thread():
-            self._old = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+            for sig in self.SIGNALS:
+                # An ignored signal stays ignored: `nohup agent2rl run` must survive the
+                # terminal's hangup, a background job the shell's SIGINT.
+                if signal.getsignal(sig) != signal.SIG_IGN:
+                    self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
