@@ -594,7 +594,7 @@ def _loaded_tensors(
     return tensors
 
 
-def _module_counts(config: Any, depth: int = 0) -> list[tuple[str, int]]:
+def _module_counts(config: Any) -> list[tuple[str, int]]:
     """``(field, value)`` of every :data:`_MODULE_COUNTS` integer in a config (nested
     sub-configs included; the JSON is already depth-bounded)."""
     found: list[tuple[str, int]] = []
@@ -602,10 +602,10 @@ def _module_counts(config: Any, depth: int = 0) -> list[tuple[str, int]]:
         for key, value in config.items():
             if _MODULE_COUNTS.fullmatch(key) and isinstance(value, int):
                 found.append((key, value))
-            found += _module_counts(value, depth + 1)
+            found += _module_counts(value)
     elif isinstance(config, list):
         for value in config:
-            found += _module_counts(value, depth + 1)
+            found += _module_counts(value)
     return found
 
 
@@ -635,13 +635,22 @@ def check_weights_match_config(
                 " tensors: the config does not describe these weights; submit the config"
                 " saved with them"
             )
+    if not isinstance(config.get("model_type"), str):
+        # Without it transformers guesses the type from the directory's path.
+        raise SubmissionError(
+            "config.json has no model_type: submit the config save_pretrained wrote"
+        )
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
         cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
+            # dtype given: from_config would otherwise set torch's process-wide default
+            # dtype to the config's for the duration, under the other threads' feet.
+            model = AutoModelForCausalLM.from_config(
+                cfg, trust_remote_code=False, dtype=torch.float32
+            )
     except Exception as err:  # any error of transformers on a config we do not control
         first = next((ln for ln in str(err).splitlines() if ln.strip()), "")[:300]
         raise SubmissionError(

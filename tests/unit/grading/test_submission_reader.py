@@ -205,6 +205,7 @@ def test_config_with_more_layers_than_the_weights_is_refused(run: Run) -> None:
         ({"hidden_size": 64}, "shapes differ"),
         ({"tie_word_embeddings": False}, "missing lm_head.weight"),
         ({"model_type": "no-such-model"}, "does not describe a causal LM"),
+        ({"model_type": None}, "no model_type"),
         ({"num_attention_heads": 0}, "does not describe a causal LM"),
     ],
 )
