@@ -17,8 +17,15 @@ it names one of the task's known dataset sources (:data:`DATASET_SOURCES`, e.g. 
 both name HumanEval). Every dataset-hub URL (``huggingface.co/datasets/...``) is listed as
 well, flagged or not. A refused request (``allowed`` false) fetched nothing and is only
 counted. Limits: an HTTPS request shows only its host (the proxy tunnels TLS), so a test set
-fetched over HTTPS from a general host (a model hub, PyPI) is caught by the workspace scan, if
-the agent left it there, not by its address.
+fetched over HTTPS from a general host is caught by the workspace scan, if the agent left it
+there, not by its address.
+
+The agent's two main channels, the package index and the model hub, go through the run's
+name proxies (:mod:`agent2rl.sandbox.name_proxy`), whose logs (``record/packages.jsonl``,
+``record/hub.jsonl``) name every project, version, repo and file. :func:`read_fetch_logs`
+judges those names: a fetch the task's deny list refused (``allowed`` false: the agent went
+for the grader's own parts) and an allowed fetch whose name names a dataset source (a mirror
+under another org) are both flagged; every file fetched is listed.
 
 :func:`check_run` is the end-of-run entry point: it builds the index from the task's private
 and public splits, scans the run's workspace and egress log and writes
@@ -41,12 +48,17 @@ from agent2rl.dataset import PreparedTask, Sample
 from agent2rl.files import write_json_atomic
 from agent2rl.integrity.ngrams import DEFAULT_N, MAX_FILE_BYTES, PrivateIndex, scan_file
 from agent2rl.rundir import RunPaths
+from agent2rl.sandbox.name_proxy import HUB_LOG, PACKAGE_LOG, read_fetch_log
 from agent2rl.tasks.base import Task
 
 #: where :func:`check_run` writes its report, under the run's ``record/``
 CONTAMINATION_FILE = "contamination.json"
 #: the egress log :func:`check_run` reads when none is given, under the run's ``record/``
 EGRESS_LOG = "egress.jsonl"
+#: the name proxies' logs :func:`check_run` reads, under the run's ``record/``
+FETCH_LOGS = (PACKAGE_LOG, HUB_LOG)
+#: names listed per kind in the report (all are counted)
+MAX_LISTED_FETCHES = 200
 #: names of each task's dataset on the net: a fetched URL naming one is flagged
 DATASET_SOURCES: dict[str, tuple[str, ...]] = {
     "gsm8k": ("gsm8k", "grade-school-math"),
@@ -83,16 +95,23 @@ class EgressSummary:
     dataset_urls: list[str] = field(default_factory=list)
     """Fetches from a dataset hub (informational)."""
     flagged_urls: list[str] = field(default_factory=list)
-    """Fetches naming one of the task's :data:`DATASET_SOURCES`."""
+    """Fetches naming one of the task's :data:`DATASET_SOURCES` (addresses, or
+    ``pypi:project/file`` and ``hub:kind:repo/file`` names from the name proxies)."""
+    fetches: int = 0
+    """Requests the name proxies (package index, model hub) logged."""
+    fetched_files: list[str] = field(default_factory=list)
+    """Files fetched through them: ``pypi:project==version/file``, ``hub:kind:repo/file``."""
+    denied_fetches: list[str] = field(default_factory=list)
+    """Names the task's deny list refused (the agent asked for the grader's own parts)."""
 
 
 @dataclass
 class ContaminationReport:
     """The outcome of a contamination check (``record/contamination.json`` is ``to_dict``).
 
-    ``flagged`` when at least one private item was found in the workspace or a fetched URL
-    names the task's dataset. ``matches`` lists at most :data:`MAX_LISTED_ITEMS` items
-    (sorted by id); ``matched_items`` counts them all.
+    ``flagged`` when at least one private item was found in the workspace, a fetched URL or
+    name names the task's dataset, or a name proxy refused a denied name. ``matches`` lists at
+    most :data:`MAX_LISTED_ITEMS` items (sorted by id); ``matched_items`` counts them all.
     """
 
     task: str | None
@@ -144,9 +163,14 @@ def scan_workspace(
     *,
     task: str | None = None,
     max_file_bytes: int = MAX_FILE_BYTES,
+    fetch_logs: tuple[Path, ...] = (),
+    extra_roots: dict[str, Path] | None = None,
 ) -> ContaminationReport:
-    """Scan every file under ``workspace`` (and ``egress_log`` when it exists) for
-    ``index``'s items; ``task`` names the dataset sources a fetched URL is judged against.
+    """Scan every file under ``workspace`` (and ``egress_log`` and the name proxies'
+    ``fetch_logs`` when they exist) for ``index``'s items; ``task`` names the dataset sources
+    a fetched URL or name is judged against. ``extra_roots`` (label -> directory: the agent's
+    ``/tmp`` when the run kept it) are scanned as well, their files listed as ``label/path``;
+    a missing one is skipped.
 
     A missing workspace gives an empty, unflagged report with a note. Files are read within
     ``max_file_bytes`` each; unreadable ones are counted as skipped, never fatal.
@@ -172,12 +196,15 @@ def scan_workspace(
         )
     found: dict[str, ItemMatch] = {}
     workspace = Path(workspace)
-    if not workspace.is_dir():
+    roots = [("", workspace)] if workspace.is_dir() else []
+    if not roots:
         report.notes.append(f"no workspace at {workspace}: nothing scanned")
-    else:
-        for path in _walk(workspace):
+    roots += [(label, Path(r)) for label, r in (extra_roots or {}).items() if Path(r).is_dir()]
+    for label, root in roots:
+        for path in _walk(root):
             scan = scan_file(path, index, max_file_bytes)
-            rel = str(path.relative_to(workspace))
+            rel = str(path.relative_to(root))
+            rel = f"{label.rstrip('/')}/{rel}" if label else rel
             if scan.skipped:
                 report.files_skipped += 1
                 reason = scan.skipped.split(":")[0]
@@ -194,9 +221,14 @@ def scan_workspace(
                     match.files.append(where)
     report.matched_items = len(found)
     report.matches = [found[k] for k in sorted(found)][:MAX_LISTED_ITEMS]
+    sources = DATASET_SOURCES.get(task or "", ())
     if egress_log is not None:
-        report.egress = read_egress(egress_log, DATASET_SOURCES.get(task or "", ()))
-    report.flagged = bool(found) or bool(report.egress and report.egress.flagged_urls)
+        report.egress = read_egress(egress_log, sources)
+    if any(Path(f).is_file() for f in fetch_logs):
+        report.egress = report.egress or EgressSummary(log=None)
+        read_fetch_logs(fetch_logs, sources, report.egress)
+    eg = report.egress
+    report.flagged = bool(found) or bool(eg and (eg.flagged_urls or eg.denied_fetches))
     report.seconds = round(time.time() - started, 3)
     return report
 
@@ -249,6 +281,50 @@ def read_egress(log: Path, sources: tuple[str, ...]) -> EgressSummary:
     summary.hosts = sorted(h for h in hosts if h)[:200]
     summary.dataset_urls = summary.dataset_urls[:200]
     summary.flagged_urls = summary.flagged_urls[:200]
+    return summary
+
+
+def _fetch_name(row: dict[str, Any]) -> str | None:
+    """A name proxy's log row as one name: ``pypi:project==version/file`` (a page:
+    ``pypi:project``) or ``hub:kind:repo[/file]``; None for a row that names nothing."""
+    if "project" in row:
+        name = f"pypi:{row['project']}"
+        if row.get("version"):
+            name += f"=={row['version']}"
+        return name + (f"/{row['file']}" if row.get("file") else "")
+    if row.get("repo"):
+        name = f"hub:{row.get('repo_type') or 'model'}:{row['repo']}"
+        return name + (f"/{row['file']}" if row.get("file") else "")
+    return None
+
+
+def read_fetch_logs(
+    logs: tuple[Path, ...], sources: tuple[str, ...], summary: EgressSummary
+) -> EgressSummary:
+    """Add what the name proxies' ``logs`` show to ``summary``: the requests, every file
+    fetched, every name the deny list refused, and the names (project, repo, file; compared
+    with punctuation removed) that name one of ``sources``. Missing logs and torn lines are
+    skipped. Lists keep :data:`MAX_LISTED_FETCHES` distinct names each."""
+    wanted = [_squash(s) for s in sources if _squash(s)]
+
+    def add(items: list[str], name: str) -> None:
+        if name not in items and len(items) < MAX_LISTED_FETCHES:
+            items.append(name)
+
+    for log in logs:
+        for row in read_fetch_log(Path(log)):
+            name = _fetch_name(row)
+            if name is None:
+                continue
+            summary.fetches += 1
+            if row.get("allowed") is False:
+                add(summary.denied_fetches, name)
+                continue
+            ok = isinstance(row.get("status"), int) and 200 <= row["status"] < 400
+            if ok and row.get("file") and row.get("kind") in ("file", "resolve"):
+                add(summary.fetched_files, name)
+            if ok and any(w in _squash(name) for w in wanted):
+                add(summary.flagged_urls, name)
     return summary
 
 
@@ -321,9 +397,11 @@ def check_run(
     n: int = DEFAULT_N,
 ) -> ContaminationReport:
     """The contamination check of a finished run: index ``task``'s private split against its
-    public one, scan ``paths.workspace`` and the egress log (``egress_log``, else
-    ``record/egress.jsonl`` when it exists), write ``record/contamination.json`` atomically
-    and return the report.
+    public one, scan ``paths.workspace``, the egress log (``egress_log``, else
+    ``record/egress.jsonl`` when it exists) and the name proxies' logs
+    (``record/packages.jsonl``, ``record/hub.jsonl``), write ``record/contamination.json``
+    atomically and return the report. The agent's ``/tmp`` is not scanned: under bwrap it is
+    a tmpfs that ends with the sandbox (its ``TMPDIR`` is the workspace's ``.tmp``, scanned).
 
     Call it after the agent has stopped (the workspace no longer changes). It reads the
     private split, so it runs in the harness, never where the agent could see its output.
@@ -332,7 +410,13 @@ def check_run(
     index = PrivateIndex.build(private_texts(task, prepared), public_texts(task, prepared), n=n)
     if egress_log is None and (paths.record / EGRESS_LOG).is_file():
         egress_log = paths.record / EGRESS_LOG
-    report = scan_workspace(paths.workspace, index, egress_log, task=task.name)
+    report = scan_workspace(
+        paths.workspace,
+        index,
+        egress_log,
+        task=task.name,
+        fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
+    )
     report.seconds = round(time.time() - started, 3)
     write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
     return report

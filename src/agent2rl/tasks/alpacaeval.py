@@ -354,6 +354,9 @@ class AlpacaEval(Task):
         "batch_size": 16,
     }
     splits = SPLITS
+    #: the graded instructions and their baseline outputs, and the judge's template
+    denied_packages = ("alpaca-eval",)
+    denied_hub_repos = (EVAL_REPO,)
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")

@@ -65,6 +65,14 @@ class Task(ABC):
     #: names in the public split that are not copied into workspaces (too big to copy per
     #: run; the agent reaches them through the rollout service instead)
     workspace_exclude: ClassVar[tuple[str, ...]] = ()
+    #: package-index projects the agent may not fetch: the grader's own packages (a judge's
+    #: weights, a benchmark shipped as a wheel). PEP 503 names, shell patterns allowed;
+    #: enforced by the run's index proxy (:mod:`agent2rl.sandbox.name_proxy`)
+    denied_packages: ClassVar[tuple[str, ...]] = ()
+    #: model-hub repo ids the agent may not fetch (graded data sets, judge weights):
+    #: ``org/name`` (any kind), ``datasets/org/name`` (that kind only), a legacy id without
+    #: an org, or a shell pattern (``*/name``); enforced by the run's hub proxy
+    denied_hub_repos: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.opts: dict[str, Any] = parse_options(self.name, self.options, options or {})

@@ -240,6 +240,8 @@ class Gsm8k(Task):
         "batch_size": 64,
     }
     splits = GSM8K_SPLITS
+    #: the graded test split (also under its legacy id and OpenAI's repository's name)
+    denied_hub_repos = (HUB_ID, "gsm8k", "*/grade-school-math")
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)

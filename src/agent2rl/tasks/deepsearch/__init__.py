@@ -321,6 +321,8 @@ class DeepSearchQA(DeepsearchBase):
     name = "deepsearchqa"
     version = "1"
     summary = "DeepSearchQA (900 multi-step search questions; 200 graded, judged by an LLM)"
+    #: the questions and their answers (the graded split among them)
+    denied_hub_repos = ("google/deepsearchqa",)
     options: ClassVar[dict[str, Any]] = {
         "max_steps": 6,
         "history": 6,
