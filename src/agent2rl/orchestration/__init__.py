@@ -7,6 +7,8 @@
                         supervise, finalize
     baseline.py         the base model's score, cached across runs
     agent_process.py    the agent's process tree: launch it, kill all of it
+    guard.py            the run's guard process: kills what a SIGKILLed harness leaves
+    recover.py          closes a run whose harness died (agent2rl report)
     rollout_service.py  the rollout service process of interactive runs
     watchdog.py         caps the kernel does not enforce (disk quota, RSS fallback)
     status.py           the live status line

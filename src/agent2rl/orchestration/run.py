@@ -12,8 +12,11 @@ in stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
 4. :func:`_finalize`: metrics once, the report and the results row.
 
 Whatever happens after stage 1 (the agent crashes, the deadline hits, a cap is hit, Ctrl-C,
-a harness bug), the agent's processes are killed, an in-flight evaluation is allowed to
-finish (bounded), the services are stopped and a report is written.
+SIGTERM, SIGHUP, a harness bug), the agent's processes are killed, an in-flight evaluation is
+allowed to finish (bounded; not when interrupted), the services are stopped and a report is
+written. If this process is killed outright (SIGKILL), its children get a parent-death
+signal and the run's guard (:mod:`~agent2rl.orchestration.guard`) kills the rest; ``agent2rl
+report`` then closes the run (:mod:`~agent2rl.orchestration.recover`).
 """
 
 from __future__ import annotations
