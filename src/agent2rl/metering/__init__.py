@@ -40,6 +40,13 @@ percent-escape of anything but a model-id character (``%2e``, ``%2f``, ``%5c``, 
 id segments. Otherwise ``models/../files`` would match ``models/{model}`` and reach the
 upstream's ``/files`` once the URL is normalised on the way out.
 
+Models (``ProxyConfig.allowed_models``, ``--restrict-models --allow-model M``): a run's proxy
+relays a metered request only when the model it names (the body's ``model``; Gemini's is in
+the path) is one of the run's driver models; any other, or a request naming none, is a
+provider-shaped 403 naming the allowed models, recorded with ``refused: true`` and never sent
+upstream. The agent's key then cannot call its task's judge model (AlpacaEval's) or anything
+else billed to the run. Listing models and counting tokens are not model calls and pass.
+
 Request bodies above 16 MiB (``ProxyConfig.max_body_bytes``) get a provider-shaped 413,
 refused unread when ``Content-Length`` says so, else as soon as the body passes the limit.
 

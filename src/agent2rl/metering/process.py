@@ -12,7 +12,7 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +68,7 @@ def start_metering_proxy(
     ready_file: Path | None = None,
     log_file: Path | None = None,
     ready_timeout: float = 30.0,
+    allowed_models: Sequence[str] | None = None,
 ) -> MeteringProxy:
     """Start a proxy process recording to ``usage_file`` and wait until it serves.
 
@@ -78,6 +79,8 @@ def start_metering_proxy(
     the key the agent gets (a fresh random one when None). ``ready_file`` (default
     ``llm_proxy.json`` beside the usage file) receives ``{"port", "pid"}`` once the proxy
     accepts connections; ``log_file`` (default ``llm_proxy.log`` beside it) gets its output.
+    ``allowed_models``: the only models a metered request may name (a run's driver models;
+    see :class:`~agent2rl.metering.proxy.ProxyConfig`); None allows every model.
     Raises RuntimeError, naming the log, if the process exits or is not ready in time.
     """
     usage_file = Path(usage_file).resolve()
@@ -104,6 +107,8 @@ def start_metering_proxy(
         cmd += [f"--{name}-base-url", upstream.base_url]
     if max_total_tokens is not None:
         cmd += ["--max-total-tokens", str(max_total_tokens)]
+    if allowed_models is not None:
+        cmd += ["--restrict-models", *(f"--allow-model={m}" for m in allowed_models)]
     proc, port = start_announcing(
         cmd,
         env=env,
@@ -125,6 +130,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--max-total-tokens", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=600.0, help="upstream read timeout (s)")
     ap.add_argument("--no-inject-stream-usage", action="store_true")
+    ap.add_argument(
+        "--restrict-models", action="store_true", help="relay only the --allow-model models"
+    )
+    ap.add_argument("--allow-model", action="append", default=[], metavar="MODEL")
     args = ap.parse_args(None if argv is None else list(argv))
     # Pop the keys so nothing this process starts could inherit them.
     proxy_key = os.environ.pop(PROXY_KEY_ENV, "")
@@ -142,6 +151,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         max_total_tokens=args.max_total_tokens,
         upstream_timeout_s=args.timeout,
         inject_stream_usage=not args.no_inject_stream_usage,
+        allowed_models=tuple(args.allow_model) if args.restrict_models else None,
     )
     ready = args.ready_file
     serve_on_free_port(

@@ -92,7 +92,10 @@ class ProxyConfig:
     a 429/5xx (or a refused connection) before anything reached the client, waiting
     ``retry_backoff_s`` doubled each time, or the upstream's ``Retry-After`` when it says;
     a ``Retry-After`` above ``retry_after_cap_s`` is not waited for (the error goes to the
-    client, whose SDK honours it).
+    client, whose SDK honours it). ``allowed_models``: the models a metered request may name
+    (a run's driver models); any other, or none named, is refused with a provider-shaped 403
+    naming the allowed ones (so the agent cannot call, say, its task's judge model). None
+    allows every model.
     """
 
     usage_file: Path
@@ -107,6 +110,7 @@ class ProxyConfig:
     max_retries: int = 2
     retry_backoff_s: float = 0.5
     retry_after_cap_s: float = 8.0
+    allowed_models: tuple[str, ...] | None = None
 
     def upstream(self, provider: Provider) -> Upstream:
         return self.upstreams.get(provider.name) or Upstream(provider.default_base_url)
@@ -204,6 +208,16 @@ class _Proxy:
             return provider.error_response(413, msg, retry=False)
         payload = _json_object(body)
         rec.model, rec.stream = provider.model_and_stream(route, payload)
+        allowed = self.cfg.allowed_models
+        if route.metered and allowed is not None and rec.model not in allowed:
+            named = f"model {rec.model!r}" if rec.model else "a request that names no model"
+            msg = (
+                f"{named} is not allowed in this run; the metering proxy relays only "
+                f"{', '.join(allowed) or '(no model)'} (the run's driver)"
+            )
+            rec.status, rec.refused, rec.error = 403, True, msg
+            self.record(ex)
+            return provider.error_response(403, msg, retry=False)
         if route.metered:
             estimate = estimate_request(
                 body, provider.requested_output_tokens(payload), self.cfg.output_reserve_tokens
