@@ -71,6 +71,7 @@ from agent2rl.sandbox import SandboxSpec, bwrap_argv, bwrap_available
 from agent2rl.sandbox.agent import agent_sandbox, agent_user, hand_over, identity_files
 from agent2rl.sandbox.egress import DEFAULT_ALLOWLIST, Allowlist, start_egress_proxy
 from agent2rl.sandbox.limits import Cgroup, ResourceCaps, machine_caps, probe, set_nproc_limit
+from agent2rl.sandbox.name_proxy import DenyList, start_name_proxies
 from agent2rl.sandbox.network import (
     ServiceBridge,
     confine,
@@ -402,8 +403,12 @@ def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
     upstreams = {name: Upstream(p.host_base_url()) for name, p in PROVIDERS.items()}
     own = llm.driver.base_url or upstreams[llm.driver.api].base_url
     upstreams[llm.driver.api] = Upstream(own, llm.key)
+    # Only the driver's model: the agent's key must not reach its task's judge model.
     return start_metering_proxy(
-        ctx.paths.llm_usage, upstreams=upstreams, max_total_tokens=ctx.req.token_budget
+        ctx.paths.llm_usage,
+        upstreams=upstreams,
+        max_total_tokens=ctx.req.token_budget,
+        allowed_models=(llm.driver.model,),
     )
 
 
@@ -520,14 +525,17 @@ def _services(ctx: RunContext) -> dict[str, int]:
         ports["metering"] = ctx.metering.port
     if ctx.egress is not None:
         ports["egress"] = ctx.egress.port
+    if ctx.names is not None:
+        ports.update(ctx.names.ports())
     return ports
 
 
 def _confine(
     ctx: RunContext, spec: SandboxSpec, command: list[str]
 ) -> tuple[SandboxSpec, list[str]]:
-    """Under ``--network services``: start the egress proxy (unless nothing is allowed) and
-    the bridge into the agent's network namespace, and confine ``spec`` and ``command``."""
+    """Under ``--network services``: start the egress proxy and the package index and model
+    hub proxies (unless nothing is allowed) and the bridge into the agent's network
+    namespace, and confine ``spec`` and ``command``."""
     paths, allow = ctx.paths, _egress_allow(ctx)
     if allow:
         ctx.egress = start_egress_proxy(
@@ -536,9 +544,15 @@ def _confine(
             ready_file=paths.sandbox / "egress.json",
             stdout_log=paths.sandbox / "egress.log",
         )
+        # The package index and the model hub, by name: logged, the task's deny list refused.
+        deny = DenyList(ctx.task.denied_packages, ctx.task.denied_hub_repos)
+        ctx.names = start_name_proxies(paths.record, paths.sandbox, deny)
     ctx.bridge = ServiceBridge(paths.sandbox / "net", _services(ctx).values())
     ctx.bridge.start()
-    return confine(spec, ctx.bridge, command, egress_port=ctx.egress.port if ctx.egress else None)
+    egress_port = ctx.egress.port if ctx.egress else None
+    spec, command = confine(spec, ctx.bridge, command, egress_port=egress_port)
+    names_env = ctx.names.env() if ctx.names else {}
+    return replace(spec, env={**spec.env, **names_env}), command
 
 
 def _egress_allow(ctx: RunContext) -> tuple[str, ...]:
@@ -551,6 +565,7 @@ def _close_network(ctx: RunContext) -> None:
     for closer in (
         ctx.bridge.stop if ctx.bridge else None,
         ctx.egress.stop if ctx.egress else None,
+        ctx.names.stop if ctx.names else None,
     ):
         if closer is not None:
             closer()
@@ -608,9 +623,12 @@ def _supervise(ctx: RunContext, command: list[str], env: dict[str, str], guard: 
         raise
     try:
         with status:
+            told = 0.0  # when the guard was last told the sampler's processes
             while agent.poll() is None and time.time() < info.deadline and watchdog.breach is None:
                 status.update()
-                guard.watch_pids(p.pid for p in sampler.alive_seen())
+                if time.time() - told >= req.sample_interval_s:
+                    guard.watch_pids(p.pid for p in sampler.alive_seen())
+                    told = time.time()
                 time.sleep(0.5)
             info.ended_at = time.time()
             code = agent.poll()
