@@ -202,6 +202,13 @@ HOST_SERVER = "http://127.0.0.1:{host_server.server_address[1]}/"
         network = json.loads((paths.record / "network.json").read_text())
         assert network["policy"] == "services"
         assert "example.com:80" in network["egress"]["denied_hosts"]
+        # PyPI is not reached directly; the index and hub proxies are the agent's by name.
+        assert "403" in probe["direct_pypi"]["error"], probe["direct_pypi"]
+        assert probe["index_proxy"]["value"][0] == 404, probe["index_proxy"]
+        assert "/simple/<project>/" in probe["index_proxy"]["value"][1]
+        assert probe["hub_proxy"]["value"][0] == 404, probe["hub_proxy"]
+        assert "model hub proxy" in probe["hub_proxy"]["value"][1]
+        assert {"package-index", "model-hub"} <= set(network["services"])
         assert "network services" in (paths.report / "report.md").read_text()
 
 

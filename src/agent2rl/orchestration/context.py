@@ -26,6 +26,7 @@ from agent2rl.rollout import RolloutLimits
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.sandbox.agent import AgentUser
 from agent2rl.sandbox.limits import Cgroup, ResourceCaps
+from agent2rl.sandbox.name_proxy import NameProxies
 from agent2rl.sandbox.network import ServiceBridge
 from agent2rl.settings import Settings
 from agent2rl.tasks import Task
@@ -127,3 +128,5 @@ class RunContext:
     metering: MeteringProxy | None = None
     bridge: ServiceBridge | None = None
     egress: ServiceHandle | None = None
+    #: under ``--network services``: the package index and model hub proxies
+    names: NameProxies | None = None

