@@ -91,9 +91,11 @@ def test_harness_failures_are_retried_and_model_failures_cached(run, tiny) -> No
         # An unloadable model: the model's fault, cached. Its duplicate is not evaluated.
         broken = paths.output / "broken"
         shutil.copytree(tiny.path, broken)
-        cfg = json.loads((broken / "config.json").read_text())
-        cfg["hidden_size"] = 64  # the weights no longer fit the architecture
-        (broken / "config.json").write_text(json.dumps(cfg))
+        # Passes the checks while staging (weights that do not fit the config are refused
+        # there); its tokenizer fails to load: a token id that is no integer.
+        tok_cfg = json.loads((broken / "tokenizer_config.json").read_text())
+        tok_cfg["added_tokens_decoder"] = {"x": {}}
+        (broken / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
         bad = client.post("/submit", json={"model_path": "output/broken"}).json()
         assert bad["status"] == "failed" and bad["failure_kind"] == "model", bad
         assert "evaluation failed" in bad["error"] and bad["eval_seconds"] > 0
@@ -151,7 +153,6 @@ def test_identity_reaches_ledger_answer_and_report_without_changing_scores(run, 
     assert row.score == other["score"]
 
     m = compute_metrics(paths)
-    # (The unloadable models of the test before, hidden_size changed, are flagged too.)
     assert other["submission_id"] in m.not_derived_submissions
     assert mine["submission_id"] not in m.not_derived_submissions
     assert m.chat_template_submissions == [mine["submission_id"]]

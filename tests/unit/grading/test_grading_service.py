@@ -103,6 +103,23 @@ def test_bad_files_are_refused(service, tiny) -> None:
     (paths.workspace / rel / "model.safetensors").unlink()
     _refused(service, {"model_path": rel}, 400, "safetensors")
 
+    # Malformed weights and configs are refused while staging, not a 500 and a row left
+    # evaluating (issue #23): the cases of the issue, each a 400 with a rejection recorded.
+    for name, file, content in (
+        ("short", "model.safetensors", b"abc"),
+        ("no-offsets", "model.safetensors", b"\x1e" + b"\0" * 7 + b'{"w": {"dtype": "F32"}}       '),
+        ("deep", "config.json", b'{"a":' * 50_000 + b"1" + b"}" * 50_000),
+    ):
+        rel = _copy_base(paths, tiny, name)
+        (paths.workspace / rel / file).write_bytes(content)
+        _refused(service, {"model_path": rel}, 400, file)
+    rel = _copy_base(paths, tiny, "layers")
+    cfg = json.loads((paths.workspace / rel / "config.json").read_text())
+    (paths.workspace / rel / "config.json").write_text(
+        json.dumps({**cfg, "num_hidden_layers": 200})
+    )
+    _refused(service, {"model_path": rel}, 400, "num_hidden_layers = 200")
+
     rel = _copy_base(paths, tiny, "leak")
     tok = paths.workspace / rel / "tokenizer.json"
     tok.unlink()
@@ -181,9 +198,12 @@ def test_copy_duplicate_and_graded(service, tiny) -> None:
 def test_unloadable_model_fails_cleanly(service, tiny) -> None:
     paths, client, _, _ = service
     rel = _copy_base(paths, tiny, "broken")
-    cfg = json.loads((paths.workspace / rel / "config.json").read_text())
-    cfg["hidden_size"] = 64  # weights no longer fit the architecture
-    (paths.workspace / rel / "config.json").write_text(json.dumps(cfg))
+    # Passes the checks while staging (weights that do not fit the config are refused
+    # there), fails when the evaluator loads the tokenizer: a token id that is no integer.
+    tok_cfg = paths.workspace / rel / "tokenizer_config.json"
+    tok_cfg.write_text(
+        json.dumps({**json.loads(tok_cfg.read_text()), "added_tokens_decoder": {"x": {}}})
+    )
     tensors = load_file(tiny.path / "model.safetensors")
     save_file({k: v * 2 for k, v in tensors.items()}, paths.workspace / rel / "model.safetensors")
     r = client.post("/submit", json={"model_path": rel})
