@@ -20,15 +20,18 @@ expected answer, response).
 The response is the model's output: adversarial text. It reaches the judge fenced between
 two lines that carry a *response id*, ``<response ID>`` and ``</response ID>``, where ID is
 a digest of the question, the expected answer and the response itself
-(:func:`response_id`). A response cannot hold its own digest, so no text inside it can close
-the fence early or pose as the grader's text after it; the prompt tells the judge that
-everything inside is data, never instructions. The verdict must carry the same id
+(:func:`response_id`). A response cannot hold its own digest (finding one that does would
+take about 2^64 tries), so no text inside it can close the fence early or pose as the
+grader's text after it; the prompt tells the judge that everything inside is data, never
+instructions. The verdict must carry the same id
 (``response_id``), and :func:`parse_verdict` takes only a JSON object that does, has the
 verdict's shape (``found`` a JSON boolean, one entry per expected item) and comes last among
 such objects: a fake verdict written into the response and quoted back by the judge never
-carries the id, so it is never read as the verdict. What the fence cannot stop is a judge
-that *obeys* an instruction inside it; ``tests/unit/tasks/test_deepsearch_judge_adversarial.py``
-checks the prompt and the parser, the README's red-team table says what is left.
+carries the id, so it is never read as the verdict.
+``tests/unit/tasks/test_deepsearch_judge_adversarial.py`` checks the prompt and the parser
+on the fake provider. What neither can stop is a judge model that *obeys* an instruction
+inside the fence: that depends on the judge model, and is not measured here (no judge model
+runs offline).
 """
 
 from __future__ import annotations
