@@ -798,13 +798,14 @@ def start_name_proxies(
 def agent_env(index_port: int | None, hub_port: int | None) -> dict[str, str]:
     """The variables that point pip, uv and huggingface_hub at the proxies (each at the
     sandbox's ``127.0.0.1:PORT``): ``PIP_INDEX_URL``, ``UV_INDEX_URL``, ``UV_DEFAULT_INDEX``,
-    ``HF_ENDPOINT``. pip's extra indexes and find-links from the host's configuration files
-    are cleared (an environment variable overrides a configuration file)."""
+    ``HF_ENDPOINT``; and ``PIP_CONFIG_FILE`` = ``/dev/null``, so that pip reads no
+    configuration file (the host's may add extra indexes and find-links around the proxy; an
+    empty ``PIP_EXTRA_INDEX_URL`` would not clear them)."""
     env: dict[str, str] = {}
     if index_port is not None:
         url = f"http://127.0.0.1:{index_port}/simple/"
         env.update(PIP_INDEX_URL=url, UV_INDEX_URL=url, UV_DEFAULT_INDEX=url)
-        env.update(PIP_EXTRA_INDEX_URL="", PIP_FIND_LINKS="")
+        env["PIP_CONFIG_FILE"] = os.devnull
     if hub_port is not None:
         env["HF_ENDPOINT"] = f"http://127.0.0.1:{hub_port}"
     return env

