@@ -344,7 +344,12 @@ def study_lock(study_dir: Path) -> Iterator[None]:
     killed driver never leaves a stale one. On a network filesystem the lock holds across
     hosts where the filesystem supports ``flock`` (Linux NFS maps it to NFS locks)."""
     path = study_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UserError(
+            f"cannot write {path} ({err.strerror}): pass an --out directory you can write"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -381,7 +386,15 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
         raise UserError(f"--retries {opts.retries}: use 0 or more")
     if opts.max_concurrent is not None and opts.max_concurrent < 1:
         raise UserError(f"--max-concurrent {opts.max_concurrent}: use 1 or more")
-    study_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+        if not study_dir.is_dir():
+            raise NotADirectoryError(20, "not a directory")
+    except OSError as err:
+        raise UserError(
+            f"--out {study_dir}: cannot use it as the study directory ({err.strerror}); "
+            "pass a directory you can write"
+        ) from None
     with study_lock(study_dir), StudyState(study_dir, create=True) as state:
         state.bind(spec, spec_text)
         write_text_atomic(study_dir / "study.toml", spec_text)

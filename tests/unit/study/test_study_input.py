@@ -41,3 +41,14 @@ def test_study_run_refuses_and_writes_nothing(
     assert r.returncode != 0 and message in text_out, text_out
     assert "Traceback" not in text_out
     assert not out.exists()
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "study.toml"
+    spec.write_bytes(b'name = "x"\n' + GOOD.encode())
+    out = tmp_path / "out"
+    out.write_text("a file")
+    r = run_cli(["study", "run", str(spec), "--out", str(out)], timeout=120)
+    text_out = r.stdout + r.stderr
+    assert r.returncode != 0 and "cannot use it as the study directory" in text_out, text_out
+    assert "Traceback" not in text_out and out.read_text() == "a file"
