@@ -356,9 +356,10 @@ def stage_submission(
     ``model_dir`` is opened component by component with ``O_NOFOLLOW`` and its files are
     opened relative to that handle, so nothing outside can be smuggled in by swapping a
     symlink in. A file that is itself a symlink must lead into ``allowed_roots`` (best
-    from :func:`submission_roots`: the workspace's output/ and the base model) and is opened
-    from its root without following any symlink (see :func:`_open_beneath`). The size bound
-    is enforced on the bytes actually copied. The copy is then checked by
+    from :func:`submission_roots`: the workspace's output/ and the base model; the one
+    holding ``model_dir`` is narrowed to its real ``output/``, see :func:`_narrowed_roots`)
+    and is opened from its root without following any symlink (see :func:`_open_beneath`).
+    The size bound is enforced on the bytes actually copied. The copy is then checked by
     :func:`check_model_files` (strict JSON and safetensors, no ``auto_map``, weights that
     match the config exactly). On any refusal ``dest`` is removed and
     :class:`SubmissionError` raised; ``OSError`` comes out only for the grader's own I/O
@@ -366,12 +367,13 @@ def stage_submission(
     """
     try:
         dest.mkdir(parents=True, exist_ok=False)
+        roots = _narrowed_roots(model_dir, allowed_roots)
         src_fd = _open_model_dir(model_dir)
         try:
             total = 0
             for name in _needed_names(src_fd):
                 total = _copy_checked(
-                    src_fd, model_dir, name, dest / name, allowed_roots, limits.max_bytes, total
+                    src_fd, model_dir, name, dest / name, roots, limits.max_bytes, total
                 )
         finally:
             os.close(src_fd)
@@ -382,6 +384,25 @@ def stage_submission(
         shutil.rmtree(dest, ignore_errors=True)
         raise
     return dest
+
+
+def _narrowed_roots(model_dir: Path, roots: list[Path]) -> list[Path]:
+    """``roots`` with the one holding ``model_dir`` narrowed to ``model_dir``'s deepest
+    ancestor named ``output``.
+
+    Why: a caller that computes the output root as ``(workspace / "output").resolve()``
+    gets the target of a symlink if the agent swapped ``output`` for one at that moment
+    (``output -> ..`` makes it the run directory, ``output -> /`` the whole host). A root
+    that holds ``model_dir`` (which :func:`resolve_submission` walked inside the real
+    ``output/``) but lies above that ancestor is such a widened root; a root that does not
+    hold it at all means ``output`` pointed elsewhere. Either way only the real ``output/``
+    (or, for a model below a nested ``output/``, that narrower directory) is kept.
+    """
+    holding = [r for r in roots if model_dir.is_relative_to(r) and model_dir != r]
+    for ancestor in model_dir.parents:
+        if ancestor.name == "output" and any(ancestor.is_relative_to(r) for r in holding):
+            return [ancestor, *(r for r in roots if r not in holding)]
+    raise _changed("the workspace's output/")
 
 
 def _open_beneath(real: Path, roots: list[Path], name: str) -> int:

@@ -287,6 +287,33 @@ def test_output_swapped_for_a_symlink_after_resolving_is_not_followed(run: Run) 
     assert not (run.root / "grading" / "x").exists()
 
 
+@pytest.mark.parametrize("target", ["..", "/", "."])
+def test_roots_computed_while_output_was_a_symlink_do_not_widen_the_copy(
+    run: Run, target: str
+) -> None:
+    """A caller computing the output root as ``(workspace / "output").resolve()`` at the
+    moment ``output`` was swapped for a link (and swapped back before the copy) got the
+    run directory, ``/`` or the workspace as root: a tokenizer symlink to the ledger was
+    then inside it."""
+    model = run.model()
+    _ledger_leak(run, model)
+    model_dir = resolve_submission("output/v1", run.workspace)
+    real = run.workspace / "real-output"
+    run.output.rename(real)
+    run.output.symlink_to(target)
+    widened = [(run.workspace / "output").resolve(), run.base.resolve()]
+    run.output.unlink()
+    real.rename(run.output)
+    assert model_dir.is_relative_to(widened[0]) and widened[0] != run.output
+    with pytest.raises(SubmissionError, match="links outside") as info:
+        stage_submission(model_dir, run.root / "grading" / "x", widened, LIMITS)
+    assert info.value.status == 403
+    # output pointed somewhere not holding the model: the copy is refused outright.
+    elsewhere = [run.root / "grading", run.base.resolve()]
+    with pytest.raises(SubmissionError, match="changed while it was being read"):
+        stage_submission(model_dir, run.root / "grading" / "y", elsewhere, LIMITS)
+
+
 def test_absolute_paths_outside_do_not_reveal_whether_they_exist(run: Run, tmp_path) -> None:
     exists, missing = tmp_path / "elsewhere", tmp_path / "no-such-dir"
     exists.mkdir()
