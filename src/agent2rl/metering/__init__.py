@@ -46,6 +46,10 @@ the path) is one of the run's driver models; any other, or a request naming none
 provider-shaped 403 naming the allowed models, recorded with ``refused: true`` and never sent
 upstream. The agent's key then cannot call its task's judge model (AlpacaEval's) or anything
 else billed to the run. Listing models and counting tokens are not model calls and pass.
+``ProxyConfig.denied_prompts`` (``--denied-prompts FILE``, from the task's
+``denied_llm_prompts``) refuses, the same way, a request that carries the task's judge prompt
+to its judge model (AlpacaEval's template to ``gpt-4-1106-preview``), for a run whose driver is
+that model; a paraphrase of the template is not caught.
 
 Request bodies above 16 MiB (``ProxyConfig.max_body_bytes``) get a provider-shaped 413,
 refused unread when ``Content-Length`` says so, else as soon as the body passes the limit.

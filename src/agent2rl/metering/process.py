@@ -8,6 +8,7 @@ package docstring), never the command line.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import subprocess
@@ -69,6 +70,7 @@ def start_metering_proxy(
     log_file: Path | None = None,
     ready_timeout: float = 30.0,
     allowed_models: Sequence[str] | None = None,
+    denied_prompts: Mapping[str, Sequence[str]] | None = None,
 ) -> MeteringProxy:
     """Start a proxy process recording to ``usage_file`` and wait until it serves.
 
@@ -81,6 +83,8 @@ def start_metering_proxy(
     accepts connections; ``log_file`` (default ``llm_proxy.log`` beside it) gets its output.
     ``allowed_models``: the only models a metered request may name (a run's driver models;
     see :class:`~agent2rl.metering.proxy.ProxyConfig`); None allows every model.
+    ``denied_prompts``: model -> texts its requests may not carry (a task's judge prompt for
+    its judge model), handed over in ``llm_proxy_denied.json`` beside the usage file.
     Raises RuntimeError, naming the log, if the process exits or is not ready in time.
     """
     usage_file = Path(usage_file).resolve()
@@ -109,6 +113,10 @@ def start_metering_proxy(
         cmd += ["--max-total-tokens", str(max_total_tokens)]
     if allowed_models is not None:
         cmd += ["--restrict-models", *(f"--allow-model={m}" for m in allowed_models)]
+    if denied_prompts:
+        denied_file = usage_file.with_name("llm_proxy_denied.json")
+        write_json_atomic(denied_file, {m: list(t) for m, t in denied_prompts.items()})
+        cmd += ["--denied-prompts", str(denied_file)]
     proc, port = start_announcing(
         cmd,
         env=env,
@@ -134,6 +142,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         "--restrict-models", action="store_true", help="relay only the --allow-model models"
     )
     ap.add_argument("--allow-model", action="append", default=[], metavar="MODEL")
+    ap.add_argument("--denied-prompts", type=Path, help="JSON: model -> texts refused")
     args = ap.parse_args(None if argv is None else list(argv))
     # Pop the keys so nothing this process starts could inherit them.
     proxy_key = os.environ.pop(PROXY_KEY_ENV, "")
@@ -152,6 +161,11 @@ def main(argv: Iterable[str] | None = None) -> int:
         upstream_timeout_s=args.timeout,
         inject_stream_usage=not args.no_inject_stream_usage,
         allowed_models=tuple(args.allow_model) if args.restrict_models else None,
+        denied_prompts=(
+            {m: tuple(t) for m, t in json.loads(args.denied_prompts.read_text()).items()}
+            if args.denied_prompts
+            else {}
+        ),
     )
     ready = args.ready_file
     serve_on_free_port(

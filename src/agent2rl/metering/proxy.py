@@ -95,7 +95,9 @@ class ProxyConfig:
     client, whose SDK honours it). ``allowed_models``: the models a metered request may name
     (a run's driver models); any other, or none named, is refused with a provider-shaped 403
     naming the allowed ones (so the agent cannot call, say, its task's judge model). None
-    allows every model.
+    allows every model. ``denied_prompts``: model (``"*"``: any) -> texts a metered request
+    to it may not carry (compared case-folded, whitespace collapsed, over every string of the
+    request body): a task's judge prompt sent to its judge model is a 403 too.
     """
 
     usage_file: Path
@@ -111,6 +113,7 @@ class ProxyConfig:
     retry_backoff_s: float = 0.5
     retry_after_cap_s: float = 8.0
     allowed_models: tuple[str, ...] | None = None
+    denied_prompts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def upstream(self, provider: Provider) -> Upstream:
         return self.upstreams.get(provider.name) or Upstream(provider.default_base_url)
@@ -214,6 +217,15 @@ class _Proxy:
             msg = (
                 f"{named} is not allowed in this run; the metering proxy relays only "
                 f"{', '.join(allowed) or '(no model)'} (the run's driver)"
+            )
+            rec.status, rec.refused, rec.error = 403, True, msg
+            self.record(ex)
+            return provider.error_response(403, msg, retry=False)
+        denied = denied_prompt(self.cfg.denied_prompts, rec.model, payload)
+        if route.metered and denied is not None:
+            msg = (
+                f"this request carries the task's judge prompt ({denied[:60]!r}...) for "
+                f"{rec.model or 'its model'}: the agent may not ask the grader's own judge"
             )
             rec.status, rec.refused, rec.error = 403, True, msg
             self.record(ex)
@@ -442,6 +454,34 @@ def refuse_path(
     )
     msg = f"{head}. The metering proxy relays only: {allowed}"
     return (provider or PROVIDERS[FALLBACK_PROVIDER]).error_response(status, msg, retry=False)
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string inside a JSON value (keys left out)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def denied_prompt(
+    rules: dict[str, tuple[str, ...]], model: str | None, payload: dict[str, Any]
+) -> str | None:
+    """The first text of ``rules`` (for ``model`` and for ``"*"``) that the request body
+    ``payload`` carries, compared case-folded with whitespace runs collapsed over all its
+    strings joined; None when it carries none (or no rule applies)."""
+    texts = [*rules.get("*", ()), *(rules.get(model, ()) if model else ())]
+    if not texts:
+        return None
+    body = _squash("\n".join(_strings(payload)))
+    return next((t for t in texts if _squash(t) and _squash(t) in body), None)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections import Counter
 from importlib import metadata
@@ -387,6 +388,18 @@ class AlpacaEval(Task):
 
     def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
         return Generate(self.prompt_format(prepared), batch_size=self.opts["batch_size"])
+
+    def denied_llm_prompts(self) -> dict[str, tuple[str, ...]]:
+        """The judge model may not be sent the judge's template: its sentences of 60
+        characters or more (what stays the same around the placeholders). Empty when the
+        alpaca-eval package is missing (the task cannot grade then anyway)."""
+        try:
+            text = judge_protocol.template()
+        except UserError:
+            return {}
+        pieces = re.split(r"\{(?:instruction|output_1|output_2)\}", text)
+        lines = [ln.strip() for piece in pieces for ln in piece.splitlines()]
+        return {self.opts["judge_model"]: tuple(ln for ln in lines if len(ln) >= 60)}
 
     def scorer(self, prepared: PreparedTask) -> Judge:
         """The judge at ``judge_base_url``, cached under ``AGENT2RL_HOME`` and metered into

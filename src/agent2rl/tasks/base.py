@@ -99,6 +99,12 @@ class Task(ABC):
             raise NotImplementedError(f"task {self.name} declares no splits: override samples()")
         return self.splits.read(prepared, split, limit)
 
+    def denied_llm_prompts(self) -> dict[str, tuple[str, ...]]:
+        """Model -> texts a request of the agent's to that model may not carry (``"*"``: any
+        model): the task's judge prompt sent to its judge model would let the agent ask the
+        grader's own judge. Enforced by the run's metering proxy; none here."""
+        return {}
+
     def item_texts(self, prepared: PreparedTask, split: Split) -> dict[str, list[str]]:
         """Sample id -> texts of that item which its sample does not hold (an interactive
         task's goal behind a bare game id), for the contamination check's index

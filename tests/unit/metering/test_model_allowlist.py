@@ -93,3 +93,30 @@ def test_without_an_allowlist_every_model_is_relayed(fake: FakeProvider, tmp_pat
         assert oai.chat.completions.create(model=JUDGE, messages=HI).choices[0].message.content
     finally:
         proxy.stop()
+
+
+def test_the_judge_model_is_not_sent_the_judges_prompt(fake: FakeProvider, tmp_path) -> None:
+    """A run whose driver is alpacaeval's judge model: the driver may be called, but not with
+    the judge's template (the grader's own judge, as an oracle for the agent's outputs)."""
+    from agent2rl.scoring.judges import protocol
+    from agent2rl.tasks import get_task
+
+    rules = get_task("alpacaeval").denied_llm_prompts()
+    assert set(rules) == {JUDGE} and len(rules[JUDGE]) >= 3
+    proxy = _start(tmp_path, fake, allowed_models=[JUDGE], denied_prompts=rules)
+    try:
+        fake.load([Turn(text="ordinary"), Turn(text="m")])
+        oai = openai.OpenAI(base_url=proxy.base_url("openai"), api_key=PROXY_KEY, max_retries=0)
+        assert oai.chat.completions.create(model=JUDGE, messages=HI).choices[0].message.content
+        served = len(fake.served)
+        judged = protocol.messages("Name a colour.", "Blue.", "I like  TRAINS.")
+        with pytest.raises(openai.PermissionDeniedError) as err:
+            oai.chat.completions.create(model=JUDGE, messages=judged, max_tokens=1)
+        assert "judge prompt" in str(err.value)
+        # Reflowed into one message, other case and spacing: still the template.
+        text = " ".join(m["content"] for m in judged).upper().replace(" ", "  ")
+        with pytest.raises(openai.PermissionDeniedError):
+            oai.responses.create(model=JUDGE, input=text)
+        assert len(fake.served) == served
+    finally:
+        proxy.stop()
