@@ -403,12 +403,14 @@ def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
     upstreams = {name: Upstream(p.host_base_url()) for name, p in PROVIDERS.items()}
     own = llm.driver.base_url or upstreams[llm.driver.api].base_url
     upstreams[llm.driver.api] = Upstream(own, llm.key)
-    # Only the driver's model: the agent's key must not reach its task's judge model.
+    # Only the driver's model, and not with the task's judge prompt: the agent's key must not
+    # reach its task's judge.
     return start_metering_proxy(
         ctx.paths.llm_usage,
         upstreams=upstreams,
         max_total_tokens=ctx.req.token_budget,
         allowed_models=(llm.driver.model,),
+        denied_prompts=ctx.task.denied_llm_prompts(),
     )
 
 
