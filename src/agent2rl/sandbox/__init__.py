@@ -14,6 +14,8 @@
     network.py   the ``host`` / ``services`` network policies and the service bridge
     netbridge.py the bridge's end inside the sandbox (standard library only)
     egress.py    the allowlisted egress proxy, logging every outbound request
+    name_proxy.py  the package index and model hub proxies: every project, repo and file
+                 fetched logged by name, the task's deny list refused
 
 Nothing here knows a task; tasks, the grader and the orchestrator build on it.
 """
