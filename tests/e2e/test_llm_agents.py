@@ -12,6 +12,7 @@ the provider served, and an agent environment without the real key or any other 
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -29,11 +30,15 @@ from support.llmruns import (
     llm_run,
 )
 
+from agent2rl.agents.doctor import cli_version_record
+from agent2rl.agents.spec import get_agent
 
-def _check_run(run: LLMRun, url_var: str) -> dict:
+
+def _check_run(run: LLMRun, url_var: str | None, unlogged: tuple[int, int] = (0, 0)) -> dict:
     """The checks every LLM agent's run passes, then what these agents add: no refused or
     failed request, the grading token and model path in the agent's environment, and the
-    agent's own token account equal to the proxy's; returns metrics.json."""
+    agent's own token account equal to the proxy's, less ``unlogged`` (input, output) tokens
+    of requests the CLI does not log (OpenCode's session titles); returns metrics.json."""
     record = check_trained_and_submitted(run, url_var)
     metrics, dump, agent_view = record.metrics, record.env_dump, record.agent_view
     usage = metrics["llm_usage"]
@@ -43,8 +48,12 @@ def _check_run(run: LLMRun, url_var: str) -> dict:
     assert "error" not in agent_view, agent_view
     assert agent_view["log"]["tool_calls"] >= 3, agent_view
     # The agent's own account of its tokens agrees with the proxy's.
-    assert agent_view["log"]["input_tokens"] == usage["input_tokens"], agent_view
-    assert agent_view["log"]["output_tokens"] == usage["output_tokens"], agent_view
+    logged_in, logged_out = (
+        usage["input_tokens"] - unlogged[0],
+        usage["output_tokens"] - unlogged[1],
+    )
+    assert agent_view["log"]["input_tokens"] == logged_in, agent_view
+    assert agent_view["log"]["output_tokens"] == logged_out, agent_view
     assert "sft" in agent_view["methods"] and agent_view["mode_flags"] == [], agent_view
     return metrics
 
@@ -118,6 +127,168 @@ def test_claude_code_trains_and_submits_through_the_proxy(tmp_path: Path) -> Non
     assert all(s.api == "anthropic" and s.stream for s in run.fake.served)
     assert metrics["llm_usage"]["by_model"].keys() == {"claude-sonnet-4-5"}
     print(f"claude-code run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
+
+
+# --------------------------------------------------------------------------------------------
+# Codex CLI (OpenAI Responses API, streamed; its exec_command tool, apply_patch for files)
+
+
+def _apply_patch_add(path: str, text: str) -> str:
+    """A shell command that Codex runs as its own apply_patch file tool: add ``path``."""
+    body = "".join(f"+{line}\n" for line in text.splitlines())
+    return (
+        f"apply_patch <<'PATCH'\n*** Begin Patch\n*** Add File: {path}\n{body}*** End Patch\nPATCH"
+    )
+
+
+# Codex's exec_command yields after at most 30 s (a longer command keeps running in its
+# session): the training runs with its output in a file, and each wait turn polls it for up
+# to 27 s, so a slow machine gets more time without a turn that hangs.
+_WAIT_SUBMITTED = (
+    "for i in $(seq 54); do grep -q '^submitted:' code/train.log && break; sleep 0.5; done; "
+    "tail -n 5 code/train.log"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("codex", path=HOST_PATH) is None,
+    reason="Codex CLI is not installed (npm install -g @openai/codex)",
+)
+def test_codex_trains_and_submits_through_the_proxy(tmp_path: Path) -> None:
+    def sh(text: str, cmd: str) -> Turn:
+        args = {"cmd": cmd, "yield_time_ms": 30000, "login": False}
+        return Turn(text=text, tool_calls=[ToolCall("exec_command", args)])
+
+    turns = [
+        sh("I will write a small SFT script.", _apply_patch_add("code/train.py", TRAIN_PY)),
+        sh(
+            "Now I train and submit.",
+            "python code/train.py > code/train.log 2>&1; tail -n 5 code/train.log",
+        ),
+        sh("Waiting for the submission.", _WAIT_SUBMITTED),
+        sh("Still waiting for the submission.", _WAIT_SUBMITTED),
+        sh("Recording the environment.", "env > code/env.txt"),
+    ]
+    t0 = time.time()
+    run = llm_run(tmp_path, "codex", "gpt-5", turns, "openai")
+    # Codex takes its provider's URL from -c flags, not from the environment.
+    metrics = _check_run(run, None)
+    assert len(run.fake.served) == len(turns) + 1  # the tool turns, then the final answer
+    assert all(s.api == "openai-responses" and s.stream for s in run.fake.served)
+    # Codex wrote the script with its own file tool (apply_patch), not through a shell.
+    assert (run.paths.code / "train.py").read_text() == TRAIN_PY
+    _check_version(run, "codex")
+    print(f"codex run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
+
+
+# --------------------------------------------------------------------------------------------
+# Gemini CLI (Gemini streamGenerateContent?alt=sse; its write_file and run_shell_command)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("gemini", path=HOST_PATH) is None,
+    reason="Gemini CLI is not installed (npm install -g @google/gemini-cli)",
+)
+def test_gemini_cli_trains_and_submits_through_the_proxy(tmp_path: Path) -> None:
+    def call(text: str, name: str, args: dict[str, Any]) -> Turn:
+        return Turn(text=text, tool_calls=[ToolCall(name, args)])
+
+    turns = [
+        call(
+            "I will write a small SFT script.",
+            "write_file",
+            {"file_path": "code/train.py", "content": TRAIN_PY},
+        ),
+        call(
+            "Now I train and submit.",
+            "run_shell_command",
+            {"command": "python code/train.py 2>&1 | tail -n 5", "description": "Train, submit"},
+        ),
+        call(
+            "Recording the environment.",
+            "run_shell_command",
+            {"command": "env > code/env.txt", "description": "Dump the environment"},
+        ),
+    ]
+    t0 = time.time()
+    run = llm_run(tmp_path, "gemini-cli", "gemini-2.5-pro", turns, "gemini")
+    metrics = _check_run(run, "GOOGLE_GEMINI_BASE_URL")
+    assert len(run.fake.served) == len(turns) + 1
+    assert all(s.api == "gemini" and s.stream and s.query == "alt=sse" for s in run.fake.served)
+    assert (run.paths.code / "train.py").read_text() == TRAIN_PY
+    _check_version(run, "gemini-cli")
+    print(f"gemini-cli run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
+
+
+# --------------------------------------------------------------------------------------------
+# OpenCode (its anthropic provider moved to the proxy: Anthropic messages, streamed; its own
+# write and bash tools)
+
+
+def _title_request(body: dict[str, Any]) -> Turn | None:
+    """OpenCode asks its small model for a session title (a request without tools) besides
+    the agent's turns: answer it with a title, so the script's turns go to the agent."""
+    return None if body.get("tools") else Turn(text="Train the tiny model")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("opencode", path=HOST_PATH) is None,
+    reason="OpenCode is not installed (npm install -g opencode-ai)",
+)
+def test_opencode_trains_and_submits_through_the_proxy(tmp_path: Path) -> None:
+    def call(text: str, name: str, args: dict[str, Any]) -> Turn:
+        return Turn(text=text, tool_calls=[ToolCall(name, args)])
+
+    turns = [
+        call(
+            "I will write a small SFT script.",
+            "write",
+            {"filePath": "code/train.py", "content": TRAIN_PY},
+        ),
+        call(
+            "Now I train and submit.",
+            "bash",
+            {"command": "python code/train.py 2>&1 | tail -n 5", "description": "Train, submit"},
+        ),
+        call(
+            "Recording the environment.",
+            "bash",
+            {"command": "env > code/env.txt", "description": "Dump the environment"},
+        ),
+    ]
+    t0 = time.time()
+    run = llm_run(
+        tmp_path, "opencode", "claude-sonnet-4-5", turns, "anthropic", responder=_title_request
+    )
+    titles = [s for s in run.fake.served if not s.request.get("tools")]
+    unlogged = (sum(s.input_tokens for s in titles), sum(s.output_tokens for s in titles))
+    # OpenCode's provider URL is in its config file (checked below), not in the environment.
+    metrics = _check_run(run, None, unlogged)
+    assert len(run.fake.served) - len(titles) == len(turns) + 1
+    assert len(titles) <= 1
+    # Every request was for the run's driver (the title too: small_model is the driver).
+    assert metrics["llm_usage"]["by_model"].keys() == {"claude-sonnet-4-5"}
+    config = json.loads((run.paths.workspace / ".agent2rl" / "opencode.json").read_text())
+    base = config["provider"]["anthropic"]["options"]["baseURL"]
+    assert base.startswith("http://127.0.0.1:") and f":{run.fake.port}/" not in base
+    assert all(s.api == "anthropic" and s.stream for s in run.fake.served)
+    assert (run.paths.code / "train.py").read_text() == TRAIN_PY
+    _check_version(run, "opencode")
+    print(f"opencode run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
+
+
+def _check_version(run: LLMRun, agent: str) -> None:
+    """The CLI that ran is inside the range its spec declares tested (what `agents doctor`
+    reports), and where the run recorded its version (record/agent.json's ``cli``), that
+    record agrees."""
+    record = cli_version_record(get_agent(agent), host_env())
+    assert record["version"] and record["in_tested_range"] is True, record
+    view = json.loads((run.paths.record / "agent.json").read_text())
+    if "cli" in view:
+        assert view["cli"]["version"] == record["version"], view
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import re
 import secrets
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +47,7 @@ KEY_VARS = (
     "OPENAI_BASE_URL",
     "GEMINI_API_KEY",
     "GOOGLE_API_KEY",
+    "GOOGLE_GEMINI_BASE_URL",
     "AGENT2RL_DRIVER_API_KEY",
     "LLM_MODEL",
     "LLM_BASE_URL",
@@ -76,17 +78,25 @@ def llm_run(
     agent: str,
     driver: str,
     turns: list[Turn],
-    api: Literal["anthropic", "openai"],
+    api: Literal["anthropic", "openai", "gemini"],
     mode: str = "free",
     budget: str = "150s",
+    responder: Callable[[dict[str, Any]], Any] | None = None,
+    expect_rc: int = 0,
 ) -> LLMRun:
     """``agent2rl run`` of arith-lite on the tiny model with ``agent`` driven by ``driver`` in
     ``mode`` for ``budget``, the host's ``api`` key and base URL pointing at a fake provider
-    that replays ``turns``. Asserts the CLI exited 0."""
+    that replays ``turns`` (``responder``: the fake's per-request answers, see
+    :meth:`FakeProvider.respond_with`, e.g. for a CLI's side requests such as a title).
+    Asserts the CLI exited ``expect_rc``."""
     real_key = f"sk-real-{secrets.token_hex(8)}"
     fake = start_fake_provider({"turns": turns, "final_text": "All done."}, api_key=real_key)
+    if responder is not None:
+        fake.respond_with(responder)
     if api == "anthropic":
         upstream = {"ANTHROPIC_API_KEY": real_key, "ANTHROPIC_BASE_URL": fake.anthropic_base_url}
+    elif api == "gemini":
+        upstream = {"GEMINI_API_KEY": real_key, "GOOGLE_GEMINI_BASE_URL": fake.gemini_base_url}
     else:
         upstream = {"OPENAI_API_KEY": real_key, "OPENAI_BASE_URL": fake.openai_base_url}
     runs = tmp_path / "runs"
@@ -99,7 +109,7 @@ def llm_run(
         )
     finally:
         fake.stop()
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == expect_rc, r.stdout + r.stderr
     return LLMRun(only_run(runs), fake, real_key, r)
 
 
@@ -113,12 +123,13 @@ class RunRecord:
     agent_view: dict[str, Any]
 
 
-def check_trained_and_submitted(run: LLMRun, url_var: str) -> RunRecord:
+def check_trained_and_submitted(run: LLMRun, url_var: str | None) -> RunRecord:
     """The checks every agent's run passes: completed in the expected sandbox; the script
     trained inside the agent's tool; a graded submission whose code snapshot holds it; every
     request through the proxy (the provider saw only the real key, answered 200) with the
     report's token totals exactly what was served; and an agent environment whose
-    ``url_var`` is the proxy's URL, without the real key or the host secret."""
+    ``url_var`` is the proxy's URL (None: the CLI takes its URL from a config file, which
+    the caller checks), without the real key or the host secret."""
     paths, fake = run.paths, run.fake
     full_log = paths.agent_log.read_text(errors="replace")
     log = full_log[-4000:]
@@ -157,9 +168,10 @@ def check_trained_and_submitted(run: LLMRun, url_var: str) -> RunRecord:
     # The agent's environment: the proxy's URL, no real key, no host secret.
     dump = (paths.code / "env.txt").read_text()
     assert run.real_key not in dump and HOST_SECRET not in dump
-    url = re.search(rf"^{url_var}=(http://127\.0\.0\.1:(\d+)/\S*)$", dump, re.M)
-    assert url, dump
-    assert int(url.group(2)) != fake.port  # the proxy, not the provider
+    if url_var is not None:
+        url = re.search(rf"^{url_var}=(http://127\.0\.0\.1:(\d+)/\S*)$", dump, re.M)
+        assert url, dump
+        assert int(url.group(2)) != fake.port  # the proxy, not the provider
 
     agent_view = json.loads((paths.record / "agent.json").read_text())
     return RunRecord(metrics, dump, agent_view)

@@ -1,6 +1,7 @@
 """Which agents can run here: installed (binary on PATH or module importable, with its
-version) and configured (the real key of its default driver set), whether a real run of it
-is known to work yet (``experimental`` specs), and how to install them.
+version, and whether that version is inside the range the adapter was tested with: the
+spec's ``tested_versions``) and configured (the real key of its default driver set),
+whether a real run of it is known to work yet (``experimental`` specs), and how to install them.
 
 ``agent2rl agents`` and ``agent2rl agents doctor`` print :func:`doctor`'s rows, e.g.::
 
@@ -19,12 +20,17 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from agent2rl.agents.drivers import real_key, resolve_driver
 from agent2rl.agents.launch import PROXIED_APIS
 from agent2rl.agents.spec import AgentSpec, builtin_specs
 from agent2rl.errors import UserError
 
-DOCTOR_COLUMNS = ("agent", "ready", "installed", "version", "driver", "key", "install")
+DOCTOR_COLUMNS = (
+    "agent", "ready", "installed", "version", "tested versions", "driver", "key", "install",
+)  # fmt: skip
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?(?:[-.+]\w+)*")
 
 
@@ -52,6 +58,13 @@ class DoctorRow:
     install: str
     note: str = ""
     experimental: str = ""
+    tested_versions: str = ""
+
+    @property
+    def version_warning(self) -> str:
+        """``""``, or a line saying that the installed version is outside the spec's
+        ``tested_versions`` (see :func:`version_warning`)."""
+        return version_warning(self.agent, self.version, self.tested_versions)
 
     @property
     def ok(self) -> bool:
@@ -75,11 +88,15 @@ class DoctorRow:
             key = f"{self.key_env} {'set' if self.configured else 'missing'}"
         if self.note:
             key = f"{key}; {self.note}"
+        version = self.version or "-"
+        if self.version_warning:
+            version = f"{version} (UNTESTED: outside {self.tested_versions})"
         return (
             self.agent,
             self.readiness(),
             "yes" if self.installed else "no",
-            self.version or "-",
+            version,
+            self.tested_versions or "-",
             self.driver or "-",
             key,
             "" if self.installed else self.install,
@@ -115,6 +132,49 @@ def _version(binary: str, args: list[str], env: Mapping[str, str], timeout_s: fl
     return match.group(0) if match else ""
 
 
+def in_tested_range(version: str, tested: str) -> bool | None:
+    """Whether ``version`` (as a CLI prints it, e.g. ``0.169.0``) is inside the PEP 440 range
+    ``tested``; None when either is empty or unreadable (nothing to compare). Pre-releases
+    inside the range count as inside."""
+    if not version or not tested:
+        return None
+    try:
+        return SpecifierSet(tested).contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return None
+
+
+def version_warning(agent: str, version: str, tested: str) -> str:
+    """One line warning that ``agent``'s installed ``version`` is outside the ``tested``
+    range (its flags or log events may have changed), or ``""``: inside, or unknown."""
+    if in_tested_range(version, tested) is not False:
+        return ""
+    return (
+        f"{agent} {version} is outside the versions its adapter was tested with ({tested}): "
+        "a changed flag or log event may fail the run or its report"
+    )
+
+
+def cli_version_record(
+    spec: AgentSpec, environ: Mapping[str, str] | None = None, *, timeout_s: float = 10.0
+) -> dict[str, object]:
+    """What a run records about the CLI it ran: ``{"version", "tested_versions",
+    "in_tested_range", "warning"}`` (``version`` ``""`` when unknown: not installed, no
+    ``version_args``, or no version in its answer; ``in_tested_range`` None then). Runs
+    ``binary --version`` at most ``timeout_s``; never raises."""
+    env = os.environ if environ is None else environ
+    version = ""
+    location = _locate(spec, env.get("PATH"))
+    if location and spec.binary and spec.version_args:
+        version = _version(location, spec.version_args, env, timeout_s)
+    return {
+        "version": version,
+        "tested_versions": spec.tested_versions,
+        "in_tested_range": in_tested_range(version, spec.tested_versions),
+        "warning": version_warning(spec.name, version, spec.tested_versions),
+    }
+
+
 def check_agent(
     spec: AgentSpec,
     environ: Mapping[str, str] | None = None,
@@ -140,6 +200,7 @@ def check_agent(
             return DoctorRow(
                 spec.name, spec.kind, spec.api, spec.default_driver, installed, location,
                 version, "", False, spec.install, str(err), experimental,
+                spec.tested_versions,
             )  # fmt: skip
         key_env = driver.key_env
         try:
@@ -161,6 +222,7 @@ def check_agent(
         install=spec.install,
         note=note,
         experimental=experimental,
+        tested_versions=spec.tested_versions,
     )
 
 
@@ -186,4 +248,12 @@ def doctor(
         )
 
 
-__all__ = ["DOCTOR_COLUMNS", "DoctorRow", "check_agent", "doctor"]
+__all__ = [
+    "DOCTOR_COLUMNS",
+    "DoctorRow",
+    "check_agent",
+    "cli_version_record",
+    "doctor",
+    "in_tested_range",
+    "version_warning",
+]

@@ -17,6 +17,7 @@ it speaks and how its driver model, base URL and key are passed — all as data:
     install = "npm install -g @anthropic-ai/claude-code"   # the exact shell command
     binary = "claude"                      # looked up on PATH (or: module = "pkg")
     version_args = ["--version"]           # [] when asking for the version is not cheap
+    tested_versions = ">=2.1,<2.2"         # PEP 440 range the adapter was tested with
     api = "anthropic"                      # anthropic | openai | gemini | any | none
     default_driver = "claude-sonnet-4-5"
     log_format = "claude-stream-json"      # a parser in agents/logs/ (PARSERS)
@@ -29,6 +30,10 @@ it speaks and how its driver model, base URL and key are passed — all as data:
     openai = "openai/{model}"
     [config_files]                         # written into the workspace before launch
     ".agent2rl/settings.json" = '{"model": "{driver}"}'
+
+``tested_versions`` is the range of CLI versions whose flags, events and end-to-end run were
+checked (PEP 440 specifiers; ``""``: none declared). ``agent2rl agents doctor`` warns when
+the installed version is outside it; a run still starts (a newer CLI may well work).
 
 A spec not yet shown to complete a real run here says so, and why; ``agent2rl agents`` shows
 the note instead of "yes" and ``agent2rl run`` warns (but still runs it)::
@@ -57,6 +62,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from agent2rl.agents.logs import PARSERS
 from agent2rl.errors import UserError
@@ -110,6 +117,7 @@ class AgentSpec:
     binary: str = ""
     module: str = ""
     version_args: list[str] = field(default_factory=lambda: ["--version"])
+    tested_versions: str = ""
     api: str = "none"
     default_driver: str = ""
     driver_format: dict[str, str] = field(default_factory=dict)
@@ -188,6 +196,7 @@ def load_spec(path: Path) -> AgentSpec:
         binary=str(data.get("binary", "")),
         module=str(data.get("module", "")),
         version_args=[str(a) for a in data.get("version_args", ["--version"])],
+        tested_versions=_tested_versions(path, data),
         api=str(data.get("api", "none")),
         default_driver=str(data.get("default_driver", "")),
         driver_format=_str_table(path, data, "driver_format"),
@@ -206,7 +215,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # keys whose value must be TOML text, and keys whose value must be a list of TOML texts
 _TEXT_KEYS = (
     "description", "kind", "prompt_template", "install", "binary", "module", "api",
-    "default_driver", "log_format", "log_file",
+    "default_driver", "log_format", "log_file", "tested_versions",
 )  # fmt: skip
 _TEXT_LIST_KEYS = ("files", "version_args")
 
@@ -237,6 +246,22 @@ def _str_table(path: Path, data: dict, key: str) -> dict[str, str]:
     if not isinstance(table, dict) or not all(isinstance(v, scalar) for v in table.values()):
         raise UserError(f"agent spec {path}: [{key}] must be a table of strings")
     return {str(k): str(v) for k, v in table.items()}
+
+
+def _tested_versions(path: Path, data: dict) -> str:
+    """The ``tested_versions`` range as written (stripped); a range PEP 440 cannot read is a
+    :class:`UserError` with an example."""
+    text = str(data.get("tested_versions", "")).strip()
+    if not text:
+        return ""
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier:
+        raise UserError(
+            f"agent spec {path}: tested_versions {text!r} is not a version range: write PEP "
+            'specifiers such as ">=0.169,<0.170"'
+        ) from None
+    return text
 
 
 def _experimental(path: Path, data: dict) -> bool:

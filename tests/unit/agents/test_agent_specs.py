@@ -378,6 +378,7 @@ def test_doctor_reports_installed_version_and_key(tmp_path: Path) -> None:
         "yes",
         "yes",
         "2.1.197",
+        ">=2.1,<2.2",
         "claude-sonnet-4-5",
         "ANTHROPIC_API_KEY set",
         "",
@@ -390,7 +391,7 @@ def test_doctor_names_the_install_command_and_the_missing_key(tmp_path: Path) ->
     assert set(LLM_AGENTS) <= set(rows)
     codex = rows["codex"]
     assert not codex.installed and not codex.configured and not codex.ok
-    assert codex.cells()[-1] == "npm install -g @openai/codex"
+    assert codex.cells()[-1] == "npm install -g @openai/codex@~0.169.0"
     assert codex.cells()[DOCTOR_COLUMNS.index("key")] == "OPENAI_API_KEY missing"
     assert codex.cells()[DOCTOR_COLUMNS.index("ready")] == "no"
     assert rows["openhands"].install.startswith("uv tool install openhands")
