@@ -123,7 +123,11 @@ def _open_output(workspace: Path) -> int:
                 " inside it (e.g. output/v1)",
                 404,
             ) from None
-        raise
+        raise SubmissionError(  # EACCES: the agent may chmod its own output/
+            f"the workspace's output/ cannot be opened ({os.strerror(err.errno)}): make it"
+            " a readable directory again",
+            403,
+        ) from None
     finally:
         os.close(ws_fd)
 
@@ -448,7 +452,12 @@ def _open_entry(src_fd: int, model_dir: Path, name: str, roots: list[Path]) -> i
             name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_fd
         )
     except OSError as err:
-        if err.errno != errno.ELOOP:  # vanished, unreadable
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise SubmissionError(
+                f"{name} cannot be read by the grader ({os.strerror(err.errno)}): make the"
+                " model's files readable (chmod a+r)"
+            ) from None
+        if err.errno != errno.ELOOP:  # vanished, or not a file that can be opened
             raise _changed(name) from None
     try:
         target = os.readlink(name, dir_fd=src_fd)

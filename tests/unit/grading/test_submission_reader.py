@@ -495,12 +495,15 @@ def test_fuzz_valid_weights_still_stage(fuzz_run: Run, tiny, metadata, padding) 
 @example(content=_safetensors({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}}))
 def test_fuzz_safetensors_headers(fuzz_run: Run, content: bytes) -> None:
     _stage_or_refuse(fuzz_run, {"model.safetensors": content})
-    path = fuzz_run.root / "weights.safetensors"
-    path.write_bytes(content)
-    try:
-        read_safetensors_header(path)
-    except MalformedWeights:
-        pass
+    # The reader and the hash on their own: MalformedWeights (a ValueError) or an answer.
+    folder = fuzz_run.root / "raw"
+    folder.mkdir(exist_ok=True)
+    (folder / "model.safetensors").write_bytes(content)
+    for read in (read_safetensors_header, lambda p: weights_hash(p.parent)):
+        try:
+            read(folder / "model.safetensors")
+        except MalformedWeights:
+            pass
 
 
 config_edits = st.dictionaries(
