@@ -333,8 +333,8 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     ``interrupted``, and its submissions still in flight failed (the harness's fault).
     """
     from agent2rl.analysis import record_run, write_report
-    from agent2rl.orchestration.recover import close_dead_run
-    from agent2rl.rundir import RunPaths
+    from agent2rl.orchestration.recover import LIVE_STATUSES, close_dead_run
+    from agent2rl.rundir import RunInfo, RunPaths
 
     paths = RunPaths(run_dir.expanduser().resolve())
     if not paths.run_json.is_file():
@@ -342,6 +342,8 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     note = close_dead_run(paths)
     if note:
         err_console.print(note, highlight=False, soft_wrap=True)
+    elif (status := RunInfo.load(paths).status) in LIVE_STATUSES:
+        err_console.print(f"note: the run is still {status}; this report is of the run so far")
     record_run(paths.root.parent, paths.root, write_report(paths))
     console.print(f"report: {paths.report / 'report.html'}")
 

@@ -90,6 +90,14 @@ def test_a_live_unknown_or_finished_run_is_left_alone(tmp_path, harness, status)
         assert ledger.submissions()[1].status == "evaluating"
 
 
+def test_report_command_on_a_live_run_says_so(tmp_path) -> None:
+    paths = _run(tmp_path, harness_record())
+    r = run_cli(["report", str(paths.root)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "still running" in r.stderr
+    assert RunInfo.load(paths).status == "running"
+
+
 def test_report_command_closes_a_dead_run(tmp_path) -> None:
     paths = _run(tmp_path, _dead_harness())
     r = run_cli(["report", str(paths.root)], timeout=120)
