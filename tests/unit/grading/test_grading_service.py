@@ -107,7 +107,7 @@ def test_bad_files_are_refused(service, tiny) -> None:
     # evaluating (issue #23): the cases of the issue, each a 400 with a rejection recorded.
     for name, file, content in (
         ("short", "model.safetensors", b"abc"),
-        ("no-offsets", "model.safetensors", b"\x1e" + b"\0" * 7 + b'{"w": {"dtype": "F32"}}       '),
+        ("no-offsets", "model.safetensors", b"\x17" + b"\0" * 7 + b'{"w": {"dtype": "F32"}}'),
         ("deep", "config.json", b'{"a":' * 50_000 + b"1" + b"}" * 50_000),
     ):
         rel = _copy_base(paths, tiny, name)
