@@ -32,6 +32,8 @@ from support.llmruns import (
 
 from agent2rl.agents.doctor import cli_version_record
 from agent2rl.agents.spec import get_agent
+from agent2rl.rundir import RunInfo
+from agent2rl.study.infra import infrastructure_failure
 
 
 def _check_run(run: LLMRun, url_var: str | None, unlogged: tuple[int, int] = (0, 0)) -> dict:
@@ -289,6 +291,64 @@ def _check_version(run: LLMRun, agent: str) -> None:
     view = json.loads((run.paths.record / "agent.json").read_text())
     if "cli" in view:
         assert view["cli"]["version"] == record["version"], view
+
+
+# --------------------------------------------------------------------------------------------
+# A CLI that cannot start is an infrastructure failure, with the CLI's own words
+
+# agent, driver, host API, the CLI's binary
+_CLIS = {
+    "codex": ("gpt-5", "openai", "codex"),
+    "gemini-cli": ("gemini-2.5-pro", "gemini", "gemini"),
+    "opencode": ("claude-sonnet-4-5", "anthropic", "opencode"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", sorted(_CLIS))
+def test_cli_whose_key_the_provider_refuses_is_an_infrastructure_failure(
+    agent: str, tmp_path: Path
+) -> None:
+    """The provider answers 401 (a revoked key): the real CLI exits at once, the run ends
+    ``agent_error`` classified as an infrastructure failure (H6's study classifier, from
+    the run directory alone), and the CLI's own message is in the report's agent log."""
+    driver, api, binary = _CLIS[agent]
+    if shutil.which(binary, path=HOST_PATH) is None:
+        pytest.skip(f"{agent} is not installed ({get_agent(agent).install})")
+    t0 = time.time()
+    run = llm_run(tmp_path, agent, driver, [], api, expect_rc=None, refuse_key=True)
+    info = RunInfo.load(run.paths)
+    assert info.status == "agent_error", (info.status, run.paths.agent_log.read_text()[-3000:])
+    assert run.fake.served == []  # refused before any answer: nothing was generated
+    assert any(r.startswith("POST ") for r in run.fake.received)
+    why = infrastructure_failure(run.paths.root)
+    assert why is not None and "HTTP 401" in why, why
+    metrics = json.loads((run.paths.report / "metrics.json").read_text())
+    assert metrics["valid_submissions"] == 0
+    view = json.loads((run.paths.record / "agent.json").read_text())
+    # The CLI's own words for why it stopped (the provider's message, relayed by the proxy).
+    assert "Incorrect API key provided to the fake provider" in view["log"]["last_error"], view
+    print(f"{agent} refused key: {time.time() - t0:.0f}s, {why}")
+
+
+@pytest.mark.slow
+def test_cli_given_a_flag_it_does_not_know_is_an_infrastructure_failure(tmp_path: Path) -> None:
+    """An adapter whose flag the installed CLI no longer accepts (a CLI update): the run
+    ends at once as an infrastructure failure, with the CLI's usage error in its log."""
+    if shutil.which("codex", path=HOST_PATH) is None:
+        pytest.skip("Codex CLI is not installed")
+    spec = get_agent("codex")
+    assert spec.source is not None
+    text = spec.source.read_text().replace('"--json",', '"--json", "--no-such-flag",', 1)
+    custom = tmp_path / "codex-newflag.toml"
+    custom.write_text(text.replace('name = "codex"', 'name = "codex-newflag"', 1))
+    run = llm_run(tmp_path, str(custom), "gpt-5", [], "openai", expect_rc=None)
+    info = RunInfo.load(run.paths)
+    assert info.status == "agent_error" and info.agent_exit_code == 2, info
+    assert run.fake.received == []  # it never reached the provider
+    why = infrastructure_failure(run.paths.root)
+    assert why is not None and "before any LLM request" in why, why
+    assert "--no-such-flag" in run.paths.agent_log.read_text()
 
 
 # --------------------------------------------------------------------------------------------

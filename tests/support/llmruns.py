@@ -82,15 +82,19 @@ def llm_run(
     mode: str = "free",
     budget: str = "150s",
     responder: Callable[[dict[str, Any]], Any] | None = None,
-    expect_rc: int = 0,
+    expect_rc: int | None = 0,
+    refuse_key: bool = False,
 ) -> LLMRun:
     """``agent2rl run`` of arith-lite on the tiny model with ``agent`` driven by ``driver`` in
     ``mode`` for ``budget``, the host's ``api`` key and base URL pointing at a fake provider
     that replays ``turns`` (``responder``: the fake's per-request answers, see
     :meth:`FakeProvider.respond_with`, e.g. for a CLI's side requests such as a title).
-    Asserts the CLI exited ``expect_rc``."""
+    ``refuse_key``: the provider accepts another key than the host's, so it answers every
+    request 401 (a revoked key). Asserts the CLI exited ``expect_rc`` (None: any status)."""
     real_key = f"sk-real-{secrets.token_hex(8)}"
-    fake = start_fake_provider({"turns": turns, "final_text": "All done."}, api_key=real_key)
+    accepted = f"sk-other-{secrets.token_hex(8)}" if refuse_key else real_key
+    script = {"turns": turns, "final_text": "All done."}
+    fake = start_fake_provider(script, api_key=accepted)
     if responder is not None:
         fake.respond_with(responder)
     if api == "anthropic":
@@ -109,7 +113,7 @@ def llm_run(
         )
     finally:
         fake.stop()
-    assert r.returncode == expect_rc, r.stdout + r.stderr
+    assert expect_rc is None or r.returncode == expect_rc, r.stdout + r.stderr
     return LLMRun(only_run(runs), fake, real_key, r)
 
 

@@ -51,13 +51,17 @@ class AgentLog:
     def summary(self) -> dict[str, Any]:
         """Counts for a report: ``messages`` (assistant), ``tool_calls`` (total and
         ``tools`` by name), ``tool_errors``, ``errors``, the ``usage`` totals
-        (``input_tokens``, ``output_tokens``, ``cached_tokens``) and the ``final`` text (the
-        last final event's, ``""`` if the agent never finished)."""
+        (``input_tokens``, ``output_tokens``, ``cached_tokens``), the ``final`` text (the
+        last final event's, ``""`` if the agent never finished) and ``last_error``: the
+        CLI's own words for the last error it reported (``""`` if none) — for a CLI that
+        could not start (a refused key, an outage), the reason the report shows."""
         tools: dict[str, int] = {}
         for e in self.events:
             if e.kind == "tool_call":
                 tools[e.tool] = tools.get(e.tool, 0) + 1
         finals = [e for e in self.events if e.kind == "final"]
+        errors = [e.text for e in self.events if e.kind == "error" and e.text]
+        errors += [e.text for e in finals if e.is_error and e.text]
         return {
             "messages": sum(e.kind == "message" and e.role == "assistant" for e in self.events),
             "tool_calls": sum(tools.values()),
@@ -68,6 +72,7 @@ class AgentLog:
             "output_tokens": self.usage.output,
             "cached_tokens": self.usage.cached,
             "final": finals[-1].text if finals else "",
+            "last_error": errors[-1] if errors else "",
         }
 
 
