@@ -236,6 +236,77 @@ def demo(
     _execute(req)
 
 
+@app.command("eval")
+@_user_errors
+def eval_(
+    task: str = typer.Option(..., "--task", "-t", help="Task name (see `agent2rl tasks`)."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="'tiny', a local HF model directory, or a hub id."
+    ),
+    split: str = typer.Option(
+        "private", "--split", help="private (what runs are scored on) | validation | public."
+    ),
+    limit: int | None = typer.Option(
+        None, "--limit", help="Grade only the first N items (a quick check; default all)."
+    ),
+    runs_dir: Path = typer.Option(
+        Path("runs"), "--runs-dir", help="Results go to RUNS_DIR/evals/<id>/ unless --out."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Directory for the results (new)."),
+    backend: str = typer.Option(
+        "auto", "--backend", help="auto (vllm if CUDA+vllm) | vllm | transformers."
+    ),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
+    gpu_memory_utilization: float = typer.Option(
+        0.85, "--gpu-memory-utilization", help="vLLM: fraction of GPU memory for grading."
+    ),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="vLLM: context length (default: the model's)."
+    ),
+    tensor_parallel_size: int = typer.Option(
+        1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
+    ),
+    task_opt: list[str] = typer.Option(
+        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks`)."
+    ),
+    timeout: str | None = typer.Option(
+        None, "--timeout", help="Kill the evaluation after this long (default: the task's)."
+    ),
+) -> None:
+    """Grade a model on a task without an agent, through the grader's own code path: prints
+    the score with its 95% interval and writes per-item results (items.jsonl)."""
+    from agent2rl.inference import BackendConfig
+    from agent2rl.orchestration.evaluate import EvalRequest, evaluate_model
+
+    req = EvalRequest(
+        task=task,
+        model=model,
+        split=split,
+        limit=limit,
+        backend=BackendConfig(
+            kind=backend,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+        ),
+        task_options=_parse_task_opts(task_opt),
+        runs_dir=runs_dir,
+        out=out,
+        timeout_s=parse_duration(timeout) if timeout else None,
+    )
+    with console.status("evaluating") as status:
+        rep = evaluate_model(req, lambda msg: (console.print(msg), status.update(msg)))
+    ci = f" (95% CI {rep.ci95[0]:.2f} .. {rep.ci95[1]:.2f})" if rep.ci95 else ""
+    console.print(
+        f"[bold]{rep.task}[/] {rep.model} on the {rep.split} split: score {rep.score:.4f}{ci}, "
+        f"{rep.n_items} items in {format_duration(rep.seconds)} ({rep.backend})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"items: {rep.out / 'items.jsonl'}", highlight=False, soft_wrap=True)
+
+
 @app.command()
 def tasks() -> None:
     """List the tasks with their level and description."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent2rl.child_process import die_with_parent
+from agent2rl.dataset import Split
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.settings import Settings
 
@@ -42,13 +43,16 @@ class EvalSpec:
     submission so that their scores stay comparable.
 
     ``task_options`` are the task's ``--task-opt`` values; ``limit`` grades only the first
-    items (quick checks; an official run never sets it).
+    items (quick checks; an official run never sets it); ``split`` is the split graded: the
+    private one for every score a run records, ``validation`` or ``public`` only for
+    ``agent2rl eval`` (a model graded without an agent).
     """
 
     task: str
     task_options: dict[str, Any] = field(default_factory=dict)
     backend: BackendConfig = field(default_factory=BackendConfig)
     limit: int | None = None
+    split: Split = "private"
 
     def to_json(self) -> str:
         return json.dumps(
@@ -57,6 +61,7 @@ class EvalSpec:
                 "task_options": self.task_options,
                 "backend": self.backend.to_dict(),
                 "limit": self.limit,
+                "split": self.split,
             },
             sort_keys=True,
         )
@@ -69,6 +74,7 @@ class EvalSpec:
             task_options=d.get("task_options") or {},
             backend=BackendConfig.from_dict(d.get("backend")),
             limit=d.get("limit"),
+            split=d.get("split") or "private",
         )
 
 

@@ -161,7 +161,7 @@ def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: 
             backend = load_backend(model_dir, spec.backend)
             stage = "evaluate"
             try:
-                result = task.evaluate(backend, prepared, limit=spec.limit)
+                result = task.evaluate(backend, prepared, limit=spec.limit, split=spec.split)
                 eval_hash = task.eval_hash(backend.describe())
             finally:
                 backend.close()

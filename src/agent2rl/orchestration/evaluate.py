@@ -1,0 +1,152 @@
+"""Grade a model on a task without an agent (``agent2rl eval``).
+
+The same code path as every score a run records: an :class:`~agent2rl.grading.evaluator.
+EvalSpec` evaluated by :func:`~agent2rl.grading.evaluator.run_evaluation` in a child worker
+(holding the per-device evaluation lock, so it queues behind the runs' graders on a shared
+machine), with the base model's end-of-sequence ids as the run's baseline uses. It is the GPU
+smoke test of an install and how a user builds a baseline table across models.
+
+Each evaluation gets its own directory ``<runs_dir>/evals/<eval_id>/`` holding the worker's
+``items.jsonl`` (per item) and ``result.json`` (score, n_items, eval_hash), the worker's
+``eval.log``, and ``eval.json``: the request and the score with its 95% bootstrap interval
+(:mod:`agent2rl.grading.noise`).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent2rl.dataset import SPLITS, Split
+from agent2rl.errors import UserError
+from agent2rl.files import read_json, write_json_atomic
+from agent2rl.grading.evaluator import EvalSpec, run_evaluation
+from agent2rl.grading.noise import bootstrap_ci, load_item_scores
+from agent2rl.inference.backend import BackendConfig, model_stop_token_ids
+from agent2rl.models.resolve import resolve_model
+from agent2rl.settings import load_settings
+from agent2rl.tasks import get_task
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What ``agent2rl eval`` asks for. ``limit`` None grades every item of ``split``;
+    ``timeout_s`` None is the task's own evaluation timeout (what a run's grader allows)."""
+
+    task: str
+    model: str
+    split: str = "private"
+    limit: int | None = None
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    task_options: dict[str, str] = field(default_factory=dict)
+    runs_dir: Path = Path("runs")
+    out: Path | None = None
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """One finished evaluation: ``score`` is the task's score (0-100) and ``ci95`` its 95%
+    bootstrap interval over the items (None without per-item scores)."""
+
+    task: str
+    model: str
+    split: str
+    score: float
+    ci95: tuple[float, float] | None
+    n_items: int
+    seconds: float
+    eval_hash: str
+    backend: str
+    out: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d["ci95"] = list(self.ci95) if self.ci95 else None
+        return d
+
+
+def check_request(req: EvalRequest) -> None:
+    """Raise :class:`UserError` for a request that cannot work, before anything is built."""
+    if req.split not in SPLITS:
+        raise UserError(f"unknown --split {req.split!r}: use one of {', '.join(SPLITS)}")
+    if req.limit is not None and req.limit < 1:
+        raise UserError(f"--limit {req.limit} must be at least 1 (leave it out for every item)")
+    if req.timeout_s is not None and req.timeout_s <= 0:
+        raise UserError("--timeout must be more than zero")
+    req.backend.validate()
+
+
+def new_eval_id(task: str, model: str) -> str:
+    """``<UTC time>-<task>-<model>-<random>``: sortable by time, unique, a safe name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model)[:40]
+    return f"{stamp}-{task}-{safe}-{secrets.token_hex(3)}"
+
+
+def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
+    """Grade ``req.model`` on ``req.task`` and write the results into the evaluation's
+    directory; returns the report.
+
+    ``on_step`` (optional) is called with a one-line description of each step as it starts.
+    Raises :class:`UserError` for a bad request (unknown task, split or model, a split the
+    task does not have, a backend that cannot run here) and when the evaluation fails (the
+    message names the failure, whose fault it was, and the log to read).
+    """
+    step = on_step or (lambda _msg: None)
+    check_request(req)
+    settings = load_settings()
+    task = get_task(req.task, req.task_options)
+    split: Split = req.split  # type: ignore[assignment]  # checked in check_request
+    if task.splits is not None and split not in task.splits.files:
+        have = ", ".join(task.splits.files)
+        raise UserError(f"task {task.name} has no {split} split: use --split with one of {have}")
+    step(f"resolving model {req.model}")
+    model = resolve_model(req.model, settings.model_store)
+    # As a run's grader does: the base model's end-of-sequence ids end every completion.
+    backend = replace(req.backend, stop_token_ids=model_stop_token_ids(model.path))
+    out = (req.out or req.runs_dir / "evals" / new_eval_id(task.name, req.model)).expanduser()
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"--out {out} is not empty: pass a new directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create {out} ({err.strerror}): pass another --out") from None
+    spec = EvalSpec(task.name, task.opts, backend, req.limit, split)
+    write_json_atomic(
+        out / "request.json",
+        {"task": task.name, "model": req.model, "model_path": str(model.path), "split": split,
+         "limit": req.limit, "backend": backend.to_dict(), "task_options": task.opts},
+    )  # fmt: skip
+    timeout_s = req.timeout_s or task.eval_timeout_s
+    step(
+        f"grading on the {split} split"
+        + (f" (first {req.limit} items)" if req.limit else "")
+        + f" with the {backend.resolved_kind()} backend (timeout {timeout_s:g}s)"
+    )
+    outcome = run_evaluation(spec, model.path, out, settings, timeout_s=timeout_s)
+    if outcome.error:
+        whose = "the model's fault" if outcome.failure == "model" else "not the model's fault"
+        raise UserError(f"{outcome.error} ({whose}); see {out / 'eval.log'}")
+    result = read_json(out / "result.json")
+    items = load_item_scores(out / "items.jsonl") or {}
+    ci = bootstrap_ci([100.0 * v for v in items.values()]) if items else None
+    report = EvalReport(
+        task=task.name,
+        model=req.model,
+        split=split,
+        score=float(result["score"]),
+        ci95=ci,
+        n_items=int(result["n_items"]),
+        seconds=float(result["seconds"]),
+        eval_hash=str(result["eval_hash"]),
+        backend=backend.resolved_kind(),
+        out=out.resolve(),
+    )
+    write_json_atomic(out / "eval.json", report.to_dict())
+    return report
