@@ -7,10 +7,12 @@ Everything that differs between provider APIs is asked of the request's
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import json
 import random
 import string
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +31,7 @@ from agent2rl.metering.pricing import estimate_cost
 from agent2rl.metering.providers import PROVIDERS, Endpoint, Provider, Upstream
 from agent2rl.metering.providers.base import safe_rest
 from agent2rl.metering.stream import Relay, RelayResponse, StreamMeter
+from agent2rl.metering.transcript import TranscriptWriter, reassemble, transcript_path
 from agent2rl.metering.usage import TokenCounts, UsageRecord, append_record, summarize_usage
 
 # A path under no provider's prefix gets this provider's error shape (the most widely spoken).
@@ -98,6 +101,9 @@ class ProxyConfig:
     allows every model. ``denied_prompts``: model (``"*"``: any) -> texts a metered request
     to it may not carry (compared case-folded, whitespace collapsed, over every string of the
     request body): a task's judge prompt sent to its judge model is a 403 too.
+    ``transcript_file``: where every exchange's request and response are appended
+    (:mod:`agent2rl.metering.transcript`; default ``transcript.jsonl`` beside the usage
+    file); ``record_transcript=False`` writes none.
     """
 
     usage_file: Path
@@ -114,6 +120,8 @@ class ProxyConfig:
     retry_after_cap_s: float = 8.0
     allowed_models: tuple[str, ...] | None = None
     denied_prompts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    transcript_file: Path | None = None
+    record_transcript: bool = True
 
     def upstream(self, provider: Provider) -> Upstream:
         return self.upstreams.get(provider.name) or Upstream(provider.default_base_url)
@@ -130,6 +138,10 @@ class _Exchange:
     estimate: Estimate | None = None
     failed_attempts: TokenCounts = field(default_factory=TokenCounts)
     done: bool = False
+    #: for the transcript: the client's JSON body, and the answer (JSON, a reassembled
+    #: stream, or text)
+    request: dict[str, Any] | None = None
+    response: Any = None
 
 
 class _Proxy:
@@ -139,6 +151,12 @@ class _Proxy:
         # A restarted proxy keeps counting from what the run already used.
         used = summarize_usage(cfg.usage_file)["total_tokens"]
         self.budget = TokenBudget(cfg.max_total_tokens, used)
+        self.transcript: TranscriptWriter | None = None
+        if cfg.record_transcript:
+            # Every key the proxy holds is redacted from the transcript, wherever it appears.
+            keys = [cfg.proxy_key, *(u.api_key for u in cfg.upstreams.values())]
+            path = cfg.transcript_file or transcript_path(cfg.usage_file)
+            self.transcript = TranscriptWriter(path, secrets=keys)
 
     def record(self, ex: _Exchange) -> None:
         """Write the exchange's usage line and settle its reservation to what it was charged;
@@ -153,6 +171,13 @@ class _Proxy:
         rec.latency_s = round(time.monotonic() - ex.started, 4)
         self.budget.settle(ex.estimate, rec.tokens.total)
         append_record(self.cfg.usage_file, rec)
+        if self.transcript is not None:
+            try:
+                self.transcript.write(dataclasses.asdict(rec), ex.request, ex.response)
+            except (OSError, TypeError, ValueError) as exc:
+                # The transcript is a record, not the meter: a full disk must not fail the
+                # agent's request, whose usage line is already written.
+                print(f"transcript not written: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def charge_estimate(self, ex: _Exchange, why: str) -> None:
         """Charge a request the provider may have billed without saying how much: what its
@@ -210,6 +235,9 @@ class _Proxy:
             self.record(ex)
             return provider.error_response(413, msg, retry=False)
         payload = _json_object(body)
+        # A copy: asking a stream for usage changes the payload (the transcript keeps what
+        # the client sent). Only a JSON-object body is kept; a bare GET has none.
+        ex.request = dict(payload) if payload else None
         rec.model, rec.stream = provider.model_and_stream(route, payload)
         allowed = self.cfg.allowed_models
         if route.metered and allowed is not None and rec.model not in allowed:
@@ -328,6 +356,7 @@ class _Proxy:
 
             def on_end(relay: Relay) -> None:
                 rec.model = rec.model or relay.meter.model
+                ex.response = reassemble(provider.name, relay.meter.events)
                 provider.meter(rec, relay.meter.usage)
                 rec.error = relay.error or relay.meter.error or rec.error
                 # A stream that ends cleanly without its final usage (an API that sends none
@@ -346,6 +375,7 @@ class _Proxy:
         finally:
             await resp.aclose()
         data = _json_object(content)
+        ex.response = data or _text_of(content)
         if metered:
             provider.meter(rec, provider.response_usage(content, data))
         rec.model = rec.model or (data.get("model") if isinstance(data.get("model"), str) else None)
@@ -490,6 +520,11 @@ def _json_object(body: bytes) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return obj if isinstance(obj, dict) else {}
+
+
+def _text_of(content: bytes, limit: int = 65536) -> str | None:
+    """A non-JSON answer for the transcript: its text, cut to ``limit`` characters."""
+    return content[:limit].decode("utf-8", "replace") if content else None
 
 
 def _error_message(data: dict[str, Any], content: bytes) -> str:

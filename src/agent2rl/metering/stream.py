@@ -19,6 +19,9 @@ import anyio
 import httpx
 from fastapi.responses import StreamingResponse
 
+#: The most events a meter keeps for the transcript: bounds the proxy's memory per stream.
+MAX_KEPT_EVENTS = 200_000
+
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 #: A provider's event reader: notes what one JSON event says in the meter and returns
@@ -52,6 +55,10 @@ class StreamMeter:
         #: ``observe``); a stream that ends without it was cut, and the proxy charges its
         #: reservation instead of the partial (or missing) usage
         self.final = False
+        #: every JSON-object event, in order, for the transcript's reassembled response
+        #: (:func:`agent2rl.metering.transcript.reassemble`); at most ``max_events`` kept
+        self.events: list[dict[str, Any]] = []
+        self.max_events = MAX_KEPT_EVENTS
         self._buf = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -88,6 +95,8 @@ class StreamMeter:
             return True
         if not isinstance(obj, dict):
             return True
+        if len(self.events) < self.max_events:
+            self.events.append(obj)
         if isinstance(obj.get("error"), dict):
             self.error = str(obj["error"].get("message") or obj["error"])[:500]
         if obj.get("type") == "message_stop":
