@@ -1,5 +1,9 @@
-"""Whole runs of real LLM agent CLIs (mini-swe-agent, Claude Code) driven by the scripted fake
-provider, a real HTTP server on loopback standing in for the paid API.
+"""Whole runs of real LLM agent CLIs (mini-swe-agent, Claude Code, Codex CLI, Gemini CLI,
+OpenCode) driven by the scripted fake provider, a real HTTP server on loopback standing in for
+the paid API and speaking the API each CLI really uses (Anthropic messages, OpenAI Responses,
+Gemini streamGenerateContent with SSE, chat completions for mini-swe-agent). Each CLI is
+installed from npm by ``.ci/run`` at the version range its spec declares tested; a test
+skips when its CLI is missing.
 
 The chain under test is the production one: ``agent2rl run`` (a subprocess) starts the metering
 proxy with the host's real key and the fake provider as its upstream (the host's
@@ -7,7 +11,10 @@ proxy with the host's real key and the fake provider as its upstream (the host's
 scripted conversation makes the agent write ``code/train.py`` (real optimizer steps on the
 tiny model, a save and an HTTP submission), run it, dump its environment and finish. The run's
 report must then show the graded submission, its code snapshot, token totals equal to what
-the provider served, and an agent environment without the real key or any other host secret.
+the provider served, the CLI's own log parsed (tool calls, its token account), and an agent
+environment without the real key or any other host secret. A CLI that cannot start (its
+key refused, a flag it does not know) must end as an infrastructure failure with its own
+message in the report.
 """
 
 from __future__ import annotations
