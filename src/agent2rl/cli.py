@@ -6,6 +6,7 @@ User errors print one line (``error: ...``) and exit with status 2, never a trac
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -99,14 +100,26 @@ def run(
         "auto", "--backend", help="Grading backend: auto (vllm if CUDA+vllm) | vllm | transformers."
     ),
     dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
-    gpu_memory_utilization: float = typer.Option(
-        0.85, "--gpu-memory-utilization", help="vLLM: fraction of GPU memory for grading."
+    gpu_memory_utilization: float | None = typer.Option(
+        None,
+        "--gpu-memory-utilization",
+        help="vLLM: fraction of a GPU for grading (default 0.85 on the grader's own GPU, "
+        "0.30 on a GPU shared with the agent).",
     ),
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="vLLM: context length (default: the model's)."
     ),
     tensor_parallel_size: int = typer.Option(
         1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
+    ),
+    grader_gpus: str | None = typer.Option(
+        None,
+        "--grader-gpus",
+        help="GPUs of the grader: nvidia-smi indices (0,1 or 4-7) or none (default: the last "
+        "GPU when there are several, else shared with the agent).",
+    ),
+    agent_gpus: str | None = typer.Option(
+        None, "--agent-gpus", help="GPUs of the agent, as --grader-gpus (default: the others)."
     ),
     task_opt: list[str] = typer.Option(
         [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks`)."
@@ -157,7 +170,6 @@ def run(
         backend=BackendConfig(
             kind=backend,
             dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
         ),
@@ -172,8 +184,47 @@ def run(
         network=network,
         egress_allow=_parse_allow_hosts(allow_host),
     )
+    _apply_gpu_layout(req, grader_gpus, agent_gpus, gpu_memory_utilization)
     _warn_if_experimental(agent)
     _execute(req)
+
+
+def _apply_gpu_layout(
+    req: Any, grader_gpus: str | None, agent_gpus: str | None, utilization: float | None
+) -> None:
+    """Decide the run's GPU layout (:mod:`agent2rl.devices`) and apply it: the grader's cards
+    and vLLM share, the agent's cards and the memory its instructions allow. A machine
+    without a GPU (and no flag) is left as it is."""
+    from dataclasses import replace
+
+    from agent2rl.devices import list_gpus, plan_layout
+
+    gpus = list_gpus()
+    if not gpus and grader_gpus is None and agent_gpus is None:
+        if utilization is not None:
+            req.backend = replace(req.backend, gpu_memory_utilization=utilization)
+        return
+    layout = plan_layout(
+        gpus,
+        grader_gpus,
+        agent_gpus,
+        req.backend.tensor_parallel_size,
+        dedicated_fraction=utilization if utilization is not None else 0.85,
+    )
+    if utilization is not None:  # the user's word wins, also on a shared card
+        req.backend = replace(req.backend, gpu_memory_utilization=utilization)
+    elif layout.grader_memory_fraction:
+        req.backend = replace(req.backend, gpu_memory_utilization=layout.grader_memory_fraction)
+    elif layout.grader_memory_fraction == 0.0 and req.backend.kind == "auto":
+        req.backend = replace(req.backend, kind="transformers")
+    # The grading service, its evaluation workers and the baseline's inherit this process's
+    # environment; the agent's is built from scratch, so its cards go in through extra_env.
+    os.environ.update(layout.grader_env())
+    req.extra_env.update(layout.agent_env())
+    req.gpu_note = layout.instructions()
+    console.print(layout.summary(), highlight=False, soft_wrap=True)
+    for note in layout.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
 
 def _warn_if_experimental(agent: str) -> None:

@@ -73,6 +73,8 @@ class RunRequest:
     max_submission_bytes: int | None = None
     rollout_limits: RolloutLimits = field(default_factory=RolloutLimits)
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: appended to the agent's instructions.md: its GPUs and the memory it may use on them
+    gpu_note: str | None = None
 
 
 @dataclass

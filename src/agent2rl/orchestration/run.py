@@ -430,6 +430,9 @@ def _run_agent(ctx: RunContext, guard: RunGuard) -> None:
     info.status = "running"
     info.save(paths)
     write_instructions(paths, info, ctx.grading.url, ctx.grading_token, rollout=bool(ctx.env_vars))
+    if req.gpu_note:  # the GPU layout (agent2rl.devices): what GPU memory the agent may use
+        instructions = paths.workspace / "instructions.md"
+        write_text_atomic(instructions, instructions.read_text() + req.gpu_note)
     env = agent_env(paths, info, ctx.model, ctx.grading.url, ctx.grading_token)
     env.update(ctx.env_vars)
     prompt_file = paths.workspace / "prompt.md"

@@ -1,0 +1,272 @@
+"""How a run's agent and its grader share the machine's GPUs (the GPU layout policy).
+
+The policy, for ``tensor_parallel_size`` = *t* (GPUs the grader's vLLM splits one model over):
+
+- **no GPU**: both run on the CPU (the grader with the transformers backend); nothing to split.
+- **at most t GPUs** (one card, typically): the devices are *shared*. The grader's vLLM gets a
+  fixed slice, :data:`SHARED_GRADER_FRACTION` of each card (less when the card is already
+  partly used), and only while it evaluates; the agent is told to keep its own use under
+  what is left, minus a margin (:data:`HEADROOM_FRACTION`), so that an evaluation starting
+  mid-training still finds its slice. The transformers backend needs no reservation.
+- **more than t GPUs** (8, typically): the grader gets the *last* t cards to itself and the
+  agent the others (``cuda:0`` onwards, where training scripts look first), each whole.
+  Runs on one node share the grader's cards through the per-device evaluation locks
+  (:func:`agent2rl.grading.worker.device_lock_names`), so one evaluation runs per card.
+
+``--grader-gpus`` / ``--agent-gpus`` override it with nvidia-smi indices (``0,1``, ``4-7``) or
+``none`` (the CPU); naming one side only gives the other the remaining cards (all of them,
+shared, when none remain). Overlapping lists share the overlap as above.
+
+Devices are named to the children by UUID when known (``CUDA_VISIBLE_DEVICES=GPU-...``):
+nvidia-smi's indices follow the PCI bus, CUDA's default order does not, and the UUID is also
+what the evaluation locks are keyed by. :func:`plan_layout` is pure (a simulated device list
+tests it); :func:`list_gpus` asks nvidia-smi, without initialising CUDA in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agent2rl.errors import UserError
+
+#: the share of a shared card the grader's vLLM may take while it evaluates
+SHARED_GRADER_FRACTION = 0.30
+#: kept free on a shared card for the CUDA contexts and allocator slack of both sides
+HEADROOM_FRACTION = 0.05
+#: the least vLLM slice worth trying; below it the grader falls back to transformers
+MIN_GRADER_FRACTION = 0.05
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One visible GPU: nvidia-smi's ``index``, its ``uuid`` (None when unknown), its name and
+    its total and free memory in bytes (free as measured when the list was taken)."""
+
+    index: int
+    name: str
+    total_bytes: int
+    free_bytes: int
+    uuid: str | None = None
+
+    @property
+    def cuda_id(self) -> str:
+        """What ``CUDA_VISIBLE_DEVICES`` names it by: the UUID, else the index."""
+        return self.uuid or str(self.index)
+
+
+@dataclass(frozen=True)
+class GpuLayout:
+    """The decision of :func:`plan_layout`.
+
+    ``grader`` and ``agent`` are the cards each side sees (empty: the CPU); ``shared`` the
+    cards both see. ``grader_memory_fraction`` is the vLLM ``gpu_memory_utilization`` the
+    grader should use (None: keep the user's; 0.0 on a shared card too full for any slice:
+    use the transformers backend). ``agent_memory_bytes`` maps each shared card's index to
+    the bytes the agent may use on it (its own cards are whole). ``notes`` say why.
+    """
+
+    grader: tuple[Gpu, ...]
+    agent: tuple[Gpu, ...]
+    grader_memory_fraction: float | None
+    agent_memory_bytes: dict[int, int]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def shared(self) -> tuple[Gpu, ...]:
+        ids = {g.index for g in self.agent}
+        return tuple(g for g in self.grader if g.index in ids)
+
+    def grader_env(self) -> dict[str, str]:
+        """Environment for the grading service and its workers (the baseline included)."""
+        return _visible(self.grader)
+
+    def agent_env(self) -> dict[str, str]:
+        """Environment for the agent: its cards, and on a shared card the bytes it may use
+        (``AGENT2RL_GPU_MEMORY_BYTES``, the smallest over its shared cards)."""
+        env = _visible(self.agent)
+        if self.agent_memory_bytes:
+            env["AGENT2RL_GPU_MEMORY_BYTES"] = str(min(self.agent_memory_bytes.values()))
+        return env
+
+    def summary(self) -> str:
+        """One line for the console."""
+        if not self.grader and not self.agent:
+            return "GPUs: none (grader and agent on the CPU)"
+        shared = f", shared: {_ids(self.shared)}" if self.shared else ""
+        frac = (
+            f", grader vLLM share {self.grader_memory_fraction:.2f}"
+            if self.grader_memory_fraction is not None
+            else ""
+        )
+        return f"GPUs: grader {_ids(self.grader)}, agent {_ids(self.agent)}{shared}{frac}"
+
+    def instructions(self) -> str:
+        """The section of the agent's instructions saying what GPU memory it may use."""
+        lines = ["", "## GPUs", ""]
+        if not self.agent:
+            lines.append("You have no GPU in this run: train on the CPU.")
+            return "\n".join(lines) + "\n"
+        cards = ", ".join(f"{g.name} ({g.total_bytes / GIB:.0f} GiB)" for g in self.agent)
+        lines.append(f"You have {len(self.agent)} GPU(s) (`CUDA_VISIBLE_DEVICES` is set): {cards}.")
+        if self.agent_memory_bytes:
+            gib = min(self.agent_memory_bytes.values()) / GIB
+            lines.append(
+                f"The grader shares {'this card' if len(self.shared) == 1 else 'these cards'} "
+                f"with you: keep your GPU memory under **{gib:.1f} GiB** per card (also in "
+                "`$AGENT2RL_GPU_MEMORY_BYTES`), e.g. `torch.cuda.set_per_process_memory_"
+                "fraction`; the grader needs the rest while it evaluates a submission, and "
+                "an evaluation that runs out of memory fails."
+            )
+        else:
+            lines.append("The grader has its own GPU(s): yours are whole.")
+        return "\n".join(lines) + "\n"
+
+
+def _ids(gpus: Sequence[Gpu]) -> str:
+    return ",".join(str(g.index) for g in gpus) or "cpu"
+
+
+def _visible(gpus: Sequence[Gpu]) -> dict[str, str]:
+    # "" hides every card (the CPU); PCI_BUS_ID makes an index mean what nvidia-smi means.
+    return {
+        "CUDA_VISIBLE_DEVICES": ",".join(g.cuda_id for g in gpus),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+
+
+def parse_gpu_list(text: str | None, flag: str, devices: Sequence[Gpu]) -> tuple[Gpu, ...] | None:
+    """``--grader-gpus``/``--agent-gpus``: None or ``auto`` -> None (the policy decides),
+    ``none``/``cpu`` -> () (the CPU), else indices and ranges (``0,2``, ``4-7``) of
+    ``devices``. Raises :class:`UserError` for a malformed list or an index not present."""
+    if text is None or text.strip().lower() in ("", "auto"):
+        return None
+    if text.strip().lower() in ("none", "cpu"):
+        return ()
+    by_index = {g.index: g for g in devices}
+    picked: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            rng = range(int(lo), int(hi) + 1) if sep else range(int(lo), int(lo) + 1)
+        except ValueError:
+            raise UserError(
+                f"bad {flag} {text!r}: give GPU indices as nvidia-smi shows them, e.g. 0,1 or "
+                "4-7, or none"
+            ) from None
+        picked.extend(i for i in rng if i not in picked)
+    missing = [i for i in picked if i not in by_index]
+    if missing or not picked:
+        have = ", ".join(str(i) for i in sorted(by_index)) or "none (no GPU here)"
+        raise UserError(f"{flag} {text}: no GPU {missing or text} here; visible GPUs: {have}")
+    return tuple(by_index[i] for i in sorted(picked))
+
+
+def plan_layout(
+    devices: Sequence[Gpu],
+    grader_gpus: str | None = None,
+    agent_gpus: str | None = None,
+    tensor_parallel_size: int = 1,
+    dedicated_fraction: float | None = None,
+) -> GpuLayout:
+    """Decide which cards the grader and the agent see (the policy in the module docstring).
+
+    ``dedicated_fraction`` is the vLLM share on a card the grader has to itself (None: the
+    user's ``--gpu-memory-utilization``), capped by that card's free memory. Raises
+    :class:`UserError` when the grader has fewer cards than ``tensor_parallel_size`` needs.
+    Pure: ``devices`` is as measured (or simulated); nothing is probed here.
+    """
+    devices = sorted(devices, key=lambda g: g.index)
+    tp = max(1, tensor_parallel_size)
+    grader = parse_gpu_list(grader_gpus, "--grader-gpus", devices)
+    agent = parse_gpu_list(agent_gpus, "--agent-gpus", devices)
+    notes: list[str] = []
+    if grader is None and agent is None:
+        if not devices:
+            grader = agent = ()
+        elif len(devices) <= tp:
+            grader = agent = tuple(devices)
+            notes.append(f"{len(devices)} GPU(s) for a grader of tensor parallel size {tp}: shared")
+        else:
+            grader, agent = tuple(devices[-tp:]), tuple(devices[:-tp])
+    elif grader is None:
+        rest = tuple(g for g in devices if g not in agent)
+        grader = rest[-tp:] if len(rest) >= tp else tuple(devices[-tp:])
+    elif agent is None:
+        rest = tuple(g for g in devices if g not in grader)
+        agent = rest or tuple(devices)
+    if grader and len(grader) < tp:
+        raise UserError(
+            f"--tensor-parallel-size {tp} needs {tp} grader GPUs, --grader-gpus gives "
+            f"{len(grader)}: name more, or lower --tensor-parallel-size"
+        )
+    shared_ids = {g.index for g in grader} & {g.index for g in agent}
+    fraction: float | None = dedicated_fraction
+    agent_bytes: dict[int, int] = {}
+    used = [g for g in grader[:tp]]  # the cards the grader's vLLM allocates on
+    if shared_ids:
+        # The grader's slice on a shared card, no more than is free now (another process
+        # may hold part of it), and the agent's allowance what remains after the headroom.
+        fraction = min(
+            SHARED_GRADER_FRACTION,
+            min(g.free_bytes / g.total_bytes for g in used) - HEADROOM_FRACTION,
+        )
+        if fraction < MIN_GRADER_FRACTION:
+            notes.append("shared GPU too full for a vLLM slice: the grader uses transformers")
+            fraction = 0.0
+        for g in grader:
+            if g.index in shared_ids:
+                reserve = int((fraction + HEADROOM_FRACTION) * g.total_bytes)
+                agent_bytes[g.index] = max(0, g.free_bytes - reserve)
+    elif grader and dedicated_fraction is not None:
+        free = min(g.free_bytes / g.total_bytes for g in used) - HEADROOM_FRACTION
+        if free < dedicated_fraction:
+            notes.append(f"grader GPU partly in use: vLLM share lowered to {free:.2f}")
+            fraction = max(free, 0.0) if free >= MIN_GRADER_FRACTION else 0.0
+    return GpuLayout(tuple(grader), tuple(agent), fraction, agent_bytes, tuple(notes))
+
+
+def list_gpus(env: dict[str, str] | None = None) -> list[Gpu]:
+    """The GPUs this process may use, from nvidia-smi (without initialising CUDA here: vLLM
+    forks), filtered by ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) when it is set. Empty
+    when nvidia-smi is missing or fails. Edge case: MIG instances are not listed."""
+    env = os.environ if env is None else env
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,uuid,name,memory.total,memory.free",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return parse_smi(out, env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def parse_smi(text: str, visible: str | None = None) -> list[Gpu]:
+    """Parse ``nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.free
+    --format=csv,noheader,nounits`` output (MiB); odd lines are skipped. ``visible``
+    (``CUDA_VISIBLE_DEVICES``) keeps only the cards it names by index or UUID; "" keeps none."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5:
+            continue
+        try:
+            index, total, free = int(parts[0]), int(parts[3]), int(parts[4])
+        except ValueError:
+            continue
+        gpus.append(Gpu(index, parts[2], total * 2**20, free * 2**20, parts[1] or None))
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        gpus = [g for g in gpus if str(g.index) in wanted or (g.uuid or "") in wanted]
+    return gpus
