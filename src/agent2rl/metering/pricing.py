@@ -39,6 +39,11 @@ PRICES: dict[str, Price] = {
     "gpt-5-nano": Price(0.05, 0.40, 0.005),
     "gpt-5.1": Price(1.25, 10.00, 0.125),
     "gpt-5.1-codex": Price(1.25, 10.00, 0.125),
+    # The paper's drivers GPT-5.2 and GPT-5.4. GPT-5.2: OpenAI's list price at its launch
+    # (December 2025). GPT-5.4: written from memory of its launch announcement and NOT
+    # checked against OpenAI's pricing page here; check it before quoting a cost.
+    "gpt-5.2": Price(1.75, 14.00, 0.175),
+    "gpt-5.4": Price(2.50, 15.00, 0.25),
     "o3": Price(2.00, 8.00, 0.50),
     "o3-mini": Price(1.10, 4.40, 0.55),
     "o4-mini": Price(1.10, 4.40, 0.275),
@@ -50,6 +55,8 @@ PRICES: dict[str, Price] = {
     "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75),
     "claude-sonnet-4-0": Price(3.00, 15.00, 0.30, 3.75),
     "claude-sonnet-4-5": Price(3.00, 15.00, 0.30, 3.75),
+    # the paper's driver Claude Sonnet 4.6: the same list price as Sonnet 4.5
+    "claude-sonnet-4-6": Price(3.00, 15.00, 0.30, 3.75),
     "claude-3-7-sonnet": Price(3.00, 15.00, 0.30, 3.75),
     "claude-3-5-sonnet": Price(3.00, 15.00, 0.30, 3.75),
     "claude-haiku-4-5": Price(1.00, 5.00, 0.10, 1.25),

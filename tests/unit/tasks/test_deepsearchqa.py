@@ -33,6 +33,9 @@ from agent2rl.tasks.deepsearch.store import (
 FIXTURE = Path(__file__).resolve().parents[2] / "support" / "fixtures" / "deepsearchqa"
 SERP_KEY = "serp-test-key"
 JUDGE_KEY = "judge-test-key"
+#: task version 1's grading and loop (the transcript protocol, mean F1), still options; the
+#: reference's defaults are tested in test_deepsearchqa_reference.py
+V1 = {"protocol": "transcript", "metric": "f1"}
 
 
 # -- a SerpAPI-speaking server on loopback -------------------------------------------------
@@ -121,7 +124,7 @@ def dsqa(a2home):
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task, task_root
 
-    task = get_task("deepsearchqa", {"judge": "exact", "search": "bm25"})
+    task = get_task("deepsearchqa", {**V1, "judge": "exact", "search": "bm25"})
     summary = task.import_data(FIXTURE, task_root(task, load_settings().task_store))
     return task, prepare_task(task, load_settings().task_store), summary
 
@@ -193,7 +196,12 @@ def test_without_data_or_search_the_errors_name_the_fix(dsqa, tmp_path, monkeypa
     monkeypatch.delenv("SERPAPI_KEY", raising=False)
     with pytest.raises(UserError, match="SERPAPI_KEY"):
         get_task("deepsearchqa", {"search": "serpapi"}).search_identity(prepared)
-    assert get_task("deepsearchqa").search_identity(prepared)["backend"] == "bm25"
+    # auto is the reference's: SerpAPI with a key, else the keyless web search (a local
+    # corpus only when asked for: search=bm25)
+    assert get_task("deepsearchqa").search_identity(prepared)["backend"] == "wikipedia"
+    assert get_task("deepsearchqa", {"search": "bm25"}).search_identity(prepared)["backend"] == (
+        "bm25"
+    )
     monkeypatch.setenv("SERPAPI_KEY", SERP_KEY)
     assert get_task("deepsearchqa").search_identity(prepared)["backend"] == "serpapi"
 
@@ -236,7 +244,7 @@ def test_grader_end_to_end_with_judge_serpapi_and_exact(dsqa, serp, judge, monke
             answers[r["question"]] = "Somewhere Else"
         else:
             answers[r["question"]] = r["answer"].lower()
-    options = {"judge_base_url": judge.openai_base_url, "judge_model": "fake-judge"}
+    options = {**V1, "judge_base_url": judge.openai_base_url, "judge_model": "fake-judge"}
     task = get_task("deepsearchqa", options)  # judge=auto with a key: the LLM judge
     prepare_task(task, load_settings().task_store)
     assert task.judge_enabled()
@@ -304,7 +312,7 @@ def test_wikipedia_search_is_keyless_and_the_grader_records_every_query(
     try:
         monkeypatch.delenv("SERPAPI_KEY", raising=False)
         monkeypatch.setenv("AGENT2RL_WIKIPEDIA_URL", wiki.url)
-        task = get_task("deepsearchqa", {"judge": "exact", "search": "wikipedia"})
+        task = get_task("deepsearchqa", {**V1, "judge": "exact", "search": "wikipedia"})
         identity = task.search_identity(prepared)
         assert identity == {"backend": "wikipedia", "engine": "mediawiki", "url": wiki.url}
         assert "(wikipedia)" in task.description(prepared)

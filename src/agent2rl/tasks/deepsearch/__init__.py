@@ -58,7 +58,7 @@ from agent2rl.tasks.deepsearch import protocol
 from agent2rl.tasks.deepsearch.games import QuestionGames, expert_walkthrough
 from agent2rl.tasks.deepsearch.generate_lite import GENERATOR_VERSION, generate_world
 from agent2rl.tasks.deepsearch.judge import AnswerJudge, answer_judge
-from agent2rl.tasks.deepsearch.outcome import AnswerOutcome
+from agent2rl.tasks.deepsearch.outcome import METRICS, AnswerOutcome
 from agent2rl.tasks.deepsearch.protocol import EpisodeFormat
 from agent2rl.tasks.deepsearch.search import (
     BM25Backend,
@@ -90,6 +90,8 @@ MAX_SESSION_STEPS = 50
 QUERY_LOG = "search_queries.jsonl"
 JUDGE_MODES = ("auto", "llm", "exact")
 SEARCH_MODES = ("auto", "serpapi", "bm25", "wikipedia")
+#: the episode protocols: agent2rl's transcript, the paper's reference's Thought/Action loop
+PROTOCOLS = ("transcript", "react")
 #: the judge's default model (DeepSearchQA's paper grades with Gemini 2.5 Flash; point
 #: ``judge_base_url`` at any OpenAI-compatible endpoint serving it to match)
 DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"
@@ -104,12 +106,17 @@ class DeepsearchBase(InteractiveTask):
     # -- parts -----------------------------------------------------------------------------
     def episode_format(self) -> EpisodeFormat:
         o = self.opts
+        kind = o.get("protocol", "transcript")
+        if kind not in PROTOCOLS:
+            raise UserError(f"--task-opt protocol={kind}: use {', '.join(PROTOCOLS)}")
         return EpisodeFormat(
             max_steps=o["max_steps"],
             history=o["history"],
             max_prompt_chars=o["max_prompt_chars"],
             max_new_tokens=o["max_new_tokens"],
             max_observation_chars=o["max_observation_chars"],
+            stop=protocol.REACT_STOP if kind == "react" else protocol.STOP,
+            protocol=kind,
         )
 
     def search_backend(self, prepared: PreparedTask) -> SearchBackend:
@@ -128,6 +135,7 @@ class DeepsearchBase(InteractiveTask):
             self.opts["top_k"],
             step_cap=MAX_SESSION_STEPS,
             log=log,
+            answer_type_in_goal=self.episode_format().protocol == "react",
         )
 
     def samples(
@@ -161,19 +169,30 @@ class DeepsearchBase(InteractiveTask):
             raise UserError(f"--task-opt judge={mode}: use {', '.join(JUDGE_MODES)}")
         return mode == "llm" or (mode == "auto" and bool(judge_api_key()))
 
+    def metric(self) -> str:
+        """The ``metric`` option (``accuracy``: the binary judge or string match; ``f1``:
+        the rubric judge or exact match); :class:`UserError` for another value."""
+        metric = self.opts["metric"]
+        if metric not in METRICS:
+            raise UserError(f"--task-opt metric={metric}: use {', '.join(METRICS)}")
+        return metric
+
     def make_judge(self) -> AnswerJudge:
-        """The judge at ``judge_base_url``, cached under ``AGENT2RL_HOME`` and metered into the
+        """The judge at ``judge_base_url`` (binary under ``metric=accuracy``, the rubric
+        under ``metric=f1``), cached under ``AGENT2RL_HOME`` and metered into the
         evaluation's grading directory (:attr:`record_dir`)."""
         return answer_judge(
             self.opts["judge_model"],
             self.opts["judge_base_url"],
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
+            kind="binary" if self.metric() == "accuracy" else "rubric",
         )
 
     def scorer(self, prepared: PreparedTask) -> AnswerOutcome:
+        metric = self.metric()
         judge = self.make_judge() if self.judge_enabled() else None
-        return AnswerOutcome(judge, self.search_identity(prepared)["backend"])
+        return AnswerOutcome(judge, self.search_identity(prepared)["backend"], metric)
 
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
@@ -186,13 +205,30 @@ class DeepsearchBase(InteractiveTask):
         n_eval = count_lines(prepared.private / QUESTIONS)
         walks = prepared.public / WALKTHROUGHS
         n_walk = count_lines(walks) if walks.exists() else 0
-        grading = (
-            "an LLM judge with DeepSearchQA's rubric (for every expected item whether your "
-            "answer states it, and which of your items are extraneous)"
-            if self.judge_enabled()
-            else "normalised exact match (lowercase, punctuation and articles removed; a set "
-            "answer's comma-separated items compared as sets); no LLM judge is configured"
-        )
+        judged = self.judge_enabled()
+        if self.metric() == "accuracy":
+            grading = (
+                "an LLM judge's correct/incorrect verdict (a single answer is correct when it "
+                "states the expected item, a set answer when it states all expected items)"
+                if judged
+                else "string match, no LLM judge being configured (lowercased; a single "
+                "answer is correct when it contains the expected answer or is contained in "
+                "it, a set answer when it contains every comma-separated expected item)"
+            )
+            scoring = "The score is the percentage of questions answered correctly."
+        else:
+            grading = (
+                "an LLM judge with DeepSearchQA's rubric (for every expected item whether "
+                "your answer states it, and which of your items are extraneous)"
+                if judged
+                else "normalised exact match (lowercase, punctuation and articles removed; "
+                "a set answer's comma-separated items compared as sets); no LLM judge is "
+                "configured"
+            )
+            scoring = (
+                "An item's score is the F1 of your answer's items against the expected ones "
+                "(a single answer: 1 when right); the score is the mean F1 x 100."
+            )
         walk_line = (
             f"- `data/walkthroughs.jsonl`: {n_walk} expert episodes of public questions: "
             f"`game_id`, `group`, `goal` (the question), `steps` (a list of "
@@ -208,10 +244,8 @@ class DeepsearchBase(InteractiveTask):
 it needs within the step limit, then answers (`answer[text]`; a question whose answer is a
 set of items is answered with the items separated by commas).
 
-Each answer is graded by {grading}. An item's score is the F1 of your answer's items against
-the expected ones (a single answer: 1 when right); the score is the mean F1 x 100. The report
-also gives precision, recall and DeepSearchQA's four outcomes (fully correct, correct with
-extraneous items, partially correct, fully incorrect).
+Each answer is graded by {grading}. {scoring} The report also gives the accuracy, precision,
+recall and DeepSearchQA's outcome categories.
 
 ## Data
 - `data/questions.jsonl`: the {n_public} public questions with their answers: `game_id`,
@@ -266,6 +300,7 @@ class DeepsearchLite(DeepsearchBase):
         "env_batch": 16,
         "batch_size": 64,
         "judge": "exact",
+        "metric": "f1",
         "judge_model": DEFAULT_JUDGE_MODEL,
         "judge_base_url": DEFAULT_BASE_URL,
     }
@@ -319,20 +354,29 @@ class DeepsearchLite(DeepsearchBase):
 @task
 class DeepSearchQA(DeepsearchBase):
     name = "deepsearchqa"
-    version = "1"
+    # Version 2: the reference's split (numpy permutation, 100 public then 200 graded), its
+    # metric (accuracy: binary judge, else string match) and loop (Thought/Action, top 3,
+    # SerpAPI else keyless web search). Version 1: random.Random(42) split, mean F1 with the
+    # rubric judge or exact match, the transcript protocol, top 5, a local corpus preferred.
+    version = "2"
     summary = "DeepSearchQA (900 multi-step search questions; 200 graded, judged by an LLM)"
     #: the questions and their answers (the graded split among them)
     denied_hub_repos = ("google/deepsearchqa",)
     options: ClassVar[dict[str, Any]] = {
+        # The reference's loop: Thought/Action on raw text, 6 steps, 256 new tokens, a 4,096
+        # token context (here: the prompt trimmed to 12,000 characters, about 3,000 tokens
+        # of English, so that prompt and reply fit), SerpAPI's top 3.
+        "protocol": "react",
         "max_steps": 6,
         "history": 6,
-        "max_prompt_chars": 16000,
+        "max_prompt_chars": 12000,
         "max_observation_chars": 0,
         "max_new_tokens": 256,
-        "top_k": 5,
+        "top_k": 3,
         "env_batch": 16,
         "batch_size": 64,
         "search": "auto",
+        "metric": "accuracy",
         "judge": "auto",
         "judge_model": DEFAULT_JUDGE_MODEL,
         "judge_base_url": DEFAULT_BASE_URL,
@@ -352,8 +396,9 @@ class DeepSearchQA(DeepsearchBase):
 
     def search_mode(self, prepared: PreparedTask) -> str:
         """``serpapi``, ``bm25`` or ``wikipedia``: the ``search`` option, ``auto`` resolved
-        (SerpAPI when ``SERPAPI_KEY`` is set, else the local corpus when one was imported,
-        else the keyless Wikipedia search). :class:`UserError` when the chosen backend
+        as the reference does (SerpAPI when ``SERPAPI_KEY`` is set, else a keyless web
+        search: Wikipedia's; an imported local corpus only with ``search=bm25``; task
+        version 1 preferred the corpus to the web). :class:`UserError` when the chosen backend
         cannot run here (no key, no corpus); a network that cannot reach Wikipedia shows
         only at the first search (:class:`~.search.SearchUnavailable`)."""
         mode = self.opts["search"]
@@ -361,7 +406,7 @@ class DeepSearchQA(DeepsearchBase):
             raise UserError(f"--task-opt search={mode}: use {', '.join(SEARCH_MODES)}")
         has_corpus = corpus_file(prepared.private.parent).exists()
         if mode == "auto":
-            mode = "serpapi" if serpapi_key() else "bm25" if has_corpus else "wikipedia"
+            mode = "serpapi" if serpapi_key() else "wikipedia"
         if mode == "serpapi" and not serpapi_key():
             raise UserError("search=serpapi needs SERPAPI_KEY in the host's environment")
         if mode == "bm25" and not has_corpus:

@@ -39,6 +39,7 @@ from agent2rl.tasks.deepsearch.protocol import (
     EpisodeFormat,
     answer_items,
     answer_reward,
+    react_goal,
     shown_observation,
     split_action,
 )
@@ -72,8 +73,12 @@ class QuestionGames:
         top_k: int,
         step_cap: int | None = None,
         log: QueryLog | None = None,
+        answer_type_in_goal: bool = False,
     ) -> None:
         rows = read_jsonl(Path(questions_file))
+        #: the episode's goal is the question and its ``Answer type:`` line (the react
+        #: protocol's prompt shows both)
+        self.answer_type_in_goal = answer_type_in_goal
         if not rows:
             raise ValueError(f"no questions in {questions_file}")
         self.games = [GameInfo(r["game_id"], r.get("category"), {"row": r}) for r in rows]
@@ -94,7 +99,10 @@ class QuestionGames:
         """A new episode of ``game``, at most ``max_steps`` actions (default
         ``self.max_steps``, at most ``step_cap``)."""
         steps = min(max_steps or self.max_steps, self.step_cap)
-        return SearchEpisode(self.backend, game, steps, self.top_k, self.log)
+        episode = SearchEpisode(self.backend, game, steps, self.top_k, self.log)
+        if self.answer_type_in_goal:
+            episode.goal = react_goal(episode.goal, str(episode.row.get("answer_type")))
+        return episode
 
 
 class SearchEpisode:

@@ -10,11 +10,22 @@ answer, fully incorrect). It is graded either
   equal to the gold one; a set answer's items against the gold items),
   ``grading = "exact-match"``.
 
-Which one is part of the scorer's settings, so the two kinds of score never share an
-evaluation hash. Either way an item's score is its F1 (a single answer: 1 or 0 unless it
-adds extraneous items), the task score is the mean F1 x 100 (DeepSearchQA's primary
-metric), ``correct`` is the *fully correct* outcome, and the details hold precision, recall
-and the rates of DeepSearchQA's four outcome categories, by category and answer type.
+The ``metric`` says what an item scores:
+
+- ``accuracy`` (the default since task version 2: the paper's reference): 1 when the answer
+  is correct, else 0; the task score is the accuracy x 100. Correct means the binary LLM
+  judge's verdict (:data:`~.judge.BINARY_TEMPLATE`), ``grading = "llm-judge-binary"``, or
+  without a judge the reference's string match (:func:`~.protocol.string_match`),
+  ``grading = "string-match"``.
+- ``f1`` (task version 1's default): the item's F1 (a single answer: 1 or 0 unless it adds
+  extraneous items), graded by the rubric judge or exact match as above; the task score is
+  the mean F1 x 100 (DeepSearchQA's own primary metric) and ``correct`` is the *fully
+  correct* outcome.
+
+The grading (metric and judge) is part of the scorer's settings, so different kinds of
+score never share an evaluation hash. The details hold precision, recall and the rates of
+DeepSearchQA's four outcome categories (under ``accuracy`` only two occur: fully correct,
+fully incorrect), by category and answer type, and ``accuracy_x100``.
 """
 
 from __future__ import annotations
@@ -27,8 +38,16 @@ from agent2rl.dataset import Sample
 from agent2rl.scoring.base import ItemResult
 from agent2rl.solvers.base import Output
 from agent2rl.tasks.deepsearch.judge import AnswerJudge
-from agent2rl.tasks.deepsearch.protocol import answer_score, split_action
+from agent2rl.tasks.deepsearch.protocol import (
+    AnswerScore,
+    answer_score,
+    score_counts,
+    split_action,
+    string_match,
+)
 
+#: what an item scores (module docstring)
+METRICS = ("accuracy", "f1")
 OUTCOMES = ("fully_correct", "correct_with_extraneous", "partially_correct", "fully_incorrect")
 
 
@@ -46,22 +65,38 @@ class AnswerOutcome:
     """Scores :class:`~agent2rl.solvers.episode.EpisodeSolver` outputs of search episodes
     (module docstring). A sample's ``target`` is the gold answer; ``input["question"]`` the
     question; ``metadata["answer_type"]`` ``single`` or ``set``; ``metadata["group"]`` its
-    category. ``judge`` None: exact match. ``search`` names the search backend in the
-    details."""
+    category. ``judge`` None: exact match (``f1``) or string match (``accuracy``).
+    ``search`` names the search backend in the details. ``metric``: ``accuracy`` or
+    ``f1``; ValueError for another."""
 
     judge: AnswerJudge | None = None
     #: the search backend's name, for the report (the solver's settings hold its identity)
     search: str = ""
+    metric: str = "f1"
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"metric {self.metric!r}: choose one of {', '.join(METRICS)}")
 
     @property
     def grading(self) -> str:
+        if self.metric == "accuracy":
+            return "llm-judge-binary" if self.judge is not None else "string-match"
         return "llm-judge" if self.judge is not None else "exact-match"
 
     def settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"scorer": "deepsearchqa-answer", "grading": self.grading}
+        if self.metric != "f1":  # f1's settings as before metrics were options (same hashes)
+            out["metric"] = self.metric
         if self.judge is not None:
             out["judge"] = self.judge.identity()
         return out
+
+    def _without_judge(self, answer: str, gold: str, answer_type: str) -> AnswerScore:
+        if self.metric == "accuracy":
+            n = 1  # one verdict: the answer as a whole
+            return score_counts(n if string_match(answer, gold, answer_type) else 0, n, 0)
+        return answer_score(answer, gold, answer_type)
 
     def score(self, samples: list[Sample], outputs: list[Output]) -> list[ItemResult]:
         """Grade every answer (the judge raises
@@ -77,7 +112,7 @@ class AnswerOutcome:
             scores = [g.score for g in graded]
         else:
             scores = [
-                answer_score(a, str(s.target), t)
+                self._without_judge(a, str(s.target), t)
                 for s, t, a in zip(samples, types, answers, strict=True)
             ]
         items = []
@@ -117,6 +152,7 @@ class AnswerOutcome:
                 "f1_x100": 100.0 * sum(m["f1"] for m in metas) / n,
                 "precision_x100": 100.0 * sum(m["precision"] for m in metas) / n,
                 "recall_x100": 100.0 * sum(m["recall"] for m in metas) / n,
+                "accuracy_x100": 100.0 * sum(i.correct for i in its) / n,
             }
             for o in OUTCOMES:
                 out[f"{o}_rate"] = 100.0 * sum(m["outcome"] == o for m in metas) / n
@@ -130,6 +166,7 @@ class AnswerOutcome:
         n = max(1, len(items))
         details: dict[str, Any] = {
             "grading": self.grading,
+            "metric": self.metric,
             "search_backend": self.search,
             **figures(items),
             "answered_rate": 100.0 * sum((i.meta or {}).get("answered", False) for i in items) / n,

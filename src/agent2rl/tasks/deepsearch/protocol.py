@@ -37,6 +37,33 @@ Edge cases:
   (a reply cut before its ``]`` gets one). Anything else is refused: the turn is used and
   the next observation reads ``Refused: <why>``.
 
+``protocol = "react"`` (deepsearchqa's default since task version 2) is the paper's
+reference loop instead: every model gets raw text (no chat template), the instructions
+:data:`REACT_SYSTEM_PROMPT`, then ``Question: <question>`` / ``Answer type: Single Answer``
+(or ``Set Answer``) and ``Thought:``; the model writes a thought and ``Action: search[...]``
+or ``Action: answer[...]``; each earlier step follows as `` Action: <action>`` /
+``Observation: <result>`` / ``Thought:``::
+
+    You are a research assistant that answers questions by searching the web.
+    ...(the rules)...
+
+    Question: In which town was the founder of the Amber Loom Society born?
+    Answer type: Single Answer
+
+    Thought: Action: search[Amber Loom Society founder]
+    Observation: [1] Amber Loom Society: It was founded by Tavo Quell ...
+    Thought:
+
+:func:`parse_action` then takes the first ``Action: search[...]`` / ``Action: answer[...]``
+in the reply (:func:`parse_react_action`). Differences from the reference, on purpose: an
+earlier step shows its action but not the thought the model wrote before it (the grader
+keeps actions only, and training code can rebuild the prompt from actions); generation
+stops at ``\nObservation:`` and ``\nThought:`` but not at ``\nAction:`` (the reference's
+third stop ends a reply that puts its action on a new line before the action, and then
+forces an answer with a second generation, which this protocol has no place for); a reply
+without an action uses the turn (``Refused: ...``). The oldest steps are dropped to keep
+the prompt within ``max_prompt_chars`` (the reference's context is 4,096 tokens).
+
 Answers without a judge (:func:`answer_score`): both sides are normalised
 (:func:`normalize_answer`: lowercase, accents and punctuation removed, articles dropped,
 whitespace collapsed). A single answer scores 1 when it equals the gold answer; a set
@@ -60,6 +87,27 @@ REFUSED_PREFIX = "Refused: "
 #: the answer types (DeepSearchQA's ``answer_type``, normalised)
 SINGLE = "single"
 SET = "set"
+#: the paper's reference's instructions for its DeepSearchQA ReAct loop (verbatim)
+REACT_SYSTEM_PROMPT = """You are a research assistant that answers questions by searching the web.
+
+You must follow this format strictly:
+Thought: [your reasoning]
+Action: search[your search query]   <- to search the web
+  OR
+Action: answer[Paris]   <- to give final answer
+
+Rules:
+- Always start with a Thought
+- Use search[] to find information
+- Use answer[] ONLY when you have enough information
+- For Set Answer questions, list all items separated by commas
+- Be concise and factual
+"""
+#: where the ReAct protocol's generation stops (the reference's, less ``\nAction:``)
+REACT_STOP = ("\nObservation:", "\nThought:")
+#: DeepSearchQA's answer types as the reference's prompt names them
+ANSWER_TYPE_NAMES = {"single": "Single Answer", "set": "Set Answer"}
+_REACT_ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.S | re.I)
 _LEAD = re.compile(r"^(?:>|action(?:\s*\d+)?\s*:)\s*", re.I)
 _COMMAND = re.compile(r"^(search|answer)\[([^\]]*)\]?", re.I)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -86,12 +134,14 @@ class EpisodeFormat:
     show_admissible: bool = False
     stop: tuple[str, ...] = STOP
     version: str = PROTOCOL_VERSION
+    #: ``transcript`` (the module docstring's first form) or ``react`` (the reference's)
     protocol: str = "transcript"
 
     @property
     def use_chat_template(self) -> bool:
-        """A model with a chat template gets :meth:`chat_message` through it."""
-        return True
+        """A model with a chat template gets :meth:`chat_message` through it (the
+        ``transcript`` protocol); the ``react`` protocol gives every model raw text."""
+        return self.protocol != "react"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -111,6 +161,8 @@ class EpisodeFormat:
         )
 
     def parse(self, reply: str, state: Any) -> str:
+        if self.protocol == "react":
+            return parse_react_action(reply)
         return parse_action(reply)
 
     @classmethod
@@ -146,8 +198,50 @@ def build_prompt(
     action taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
     ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change nothing (the environment
     takes free text): they are there for the signature the other protocol files share.
+    Under ``fmt.protocol == "react"``: :func:`react_prompt` (``goal`` is then the question,
+    a newline and its ``Answer type: ...`` line).
     """
+    if fmt.protocol == "react":
+        return react_prompt(goal, steps, observation, fmt)
     return _render(goal, steps, observation, fmt) + ">"
+
+
+def react_prompt(
+    goal: str, steps: Sequence[tuple[str, str]], observation: str, fmt: EpisodeFormat
+) -> str:
+    """The reference's ReAct prompt (module docstring): the instructions, ``Question:``
+    and ``goal`` (its answer-type line included), then every earlier step's action and the
+    observation it got (cut to ``fmt.max_observation_chars``), each followed by
+    ``Thought:``. The oldest steps are dropped until the prompt fits
+    ``fmt.max_prompt_chars`` (the instructions and the question always stay)."""
+    head = f"{REACT_SYSTEM_PROMPT}\n\nQuestion: {goal.strip()}\n\nThought:"
+    # the observation each earlier action got: the next step's, the last one's is current
+    after = [o for o, _ in steps[1:]] + ([observation] if steps else [])
+    parts = [
+        f" Action: {a}\nObservation: {shown_observation(o, fmt)}\nThought:"
+        for (_, a), o in zip(steps, after, strict=True)
+    ]
+    while (
+        parts and fmt.max_prompt_chars and len(head) + sum(map(len, parts)) > fmt.max_prompt_chars
+    ):
+        parts.pop(0)
+    return head + "".join(parts)
+
+
+def parse_react_action(reply: str) -> str:
+    """The first ``Action: search[...]`` or ``Action: answer[...]`` in ``reply`` (the
+    command lowercased, the argument stripped), as the reference reads it; without one, the
+    reply's first non-empty line (refused by the environment)."""
+    m = _REACT_ACTION.search(reply)
+    if m:
+        return f"{m.group(1).lower()}[{m.group(2).strip()}]"
+    return parse_action(reply)
+
+
+def react_goal(question: str, answer_type: str) -> str:
+    """The ``goal`` of a question under the ``react`` protocol: the question, then the
+    reference's ``Answer type:`` line."""
+    return f"{question.strip()}\nAnswer type: {ANSWER_TYPE_NAMES.get(answer_type, 'Single Answer')}"
 
 
 def build_chat_message(
@@ -158,7 +252,10 @@ def build_chat_message(
     fmt: EpisodeFormat,
     group: str | None = None,
 ) -> str:
-    """The user message for a chat model at one step (the same text, then the instruction)."""
+    """The user message for a chat model at one step (the same text, then the instruction;
+    under the ``react`` protocol, which uses no chat template, :func:`react_prompt`)."""
+    if fmt.protocol == "react":
+        return react_prompt(goal, steps, observation, fmt)
     return _render(goal, steps, observation, fmt) + CHAT_INSTRUCTION
 
 
@@ -286,6 +383,20 @@ def answer_score(answer: str, gold: str, answer_type: str = SINGLE) -> AnswerSco
     return score_counts(hit, 1, 1 - hit)
 
 
+def string_match(answer: str, gold: str, answer_type: str = SINGLE) -> bool:
+    """The paper's reference fallback when no judge answers: both sides stripped and
+    lowercased; a single answer is correct when the gold answer contains it or it contains
+    the gold answer; a set answer when it contains every comma-separated gold item. An
+    empty answer is incorrect (in the reference the empty answer is a substring of every
+    gold answer; its loop answers "I don't know" instead of nothing)."""
+    pred, want = answer.strip().lower(), gold.strip().lower()
+    if not pred:
+        return False
+    if answer_type != SET:
+        return want in pred or pred in want
+    return all(item.strip() in pred for item in want.split(","))
+
+
 def answer_reward(answer: str, gold: str, answer_type: str = SINGLE) -> float:
     """The environment's reward for an answer: 1/0 for a single answer, F1 for a set."""
     return answer_score(answer, gold, answer_type).f1
@@ -293,6 +404,8 @@ def answer_reward(answer: str, gold: str, answer_type: str = SINGLE) -> float:
 
 def describe(fmt: EpisodeFormat) -> str:
     """Markdown bullets stating the protocol for ``description.md``."""
+    if fmt.protocol == "react":
+        return _describe_react(fmt)
     cut = (
         f", cut to {fmt.max_observation_chars} characters (`...` marks the cut)"
         if fmt.max_observation_chars
@@ -316,4 +429,24 @@ def describe(fmt: EpisodeFormat) -> str:
         f"`build_chat_message`, `parse_action`, `transcript`; `answer_score` and "
         f"`answer_reward` are the exact-match scoring); `data/eval_format.json` holds these "
         f"settings."
+    )
+
+
+def _describe_react(fmt: EpisodeFormat) -> str:
+    return (
+        f"- Each question is an episode of at most {fmt.max_steps} actions, played as the "
+        f"paper's reference plays it: every model gets raw text (no chat template): the "
+        f"instructions `REACT_SYSTEM_PROMPT` of `data/protocol.py`, then `Question: ...`, "
+        f"`Answer type: Single Answer` (or `Set Answer`) and `Thought:`. The model writes a "
+        f"thought and `Action: search[query]` or `Action: answer[text]`; each earlier step "
+        f"follows as ` Action: <action>`, `Observation: <results>`, `Thought:`. An episode "
+        f"without an answer scores 0.\n"
+        f"- Greedy decoding, at most {fmt.max_new_tokens} new tokens, stopping at "
+        f"`\\nObservation:` or `\\nThought:`. The action is the first `Action: search[...]` "
+        f"/ `Action: answer[...]` in the reply; a reply without one uses the turn and the "
+        f"next observation reads `{REFUSED_PREFIX}<why>`. The oldest steps are dropped to "
+        f"keep the prompt within {fmt.max_prompt_chars} characters.\n"
+        f"- `data/protocol.py` is the grader's own code for this (`build_prompt`, "
+        f"`react_prompt`, `parse_action`, `parse_react_action`; `string_match` is the "
+        f"grading without a judge); `data/eval_format.json` holds these settings."
     )

@@ -15,11 +15,16 @@ Layout under a set's root (written into a temporary sibling and swapped in whole
     public/walkthroughs.jsonl   the expert's walkthroughs (deepsearch-lite)
     manifest.json
 
-DeepSearchQA's split (as the paper's reference): the 900 rows in file order, shuffled with
-``random.Random(DSQA_SPLIT_SEED)``; the first 200 are graded, the next 100 public, the next
-100 the validation split (the other 500 are unused). An import of fewer than 400 rows (a
-subset, a test fixture) is split in thirds instead and the manifest says it is not the
-official setting.
+DeepSearchQA's split is the reference's (RD-Agent's autorl_bench): the eval split's rows in
+file order, shuffled as the ``datasets`` library's ``Dataset.shuffle(seed=42)`` shuffles,
+which is ``numpy.random.default_rng(42).permutation(n)`` (:func:`dsqa_order`; a test pins
+the two equal, and the first indices for n = 900); the first 100 are public (the
+reference's train split, shown with answers), the next 200 graded. The validation split is
+the harness's own: the next 100, outside the reference's 300 (the other 500 are unused). An
+import of fewer than 400 rows (a subset, a test fixture) is split in thirds in the same
+order (public, graded, validation) and the manifest says it is not the official setting.
+(Task version 1 shuffled with ``random.Random(42)`` and took the graded split first: other
+questions in every split.)
 """
 
 from __future__ import annotations
@@ -48,10 +53,12 @@ CORPUS = "corpus.jsonl"
 
 DSQA_REPO = "google/deepsearchqa"
 DSQA_SPLIT = "eval"
-#: the seed of DeepSearchQA's split shuffle (recorded here and in the README)
+#: the seed of DeepSearchQA's split shuffle (the reference's ``Dataset.shuffle(seed=42)``)
 DSQA_SPLIT_SEED = 42
-DSQA_GRADED = 200
+#: how the rows are shuffled (in the manifest: a store split another way is rebuilt)
+DSQA_SPLIT_METHOD = "numpy-default_rng-permutation"
 DSQA_PUBLIC = 100
+DSQA_GRADED = 200
 DSQA_VALIDATION = 100
 DSQA_SIZE = 900
 #: the columns of google/deepsearchqa
@@ -180,20 +187,28 @@ def convert_dsqa(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]
     return out
 
 
+def dsqa_order(n: int, seed: int = DSQA_SPLIT_SEED) -> list[int]:
+    """The row order of ``datasets.Dataset.shuffle(seed=seed)`` on ``n`` rows:
+    ``numpy.random.default_rng(seed).permutation(n)`` (what ``datasets`` draws when given a
+    seed and no generator), without needing ``datasets`` to split."""
+    import numpy as np
+
+    return [int(i) for i in np.random.default_rng(seed).permutation(n)]
+
+
 def split_dsqa(
     rows: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], bool]:
-    """(graded, public, validation, official) as in the module docstring."""
-    order = list(range(len(rows)))
-    random.Random(DSQA_SPLIT_SEED).shuffle(order)
-    shuffled = [rows[i] for i in order]
+    """(graded, public, validation, official) as in the module docstring: public first,
+    then graded, then validation, in :func:`dsqa_order`."""
+    shuffled = [rows[i] for i in dsqa_order(len(rows))]
     n = len(rows)
     if n >= DSQA_GRADED + DSQA_PUBLIC + DSQA_VALIDATION:
-        a, b, c = DSQA_GRADED, DSQA_PUBLIC, DSQA_VALIDATION
+        a, b, c = DSQA_PUBLIC, DSQA_GRADED, DSQA_VALIDATION
     else:
-        b = c = n // 3
-        a = n - b - c
-    graded, public, validation = shuffled[:a], shuffled[a : a + b], shuffled[a + b : a + b + c]
+        a = c = n // 3
+        b = n - a - c
+    public, graded, validation = shuffled[:a], shuffled[a : a + b], shuffled[a + b : a + b + c]
     return graded, public, validation, n == DSQA_SIZE
 
 
@@ -289,6 +304,7 @@ def write_dsqa_store(
             "public": len(public),
             "validation": len(validation),
             "split_seed": DSQA_SPLIT_SEED,
+            "split_method": DSQA_SPLIT_METHOD,
             "official_sizes": official,
             "local_corpus": corpus is not None,
             "answer_types": dict(Counter(q["answer_type"] for q in questions)),
