@@ -291,13 +291,16 @@ def test_opencode_trains_and_submits_through_the_proxy(tmp_path: Path) -> None:
 
 def _check_version(run: LLMRun, agent: str) -> None:
     """The CLI that ran is inside the range its spec declares tested (what `agents doctor`
-    reports), and where the run recorded its version (record/agent.json's ``cli``), that
-    record agrees."""
+    reports), and where the run recorded the version that ran (the agent log summary's
+    ``cli`` in record/agent.json and metrics.json: the orchestration's hook), that record
+    agrees."""
     record = cli_version_record(get_agent(agent), host_env())
     assert record["version"] and record["in_tested_range"] is True, record
     view = json.loads((run.paths.record / "agent.json").read_text())
-    if "cli" in view:
-        assert view["cli"]["version"] == record["version"], view
+    if "cli" in view["log"]:
+        assert view["log"]["cli"] == record, view
+        metrics = json.loads((run.paths.report / "metrics.json").read_text())
+        assert metrics["agent_log"]["cli"] == record
 
 
 # --------------------------------------------------------------------------------------------
