@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agent2rl.errors import UserError
@@ -356,6 +357,27 @@ def eval_(
         soft_wrap=True,
     )
     console.print(f"items: {rep.out / 'items.jsonl'}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@_user_errors
+def doctor(
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+) -> None:
+    """Check this machine: bubblewrap, network namespace, cgroups, GPU, vLLM, LLM provider keys
+    (names only) and free disk, and say what each missing piece costs. Exits 0 (nothing is
+    required for the lite tasks); the agents' CLIs are `agent2rl agents doctor`."""
+    from agent2rl.doctor import run_checks
+
+    table = Table("check", "status", "found", "without it / fix")
+    table.columns[-1].overflow = "fold"  # the install command must be copyable whole
+    colour = {"ok": "green", "warn": "yellow", "missing": "red"}
+    for c in run_checks(runs_dir):
+        # escaped: a cost names extras like agent2rl[gpu], which rich would read as markup
+        table.add_row(
+            c.name, f"[{colour[c.status]}]{c.status}[/]", escape(c.detail), escape(c.cost or "-")
+        )
+    console.print(table)
 
 
 @app.command()
