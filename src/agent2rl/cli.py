@@ -700,6 +700,41 @@ def dashboard(
     console.print(f"dashboard: {path}", highlight=False, soft_wrap=True)
 
 
+@app.command()
+@_user_errors
+def view(
+    runs_dir: Path = typer.Argument(
+        Path("runs"), help="A runs directory, a study directory, or a directory of them."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs a token."
+    ),
+    port: int = typer.Option(8765, "--port", help="Port to listen on (0: a free one)."),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        help="Required on every request (default off loopback: a random one, printed).",
+    ),
+) -> None:
+    """Serve a live, read-only web view of runs and studies (timeline, charts, search)."""
+    from agent2rl.viewer.serve import check_access, serve_viewer
+
+    root = runs_dir.expanduser()
+    if not root.is_dir():
+        raise UserError(
+            f"{root} is not a directory: pass a runs directory (agent2rl run --runs-dir)"
+        )
+    token = check_access(host, token)
+
+    def ready(url: str) -> None:
+        console.print(f"viewer: {url}  (Ctrl-C to stop)", highlight=False, soft_wrap=True)
+
+    try:
+        serve_viewer(root, host=host, port=port, token=token, on_ready=ready)
+    except KeyboardInterrupt:
+        pass
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

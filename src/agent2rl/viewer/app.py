@@ -1,0 +1,253 @@
+"""The viewer's web app: pages and a JSON API over one directory of runs and studies.
+
+Read-only by construction: every route is a GET (any other method is a 405), and the data
+layer (:mod:`agent2rl.viewer.data`) opens nothing for writing. Pages are static HTML that
+fetch the API and poll it while a run is live (``/api/run/{id}/summary`` is cheap; the
+timeline is refetched only when the summary's ``version`` changes).
+
+Access: on loopback with no token, requests must name a loopback ``Host`` (so a web page
+elsewhere cannot reach the viewer through DNS rebinding). With a token (required to bind
+anywhere else) every request must carry it: ``?token=`` (the first page; it is then kept in
+an HttpOnly cookie), the cookie, or ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+
+from agent2rl.viewer.data import Index, RunView, read_study
+
+STATIC = Path(str(resources.files("agent2rl.viewer") / "static"))
+COOKIE = "agent2rl_view"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+#: timeline events served at most per request (newest kept; the page says how many are left)
+MAX_EVENTS = 20_000
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class _Guard(BaseHTTPMiddleware):
+    """GET (and HEAD) only; the token when one is set; a loopback Host when none is."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        super().__init__(app)
+        self.token = token
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            return _error(405, "the viewer is read-only: only GET requests are served")
+        set_cookie = False
+        if self.token:
+            given = [
+                request.query_params.get("token", ""),
+                request.cookies.get(COOKIE, ""),
+                request.headers.get("authorization", "").removeprefix("Bearer ").strip(),
+            ]
+            ok = [hmac.compare_digest(g.encode(), self.token.encode()) for g in given]
+            if not any(ok):
+                return _error(
+                    401, "this viewer needs its token: open the URL `agent2rl view` printed"
+                )
+            set_cookie = ok[0] and not ok[1]
+        else:
+            host = (request.headers.get("host") or "").rsplit(":", 1)[0]
+            if host not in LOOPBACK_HOSTS:
+                return _error(
+                    403,
+                    f"host {host!r} refused: this viewer serves loopback only "
+                    "(start it with --host and a token to serve elsewhere)",
+                )
+        response = await call_next(request)
+        if set_cookie and self.token:
+            response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
+        return response
+
+
+def create_app(root: Path, *, token: str | None = None) -> FastAPI:
+    """The viewer over ``root`` (a runs directory, a study directory, or a directory of
+    them). ``token``: required on every request when set."""
+    index = Index(root)
+    app = FastAPI(title="agent2rl viewer", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(_Guard, token=token)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail))
+
+    def page(name: str) -> FileResponse:
+        return FileResponse(
+            STATIC / name, media_type="text/html", headers={"cache-control": "no-store"}
+        )
+
+    def run_or_404(run_id: str) -> RunView | JSONResponse:
+        view = index.run(run_id)
+        if view is None:
+            return _error(404, f"no run {run_id!r} under {index.root}")
+        return view
+
+    @app.get("/")
+    def home() -> FileResponse:
+        return page("index.html")
+
+    @app.get("/run/{run_id}")
+    def run_page(run_id: str) -> FileResponse:
+        return page("run.html")
+
+    @app.get("/study/{name}")
+    def study_page(name: str) -> FileResponse:
+        return page("study.html")
+
+    @app.get("/static/{name}")
+    def static(name: str) -> Response:
+        files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
+        if name not in files:
+            return _error(404, f"no static file {name!r}")
+        return FileResponse(files[name])
+
+    @app.get("/api/runs")
+    def runs() -> dict[str, Any]:
+        index.scan()
+        rows = []
+        for run_id in sorted(index.runs):
+            view = index.run(run_id)
+            if view is not None:
+                rows.append(view.summary())
+        rows.sort(key=lambda r: r.get("created_at") or 0, reverse=True)
+        studies = []
+        for name, path in sorted(index.studies.items()):
+            st = read_study(path)
+            studies.append(
+                {"id": name, "name": st["name"], "counts": st["counts"], "slots": len(st["slots"])}
+            )
+        return {"root": str(index.root), "runs": rows, "studies": studies}
+
+    @app.get("/api/run/{run_id}/summary")
+    def summary(run_id: str) -> Any:
+        view = run_or_404(run_id)
+        return view if isinstance(view, JSONResponse) else view.summary()
+
+    @app.get("/api/run/{run_id}/timeline")
+    def timeline(run_id: str) -> Any:
+        view = run_or_404(run_id)
+        if isinstance(view, JSONResponse):
+            return view
+        events = view.timeline()
+        dropped = max(0, len(events) - MAX_EVENTS)
+        return {"events": events[dropped:], "dropped": dropped, "summary": view.summary()}
+
+    @app.get("/api/run/{run_id}/charts")
+    def charts(run_id: str) -> Any:
+        view = run_or_404(run_id)
+        if isinstance(view, JSONResponse):
+            return view
+        subs = view.ledger()["submissions"]
+        llm = view.llm()
+        tokens, total = [], 0
+        for e in llm:
+            total += (e.get("input_tokens") or 0) + (e.get("output_tokens") or 0)
+            tokens.append([e.get("t"), total])
+        res = view.resources()
+        # Thinned to at most ~2,000 points a series: a 12-hour run samples every 5 s.
+        step = max(1, len(res) // 2000)
+        tstep = max(1, len(tokens) // 2000)
+        return {
+            "baseline": view.ledger()["baseline"],
+            "scores": [
+                [s["submitted_at"], s["score"], s["id"]]
+                for s in subs
+                if s["status"] == "graded" and s["score"] is not None
+            ],
+            "tokens": tokens[::tstep] + ([tokens[-1]] if tokens and len(tokens) % tstep else []),
+            "resources": [
+                [r.get("t"), r.get("cpu_percent"), (r.get("rss_bytes") or 0) / 2**20]
+                for r in res[::step]
+            ],
+        }
+
+    @app.get("/api/run/{run_id}/llm/{index_}")
+    def exchange(run_id: str, index_: int) -> Any:
+        view = run_or_404(run_id)
+        if isinstance(view, JSONResponse):
+            return view
+        line = view.exchange(index_)
+        if line is None:
+            return _error(404, f"no LLM exchange #{index_} in run {run_id!r}")
+        return line
+
+    @app.get("/api/run/{run_id}/diff/{sha}")
+    def diff(run_id: str, sha: str) -> Any:
+        view = run_or_404(run_id)
+        if isinstance(view, JSONResponse):
+            return view
+        text = view.diff(sha)
+        if text is None:
+            return _error(404, f"no code snapshot {sha!r} in run {run_id!r}")
+        return PlainTextResponse(text)
+
+    @app.get("/api/run/{run_id}/search")
+    def search(run_id: str, q: str = "") -> Any:
+        view = run_or_404(run_id)
+        if isinstance(view, JSONResponse):
+            return view
+        if len(q) > 500:
+            return _error(400, "search text is limited to 500 characters")
+        return {"q": q, "ids": view.search(q)}
+
+    @app.get("/api/study/{name}")
+    def study(name: str) -> Any:
+        path = index.study(name)
+        if path is None:
+            return _error(404, f"no study {name!r} under {index.root}")
+        st = read_study(path)
+        rows = []
+        for s in st["slots"]:
+            run_id = index.run_id_of(s.get("run_dir"))
+            view = index.run(run_id) if run_id else None
+            info = view.summary() if view is not None else None
+            rows.append(
+                {
+                    **{
+                        k: s[k]
+                        for k in (
+                            "id",
+                            "key",
+                            "task",
+                            "model",
+                            "agent",
+                            "status",
+                            "attempts",
+                            "run_status",
+                            "error",
+                        )
+                    },
+                    "run_id": run_id,
+                    "best": info["best"] if info else None,
+                    "submissions": info["submissions"] if info else None,
+                    "progress": _progress(info),
+                }
+            )
+        return {"name": st["name"], "counts": st["counts"], "slots": rows}
+
+    return app
+
+
+def _progress(info: dict[str, Any] | None) -> float | None:
+    """How far a run is through its budget, 0..1 (1 once it ended); None when unknown."""
+    if info is None:
+        return None
+    if not info["live"]:
+        return 1.0
+    start, deadline = info.get("start"), info.get("deadline")
+    if not start or not deadline or deadline <= start:
+        return 0.0
+    return min(1.0, max(0.0, (info["now"] - start) / (deadline - start)))

@@ -1,0 +1,780 @@
+"""What the viewer reads: run directories, study directories and their files, read-only.
+
+Everything here only reads. SQLite files (a run's ledger, its rollout record, a study's
+state) are opened with ``mode=ro`` URIs: a reader never takes a write lock, so the grader,
+the rollout service and the study driver are never blocked (their databases are in WAL
+mode, where readers and the writer do not wait for each other). Git is run with
+``GIT_OPTIONAL_LOCKS=0``. JSON-lines files that live writers append to (the transcript, the
+usage file, the resource timeline) are read up to their last complete line, incrementally:
+a page refreshed during a 10,000-call run parses only the lines added since.
+
+Run ids and study names are looked up in the scanned index (:class:`Index`), never joined
+onto a path from a request, so no request can name a file outside the viewed directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+#: statuses of run.json after which nothing in the run changes
+FINAL_STATUSES = frozenset(
+    {"completed", "deadline", "agent_error", "oom", "disk_quota", "interrupted", "harness_error"}
+)
+#: how long a directory scan is reused (a new run shows within this many seconds)
+SCAN_TTL_S = 2.0
+#: the most characters of one text shown in a timeline row (the whole is one click away)
+PREVIEW_CHARS = 600
+#: the largest diff served (bytes); a larger one is cut with a note
+MAX_DIFF_BYTES = 2 << 20
+_SHA = re.compile(r"[0-9a-f]{7,64}")
+
+
+def _stamp(*paths: Path) -> tuple[tuple[int, int], ...]:
+    """A cheap change marker of files: (mtime_ns, size) each, (0, 0) when missing."""
+    out = []
+    for p in paths:
+        try:
+            st = p.stat()
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((0, 0))
+    return tuple(out)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def connect_ro(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection to the SQLite file ``path`` (None when it does not exist or
+    cannot be opened). ``mode=ro``: no write lock is ever taken; a short busy timeout, so a
+    checkpointing writer delays a page rather than failing it."""
+    if not path.is_file():
+        return None
+    try:
+        con = sqlite3.connect(
+            f"file:{quote(str(path))}?mode=ro", uri=True, timeout=2, check_same_thread=False
+        )
+        con.row_factory = sqlite3.Row
+        return con
+    except sqlite3.Error:
+        return None
+
+
+def _query(path: Path, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of ``sql`` on the read-only database ``path``; ``[]`` when it (or the table)
+    is missing or unreadable — a run that has not created it yet."""
+    con = connect_ro(path)
+    if con is None:
+        return []
+    with closing(con):
+        try:
+            return [dict(r) for r in con.execute(sql, args)]
+        except sqlite3.Error:
+            return []
+
+
+class _Memo:
+    """A small thread-safe cache: a value per key, recomputed when its stamp changes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[Any, tuple[Any, Any]] = {}
+
+    def get(self, key: Any, stamp: Any, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            hit = self._data.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        value = make()
+        with self._lock:
+            self._data[key] = (stamp, value)
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# JSON lines, read incrementally
+
+
+class JsonlTail:
+    """A JSON-lines file read incrementally: complete lines only (a line being written is
+    read on the next refresh), each parsed once, with its byte offset kept for random
+    access. ``summarize`` turns a parsed line into what is kept in memory."""
+
+    def __init__(self, path: Path, summarize: Callable[[dict[str, Any]], Any]) -> None:
+        self.path = path
+        self.summarize = summarize
+        self.items: list[Any] = []
+        self.offsets: list[int] = []
+        self._pos = 0
+        self._ino: int | None = None
+        self._lock = threading.Lock()
+
+    def refresh(self) -> list[Any]:
+        with self._lock:
+            try:
+                st = self.path.stat()
+            except OSError:
+                return self.items
+            if st.st_ino != self._ino or st.st_size < self._pos:
+                # A replaced or truncated file: read it again from the start.
+                self.items, self.offsets, self._pos, self._ino = [], [], 0, st.st_ino
+            if st.st_size == self._pos:
+                return self.items
+            with open(self.path, "rb") as f:
+                f.seek(self._pos)
+                data = f.read(st.st_size - self._pos)
+            end = data.rfind(b"\n")
+            if end < 0:
+                return self.items
+            start = 0
+            for raw in data[: end + 1].split(b"\n")[:-1]:
+                offset = self._pos + start
+                start += len(raw) + 1
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    self.items.append(self.summarize(obj))
+                    self.offsets.append(offset)
+            self._pos += end + 1
+            return self.items
+
+    def line(self, index: int) -> dict[str, Any] | None:
+        """The whole parsed line ``index`` (as counted in :attr:`items`)."""
+        with self._lock:
+            if not 0 <= index < len(self.offsets):
+                return None
+            offset = self.offsets[index]
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            raw = f.readline()
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            return None
+        return obj if isinstance(obj, dict) else None
+
+
+# --------------------------------------------------------------------------------------------
+# LLM exchanges
+
+
+def _clip(text: str, n: int = PREVIEW_CHARS) -> str:
+    return text if len(text) <= n else text[:n] + f"… (+{len(text) - n} chars)"
+
+
+def _strings(value: Any, keys: tuple[str, ...] = ("text", "content", "output", "thinking")) -> str:
+    """The readable text of a message item or content block of any provider's shape."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(s for v in value if (s := _strings(v, keys)))
+    if isinstance(value, dict):
+        parts = []
+        for k in keys:
+            if k in value:
+                parts.append(_strings(value[k], keys))
+        if "functionResponse" in value:
+            parts.append(json.dumps(value["functionResponse"].get("response"))[:PREVIEW_CHARS])
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def tool_calls_of(response: Any) -> list[dict[str, Any]]:
+    """The tool calls of an answer in any provider's (non-streamed) shape: ``name`` and
+    ``arguments`` (a JSON string or object) each."""
+    calls: list[dict[str, Any]] = []
+    if not isinstance(response, dict):
+        return calls
+    for ch in response.get("choices") or []:
+        for c in ((ch or {}).get("message") or {}).get("tool_calls") or []:
+            fn = c.get("function") or {}
+            calls.append(
+                {"id": c.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}
+            )
+    for item in response.get("output") or []:
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            calls.append(
+                {
+                    "id": item.get("call_id"),
+                    "name": item.get("name"),
+                    "arguments": item.get("arguments"),
+                }
+            )
+    for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            calls.append(
+                {"id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")}
+            )
+    for cand in response.get("candidates") or []:
+        for part in ((cand or {}).get("content") or {}).get("parts") or []:
+            if isinstance(part, dict) and "functionCall" in part:
+                fc = part["functionCall"]
+                calls.append(
+                    {"id": fc.get("id"), "name": fc.get("name"), "arguments": fc.get("args")}
+                )
+    return calls
+
+
+def response_text(response: Any) -> str:
+    """The text of an answer in any provider's (non-streamed) shape (tool calls left out)."""
+    if isinstance(response, str):
+        return response
+    if not isinstance(response, dict):
+        return ""
+    parts: list[str] = []
+    for ch in response.get("choices") or []:
+        msg = (ch or {}).get("message") or {}
+        parts.append(_strings(msg.get("content")))
+    for item in response.get("output") or []:
+        if isinstance(item, dict) and item.get("type") == "message":
+            parts.append(_strings(item.get("content")))
+    if isinstance(response.get("content"), list):
+        for block in response["content"]:
+            if isinstance(block, dict) and block.get("type") in ("text", "thinking"):
+                parts.append(_strings(block))
+    for cand in response.get("candidates") or []:
+        for part in ((cand or {}).get("content") or {}).get("parts") or []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+    if not parts and isinstance(response.get("error"), dict):
+        parts.append(str(response["error"].get("message")))
+    return "\n".join(p for p in parts if p)
+
+
+def new_items(request: Any) -> list[dict[str, str]]:
+    """The conversation items a transcript line's request adds (role and text each): the
+    user's prompt, tool results, the assistant turn before them."""
+    if not isinstance(request, dict):
+        return []
+    items = None
+    for name in ("messages", "input", "contents"):
+        if isinstance(request.get(name), list):
+            items = request[name]
+            break
+        if isinstance(request.get(name), str):
+            items = [{"role": "user", "content": request[name]}]
+            break
+    out = []
+    for item in items or []:
+        if not isinstance(item, dict):
+            continue
+        role = str(item.get("role") or item.get("type") or "item")
+        text = _strings(item.get("content", item.get("parts", item.get("output", ""))))
+        if not text and item.get("tool_calls"):
+            text = ", ".join(str((c.get("function") or {}).get("name")) for c in item["tool_calls"])
+        out.append({"role": role, "text": _clip(text)})
+    return out
+
+
+def summarize_exchange(line: dict[str, Any]) -> dict[str, Any]:
+    """A transcript line as the timeline shows it (kept in memory for every line)."""
+    calls = tool_calls_of(line.get("response"))
+    status = line.get("status") or 0
+    return {
+        "kind": "llm",
+        "seq": line.get("seq"),
+        "t": line.get("time"),
+        "api": line.get("api"),
+        "endpoint": line.get("endpoint"),
+        "model": line.get("model"),
+        "status": status,
+        "stream": line.get("stream"),
+        "latency_s": line.get("latency_s"),
+        "input_tokens": line.get("input_tokens"),
+        "output_tokens": line.get("output_tokens"),
+        "cost_usd": line.get("cost_usd"),
+        "error": line.get("error") or (f"HTTP {status}" if status >= 400 else None),
+        "input": new_items(line.get("request")),
+        "text": _clip(response_text(line.get("response"))),
+        "tool_calls": [
+            {
+                "name": str(c.get("name")),
+                "arguments": _clip(
+                    c["arguments"]
+                    if isinstance(c.get("arguments"), str)
+                    else json.dumps(c.get("arguments")),
+                    300,
+                ),
+            }
+            for c in calls
+        ],
+    }
+
+
+def summarize_usage_line(line: dict[str, Any]) -> dict[str, Any]:
+    """A usage-file line as a timeline row, for a run recorded before transcripts."""
+    status = line.get("status") or 0
+    return {
+        "kind": "llm",
+        "seq": None,
+        "t": line.get("time"),
+        "api": line.get("api"),
+        "endpoint": line.get("endpoint"),
+        "model": line.get("model"),
+        "status": status,
+        "stream": line.get("stream"),
+        "latency_s": line.get("latency_s"),
+        "input_tokens": line.get("input_tokens"),
+        "output_tokens": line.get("output_tokens"),
+        "cost_usd": line.get("cost_usd"),
+        "error": line.get("error") or (f"HTTP {status}" if status >= 400 else None),
+        "input": [],
+        "text": "",
+        "tool_calls": [],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# One run
+
+
+def _git(git_dir: Path, *args: str, limit: int = MAX_DIFF_BYTES) -> str:
+    """Output of a read-only git command on the bare repository ``git_dir`` ("" on error)."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_DIR": str(git_dir), "LC_ALL": "C"}
+    try:
+        proc = subprocess.run(["git", *args], capture_output=True, env=env, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    out = proc.stdout
+    if len(out) > limit:
+        out = out[:limit] + b"\n... (diff cut at %d bytes)\n" % limit
+    return out.decode("utf-8", "replace") if proc.returncode == 0 else ""
+
+
+@dataclass
+class RunView:
+    """Reads one run directory; one per run, shared by requests (its caches are locked)."""
+
+    root: Path
+    _memo: _Memo = field(default_factory=_Memo)
+    _transcript: JsonlTail | None = None
+    _usage: JsonlTail | None = None
+    _resources: JsonlTail | None = None
+
+    def __post_init__(self) -> None:
+        rec = self.root / "record"
+        self._transcript = JsonlTail(rec / "transcript.jsonl", summarize_exchange)
+        self._usage = JsonlTail(rec / "llm_usage.jsonl", summarize_usage_line)
+        self._resources = JsonlTail(rec / "resources.jsonl", lambda d: d)
+
+    # -- pieces
+
+    def info(self) -> dict[str, Any]:
+        path = self.root / "run.json"
+        return self._memo.get("info", _stamp(path), lambda: _read_json(path) or {})
+
+    def ledger(self) -> dict[str, Any]:
+        db = self.root / "ledger.db"
+        wal = db.with_name("ledger.db-wal")
+        return self._memo.get("ledger", _stamp(db, wal), lambda: self._read_ledger(db))
+
+    def _read_ledger(self, db: Path) -> dict[str, Any]:
+        subs = _query(
+            db,
+            "SELECT id, submitted_at, finished_at, path, status, score, n_items, eval_seconds,"
+            " error, snapshot, is_copy, duplicate_of, failure_kind FROM submissions ORDER BY id",
+        )
+        rejections = _query(
+            db, "SELECT id, at, path, http_status, reason FROM rejections ORDER BY id"
+        )
+        meta = {r["key"]: r["value"] for r in _query(db, "SELECT key, value FROM meta")}
+        baseline = None
+        try:
+            baseline = (json.loads(meta.get("baseline") or "null") or {}).get("score")
+        except (ValueError, AttributeError):
+            baseline = None
+        graded = [s for s in subs if s["status"] == "graded" and s["score"] is not None]
+        best = max((s["score"] for s in graded), default=None)
+        return {"submissions": subs, "rejections": rejections, "baseline": baseline, "best": best}
+
+    def llm(self) -> list[dict[str, Any]]:
+        """Every LLM exchange (transcript; the usage file for a run without one)."""
+        assert self._transcript is not None and self._usage is not None
+        items = self._transcript.refresh()
+        if items or self._transcript.path.exists():
+            return items
+        return self._usage.refresh()
+
+    def exchange(self, index: int) -> dict[str, Any] | None:
+        assert self._transcript is not None
+        self._transcript.refresh()
+        return self._transcript.line(index)
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        git_dir = self.root / "record" / "code.git"
+        stamp = _stamp(git_dir / "refs" / "heads", git_dir / "packed-refs", git_dir / "HEAD")
+        # refs/heads/* files change on every commit; their directory's mtime may not.
+        heads = git_dir / "refs" / "heads"
+        if heads.is_dir():
+            stamp += _stamp(*sorted(heads.iterdir()))
+        return self._memo.get("snapshots", stamp, lambda: self._read_snapshots(git_dir))
+
+    def _read_snapshots(self, git_dir: Path) -> list[dict[str, Any]]:
+        if not git_dir.is_dir():
+            return []
+        out = _git(git_dir, "log", "--all", "--format=%H%x09%P%x09%ct%x09%s", "--shortstat")
+        snaps: list[dict[str, Any]] = []
+        for line in out.splitlines():
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            if len(parts) == 4 and _SHA.fullmatch(parts[0]):
+                sha, parents, ct, subject = parts
+                snaps.append(
+                    {
+                        "kind": "snapshot",
+                        "sha": sha,
+                        "parent": parents.split(" ")[0] if parents else None,
+                        "t": float(ct),
+                        "message": subject,
+                        "stat": "",
+                    }
+                )
+            elif snaps:
+                snaps[-1]["stat"] = line.strip()
+        snaps.reverse()
+        return snaps
+
+    def diff(self, sha: str) -> str | None:
+        """The change a snapshot made (against its parent; the whole tree for the first), as
+        a unified diff; None for a sha that is not one of the run's snapshots."""
+        if not _SHA.fullmatch(sha):
+            return None
+        known = {s["sha"]: s for s in self.snapshots()}
+        snap = known.get(sha) or next((s for k, s in known.items() if k.startswith(sha)), None)
+        if snap is None:
+            return None
+        git_dir = self.root / "record" / "code.git"
+        return _git(
+            git_dir, "show", "--format=%H %s%n", "--stat", "--patch", "--no-color", snap["sha"]
+        )
+
+    def env_activity(self) -> dict[str, Any]:
+        db = self.root / "record" / "env.db"
+        return self._memo.get(
+            "env", _stamp(db, db.with_name("env.db-wal")), lambda: self._read_env(db)
+        )
+
+    def _read_env(self, db: Path) -> dict[str, Any]:
+        sessions = _query(
+            db,
+            "SELECT id, game_id, task_type, opened_at, closed_at, steps, reward, won, done"
+            " FROM sessions ORDER BY id",
+        )
+        steps = _query(db, "SELECT COUNT(*) AS n FROM steps")
+        return {"sessions": sessions, "steps": steps[0]["n"] if steps else 0}
+
+    def resources(self) -> list[dict[str, Any]]:
+        assert self._resources is not None
+        return self._resources.refresh()
+
+    # -- what the pages ask
+
+    def summary(self) -> dict[str, Any]:
+        """The run's live status: what the run list and the run page's header show."""
+        info, led = self.info(), self.ledger()
+        llm = self.llm()
+        now = time.time()
+        deadline, status = info.get("deadline"), info.get("status") or "unknown"
+        live = status not in FINAL_STATUSES
+        res = self.resources()
+        env = self.env_activity()
+        tokens_in = sum(e.get("input_tokens") or 0 for e in llm)
+        tokens_out = sum(e.get("output_tokens") or 0 for e in llm)
+        subs = led["submissions"]
+        snaps = self.snapshots()
+        return {
+            "run_id": info.get("run_id") or self.root.name,
+            "task": info.get("task"),
+            "agent": info.get("agent"),
+            "model": info.get("model"),
+            "driver": info.get("driver"),
+            "mode": info.get("mode"),
+            "status": status,
+            "live": live,
+            "error": info.get("error"),
+            "created_at": info.get("created_at"),
+            "start": info.get("start"),
+            "deadline": deadline,
+            "ended_at": info.get("ended_at"),
+            "budget_s": info.get("budget_s"),
+            "now": now,
+            "time_left_s": max(0.0, deadline - now) if (live and deadline) else None,
+            "submissions": len(subs),
+            "graded": sum(s["status"] == "graded" for s in subs),
+            "evaluating": sum(s["status"] == "evaluating" for s in subs),
+            "best": led["best"],
+            "baseline": led["baseline"],
+            "llm_calls": len(llm),
+            "llm_errors": sum(bool(e.get("error")) for e in llm),
+            "input_tokens": tokens_in,
+            "output_tokens": tokens_out,
+            "cost_usd": round(sum(e.get("cost_usd") or 0 for e in llm), 6),
+            "env_steps": env["steps"],
+            "env_sessions": len(env["sessions"]),
+            "snapshots": len(snaps),
+            "resources": res[-1] if res else None,
+            # Changes whenever the timeline would: the page refetches it only then.
+            "version": f"{len(llm)}:{len(subs)}:{sum(s['status'] != 'evaluating' for s in subs)}"
+            f":{len(snaps)}:{env['steps']}:{len(led['rejections'])}:{status}",
+        }
+
+    def timeline(self) -> list[dict[str, Any]]:
+        """Every event of the run in time order: LLM exchanges, code snapshots, submissions
+        (with score and the snapshot that produced them), rejected submissions, rollout
+        sessions and the harness's own events."""
+        events: list[dict[str, Any]] = []
+        for i, e in enumerate(self.llm()):
+            events.append({**e, "id": f"llm-{i}", "index": i})
+        snaps = self.snapshots()
+        for s in snaps:
+            events.append({**s, "id": f"snap-{s['sha'][:12]}"})
+        led = self.ledger()
+        for s in led["submissions"]:
+            events.append(
+                {
+                    "kind": "submission",
+                    "id": f"sub-{s['id']}",
+                    "t": s["submitted_at"],
+                    **s,
+                    "error": s["error"],
+                    "snapshot_id": f"snap-{s['snapshot'][:12]}" if s.get("snapshot") else None,
+                }
+            )
+        for r in led["rejections"]:
+            events.append(
+                {
+                    "kind": "rejection",
+                    "id": f"rej-{r['id']}",
+                    "t": r["at"],
+                    "path": r["path"],
+                    "error": f"HTTP {r['http_status']}: {r['reason']}",
+                }
+            )
+        for s in self.env_activity()["sessions"]:
+            events.append(
+                {
+                    "kind": "env",
+                    "id": f"env-{s['id']}",
+                    "t": s["opened_at"],
+                    "game_id": s["game_id"],
+                    "task_type": s["task_type"],
+                    "steps": s["steps"],
+                    "reward": s["reward"],
+                    "won": bool(s["won"]),
+                    "done": bool(s["done"]),
+                    "closed_at": s["closed_at"],
+                }
+            )
+        events.extend(self.harness_events())
+        events.sort(key=lambda e: (e.get("t") or 0, e["id"]))
+        return events
+
+    def harness_events(self) -> list[dict[str, Any]]:
+        """The harness's own events, from run.json: created, budget clock started, deadline
+        (once passed), ended (its status, the agent's exit code and any error)."""
+        info = self.info()
+        out = []
+
+        def add(key: str, t: Any, text: str, error: str | None = None) -> None:
+            if isinstance(t, int | float):
+                out.append(
+                    {"kind": "harness", "id": f"h-{key}", "t": t, "text": text, "error": error}
+                )
+
+        add(
+            "created",
+            info.get("created_at"),
+            f"run created ({info.get('task')}, {info.get('agent')})",
+        )
+        caps = info.get("caps") or {}
+        cap_text = ", ".join(f"{k}={v}" for k, v in caps.items()) if caps else "none"
+        add(
+            "start",
+            info.get("start"),
+            f"budget clock started: {info.get('budget_s')} s; caps: {cap_text}"
+            f" ({info.get('cap_mechanism') or 'n/a'}); sandbox {info.get('sandbox')}",
+        )
+        deadline = info.get("deadline")
+        status = info.get("status")
+        ended = info.get("ended_at")
+        # The deadline is an event once it passed while the run was still going.
+        if isinstance(deadline, int | float) and deadline <= time.time():
+            if not isinstance(ended, int | float) or ended >= deadline - 1:
+                add("deadline", deadline, "deadline reached: the agent is stopped")
+        if status in FINAL_STATUSES:
+            bad = status not in ("completed", "deadline")
+            add(
+                "ended",
+                info.get("ended_at"),
+                f"run ended: {status} (agent exit code {info.get('agent_exit_code')})",
+                (info.get("error") or status) if bad else None,
+            )
+        return out
+
+    def search(self, query: str, limit: int = 500) -> list[str]:
+        """Ids of timeline events whose text holds ``query`` (case-insensitive): every LLM
+        exchange's whole request and response as recorded, submissions, snapshots."""
+        q = query.casefold()
+        if not q:
+            return []
+        hits: list[str] = []
+        assert self._transcript is not None
+        self._transcript.refresh()
+        path = self._transcript.path
+        if path.exists():
+            offsets = list(self._transcript.offsets)
+            with open(path, "rb") as f:
+                for i, off in enumerate(offsets):
+                    f.seek(off)
+                    # json.loads would decode escapes: search both the raw and decoded text.
+                    raw = f.readline().decode("utf-8", "replace")
+                    if q in raw.casefold() or q in _unescape(raw).casefold():
+                        hits.append(f"llm-{i}")
+                        if len(hits) >= limit:
+                            return hits
+        for e in self.timeline():
+            if e["kind"] == "llm":
+                continue
+            text = json.dumps(e, default=str).casefold()
+            if q in text:
+                hits.append(e["id"])
+        return hits[:limit]
+
+
+def _unescape(raw: str) -> str:
+    try:
+        return json.dumps(json.loads(raw), ensure_ascii=False)
+    except ValueError:
+        return raw
+
+
+# --------------------------------------------------------------------------------------------
+# Studies and the directory index
+
+
+def read_study(study_dir: Path) -> dict[str, Any]:
+    """A study directory's state, read-only: its name, slots (status, attempts, run) and the
+    count per status."""
+    db = study_dir / "study.db"
+    meta = {r["key"]: r["value"] for r in _query(db, "SELECT key, value FROM meta")}
+    try:
+        name = json.loads(meta.get("name") or "null")
+    except ValueError:
+        name = None
+    slots = _query(
+        db,
+        "SELECT id, key, task, model, agent, driver, mode, repeat, status, attempts, run_id,"
+        " run_dir, run_status, error, updated_at FROM slots ORDER BY id",
+    )
+    counts: dict[str, int] = {}
+    for s in slots:
+        counts[s["status"]] = counts.get(s["status"], 0) + 1
+    return {"name": name or study_dir.name, "slots": slots, "counts": counts}
+
+
+class Index:
+    """The runs and studies under one directory, rescanned at most every
+    :data:`SCAN_TTL_S` seconds.
+
+    ``root`` may be a runs directory (``<root>/<run>/run.json``), a study directory
+    (``study.db``; its runs wherever its slots say), a directory of either, or one run.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self._lock = threading.Lock()
+        self._scanned = 0.0
+        self.runs: dict[str, Path] = {}
+        self.studies: dict[str, Path] = {}
+        self._views: dict[Path, RunView] = {}
+
+    def scan(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._scanned < SCAN_TTL_S:
+                return
+            runs: dict[str, Path] = {}
+            studies: dict[str, Path] = {}
+
+            def add_run(d: Path) -> None:
+                runs.setdefault(d.name, d)
+
+            def add_study(d: Path) -> None:
+                studies.setdefault(d.name, d)
+                for s in _query(
+                    d / "study.db", "SELECT run_dir FROM slots WHERE run_dir IS NOT NULL"
+                ):
+                    p = Path(s["run_dir"])
+                    p = p if p.is_absolute() else d / p
+                    if (p / "run.json").is_file():
+                        add_run(p)
+
+            root = self.root
+            if (root / "run.json").is_file():
+                add_run(root)
+            if (root / "study.db").is_file():
+                add_study(root)
+            for d in _subdirs(root):
+                if (d / "run.json").is_file():
+                    add_run(d)
+                elif (d / "study.db").is_file():
+                    add_study(d)
+                else:
+                    for dd in _subdirs(d):
+                        if (dd / "run.json").is_file():
+                            add_run(dd)
+                        elif (dd / "study.db").is_file():
+                            add_study(dd)
+            self.runs, self.studies = runs, studies
+            self._scanned = time.monotonic()
+
+    def run(self, run_id: str) -> RunView | None:
+        self.scan()
+        path = self.runs.get(run_id)
+        if path is None:
+            return None
+        with self._lock:
+            view = self._views.get(path)
+            if view is None:
+                view = self._views[path] = RunView(path)
+            return view
+
+    def study(self, name: str) -> Path | None:
+        self.scan()
+        return self.studies.get(name)
+
+    def run_id_of(self, path: str | None) -> str | None:
+        """The id under which the run directory ``path`` is listed (None if it is not)."""
+        if not path:
+            return None
+        name = Path(path).name
+        return name if name in self.runs else None
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(
+            (p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")),
+            key=lambda p: p.name,
+        )
+    except OSError:
+        return []

@@ -1,0 +1,142 @@
+"""Serving the viewer: host and token rules, the announce file, and the URL of a run's page.
+
+``agent2rl view`` writes ``$AGENT2RL_HOME/viewer.json`` (url, root, pid; and no token: a
+viewer bound elsewhere is announced without it) while it serves, so ``agent2rl run`` can
+print the URL of its run's page (:func:`run_page_url`). The file names a live process only
+while that process is alive; a stale one (a killed viewer) is ignored.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent2rl.errors import UserError
+from agent2rl.files import read_json, write_json_atomic
+from agent2rl.settings import load_settings
+
+ANNOUNCE = "viewer.json"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_access(host: str, token: str | None) -> str | None:
+    """The token the viewer requires on ``host``: None on loopback without one; on any
+    other host ``token`` or a fresh random one (a viewer off loopback always has one).
+    Raises UserError for a token too short to protect anything."""
+    if token is not None and len(token) < 16:
+        raise UserError("--token must be at least 16 characters (or leave it out for a random one)")
+    if is_loopback(host):
+        return token
+    return token or secrets.token_urlsafe(24)
+
+
+def announce_path() -> Path:
+    return load_settings().home / ANNOUNCE
+
+
+def run_page_url(run_dir: Path) -> str | None:
+    """The URL of ``run_dir``'s page on a running ``agent2rl view`` whose directory holds
+    it, or None (no viewer, a stale announce file, or a viewer of another directory)."""
+    try:
+        data = read_json(announce_path())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not _alive(data.get("pid")):
+        return None
+    root = Path(str(data.get("root", "")))
+    run_dir = Path(run_dir).resolve()
+    if root != run_dir and root not in run_dir.parents:
+        return None
+    return f"{data.get('url')}/run/{run_dir.name}"
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve_viewer(
+    root: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the viewer of ``root`` on ``host:port`` (port 0: a free one) until SIGINT or
+    SIGTERM; ``on_ready(url)`` once it accepts connections (the URL carries the token when
+    there is one). Raises UserError when the port is taken."""
+    import asyncio
+
+    import uvicorn
+
+    from agent2rl.viewer.app import create_app
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port"
+        ) from exc
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{bound}"
+    app = create_app(root, token=token)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=3)
+    )
+    announce = announce_path()
+
+    async def serve() -> None:
+        async def ready() -> None:
+            while not server.started:
+                await asyncio.sleep(0.02)
+            try:
+                announce.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(
+                    announce, {"url": base, "root": str(Path(root).resolve()), "pid": os.getpid()}
+                )
+            except OSError:
+                pass
+            if on_ready is not None:
+                on_ready(base + (f"/?token={token}" if token else "/"))
+
+        task = asyncio.create_task(ready())
+        await server.serve(sockets=[sock])
+        task.cancel()
+
+    try:
+        asyncio.run(serve())
+    finally:
+        try:
+            data = read_json(announce)
+            if isinstance(data, dict) and data.get("pid") == os.getpid():
+                announce.unlink()
+        except (OSError, ValueError):
+            pass
