@@ -55,6 +55,10 @@ from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_
 
 #: the longest session a rollout-service client may ask for
 MAX_SESSION_STEPS = 200
+#: the episode protocols: agent2rl's transcript, the reference's chat ReAct prompt
+PROTOCOLS = ("transcript", "react")
+#: an action the page does not offer: refused (the turn used), or played as a no-op
+INVALID_MODES = ("refuse", "env")
 
 
 class WebshopBase(InteractiveTask):
@@ -64,7 +68,11 @@ class WebshopBase(InteractiveTask):
 
     def episode_format(self) -> EpisodeFormat:
         o = self.opts
+        kind = o.get("protocol", "transcript")
+        if kind not in PROTOCOLS:
+            raise UserError(f"--task-opt protocol={kind}: use {', '.join(PROTOCOLS)}")
         return EpisodeFormat(
+            protocol=kind,
             max_steps=o["max_steps"],
             history=o["history"],
             max_prompt_chars=o["max_prompt_chars"],
@@ -74,13 +82,27 @@ class WebshopBase(InteractiveTask):
             separator=o["separator"],
         )
 
+    def lenient(self) -> bool:
+        """Whether an action the page does not offer is played as a no-op (``invalid=env``,
+        the reference's: WebShop's environment gets every action) rather than refused
+        (``invalid=refuse``); :class:`UserError` for another value."""
+        mode = self.opts.get("invalid", "refuse")
+        if mode not in INVALID_MODES:
+            raise UserError(f"--task-opt invalid={mode}: use {', '.join(INVALID_MODES)}")
+        return mode == "env"
+
     def environment(self, prepared: PreparedTask, split: Split) -> ShopGames:
         return ShopGames(
             catalog_dir(prepared),
             prepared.split(split) / "goals.jsonl",
             self.opts["max_steps"],
             step_cap=MAX_SESSION_STEPS,
+            lenient=self.lenient(),
         )
+
+    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
+        # how an action the page does not offer is played changes scores: in the hash
+        return {**super().solver_settings(prepared), "invalid": self.opts.get("invalid", "refuse")}
 
     def samples(
         self, prepared: PreparedTask, split: Split, limit: int | None = None
@@ -119,6 +141,15 @@ class WebshopBase(InteractiveTask):
             "success": "the percentage of sessions with reward 1 (WebShop's success rate)",
             "half": "the percentage of sessions with reward >= 0.5 (the reference's figure)",
         }[self.opts["score"]]
+        invalid_text = (
+            "An action the page does not offer (a search off the search page, a click on "
+            "something not shown, an unknown product id) is played as WebShop's environment "
+            "plays it: the step is used (kind `invalid`), the page stays, reward 0"
+            if self.lenient()
+            else "An action the page does not offer (a search off the search page, a click "
+            "on something not shown, an unknown product id) is answered with HTTP 400 and "
+            "changes nothing"
+        )
         return f"""# Task: {self.name} (level 3, interactive rollout)
 
 {self.summary}. Improve the base model at shopping: given an instruction ("i need a sulfate
@@ -146,10 +177,8 @@ Score: {score}; the report also gives the other two.
 
 ## The rollout service (online RL)
 {describe_api(fmt.max_steps, _REWARD_TEXT, "search[red t-shirt]")}
-A step's `kind` is `search`, `click` or `purchase`. An action the page does not offer
-(a search off the search page, a click on something not shown, an unknown product id)
-is answered with HTTP 400 and changes nothing; after the purchase the session is over
-(HTTP 409).
+A step's `kind` is `search`, `click` or `purchase`. {invalid_text}; after the purchase the
+session is over (HTTP 409).
 
 ## How your model is evaluated
 {protocol.describe(fmt)}
@@ -244,14 +273,20 @@ WEBSHOP_VALIDATION = 100
 @task
 class Webshop(WebshopBase):
     name = "webshop"
-    version = "1"
+    # Version 2: the reference's score (the share of sessions with reward >= 0.5), prompt
+    # (its chat ReAct text) and handling of actions the page does not offer (the
+    # environment's no-op). Version 1: score=reward (the mean reward), the transcript
+    # protocol with the action list, such actions refused.
+    version = "2"
     summary = "WebShop (1,000-product catalog; the reference's 100 graded sessions)"
     workspace_exclude = ()
     options: ClassVar[dict[str, Any]] = {
         "n_walkthroughs": 2000,
         "max_steps": 50,
-        # The reference's ReAct loop: the page's actions listed, five earlier steps, 100 new
-        # tokens, a newline ends the action.
+        # The reference's ReAct loop: its chat prompt, the page's actions listed, five
+        # earlier steps, 100 new tokens, a newline ends the action.
+        "protocol": "react",
+        "invalid": "env",
         "history": 5,
         "show_admissible": True,
         "max_prompt_chars": 16000,
@@ -260,7 +295,7 @@ class Webshop(WebshopBase):
         "max_new_tokens": 100,
         "env_batch": 16,
         "batch_size": 64,
-        "score": "reward",
+        "score": "half",
     }
 
     def prepare(self, root: Path) -> PreparedTask:

@@ -9,7 +9,10 @@ solver and the rollout service open episodes here, over the same :class:`Shop`.
 A step's ``kind`` is ``search``, ``click`` or ``purchase``; its reward is 0 but on the
 purchase, which ends the episode with WebShop's reward; ``won`` is a reward of 1 (WebShop's
 success). An episode also ends, unrewarded, after ``max_steps`` actions. An action the shop
-does not offer raises :class:`ValueError` and uses no step (the service answers 400).
+does not offer raises :class:`ValueError` and uses no step (the service answers 400);
+with ``lenient`` games (the ``webshop`` task's ``invalid=env``, the paper's reference: it
+hands every action to WebShop's environment) it is played as a no-op instead: the step is
+used, the page stays, reward 0, kind ``invalid``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from agent2rl.files import read_jsonl
 from agent2rl.rollout.env import GameInfo, SearchRecord, StepResult
 from agent2rl.tasks.webshop.catalog import load_catalog
-from agent2rl.tasks.webshop.engine import Shop, ShopSession
+from agent2rl.tasks.webshop.engine import Outcome, Shop, ShopSession
 
 #: a purchase rewarded at least this is WebShop's success (rewards are sums of fractions)
 WIN_REWARD = 1.0 - 1e-9
@@ -42,8 +45,14 @@ class ShopGames:
     not in the catalog."""
 
     def __init__(
-        self, catalog_dir: Path, goals_file: Path, max_steps: int, step_cap: int | None = None
+        self,
+        catalog_dir: Path,
+        goals_file: Path,
+        max_steps: int,
+        step_cap: int | None = None,
+        lenient: bool = False,
     ) -> None:
+        self.lenient = lenient
         self.shop = open_shop(Path(catalog_dir).resolve())
         goals = read_jsonl(Path(goals_file))
         if not goals:
@@ -59,13 +68,15 @@ class ShopGames:
     def open(self, game: GameInfo, max_steps: int | None = None) -> ShopEpisode:
         """A new session for ``game``, at most ``max_steps`` actions (default
         ``self.max_steps``, at most ``step_cap``)."""
-        return ShopEpisode(self.shop, game, min(max_steps or self.max_steps, self.step_cap))
+        steps = min(max_steps or self.max_steps, self.step_cap)
+        return ShopEpisode(self.shop, game, steps, lenient=self.lenient)
 
 
 class ShopEpisode:
     """One shopping session (see the module docstring). Not thread-safe."""
 
-    def __init__(self, shop: Shop, game: GameInfo, max_steps: int) -> None:
+    def __init__(self, shop: Shop, game: GameInfo, max_steps: int, lenient: bool = False) -> None:
+        self.lenient = lenient
         self.game = game
         goal: dict[str, Any] = game.meta["goal"]
         self.goal = goal["instruction_text"]
@@ -91,11 +102,17 @@ class ShopEpisode:
 
     def step(self, action: str) -> StepResult:
         """Play ``action``; ValueError (nothing changes, no step used) for one the page does
-        not offer, RuntimeError once the episode is over."""
+        not offer (a lenient episode: a no-op step instead), RuntimeError once the episode
+        is over."""
         if self.done:
             raise RuntimeError("the episode is over")
         started = time.monotonic()
-        outcome = self.session.act(action)
+        try:
+            outcome = self.session.act(action)
+        except ValueError:
+            if not self.lenient:
+                raise
+            outcome = Outcome("invalid")
         search = None
         if outcome.kind == "search":  # for the run's record of queries (the shop's BM25)
             query = " ".join(self.session.keywords)

@@ -26,6 +26,19 @@ template gets the same text without the final ``>`` as one user message, followe
 Because each prompt plus its action is a stretch of one transcript (when no action list is
 shown), a base model can be trained on whole sessions at once (see :func:`transcript`).
 
+``protocol = "react"`` (webshop's default since task version 2) is the paper's
+reference's chat ReAct prompt instead (:func:`react_message`): :data:`REACT_SYSTEM` (the
+reference sends it as a system turn; the grader's episode solver sends one user message,
+so here it leads that message, a blank line after it), then the reference's user text: the
+task, the instruction, the page's actions listed (``search[<your query>]`` on the search
+page, ``click[<target>]`` for each click target), its rules, and the last 5 steps as
+``Observation n: <page>`` / ``Action n: <action>`` pairs, the current page and ``Action
+N:``. As in the reference, a step's ``Observation n`` is the page its action led to (the
+page it answered is not shown), and pages are WebShop's text, instruction included. A
+model without a chat template gets the same text. The reference passes an action the page
+does not offer to WebShop's environment, which stays on the same page; the ``webshop`` task
+does the same (``invalid=env``).
+
 Edge cases:
 
 - The oldest history steps are dropped until the prompt fits in ``max_prompt_chars``; the
@@ -49,6 +62,30 @@ CHAT_INSTRUCTION = "Reply with the next action only: search[query] or click[item
 STOP = ("\n",)
 #: what the grader shows after an action the page refused (the reason follows)
 REFUSED_PREFIX = "Refused: "
+#: the reference's system message for its WebShop agent (verbatim)
+REACT_SYSTEM = (
+    "You are a helpful shopping assistant browsing an e-commerce website. "
+    "Given a user instruction, current observation, and available actions, "
+    "pick the best action to find and purchase a matching product. "
+    "Output ONLY one action (e.g., 'search[red shoes]', 'click[buy now]') "
+    "with NO extra text, NO explanation."
+)
+#: the reference's user prompt before the history (``{instruction}``, ``{actions}``)
+REACT_HEAD = """You are shopping on an e-commerce website. Find and purchase a product matching the user's instruction.
+
+Instruction: {instruction}
+
+Available actions:
+{actions}
+
+Rules:
+- Output ONLY one action from the available actions list above.
+- For search, use: search[your query]
+- For clicking, use: click[exact text from the list]
+- Do NOT output anything other than the action.
+
+Now it's your turn:
+"""  # noqa: E501 (the reference's text, verbatim)
 _INSTRUCTION = re.compile(r"^(?:WebShop \[SEP\] )?Instruction: \[SEP\] .*? \[SEP\] ", re.S)
 _LEAD = re.compile(r"^(?:>|action(?:\s*\d+)?\s*:)\s*", re.I)
 _COMMAND = re.compile(r"^(search|click)\[[^\]]*\]")
@@ -76,7 +113,8 @@ class EpisodeFormat:
     separator: str = " [SEP] "
     stop: tuple[str, ...] = STOP
     version: str = PROTOCOL_VERSION
-    #: the only one here (ALFWorld's file also has "react"); training code reads it
+    #: ``transcript`` (the module docstring's first form) or ``react`` (the reference's
+    #: chat ReAct prompt, :func:`react_message`); training code reads it
     protocol: str = "transcript"
 
     @property
@@ -139,8 +177,11 @@ def build_prompt(
     ``steps`` are the earlier steps, oldest first, each as (the page it answered, the
     action taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
     ``fmt.max_prompt_chars``. ``group`` (the goal's category) changes nothing: it is there
-    for the signature ALFWorld's protocol file shares.
+    for the signature ALFWorld's protocol file shares. Under ``fmt.protocol == "react"``:
+    :func:`react_message`.
     """
+    if fmt.protocol == "react":
+        return react_message(goal, steps, observation, admissible, fmt)
     return _render(goal, steps, observation, admissible, fmt) + ">"
 
 
@@ -152,8 +193,58 @@ def build_chat_message(
     fmt: EpisodeFormat,
     group: str | None = None,
 ) -> str:
-    """The user message for a chat model at one step (the same text, then the instruction)."""
+    """The user message for a chat model at one step (the same text, then the instruction;
+    under the ``react`` protocol :func:`react_message`)."""
+    if fmt.protocol == "react":
+        return react_message(goal, steps, observation, admissible, fmt)
     return _render(goal, steps, observation, admissible, fmt) + CHAT_INSTRUCTION
+
+
+def react_actions(admissible: Sequence[str]) -> str:
+    """The reference's ``Available actions:`` list: one action a line, indented by two
+    spaces, the search bar as ``search[<your query>]``."""
+    shown = ["search[<your query>]" if a.startswith("search[") else a for a in admissible]
+    return "\n".join(f"  {a}" for a in shown)
+
+
+def react_message(
+    goal: str,
+    steps: Sequence[tuple[str, str]],
+    observation: str,
+    admissible: Sequence[str],
+    fmt: EpisodeFormat,
+) -> str:
+    """The reference's chat ReAct prompt at one step (module docstring): :data:`REACT_SYSTEM`,
+    a blank line, :data:`REACT_HEAD`, then the last ``fmt.history`` steps as ``Observation
+    n`` (the page the step's action led to) and ``Action n``, the current page and ``Action
+    N:``. Pages are cut to ``fmt.max_observation_chars`` (0: never); the oldest shown steps
+    are dropped while the prompt exceeds ``fmt.max_prompt_chars`` (0: no limit)."""
+
+    def page(text: str) -> str:
+        limit = fmt.max_observation_chars
+        return text[: max(0, limit - 3)].rstrip() + "..." if limit and len(text) > limit else text
+
+    head = (
+        REACT_SYSTEM
+        + "\n\n"
+        + REACT_HEAD.format(instruction=goal, actions=react_actions(admissible))
+    )
+    n = len(steps)
+    # the page each action led to: the next step's page, the last one's is the current page
+    after = [o for o, _ in steps[1:]] + ([observation] if steps else [])
+    first = max(0, n - fmt.history) if fmt.history > 0 else n
+    parts = [
+        f"\nObservation {i + 1}: {page(after[i])}\nAction {i + 1}: {steps[i][1]}\n"
+        for i in range(first, n)
+    ]
+    tail = f"\nObservation {n + 1}: {page(observation)}\nAction {n + 1}:"
+    while (
+        parts
+        and fmt.max_prompt_chars
+        and (len(head) + sum(map(len, parts)) + len(tail) > fmt.max_prompt_chars)
+    ):
+        parts.pop(0)
+    return head + "".join(parts) + tail
 
 
 def transcript(
@@ -213,6 +304,22 @@ def completion_for(action: str) -> str:
 
 def describe(fmt: EpisodeFormat) -> str:
     """Markdown bullets stating the protocol for ``description.md``."""
+    if fmt.protocol == "react":
+        return (
+            f"- Each session is played for at most {fmt.max_steps} actions; it ends at the "
+            f"purchase (`click[buy now]`) with WebShop's reward in [0, 1], or unrewarded.\n"
+            f"- The prompt is the paper's reference's chat ReAct prompt (`react_message` in "
+            f"`data/protocol.py`): its system text, the instruction, the page's actions "
+            f"listed, its rules, the last {fmt.history} steps as `Observation n` (the page the "
+            f"action led to) / `Action n`, the current page and `Action N:`. A chat model "
+            f"gets it through its chat template as one user message; a base model as it is.\n"
+            f"- Greedy decoding, at most {fmt.max_new_tokens} new tokens, cut at a newline. The "
+            f"action is the first non-empty line of the reply without a leading `Action:`, "
+            f"lowercased, `choose[` read as `click[`. An action the page does not offer uses "
+            f"the turn and leaves the page as it was (as WebShop's environment does).\n"
+            f"- `data/protocol.py` is the grader's own code for this; `data/eval_format.json` "
+            f"holds these settings."
+        )
     listing = "the page's actions (`Actions: ...`)" if fmt.show_admissible else "no action list"
     cut = (
         f", cut to {fmt.max_observation_chars} characters (`...` marks the cut)"
