@@ -257,7 +257,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
 
     def _close_mine() -> None:
         """Settle this service's unsettled rows as the run's end (stopping)."""
-        closed = ledger.fail_unfinished(RUN_ENDED, ids=sorted(mine))
+        closed = ledger.fail_unfinished(RUN_ENDED, ids=sorted(mine.copy()))
         if closed:
             print(
                 f"grading service stopping: {len(closed)} unsettled row(s) failed", file=sys.stderr

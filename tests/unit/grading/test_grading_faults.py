@@ -7,7 +7,6 @@ reason, every refusal is a clear JSON error, and the ledger stays intact."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -27,7 +26,6 @@ from support.rundirs import make_run
 
 from agent2rl.child_process import ServiceHandle, start_announcing
 from agent2rl.grading.app import RUN_ENDED
-from agent2rl.grading.evaluator import STARTED_FILE
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import (
     TOKEN_ENV,
@@ -54,7 +52,7 @@ def _serve(
         eval_timeout_s=eval_timeout_s,
         max_bytes=64 * 2**20,
         base_model_dir=tiny.path,
-        options=options,
+        **({"options": options} if options else {}),
     )
     client = httpx.Client(
         base_url=handle.url, timeout=300, headers={"Authorization": f"Bearer {token}"}
@@ -72,13 +70,22 @@ def _perturbed(paths, tiny, name: str, seed: int) -> str:
     return f"output/{name}"
 
 
-def _worker_started(paths, since: float, timeout: float = 120) -> tuple[int, int]:
-    """(submission id, worker pid) of the evaluation that took its device after ``since``."""
+def _worker_started(paths, timeout: float = 120) -> tuple[int, int]:
+    """(submission id, pid) of the running evaluation worker of ``paths``' run (found by its
+    command line in /proc: one runs at a time per run), waiting up to ``timeout``."""
+    subs = str(paths.grading / "submissions")
     end = time.time() + timeout
     while time.time() < end:
-        for marker in (paths.grading / "submissions").glob(f"*/{STARTED_FILE}"):
-            if marker.stat().st_mtime >= since:
-                return int(marker.parent.name), json.loads(marker.read_text())["pid"]
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"agent2rl.grading.worker" not in argv or b"--out" not in argv:
+                continue
+            out = argv[argv.index(b"--out") + 1].decode()
+            if out.startswith(subs) and not _gone(int(proc.name), 0):
+                return int(Path(out).name), int(proc.name)
         time.sleep(0.05)
     raise AssertionError("no evaluation worker started")
 
@@ -86,15 +93,16 @@ def _worker_started(paths, since: float, timeout: float = 120) -> tuple[int, int
 def _gone(pid: int, timeout: float) -> bool:
     """True once ``pid`` has exited (a zombie counts as exited)."""
     end = time.time() + timeout
-    while time.time() < end:
+    while True:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (FileNotFoundError, ProcessLookupError):
             return True
         if state in ("Z", "X"):
             return True
+        if time.time() >= end:
+            return False
         time.sleep(0.05)
-    return False
 
 
 def _rows(paths) -> dict:
@@ -108,9 +116,8 @@ def test_a_killed_worker_is_a_retryable_harness_failure(run, tiny) -> None:
     handle, client = _serve(paths, tiny)
     try:
         with ThreadPoolExecutor(1) as pool:
-            t0 = time.time()
             answer = pool.submit(client.post, "/submit", json={"model_path": rel})
-            _, pid = _worker_started(paths, t0)
+            _, pid = _worker_started(paths)
             os.kill(pid, signal.SIGKILL)
             first = answer.result()
         assert first.status_code == 200
@@ -135,9 +142,8 @@ def test_stopping_the_service_kills_its_worker_and_settles_queued_rows(run, tiny
     handle, client = _serve(paths, tiny)
     try:
         with ThreadPoolExecutor(2) as pool:
-            t0 = time.time()
             a = pool.submit(client.post, "/submit", json={"model_path": running})
-            sub_a, pid = _worker_started(paths, t0)
+            sub_a, pid = _worker_started(paths)
             b = pool.submit(client.post, "/submit", json={"model_path": queued})
             end = time.time() + 60
             while not any(s.path == queued for s in _rows(paths).values()):
@@ -171,9 +177,8 @@ def test_a_killed_service_takes_its_worker_along_and_the_row_is_closed(run, tiny
     handle, client = _serve(paths, tiny)
     try:
         with ThreadPoolExecutor(1) as pool:
-            t0 = time.time()
             answer = pool.submit(client.post, "/submit", json={"model_path": rel})
-            sub_id, pid = _worker_started(paths, t0)
+            sub_id, pid = _worker_started(paths)
             handle.proc.kill()
             handle.proc.wait()
             assert _gone(pid, 5), "the evaluation worker outlived the SIGKILLed service"
