@@ -735,6 +735,25 @@ def view(
         pass
 
 
+@app.command()
+@_user_errors
+def export(
+    path: Path = typer.Argument(
+        ..., help="A run directory, a study directory or a runs directory."
+    ),
+    out: Path = typer.Option(
+        Path("trajectories"), "--out", help="Directory for the trajectory files (created)."
+    ),
+) -> None:
+    """Write each run's trajectory in Harbor's ATIF format (docs/export.md)."""
+    from agent2rl.viewer.export import ATIF_VERSION, export_trajectories
+
+    files = export_trajectories(path, out.expanduser())
+    console.print(
+        f"{len(files)} trajectories ({ATIF_VERSION}) in {out}", highlight=False, soft_wrap=True
+    )
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
