@@ -361,6 +361,23 @@ def test_cli_given_a_flag_it_does_not_know_is_an_infrastructure_failure(tmp_path
     assert "--no-such-flag" in run.paths.agent_log.read_text()
 
 
+@pytest.mark.slow
+def test_cli_that_is_not_installed_is_an_infrastructure_failure(tmp_path: Path) -> None:
+    """An agent whose binary is not on PATH: the sandbox cannot execute it (status 127), and
+    the run ends at once as an infrastructure failure, never reaching the provider."""
+    spec = get_agent("codex")
+    assert spec.source is not None
+    text = spec.source.read_text().replace('"codex", "exec"', '"codex-not-installed", "exec"', 1)
+    custom = tmp_path / "codex-missing.toml"
+    custom.write_text(text.replace('name = "codex"', 'name = "codex-missing"', 1))
+    run = llm_run(tmp_path, str(custom), "gpt-5", [], "openai", expect_rc=None)
+    info = RunInfo.load(run.paths)
+    assert info.status == "agent_error" and info.agent_exit_code == 127, info
+    assert run.fake.received == []
+    why = infrastructure_failure(run.paths.root)
+    assert why is not None and "could not be executed" in why, why
+
+
 # --------------------------------------------------------------------------------------------
 # Mistakes caught before anything is written
 
