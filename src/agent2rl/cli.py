@@ -137,6 +137,12 @@ def run(
     token_budget: int | None = typer.Option(
         None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
     ),
+    instructions: str = typer.Option(
+        "neutral",
+        "--instructions",
+        help="The agent's instructions.md: neutral | reference (the paper's reference: "
+        "RL post-training framing, a required summary.md shown in the report).",
+    ),
     memory: str | None = typer.Option(
         None, "--memory", help="Memory cap of the agent's processes, e.g. 16G (default 75% of RAM)."
     ),
@@ -159,7 +165,9 @@ def run(
     """Run one agent on one task within a budget, then write its report."""
     from agent2rl.inference import BackendConfig
     from agent2rl.orchestration.run import RunRequest
+    from agent2rl.workspace.builder import instructions_template
 
+    instructions_template(instructions)  # an unknown style: one error before anything runs
     req = RunRequest(
         task=task,
         agent=agent,
@@ -178,6 +186,7 @@ def run(
         driver=driver,
         driver_base_url=driver_base_url,
         mode=mode,
+        instructions=instructions,
         token_budget=token_budget,
         memory=parse_size(memory) if memory else None,
         max_pids=max_procs,

@@ -33,6 +33,7 @@ from agent2rl.formatting import DASH, format_bytes, format_duration
 from agent2rl.grading.comparison import improvement
 from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rundir import RunPaths
+from agent2rl.workspace.instructions import read_agent_summary, summary_html, summary_markdown
 
 #: Diffs above this size are cut in report.html (the full text stays in diffs/<id>.diff) so an
 #: agent committing a huge generated file cannot make the page unopenable.
@@ -59,8 +60,13 @@ def write_report(paths: RunPaths, metrics: RunMetrics | None = None) -> RunMetri
     diffs = collect_diffs(paths, metrics)
     _write_diffs(out / "diffs", diffs)
     write_json_atomic(out / "metrics.json", metrics.to_json())
-    write_text_atomic(out / "report.md", render_markdown(metrics))
-    write_text_atomic(out / "report.html", render_html(metrics, diffs))
+    # the agent's summary.md, when it wrote one, labelled as its own account (unchecked)
+    summary = read_agent_summary(paths.workspace)
+    write_text_atomic(out / "report.md", render_markdown(metrics) + summary_markdown(summary))
+    page = render_html(metrics, diffs)
+    cut = page.rfind("</body>")
+    page = page[:cut] + summary_html(summary) + page[cut:] if cut >= 0 else page
+    write_text_atomic(out / "report.html", page)
     return metrics
 
 

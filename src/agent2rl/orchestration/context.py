@@ -59,6 +59,8 @@ class RunRequest:
     driver: str | None = None
     driver_base_url: str | None = None
     mode: str = "free"
+    #: the agent's instructions.md: neutral, or reference (agent2rl.workspace.instructions)
+    instructions: str = "neutral"
     token_budget: int | None = None
     memory: int | None = None
     max_pids: int | None = None

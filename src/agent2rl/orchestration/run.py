@@ -429,7 +429,8 @@ def _run_agent(ctx: RunContext, guard: RunGuard) -> None:
     info.deadline = info.start + req.budget_s
     info.status = "running"
     info.save(paths)
-    write_instructions(paths, info, ctx.grading.url, ctx.grading_token, rollout=bool(ctx.env_vars))
+    write_instructions(paths, info, ctx.grading.url, ctx.grading_token,
+                       rollout=bool(ctx.env_vars), style=req.instructions)  # fmt: skip
     if req.gpu_note:  # the GPU layout (agent2rl.devices): what GPU memory the agent may use
         instructions = paths.workspace / "instructions.md"
         write_text_atomic(instructions, instructions.read_text() + req.gpu_note)

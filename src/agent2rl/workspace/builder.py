@@ -22,11 +22,13 @@ import stat
 from pathlib import Path
 
 from agent2rl.dataset import PreparedTask
+from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.models.resolve import ModelRef
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.tasks.base import Task
+from agent2rl.workspace.instructions import INSTRUCTION_STYLES, reference_instructions
 
 _RO_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 _RO_DIR = _RO_FILE | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
@@ -100,10 +102,20 @@ def agent_env(paths: RunPaths, info: RunInfo, model: ModelRef, url: str, token: 
 
 
 def write_instructions(
-    paths: RunPaths, info: RunInfo, url: str, token: str, rollout: bool = False
+    paths: RunPaths,
+    info: RunInfo,
+    url: str,
+    token: str,
+    rollout: bool = False,
+    style: str = "neutral",
 ) -> None:
     """Write instructions.md and run_meta.json (needs the clock and the service URL).
-    ``rollout``: the run has a rollout service (an interactive task); say how to reach it."""
+    ``rollout``: the run has a rollout service (an interactive task); say how to reach it.
+    ``style``: ``neutral`` (:data:`INSTRUCTIONS`, the default) or ``reference``
+    (:data:`~agent2rl.workspace.instructions.REFERENCE_INSTRUCTIONS`: the paper's
+    reference's framing, RL post-training, and a required ``summary.md``); a
+    :class:`UserError` names the choices for another."""
+    template = instructions_template(style)
     ws = paths.workspace
     for d in (ws / ".home", ws / ".tmp"):
         d.mkdir(exist_ok=True)
@@ -119,7 +131,7 @@ def write_instructions(
     )
     write_text_atomic(
         ws / "instructions.md",
-        INSTRUCTIONS.format(
+        template.format(
             budget=format_duration(info.budget_s),
             url=url,
             token=token,
@@ -128,6 +140,15 @@ def write_instructions(
         )
         + (ROLLOUT if rollout else ""),
     )
+
+
+def instructions_template(style: str) -> str:
+    """The instructions.md template of ``style`` (see :func:`write_instructions`)."""
+    if style == "neutral":
+        return INSTRUCTIONS
+    if style == "reference":
+        return REFERENCE_INSTRUCTIONS
+    raise UserError(f"--instructions {style}: use {', '.join(INSTRUCTION_STYLES)}")
 
 
 INSTRUCTIONS = """# Instructions
@@ -189,3 +210,8 @@ This task is interactive. A rollout service plays the public training games for 
 model (`data/protocol.py` is the grader's own code for it). Every episode and step you play
 is recorded in the run's report.
 """
+
+
+#: ``--instructions reference``: the neutral text's practical sections under the reference's
+#: framing, with its summary.md requirement (see agent2rl.workspace.instructions)
+REFERENCE_INSTRUCTIONS = reference_instructions(INSTRUCTIONS)
