@@ -1,0 +1,302 @@
+"""The viewer over a run directory written by the real parts (the grader's Ledger, the code
+recorder's git, the proxy's TranscriptWriter), served by ``agent2rl view`` as a subprocess
+on loopback: read-only (GET only, no file changed, no write lock held against the grader),
+its access rules (loopback Host, token), its 4xx answers, and the ATIF export."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from support.cli import agent2rl_cmd, run_cli
+
+from agent2rl.grading.ledger import Ledger
+from agent2rl.metering.transcript import TranscriptWriter
+from agent2rl.recording.snapshot import CodeRecorder
+from agent2rl.rundir import RunInfo, RunPaths
+
+pytestmark = pytest.mark.timeout(120)
+RUN_ID = "20261125-120000-arith-lite-test-0001"
+TOKEN = "t0ken-for-the-viewer-tests-123"
+
+
+def make_run(root: Path) -> RunPaths:
+    """A run in progress: two snapshots, one graded submission, an anthropic conversation
+    of two exchanges (the second with a tool result)."""
+    paths = RunPaths(root / RUN_ID)
+    (paths.code).mkdir(parents=True)
+    paths.record.mkdir()
+    now = time.time()
+    RunInfo(
+        run_id=RUN_ID,
+        task="arith-lite",
+        task_version="2",
+        level=1,
+        agent="test",
+        model="tiny",
+        budget_s=600,
+        seed=0,
+        sandbox="none",
+        created_at=now - 60,
+        start=now - 50,
+        deadline=now + 550,
+        status="running",
+    ).save(paths)
+    rec = CodeRecorder(paths.code_git, paths.workspace)
+    (paths.code / "train.py").write_text("LR = 0.001\n")
+    rec.snapshot("start")
+    (paths.code / "train.py").write_text("LR = 0.01\n")
+    sha = rec.snapshot("submission: output/v1")
+    with Ledger(paths.ledger) as led:
+        led.set_meta("baseline", {"score": 0.25})
+        sid = led.add_submission("output/v1", "w1", None, snapshot=sha, at=now - 20)
+        led.update_submission(sid, status="graded", score=0.5, finished_at=now - 10)
+    w = TranscriptWriter(paths.record / "transcript.jsonl", secrets=["sk-never-written-0000"])
+    msgs = [{"role": "user", "content": "Improve the model please."}]
+    w.write(
+        {
+            "time": now - 30,
+            "api": "anthropic",
+            "endpoint": "messages",
+            "status": 200,
+            "model": "claude-sonnet-4-5",
+            "input_tokens": 10,
+            "output_tokens": 5,
+        },
+        {"model": "claude-sonnet-4-5", "system": "You are a coding agent.", "messages": msgs},
+        {
+            "content": [
+                {"type": "text", "text": "Writing train.py now."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "bash",
+                    "input": {"command": "python code/train.py"},
+                },
+            ]
+        },
+    )
+    msgs = msgs + [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "bash",
+                    "input": {"command": "python code/train.py"},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "training 0.01"}
+            ],
+        },
+    ]
+    w.write(
+        {
+            "time": now - 15,
+            "api": "anthropic",
+            "endpoint": "messages",
+            "status": 200,
+            "model": "claude-sonnet-4-5",
+            "input_tokens": 30,
+            "output_tokens": 4,
+        },
+        {"model": "claude-sonnet-4-5", "system": "You are a coding agent.", "messages": msgs},
+        {"content": [{"type": "text", "text": "Submitted: a zebra-striped answer."}]},
+    )
+    return paths
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("viewer") / "runs"
+    make_run(root)
+    return root
+
+
+def _serve(root: Path, home: Path, *extra: str) -> Iterator[str]:
+    proc = subprocess.Popen(
+        agent2rl_cmd() + ["view", str(root), "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**__import__("os").environ, "AGENT2RL_HOME": str(home)},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        m = re.search(r"(http://\S+?)/(\?token=\S+)?\s", line)
+        assert m, line
+        yield m.group(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def base(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve(runs, tmp_path_factory.mktemp("home"))
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    # SQLite's -shm/-wal are the writer's (a WAL reader maps the -shm it finds).
+    return {
+        str(p): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+    }
+
+
+def test_run_page_data_and_read_only(runs: Path, base: str) -> None:
+    """Summary, timeline (conversation, snapshots with diff, the submission linked to its
+    snapshot, harness events), search; and not one file of the run changed by reading."""
+    before = _tree(runs)
+    s = httpx.get(f"{base}/api/run/{RUN_ID}/summary").json()
+    assert s["status"] == "running" and s["live"] and 500 < s["time_left_s"] <= 550
+    assert (s["submissions"], s["best"], s["baseline"], s["llm_calls"]) == (1, 0.5, 0.25, 2)
+    assert (s["input_tokens"], s["output_tokens"], s["snapshots"]) == (40, 9, 2)
+    tl = httpx.get(f"{base}/api/run/{RUN_ID}/timeline").json()["events"]
+    kinds = [e["kind"] for e in tl]
+    assert kinds.count("llm") == 2 and kinds.count("snapshot") == 2 and "harness" in kinds
+    llm = [e for e in tl if e["kind"] == "llm"]
+    assert llm[0]["input"] == [{"role": "user", "text": "Improve the model please."}]
+    assert llm[0]["tool_calls"][0]["name"] == "bash" and llm[0]["text"] == "Writing train.py now."
+    assert llm[1]["input"][-1] == {"role": "user", "text": "training 0.01"}
+    sub = next(e for e in tl if e["kind"] == "submission")
+    snap = next(e for e in tl if e["id"] == sub["snapshot_id"])
+    diff = httpx.get(f"{base}/api/run/{RUN_ID}/diff/{snap['sha']}").text
+    assert "-LR = 0.001" in diff and "+LR = 0.01" in diff
+    hits = httpx.get(f"{base}/api/run/{RUN_ID}/search", params={"q": "ZEBRA-striped"}).json()
+    assert hits["ids"] == ["llm-1"]
+    raw = httpx.get(f"{base}/api/run/{RUN_ID}/llm/0").json()
+    assert raw["request"]["system"] == "You are a coding agent."
+    charts = httpx.get(f"{base}/api/run/{RUN_ID}/charts").json()
+    assert [row[1] for row in charts["scores"]] == [0.5] and charts["baseline"] == 0.25
+    for page in ("/", f"/run/{RUN_ID}", "/static/uPlot.iife.min.js", "/static/viewer.js"):
+        assert httpx.get(base + page).status_code == 200
+    assert _tree(runs) == before
+
+
+def test_errors_are_4xx_json(base: str) -> None:
+    for url, status in [
+        ("/api/run/nope/summary", 404),
+        (f"/api/run/{RUN_ID}/diff/0123456789abcdef", 404),
+        (f"/api/run/{RUN_ID}/diff/..%2f..%2fetc", 404),
+        (f"/api/run/{RUN_ID}/llm/99", 404),
+        ("/static/../run.json", 404),
+    ]:
+        r = httpx.get(base + url)
+        assert r.status_code == status and "error" in r.json(), (url, r.text)
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        r = httpx.request(method, f"{base}/api/run/{RUN_ID}/summary")
+        assert r.status_code == 405 and "read-only" in r.json()["error"]
+    # Another Host than loopback (DNS rebinding) is refused when there is no token.
+    r = httpx.get(f"{base}/api/runs", headers={"host": "attacker.example:80"})
+    assert r.status_code == 403 and "loopback" in r.json()["error"]
+
+
+def test_token_is_required_when_set(runs: Path, tmp_path: Path) -> None:
+    for base in _serve(runs, tmp_path, "--token", TOKEN):
+        assert httpx.get(f"{base}/api/runs").status_code == 401
+        assert httpx.get(f"{base}/api/runs?token=wrong-token-xxxxxxxxxxx").status_code == 401
+        with httpx.Client() as client:
+            first = client.get(f"{base}/?token={TOKEN}")
+            assert first.status_code == 200 and "agent2rl_view" in first.headers["set-cookie"]
+            # The cookie carries the token from then on.
+            assert client.get(f"{base}/api/runs").json()["runs"][0]["run_id"] == RUN_ID
+        auth = {"authorization": f"Bearer {TOKEN}", "host": "viewer.lan"}
+        assert httpx.get(f"{base}/api/runs", headers=auth).status_code == 200
+
+
+def test_binding_off_loopback_needs_a_token_and_a_short_one_is_refused(runs: Path) -> None:
+    r = run_cli(["view", str(runs), "--host", "0.0.0.0", "--port", "0", "--token", "short"])
+    assert r.returncode == 2 and "at least 16 characters" in r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    r = run_cli(["view", str(runs / "missing")])
+    assert r.returncode == 2 and "not a directory" in r.stdout + r.stderr
+
+
+def test_a_write_transaction_of_the_grader_is_not_blocked(runs: Path, base: str) -> None:
+    """The grader holds a write transaction open on the ledger while the viewer reads it:
+    the viewer answers (with what was committed) and the grader commits right after; the
+    committed row then shows. A reader taking a write lock would make one of them wait."""
+    db = runs / RUN_ID / "ledger.db"
+    writer = sqlite3.connect(db, timeout=0.5)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute(
+            "INSERT INTO submissions(submitted_at, path, status)"
+            " VALUES (?, 'output/v2', 'evaluating')",
+            (time.time(),),
+        )
+        t0 = time.monotonic()
+        s = httpx.get(f"{base}/api/run/{RUN_ID}/summary", timeout=10).json()
+        assert time.monotonic() - t0 < 2 and s["submissions"] == 1
+        writer.execute("COMMIT")
+    finally:
+        writer.close()
+    s = httpx.get(f"{base}/api/run/{RUN_ID}/summary").json()
+    assert s["submissions"] == 2 and s["evaluating"] == 1
+
+
+def test_export_atif(runs: Path, tmp_path: Path) -> None:
+    r = run_cli(["export", str(runs), "--out", str(tmp_path / "out")])
+    assert r.returncode == 0, r.stdout + r.stderr
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert index["format"] == "agent2rl-trajectory" and index["version"] == 1
+    traj = json.loads((tmp_path / "out" / f"{RUN_ID}.trajectory.json").read_text())
+    assert traj["schema_version"] == "ATIF-v1.4" and traj["session_id"] == RUN_ID
+    steps = traj["steps"]
+    assert [s["step_id"] for s in steps] == list(range(1, len(steps) + 1))
+    by_source = [(s["source"], s["message"][:20]) for s in steps]
+    assert by_source[:3] == [
+        ("system", "You are a coding age"),
+        ("user", "Improve the model pl"),
+        ("agent", "Writing train.py now"),
+    ]
+    agent = [s for s in steps if s["source"] == "agent"]
+    call = agent[0]["tool_calls"][0]
+    assert call == {
+        "tool_call_id": "toolu_1",
+        "function_name": "bash",
+        "arguments": {"command": "python code/train.py"},
+    }
+    assert agent[0]["observation"]["results"] == [
+        {"source_call_id": "toolu_1", "content": "training 0.01"}
+    ]
+    assert agent[1]["metrics"]["prompt_tokens"] == 30
+    assert traj["final_metrics"]["total_prompt_tokens"] == 40
+    subs = [s for s in steps if s["source"] == "system" and "submission" in s.get("extra", {})]
+    assert len(subs) >= 1 and subs[0]["extra"]["submission"]["score"] == 0.5
+    assert traj["extra"]["agent2rl"]["baseline"] == 0.25
+    r = run_cli(["export", str(tmp_path / "nothing-here")])
+    assert r.returncode == 2 and "holds no run" in r.stdout + r.stderr
+
+
+def test_jsonl_tail_reads_only_complete_lines(tmp_path: Path) -> None:
+    """A line being written (no newline yet) is read once it is whole, not torn."""
+    from agent2rl.viewer.data import JsonlTail
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"a": 1}\n{"a": ')
+    tail = JsonlTail(path, lambda d: d["a"])
+    assert tail.refresh() == [1]
+    with open(path, "a") as f:
+        f.write("2}\n")
+    assert tail.refresh() == [1, 2] and tail.line(1) == {"a": 2}
