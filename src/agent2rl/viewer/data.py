@@ -552,11 +552,11 @@ class RunView:
         for s in led["submissions"]:
             events.append(
                 {
+                    **s,
                     "kind": "submission",
                     "id": f"sub-{s['id']}",
+                    "submission_id": s["id"],
                     "t": s["submitted_at"],
-                    **s,
-                    "error": s["error"],
                     "snapshot_id": f"snap-{s['snapshot'][:12]}" if s.get("snapshot") else None,
                 }
             )

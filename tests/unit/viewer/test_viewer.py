@@ -179,6 +179,7 @@ def test_run_page_data_and_read_only(runs: Path, base: str) -> None:
     assert llm[0]["tool_calls"][0]["name"] == "bash" and llm[0]["text"] == "Writing train.py now."
     assert llm[1]["input"][-1] == {"role": "user", "text": "training 0.01"}
     sub = next(e for e in tl if e["kind"] == "submission")
+    assert sub["id"] == "sub-1" and sub["submission_id"] == 1 and sub["score"] == 0.5
     snap = next(e for e in tl if e["id"] == sub["snapshot_id"])
     diff = httpx.get(f"{base}/api/run/{RUN_ID}/diff/{snap['sha']}").text
     assert "-LR = 0.001" in diff and "+LR = 0.01" in diff
