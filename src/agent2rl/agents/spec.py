@@ -20,7 +20,7 @@ it speaks and how its driver model, base URL and key are passed — all as data:
     tested_versions = ">=2.1,<2.2"         # PEP 440 range the adapter was tested with
     api = "anthropic"                      # anthropic | openai | gemini | any | none
     default_driver = "claude-sonnet-4-5"
-    log_format = "claude-stream-json"      # a parser in agents/logs/ (PARSERS)
+    log_format = "claude-stream-json"      # agents/logs/ or an agent2rl.log_parsers entry point
     log_file = ""                          # a structured log the CLI writes (in workspace)
     command = ["claude", "-p", "{prompt}", "--model", "{driver}"]
     [env]
@@ -84,7 +84,6 @@ Time left: {time_left}. Workspace: {workspace}
 # the API from the driver), or ``none`` (no LLM: reference and test agents).
 APIS = ("anthropic", "openai", "gemini", "any", "none")
 KINDS = ("reference", "cli", "custom")
-LOG_FORMATS = tuple(PARSERS)
 # Every placeholder a spec may use; anything else in braces is left alone.
 PLACEHOLDERS = (
     "python",
@@ -284,8 +283,10 @@ def _validate(path: Path, spec: AgentSpec) -> None:
         raise UserError(f"agent spec {path}: kind must be one of {', '.join(KINDS)}")
     if spec.api not in APIS:
         raise UserError(f"agent spec {path}: api must be one of {', '.join(APIS)}")
-    if spec.log_format not in LOG_FORMATS:
-        raise UserError(f"agent spec {path}: log_format must be one of {', '.join(LOG_FORMATS)}")
+    # PARSERS includes installed agent2rl.log_parsers entry points: a spec may name its own.
+    if spec.log_format not in PARSERS:
+        known = ", ".join(PARSERS.names())
+        raise UserError(f"agent spec {path}: log_format must be one of {known}")
     # The note is what users see in place of "ready": an experimental agent must say why,
     # and a note on a non-experimental agent would be shown nowhere (a likely typo).
     if spec.experimental and not spec.experimental_note:

@@ -2,7 +2,7 @@
 
 A backend turns prompts into greedy completions for one model directory: transformers (CPU or
 one GPU) or vLLM (GPU, the optional ``gpu`` extra). Tasks never import a backend directly;
-:func:`load_backend` picks one from a :class:`BackendConfig`.
+:func:`load_backend` picks one from a :class:`BackendConfig`, by name in :data:`BACKENDS`.
 
 Grading is decided by the task and the run, never by the submission: both backends ignore a
 model directory's ``generation_config.json`` (a submission could otherwise change how it is
@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
 from agent2rl.inference.chat_template import ChatTemplate
+from agent2rl.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,35 @@ def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
     return text[:cut]
 
 
+#: Generation backends by name -> a factory ``(model_dir, config) -> Backend`` (imports the
+#: backend's heavy packages only when called). Installed distributions add one through the
+#: ``agent2rl.backends`` entry-point group; a taken name is refused. ``auto`` is not an
+#: entry: :meth:`BackendConfig.resolved_kind` picks ``vllm`` or ``transformers``.
+BACKENDS: Registry[Callable[[Path, BackendConfig], Backend]] = Registry("backends", "backend")
+
+
+def _vllm(model_dir: Path, config: BackendConfig) -> Backend:
+    from agent2rl.inference.vllm_backend import VllmBackend
+
+    return VllmBackend(model_dir, config)
+
+
+def _transformers(model_dir: Path, config: BackendConfig) -> Backend:
+    from agent2rl.inference.transformers_backend import TransformersBackend
+
+    return TransformersBackend(model_dir, dtype=config.dtype, stop_token_ids=config.stop_token_ids)
+
+
+BACKENDS.register("vllm", _vllm)
+BACKENDS.register("transformers", _transformers)
+
+
+def backend_kinds() -> tuple[str, ...]:
+    """What ``--backend`` accepts: ``auto`` and every registered backend."""
+    return ("auto", *BACKENDS)
+
+
+#: the built-in kinds (:func:`backend_kinds` adds installed ones)
 BACKEND_KINDS = ("auto", "vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -130,8 +161,10 @@ class BackendConfig:
         """
         from agent2rl.errors import UserError
 
-        if self.kind not in BACKEND_KINDS:
-            raise UserError(f"unknown backend {self.kind!r}: use one of {', '.join(BACKEND_KINDS)}")
+        if self.kind not in backend_kinds():
+            raise UserError(
+                f"unknown backend {self.kind!r}: use one of {', '.join(backend_kinds())}"
+            )
         if self.dtype not in DTYPES:
             raise UserError(f"unknown dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
         if not 0.05 <= self.gpu_memory_utilization <= 1.0:
@@ -191,12 +224,4 @@ def load_backend(model_dir: Path, config: BackendConfig | str = "auto") -> Backe
     if isinstance(config, str):
         config = BackendConfig(kind=config)
     kind = config.validate().resolved_kind()
-    if kind == "vllm":
-        from agent2rl.inference.vllm_backend import VllmBackend
-
-        return VllmBackend(Path(model_dir), config)
-    from agent2rl.inference.transformers_backend import TransformersBackend
-
-    return TransformersBackend(
-        Path(model_dir), dtype=config.dtype, stop_token_ids=config.stop_token_ids
-    )
+    return BACKENDS[kind](Path(model_dir), config)

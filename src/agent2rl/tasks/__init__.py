@@ -11,18 +11,19 @@
     alfworld/     level 3 (interactive): games, protocol, lite generator, official import
     webshop/      level 3 (interactive): the shop engine, reward, lite catalog, import
 
-Importing this package imports every task module in it (and tasks installed through the
-``agent2rl.tasks`` entry-point group), so each registers itself.
+Importing this package imports every task module in it, so each registers itself; tasks
+installed through the ``agent2rl.tasks`` entry-point group are loaded on the first lookup
+(:data:`~agent2rl.tasks.registry.TASKS`).
 """
 
 import importlib
 import pkgutil
-from importlib.metadata import entry_points
 
 from agent2rl.dataset import PreparedTask, Sample
 from agent2rl.scoring.base import EvalResult, ItemResult
 from agent2rl.tasks.base import Task
 from agent2rl.tasks.registry import (
+    TASKS,
     get_task,
     prepare_task,
     private_paths,
@@ -35,13 +36,12 @@ from agent2rl.tasks.registry import (
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in ("base", "registry"):
         importlib.import_module(f"{__name__}.{_module.name}")
-for _entry in entry_points(group="agent2rl.tasks"):
-    _entry.load()
 
 __all__ = [
     "EvalResult",
     "ItemResult",
     "PreparedTask",
+    "TASKS",
     "Sample",
     "Task",
     "get_task",

@@ -2,8 +2,12 @@
 
 A task module registers its class with the :func:`task` decorator; every module and package
 in :mod:`agent2rl.tasks` is imported by the package on first use, and installed packages may
-add tasks through the ``agent2rl.tasks`` entry-point group. So a new task is one module (plus
-its data) and needs no edit anywhere else.
+add tasks through the ``agent2rl.tasks`` entry-point group (loaded on the first lookup; the
+entry point names a task class, a factory, or a module whose import registers its tasks). So
+a new task is one module (plus its data) and needs no edit anywhere else.
+
+:data:`TASKS` is a :class:`~agent2rl.registry.Registry`: a second task under a taken name is
+refused (:class:`~agent2rl.registry.RegistryConflict`), never silently replacing the first.
 """
 
 from __future__ import annotations
@@ -14,18 +18,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent2rl.dataset import PreparedTask
-from agent2rl.errors import UserError
 from agent2rl.locks import file_lock
+from agent2rl.registry import Registry
 from agent2rl.tasks.base import Task
 
-_REGISTRY: dict[str, Callable[..., Task]] = {}
+#: Every task by name -> its factory (a Task class, called with the options dict).
+TASKS: Registry[Callable[..., Task]] = Registry("tasks", "task")
 
 T = TypeVar("T", bound=type[Task])
 
 
 def register(name: str, factory: Callable[..., Task]) -> None:
-    """Register a task factory under ``name`` (re-registering replaces it)."""
-    _REGISTRY[name] = factory
+    """Register a task factory under ``name``. Another factory under a taken name raises
+    :class:`~agent2rl.registry.RegistryConflict`; the same one again is a no-op."""
+    TASKS.register(name, factory)
 
 
 def task(cls: T) -> T:
@@ -35,20 +41,17 @@ def task(cls: T) -> T:
 
 
 def task_names() -> list[str]:
-    return sorted(_REGISTRY)
+    """Every registered task name, sorted (installed entry points included)."""
+    return TASKS.names()
 
 
 def get_task(name: str, options: dict[str, Any] | None = None) -> Task:
     """The task called ``name`` configured with ``options`` (see :attr:`Task.options`).
 
-    An unknown name raises :class:`UserError` listing the known ones; so does a bad option.
+    An unknown name raises :class:`~agent2rl.errors.UserError` listing the known ones (and
+    the closest, for a typo); so does a bad option.
     """
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(task_names())
-        raise UserError(f"unknown task {name!r}: choose one of {known}") from None
-    return factory(options)
+    return TASKS[name](options)
 
 
 def private_paths() -> list[Path]:

@@ -63,14 +63,24 @@ from agent2rl.agents.logs import (
 )
 from agent2rl.agents.logs import text as plain_text
 from agent2rl.agents.logs.base import AgentLog, Event, EventKind, summarize_args, total_usage
+from agent2rl.registry import Registry
 
 Parser = Callable[[str], list[Event]]
 
-#: Every log format by name (a spec's ``log_format``) -> its parser.
-PARSERS: dict[str, Parser] = {
-    module.LOG_FORMAT: module.parse
-    for module in (plain_text, claude_code, codex, gemini_cli, opencode, openhands, mini_swe_agent)
-}
+
+def _parser(obj: object) -> Parser:
+    """An ``agent2rl.log_parsers`` entry point names a parse function, or a module with
+    ``parse`` (like the modules here)."""
+    return getattr(obj, "parse", obj)  # type: ignore[return-value]
+
+
+#: Every log format by name (a spec's ``log_format``) -> its parser: the modules here, and
+#: installed distributions' entry points in the ``agent2rl.log_parsers`` group (so an agent
+#: spec TOML can name a parser shipped with it). A second parser under a taken name is
+#: refused (:class:`~agent2rl.registry.RegistryConflict`).
+PARSERS: Registry[Parser] = Registry("log_parsers", "log format", coerce=_parser)
+for _module in (plain_text, claude_code, codex, gemini_cli, opencode, openhands, mini_swe_agent):
+    PARSERS.register(_module.LOG_FORMAT, _module.parse)
 
 
 class LogSpec(Protocol):
@@ -87,9 +97,8 @@ class LogSpec(Protocol):
 def parse_log(text: str, log_format: str) -> list[Event]:
     """``text`` parsed with the parser named ``log_format``; an unknown name falls back to
     plain text. Never raises (a parser bug on odd input degrades to plain text)."""
-    parser = PARSERS.get(log_format, plain_text.parse)
     try:
-        return parser(text)
+        return PARSERS.get(log_format, plain_text.parse)(text)
     except Exception:  # a malformed log must never break a run's report
         return plain_text.parse(text)
 
