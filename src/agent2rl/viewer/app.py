@@ -30,6 +30,8 @@ COOKIE = "agent2rl_view"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 #: timeline events served at most per request (newest kept; the page says how many are left)
 MAX_EVENTS = 20_000
+#: rows of the run list and of a study's slots per page
+PAGE = 200
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -107,6 +109,11 @@ def create_app(root: Path, *, token: str | None = None) -> FastAPI:
     def study_page(name: str) -> FileResponse:
         return page("study.html")
 
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        # Browsers ask for it whatever the page says; a 404 would be a console error.
+        return Response(status_code=204)
+
     @app.get("/static/{name}")
     def static(name: str) -> Response:
         files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
@@ -115,21 +122,27 @@ def create_app(root: Path, *, token: str | None = None) -> FastAPI:
         return FileResponse(files[name])
 
     @app.get("/api/runs")
-    def runs() -> dict[str, Any]:
+    def runs(offset: int = 0, limit: int = PAGE) -> Any:
+        if offset < 0 or not 0 < limit <= 1000:
+            return _error(400, "offset must be >= 0 and limit between 1 and 1000")
         index.scan()
-        rows = []
-        for run_id in sorted(index.runs):
-            view = index.run(run_id)
-            if view is not None:
-                rows.append(view.summary())
-        rows.sort(key=lambda r: r.get("created_at") or 0, reverse=True)
+        views = [v for run_id in index.runs if (v := index.run(run_id)) is not None]
+        # Newest first, from run.json alone; the full summary only for the page shown.
+        views.sort(key=lambda v: v.info().get("created_at") or 0, reverse=True)
+        rows = [v.summary() for v in views[offset : offset + limit]]
         studies = []
         for name, path in sorted(index.studies.items()):
-            st = read_study(path)
+            st = read_study(path, counts_only=True)
             studies.append(
-                {"id": name, "name": st["name"], "counts": st["counts"], "slots": len(st["slots"])}
+                {"id": name, "name": st["name"], "counts": st["counts"], "slots": st["total"]}
             )
-        return {"root": str(index.root), "runs": rows, "studies": studies}
+        return {
+            "root": str(index.root),
+            "runs": rows,
+            "total": len(views),
+            "offset": offset,
+            "studies": studies,
+        }
 
     @app.get("/api/run/{run_id}/summary")
     def summary(run_id: str) -> Any:
@@ -204,39 +217,35 @@ def create_app(root: Path, *, token: str | None = None) -> FastAPI:
         return {"q": q, "ids": view.search(q)}
 
     @app.get("/api/study/{name}")
-    def study(name: str) -> Any:
+    def study(name: str, offset: int = 0, limit: int = PAGE) -> Any:
+        if offset < 0 or not 0 < limit <= 1000:
+            return _error(400, "offset must be >= 0 and limit between 1 and 1000")
         path = index.study(name)
         if path is None:
             return _error(404, f"no study {name!r} under {index.root}")
         st = read_study(path)
         rows = []
-        for s in st["slots"]:
+        keys = ("id", "key", "task", "model", "agent", "status", "attempts", "run_status", "error")
+        for s in st["slots"][offset : offset + limit]:
             run_id = index.run_id_of(s.get("run_dir"))
             view = index.run(run_id) if run_id else None
-            info = view.summary() if view is not None else None
+            info = view.brief() if view is not None else None
             rows.append(
                 {
-                    **{
-                        k: s[k]
-                        for k in (
-                            "id",
-                            "key",
-                            "task",
-                            "model",
-                            "agent",
-                            "status",
-                            "attempts",
-                            "run_status",
-                            "error",
-                        )
-                    },
+                    **{k: s[k] for k in keys},
                     "run_id": run_id,
                     "best": info["best"] if info else None,
                     "submissions": info["submissions"] if info else None,
                     "progress": _progress(info),
                 }
             )
-        return {"name": st["name"], "counts": st["counts"], "slots": rows}
+        return {
+            "name": st["name"],
+            "counts": st["counts"],
+            "total": st["total"],
+            "offset": offset,
+            "slots": rows,
+        }
 
     return app
 

@@ -61,33 +61,53 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def connect_ro(path: Path) -> sqlite3.Connection | None:
+def connect_ro(path: Path, *, settled: bool = False) -> sqlite3.Connection | None:
     """A read-only connection to the SQLite file ``path`` (None when it does not exist or
     cannot be opened). ``mode=ro``: no write lock is ever taken; a short busy timeout, so a
-    checkpointing writer delays a page rather than failing it."""
+    checkpointing writer delays a page rather than failing it.
+
+    ``settled``: the database's writer is gone for good (a finished run's ledger). When it
+    also left no ``-wal`` file, the file is opened ``immutable``: no locks and no ``-shm`` or
+    ``-wal`` files created beside it, so viewing a finished run leaves its directory exactly
+    as it was (a live database is always read through WAL, as its writer expects)."""
     if not path.is_file():
         return None
+    immutable = settled and not path.with_name(path.name + "-wal").exists()
+    uri = f"file:{quote(str(path))}?mode=ro" + ("&immutable=1" if immutable else "")
     try:
-        con = sqlite3.connect(
-            f"file:{quote(str(path))}?mode=ro", uri=True, timeout=2, check_same_thread=False
-        )
+        con = sqlite3.connect(uri, uri=True, timeout=2, check_same_thread=False)
         con.row_factory = sqlite3.Row
         return con
     except sqlite3.Error:
         return None
 
 
-def _query(path: Path, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+def _query(
+    path: Path, sql: str, args: tuple[Any, ...] = (), *, settled: bool = False
+) -> list[dict[str, Any]]:
     """Rows of ``sql`` on the read-only database ``path``; ``[]`` when it (or the table)
     is missing or unreadable — a run that has not created it yet."""
-    con = connect_ro(path)
+    return _queries(path, [sql], settled=settled)[0]
+
+
+def _queries(path: Path, sqls: list[str], *, settled: bool = False) -> list[list[dict[str, Any]]]:
+    """The rows of each of ``sqls`` on one read-only connection, in one read transaction
+    (a consistent snapshot); a failing query gives ``[]``."""
+    out: list[list[dict[str, Any]]] = [[] for _ in sqls]
+    con = connect_ro(path, settled=settled)
     if con is None:
-        return []
+        return out
     with closing(con):
         try:
-            return [dict(r) for r in con.execute(sql, args)]
+            con.execute("BEGIN")
         except sqlite3.Error:
-            return []
+            return out
+        for i, sql in enumerate(sqls):
+            try:
+                out[i] = [dict(r) for r in con.execute(sql)]
+            except sqlite3.Error:
+                out[i] = []
+    return out
 
 
 class _Memo:
@@ -262,7 +282,8 @@ def response_text(response: Any) -> str:
 
 def new_items(request: Any) -> list[dict[str, str]]:
     """The conversation items a transcript line's request adds (role and text each): the
-    user's prompt, tool results, the assistant turn before them."""
+    user's prompt and tool results; the assistant's own earlier turns, which a client sends
+    back as context, are left out (they are the previous exchange's response)."""
     if not isinstance(request, dict):
         return []
     items = None
@@ -278,6 +299,10 @@ def new_items(request: Any) -> list[dict[str, str]]:
         if not isinstance(item, dict):
             continue
         role = str(item.get("role") or item.get("type") or "item")
+        if role in ("assistant", "model"):
+            # The assistant's earlier answer, sent back as context: shown as that
+            # exchange's response already (the raw line keeps it).
+            continue
         text = _strings(item.get("content", item.get("parts", item.get("output", ""))))
         if not text and item.get("tool_calls"):
             text = ", ".join(str((c.get("function") or {}).get("name")) for c in item["tool_calls"])
@@ -385,18 +410,26 @@ class RunView:
     def ledger(self) -> dict[str, Any]:
         db = self.root / "ledger.db"
         wal = db.with_name("ledger.db-wal")
-        return self._memo.get("ledger", _stamp(db, wal), lambda: self._read_ledger(db))
+        stamp = (_stamp(db, wal), self.settled())
+        return self._memo.get("ledger", stamp, lambda: self._read_ledger(db))
+
+    def settled(self) -> bool:
+        """Whether the run ended (its databases have no writer any more)."""
+        return self.info().get("status") in FINAL_STATUSES
 
     def _read_ledger(self, db: Path) -> dict[str, Any]:
-        subs = _query(
+        subs, rejections, meta_rows = _queries(
             db,
-            "SELECT id, submitted_at, finished_at, path, status, score, n_items, eval_seconds,"
-            " error, snapshot, is_copy, duplicate_of, failure_kind FROM submissions ORDER BY id",
+            [
+                "SELECT id, submitted_at, finished_at, path, status, score, n_items,"
+                " eval_seconds, error, snapshot, is_copy, duplicate_of, failure_kind"
+                " FROM submissions ORDER BY id",
+                "SELECT id, at, path, http_status, reason FROM rejections ORDER BY id",
+                "SELECT key, value FROM meta",
+            ],
+            settled=self.settled(),
         )
-        rejections = _query(
-            db, "SELECT id, at, path, http_status, reason FROM rejections ORDER BY id"
-        )
-        meta = {r["key"]: r["value"] for r in _query(db, "SELECT key, value FROM meta")}
+        meta = {r["key"]: r["value"] for r in meta_rows}
         baseline = None
         try:
             baseline = (json.loads(meta.get("baseline") or "null") or {}).get("score")
@@ -475,12 +508,15 @@ class RunView:
         )
 
     def _read_env(self, db: Path) -> dict[str, Any]:
-        sessions = _query(
+        sessions, steps = _queries(
             db,
-            "SELECT id, game_id, task_type, opened_at, closed_at, steps, reward, won, done"
-            " FROM sessions ORDER BY id",
+            [
+                "SELECT id, game_id, task_type, opened_at, closed_at, steps, reward, won, done"
+                " FROM sessions ORDER BY id",
+                "SELECT COUNT(*) AS n FROM steps",
+            ],
+            settled=self.settled(),
         )
-        steps = _query(db, "SELECT COUNT(*) AS n FROM steps")
         return {"sessions": sessions, "steps": steps[0]["n"] if steps else 0}
 
     def resources(self) -> list[dict[str, Any]]:
@@ -488,6 +524,21 @@ class RunView:
         return self._resources.refresh()
 
     # -- what the pages ask
+
+    def brief(self) -> dict[str, Any]:
+        """The little a study's slot table shows: status, times, submissions and best (from
+        run.json and the ledger only)."""
+        info, led = self.info(), self.ledger()
+        status = info.get("status") or "unknown"
+        return {
+            "status": status,
+            "live": status not in FINAL_STATUSES,
+            "start": info.get("start"),
+            "deadline": info.get("deadline"),
+            "now": time.time(),
+            "submissions": len(led["submissions"]),
+            "best": led["best"],
+        }
 
     def summary(self) -> dict[str, Any]:
         """The run's live status: what the run list and the run page's header show."""
@@ -672,24 +723,32 @@ def _unescape(raw: str) -> str:
 # Studies and the directory index
 
 
-def read_study(study_dir: Path) -> dict[str, Any]:
-    """A study directory's state, read-only: its name, slots (status, attempts, run) and the
-    count per status."""
+def read_study(study_dir: Path, *, counts_only: bool = False) -> dict[str, Any]:
+    """A study directory's state, read-only: its name, the count of slots per status, their
+    ``total`` and (unless ``counts_only``) the slots (status, attempts, run)."""
     db = study_dir / "study.db"
-    meta = {r["key"]: r["value"] for r in _query(db, "SELECT key, value FROM meta")}
+    meta_rows, count_rows, slots = _queries(
+        db,
+        [
+            "SELECT key, value FROM meta WHERE key = 'name'",
+            "SELECT status, COUNT(*) AS n FROM slots GROUP BY status",
+            "SELECT 1 WHERE 0"
+            if counts_only
+            else "SELECT id, key, task, model, agent, driver, mode, repeat, status, attempts,"
+            " run_id, run_dir, run_status, error, updated_at FROM slots ORDER BY id",
+        ],
+    )
     try:
-        name = json.loads(meta.get("name") or "null")
+        name = json.loads(meta_rows[0]["value"]) if meta_rows else None
     except ValueError:
         name = None
-    slots = _query(
-        db,
-        "SELECT id, key, task, model, agent, driver, mode, repeat, status, attempts, run_id,"
-        " run_dir, run_status, error, updated_at FROM slots ORDER BY id",
-    )
-    counts: dict[str, int] = {}
-    for s in slots:
-        counts[s["status"]] = counts.get(s["status"], 0) + 1
-    return {"name": name or study_dir.name, "slots": slots, "counts": counts}
+    counts = {r["status"]: r["n"] for r in count_rows}
+    return {
+        "name": name or study_dir.name,
+        "slots": slots,
+        "counts": counts,
+        "total": sum(counts.values()),
+    }
 
 
 class Index:

@@ -41,9 +41,10 @@ function showError(el, err) {
 
 async function indexPage() {
   const runsEl = document.getElementById("runs"), studiesEl = document.getElementById("studies");
+  let offset = 0;
   async function refresh() {
     let data;
-    try { data = await getJSON("/api/runs"); } catch (e) { showError(runsEl, e); return; }
+    try { data = await getJSON(`/api/runs?offset=${offset}`); } catch (e) { showError(runsEl, e); return; }
     document.getElementById("root").textContent = data.root;
     studiesEl.innerHTML = data.studies.length ? `<table><tr><th>study</th><th>slots</th><th>status</th></tr>${data.studies.map((s) =>
       `<tr class="study-row"><td><a href="/study/${encodeURIComponent(s.id)}">${esc(s.name)}</a></td><td>${s.slots}</td>` +
@@ -57,9 +58,21 @@ async function indexPage() {
         `<td class="best">${fmtNum(r.best, 4)}</td><td>${fmtNum(r.baseline, 4)}</td><td>${r.llm_calls}</td>` +
         `<td>${fmtNum(r.input_tokens + r.output_tokens)}</td><td>$${fmtNum(r.cost_usd, 4)}</td><td>${fmtNum(r.env_steps)}</td></tr>`).join("") + "</table>"
       : '<span class="muted">no runs yet</span>';
+    runsEl.insertAdjacentHTML("beforeend", pager(data.offset, data.runs.length, data.total));
   }
+  runsEl.addEventListener("click", (ev) => {
+    const b = ev.target.closest("button[data-offset]");
+    if (b) { offset = Number(b.dataset.offset); refresh(); }
+  });
   await refresh();
   setInterval(refresh, POLL_MS * 2);
+}
+
+function pager(offset, shown, total) {
+  if (total <= shown && offset === 0) return "";
+  const prev = offset > 0 ? `<button data-offset="${Math.max(0, offset - 200)}">newer</button>` : "";
+  const next = offset + shown < total ? `<button data-offset="${offset + shown}">older</button>` : "";
+  return `<div class="controls pager">${prev}<span class="muted">${offset + 1}–${offset + shown} of ${total}</span>${next}</div>`;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -68,9 +81,14 @@ async function indexPage() {
 async function studyPage() {
   const name = decodeURIComponent(location.pathname.split("/").pop());
   const slotsEl = document.getElementById("slots");
+  let offset = 0;
+  slotsEl.addEventListener("click", (ev) => {
+    const b = ev.target.closest("button[data-offset]");
+    if (b) { offset = Number(b.dataset.offset); refresh(); }
+  });
   async function refresh() {
     let data;
-    try { data = await getJSON(`/api/study/${encodeURIComponent(name)}`); } catch (e) { showError(slotsEl, e); return; }
+    try { data = await getJSON(`/api/study/${encodeURIComponent(name)}?offset=${offset}`); } catch (e) { showError(slotsEl, e); return; }
     document.getElementById("title").textContent = `study: ${data.name}`;
     document.title = `agent2rl study: ${data.name}`;
     document.getElementById("counts").innerHTML = ["pending", "running", "finished", "failed"].map((k) =>
@@ -80,7 +98,8 @@ async function studyPage() {
         `<td><span class="badge ${esc(s.status)}">${esc(s.status)}</span></td>` +
         `<td>${s.progress === null ? "–" : `<span class="progress"><div style="width:${Math.round(s.progress * 100)}%"></div></span>`}</td>` +
         `<td>${s.attempts}</td><td>${s.run_id ? `<a href="/run/${encodeURIComponent(s.run_id)}">${esc(s.run_id)}</a>` : "–"}</td>` +
-        `<td>${fmtNum(s.submissions)}</td><td>${fmtNum(s.best, 4)}</td><td class="error">${esc(s.error || "")}</td></tr>`).join("") + "</table>";
+        `<td>${fmtNum(s.submissions)}</td><td>${fmtNum(s.best, 4)}</td><td class="error">${esc(s.error || "")}</td></tr>`).join("") + "</table>" +
+      pager(data.offset, data.slots.length, data.total);
   }
   await refresh();
   setInterval(refresh, POLL_MS * 2);
@@ -89,7 +108,7 @@ async function studyPage() {
 // ------------------------------------------------------------------------------------------
 // Run: stats, charts, one timeline
 
-const state = { runId: null, version: null, filter: "all", hits: null, openDiffs: new Set(), openLLM: new Set(), charts: {} };
+const state = { runId: null, version: null, filter: "all", hits: null, shown: 500, openDiffs: new Set(), openLLM: new Set(), charts: {} };
 
 function evMatchesFilter(e) {
   switch (state.filter) {
@@ -134,15 +153,23 @@ function renderEvent(e) {
   return `<div class="ev ev-${e.kind}${err}" id="${esc(e.id)}" data-kind="${e.kind}"><div class="head"><span class="t">${fmtTime(e.t)}</span>${head}</div>${body}${errLine}</div>`;
 }
 
+const WINDOW = 500;
+
+function visibleEvents() {
+  return (state.events || []).filter((e) => evMatchesFilter(e) && (state.hits === null || state.hits.has(e.id)));
+}
+
+// Only the newest `state.shown` events that pass the filters are in the page (a 12-hour run
+// has tens of thousands); "show earlier" adds more.
 function applyFilters() {
-  const events = state.events || [];
-  for (const e of events) {
-    const el = document.getElementById(e.id);
-    if (!el) continue;
-    const visible = evMatchesFilter(e) && (state.hits === null || state.hits.has(e.id));
-    el.classList.toggle("hidden", !visible);
-    el.classList.toggle("match", state.hits !== null && state.hits.has(e.id));
-  }
+  const el = document.getElementById("timeline");
+  const visible = visibleEvents();
+  const from = Math.max(0, visible.length - state.shown);
+  const more = from > 0 ? `<div class="controls"><button id="show-earlier">show ${Math.min(from, WINDOW)} earlier</button><span class="muted">${from} earlier events</span></div>` : "";
+  const note = state.dropped ? `<div class="muted">${state.dropped} earliest events not loaded</div>` : "";
+  el.innerHTML = note + more + (visible.length ? visible.slice(from).map(renderEvent).join("") : '<span class="muted">nothing to show</span>');
+  if (state.hits !== null) for (const id of state.hits) document.getElementById(id)?.classList.add("match");
+  fillOpenPanels();
 }
 
 function colorDiff(text) {
@@ -173,11 +200,8 @@ async function fillOpenPanels() {
 
 function renderTimeline(data) {
   state.events = data.events;
-  const el = document.getElementById("timeline");
-  const note = data.dropped ? `<div class="muted">${data.dropped} earlier events not shown</div>` : "";
-  el.innerHTML = note + (data.events.length ? data.events.map(renderEvent).join("") : '<span class="muted">nothing yet</span>');
+  state.dropped = data.dropped;
   applyFilters();
-  fillOpenPanels();
 }
 
 function renderStats(s) {
@@ -273,30 +297,33 @@ async function runPage() {
   });
   tl.addEventListener("click", (ev) => {
     const t = ev.target;
-    if (t.classList.contains("diff-toggle")) {
+    if (t.id === "show-earlier") {
+      state.shown += WINDOW;
+      applyFilters();
+    } else if (t.classList.contains("diff-toggle")) {
       const sha = t.dataset.sha;
       if (state.openDiffs.has(sha)) state.openDiffs.delete(sha); else state.openDiffs.add(sha);
       const e = state.events.find((x) => x.sha === sha);
       document.getElementById(e.id).outerHTML = renderEvent(e);
-      applyFilters();
       fillOpenPanels();
     } else if (t.classList.contains("code-link")) {
       // From a submission to the code that produced it: open its snapshot's diff.
       const e = state.events.find((x) => x.id === t.dataset.target);
       if (!e) return;
       state.openDiffs.add(e.sha);
-      const el = document.getElementById(e.id);
-      el.outerHTML = renderEvent(e);
-      if (state.filter !== "all" && !evMatchesFilter(e)) document.querySelector('#filters button[data-filter="all"]').click();
+      if (!evMatchesFilter(e) || state.hits !== null) {
+        state.hits = null;
+        document.querySelector('#filters button[data-filter="all"]').click();
+      }
+      const visible = visibleEvents();
+      state.shown = Math.max(state.shown, visible.length - visible.indexOf(e));
       applyFilters();
-      fillOpenPanels();
       document.getElementById(e.id).scrollIntoView({ block: "center" });
     } else if (t.classList.contains("llm-raw")) {
       const i = Number(t.dataset.index);
       if (state.openLLM.has(i)) state.openLLM.delete(i); else state.openLLM.add(i);
       const e = state.events.find((x) => x.kind === "llm" && x.index === i);
       document.getElementById(e.id).outerHTML = renderEvent(e);
-      applyFilters();
       fillOpenPanels();
     }
   });
