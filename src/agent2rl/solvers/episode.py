@@ -3,14 +3,20 @@ environment through the task-neutral :class:`~agent2rl.rollout.env.GameSource` i
 rollout service serves the agent the same interface over the public games).
 
 At each step the task's :class:`EpisodeProtocol` turns the episode so far into a prompt, the
-model replies, and the protocol reads the action out of the reply. Up to ``env_batch`` games
-are open side by side, and each step is one ``generate`` call over the unfinished ones.
+model replies, and the protocol reads the action out of the reply. Play is step-synchronous:
+up to ``max_open`` games are open side by side, every step is one ``generate`` call over all
+of them still running (the batch shrinks as episodes end), and a game that ends makes room
+for the next one, which joins at the next step. Greedy outputs do not depend on which
+episodes share a batch (left padding with an attention mask; ``tests/unit/solvers/
+test_episode_batching.py`` plays the same games one at a time, 16 and all at once), so
+``max_open`` is a speed setting, not an evaluation setting.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from agent2rl.dataset import Sample
@@ -66,21 +72,58 @@ class EpisodeProtocol(Protocol):
 
 
 @dataclass
+class EpisodeTimings:
+    """Where a :meth:`EpisodeSolver.solve` spent its time, for benchmarks and logs:
+    ``generate_s`` in the backend, ``env_s`` opening, stepping and closing environments,
+    ``generate_calls`` batched calls and ``prompts`` prompts over them (their mean is the
+    mean batch)."""
+
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    generate_calls: int = 0
+    prompts: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Live:
+    """An open episode of the sample at ``index``: what the protocol needs to prompt it."""
+
+    index: int
+    episode: Episode
+    shown: str
+    steps: list[tuple[str, str]] = field(default_factory=list)
+    reward: float = 0.0
+
+
+@dataclass
 class EpisodeSolver:
     """Play every sample's game (``sample.id`` is its ``game_id`` in ``source``) once.
 
     An output's ``trace``: ``actions``, ``won``, ``reward`` (the episode's return), ``steps``,
     ``goal`` and ``group``. An action the environment refuses outright (``ValueError`` from
     ``step``) still uses one of the episode's ``max_steps`` turns, so a model that repeats
-    it cannot stall the evaluation. Deterministic for a given model and backend.
+    it cannot stall the evaluation. Deterministic for a given model and backend, and the
+    same whatever ``max_open`` and ``batch_size`` (see the module docstring).
+
+    ``max_open``: the most episodes open at once, all stepped by one ``generate`` call per
+    step (at least 1); ``batch_size``: prompts per forward pass inside that call. With
+    ``max_open <= batch_size`` a step is one forward pass. ``timings`` is where the last
+    :meth:`solve` spent its time. An exception from an environment (one that is down:
+    :class:`~agent2rl.rollout.env.EnvironmentUnavailable`) or the backend ends the solve;
+    every open episode is closed first.
     """
 
     source: GameSource
     protocol: EpisodeProtocol
-    env_batch: int = 16
+    max_open: int = 64
     batch_size: int = 64
+    timings: EpisodeTimings = field(default_factory=EpisodeTimings, compare=False)
 
     def settings(self) -> dict[str, Any]:
+        # max_open and batch_size are left out: greedy outputs do not depend on them.
         return {"solver": "episode", "protocol": self.protocol.to_dict()}
 
     def solve(self, backend: Backend, samples: list[Sample]) -> list[Output]:
@@ -90,69 +133,80 @@ class EpisodeSolver:
             stop=tuple(self.protocol.stop),
             batch_size=self.batch_size,
         )
-        outputs: list[Output] = []
-        for start in range(0, len(samples), self.env_batch):
-            chunk = samples[start : start + self.env_batch]
-            outputs += self._play(backend, chunk, gen, chat)
-        return outputs
-
-    def _play(
-        self, backend: Backend, chunk: list[Sample], gen: GenerationSettings, chat: bool
-    ) -> list[Output]:
+        render = self.protocol.chat_message if chat else self.protocol.prompt
         max_steps = self.protocol.max_steps
-        episodes: list[Episode] = []
+        self.timings = timings = EpisodeTimings()
+        outputs: list[Output | None] = [None] * len(samples)
+        waiting = list(range(len(samples)))[::-1]  # popped from the end: samples in order
+        live: list[_Live] = []
         try:
-            for s in chunk:
-                episodes.append(self.source.open(self.source.by_id[s.id], max_steps))
-            shown = [ep.last.observation for ep in episodes]
-            steps: list[list[tuple[str, str]]] = [[] for _ in episodes]
-            rewards = [0.0] * len(episodes)
-            for _ in range(max_steps):
-                # A refused action uses a turn too, so every episode ends within max_steps.
-                active = [
-                    i for i, ep in enumerate(episodes) if not ep.done and len(steps[i]) < max_steps
-                ]
-                if not active:
-                    break
-                states = {
-                    i: EpisodeState(
-                        episodes[i].goal,
-                        steps[i],
-                        shown[i],
-                        episodes[i].last.admissible_actions,
-                        episodes[i].game.group,
+            while waiting or live:
+                clock = time.perf_counter()
+                while waiting and len(live) < max(1, self.max_open):
+                    i = waiting.pop()
+                    ep = self.source.open(self.source.by_id[samples[i].id], max_steps)
+                    e = _Live(i, ep, ep.last.observation)
+                    if ep.done or max_steps < 1:  # over before its first step
+                        outputs[i] = _output(e)
+                        ep.close()
+                    else:
+                        live.append(e)
+                timings.env_s += time.perf_counter() - clock
+                if not live:
+                    continue
+                states = [
+                    EpisodeState(
+                        e.episode.goal,
+                        e.steps,
+                        e.shown,
+                        e.episode.last.admissible_actions,
+                        e.episode.game.group,
                     )
-                    for i in active
-                }
-                render = self.protocol.chat_message if chat else self.protocol.prompt
-                texts = [render(states[i]) for i in active]
+                    for e in live
+                ]
+                texts = [render(st) for st in states]
                 if chat:
                     texts = [backend.chat_prompt([{"role": "user", "content": t}]) for t in texts]
+                clock = time.perf_counter()
                 replies = backend.generate(texts, gen)
-                for i, reply in zip(active, replies, strict=True):
-                    action = self.protocol.parse(reply, states[i])
-                    steps[i].append((shown[i], action))
+                timings.generate_s += time.perf_counter() - clock
+                timings.generate_calls += 1
+                timings.prompts += len(texts)
+                clock = time.perf_counter()
+                for e, st, reply in zip(live, states, replies, strict=True):
+                    action = self.protocol.parse(reply, st)
+                    e.steps.append((e.shown, action))
                     try:
-                        result = episodes[i].step(action)
+                        result = e.episode.step(action)
                     except ValueError as err:
-                        shown[i] = f"Refused: {err}"
+                        e.shown = f"Refused: {err}"
                         continue
-                    shown[i] = result.observation
-                    rewards[i] += result.reward
-            return [
-                Output(
-                    " | ".join(a for _, a in steps[i]),
-                    {
-                        "actions": [a for _, a in steps[i]],
-                        "won": bool(ep.last.won),
-                        "reward": rewards[i],
-                        "steps": len(steps[i]),
-                        "goal": ep.goal,
-                        "group": ep.game.group,
-                    },
-                )
-                for i, ep in enumerate(episodes)
-            ]
+                    e.shown = result.observation
+                    e.reward += result.reward
+                # A refused action uses a turn too, so every episode ends within max_steps.
+                for e in [e for e in live if e.episode.done or len(e.steps) >= max_steps]:
+                    live.remove(e)
+                    outputs[e.index] = _output(e)
+                    e.episode.close()
+                timings.env_s += time.perf_counter() - clock
         finally:
-            for ep in episodes:
-                ep.close()
+            for e in live:
+                e.episode.close()
+        assert all(o is not None for o in outputs), "every sample's episode was played"
+        return outputs  # type: ignore[return-value]
+
+
+def _output(e: _Live) -> Output:
+    ep = e.episode
+    actions = [a for _, a in e.steps]
+    return Output(
+        " | ".join(actions),
+        {
+            "actions": actions,
+            "won": bool(ep.last.won),
+            "reward": e.reward,
+            "steps": len(e.steps),
+            "goal": ep.goal,
+            "group": ep.game.group,
+        },
+    )

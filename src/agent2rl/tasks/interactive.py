@@ -25,9 +25,11 @@ class InteractiveTask(Task):
     """A level-3 task: an episode protocol, the episode solver over the task's environment,
     and the protocol and rollout client in the workspace.
 
-    A subclass sets :attr:`protocol_module` and declares :meth:`episode_format` (from its
-    options ``env_batch`` and ``batch_size`` the solver is sized), besides the dataset,
-    scorer and description every task declares.
+    A subclass sets :attr:`protocol_module` and declares :meth:`episode_format`, besides the
+    dataset, scorer and description every task declares. Its options ``env_batch`` (the most
+    games played side by side, each step one batched ``generate`` call over those still
+    running) and ``batch_size`` (prompts per forward pass) size the solver; they change its
+    speed and memory, not its outputs.
     """
 
     level = 3
@@ -47,7 +49,7 @@ class InteractiveTask(Task):
         return EpisodeSolver(
             self.environment(prepared, split),
             self.episode_format(),
-            env_batch=self.opts["env_batch"],
+            max_open=self.opts["env_batch"],
             batch_size=self.opts["batch_size"],
         )
 

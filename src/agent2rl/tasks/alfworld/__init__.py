@@ -175,7 +175,9 @@ class AlfworldLite(AlfworldBase):
         "show_admissible": False,
         "max_prompt_chars": 470,
         "max_new_tokens": 40,
-        "env_batch": 16,
+        # games played side by side, one batched generate call per step over those still
+        # running (speed only: outputs are the same for any value)
+        "env_batch": 64,
         "batch_size": 64,
     }
 
@@ -238,7 +240,9 @@ class Alfworld(AlfworldBase):
         "max_prompt_chars": 6000,
         # 0: the protocol's own (react 100, transcript 64)
         "max_new_tokens": 0,
-        "env_batch": 16,
+        # games played side by side, one batched generate call per step over those still
+        # running (speed only: outputs are the same for any value)
+        "env_batch": 64,
         "batch_size": 64,
     }
 

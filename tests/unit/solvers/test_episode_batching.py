@@ -1,0 +1,112 @@
+"""The step-synchronous episode solver: its per-item results do not depend on how many games
+share a batch (one at a time, a window refilled as games end, every game at once), and a
+completion stops at the protocol's stop string while generating rather than at
+``max_new_tokens``.
+
+The model is the tiny architecture with larger random weights (``initializer_range`` 0.3):
+the built-in tiny model answers every prompt alike, which would make the comparisons
+vacuous; this one writes varied text whose greedy tokens follow small numeric differences,
+so a batch that changed the numerics would show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.cli import LITE_OPTS
+
+from agent2rl.inference import load_backend
+from agent2rl.inference.backend import GenerationSettings
+from agent2rl.models.tiny import save_model
+from agent2rl.models.tokenizer import build_tokenizer
+from agent2rl.settings import load_settings
+from agent2rl.solvers import EpisodeSolver
+from agent2rl.tasks import get_task, prepare_task
+
+#: short episodes keep the one-game-at-a-time play (one generate call per step) to seconds
+MAX_STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def varied_backend(tmp_path_factory: pytest.TempPathFactory):
+    model = save_model(
+        tmp_path_factory.mktemp("varied") / "model", build_tokenizer(), seed=3,
+        initializer_range=0.3,
+    )  # fmt: skip
+    backend = load_backend(model, "transformers")
+    yield backend
+    backend.close()
+
+
+def _traces(outputs) -> list[tuple]:
+    return [
+        (o.text, tuple(o.trace["actions"]), o.trace["won"], o.trace["reward"], o.trace["steps"])
+        for o in outputs
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "opts"),
+    [
+        ("alfworld-lite", {**LITE_OPTS, "max_steps": str(MAX_STEPS)}),
+        ("webshop-lite", {"max_steps": str(MAX_STEPS)}),
+    ],
+)
+def test_results_do_not_depend_on_the_batch(varied_backend, name, opts) -> None:
+    task = get_task(name, opts)
+    prepared = prepare_task(task, load_settings().task_store)
+    samples = task.samples(prepared, "private", 6)
+    solver = task.solver(prepared, "private")
+    results = {}
+    for max_open, batch_size in [(1, 1), (4, 2), (64, 64)]:
+        s = EpisodeSolver(solver.source, solver.protocol, max_open=max_open, batch_size=batch_size)
+        outputs = s.solve(varied_backend, samples)
+        results[max_open] = _traces(outputs)
+        # one generate call per step of the window: its batch is never over max_open
+        assert s.timings.prompts == sum(o.trace["steps"] for o in outputs)
+        assert s.timings.prompts <= s.timings.generate_calls * max_open
+    assert len(results[1]) == len(samples)
+    assert results[1] == results[4] == results[64]
+    # the replies vary (else the comparison says nothing)
+    assert len({t[1] for t in results[64]}) > 1
+    assert all(t[4] == MAX_STEPS for t in results[64])
+
+
+def test_a_completion_stops_at_its_stop_string_while_generating(varied_backend) -> None:
+    """A stop string ends a sequence's generation (not only its returned text): a batch
+    whose every completion meets the stop string runs far fewer forward passes than
+    ``max_new_tokens``."""
+    calls = []
+    hook = varied_backend.model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        prompts = ["go to desk 1\n> ", "take the mug from the shelf\n> "]
+        free = varied_backend.generate(prompts, GenerationSettings(max_new_tokens=60))
+        # stop at the first character each free completion has after its first token
+        stops = tuple(sorted({t[1] for t in free}))
+        calls.clear()
+        cut = varied_backend.generate(prompts, GenerationSettings(max_new_tokens=60, stop=stops))
+    finally:
+        hook.remove()
+    assert all(len(c) < len(f) for c, f in zip(cut, free, strict=True))
+    assert len(calls) < 60 // 2, f"{len(calls)} forward passes for a 60-token limit"
+
+
+def test_an_episode_over_at_its_opening_takes_no_step(varied_backend, tmp_path: Path) -> None:
+    """Zero steps per episode: every game is opened, closed and reported without a
+    generate call."""
+    task = get_task("webshop-lite", {})
+    prepared = prepare_task(task, load_settings().task_store)
+    samples = task.samples(prepared, "private", 3)
+    base = task.solver(prepared, "private")
+
+    class NoSteps:
+        max_steps = 0
+
+        def __getattr__(self, name):
+            return getattr(base.protocol, name)
+
+    solver = EpisodeSolver(base.source, NoSteps())  # type: ignore[arg-type]
+    outputs = solver.solve(varied_backend, samples)
+    assert [o.trace["steps"] for o in outputs] == [0, 0, 0]
+    assert solver.timings.generate_calls == 0
