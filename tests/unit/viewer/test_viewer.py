@@ -6,6 +6,7 @@ its access rules (loopback Host, token), its 4xx answers, and the ATIF export.""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -132,7 +133,7 @@ def _serve(root: Path, home: Path, *extra: str) -> Iterator[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**__import__("os").environ, "AGENT2RL_HOME": str(home)},
+        env={**os.environ, "AGENT2RL_HOME": str(home)},
     )
     try:
         assert proc.stdout is not None
@@ -301,3 +302,27 @@ def test_jsonl_tail_reads_only_complete_lines(tmp_path: Path) -> None:
     with open(path, "a") as f:
         f.write("2}\n")
     assert tail.refresh() == [1, 2] and tail.line(1) == {"a": 2}
+
+
+def test_run_page_url_names_a_live_viewer_of_the_run(
+    runs: Path, base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While `agent2rl view` serves a directory, a run under it has a page URL (what
+    `agent2rl run` can print); a stale announce file (its process gone) gives none."""
+    from agent2rl.files import write_json_atomic
+    from agent2rl.viewer.serve import ANNOUNCE, run_page_url
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("AGENT2RL_HOME", str(home))
+    assert run_page_url(runs / RUN_ID) is None
+    write_json_atomic(
+        home / ANNOUNCE, {"url": base, "root": str(runs.resolve()), "pid": os.getpid()}
+    )
+    url = run_page_url(runs / RUN_ID)
+    assert url == f"{base}/run/{RUN_ID}" and httpx.get(url).status_code == 200
+    assert run_page_url(tmp_path / "elsewhere" / RUN_ID) is None
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    write_json_atomic(home / ANNOUNCE, {"url": base, "root": str(runs.resolve()), "pid": dead.pid})
+    assert run_page_url(runs / RUN_ID) is None
