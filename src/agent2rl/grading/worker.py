@@ -143,6 +143,10 @@ def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: 
         task = get_task(spec.task, spec.task_options)
         task.record_dir = out  # a scorer's private records (a judge's usage) land here
         prepared = prepare_task(task, store)
+        # Imported before the device is held (seconds on a loaded host): the device lock
+        # and the evaluation's timeout are for loading the model and evaluating, not this.
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
         locks.mkdir(parents=True, exist_ok=True)
         names = device_locks(spec.backend)
         with contextlib.ExitStack() as held:

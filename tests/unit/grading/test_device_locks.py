@@ -61,15 +61,16 @@ def _hold_lock(path, seconds: float, held: threading.Event) -> threading.Thread:
     return t
 
 
+@pytest.mark.timing
 def test_waiting_for_the_device_does_not_count_toward_the_timeout(tmp_path, arith, tiny) -> None:
     """Another run holds the device for longer than the evaluation timeout; the evaluation
     then runs within it. Before the fix the wait counted and this was a 'timed out' harness
-    failure."""
+    failure. Timing: loading the tiny model and 4 items must take under 20 s."""
     settings = load_settings()
     spec = EvalSpec(arith[0].name, arith[0].opts, HF, limit=4)
     lock = settings.locks / f"eval-{device_lock_names(HF, None, False)[0]}.lock"
-    holder = _hold_lock(lock, 13.0, threading.Event())
-    outcome = run_evaluation(spec, tiny.path, tmp_path / "out", settings, timeout_s=12.0)
+    holder = _hold_lock(lock, 21.0, threading.Event())
+    outcome = run_evaluation(spec, tiny.path, tmp_path / "out", settings, timeout_s=20.0)
     holder.join()
     assert outcome.error is None, outcome
     started = json.loads((tmp_path / "out" / STARTED_FILE).read_text())
