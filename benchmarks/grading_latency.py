@@ -64,6 +64,7 @@ def load_chunked_solver(rev: str, work: Path) -> Any:
     spec = importlib.util.spec_from_file_location("episode_chunked", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.EpisodeSolver
 

@@ -297,7 +297,7 @@ class DeepsearchLite(DeepsearchBase):
         "max_observation_chars": 200,
         "max_new_tokens": 48,
         "top_k": 3,
-        "env_batch": 16,
+        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
         "batch_size": 64,
         "judge": "exact",
         "metric": "f1",
@@ -373,7 +373,7 @@ class DeepSearchQA(DeepsearchBase):
         "max_observation_chars": 0,
         "max_new_tokens": 256,
         "top_k": 3,
-        "env_batch": 16,
+        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
         "batch_size": 64,
         "search": "auto",
         "metric": "accuracy",

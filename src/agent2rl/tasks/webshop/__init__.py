@@ -212,7 +212,7 @@ class WebshopLite(WebshopBase):
         "max_observation_chars": 220,
         "separator": " | ",
         "max_new_tokens": 48,
-        "env_batch": 16,
+        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
         "batch_size": 64,
         "score": "reward",
     }
@@ -293,7 +293,7 @@ class Webshop(WebshopBase):
         "max_observation_chars": 0,
         "separator": " [SEP] ",
         "max_new_tokens": 100,
-        "env_batch": 16,
+        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
         "batch_size": 64,
         "score": "half",
     }
