@@ -3,7 +3,9 @@
 Data: ``openai/gsm8k`` (config ``main``). The 1,319 test items are the private split. Of the
 7,473 train items the last :data:`VALIDATION_SIZE` (200) are held back as the harness's
 validation split (never graded, never shown: every task has one, so that no default is tuned
-on graded items) and the first 7,273 are the public split. With network the task downloads
+on graded items) and the first 7,273 are the public split. The reference shows its agent all
+7,473; ``--task-opt public=reference`` does too (the validation split then overlaps the
+agent's data: :mod:`agent2rl.tasks.public_view`). With network the task downloads
 them through ``datasets`` on first use; on an air-gapped machine ``agent2rl data import gsm8k
 PATH`` converts the official files (the hub's parquet files, or the ``train.jsonl`` and
 ``test.jsonl`` of OpenAI's grade-school-math repository) into the task store.
@@ -38,6 +40,8 @@ from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks import opencompass
 from agent2rl.tasks.base import Task
+from agent2rl.tasks.interactive import count_lines
+from agent2rl.tasks.public_view import check_view, reference_view
 from agent2rl.tasks.registry import task
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
@@ -238,6 +242,9 @@ class Gsm8k(Task):
         "max_new_tokens": opencompass.GSM8K_MAX_OUT_LEN,
         "num_fewshot": 5,
         "batch_size": 64,
+        # heldout: the last 200 train items are the validation split, not shown; reference:
+        # all 7,473 shown as the reference does (agent2rl.tasks.public_view)
+        "public": "heldout",
     }
     splits = GSM8K_SPLITS
     #: the graded test split (also under its legacy id and OpenAI's repository's name)
@@ -250,6 +257,7 @@ class Gsm8k(Task):
                 f"task gsm8k: unknown protocol {self.opts['protocol']!r}; choose one of "
                 f"{', '.join(PROTOCOLS)} (--task-opt protocol=opencompass)"
             )
+        check_view(self.opts["public"], "gsm8k")
 
     @property
     def paper_protocol(self) -> bool:
@@ -267,6 +275,8 @@ class Gsm8k(Task):
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
         if not all((prepared.split(s) / f).exists() for s, f in GSM8K_SPLITS.files.items()):
             write_splits(root, download(), f"{HUB_ID} ({HUB_CONFIG}) via datasets")
+        if self.opts["public"] == "reference":
+            return reference_view(prepared, "train.jsonl", "validation.jsonl")
         return prepared
 
     def import_data(self, source: Path, root: Path) -> str:
@@ -305,13 +315,14 @@ class Gsm8k(Task):
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
         sample = json.loads((prepared.public / "train.jsonl").open().readline())
         fmt = self.prompt_format(prepared)
+        n_train = count_lines(prepared.public / "train.jsonl")
         return f"""# Task: gsm8k (level 1, rule-based reward)
 
 Improve the base model's accuracy on GSM8K, grade-school math word problems that need a few
 steps of reasoning.
 
 ## Data
-- `data/train.jsonl`: {manifest["train"]} training problems, one JSON object per line with `id`,
+- `data/train.jsonl`: {n_train} training problems, one JSON object per line with `id`,
   `question` and `answer`. The answer is a worked solution (with `<<a*b=c>>` calculator notes)
   whose last line is the final answer after `####`.
 - The held-out test set ({manifest["test"]} problems) is never shown to you; the grading

@@ -5,6 +5,8 @@ offline from its bundled ``HumanEval.jsonl.gz``). Problems 82-163 are private an
 the reference setting. Of the reference's public problems 0-81, 74-81 are held back as the
 harness's validation split (never graded, never shown: every task has one, so that no default
 is tuned on graded items); 0-73 are public, unit tests and canonical solutions included.
+``--task-opt public=reference`` shows all of 0-81, as the reference does (the validation
+split then overlaps the agent's data: :mod:`agent2rl.tasks.public_view`).
 
 Grading is pass@1 with greedy decoding by the :class:`~agent2rl.scoring.UnitTests` scorer:
 each completion is run against the problem's tests in the program sandbox without network,
@@ -37,6 +39,7 @@ from agent2rl.scoring import OpenCompassHumanEval, UnitTests
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks import opencompass
 from agent2rl.tasks.base import Task
+from agent2rl.tasks.public_view import check_view, reference_view
 from agent2rl.tasks.registry import private_paths, task
 
 N_PROBLEMS = 164
@@ -122,6 +125,9 @@ class HumanEval(Task):
         "protocol": "opencompass",
         "max_new_tokens": 0,
         "timeout_s": opencompass.HUMANEVAL_TIMEOUT_S,
+        # heldout: problems 74-81 are the validation split, not shown; reference: 0-81 all
+        # shown as the reference does (agent2rl.tasks.public_view)
+        "public": "heldout",
     }
     splits = JsonlSplits(
         {"public": "train.jsonl", "private": "test.jsonl", "validation": "validation.jsonl"},
@@ -135,6 +141,7 @@ class HumanEval(Task):
                 f"task humaneval: unknown protocol {self.opts['protocol']!r}; choose one of "
                 f"{', '.join(PROTOCOLS)} (--task-opt protocol=opencompass)"
             )
+        check_view(self.opts["public"], "humaneval")
 
     @property
     def paper_protocol(self) -> bool:
@@ -148,6 +155,8 @@ class HumanEval(Task):
             by_split = {"public": public, "private": private, "validation": validation}
             for (split, _), path in zip(self.splits.files.items(), paths, strict=True):
                 write_jsonl(path, by_split[split])
+        if self.opts["public"] == "reference":
+            return reference_view(prepared, "train.jsonl", "validation.jsonl")
         return prepared
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
@@ -190,20 +199,26 @@ class HumanEval(Task):
         fmt = self.prompt_format(prepared)
         sample = json.loads((prepared.public / "train.jsonl").open().readline())
         lim = self.limits()
+        shown = PRIVATE_START if self.opts["public"] == "reference" else PUBLIC_SIZE
+        held = (
+            ""
+            if shown == PRIVATE_START
+            else f" (HumanEval/{PUBLIC_SIZE} to HumanEval/{PRIVATE_START - 1} are held\n  back "
+            "from both: the harness's own validation problems.)"
+        )
         return f"""# Task: humaneval (level 1, rule-based reward)
 
 Improve the base model's pass@1 on HumanEval: given a Python function's signature and
 docstring, write a body that passes the function's hidden unit tests.
 
 ## Data
-- `data/train.jsonl`: problems HumanEval/0 to HumanEval/{PUBLIC_SIZE - 1} ({PUBLIC_SIZE}
+- `data/train.jsonl`: problems HumanEval/0 to HumanEval/{shown - 1} ({shown}
   problems), one JSON object per line with `task_id`, `prompt` (imports, signature and
   docstring), `entry_point` (the function's name), `canonical_solution` (a reference body)
   and `test` (a `check(candidate)` function of unit tests). All of it is yours to use.
 - The held-out problems HumanEval/{PRIVATE_START} to HumanEval/{N_PROBLEMS - 1}
   ({N_PROBLEMS - PRIVATE_START} problems) are never shown to you; the grading service scores
-  your submissions on them. (HumanEval/{PUBLIC_SIZE} to HumanEval/{PRIVATE_START - 1} are held
-  back from both: the harness's own validation problems.)
+  your submissions on them.{held}
 
 Example (`prompt` and `test` abbreviated):
 ```json
