@@ -218,6 +218,7 @@ def browser_loads(base: str, run_id: str, study: str) -> dict[str, float] | None
         try:
             page = browser.new_page()
             for name, url, ready in [
+                ("browser: run list (warm-up)", f"{base}/", "tr.run-row"),
                 ("browser: run page (10k calls)", f"{base}/run/{run_id}", "#timeline .ev"),
                 ("browser: study page (1k runs)", f"{base}/study/{study}", "tr.slot-row"),
                 ("browser: run list", f"{base}/", "tr.run-row"),
@@ -236,14 +237,20 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=1_000)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--data", type=Path, default=None, help="build into this directory and keep it (reused)"
+    )
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="viewer-scale-"))
-    t0 = time.time()
-    run_id = build_big_run(work / "runs", args.calls)
-    print(f"built the {HOURS} h run ({args.calls} calls) in {time.time() - t0:.1f} s", flush=True)
-    t0 = time.time()
-    study = build_study(work, args.runs)
-    print(f"built the study ({args.runs} runs) in {time.time() - t0:.1f} s", flush=True)
+    keep = args.data is not None
+    work = args.data or Path(tempfile.mkdtemp(prefix="viewer-scale-"))
+    run_id, study = "20261125-000000-arith-lite-big-0001", "study-1k"
+    if not (work / "runs" / run_id / "run.json").exists():
+        t0 = time.time()
+        build_big_run(work / "runs", args.calls)
+        print(f"built the {HOURS} h run ({args.calls} calls) in {time.time() - t0:.1f} s")
+        t0 = time.time()
+        build_study(work, args.runs)
+        print(f"built the study ({args.runs} runs) in {time.time() - t0:.1f} s", flush=True)
     transcript = work / "runs" / run_id / "record" / "transcript.jsonl"
     size_mb = transcript.stat().st_size / 2**20
     env = {**os.environ, "AGENT2RL_HOME": str(work / "home")}
@@ -309,8 +316,9 @@ def main() -> int:
     out = args.out or work / "viewer_scale.json"
     out.write_text(json.dumps(data, indent=2))
     print(f"\nfigures: {out}")
-    shutil.rmtree(work / "runs", ignore_errors=True)
-    shutil.rmtree(work / "study-1k", ignore_errors=True)
+    if not keep:
+        shutil.rmtree(work / "runs", ignore_errors=True)
+        shutil.rmtree(work / "study-1k", ignore_errors=True)
     return 0
 
 

@@ -35,7 +35,7 @@ FINAL_STATUSES = frozenset(
 #: how long a directory scan is reused (a new run shows within this many seconds)
 SCAN_TTL_S = 2.0
 #: the most characters of one text shown in a timeline row (the whole is one click away)
-PREVIEW_CHARS = 600
+PREVIEW_CHARS = 240
 #: the largest diff served (bytes); a larger one is cut with a note
 MAX_DIFF_BYTES = 2 << 20
 _SHA = re.compile(r"[0-9a-f]{7,64}")
@@ -693,13 +693,19 @@ class RunView:
         self._transcript.refresh()
         path = self._transcript.path
         if path.exists():
-            offsets = list(self._transcript.offsets)
+            # The lines as written: JSON with non-ASCII and control characters escaped, so
+            # the query is looked for both as typed and as JSON writes it.
+            needles = {q, json.dumps(query)[1:-1].casefold()}
+            index_of = {off: i for i, off in enumerate(self._transcript.offsets)}
+            offset = 0
             with open(path, "rb") as f:
-                for i, off in enumerate(offsets):
-                    f.seek(off)
-                    # json.loads would decode escapes: search both the raw and decoded text.
-                    raw = f.readline().decode("utf-8", "replace")
-                    if q in raw.casefold() or q in _unescape(raw).casefold():
+                for raw in f:
+                    i = index_of.get(offset)
+                    offset += len(raw)
+                    if i is None:
+                        continue
+                    text = raw.decode("utf-8", "replace").casefold()
+                    if any(n in text for n in needles):
                         hits.append(f"llm-{i}")
                         if len(hits) >= limit:
                             return hits
@@ -710,13 +716,6 @@ class RunView:
             if q in text:
                 hits.append(e["id"])
         return hits[:limit]
-
-
-def _unescape(raw: str) -> str:
-    try:
-        return json.dumps(json.loads(raw), ensure_ascii=False)
-    except ValueError:
-        return raw
 
 
 # --------------------------------------------------------------------------------------------
