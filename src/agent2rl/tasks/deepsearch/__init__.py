@@ -11,27 +11,31 @@ that take several searches, DeepSearchQA's way.
                       the expert's walkthroughs
     generate_lite.py  deepsearch-lite's world: fictional entities, linked facts, questions
     store.py          a task's data in the store; DeepSearchQA's import and split
-    judge.py          DeepSearchQA's rubric on an OpenAI-compatible judge (the L2 plumbing)
-    outcome.py        the scorer: F1, precision, recall, the four outcome categories
+    judge.py          the binary judge and DeepSearchQA's rubric on an OpenAI-compatible
+                      judge (the L2 plumbing)
+    outcome.py        the scorer: accuracy or F1; precision, recall, the outcome categories
 
 The model answers each private question through the task-neutral episode solver, a ReAct
-loop: at every step the protocol builds the prompt (the question, recent observations and
-actions, the current observation), the model replies greedily with ``search[query]`` or
-``answer[text]``, until it answers or ``max_steps`` actions are used (6, the reference's
-cap). The answer is graded by an LLM judge with DeepSearchQA's rubric when one is
-configured, else by normalised exact match (F1 over items for set answers); the scorer's
-settings say which, so the two never compare.
+loop: at every step the protocol builds the prompt, the model replies greedily with a
+search or an answer, until it answers or ``max_steps`` actions are used (6, the reference's
+cap). The scorer's settings say how answers were graded, so different gradings never
+compare.
 
-- ``deepsearchqa``: Google's DeepSearchQA (``google/deepsearchqa``, split ``eval``, 900
-  questions) through ``datasets``, or ``agent2rl data import deepsearchqa DIR``; split as the
-  paper's reference: a shuffle with seed :data:`~.store.DSQA_SPLIT_SEED` (42), 200 graded,
-  100 public (with answers), 100 validation. Search: SerpAPI when ``SERPAPI_KEY`` is set on
-  the host (``--task-opt search=auto``, the default), else a local BM25 corpus imported with
-  the data (``corpus.jsonl``), else Wikipedia's search API (keyless, needs the network);
-  ``search=serpapi`` / ``search=bm25`` / ``search=wikipedia`` force one. Judge:
-  ``--task-opt judge=auto`` (the default) uses the LLM judge when a judge key
-  (``AGENT2RL_JUDGE_API_KEY`` or ``OPENAI_API_KEY``) is set, ``judge=llm`` always,
-  ``judge=exact`` never.
+- ``deepsearchqa`` (version 2: the paper's reference's defaults): Google's DeepSearchQA
+  (``google/deepsearchqa``, split ``eval``, 900 questions) through ``datasets``, or
+  ``agent2rl data import deepsearchqa DIR``; split as the reference splits it
+  (:mod:`~.store`: ``Dataset.shuffle(seed=42)``, 100 public with answers, 200 graded; 100
+  validation questions outside those 300). Loop (``protocol=react``): the reference's
+  Thought/Action prompt on raw text, 256 new tokens, the top 3 results
+  (:mod:`~.protocol`); ``protocol=transcript`` is version 1's. Search: SerpAPI when
+  ``SERPAPI_KEY`` is set on the host (``--task-opt search=auto``, the default), else
+  Wikipedia's search API (keyless, needs the network), as the reference falls back to a
+  keyless web search; ``search=serpapi`` / ``search=bm25`` (a local corpus imported with the
+  data) / ``search=wikipedia`` force one. Metric (``metric``): ``accuracy`` (the
+  reference's: a binary LLM judge, else its string match) or ``f1`` (version 1's:
+  DeepSearchQA's rubric judge, else normalised exact match). Judge: ``--task-opt
+  judge=auto`` (the default) uses the LLM judge when a judge key (``AGENT2RL_JUDGE_API_KEY``
+  or ``OPENAI_API_KEY``) is set, ``judge=llm`` always, ``judge=exact`` never.
 - ``deepsearch-lite``: a generated encyclopedia of fictional entities (no pretrained model
   knows a fact), BM25 search over it, two-hop questions with single and set answers, graded
   by exact match / F1; graded, validation and public questions come from disjoint regions of

@@ -21,7 +21,11 @@ it buys (the purchase reward ends the session) or ``max_steps`` actions are used
 
 - ``webshop``: the real 1,000-product catalog (``agent2rl data import webshop DIR``); graded:
   the first 100 synthetic goals of WebShop's seeded session order (what the reference code
-  grades, sessions 0-99); 50 steps as the reference.
+  grades, sessions 0-99); 50 steps as the reference. Version 2 defaults to the reference's
+  score (``score=half``: the share of sessions with reward >= 0.5), prompt
+  (``protocol=react``: its chat ReAct text) and handling of an action the page does not
+  offer (``invalid=env``: a no-op step); version 1's (``reward``, ``transcript``,
+  ``refuse``) stay options.
 - ``webshop-lite``: a generated catalog in WebShop's formats; the same engine, reward and
   code path; prompts sized for the tiny model.
 
