@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,20 @@ def create_app(root: Path, *, token: str | None = None) -> FastAPI:
     """The viewer over ``root`` (a runs directory, a study directory, or a directory of
     them). ``token``: required on every request when set."""
     index = Index(root)
+
+    def warm() -> None:
+        # Read every run once in the background, newest first, so that the first look at a
+        # long run does not wait for its whole transcript to be parsed.
+        index.scan()
+        views = [v for r in list(index.runs) if (v := index.run(r)) is not None]
+        views.sort(key=lambda v: v.info().get("created_at") or 0, reverse=True)
+        for view in views:
+            try:
+                view.summary()
+            except Exception:  # noqa: BLE001 - a run unreadable now is read on request
+                continue
+
+    threading.Thread(target=warm, name="viewer-warm-up", daemon=True).start()
     app = FastAPI(
         title="agent2rl viewer",
         docs_url=None,
