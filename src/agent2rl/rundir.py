@@ -3,7 +3,8 @@
 ::
 
     runs/<run_id>/
-      run.json              RunInfo: task, agent, model, budget, clock, status (atomic writes)
+      run.json              RunInfo: task, agent, model, budget, clock, status (atomic writes;
+                            RunIdentity: what was run; RunStatus: how it stands)
       ledger.db             SQLite (WAL): meta, submissions, rejections — written by the grader
       agent.log             the agent's stdout+stderr
       workspace/            the only part the agent sees
@@ -21,10 +22,94 @@ Nothing outside ``workspace/`` is mounted into the agent's sandbox.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from agent2rl.files import read_json, write_json_atomic
+
+#: The format of ``run.json`` (and of ``report/metrics.json``, which carries the same key):
+#: a file without ``schema_version`` was written before it existed and reads as version 1.
+#: Version 2 added only the key itself.
+RUN_SCHEMA_VERSION = 2
+
+
+class RunStatus(StrEnum):
+    """How a run stands (``run.json``'s ``status``). String-valued: a member *is* its string
+    (``RunStatus.RUNNING == "running"``, JSON writes ``"running"``), so run directories and
+    results.db rows written before the enum existed read the same."""
+
+    PREPARING = "preparing"
+    """Resolved, preparing task data, workspace and baseline; the budget clock not started."""
+    RUNNING = "running"
+    """The agent is running (the budget clock started)."""
+    COMPLETED = "completed"
+    """The agent exited 0 before the deadline."""
+    DEADLINE = "deadline"
+    """The agent was killed at the deadline."""
+    AGENT_ERROR = "agent_error"
+    """The agent exited non-zero."""
+    OOM = "oom"
+    """The agent went over its memory cap."""
+    DISK_QUOTA = "disk_quota"
+    """The agent's workspace went over its quota."""
+    INTERRUPTED = "interrupted"
+    """Stopped by a signal or the user (or its harness died: ``agent2rl report`` closes it)."""
+    HARNESS_ERROR = "harness_error"
+    """The harness itself failed."""
+
+    @property
+    def live(self) -> bool:
+        """The run's harness is (or should be) still working on it."""
+        return self in LIVE_RUN_STATUSES
+
+
+#: statuses of a run not yet ended: a run.json left in one belongs to a harness that died
+LIVE_RUN_STATUSES = frozenset({RunStatus.PREPARING, RunStatus.RUNNING})
+#: statuses of a run whose agent ran to an end the run's rules define (not the harness's
+#: failure, not an interruption)
+FINISHED_RUN_STATUSES = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.DEADLINE,
+        RunStatus.AGENT_ERROR,
+        RunStatus.OOM,
+        RunStatus.DISK_QUOTA,
+    }
+)
+
+
+class RunIdentity(BaseModel):
+    """What was run, the fields every per-run record shares: ``run.json`` (:class:`RunInfo`,
+    :meth:`RunInfo.identity`), ``metrics.json`` (:class:`~agent2rl.analysis.RunMetrics`
+    extends this model, so it has the fields once, flat in its JSON) and the results ledger
+    (:func:`~agent2rl.analysis.results.results_row` takes its columns from here).
+
+    Frozen. ``task_version`` is None only in records written before it existed; ``driver``
+    (the LLM that drives an agent) and ``mode`` (its operating mode) are None for agents
+    without an LLM.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    run_id: str
+    task: str
+    task_version: str | None = None
+    agent: str
+    driver: str | None = None
+    mode: str | None = None
+    model: str
+
+    @classmethod
+    def of(cls, record: Any) -> RunIdentity:
+        """The identity fields of any record carrying them as attributes."""
+        return cls(**{name: getattr(record, name) for name in cls.model_fields})
+
+    def identity(self) -> RunIdentity:
+        """Just the identity (of a subclass such as RunMetrics: without its other fields)."""
+        return RunIdentity.of(self)
 
 
 @dataclass(frozen=True)
@@ -132,10 +217,13 @@ class RunInfo:
     """The contents of ``run.json``: what was run and how it ended.
 
     ``start``/``deadline`` are epoch seconds of the budget clock (the baseline is measured
-    before ``start``). ``status`` is one of ``preparing``, ``running``, ``completed`` (the agent
-    exited before the deadline), ``deadline`` (killed at the deadline), ``agent_error`` (the
-    agent exited non-zero), ``oom`` (it went over its memory cap), ``disk_quota`` (its
-    workspace went over its quota), ``interrupted`` or ``harness_error``.
+    before ``start``). ``status`` is a :class:`RunStatus` (a plain string once read back):
+    ``preparing``, ``running``, ``completed`` (the agent exited before the deadline),
+    ``deadline`` (killed at the deadline), ``agent_error`` (the agent exited non-zero), ``oom``
+    (it went over its memory cap), ``disk_quota`` (its workspace went over its quota),
+    ``interrupted`` or ``harness_error``. ``schema_version``: the format of the file it was
+    read from (1: written before the key existed); :meth:`save` writes
+    :data:`RUN_SCHEMA_VERSION`.
     """
 
     run_id: str
@@ -153,7 +241,7 @@ class RunInfo:
     start: float | None = None
     deadline: float | None = None
     ended_at: float | None = None
-    status: str = "preparing"
+    status: str = RunStatus.PREPARING
     agent_exit_code: int | None = None
     eval_hash: str | None = None
     error: str | None = None
@@ -174,12 +262,22 @@ class RunInfo:
     #: the process that runs the run (pid, start_ticks, host): lets ``agent2rl report`` tell
     #: a run whose harness died from one still going (agent2rl.orchestration.recover)
     harness: dict[str, Any] | None = None
+    schema_version: int = RUN_SCHEMA_VERSION
+
+    def identity(self) -> RunIdentity:
+        """What was run (:class:`RunIdentity`), as every record of the run carries it."""
+        return RunIdentity.of(self)
 
     def save(self, paths: RunPaths) -> None:
+        """Write ``run.json`` atomically, in the current format (:data:`RUN_SCHEMA_VERSION`)."""
+        self.schema_version = RUN_SCHEMA_VERSION
         write_json_atomic(paths.run_json, self.__dict__)
 
     @classmethod
     def load(cls, paths: RunPaths) -> RunInfo:
+        """Read ``run.json``; keys this version does not know are ignored, a file without
+        ``schema_version`` reads as version 1."""
         data = read_json(paths.run_json)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known.setdefault("schema_version", 1)
         return cls(**known)

@@ -226,7 +226,7 @@ def read_metrics(path: Path) -> RunMetrics | None:
     except (OSError, ValueError):
         return None
     try:
-        return RunMetrics.model_validate(data)
+        return RunMetrics.from_json(data)
     except ValidationError:
         pass
     if not isinstance(data, dict):
@@ -240,7 +240,7 @@ def read_metrics(path: Path) -> RunMetrics | None:
         if isinstance(data.get(key), list):
             data[key] = [_known(x, model) for x in data[key]]
     try:
-        return RunMetrics.model_validate(data)
+        return RunMetrics.from_json(data)
     except ValidationError:
         return None
 

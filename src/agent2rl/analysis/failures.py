@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from agent2rl.analysis.run_metrics import RunMetrics
 from agent2rl.analysis.runset import StudyRun
+from agent2rl.rundir import RunStatus
 
 KINDS = (
     "crash",
@@ -70,19 +71,23 @@ def run_failures(m: RunMetrics) -> list[Failure]:
     """Every failure of one run (an empty list for a clean run)."""
     out: list[Failure] = []
     status = m.status
-    if status == "agent_error":
+    if status == RunStatus.AGENT_ERROR:
         out.append(Failure("crash", m.error or "the agent exited with an error", "agent.log"))
-    elif status == "harness_error":
+    elif status == RunStatus.HARNESS_ERROR:
         out.append(Failure("harness", m.error or "the harness failed", "run.json"))
-    elif status == "oom":
+    elif status == RunStatus.OOM:
         out.append(Failure("oom", m.error or "over the memory cap", "run.json"))
-    elif status == "disk_quota":
+    elif status == RunStatus.DISK_QUOTA:
         out.append(Failure("disk quota", m.error or "over the disk quota", "run.json"))
-    elif status == "interrupted":
+    elif status == RunStatus.INTERRUPTED:
         out.append(Failure("interrupted", m.error or "stopped", "run.json"))
     if m.valid_submissions == 0:
-        kind = "deadline, no valid submission" if status == "deadline" else "no valid submission"
-        if status in ("deadline", "completed"):
+        kind = (
+            "deadline, no valid submission"
+            if status == RunStatus.DEADLINE
+            else "no valid submission"
+        )
+        if status in (RunStatus.DEADLINE, RunStatus.COMPLETED):
             out.append(Failure(kind, f"{m.submissions} submission(s), none valid", "ledger.db"))
     for r in m.rejections:
         out.append(

@@ -382,15 +382,9 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
     contamination = _contamination(paths)
 
     return RunMetrics(
-        run_id=info.run_id,
-        task=info.task,
-        task_version=info.task_version,
+        **info.identity().model_dump(),
         task_options=info.task_options,
         level=info.level,
-        agent=info.agent,
-        driver=info.driver,
-        mode=info.mode,
-        model=info.model,
         status=info.status,
         error=info.error,
         budget_s=info.budget_s,

@@ -24,7 +24,11 @@ RESULTS_DB = "results.db"
 
 
 class ResultsRow(TypedDict):
-    """One row of the ``runs`` table, as :func:`list_runs` returns it (a plain dict)."""
+    """One row of the ``runs`` table, as :func:`list_runs` returns it (a plain dict).
+
+    The columns ``run_id``, ``task``, ``task_version``, ``agent``, ``driver``, ``mode`` and
+    ``model`` are the run's :class:`~agent2rl.rundir.RunIdentity` (filled from it; declared
+    here too because the table's columns and their order are derived from this class)."""
 
     run_id: str
     finished_at: float | None
@@ -132,14 +136,11 @@ def results_row(run_dir: Path, metrics: RunMetrics) -> ResultsRow:
     whose check did not run."""
     lo, hi = metrics.improvement_ci95 or (None, None)
     usage, contam = metrics.llm_usage, metrics.contamination
+    # The identity columns (run_id, task, task_version, agent, driver, mode, model) come
+    # from the one RunIdentity record; a test checks each of its fields is a column here.
     return ResultsRow(
-        run_id=metrics.run_id,
+        **metrics.identity().model_dump(),  # type: ignore[typeddict-item]
         finished_at=metrics.ended_at,
-        task=metrics.task,
-        task_version=metrics.task_version,
-        agent=metrics.agent,
-        driver=metrics.driver,
-        model=metrics.model,
         baseline=metrics.baseline,
         best=metrics.best_score,
         improvement=metrics.improvement,
@@ -151,7 +152,6 @@ def results_row(run_dir: Path, metrics: RunMetrics) -> ResultsRow:
         run_dir=str(Path(run_dir).resolve()),
         eval_hash=metrics.eval_hash,
         within_noise=None if metrics.within_noise is None else int(metrics.within_noise),
-        mode=metrics.mode,
         total_tokens=usage.total_tokens if usage else None,
         cost_usd=usage.cost_usd if usage else None,
         integrity_flags=",".join(metrics.integrity_flags),

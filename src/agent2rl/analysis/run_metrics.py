@@ -15,6 +15,7 @@ an edit here. Everything else is closed (``extra="forbid"``): a misspelt field i
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent2rl.analysis.judging import JudgeSummary
 from agent2rl.analysis.searching import SearchSummary
+from agent2rl.rundir import RUN_SCHEMA_VERSION, RunIdentity
 
 #: A 95% interval, ``(low, high)``, in score points; ``[low, high]`` in JSON.
 Interval = tuple[float, float]
@@ -191,27 +193,29 @@ class GroupScores(_Closed):
     best: dict[str, GroupScore] | None
 
 
-class RunMetrics(_Closed):
+class RunMetrics(RunIdentity):
     """All per-run metrics of a finished run (see :func:`compute_metrics` for the edge cases).
 
-    The run's identity fields come from ``run.json``; the scores from the ledger, compared
-    with the baseline by :mod:`agent2rl.grading.comparison`'s one rule.
+    The run's identity (:class:`~agent2rl.rundir.RunIdentity`: ``run_id``, ``task``,
+    ``task_version``, ``agent``, ``driver``, ``mode``, ``model``) is inherited, declared once
+    for run.json, metrics.json and the results ledger, and flat in the JSON as it always
+    was; it and the other run fields come from ``run.json``; the scores from the ledger,
+    compared with the baseline by :mod:`agent2rl.grading.comparison`'s one rule.
+    ``schema_version``: see :data:`~agent2rl.rundir.RUN_SCHEMA_VERSION` (a file without it
+    reads as 1: :meth:`read` and :func:`~agent2rl.analysis.evidence.read_metrics`).
     """
 
-    # -- the run (run.json) ----------------------------------------------------------------
-    run_id: str
-    task: str
-    task_version: str | None = None
+    model_config = _Closed.model_config
+
+    schema_version: int = RUN_SCHEMA_VERSION
+    # -- the run (run.json): the identity above, and -----------------------------------------
     task_options: dict[str, Any] | None = None
     """The run's ``--task-opt`` values as the task parsed them (with its defaults), so that
     runs of one task under different options are told apart in the report and in
     comparisons."""
     level: int | None = None
-    agent: str
-    driver: str | None = None
-    mode: str | None = None
-    model: str
     status: str
+    """A :class:`~agent2rl.rundir.RunStatus` value."""
     error: str | None = None
     budget_s: float | None = None
     start: float | None = None
@@ -324,6 +328,15 @@ class RunMetrics(_Closed):
         return self.model_dump(mode="json")
 
     @classmethod
+    def from_json(cls, data: Any) -> RunMetrics:
+        """A parsed ``metrics.json`` object; one without ``schema_version`` (written before
+        it existed) is version 1. Raises ``ValidationError`` if it is not a RunMetrics."""
+        if isinstance(data, dict) and "schema_version" not in data:
+            data = {**data, "schema_version": 1}
+        return cls.model_validate(data)
+
+    @classmethod
     def read(cls, path: Path) -> RunMetrics:
-        """A ``metrics.json`` written by the report (raises ``ValidationError`` if it is not)."""
-        return cls.model_validate_json(Path(path).read_text())
+        """A ``metrics.json`` written by the report (raises ``ValidationError`` if it is not,
+        ``ValueError`` if it is not JSON)."""
+        return cls.from_json(json.loads(Path(path).read_text()))

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from agent2rl.grading.ledger import Ledger
 from agent2rl.orchestration.guard import start_ticks
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.rundir import LIVE_RUN_STATUSES, RunInfo, RunPaths, RunStatus
 
 #: statuses of a run whose harness has not finished it
-LIVE_STATUSES = ("preparing", "running")
+LIVE_STATUSES = LIVE_RUN_STATUSES
 #: ledger statuses that end a submission's evaluation (anything else is still in flight)
 FINAL_SUBMISSION_STATUSES = ("graded", "failed")
 
@@ -74,7 +74,7 @@ def close_dead_run(paths: RunPaths) -> str | None:
         return None
     was = info.status
     failed = fail_in_flight(paths.ledger, "the harness died while this submission was being graded")
-    info.status = "interrupted"
+    info.status = RunStatus.INTERRUPTED
     info.error = f"the harness process died while the run was {was} (killed, e.g. SIGKILL)"
     if info.ended_at is None:
         info.ended_at = _last_sign_of_life(paths)

@@ -66,7 +66,7 @@ from agent2rl.orchestration.rollout_service import start_rollout_service
 from agent2rl.orchestration.status import StatusLine
 from agent2rl.orchestration.watchdog import Watchdog
 from agent2rl.recording import CodeRecorder, PeriodicSnapshotter, ResourceSampler
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.rundir import RunInfo, RunPaths, RunStatus
 from agent2rl.sandbox import SandboxSpec, bwrap_argv, bwrap_available
 from agent2rl.sandbox.agent import agent_sandbox, agent_user, hand_over, identity_files
 from agent2rl.sandbox.egress import DEFAULT_ALLOWLIST, Allowlist, start_egress_proxy
@@ -311,23 +311,23 @@ def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
         _start_grading(ctx)
         _run_agent(ctx, guard)
     except RunInterrupted as err:
-        info.status, info.error = "interrupted", f"interrupted by {err}"
+        info.status, info.error = RunStatus.INTERRUPTED, f"interrupted by {err}"
         raise
     except KeyboardInterrupt:
-        info.status, info.error = "interrupted", "interrupted by the user"
+        info.status, info.error = RunStatus.INTERRUPTED, "interrupted by the user"
         raise
     except UserError:
-        info.status = "harness_error"
+        info.status = RunStatus.HARNESS_ERROR
         raise
     except Exception as err:
-        info.status, info.error = "harness_error", f"{type(err).__name__}: {err}"
+        info.status, info.error = RunStatus.HARNESS_ERROR, f"{type(err).__name__}: {err}"
         raise
     finally:
         signals.stopping()
         try:
             # Interrupted, nobody waits for an evaluation in flight (its row is failed
             # below); else the services get their usual time to finish a request.
-            stop_s = 2.0 if info.status == "interrupted" else 10.0
+            stop_s = 2.0 if info.status == RunStatus.INTERRUPTED else 10.0
             for child in (ctx.rollout, ctx.grading):
                 if child is not None:
                     child.stop(timeout=stop_s)
@@ -342,7 +342,7 @@ def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
                 info.ended_at = time.time()
             info.save(paths)
             metrics = _finalize(ctx)
-            if info.status == "interrupted":
+            if info.status == RunStatus.INTERRUPTED:
                 ctx.console.print(f"run interrupted; report: {paths.report / 'report.html'}")
         finally:
             if old_mark is None:
@@ -427,7 +427,7 @@ def _run_agent(ctx: RunContext, guard: RunGuard) -> None:
     assert ctx.grading is not None
     info.start = time.time()
     info.deadline = info.start + req.budget_s
-    info.status = "running"
+    info.status = RunStatus.RUNNING
     info.save(paths)
     write_instructions(paths, info, ctx.grading.url, ctx.grading_token,
                        rollout=bool(ctx.env_vars), style=req.instructions)  # fmt: skip
@@ -640,17 +640,17 @@ def _supervise(ctx: RunContext, command: list[str], env: dict[str, str], guard: 
             code = agent.poll()
             if watchdog.breach is None and code is not None:
                 # The kernel may have OOM-killed the agent between two checks.
-                if (found := watchdog.check()) == "oom":
+                if (found := watchdog.check()) == RunStatus.OOM:
                     watchdog.breach = found
             if watchdog.breach is not None:
                 info.status, info.error = watchdog.breach, watchdog.detail
                 console.print(f"stopping the agent: {watchdog.detail}")
             elif code is None:
-                info.status = "deadline"
+                info.status = RunStatus.DEADLINE
                 console.print("deadline reached: stopping the agent")
             else:
                 info.agent_exit_code = code
-                info.status = "completed" if code == 0 else "agent_error"
+                info.status = RunStatus.COMPLETED if code == 0 else RunStatus.AGENT_ERROR
             killed = agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s)
             if killed:
                 console.print(f"killed {killed} agent process(es) that ignored SIGTERM")

@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from agent2rl.formatting import format_bytes
+from agent2rl.rundir import RunStatus
 from agent2rl.sandbox.limits import Cgroup, ResourceCaps
 
 
@@ -127,20 +128,20 @@ class Watchdog:
                     f"the workspace holds more than {caps.max_files:,} files and directories, "
                     "over its cap"
                 )
-                return "disk_quota"
+                return RunStatus.DISK_QUOTA
             if caps.disk_bytes is not None and used > caps.disk_bytes:
                 self.detail = (
                     f"the workspace holds {format_bytes(used)}, over its quota of "
                     f"{format_bytes(caps.disk_bytes)}"
                 )
-                return "disk_quota"
+                return RunStatus.DISK_QUOTA
         if self.cgroup is not None:
             if self.cgroup.oom_kills():
                 self.detail = (
                     f"the agent went over its memory cap of {format_bytes(caps.memory_bytes)} "
                     "and the kernel killed it"
                 )
-                return "oom"
+                return RunStatus.OOM
         elif caps.memory_bytes is not None:
             rss = tree_rss(self.pid)
             if rss > caps.memory_bytes:
@@ -148,7 +149,7 @@ class Watchdog:
                     f"the agent's processes held {format_bytes(rss)}, over the memory cap of "
                     f"{format_bytes(caps.memory_bytes)}"
                 )
-                return "oom"
+                return RunStatus.OOM
         return None
 
     def _loop(self) -> None:

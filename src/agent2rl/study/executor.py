@@ -69,6 +69,7 @@ import psutil
 from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
+from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
 from agent2rl.study.infra import INFRASTRUCTURE, infrastructure_failure
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
@@ -263,7 +264,7 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
                 "run_id": run_dir.name if run_dir else None,
                 "run_dir": str(run_dir) if run_dir else None,
                 # A run that never wrote a final status died with the previous driver.
-                "run_status": status or "interrupted",
+                "run_status": status or RunStatus.INTERRUPTED,
                 "error": None if status else "the study stopped during this run",
             }
         result = classify(result)
@@ -272,7 +273,7 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
             a.n,
             run_id=result.get("run_id"),
             run_dir=result.get("run_dir"),
-            run_status=result.get("run_status") or "interrupted",
+            run_status=result.get("run_status") or RunStatus.INTERRUPTED,
             error=result.get("error"),
             failure=result.get("failure"),
         )
@@ -286,7 +287,7 @@ def classify(result: dict[str, Any]) -> dict[str, Any]:
     :data:`~agent2rl.study.infra.INFRASTRUCTURE`, and ``error`` saying why, when its run's
     ``agent_error`` came from the run's infrastructure (:func:`infrastructure_failure`);
     else ``result`` unchanged."""
-    if result.get("failure") is not None or result.get("run_status") != "agent_error":
+    if result.get("failure") is not None or result.get("run_status") != RunStatus.AGENT_ERROR:
         return result
     run_dir = result.get("run_dir")
     why = infrastructure_failure(Path(run_dir) if run_dir else None)
@@ -303,7 +304,7 @@ def _final_status(run_dir: Path | None) -> str | None:
     except (OSError, ValueError):
         return None
     finished_report = (run_dir / "report" / "metrics.json").is_file()
-    return status if status not in ("running", "preparing") and finished_report else None
+    return status if status not in LIVE_RUN_STATUSES and finished_report else None
 
 
 class _StopRequested(KeyboardInterrupt):
@@ -665,7 +666,7 @@ def _cancel_all(
             run_id=result.get("run_id"),
             run_dir=result.get("run_dir"),
             # A run that finished while we stopped keeps its result; the rest run again.
-            run_status=status if status else "interrupted",
+            run_status=status if status else RunStatus.INTERRUPTED,
             error=result.get("error") or (None if status else "interrupted: the study stopped"),
             failure=result.get("failure"),
         )

@@ -29,7 +29,7 @@ from typing import Any
 
 from agent2rl.files import read_json
 from agent2rl.metering.usage import read_usage
-from agent2rl.rundir import RunPaths
+from agent2rl.rundir import RunPaths, RunStatus
 
 #: the failure kind a study records for such an attempt (the run keeps its ``agent_error``)
 INFRASTRUCTURE = "infrastructure"
@@ -56,7 +56,7 @@ def infrastructure_failure(run_dir: Path | None) -> str | None:
         info = read_json(paths.run_json)
     except (OSError, ValueError):
         return None
-    if info.get("status") != "agent_error":
+    if info.get("status") != RunStatus.AGENT_ERROR:
         return None
     start, ended = info.get("start"), info.get("ended_at")
     if not isinstance(start, int | float) or not isinstance(ended, int | float):

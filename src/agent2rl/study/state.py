@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent2rl.errors import UserError
+from agent2rl.rundir import FINISHED_RUN_STATUSES, RunStatus
 from agent2rl.sqlite_store import SQLiteStore
 from agent2rl.study.spec import RunSlot, StudySpec
 
 STATE_DB = "study.db"
 
-#: run statuses (run.json) that make a counted result, whatever the agent achieved
-FINISHED_RUN_STATUSES = frozenset({"completed", "deadline", "agent_error", "oom", "disk_quota"})
+# FINISHED_RUN_STATUSES: run statuses (run.json) that make a counted result, whatever the
+# agent achieved (one definition, beside RunStatus)
 
 Outcome = Literal["finished", "failed", "interrupted"]
 
@@ -69,11 +70,11 @@ def attempt_outcome(run_status: str | None, failure: str | None = None) -> Outco
     """What a run's final ``run.json`` status means for its slot (see the module docstring).
     None (no run directory, or a run that never wrote a final status) is ``failed``, and so
     is any run with a ``failure`` kind (``infrastructure``), whatever its status."""
-    if failure is not None and run_status != "interrupted":
+    if failure is not None and run_status != RunStatus.INTERRUPTED:
         return "failed"
     if run_status in FINISHED_RUN_STATUSES:
         return "finished"
-    if run_status == "interrupted":
+    if run_status == RunStatus.INTERRUPTED:
         return "interrupted"
     return "failed"
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from agent2rl.child_process import die_with_parent
 from agent2rl.files import read_json, write_json_atomic
+from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
 
 REQUEST, STARTED, RESULT, CONSOLE = "request.json", "started.json", "result.json", "console.log"
 #: written by the driver to stop an attempt (works wherever the study directory is shared)
@@ -159,7 +160,7 @@ def _status_of(run_dir: Path | None) -> str | None:
     except (OSError, ValueError):
         return None
     # A run.json left "running"/"preparing" belongs to a run process that died mid-run.
-    return status if status not in ("running", "preparing") else None
+    return status if status not in LIVE_RUN_STATUSES else None
 
 
 def find_run_dir(request: dict[str, Any]) -> Path | None:
@@ -275,7 +276,7 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
         status = _status_of(run_dir)
         if isinstance(err, KeyboardInterrupt):
             error = "interrupted: the study was stopped"
-            status = status or "interrupted"
+            status = status or RunStatus.INTERRUPTED
         else:
             error = f"{type(err).__name__}: {err}"
         return {
@@ -315,7 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = _run(adir, share)
     except KeyboardInterrupt:  # a signal before execute_run started: nothing was created
-        result = {"run_id": None, "run_dir": None, "run_status": "interrupted", "error": None}
+        result = {
+            "run_id": None,
+            "run_dir": None,
+            "run_status": RunStatus.INTERRUPTED,
+            "error": None,
+        }
     write_json_atomic(adir / RESULT, result)
     return 0
 
