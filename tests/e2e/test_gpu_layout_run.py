@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support.cli import only_run, run_cli
 
 AGENT = """import json, os
@@ -20,6 +21,7 @@ text = (ws / "instructions.md").read_text()
 """
 
 
+@pytest.mark.slow  # a whole run (baseline, agent, report): about 45 s here
 def test_gpu_flags_reach_the_agent_env_and_instructions(tmp_path: Path) -> None:
     (tmp_path / "gpu_probe.py").write_text(AGENT)
     spec = tmp_path / "gpu-probe.toml"
