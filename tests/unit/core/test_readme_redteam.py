@@ -1,5 +1,6 @@
-"""The README's red-team table stays honest: it has at least 40 attacks, and every test it names
-is a test that exists (collected by pytest itself, from the files the table names)."""
+"""The README's red-team and faults tables stay honest: the red-team table has at least 40
+attacks, the faults table at least 12 cases, and every test they name is a test that exists
+(collected by pytest itself, from the files the tables name)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
 MIN_ROWS = 40
+MIN_FAULT_ROWS = 12
 #: a table row's last cell: exactly one node id in backticks
 NODE_CELL = re.compile(r"^`(tests/[^`\s]+\.py::[^`]+)`$")
 
@@ -37,7 +39,8 @@ def _rows(section: str) -> list[list[str]]:
         if not line.startswith("|"):
             continue
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
-        if cells == ["attack", "what happens", "test"] or set("".join(cells)) <= set("-|: "):
+        header = cells in (["attack", "what happens", "test"], ["case", "what holds", "test"])
+        if header or set("".join(cells)) <= set("-|: "):
             continue
         rows.append(cells)
     return rows
@@ -46,6 +49,11 @@ def _rows(section: str) -> list[list[str]]:
 def red_team_rows(text: str) -> list[list[str]]:
     security = _section(text, "## Security", level=2)
     return _rows(_section(security, "### Red team", level=3))
+
+
+def fault_rows(text: str) -> list[list[str]]:
+    security = _section(text, "## Security", level=2)
+    return _rows(_section(security, "### Faults and load", level=3))
 
 
 def test_parser_reads_rows_and_node_ids() -> None:
@@ -59,12 +67,12 @@ def test_parser_reads_rows_and_node_ids() -> None:
     assert NODE_CELL.match(rows[0][2]).group(1) == "tests/unit/t.py::test_a[p-1]"
 
 
-def test_red_team_table_names_at_least_40_real_tests() -> None:
-    rows = red_team_rows(README.read_text())
-    assert len(rows) >= MIN_ROWS, f"the red-team table has {len(rows)} rows, fewer than {MIN_ROWS}"
+def _assert_real_tests(rows: list[list[str]]) -> None:
+    """Each row has three cells, the last one pytest node id that pytest collects; no two rows
+    name the same test."""
     ids = []
     for cells in rows:
-        assert len(cells) == 3 and all(cells), f"a row needs attack | what happens | test: {cells}"
+        assert len(cells) == 3 and all(cells), f"a row needs three cells: {cells}"
         m = NODE_CELL.match(cells[2])
         assert m, f"the test cell must be one pytest node id in backticks: {cells[2]!r}"
         ids.append(m.group(1))
@@ -87,3 +95,15 @@ def test_red_team_table_names_at_least_40_real_tests() -> None:
     collected = set(proc.stdout.splitlines())
     unknown = [i for i in ids if i not in collected]
     assert not unknown, f"the table names tests that pytest does not collect: {unknown}"
+
+
+def test_red_team_table_names_at_least_40_real_tests() -> None:
+    rows = red_team_rows(README.read_text())
+    assert len(rows) >= MIN_ROWS, f"the red-team table has {len(rows)} rows, fewer than {MIN_ROWS}"
+    _assert_real_tests(rows)
+
+
+def test_faults_table_names_real_tests() -> None:
+    rows = fault_rows(README.read_text())
+    assert len(rows) >= MIN_FAULT_ROWS, f"the faults table has {len(rows)} rows"
+    _assert_real_tests(rows)
