@@ -45,7 +45,7 @@ from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.grading.ledger import Ledger
-from agent2rl.grading.service import start_service
+from agent2rl.grading.service import start_service, wait_for_in_flight
 from agent2rl.inference.backend import model_stop_token_ids
 from agent2rl.integrity import check_run
 from agent2rl.metering import PROVIDERS, MeteringProxy, Upstream, start_metering_proxy
@@ -80,6 +80,7 @@ from agent2rl.sandbox.network import (
 )
 from agent2rl.settings import load_settings
 from agent2rl.tasks import get_task, prepare_task, private_paths
+from agent2rl.viewer.serve import run_page_url
 from agent2rl.workspace import agent_env, build_workspace, write_instructions
 
 #: bwrap's own install hint, printed once when a run falls back to no sandbox
@@ -380,6 +381,8 @@ def _start_grading(ctx: RunContext) -> None:
         f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"
         f"{' (cached)' if baseline['cached'] else ''}"
     )
+    if url := run_page_url(ctx.paths.root):  # an `agent2rl view` serving this run's directory
+        ctx.console.print(f"view: {url}")
     ctx.grading_token = secrets.token_urlsafe(32)
     ctx.grading = start_service(
         ctx.paths,
@@ -654,7 +657,13 @@ def _supervise(ctx: RunContext, command: list[str], env: dict[str, str], guard: 
             killed = agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s)
             if killed:
                 console.print(f"killed {killed} agent process(es) that ignored SIGTERM")
-            _settle_in_flight(ctx.ledger, ctx.task.eval_timeout_s + 30, status)
+            # Each queued evaluation gets its own time: a run ends with every accepted
+            # submission graded, or failed with the reason (close_unfinished, after the stop).
+            wait_for_in_flight(
+                ctx.ledger,
+                ctx.task.eval_timeout_s + 30,
+                lambda n: status.update(note=f"grading {n} in-flight submission(s)"),
+            )
     finally:
         if agent.poll() is None:
             agent.terminate_tree(sampler.alive_seen(), grace_s=1.0)
@@ -670,14 +679,6 @@ def _supervise(ctx: RunContext, command: list[str], env: dict[str, str], guard: 
 def _remove_cgroup(ctx: RunContext) -> None:
     if ctx.cgroup is not None:
         ctx.cgroup.remove()
-
-
-def _settle_in_flight(ledger: Ledger, timeout_s: float, status: StatusLine) -> None:
-    """Wait for evaluations that were running at the deadline: they still count."""
-    end = time.time() + timeout_s
-    while ledger.in_flight() and time.time() < end:
-        status.update(note="grading an in-flight submission")
-        time.sleep(0.5)
 
 
 def _finalize(ctx: RunContext) -> RunMetrics | None:
