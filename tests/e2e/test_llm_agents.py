@@ -187,6 +187,7 @@ def test_codex_trains_and_submits_through_the_proxy(tmp_path: Path) -> None:
     assert all(s.api == "openai-responses" and s.stream for s in run.fake.served)
     # Codex wrote the script with its own file tool (apply_patch), not through a shell.
     assert (run.paths.code / "train.py").read_text() == TRAIN_PY
+    _check_log(run, {"apply_patch": 1, "shell": 4}, len(turns) + 1)
     _check_version(run, "codex")
     print(f"codex run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
 
@@ -227,6 +228,7 @@ def test_gemini_cli_trains_and_submits_through_the_proxy(tmp_path: Path) -> None
     assert len(run.fake.served) == len(turns) + 1
     assert all(s.api == "gemini" and s.stream and s.query == "alt=sse" for s in run.fake.served)
     assert (run.paths.code / "train.py").read_text() == TRAIN_PY
+    _check_log(run, {"write_file": 1, "run_shell_command": 2}, len(turns) + 1)
     _check_version(run, "gemini-cli")
     print(f"gemini-cli run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
 
@@ -283,10 +285,21 @@ def test_opencode_trains_and_submits_through_the_proxy(tmp_path: Path) -> None:
     config = json.loads((run.paths.workspace / ".agent2rl" / "opencode.json").read_text())
     base = config["provider"]["anthropic"]["options"]["baseURL"]
     assert base.startswith("http://127.0.0.1:") and f":{run.fake.port}/" not in base
+    _check_log(run, {"write": 1, "bash": 2}, len(turns) + 1)
     assert all(s.api == "anthropic" and s.stream for s in run.fake.served)
     assert (run.paths.code / "train.py").read_text() == TRAIN_PY
     _check_version(run, "opencode")
     print(f"opencode run: {time.time() - t0:.0f}s, usage {metrics['llm_usage']}")
+
+
+def _check_log(run: LLMRun, tools: dict[str, int], turns: int) -> None:
+    """The CLI's own log, parsed into the report (record/agent.json, metrics.json): each of
+    its tools called as scripted, one assistant message per turn, the scripted final text."""
+    log = json.loads((run.paths.record / "agent.json").read_text())["log"]
+    assert log["tools"] == tools and log["tool_errors"] == 0, log
+    assert log["messages"] == turns and log["final"] == "All done.", log
+    metrics = json.loads((run.paths.report / "metrics.json").read_text())
+    assert metrics["agent_log"]["tools"] == tools
 
 
 def _check_version(run: LLMRun, agent: str) -> None:
