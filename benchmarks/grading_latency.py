@@ -31,6 +31,7 @@ there on a first run (alfworld-lite: several minutes).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -144,12 +145,16 @@ def main() -> int:
         print(f"{name}: data ready in {time.time() - started:.1f}s", flush=True)
         samples = task.samples(prepared, "private", args.limit)
         new = task.solver(prepared, "private")
-        old = Chunked(new.source, new.protocol, env_batch=16, batch_size=new.batch_size)
+        plain = task.environment(prepared, "private")  # games in this process
+        old = Chunked(plain, new.protocol, env_batch=16, batch_size=new.batch_size)
+        order = [("chunked", old), ("step-sync", new)]
+        if new.source is not plain and type(new.source) is not type(plain):
+            # the task plays its games in worker processes: also without them
+            order.append(("step-sync-in-process", dataclasses.replace(new, source=plain)))
         backend = load_backend(model_dir, "transformers")
-        runs: dict[str, list[dict[str, Any]]] = {"chunked": [], "step-sync": []}
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in order}
         try:
             for r in range(args.repeats):
-                order = [("chunked", old), ("step-sync", new)]
                 for label, solver in order if r % 2 == 0 else order[::-1]:
                     runs[label].append(grade(task, prepared, backend, solver, samples))
                     g = runs[label][-1]
@@ -162,8 +167,11 @@ def main() -> int:
         finally:
             backend.close()
         old_keys = [trace_key(o) for o in runs["chunked"][0]["outputs"]]
-        new_keys = [trace_key(o) for o in runs["step-sync"][0]["outputs"]]
-        differ = [s.id for s, a, b in zip(samples, old_keys, new_keys, strict=True) if a != b]
+        differ = []  # "variant:game" whose trace is not the chunked solver's
+        for label in runs:
+            keys = [trace_key(o) for o in runs[label][0]["outputs"]]
+            pairs = zip(samples, old_keys, keys, strict=True)
+            differ += [f"{label}:{s.id}" for s, a, b in pairs if a != b]
         t_old = statistics.median(g["seconds"] for g in runs["chunked"])
         t_new = statistics.median(g["seconds"] for g in runs["step-sync"])
         timings = runs["step-sync"][-1]["timings"]
@@ -180,10 +188,16 @@ def main() -> int:
             "step_sync_timings": {
                 k: round(v, 2) if isinstance(v, float) else v for k, v in timings.items()
             },
+            "variants_s": {
+                k: round(statistics.median(g["seconds"] for g in v), 2) for k, v in runs.items()
+            },
+            "env_workers": getattr(new.source, "parallelism", 1),
             "scores": {k: v[0]["score"] for k, v in runs.items()},
             "items_identical": not differ,
             "items_differing": differ,
         }
+        if len(runs) > 2:
+            print(f"  medians: {results[name]['variants_s']}")
         print(
             f"{name}: {len(samples)} games, chunked {t_old:.1f}s, step-sync {t_new:.1f}s, "
             f"{t_old / t_new:.2f}x; generation {timings['generate_s']:.1f}s in "

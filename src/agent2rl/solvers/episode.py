@@ -15,7 +15,8 @@ test_episode_batching.py`` plays the same games one at a time, 16 and all at onc
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -139,12 +140,21 @@ class EpisodeSolver:
         outputs: list[Output | None] = [None] * len(samples)
         waiting = list(range(len(samples)))[::-1]  # popped from the end: samples in order
         live: list[_Live] = []
+        # Environments that can run several engine calls at once (worker processes, see
+        # agent2rl.solvers.env_pool) are opened and stepped from that many threads.
+        parallel = max(1, int(getattr(self.source, "parallelism", 1)))
+        pool = _Pool(parallel)
         try:
             while waiting or live:
                 clock = time.perf_counter()
-                while waiting and len(live) < max(1, self.max_open):
-                    i = waiting.pop()
-                    ep = self.source.open(self.source.by_id[samples[i].id], max_steps)
+                room = max(1, self.max_open) - len(live)
+                batch = [waiting.pop() for _ in range(min(room, len(waiting)))]
+                games = [self.source.by_id[samples[i].id] for i in batch]
+                opened = pool.map(lambda g: _attempt(self.source.open, g, max_steps), games)
+                failed = next((ep for ep in opened if isinstance(ep, Exception)), None)
+                for i, ep in zip(batch, opened, strict=True):
+                    if isinstance(ep, Exception):
+                        continue
                     e = _Live(i, ep, ep.last.observation)
                     if ep.done or max_steps < 1:  # over before its first step
                         outputs[i] = _output(e)
@@ -152,6 +162,8 @@ class EpisodeSolver:
                     else:
                         live.append(e)
                 timings.env_s += time.perf_counter() - clock
+                if failed is not None:  # after the games that did open joined live (closed below)
+                    raise failed
                 if not live:
                     continue
                 states = [
@@ -174,15 +186,11 @@ class EpisodeSolver:
                 timings.prompts += len(texts)
                 clock = time.perf_counter()
                 for e, st, reply in zip(live, states, replies, strict=True):
-                    action = self.protocol.parse(reply, st)
-                    e.steps.append((e.shown, action))
-                    try:
-                        result = e.episode.step(action)
-                    except ValueError as err:
-                        e.shown = f"Refused: {err}"
-                        continue
-                    e.shown = result.observation
-                    e.reward += result.reward
+                    e.steps.append((e.shown, self.protocol.parse(reply, st)))
+                lanes: dict[Any, list[_Live]] = {}
+                for e in live:
+                    lanes.setdefault(getattr(e.episode, "lane", None), []).append(e)
+                list(pool.map(_play_last_actions, lanes.values()))
                 # A refused action uses a turn too, so every episode ends within max_steps.
                 for e in [e for e in live if e.episode.done or len(e.steps) >= max_steps]:
                     live.remove(e)
@@ -190,10 +198,58 @@ class EpisodeSolver:
                     e.episode.close()
                 timings.env_s += time.perf_counter() - clock
         finally:
-            for e in live:
-                e.episode.close()
+            try:
+                for e in live:
+                    e.episode.close()
+            finally:
+                pool.close()
+                release = getattr(self.source, "release", None)
+                if release is not None:
+                    release()
         assert all(o is not None for o in outputs), "every sample's episode was played"
         return outputs  # type: ignore[return-value]
+
+
+def _attempt(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or the exception it raised (returned, so that the calls beside it that
+    succeeded are not lost)."""
+    try:
+        return fn(*args)
+    except Exception as err:  # noqa: BLE001 (raised again by the caller)
+        return err
+
+
+def _play_last_actions(episodes: list[_Live]) -> None:
+    """Play each episode's last chosen action, one episode after another (the episodes of one
+    lane share an engine)."""
+    for e in episodes:
+        action = e.steps[-1][1]
+        try:
+            result = e.episode.step(action)
+        except ValueError as err:
+            e.shown = f"Refused: {err}"
+            continue
+        e.shown = result.observation
+        e.reward += result.reward
+
+
+class _Pool:
+    """``map`` in this thread (``workers`` 1) or over a thread pool, results in order; the
+    first exception is raised after every call has finished."""
+
+    def __init__(self, workers: int) -> None:
+        self._executor = ThreadPoolExecutor(workers) if workers > 1 else None
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        if self._executor is None or len(items) < 2:
+            return [fn(x) for x in items]
+        futures = [self._executor.submit(fn, x) for x in items]
+        wait(futures)
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
 
 
 def _output(e: _Live) -> Output:
