@@ -192,11 +192,27 @@ def _first_improvement(
     return None
 
 
-def _monotonic_ratio(scores: Sequence[float]) -> float | None:
+def monotonic_ratio(scores: Sequence[float]) -> float | None:
+    """The reference's ``monotonic_ratio``: the share of consecutive pairs where the score
+    strictly increases (a tie is not an increase). None for fewer than two scores."""
+    if len(scores) < 2:
+        return None
+    ups = sum(1 for prev, cur in zip(scores, scores[1:], strict=False) if cur > prev)
+    return ups / (len(scores) - 1)
+
+
+def non_decreasing_ratio(scores: Sequence[float]) -> float | None:
+    """agent2rl's variant: the share of consecutive pairs where the score did not go down
+    (a tie counts). None for fewer than two scores."""
     if len(scores) < 2:
         return None
     ups = sum(1 for prev, cur in zip(scores, scores[1:], strict=False) if cur >= prev)
     return ups / (len(scores) - 1)
+
+
+def _reference_valid(s: Submission) -> bool:
+    """The reference's valid submission: a score above 0 (agent2rl's: graded with a score)."""
+    return s.valid and s.score is not None and s.score > 0
 
 
 def _trajectory(
@@ -350,7 +366,12 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
       gives ``improvement`` None, and it cannot be the first improvement;
     - missing per-item files: the intervals and ``within_noise`` are None; only items present
       in both the baseline's and the best's files are paired;
-    - ``monotonic_ratio`` needs two valid submissions, ``time_used_ratio`` needs ``start``,
+    - ``monotonic_ratio`` (the reference's: strict increases over every submission, a failed
+      one as 0) needs two submissions, ``non_decreasing_ratio`` (agent2rl's) two valid ones;
+      ``valid_submission_rate``/``first_valid_idx`` use the reference's validity (score > 0),
+      ``graded_submission_rate``/``first_graded_idx`` agent2rl's (graded with a score);
+      ``last_submit_gap`` runs to ``ended_at`` (None while the run has not ended),
+      ``last_submit_to_deadline`` to the deadline; ``time_used_ratio`` needs ``start``,
       ``ended_at`` and a positive budget (it is clipped to [0, 1]);
     - ``code_changes`` entries have None counts where a snapshot is missing or unreadable;
       ``total_lines_changed`` sums the known ones (added + removed);
@@ -423,11 +444,20 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
         final_improvement_ci95=last.improvement_ci95,
         submissions=len(subs),
         valid_submissions=len(valid),
-        valid_submission_rate=len(valid) / len(subs) if subs else None,
-        first_valid_idx=next((i for i, s in enumerate(subs, 1) if s.valid), None),
+        valid_submission_rate=(
+            sum(1 for s in subs if _reference_valid(s)) / len(subs) if subs else None
+        ),
+        first_valid_idx=next((i for i, s in enumerate(subs, 1) if _reference_valid(s)), None),
+        graded_submission_rate=len(valid) / len(subs) if subs else None,
+        first_graded_idx=next((i for i, s in enumerate(subs, 1) if s.valid), None),
         time_to_first_improvement=first_better.submitted_at - t0 if first_better else None,
         time_to_best=best.submitted_at - t0 if best else None,
-        monotonic_ratio=_monotonic_ratio([s.score for s in valid]),  # type: ignore[misc]
+        # The reference's runs over every submission's score (a failed one as 0) ...
+        monotonic_ratio=monotonic_ratio(
+            [s.score if s.valid and s.score is not None else 0.0 for s in subs]
+        ),
+        # ... agent2rl's over the graded scores only.
+        non_decreasing_ratio=non_decreasing_ratio([s.score for s in valid]),  # type: ignore[misc]
         copy_model_count=sum(1 for s in subs if s.is_copy),
         duplicate_count=sum(1 for s in subs if s.duplicate_of is not None),
         rejected_attempts=len(graded.rejections),
@@ -437,6 +467,9 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
             else None
         ),
         last_submit_gap=(
+            info.ended_at - subs[-1].submitted_at if subs and info.ended_at is not None else None
+        ),
+        last_submit_to_deadline=(
             info.deadline - subs[-1].submitted_at if subs and info.deadline is not None else None
         ),
         code_changes=changes,

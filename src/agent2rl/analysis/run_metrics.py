@@ -265,23 +265,39 @@ class RunMetrics(RunIdentity):
     final_improvement_ci95: Interval | None = None
 
     # -- the submission sequence -----------------------------------------------------------
+    # Names the reference implementation (RD-Agent autorl_bench) also uses carry its formula;
+    # agent2rl's own variants have their own names (docs/paper-fidelity.md).
     submissions: int = 0
     valid_submissions: int = 0
+    """Submissions graded with a score (agent2rl's validity: a score of 0 counts). The
+    reference's validity (score > 0) is ``valid_submission_rate``'s."""
     valid_submission_rate: float | None = None
+    """The reference's: share of submissions with a score > 0 (None without submissions)."""
     first_valid_idx: int | None = None
-    """1-based position of the first valid submission."""
+    """The reference's: 1-based position of the first submission with a score > 0."""
+    graded_submission_rate: float | None = None
+    """agent2rl's: share of submissions graded with a score (``valid_submissions``)."""
+    first_graded_idx: int | None = None
+    """agent2rl's: 1-based position of the first submission graded with a score."""
     time_to_first_improvement: float | None = None
     """Seconds from start to the first comparable score above the baseline."""
     time_to_best: float | None = None
     monotonic_ratio: float | None = None
-    """Share of consecutive valid scores that did not go down (needs two)."""
+    """The reference's: share of consecutive scores that strictly increase, over every
+    submission in ledger order, one without a score counting as 0 (needs two submissions)."""
+    non_decreasing_ratio: float | None = None
+    """agent2rl's: share of consecutive scores that did not go down, over the graded
+    submissions only (needs two)."""
     copy_model_count: int = 0
     duplicate_count: int = 0
     rejected_attempts: int = 0
     time_used_ratio: float | None = None
     """``duration_s / budget_s`` clipped to [0, 1]."""
     last_submit_gap: float | None = None
-    """Seconds between the last submission and the deadline (negative: after it)."""
+    """The reference's: seconds from the last submission to the run's end (``ended_at``);
+    None without a submission or an end."""
+    last_submit_to_deadline: float | None = None
+    """agent2rl's: seconds from the last submission to the deadline (negative: after it)."""
     code_changes: list[CodeChange] = []
     total_lines_changed: int = 0
     """Added + removed over the ``code_changes`` with known counts."""
@@ -333,6 +349,8 @@ class RunMetrics(RunIdentity):
         it existed) is version 1. Raises ``ValidationError`` if it is not a RunMetrics."""
         if isinstance(data, dict) and "schema_version" not in data:
             data = {**data, "schema_version": 1}
+        if isinstance(data, dict) and "non_decreasing_ratio" not in data:
+            data = _from_old_names(data)
         return cls.model_validate(data)
 
     @classmethod
@@ -340,3 +358,25 @@ class RunMetrics(RunIdentity):
         """A ``metrics.json`` written by the report (raises ``ValidationError`` if it is not,
         ``ValueError`` if it is not JSON)."""
         return cls.from_json(json.loads(Path(path).read_text()))
+
+
+#: A metrics.json written before the reference's formulas took the reference's names kept
+#: agent2rl's quantities under those names: old name -> the name that quantity has now.
+_RENAMED = {
+    "monotonic_ratio": "non_decreasing_ratio",
+    "last_submit_gap": "last_submit_to_deadline",
+    "valid_submission_rate": "graded_submission_rate",
+    "first_valid_idx": "first_graded_idx",
+}
+
+
+def _from_old_names(data: dict[str, Any]) -> dict[str, Any]:
+    """An older ``metrics.json`` (no ``non_decreasing_ratio`` key): each renamed quantity
+    moves to its new name, and the reference's quantities under the old names, which that
+    file did not compute, read as None rather than as agent2rl's numbers."""
+    out = dict(data)
+    for old, new in _RENAMED.items():
+        if old in out:
+            out[new] = out.pop(old)
+            out[old] = None
+    return out

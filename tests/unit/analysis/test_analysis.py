@@ -299,11 +299,15 @@ def test_submission_sequence_metrics(rich: tuple[RunPaths, list[str]]) -> None:
     assert m.best_submission_id == 3  # the later duplicate ties and loses
     assert m.time_to_first_improvement == pytest.approx(120.0)  # #2 only equals baseline
     assert m.time_to_best == pytest.approx(120.0)
-    assert m.monotonic_ratio == pytest.approx(2 / 3)  # 50 -> 70 -> 60 -> 70
+    # The reference's: strict increases over every score, the failed one as 0: 0 50 70 60 70.
+    assert m.monotonic_ratio == pytest.approx(3 / 4)
+    assert m.non_decreasing_ratio == pytest.approx(2 / 3)  # 50 -> 70 -> 60 -> 70
+    assert m.graded_submission_rate == pytest.approx(0.8) and m.first_graded_idx == 2
     assert m.copy_model_count == 1 and m.duplicate_count == 1
     assert m.rejected_attempts == 2
     assert m.time_used_ratio == pytest.approx(0.5)
-    assert m.last_submit_gap == pytest.approx(BUDGET - 240)
+    assert m.last_submit_to_deadline == pytest.approx(BUDGET - 240)
+    assert m.last_submit_gap == pytest.approx(300 - 240)  # the reference's: to the run's end
     assert m.duration_s == pytest.approx(300.0)
     assert [t.best_so_far for t in m.trajectory] == [None, 50.0, 70.0, 70.0, 70.0]
     assert [t.t for t in m.trajectory] == [30, 60, 120, 180, 240]
@@ -327,6 +331,8 @@ METRICS_KEYS = {
     "valid_submissions", "valid_submission_rate", "first_valid_idx",
     "time_to_first_improvement", "time_to_best", "monotonic_ratio", "copy_model_count",
     "duplicate_count", "rejected_attempts", "time_used_ratio", "last_submit_gap",
+    "graded_submission_rate", "first_graded_idx", "non_decreasing_ratio",
+    "last_submit_to_deadline",
     "code_changes", "total_lines_changed", "trajectory", "rejections", "resources",
     "llm_usage", "token_budget", "env_usage", "group_scores", "judge", "search", "agent_log",
     "methods",
