@@ -1,0 +1,1 @@
+"""Agent pipelines that the paper-fidelity agent specs copy into the workspace."""
