@@ -3,8 +3,9 @@
 An interactive task is played as episodes: the grader's :class:`~agent2rl.solvers.EpisodeSolver`
 and the rollout service both play its :meth:`~agent2rl.tasks.base.Task.environment`, prompted
 through the task's episode protocol, a standard-library module the agent gets as
-``data/protocol.py`` (beside the rollout service's client, ``data/env_client.py``) so that
-its training code builds the very prompts the grader does.
+``data/protocol.py`` (with the core the tasks' protocols share, ``data/protocol_core.py``, and
+beside the rollout service's client, ``data/env_client.py``) so that its training code builds
+the very prompts the grader does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agent2rl.dataset import PreparedTask, Split
 from agent2rl.rollout import client as env_client
 from agent2rl.solvers import EpisodeSolver
 from agent2rl.solvers.episode import EpisodeProtocol
+from agent2rl.tasks import protocol_core
 from agent2rl.tasks.base import Task
 
 
@@ -35,7 +37,8 @@ class InteractiveTask(Task):
     level = 3
     interactive = True
     eval_timeout_s = 3600.0
-    #: the task's episode protocol (standard library only: copied alone into the workspace)
+    #: the task's episode protocol (standard library only: copied into the workspace with
+    #: :mod:`agent2rl.tasks.protocol_core`, which it imports from beside itself there)
     protocol_module: ClassVar[ModuleType]
 
     @abstractmethod
@@ -60,6 +63,7 @@ class InteractiveTask(Task):
     def workspace_files(self) -> dict[str, Path]:
         return {
             "protocol.py": Path(str(self.protocol_module.__file__)),
+            "protocol_core.py": Path(protocol_core.__file__),
             "env_client.py": Path(env_client.__file__),
         }
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from support.agentcode import run_agent_code
 
 from agent2rl.rollout import client
+from agent2rl.tasks import protocol_core
 from agent2rl.tasks.alfworld import protocol
 from agent2rl.tasks.alfworld.protocol import EpisodeFormat, build_prompt, completion_for
 
@@ -44,6 +45,7 @@ def _workspace_data(tmp_path: Path, public: Path, fmt: EpisodeFormat) -> Path:
     data.mkdir()
     shutil.copyfile(public / "walkthroughs.jsonl", data / "walkthroughs.jsonl")
     shutil.copyfile(protocol.__file__, data / "protocol.py")
+    shutil.copyfile(protocol_core.__file__, data / "protocol_core.py")
     shutil.copyfile(client.__file__, data / "env_client.py")
     (data / "eval_format.json").write_text(json.dumps(fmt.to_dict()))
     return data

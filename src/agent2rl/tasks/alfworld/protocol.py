@@ -1,7 +1,8 @@
 """How the grader prompts a model in an ALFWorld game and reads its action.
 
-This file is self-contained (standard library only) on purpose: the harness grades with it,
-and the same file is copied into the agent's workspace as ``data/protocol.py`` (with
+This file is standard library only on purpose: the harness grades with it, and the same
+file is copied into the agent's workspace as ``data/protocol.py`` (with
+``data/protocol_core.py``, the core it shares with the other tasks' protocol files, and
 ``data/react_prompts.json``) so that training code can build exactly the prompts the grader
 will build and parse replies the same way. ``data/eval_format.json`` holds the run's settings
 for it. :class:`EpisodeFormat` is the grader's :class:`~agent2rl.solvers.episode.
@@ -69,11 +70,19 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+if __package__:  # agent2rl's own copy
+    from agent2rl.tasks import protocol_core as core
+else:  # the workspace's data/protocol.py: the core is data/protocol_core.py, beside it
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import protocol_core as core  # type: ignore[import-not-found,no-redef]
 
 PROTOCOL_VERSION = "2"
 CHAT_INSTRUCTION = "Reply with the next action only, exactly as listed above."
@@ -101,10 +110,10 @@ _TASK = re.compile(r"\s*Your task is to:\s*(.*?)\s*$", re.S)
 
 
 @dataclass(frozen=True)
-class EpisodeFormat:
+class EpisodeFormat(core.FormatBase):
     """The settings of the protocol for one run (``data/eval_format.json``).
 
-    ``protocol``: ``react`` or ``transcript`` (see the module docstring). ``max_steps``:
+    ``protocol``: ``react or ``transcript`` (see the module docstring). ``max_steps``:
     actions per episode before it ends unwon. ``max_new_tokens``: the longest reply;
     generation also stops at a newline (``stop``) or end of sequence. The transcript
     protocol's own settings (the react protocol ignores them): ``history``, the earlier steps
@@ -120,6 +129,8 @@ class EpisodeFormat:
     stop: tuple[str, ...] = STOP
     version: str = PROTOCOL_VERSION
     protocol: str = "transcript"
+    KIND = "alfworld-episode"
+    CHAT_INSTRUCTION = CHAT_INSTRUCTION
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -132,50 +143,25 @@ class EpisodeFormat:
         (vLLM text completion for any local model)."""
         return self.protocol != "react"
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stop"] = list(self.stop)
-        d["kind"] = "alfworld-episode"
+    def extra_settings(self) -> dict[str, Any]:
         if self.protocol == "react":
-            d["instruction"] = REACT_INSTRUCTION
-            d["task_header"] = REACT_TASK_HEADER
-            d["examples"] = REACT_PROMPTS_FILE
-        else:
-            d["chat_instruction"] = CHAT_INSTRUCTION
-        return d
+            return {
+                "instruction": REACT_INSTRUCTION,
+                "task_header": REACT_TASK_HEADER,
+                "examples": REACT_PROMPTS_FILE,
+            }
+        return super().extra_settings()
 
     # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
     # ``observation``, ``admissible`` and ``group`` (agent2rl.solvers.episode.EpisodeState).
     def prompt(self, state: Any) -> str:
-        return build_prompt(
-            state.goal,
-            state.steps,
-            state.observation,
-            state.admissible,
-            self,
-            group=getattr(state, "group", None),
-        )
+        return core.for_state(build_prompt, state, self)
 
     def chat_message(self, state: Any) -> str:
-        return build_chat_message(
-            state.goal,
-            state.steps,
-            state.observation,
-            state.admissible,
-            self,
-            group=getattr(state, "group", None),
-        )
+        return core.for_state(build_chat_message, state, self)
 
     def parse(self, reply: str, state: Any) -> str:
         return react_action(reply) if self.protocol == "react" else parse_action(reply)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EpisodeFormat:
-        names = cls.__dataclass_fields__
-        kw = {k: v for k, v in d.items() if k in names}
-        if "stop" in kw:
-            kw["stop"] = tuple(kw["stop"])
-        return cls(**kw)
 
 
 def split_intro(intro: str) -> tuple[str, str]:
@@ -286,8 +272,7 @@ def build_react_prompt(
     `` action\\nobservation\\n>`` per earlier step. ``steps`` as for :func:`build_prompt`
     (the observations as the game gave them: this applies :func:`react_observation`)."""
     room = steps[0][0] if steps else observation
-    # the observation each earlier action got: the next step's, the current one for the last
-    after = [o for o, _ in steps[1:]] + [observation] if steps else []
+    after = core.observations_after(steps, observation)
     history = "".join(
         f" {a}\n{react_observation(o, a)}\n>" for (_, a), o in zip(steps, after, strict=True)
     )
@@ -308,7 +293,7 @@ def transcript(goal: str, steps: Sequence[tuple[str, str]]) -> tuple[str, list[t
     followed by the pairs of steps ``j..t-1`` and the observation text of step ``t`` is
     exactly :func:`build_prompt` at step ``t`` with ``t - j`` steps of history shown (no
     admissible actions listed)."""
-    return _task_line(goal), [(f"{_one_line(o)}\n>", completion_for(a)) for o, a in steps]
+    return core.transcript_pieces(_task_line(goal), steps, core.one_line)
 
 
 def _task_line(goal: str) -> str:
@@ -322,37 +307,22 @@ def _render(
     admissible: Sequence[str],
     fmt: EpisodeFormat,
 ) -> str:
-    head = _task_line(goal)
-    tail = _one_line(observation) + "\n"
+    tail = core.one_line(observation) + "\n"
     if fmt.show_admissible:
         tail += "Admissible actions: " + ", ".join(listed_actions(admissible)) + "\n"
-    shown = list(steps[-fmt.history :]) if fmt.history > 0 else []
-    lines = [f"{_one_line(o)}\n> {a}\n" for o, a in shown]
-    while lines and len(head) + sum(map(len, lines)) + len(tail) + 1 > fmt.max_prompt_chars:
-        lines.pop(0)
-    return head + "".join(lines) + tail
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return core.render_history(
+        _task_line(goal), steps, tail, fmt.history, fmt.max_prompt_chars, core.one_line
+    )
 
 
 def parse_action(reply: str) -> str:
     """The action in a model's reply (see the module docstring for the exact rule)."""
-    for line in reply.splitlines():
-        line = line.strip()
-        if line:
-            break
-    else:
-        return ""
-    line = re.sub(r"^(?:>|action\s*:)\s*", "", line, flags=re.I)
+    line = re.sub(r"^(?:>|action\s*:)\s*", "", core.first_line(reply), flags=re.I)
     line = " ".join(line.lower().split())
     return line[:-1] if line.endswith(".") else line
 
 
-def completion_for(action: str) -> str:
-    """The completion a base model should produce for ``action`` after the prompt's ``>``."""
-    return f" {action}\n"
+completion_for = core.completion_for
 
 
 def describe(fmt: EpisodeFormat) -> str:

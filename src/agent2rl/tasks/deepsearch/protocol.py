@@ -1,10 +1,11 @@
 """How the grader prompts a model in a search episode, reads its action, and scores its
 answer without a judge.
 
-Self-contained (standard library only) on purpose: the harness grades with it, and the same
-file is copied into the agent's workspace as ``data/protocol.py`` so that training code
-builds exactly the prompts the grader builds, parses replies the same way and computes the
-same offline reward. ``data/eval_format.json`` holds the run's settings. The module
+Standard library only on purpose: the harness grades with it, and the same file is copied
+into the agent's workspace as ``data/protocol.py`` (with ``data/protocol_core.py``, the core
+it shares with the other tasks' protocol files) so that training code builds exactly the
+prompts the grader builds, parses replies the same way and computes the same offline
+reward. ``data/eval_format.json`` holds the run's settings. The module
 functions have the same names and meanings as the WebShop and ALFWorld protocol files.
 
 An episode is a ReAct-style tool loop with two actions:
@@ -72,12 +73,20 @@ answer is split into items (:func:`answer_items`) and scores the F1 of the two s
 
 from __future__ import annotations
 
+import os
 import re
 import string
+import sys
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
+
+if __package__:  # agent2rl's own copy
+    from agent2rl.tasks import protocol_core as core
+else:  # the workspace's data/protocol.py: the core is data/protocol_core.py, beside it
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import protocol_core as core  # type: ignore[import-not-found,no-redef]
 
 PROTOCOL_VERSION = "1"
 CHAT_INSTRUCTION = "Reply with the next action only: search[query] or answer[your answer]."
@@ -115,7 +124,7 @@ _ITEM_SPLIT = re.compile(r"\s*(?:[,;\n]|\band\b|&)\s*")
 
 
 @dataclass(frozen=True)
-class EpisodeFormat:
+class EpisodeFormat(core.FormatBase):
     """The settings of the protocol for one run (``data/eval_format.json``).
 
     ``max_steps``: actions per episode before it ends unanswered (the reference's ReAct loop
@@ -136,6 +145,8 @@ class EpisodeFormat:
     version: str = PROTOCOL_VERSION
     #: ``transcript`` (the module docstring's first form) or ``react`` (the reference's)
     protocol: str = "transcript"
+    KIND = "deepsearch-episode"
+    CHAT_INSTRUCTION = CHAT_INSTRUCTION
 
     @property
     def use_chat_template(self) -> bool:
@@ -143,45 +154,24 @@ class EpisodeFormat:
         ``transcript`` protocol); the ``react`` protocol gives every model raw text."""
         return self.protocol != "react"
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stop"] = list(self.stop)
-        d["kind"] = "deepsearch-episode"
-        d["chat_instruction"] = CHAT_INSTRUCTION
-        return d
-
     # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
     # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
     def prompt(self, state: Any) -> str:
-        return build_prompt(state.goal, state.steps, state.observation, state.admissible, self)
+        return core.for_state(build_prompt, state, self)
 
     def chat_message(self, state: Any) -> str:
-        return build_chat_message(
-            state.goal, state.steps, state.observation, state.admissible, self
-        )
+        return core.for_state(build_chat_message, state, self)
 
     def parse(self, reply: str, state: Any) -> str:
         if self.protocol == "react":
             return parse_react_action(reply)
         return parse_action(reply)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EpisodeFormat:
-        names = cls.__dataclass_fields__
-        kw = {k: v for k, v in d.items() if k in names}
-        if "stop" in kw:
-            kw["stop"] = tuple(kw["stop"])
-        return cls(**kw)
-
 
 def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
     """An observation as the prompt shows it: on one line, cut to
     ``fmt.max_observation_chars`` (the cut ends with ``...``)."""
-    text = " ".join(observation.split())
-    limit = fmt.max_observation_chars
-    if limit and len(text) > limit:
-        text = text[: max(0, limit - 3)].rstrip() + "..."
-    return text
+    return core.cut(core.one_line(observation), fmt.max_observation_chars)
 
 
 def build_prompt(
@@ -215,17 +205,12 @@ def react_prompt(
     ``Thought:``. The oldest steps are dropped until the prompt fits
     ``fmt.max_prompt_chars`` (the instructions and the question always stay)."""
     head = f"{REACT_SYSTEM_PROMPT}\n\nQuestion: {goal.strip()}\n\nThought:"
-    # the observation each earlier action got: the next step's, the last one's is current
-    after = [o for o, _ in steps[1:]] + ([observation] if steps else [])
+    after = core.observations_after(steps, observation)
     parts = [
         f" Action: {a}\nObservation: {shown_observation(o, fmt)}\nThought:"
         for (_, a), o in zip(steps, after, strict=True)
     ]
-    while (
-        parts and fmt.max_prompt_chars and len(head) + sum(map(len, parts)) > fmt.max_prompt_chars
-    ):
-        parts.pop(0)
-    return head + "".join(parts)
+    return core.trim_oldest(head, parts, "", fmt.max_prompt_chars)
 
 
 def parse_react_action(reply: str) -> str:
@@ -269,34 +254,30 @@ def transcript(
     text of step ``t`` is exactly :func:`build_prompt` at step ``t`` with ``t - j`` steps of
     history. ``fmt`` sets how observations are cut (None: never)."""
     fmt = fmt or EpisodeFormat(max_steps=1, history=0, max_prompt_chars=0, max_new_tokens=1)
-    return _head(goal), [(f"{shown_observation(o, fmt)}\n>", completion_for(a)) for o, a in steps]
+    return core.transcript_pieces(_head(goal), steps, lambda o: shown_observation(o, fmt))
 
 
 def _head(goal: str) -> str:
-    return f"Question: {' '.join(goal.split())}\n"
+    return f"Question: {core.one_line(goal)}\n"
 
 
 def _render(
     goal: str, steps: Sequence[tuple[str, str]], observation: str, fmt: EpisodeFormat
 ) -> str:
-    head = _head(goal)
     tail = shown_observation(observation, fmt) + "\n"
-    shown = list(steps[-fmt.history :]) if fmt.history > 0 else []
-    lines = [f"{shown_observation(o, fmt)}\n> {a}\n" for o, a in shown]
-    while lines and len(head) + sum(map(len, lines)) + len(tail) + 1 > fmt.max_prompt_chars:
-        lines.pop(0)
-    return head + "".join(lines) + tail
+    return core.render_history(
+        _head(goal),
+        steps,
+        tail,
+        fmt.history,
+        fmt.max_prompt_chars,
+        lambda o: shown_observation(o, fmt),
+    )
 
 
 def parse_action(reply: str) -> str:
     """The action in a model's reply (see the module docstring for the exact rule)."""
-    for line in reply.splitlines():
-        line = line.strip()
-        if line:
-            break
-    else:
-        return ""
-    line = " ".join(_LEAD.sub("", line).split())
+    line = core.one_line(_LEAD.sub("", core.first_line(reply)))
     m = _COMMAND.match(line)
     if not m:
         return line
@@ -309,9 +290,7 @@ def split_action(action: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2).strip()) if m else None
 
 
-def completion_for(action: str) -> str:
-    """The completion a base model should produce for ``action`` after the prompt's ``>``."""
-    return f" {action}\n"
+completion_for = core.completion_for
 
 
 # -- answers without a judge ---------------------------------------------------------------

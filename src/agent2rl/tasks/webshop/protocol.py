@@ -1,8 +1,9 @@
 """How the grader prompts a model in a WebShop session and reads its action.
 
-Self-contained (standard library only) on purpose: the harness grades with it, and the same
-file is copied into the agent's workspace as ``data/protocol.py`` so that training code
-builds exactly the prompts the grader builds and parses replies the same way.
+Standard library only on purpose: the harness grades with it, and the same file is copied
+into the agent's workspace as ``data/protocol.py`` (with ``data/protocol_core.py``, the core
+it shares with the other tasks' protocol files) so that training code builds exactly the
+prompts the grader builds and parses replies the same way.
 ``data/eval_format.json`` holds the run's settings. :class:`EpisodeFormat` is the grader's
 episode protocol (by its methods' shape: this file imports nothing of the harness), and the
 module functions have the same names and meanings as ALFWorld's protocol file, so that one
@@ -52,10 +53,18 @@ Edge cases:
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
+
+if __package__:  # agent2rl's own copy
+    from agent2rl.tasks import protocol_core as core
+else:  # the workspace's data/protocol.py: the core is data/protocol_core.py, beside it
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import protocol_core as core  # type: ignore[import-not-found,no-redef]
 
 PROTOCOL_VERSION = "1"
 CHAT_INSTRUCTION = "Reply with the next action only: search[query] or click[item]."
@@ -92,7 +101,7 @@ _COMMAND = re.compile(r"^(search|click)\[[^\]]*\]")
 
 
 @dataclass(frozen=True)
-class EpisodeFormat:
+class EpisodeFormat(core.FormatBase):
     """The settings of the protocol for one run (``data/eval_format.json``).
 
     ``max_steps``: actions per session before it ends unbought. ``history``: earlier steps
@@ -116,52 +125,34 @@ class EpisodeFormat:
     #: ``transcript`` (the module docstring's first form) or ``react`` (the reference's
     #: chat ReAct prompt, :func:`react_message`); training code reads it
     protocol: str = "transcript"
+    KIND = "webshop-episode"
+    CHAT_INSTRUCTION = CHAT_INSTRUCTION
 
     @property
     def use_chat_template(self) -> bool:
         """A model with a chat template gets :meth:`chat_message` through it."""
         return True
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stop"] = list(self.stop)
-        d["kind"] = "webshop-episode"
-        d["chat_instruction"] = CHAT_INSTRUCTION
-        return d
-
     # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
     # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
     def prompt(self, state: Any) -> str:
-        return build_prompt(state.goal, state.steps, state.observation, state.admissible, self)
+        return core.for_state(build_prompt, state, self)
 
     def chat_message(self, state: Any) -> str:
-        return build_chat_message(
-            state.goal, state.steps, state.observation, state.admissible, self
-        )
+        return core.for_state(build_chat_message, state, self)
 
     def parse(self, reply: str, state: Any) -> str:
         return parse_action(reply)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EpisodeFormat:
-        names = cls.__dataclass_fields__
-        kw = {k: v for k, v in d.items() if k in names}
-        if "stop" in kw:
-            kw["stop"] = tuple(kw["stop"])
-        return cls(**kw)
 
 
 def shown_page(observation: str, fmt: EpisodeFormat) -> str:
     """A page as the prompt shows it: without WebShop's leading ``WebShop [SEP]
     Instruction: [SEP] <instruction> [SEP]``, on one line, its parts joined by
     ``fmt.separator``, cut to ``fmt.max_observation_chars`` (the cut ends with ``...``)."""
-    text = " ".join(_INSTRUCTION.sub("", observation.strip(), count=1).split())
+    text = core.one_line(_INSTRUCTION.sub("", observation.strip(), count=1))
     if fmt.separator != " [SEP] ":
         text = text.replace(" [SEP] ", fmt.separator)
-    limit = fmt.max_observation_chars
-    if limit and len(text) > limit:
-        text = text[: max(0, limit - 3)].rstrip() + "..."
-    return text
+    return core.cut(text, fmt.max_observation_chars)
 
 
 def build_prompt(
@@ -219,32 +210,20 @@ def react_message(
     n`` (the page the step's action led to) and ``Action n``, the current page and ``Action
     N:``. Pages are cut to ``fmt.max_observation_chars`` (0: never); the oldest shown steps
     are dropped while the prompt exceeds ``fmt.max_prompt_chars`` (0: no limit)."""
-
-    def page(text: str) -> str:
-        limit = fmt.max_observation_chars
-        return text[: max(0, limit - 3)].rstrip() + "..." if limit and len(text) > limit else text
-
     head = (
         REACT_SYSTEM
         + "\n\n"
         + REACT_HEAD.format(instruction=goal, actions=react_actions(admissible))
     )
-    n = len(steps)
-    # the page each action led to: the next step's page, the last one's is the current page
-    after = [o for o, _ in steps[1:]] + ([observation] if steps else [])
+    limit, n = fmt.max_observation_chars, len(steps)
+    after = core.observations_after(steps, observation)  # the page each action led to
     first = max(0, n - fmt.history) if fmt.history > 0 else n
     parts = [
-        f"\nObservation {i + 1}: {page(after[i])}\nAction {i + 1}: {steps[i][1]}\n"
+        f"\nObservation {i + 1}: {core.cut(after[i], limit)}\nAction {i + 1}: {steps[i][1]}\n"
         for i in range(first, n)
     ]
-    tail = f"\nObservation {n + 1}: {page(observation)}\nAction {n + 1}:"
-    while (
-        parts
-        and fmt.max_prompt_chars
-        and (len(head) + sum(map(len, parts)) + len(tail) > fmt.max_prompt_chars)
-    ):
-        parts.pop(0)
-    return head + "".join(parts) + tail
+    tail = f"\nObservation {n + 1}: {core.cut(observation, limit)}\nAction {n + 1}:"
+    return core.trim_oldest(head, parts, tail, fmt.max_prompt_chars)
 
 
 def transcript(
@@ -257,11 +236,11 @@ def transcript(
     ``t`` is exactly :func:`build_prompt` at step ``t`` with ``t - j`` steps of history (no
     action list). ``fmt`` sets how pages are cut (None: never)."""
     fmt = fmt or EpisodeFormat(max_steps=1, history=0, max_prompt_chars=0, max_new_tokens=1)
-    return _head(goal), [(f"{shown_page(o, fmt)}\n>", completion_for(a)) for o, a in steps]
+    return core.transcript_pieces(_head(goal), steps, lambda o: shown_page(o, fmt))
 
 
 def _head(goal: str) -> str:
-    return f"Instruction: {' '.join(goal.split())}\n"
+    return f"Instruction: {core.one_line(goal)}\n"
 
 
 def _render(
@@ -271,35 +250,24 @@ def _render(
     admissible: Sequence[str],
     fmt: EpisodeFormat,
 ) -> str:
-    head = _head(goal)
     tail = shown_page(observation, fmt) + "\n"
     if fmt.show_admissible and admissible:
         tail += "Actions: " + ", ".join(admissible) + "\n"
-    shown = list(steps[-fmt.history :]) if fmt.history > 0 else []
-    lines = [f"{shown_page(o, fmt)}\n> {a}\n" for o, a in shown]
-    while lines and len(head) + sum(map(len, lines)) + len(tail) + 1 > fmt.max_prompt_chars:
-        lines.pop(0)
-    return head + "".join(lines) + tail
+    return core.render_history(
+        _head(goal), steps, tail, fmt.history, fmt.max_prompt_chars, lambda o: shown_page(o, fmt)
+    )
 
 
 def parse_action(reply: str) -> str:
     """The action in a model's reply (see the module docstring for the exact rule)."""
-    for line in reply.splitlines():
-        line = line.strip()
-        if line:
-            break
-    else:
-        return ""
-    line = " ".join(_LEAD.sub("", line).lower().split())
+    line = core.one_line(_LEAD.sub("", core.first_line(reply)).lower())
     if line.startswith("choose["):
         line = "click[" + line[len("choose[") :]
     m = _COMMAND.match(line)
     return m.group(0) if m else line
 
 
-def completion_for(action: str) -> str:
-    """The completion a base model should produce for ``action`` after the prompt's ``>``."""
-    return f" {action}\n"
+completion_for = core.completion_for
 
 
 def describe(fmt: EpisodeFormat) -> str:
