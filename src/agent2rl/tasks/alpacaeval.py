@@ -1,9 +1,24 @@
 """``alpacaeval`` (L2, judge-based): AlpacaEval 2.0, the paper's level-2 task.
 
 Graded (private): the 805 AlpacaEval 2.0 instructions, each model output judged pairwise
-against ``gpt4_turbo``'s (gpt-4-1106-preview) reference output by AlpacaEval's own protocol,
-``weighted_alpaca_eval_gpt4_turbo`` (:mod:`agent2rl.scoring.judges.protocol`), on any
-OpenAI-compatible endpoint (``--task-opt judge_model=... judge_base_url=...``). The score
+against ``gpt4_turbo``'s (gpt-4-1106-preview) reference output, on any OpenAI-compatible
+endpoint (``--task-opt judge=... judge_model=... judge_base_url=...``). Two named judge
+configs (``--task-opt judge=NAME``):
+
+- ``annotators_gpt52_fn`` (version 2's default): the reference implementation's evaluation
+  config, GPT-5.2 ranking the two outputs by function call
+  (:mod:`agent2rl.scoring.judges.ranking`, which says what is copied from AlpacaEval's
+  ``alpaca_eval_gpt4_turbo_fn`` annotator and what is assumed about the reference's own);
+- ``weighted_alpaca_eval_gpt4_turbo`` (version 1's judge): AlpacaEval 2.0's official annotator,
+  GPT-4 Turbo's logprobs (:mod:`agent2rl.scoring.judges.protocol`). The reference's task text
+  names GPT-4 Turbo; AlpacaEval's public leaderboard numbers are this judge's.
+
+Which judge produced which published numbers: AlpacaEval 2.0's public leaderboard (and the
+GPT-4 Turbo the reference's task text names) is ``weighted_alpaca_eval_gpt4_turbo``; the
+paper's AlpacaEval numbers come from the reference's evaluation config, i.e.
+``annotators_gpt52_fn`` (docs/paper-fidelity.md). The two judges' scores never compare (the
+judge is part of the evaluation hash). ``judge_model`` empty means the config's own model.
+The score
 is the length-controlled win rate when the task store holds ``df_gamed.csv`` (the LC GLM's
 data), else the raw win rate; which one is part of the evaluation settings, so scores of the
 two kinds never compare (:class:`agent2rl.scoring.judge.Judge`).
@@ -18,9 +33,13 @@ Data: on first use from the Hugging Face hub (``tatsu-lab/alpaca_eval``'s
 reads the same files from ``DIR`` (:func:`find_files`).
 
 Prompting: chat models get the instruction alone as one user message (AlpacaEval's
-setting); base models get the Alpaca prompt (:data:`BASE_TEMPLATE`), the format of the
-public data, cut at the next ``### Instruction:``. Greedy, 512 new tokens (the reference's
-setting).
+setting); a model without a chat template gets the raw instruction too (version 2's default,
+``base_prompt=raw``, as the reference does), or with ``base_prompt=alpaca`` the Alpaca prompt
+(:data:`BASE_TEMPLATE`, version 1's), the format of the public data, cut at the next
+``### Instruction:``. Greedy, 512 new tokens (the reference's setting).
+
+Version 1's protocol exactly: ``--task-opt judge=weighted_alpaca_eval_gpt4_turbo
+base_prompt=alpaca``.
 """
 
 from __future__ import annotations
@@ -41,6 +60,7 @@ from agent2rl.scoring.alpaca_eval import read_df_gamed
 from agent2rl.scoring.judge import LC, RAW, Judge
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, openai_judge
 from agent2rl.scoring.judges import protocol as judge_protocol
+from agent2rl.scoring.judges import ranking as judge_ranking
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
@@ -342,14 +362,16 @@ def download(root: Path) -> str:
 class AlpacaEval(Task):
     name = "alpacaeval"
     level = 2
-    version = "1"
+    version = "2"
     summary = (
         "AlpacaEval 2.0: 805 instructions judged against GPT-4-turbo by an LLM judge "
         "(LC win rate); 2,000 Alpaca rows to train on"
     )
     eval_timeout_s = 3 * 3600.0
     options = {
-        "judge_model": judge_protocol.DEFAULT_MODEL,
+        "judge": judge_ranking.NAME,
+        "judge_model": "",
+        "base_prompt": "raw",
         "judge_base_url": DEFAULT_BASE_URL,
         "max_new_tokens": 512,
         "batch_size": 16,
@@ -358,6 +380,17 @@ class AlpacaEval(Task):
     #: the graded instructions and their baseline outputs, and the judge's template
     denied_packages = ("alpaca-eval",)
     denied_hub_repos = (EVAL_REPO,)
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        if self.opts["judge"] not in judge_ranking.JUDGE_CONFIGS:
+            known = ", ".join(judge_ranking.JUDGE_CONFIGS)
+            raise UserError(f"alpacaeval: judge {self.opts['judge']!r} is not one of {known}")
+        if self.opts["base_prompt"] not in ("raw", "alpaca"):
+            raise UserError("alpacaeval: base_prompt must be raw (the reference's) or alpaca")
+        # The config's own model unless one is named.
+        if not self.opts["judge_model"]:
+            self.opts["judge_model"] = judge_ranking.JUDGE_CONFIGS[self.opts["judge"]][0]
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
@@ -377,11 +410,12 @@ class AlpacaEval(Task):
         )
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
+        raw = self.opts["base_prompt"] == "raw"
         return PromptFormat(
-            template=BASE_TEMPLATE,
+            template="{instruction}" if raw else BASE_TEMPLATE,
             chat_template="{instruction}",
             completion_template="{output}",
-            stop=("### Instruction:",),
+            stop=() if raw else ("### Instruction:",),
             chat_stop=(),
             max_new_tokens=self.opts["max_new_tokens"],
         )
@@ -394,7 +428,8 @@ class AlpacaEval(Task):
         characters or more (what stays the same around the placeholders). Empty when the
         alpaca-eval package is missing (the task cannot grade then anyway)."""
         try:
-            text = judge_protocol.template()
+            fn = self.opts["judge"] == judge_ranking.NAME
+            text = judge_ranking.template() if fn else judge_protocol.template()
         except UserError:
             return {}
         pieces = re.split(r"\{(?:instruction|output_1|output_2)\}", text)
@@ -405,7 +440,12 @@ class AlpacaEval(Task):
         """The judge at ``judge_base_url``, cached under ``AGENT2RL_HOME`` and metered into
         the evaluation's grading directory (:attr:`record_dir`, set by the grading worker),
         with the LC GLM when ``df_gamed.csv`` is in the store."""
-        judge = openai_judge(
+        build = (
+            judge_ranking.ranking_judge
+            if self.opts["judge"] == judge_ranking.NAME
+            else openai_judge
+        )
+        judge = build(
             self.opts["judge_model"],
             self.opts["judge_base_url"],
             cache_path=load_settings().home / CACHE_RELPATH,
@@ -441,6 +481,31 @@ class AlpacaEval(Task):
             "for your output; length-controlled scoring needs AlpacaEval's df_gamed.csv, "
             "which this installation does not have)"
         )
+        if self.opts["base_prompt"] == "raw":
+            base_line = (
+                "- A model without a chat template gets the instruction alone, as raw text "
+                "(no Alpaca prompt around it)."
+            )
+        else:
+            base_line = (
+                "- Base models get Alpaca's prompt format (the format of `data/train.jsonl`); "
+                "an example with an `input` would add it after the instruction, but "
+                "evaluation instructions have none."
+            )
+        if self.opts["judge"] == judge_ranking.NAME:
+            judge_line = (
+                f"- The judge ({self.opts['judge_model']}) sees the instruction and two answers "
+                "in an order fixed per instruction and ranks them by a function call: each "
+                "instruction's preference is 1 (yours better) or 0 (reference better)."
+            )
+        else:
+            judge_line = (
+                "- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator "
+                f"({self.opts['judge_model']}): it sees the instruction and two answers in an "
+                "order fixed per instruction, and its next-token probabilities give a "
+                "preference between 0 (reference better) and 1 (yours better) for every "
+                "instruction."
+            )
         return f"""# Task: alpacaeval (level 2, judge-based reward)
 
 Improve the base model's instruction following as judged by an LLM: AlpacaEval 2.0. There is
@@ -463,12 +528,8 @@ Example:
 
 ## How your model is evaluated
 {fmt.describe()}
-- Base models get Alpaca's prompt format (the format of `data/train.jsonl`); an example with
-  an `input` would add it after the instruction, but evaluation instructions have none.
-- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator
-  ({self.opts["judge_model"]}): it sees the instruction and two answers in an order fixed per
-  instruction, and its next-token probabilities give a preference between 0 (reference
-  better) and 1 (yours better) for every instruction.
+{base_line}
+{judge_line}
 - Score: {metric}, in percent (50 = as good as the reference).
 
 ## What you may use

@@ -101,7 +101,7 @@ def test_the_judge_model_is_not_sent_the_judges_prompt(fake: FakeProvider, tmp_p
     from agent2rl.scoring.judges import protocol
     from agent2rl.tasks import get_task
 
-    rules = get_task("alpacaeval").denied_llm_prompts()
+    rules = get_task("alpacaeval", {"judge": protocol.NAME}).denied_llm_prompts()
     assert set(rules) == {JUDGE} and len(rules[JUDGE]) >= 3
     proxy = _start(tmp_path, fake, allowed_models=[JUDGE], denied_prompts=rules)
     try:

@@ -78,7 +78,9 @@ def judge(judge_env):
 
 @pytest.fixture(scope="module")
 def alpacaeval(judge):
-    options = {
+    options = {  # version 1's protocol: the logprob judge and the Alpaca prompt
+        "judge": protocol.NAME,
+        "base_prompt": "alpaca",
         "judge_base_url": judge["provider"].openai_base_url,
         "max_new_tokens": 12,
         "batch_size": 8,

@@ -1,0 +1,286 @@
+"""The reference implementation's AlpacaEval judge: a ranking by function call
+(``annotators_gpt52_fn``, GPT-5.2), in AlpacaEval's ``*_fn`` annotator style.
+
+What is copied from the ``alpaca-eval`` package (0.6.6), annotator
+``alpaca_eval_gpt4_turbo_fn`` (``evaluators_configs/alpaca_eval_gpt4_turbo_fn/``):
+
+- the prompt template ``alpaca_eval_fn.txt`` (read from the installed package, sha256
+  checked: :data:`TEMPLATE_SHA256`), placeholders replaced as in
+  :func:`agent2rl.scoring.judges.protocol.messages` (template split into chat messages first);
+- the function ``make_partial_leaderboard`` and its JSON schema (:data:`TOOL`), forced with
+  ``tool_choice``;
+- the parser (``pipeline_meta_parser``: ``json_parser`` on ``ordered_models``, then
+  ``ranking_parser`` with ``model_1_name="m"``): the rank of model ``m`` (the output shown
+  first) is the preference, 1 or 2; any other answer is NaN (AlpacaEval drops the pair);
+- the per-instruction position swap of every AlpacaEval pairwise annotator
+  (:func:`~agent2rl.scoring.judges.protocol.is_swapped`) and its undoing; identical outputs
+  are a draw (1.5) without a request.
+
+What is assumed about the reference's own ``annotators_gpt52_fn`` config, which is not
+available here (the reference's public code names it in its evaluation config only): that it
+is the package's ``alpaca_eval_gpt4_turbo_fn`` with the model set to ``gpt-5.2``. The
+package's ``max_tokens: 100`` is sent as ``max_completion_tokens`` (GPT-5-family models
+refuse ``max_tokens``), ``temperature: 0`` as is. A binary preference (no logprobs) means the
+length-controlled win rate is fitted on 1/2 labels, as AlpacaEval does for its ``_fn``
+annotators.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent2rl.errors import UserError
+from agent2rl.scoring.judges import protocol
+from agent2rl.scoring.judges.base import JudgeUnavailable, Messages, NextToken, Pair
+from agent2rl.scoring.judges.cache import JudgmentCache, judge_key
+from agent2rl.scoring.judges.meter import JudgeMeter
+from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL, OpenAICompatibleBackend
+
+#: the reference's annotator name, and the model it names
+NAME = "annotators_gpt52_fn"
+DEFAULT_MODEL = "gpt-5.2"
+TEMPLATE_PATH = "alpaca_eval/evaluators_configs/alpaca_eval_gpt4_turbo_fn/alpaca_eval_fn.txt"
+#: sha256 of that file in alpaca-eval 0.6.6
+TEMPLATE_SHA256 = "12490d7306fcdcc6d3963ae03ea0d16c043cfbe2f2d10a7ff36762b6c1580b2e"
+MAX_COMPLETION_TOKENS = 100
+TEMPERATURE = 0
+FUNCTION = "make_partial_leaderboard"
+#: the function as ``alpaca_eval_gpt4_turbo_fn/configs.yaml`` declares it
+TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": FUNCTION,
+        "description": "Make a leaderboard of models given a list of the models ordered by "
+        "the preference of their outputs.",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "ordered_models": {
+                    "type": "array",
+                    "description": "A list of models ordered by the preference of their "
+                    "outputs. The first model in the list has the best output.",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "model": {"type": "string", "description": "The name of the model"},
+                            "rank": {
+                                "type": "number",
+                                "description": "Order of preference of the model, 1 has the "
+                                "best output",
+                            },
+                        },
+                        "additionalProperties": False,
+                        "required": ["model", "rank"],
+                    },
+                }
+            },
+            "additionalProperties": False,
+            "required": ["ordered_models"],
+        },
+    },
+}
+TOOL_CHOICE = {"type": "function", "function": {"name": FUNCTION}}
+
+
+@cache
+def template() -> str:
+    """The ``_fn`` prompt template from the installed package; :class:`UserError` when the
+    package is missing or ships another template."""
+    try:
+        path = Path(str(metadata.distribution("alpaca-eval").locate_file(TEMPLATE_PATH)))
+        text = path.read_text(encoding="utf-8")
+    except (metadata.PackageNotFoundError, OSError):
+        raise UserError(
+            f"the {NAME} judge needs the alpaca-eval package's prompt template: "
+            "pip install 'alpaca-eval>=0.6.6'"
+        ) from None
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if digest != TEMPLATE_SHA256:
+        raise UserError(
+            f"the installed alpaca-eval ships another {NAME} template ({TEMPLATE_PATH}, sha256 "
+            f"{digest[:12]}): install alpaca-eval 0.6.6"
+        )
+    return text
+
+
+def messages(instruction: str, output_1: str, output_2: str) -> Messages:
+    """The judge's chat messages for one pair as shown (template split first, then each
+    placeholder's first occurrence filled, so an output stays text whatever it holds)."""
+    parts = protocol.to_messages(template().strip())
+    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
+    contents = [m["content"] for m in parts]
+    for name in protocol.PLACEHOLDERS:
+        slot = "{" + name + "}"
+        for i, content in enumerate(contents):
+            if slot in content:
+                contents[i] = content.replace(slot, values[name], 1)
+                break
+    return [{"role": m["role"], "content": c} for m, c in zip(parts, contents, strict=True)]
+
+
+def preference_from_ranking(arguments: str | None) -> float:
+    """The function call's arguments (JSON) to a preference over the shown order: the rank
+    of model ``m`` (1: the first output is better, 2: the second), NaN for anything else
+    (not JSON, no ``ordered_models``, no ``m``, a rank other than 1 or 2)."""
+    try:
+        ordered = json.loads(arguments or "")["ordered_models"]
+        rank = next(c["rank"] for c in ordered if c["model"] == protocol.FIRST)
+    except (ValueError, TypeError, KeyError, StopIteration):
+        return math.nan
+    return float(rank) if rank in (1, 2) else math.nan
+
+
+class FunctionCallBackend(OpenAICompatibleBackend):
+    """Chat completions that force the ranking function; the same retries, timeouts and
+    metering as the logprob backend (:class:`OpenAICompatibleBackend`). ``NextToken.raw``
+    holds ``{"arguments": <the call's JSON text or None>}``; ``top`` is empty."""
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "kind": "openai-compatible-fn"}
+
+    def request_body(self, messages: Messages, top_logprobs: int) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": messages,
+            "max_completion_tokens": MAX_COMPLETION_TOKENS,
+            "temperature": TEMPERATURE,
+            "tools": [TOOL],
+            "tool_choice": TOOL_CHOICE,
+        }
+
+    def _parse(self, resp: httpx.Response, latency: float) -> NextToken:
+        try:
+            data = resp.json()
+            usage = data.get("usage") or {}
+            calls = data["choices"][0]["message"].get("tool_calls") or []
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            self.meter.record(
+                "openai", "chat/completions", self.model, status=resp.status_code,
+                latency_s=latency, error="not a chat completion",
+            )  # fmt: skip
+            raise JudgeUnavailable(
+                f"{self._where()} did not answer with a chat completion"
+            ) from None
+        call = next((c for c in calls if c.get("function", {}).get("name") == FUNCTION), None)
+        tokens = self._tokens(usage)
+        self.meter.record(
+            "openai", "chat/completions", self.model, status=200, latency_s=latency,
+            tokens=tokens, usage=usage if isinstance(usage, dict) else None,
+        )  # fmt: skip
+        # A completion without the call is the judge's answer all the same: NaN, not an outage.
+        args = call["function"].get("arguments") if call else None
+        return NextToken(top=[], tokens=tokens, raw={"arguments": args})
+
+    @staticmethod
+    def _tokens(usage: Any):
+        from agent2rl.metering.providers.openai import OpenAIProvider
+
+        return OpenAIProvider().normalize(usage) if isinstance(usage, dict) else None
+
+
+class RankingJudge:
+    """A :class:`~agent2rl.scoring.judges.base.PairwiseJudge` that asks for a ranking by
+    function call; preferences are 1 or 2 (1.5 for identical outputs, NaN for an answer
+    that names neither). Cached and metered like :class:`LogprobJudge`."""
+
+    def __init__(
+        self,
+        backend: FunctionCallBackend,
+        cache: JudgmentCache | None = None,
+        meter: JudgeMeter | None = None,
+    ) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.meter = meter or backend.meter
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "protocol": NAME,
+            "template_sha256": TEMPLATE_SHA256,
+            "function": FUNCTION,
+            "labels": list(protocol.LABELS),
+            "swap_seed": protocol.SWITCH_SEED,
+            "backend": self.backend.identity(),
+        }
+
+    def totals(self) -> dict[str, Any]:
+        return self.meter.totals()
+
+    def preferences(self, pairs: Sequence[Pair]) -> list[float]:
+        """One preference per pair, in order; raises ``JudgeUnavailable`` from the backend.
+        Each chunk of ``backend.batch_size`` is cached as soon as it is judged."""
+        out: list[float | None] = [1.5 if p.output_1 == p.output_2 else None for p in pairs]
+        todo = [i for i, v in enumerate(out) if v is None]
+        key = judge_key(self.identity())
+        if self.cache is not None and todo:
+            cached = self.cache.get_many(key, [pairs[i] for i in todo])
+            hits = [(i, c) for i, c in zip(todo, cached, strict=True) if c is not None]
+            for i, c in hits:
+                out[i] = c
+            self.meter.hit(len(hits))
+            todo = [i for i in todo if out[i] is None]
+        step = max(1, int(self.backend.batch_size))
+        for start in range(0, len(todo), step):
+            chunk = todo[start : start + step]
+            swaps = [protocol.is_swapped(pairs[i].instruction) for i in chunk]
+            prompts = []
+            for i, swap in zip(chunk, swaps, strict=True):
+                p = pairs[i]
+                first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
+                prompts.append(messages(p.instruction, first, second))
+            answers = self.backend.next_tokens(prompts, 0)
+            judged = []
+            for i, swap, answer in zip(chunk, swaps, answers, strict=True):
+                pref = protocol.unswap(preference_from_ranking(answer.raw.get("arguments")), swap)
+                out[i] = pref
+                judged.append((pairs[i], pref, None))
+            if self.cache is not None:
+                self.cache.put_many(key, judged)
+        return [math.nan if v is None else v for v in out]
+
+    def close(self) -> None:
+        self.backend.close()
+        if self.cache is not None:
+            self.cache.close()
+
+
+def ranking_judge(
+    model: str = DEFAULT_MODEL,
+    base_url: str = DEFAULT_BASE_URL,
+    *,
+    cache_path: Path | None = None,
+    usage_path: Path | None = None,
+    api_key: str | None = None,
+    **backend_options: Any,
+) -> RankingJudge:
+    """The ``annotators_gpt52_fn`` judge on an OpenAI-compatible endpoint (see
+    :func:`~agent2rl.scoring.judges.openai_compatible.openai_judge` for the arguments)."""
+    meter = JudgeMeter(usage_path)
+    backend = FunctionCallBackend(model, base_url, api_key, meter, **backend_options)
+    cache = JudgmentCache(cache_path) if cache_path is not None else None
+    return RankingJudge(backend, cache=cache, meter=meter)
+
+
+#: the named judge configs the ``alpacaeval`` task offers (``--task-opt judge=NAME``): name ->
+#: (its default model, what it is)
+JUDGE_CONFIGS: dict[str, tuple[str, str]] = {
+    NAME: (
+        DEFAULT_MODEL,
+        "the reference implementation's evaluation config: GPT-5.2 ranking the two outputs "
+        "by function call (AlpacaEval's _fn annotator style)",
+    ),
+    protocol.NAME: (
+        protocol.DEFAULT_MODEL,
+        "AlpacaEval 2.0's official annotator: GPT-4 Turbo's next-token logprobs of m / M",
+    ),
+}
