@@ -139,11 +139,25 @@ class BackendConfig:
     max_model_len: int | None = None
     tensor_parallel_size: int = 1
     stop_token_ids: tuple[int, ...] = ()
+    #: ``greedy`` (default) or ``reference``: the reference's per-model table
+    #: (:mod:`agent2rl.inference.decoding`); ``decoding_seed`` seeds sampled grading.
+    decoding: str = "greedy"
+    decoding_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop_token_ids"] = list(self.stop_token_ids)
+        # Greedy leaves the dict as before, so evaluation hashes of greedy runs do not move.
+        if self.decoding == "greedy":
+            d.pop("decoding")
+            d.pop("decoding_seed")
         return d
+
+    def decoding_for(self, model: str) -> Any:
+        """``model``'s :class:`~agent2rl.inference.decoding.Decoding` under this config."""
+        from agent2rl.inference.decoding import decoding_for
+
+        return decoding_for(model, self.decoding, self.decoding_seed)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> BackendConfig:
@@ -173,6 +187,8 @@ class BackendConfig:
             )
         if self.max_model_len is not None and self.max_model_len < 16:
             raise UserError(f"--max-model-len {self.max_model_len} is too small (>= 16)")
+        if self.decoding not in ("greedy", "reference"):
+            raise UserError(f"unknown decoding {self.decoding!r}: use greedy or reference")
         if self.tensor_parallel_size < 1:
             raise UserError("--tensor-parallel-size must be at least 1")
         if self.kind == "vllm" and not vllm_usable():
