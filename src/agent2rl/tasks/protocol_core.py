@@ -11,6 +11,8 @@ The names here are the pieces a task's protocol file is written with:
 
 - :class:`FormatBase`: the methods of a task's ``EpisodeFormat`` dataclass (``to_dict``,
   ``from_dict``, and the grader's ``prompt`` / ``chat_message`` through :func:`for_state`);
+- :func:`prompt_builders`: ``build_prompt`` and ``build_chat_message``, from the task's
+  react prompt and its transcript renderer;
 - :func:`render_history`: the transcript protocol's prompt, the oldest steps dropped to fit;
 - :func:`trim_oldest`: the same trimming for a prompt whose steps are already written out;
 - :func:`transcript_pieces`: a whole episode split for training on windows of it;
@@ -26,6 +28,8 @@ from typing import Any, ClassVar, TypeVar
 
 #: one earlier step: (the observation it answered, the action taken)
 Step = tuple[str, str]
+#: an episode's earlier steps, oldest first
+Steps = Sequence[Step]
 _F = TypeVar("_F", bound="FormatBase")
 
 
@@ -73,6 +77,47 @@ def for_state(build: Callable[..., str], state: Any, fmt: Any) -> str:
         state.admissible,
         fmt,
         group=getattr(state, "group", None),
+    )
+
+
+def prompt_builders(
+    react: Callable[..., str], render: Callable[..., str], chat_instruction: str
+) -> tuple[Callable[..., str], Callable[..., str]]:
+    """A protocol file's ``build_prompt`` and ``build_chat_message``, both called as
+    ``(goal, steps, observation, admissible, fmt, group=None)`` with ``steps`` the earlier
+    steps, oldest first, each as (the observation it answered, the action taken).
+
+    Under ``fmt.protocol == "react"`` both return ``react(goal, steps, observation,
+    admissible, fmt, group)``: one text, whether or not the model has a chat template.
+    Otherwise (the transcript protocol) both start with ``render(goal, steps, observation,
+    admissible, fmt)``: ``build_prompt`` (a base model's prompt) ends it with ``>``, and
+    ``build_chat_message`` (a chat model's user message) with ``chat_instruction``."""
+
+    def builder(name: str, end: str, doc: str) -> Callable[..., str]:
+        def build(
+            goal: str,
+            steps: Steps,
+            observation: str,
+            admissible: Sequence[str],
+            fmt: Any,
+            group: str | None = None,
+        ) -> str:
+            if fmt.protocol == "react":
+                return react(goal, steps, observation, admissible, fmt, group)
+            return render(goal, steps, observation, admissible, fmt) + end
+
+        build.__name__ = build.__qualname__ = name
+        build.__doc__ = doc
+        return build
+
+    return (
+        builder("build_prompt", ">", "The text prompt at one step (see the module docstring)."),
+        builder(
+            "build_chat_message",
+            chat_instruction,
+            "The user message for a chat model at one step: the prompt's text, then the "
+            "instruction (under the react protocol: ``build_prompt``'s text).",
+        ),
     )
 
 

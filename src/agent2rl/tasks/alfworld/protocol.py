@@ -179,42 +179,23 @@ def listed_actions(admissible: Sequence[str]) -> list[str]:
     return [a for a in admissible if a != "help"]
 
 
-def build_prompt(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
-    group: str | None = None,
-) -> str:
-    """The text prompt at one step (see the module docstring): every model's under the
-    react protocol, a base model's under the transcript protocol.
-
-    ``steps`` are the earlier steps, oldest first, each as (the observation it answered,
-    the action taken): the first one's observation is the room's description. ``group`` is
-    the game's task type (``pick_and_place_simple``...): the react protocol needs it to pick
-    its exemplars. Transcript protocol: only the last ``fmt.history`` steps are shown, fewer
-    if the prompt would exceed ``fmt.max_prompt_chars``.
-    """
-    if fmt.protocol == "react":
-        return build_react_prompt(group, goal, steps, observation)
-    return _render(goal, steps, observation, admissible, fmt) + ">"
-
-
-def build_chat_message(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
-    group: str | None = None,
-) -> str:
-    """The user message for a chat model at one step: under the transcript protocol the
-    prompt's text, then the instruction. (The react protocol prompts chat models with
-    :func:`build_prompt`'s text, untemplated; this returns that same text.)"""
-    if fmt.protocol == "react":
-        return build_react_prompt(group, goal, steps, observation)
-    return _render(goal, steps, observation, admissible, fmt) + CHAT_INSTRUCTION
+# ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt at
+# one step (see the module docstring), every model's under the react protocol, a base
+# model's under the transcript protocol; ``build_chat_message`` (same arguments): a chat
+# model's user message, the transcript prompt's text then the instruction (the react
+# protocol's text, untemplated, under react). ``steps`` are the earlier steps, oldest first,
+# each as (the observation it answered, the action taken): the first one's observation is
+# the room's description. ``group`` is the game's task type (``pick_and_place_simple``...):
+# the react protocol needs it to pick its exemplars. Transcript protocol: only the last
+# ``fmt.history`` steps are shown, fewer if the prompt would exceed ``fmt.max_prompt_chars``.
+# (lambdas: the two functions they call are defined below)
+build_prompt, build_chat_message = core.prompt_builders(
+    lambda goal, steps, observation, _admissible, _fmt, group: build_react_prompt(
+        group, goal, steps, observation
+    ),
+    lambda *args: _render(*args),
+    CHAT_INSTRUCTION,
+)
 
 
 @functools.cache
@@ -265,9 +246,7 @@ def react_observation(observation: str, action: str) -> str:
     return observation
 
 
-def build_react_prompt(
-    group: str | None, goal: str, steps: Sequence[tuple[str, str]], observation: str
-) -> str:
+def build_react_prompt(group: str | None, goal: str, steps: core.Steps, observation: str) -> str:
     """The react prompt at one step: :func:`react_instruction`, the intro, then
     `` action\\nobservation\\n>`` per earlier step. ``steps`` as for :func:`build_prompt`
     (the observations as the game gave them: this applies :func:`react_observation`)."""
@@ -286,7 +265,7 @@ def react_action(reply: str) -> str:
     return reply.split("\n", 1)[0].strip()
 
 
-def transcript(goal: str, steps: Sequence[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
+def transcript(goal: str, steps: core.Steps) -> tuple[str, list[tuple[str, str]]]:
     """The pieces of a whole episode's transcript, for training on windows of it: the task
     line, then one (observation text, action text) pair per step, where the observation text
     ends with ``>`` and the action text is :func:`completion_for` the action. The task line
@@ -301,11 +280,7 @@ def _task_line(goal: str) -> str:
 
 
 def _render(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
+    goal: str, steps: core.Steps, observation: str, admissible: Sequence[str], fmt: EpisodeFormat
 ) -> str:
     tail = core.one_line(observation) + "\n"
     if fmt.show_admissible:

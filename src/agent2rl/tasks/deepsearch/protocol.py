@@ -78,7 +78,6 @@ import re
 import string
 import sys
 import unicodedata
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,31 +173,26 @@ def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
     return core.cut(core.one_line(observation), fmt.max_observation_chars)
 
 
-def build_prompt(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
-    group: str | None = None,
-) -> str:
-    """The text prompt for a base model at one step (see the module docstring).
-
-    ``steps`` are the earlier steps, oldest first, each as (the observation it answered, the
-    action taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
-    ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change nothing (the environment
-    takes free text): they are there for the signature the other protocol files share.
-    Under ``fmt.protocol == "react"``: :func:`react_prompt` (``goal`` is then the question,
-    a newline and its ``Answer type: ...`` line).
-    """
-    if fmt.protocol == "react":
-        return react_prompt(goal, steps, observation, fmt)
-    return _render(goal, steps, observation, fmt) + ">"
+# ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt
+# for a base model at one step (see the module docstring); ``build_chat_message`` (same
+# arguments): the user message for a chat model, the same text then the instruction. Under
+# ``fmt.protocol == "react"`` (which uses no chat template) both are :func:`react_prompt`
+# (``goal`` is then the question, a newline and its ``Answer type: ...`` line). ``steps``
+# are the earlier steps, oldest first, each as (the observation it answered, the action
+# taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
+# ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change nothing (the environment
+# takes free text): they are there for the signature the other protocol files share.
+# (Lambdas: the two functions they call are defined below.)
+build_prompt, build_chat_message = core.prompt_builders(
+    lambda goal, steps, observation, _admissible, fmt, _group: react_prompt(
+        goal, steps, observation, fmt
+    ),
+    lambda goal, steps, observation, _admissible, fmt: _render(goal, steps, observation, fmt),
+    CHAT_INSTRUCTION,
+)
 
 
-def react_prompt(
-    goal: str, steps: Sequence[tuple[str, str]], observation: str, fmt: EpisodeFormat
-) -> str:
+def react_prompt(goal: str, steps: core.Steps, observation: str, fmt: EpisodeFormat) -> str:
     """The reference's ReAct prompt (module docstring): the instructions, ``Question:``
     and ``goal`` (its answer-type line included), then every earlier step's action and the
     observation it got (cut to ``fmt.max_observation_chars``), each followed by
@@ -229,23 +223,8 @@ def react_goal(question: str, answer_type: str) -> str:
     return f"{question.strip()}\nAnswer type: {ANSWER_TYPE_NAMES.get(answer_type, 'Single Answer')}"
 
 
-def build_chat_message(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
-    group: str | None = None,
-) -> str:
-    """The user message for a chat model at one step (the same text, then the instruction;
-    under the ``react`` protocol, which uses no chat template, :func:`react_prompt`)."""
-    if fmt.protocol == "react":
-        return react_prompt(goal, steps, observation, fmt)
-    return _render(goal, steps, observation, fmt) + CHAT_INSTRUCTION
-
-
 def transcript(
-    goal: str, steps: Sequence[tuple[str, str]], fmt: EpisodeFormat | None = None
+    goal: str, steps: core.Steps, fmt: EpisodeFormat | None = None
 ) -> tuple[str, list[tuple[str, str]]]:
     """The pieces of a whole episode's transcript, for training on windows of it: the
     question line, then one (observation text, action text) pair per step, where the
@@ -261,9 +240,7 @@ def _head(goal: str) -> str:
     return f"Question: {core.one_line(goal)}\n"
 
 
-def _render(
-    goal: str, steps: Sequence[tuple[str, str]], observation: str, fmt: EpisodeFormat
-) -> str:
+def _render(goal: str, steps: core.Steps, observation: str, fmt: EpisodeFormat) -> str:
     tail = shown_observation(observation, fmt) + "\n"
     return core.render_history(
         _head(goal),

@@ -155,40 +155,21 @@ def shown_page(observation: str, fmt: EpisodeFormat) -> str:
     return core.cut(text, fmt.max_observation_chars)
 
 
-def build_prompt(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
-    group: str | None = None,
-) -> str:
-    """The text prompt for a base model at one step (see the module docstring).
-
-    ``steps`` are the earlier steps, oldest first, each as (the page it answered, the
-    action taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
-    ``fmt.max_prompt_chars``. ``group`` (the goal's category) changes nothing: it is there
-    for the signature ALFWorld's protocol file shares. Under ``fmt.protocol == "react"``:
-    :func:`react_message`.
-    """
-    if fmt.protocol == "react":
-        return react_message(goal, steps, observation, admissible, fmt)
-    return _render(goal, steps, observation, admissible, fmt) + ">"
-
-
-def build_chat_message(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
-    group: str | None = None,
-) -> str:
-    """The user message for a chat model at one step (the same text, then the instruction;
-    under the ``react`` protocol :func:`react_message`)."""
-    if fmt.protocol == "react":
-        return react_message(goal, steps, observation, admissible, fmt)
-    return _render(goal, steps, observation, admissible, fmt) + CHAT_INSTRUCTION
+# ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt
+# for a base model at one step (see the module docstring); ``build_chat_message`` (same
+# arguments): the user message for a chat model, the same text then the instruction. Under
+# ``fmt.protocol == "react"`` both are :func:`react_message`. ``steps`` are the earlier
+# steps, oldest first, each as (the page it answered, the action taken). Only the last
+# ``fmt.history`` are shown, fewer if the prompt would exceed ``fmt.max_prompt_chars``.
+# ``group`` (the goal's category) changes nothing: it is there for the signature ALFWorld's
+# protocol file shares. (Lambdas: the two functions they call are defined below.)
+build_prompt, build_chat_message = core.prompt_builders(
+    lambda goal, steps, observation, admissible, fmt, _group: react_message(
+        goal, steps, observation, admissible, fmt
+    ),
+    lambda *args: _render(*args),
+    CHAT_INSTRUCTION,
+)
 
 
 def react_actions(admissible: Sequence[str]) -> str:
@@ -199,11 +180,7 @@ def react_actions(admissible: Sequence[str]) -> str:
 
 
 def react_message(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
+    goal: str, steps: core.Steps, observation: str, admissible: Sequence[str], fmt: EpisodeFormat
 ) -> str:
     """The reference's chat ReAct prompt at one step (module docstring): :data:`REACT_SYSTEM`,
     a blank line, :data:`REACT_HEAD`, then the last ``fmt.history`` steps as ``Observation
@@ -227,7 +204,7 @@ def react_message(
 
 
 def transcript(
-    goal: str, steps: Sequence[tuple[str, str]], fmt: EpisodeFormat | None = None
+    goal: str, steps: core.Steps, fmt: EpisodeFormat | None = None
 ) -> tuple[str, list[tuple[str, str]]]:
     """The pieces of a whole session's transcript, for training on windows of it: the
     instruction line, then one (page text, action text) pair per step, where the page text
@@ -244,11 +221,7 @@ def _head(goal: str) -> str:
 
 
 def _render(
-    goal: str,
-    steps: Sequence[tuple[str, str]],
-    observation: str,
-    admissible: Sequence[str],
-    fmt: EpisodeFormat,
+    goal: str, steps: core.Steps, observation: str, admissible: Sequence[str], fmt: EpisodeFormat
 ) -> str:
     tail = shown_page(observation, fmt) + "\n"
     if fmt.show_admissible and admissible:
