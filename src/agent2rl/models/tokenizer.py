@@ -4,7 +4,9 @@ Built offline and deterministically with the ``tokenizers`` library from a corpu
 here from fixed seeds (:func:`training_corpus`): arith-lite's problems as the grader prompts
 them and alfworld-lite-style transcripts, plus the lite tasks' fixed protocol lines.
 
-Why this shape (measurements in ``benchmarks/lite_learning.py`` and the README's *Figures*):
+Why this shape (its figures are measured, not written here: ``benchmarks/tiny_tokenizer.py``
+writes what it learns to ``docs/figures/data/tiny_tokenizer.json``, and
+``benchmarks/lite_learning.py``'s training runs are in ``docs/figures.md``):
 
 - **Byte-level** (GPT-2's 256-symbol byte alphabet as the base): every string encodes, so
   nothing is ever unknown, whatever text a future lite task brings (its words just split
@@ -15,7 +17,7 @@ Why this shape (measurements in ``benchmarks/lite_learning.py`` and the README's
   wherever it appears.
 - **Words are whole tokens**: the lite tasks' vocabulary is small (arith-lite's names and
   items, alfworld-lite's rooms and objects), so a few hundred merges cover it and a prompt
-  is about a third as many tokens as characters. Shorter sequences make each training step
+  is several times fewer tokens than characters. Shorter sequences make each training step
   cheaper and put the numbers a question mentions a few positions from where they are used.
 - Merges never cross a word or a space-to-digit boundary, so a prompt's tokens are a prefix
   of the prompt-plus-completion's tokens when the completion starts with a space, a digit or
@@ -34,10 +36,11 @@ from collections.abc import Iterator
 
 #: the pad, begin and end of sequence tokens (ids 0, 1, 2)
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")
-#: Vocabulary size, the 256 bytes and the specials included. 512 leaves room for every word
-#: of the corpus as one token (the merges stop short of it: about 380 are learnable) and for
-#: words of future lite tasks in pieces. A larger vocabulary would only add unused rows to
-#: the embedding (merges never cross words); measured in benchmarks/lite_learning.py.
+#: Vocabulary size asked for, the 256 bytes and the specials included: room for every word
+#: of the corpus as one token and for words of future lite tasks in pieces. Training stops
+#: short of it when no pair is left to merge twice, so the tokenizer may be smaller (the
+#: size it learns: docs/figures/data/tiny_tokenizer.json). A larger value would only add
+#: unused rows to the embedding (merges never cross words).
 VOCAB_SIZE = 1024
 #: problems of each kind in the corpus: enough for every word to recur many times
 _CORPUS_ITEMS = 3000

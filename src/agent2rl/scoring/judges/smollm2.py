@@ -8,48 +8,20 @@ needed, since transformers reads GGUF itself with the ``gguf`` package. The pack
 imported (its ``__init__`` imports ``llm``): the file is found through the distribution's
 metadata, and its sha256 comes from the wheel's ``RECORD``.
 
-The protocol (:data:`LITE`) is AlpacaEval's in all but three choices, each validated on the
-task's validation split (``benchmarks/alpaca_lite_judge.py`` prints the figures):
+The protocol (:data:`LITE`) is AlpacaEval's in all but three choices, each chosen on the
+task's validation split (``benchmarks/alpaca_lite_judge.py`` measures them; the figures, and
+the variants tried and not kept, are in ``docs/figures.md``, *The alpaca-lite judge*):
 
 - **the template** is a short user message (:data:`TEMPLATE`) instead of AlpacaEval's
-  leaderboard prompt, which a 135M model cannot follow: on it the judge prefers a reference
-  over an emptied, truncated or shuffled copy about as often as not;
+  leaderboard prompt, which a 135M model cannot follow;
 - **both orders**: the pair is judged as the seeded swap shows it and the other way round,
-  and the preferences (each flipped back) are averaged in log-odds. SmolLM2-135M names the
-  second output about four times in five whatever it is; in one order only, the seeded
-  swap decides the verdict;
+  and the preferences (each flipped back) are averaged in log-odds, which cancels the
+  model's strong preference for the second output (in one order only, the seeded swap
+  would decide the verdict);
 - **two phrasings**: each order is also asked with the question worded another way
   (:data:`TEMPLATE_2`: "Which answer correctly answers the instruction?"), so a pair costs
-  four forward passes, and the four preferences are averaged. The judge's margins are
-  small and move with the wording; on the validation split either phrasing alone prefers
-  the reference over a degraded copy 94.0% of the time (282 of 300, failing on different
-  items), the two together 96.3% (289 of 300), with the good answer over the weak
-  reference 87 times in 100 (88 and 82 for each alone). The phrasing was chosen there, so
-  that is optimistic: on the public split's first 100 distinct instructions the first
-  phrasing alone gives 89.0% and 73/100, the two 92.0% and 79/100.
-
-  Tried there and not kept (both orders each; reference over degraded copies, then good
-  over weak): a rubric sentence before the question ("The better answer is correct,
-  complete and clearly written.") 90.0%, 81/100; the answers in quotes 92.3%, 63/100; on
-  the first 50 items only, a "strict judge" system message 86.7%, 20/50, labels A / B
-  38.0%, 39/50, labels 1 / 2 28.0%, 29/50, two few-shot demonstrations 45.3%, 27/50.
-  Averaged with the first phrasing, the rubric gives 94.3%, 86/100 and the quotes 95.0%,
-  75/100; three or four phrasings reach 95.3-97.0% with 81-88/100, at 1.5-2x this cost.
-
-  A later scan (task version 2 kept) asked eight questions, each in both orders, on the
-  validation split and, for five of them (the three best there alone, and two that made
-  part of its best combinations), on the public split's first 100 distinct instructions
-  (reference over degraded copies, then good over weak; validation | public):
-  "Which answer is better" 94.0%, 88 | 89.0%, 73; "... correctly answers the instruction"
-  94.0%, 82 | 89.7%, 79; "Which answer would a teacher prefer" 97.7%, 83 | 93.3%, 70;
-  "... gives the user what they asked for" 77.3%, 74 | 80.3%, 77; "... is written more
-  clearly" 85.7%, 80 | 87.3%, 76; on the validation split only "... is more helpful" 88.7%,
-  "... is a complete and correct reply" 85.0%, "... makes more sense" 84.7%. Of every
-  combination of the five, the best on the validation split (better, correct, teacher and
-  asked-for: 98.0%, 89) gives 92.0%, 79 on the public items, and none passes 93.3%
-  there: more or other phrasings do not carry the 95% to items they were not chosen on. The
-  misses are near-ties (under 0.1 in log-odds, one 0.22) between two non-answers, many of
-  them a wrong guess cut short ("Maybe 30?" for 15 plus 16, against "Maybe").
+  four forward passes, and the four preferences are averaged: the judge's margins are
+  small and move with the wording, and the two phrasings fail on different items.
 
 Kept as in AlpacaEval: the labels ``m`` / ``M``, the preference ``2 - P(m) / (P(m) +
 P(M))`` from the first token's log-probabilities, the per-instruction seeded swap, draws for

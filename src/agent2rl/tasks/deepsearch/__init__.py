@@ -17,25 +17,27 @@ that take several searches, DeepSearchQA's way.
 
 The model answers each private question through the task-neutral episode solver, a ReAct
 loop: at every step the protocol builds the prompt, the model replies greedily with a
-search or an answer, until it answers or ``max_steps`` actions are used (6, the reference's
-cap). The scorer's settings say how answers were graded, so different gradings never
-compare.
+search or an answer, until it answers or ``max_steps`` actions are used (the reference's
+cap by default). The scorer's settings say how answers were graded, so different gradings
+never compare. The tasks' option values live in their ``defaults``; this text names the
+options, not their values.
 
 - ``deepsearchqa`` (version 2: the paper's reference's defaults): Google's DeepSearchQA
-  (``google/deepsearchqa``, split ``eval``, 900 questions) through ``datasets``, or
-  ``agent2rl data import deepsearchqa DIR``; split as the reference splits it
-  (:mod:`~.store`: ``Dataset.shuffle(seed=42)``, 100 public with answers, 200 graded; 100
-  validation questions outside those 300). Loop (``protocol=react``): the reference's
-  Thought/Action prompt on raw text, 256 new tokens, the top 3 results
-  (:mod:`~.protocol`); ``protocol=transcript`` is version 1's. Search: SerpAPI when
-  ``SERPAPI_KEY`` is set on the host (``--task-opt search=auto``, the default), else
-  Wikipedia's search API (keyless, needs the network), as the reference falls back to a
-  keyless web search; ``search=serpapi`` / ``search=bm25`` (a local corpus imported with the
-  data) / ``search=wikipedia`` force one. Metric (``metric``): ``accuracy`` (the
-  reference's: a binary LLM judge, else its string match) or ``f1`` (version 1's:
-  DeepSearchQA's rubric judge, else normalised exact match). Judge: ``--task-opt
-  judge=auto`` (the default) uses the LLM judge when a judge key (``AGENT2RL_JUDGE_API_KEY``
-  or ``OPENAI_API_KEY``) is set, ``judge=llm`` always, ``judge=exact`` never.
+  (``google/deepsearchqa``, split ``eval``) through ``datasets``, or ``agent2rl data import
+  deepsearchqa DIR``; split as the reference splits it (:mod:`~.store`:
+  ``Dataset.shuffle(seed=42)``, then public questions with answers, graded ones, and
+  validation questions outside both). Loop (``protocol=react``): the reference's
+  Thought/Action prompt on raw text, its reply length (``max_new_tokens``) and its number of
+  results per search (``top_k``) (:mod:`~.protocol`); ``protocol=transcript`` is version
+  1's. Search: SerpAPI when ``SERPAPI_KEY`` is set on the host (``--task-opt search=auto``,
+  the default), else Wikipedia's search API (keyless, needs the network), as the reference
+  falls back to a keyless web search; ``search=serpapi`` / ``search=bm25`` (a local corpus
+  imported with the data) / ``search=wikipedia`` force one. Metric (``metric``):
+  ``accuracy`` (the reference's: a binary LLM judge, else its string match) or ``f1``
+  (version 1's: DeepSearchQA's rubric judge, else normalised exact match). Judge:
+  ``--task-opt judge=auto`` (the default) uses the LLM judge when a judge key
+  (``AGENT2RL_JUDGE_API_KEY`` or ``OPENAI_API_KEY``) is set, ``judge=llm`` always,
+  ``judge=exact`` never.
 - ``deepsearch-lite``: a generated encyclopedia of fictional entities (no pretrained model
   knows a fact), BM25 search over it, two-hop questions with single and set answers, graded
   by exact match / F1; graded, validation and public questions come from disjoint regions of
