@@ -1,7 +1,7 @@
 """``agent2rl study export``: a study's runs and submissions as CSV and Parquet.
 
-Two pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs.parquet``
-and ``submissions.csv``/``submissions.parquet``:
+Three pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs.parquet``,
+``submissions.csv``/``submissions.parquet`` and ``main_table.csv``/``main_table.parquet``:
 
 ``runs``
     one row per counted run (:func:`agent2rl.study.runs.load_runs`): identity (task, model,
@@ -11,7 +11,13 @@ and ``submissions.csv``/``submissions.parquet``:
 ``submissions``
     one row per submission of those runs: run identity, id, time, score, improvement over
     the run's baseline (None when not comparable), best so far, status, copy/duplicate,
-    error, eval seconds.
+    error, eval seconds;
+``main_table``
+    the paper's main table in its wide shape (:func:`main_table_rows`): one row per task,
+    its ``baseline``, then per stack (agent x driver x mode) ``<stack> best`` and
+    ``<stack> delta``: the mean over that stack's repeats of the best of budget and of the
+    improvement (a run without a valid comparable submission counts as the baseline, delta
+    0); blank where a stack has no run of that task with a baseline.
 """
 
 from __future__ import annotations
@@ -101,16 +107,56 @@ def submission_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
     return rows
 
 
+def main_table_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
+    """The paper's main table (module docstring): task rows, per-stack best / delta columns.
+
+    Stacks are columns in the order first seen (the study's matrix order); tasks likewise.
+    The baseline is the mean over the task's runs (one base model: the same number). Runs
+    without a baseline (failed before grading it) are left out of every mean.
+    """
+    tasks: dict[str, list[float]] = {}
+    cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    stacks: list[str] = []
+    for r in runs:
+        o = outcome(r.metrics)
+        label = r.stack.label
+        if label not in stacks:
+            stacks.append(label)
+        tasks.setdefault(r.metrics.task, [])
+        if o is None:
+            continue
+        tasks[r.metrics.task].append(o.baseline)
+        cells.setdefault((r.metrics.task, label), []).append((o.best, o.improvement))
+    rows = []
+    for task, baselines in tasks.items():
+        row: dict[str, Any] = {
+            "task": task,
+            "baseline": sum(baselines) / len(baselines) if baselines else None,
+        }
+        for label in stacks:
+            got = cells.get((task, label), [])
+            row[f"{label} best"] = sum(b for b, _ in got) / len(got) if got else None
+            row[f"{label} delta"] = sum(d for _, d in got) / len(got) if got else None
+        rows.append(row)
+    return rows
+
+
 def export(study_dir: Path, out: Path | None = None) -> dict[str, Path]:
-    """Write the two tables (see the module docstring) and return their paths by name
-    (``runs.csv``, ``runs.parquet``, ``submissions.csv``, ``submissions.parquet``)."""
+    """Write the three tables (see the module docstring) and return their paths by name
+    (``runs.csv``, ``runs.parquet``, ``submissions.csv``, ``submissions.parquet``,
+    ``main_table.csv``, ``main_table.parquet``)."""
     import pandas as pd
 
     runs, _ = load_runs(study_dir)
     out = Path(out) if out else Path(study_dir).expanduser().resolve() / "export"
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    for name, rows in (("runs", run_rows(runs)), ("submissions", submission_rows(runs))):
+    tables = (
+        ("runs", run_rows(runs)),
+        ("submissions", submission_rows(runs)),
+        ("main_table", main_table_rows(runs)),
+    )
+    for name, rows in tables:
         frame = pd.DataFrame(rows)
         for suffix in ("csv", "parquet"):
             path = out / f"{name}.{suffix}"
@@ -124,4 +170,4 @@ def export(study_dir: Path, out: Path | None = None) -> dict[str, Path]:
     return paths
 
 
-__all__ = ["export", "run_rows", "submission_rows"]
+__all__ = ["export", "main_table_rows", "run_rows", "submission_rows"]

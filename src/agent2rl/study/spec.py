@@ -21,6 +21,11 @@ with the same budget and settings::
     [task_options."alfworld-lite"]                 # per task, as --task-opt
     n_train = 60
 
+    [agent_cells."claude-code"]                    # optional, per LLM agent: its own
+    drivers = ["claude-opus-4-6"]                  # drivers and/or modes instead of the
+    modes = ["free", "sft-only"]                   # study's (a matrix that is not a full
+                                                   # cross product, e.g. the paper's)
+
 Drivers and modes apply to agents that use an LLM; an agent without one runs once per
 (task, model, repeat) with neither. A :class:`RunSlot` is one cell of the matrix at one
 repeat: the unit a study schedules, retries and counts.
@@ -40,6 +45,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent2rl.errors import UserError
 from agent2rl.formatting import format_duration
 from agent2rl.settings import parse_duration
+
+
+class AgentCells(BaseModel):
+    """One agent's own drivers and/or modes in a study (``[agent_cells."name"]``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    drivers: list[str] | None = None
+    modes: list[str] | None = Field(default=None, min_length=1)
 
 
 class StudySpec(BaseModel):
@@ -63,6 +77,19 @@ class StudySpec(BaseModel):
     cpus_per_run: float = Field(default=1.0, gt=0)
     gpus_per_run: float | Literal["auto"] = "auto"
     task_options: dict[str, dict[str, str | int | float | bool]] = Field(default_factory=dict)
+    agent_cells: dict[str, AgentCells] = Field(default_factory=dict)
+
+    def drivers_for(self, agent: str) -> list[str | None]:
+        """The drivers an LLM agent runs with: its ``agent_cells`` entry's, else the study's
+        (``[None]``: the agent's default driver)."""
+        cells = self.agent_cells.get(agent)
+        drivers = cells.drivers if cells is not None and cells.drivers is not None else None
+        return list(drivers if drivers is not None else self.drivers) or [None]
+
+    def modes_for(self, agent: str) -> list[str]:
+        """The modes an LLM agent runs in: its ``agent_cells`` entry's, else the study's."""
+        cells = self.agent_cells.get(agent)
+        return list(cells.modes if cells is not None and cells.modes else self.modes)
 
     @field_validator("budget")
     @classmethod
@@ -179,7 +206,7 @@ def expand(spec: StudySpec) -> list[RunSlot]:
         for model in spec.models:
             for agent in spec.agents:
                 if get_agent(agent).uses_llm:
-                    cells = [(d, m) for d in (spec.drivers or [None]) for m in spec.modes]
+                    cells = [(d, m) for d in spec.drivers_for(agent) for m in spec.modes_for(agent)]
                 else:
                     cells = [(None, None)]
                 for driver, mode in cells:
@@ -211,12 +238,17 @@ def validate(spec: StudySpec) -> list[RunSlot]:
         )
     for task in spec.tasks:
         get_task(task, spec.options_for(task))
-    for mode in spec.modes:
+    unknown = set(spec.agent_cells) - set(spec.agents)
+    if unknown:
+        raise UserError(
+            f"study {spec.name}: agent_cells for {sorted(unknown)}, which are not in agents"
+        )
+    for mode in {*spec.modes, *(m for c in spec.agent_cells.values() for m in c.modes or [])}:
         get_mode(mode)
     for agent in spec.agents:
         a = get_agent(agent)
         if a.uses_llm:
-            for d in spec.drivers or [None]:
+            for d in spec.drivers_for(agent):
                 real_key(driver_for(a, d))
         elif spec.token_budget is not None and len(spec.agents) == 1:
             raise UserError(f"token_budget: agent {a.name} uses no LLM")
