@@ -68,7 +68,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent2rl.grading.comparison import comparable, improvement
-from agent2rl.grading.evaluator import EvalSpec, EvalWorkers, run_evaluation
+from agent2rl.grading.evaluator import EvalSpec, EvalWorkers, WarmWorker, run_evaluation
 from agent2rl.grading.ledger import Ledger, Submission
 from agent2rl.grading.noise import compare_items, load_item_scores
 from agent2rl.grading.submission import (
@@ -110,6 +110,9 @@ class GradingContext:
     ``staging_slots``: submissions copied at once. ``disk_margin_bytes``: free space the
     grader's disk must keep beyond a submission's size for it to be copied.
     ``rejections_per_minute``: refusals stored row by row in any minute (the rest: 429).
+    ``grader``: ``warm`` evaluates every submission in one long-lived worker that keeps the
+    task and the model loaded (:class:`~agent2rl.grading.evaluator.WarmWorker`; same files,
+    scores and failure kinds as a cold one), ``cold`` starts a fresh process per submission.
     """
 
     paths: RunPaths
@@ -128,6 +131,7 @@ class GradingContext:
     submit_threads: int = 64
     eval_lock: threading.Lock = field(default_factory=threading.Lock)
     workers: EvalWorkers = field(default_factory=EvalWorkers)
+    grader: str = "warm"
 
 
 class _Refused(Exception):
@@ -226,6 +230,13 @@ def create_app(ctx: GradingContext) -> FastAPI:
     meta_lock = threading.Lock()
     mine: set[int] = set()  # rows this service created (settled or not)
     submit_pool: dict[str, anyio.CapacityLimiter] = {}
+    if ctx.grader not in ("warm", "cold"):
+        raise ValueError(f"grader must be warm or cold, not {ctx.grader!r}")
+    warm = (
+        WarmWorker(ctx.settings, ctx.paths.root / "grading" / "warm_worker.log")
+        if ctx.grader == "warm"
+        else None
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -237,6 +248,8 @@ def create_app(ctx: GradingContext) -> FastAPI:
             yield
         finally:
             ctx.workers.stop()
+            if warm is not None:
+                warm.close(ctx.workers)
             await run_in_threadpool(_close_mine)
             restore()
 
@@ -431,6 +444,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
         # whatever happens it ends graded, failed (with a reason) or withdrawn as a refusal.
         sub_id = ledger.add_submission(_capped(model_path) or "", None, None, None)
         mine.add(sub_id)
+        staging = time.time()
         try:
             copy = _check_and_stage(sub_id, model_path)
         except _Refused as refused:
@@ -444,7 +458,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 sub_id, f"the grader could not copy the submission ({_describe(err)}): submit again"
             )
         else:
-            _grade(sub_id, copy)
+            _grade(sub_id, copy, time.time() - staging)
         s = ledger.submission(sub_id)
         best = ledger.best()
         return {
@@ -513,11 +527,12 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 errors[str(sub_id)] = _describe(err)[:500]
                 ledger.set_meta("snapshot_errors", errors)
 
-    def _grade(sub_id: int, copy: Path) -> None:
+    def _grade(sub_id: int, copy: Path, staging_s: float) -> None:
         """Grade the private copy; never raises: any exception ends the row failed
-        (``harness``) with the reason, and the weights copy is removed."""
+        (``harness``) with the reason, and the weights copy is removed. ``staging_s``: the
+        time spent checking and copying it (for the row's ``timings``)."""
         try:
-            _grade_copy(sub_id, copy)
+            _grade_copy(sub_id, copy, {"staging_s": staging_s, "grader": ctx.grader})
         except Exception as err:
             traceback.print_exc(file=sys.stderr)
             _fail(sub_id, f"the grader failed while grading ({_describe(err)}): submit again")
@@ -525,10 +540,11 @@ def create_app(ctx: GradingContext) -> FastAPI:
             for f in copy.glob("*.safetensors"):  # only needed while evaluating
                 f.unlink(missing_ok=True)
 
-    def _grade_copy(sub_id: int, copy: Path) -> None:
+    def _grade_copy(sub_id: int, copy: Path, timings: dict[str, Any]) -> None:
         """Hash, de-duplicate, check identity, evaluate; leaves the row graded or failed
-        (with whose fault it was)."""
+        (with whose fault it was) and its ``timings`` (``timings`` so far: staging)."""
         sub_dir = ctx.paths.submission_dir(sub_id)
+        clock = time.time()
         try:
             digest = weights_hash(copy)
             fingerprint = model_fingerprint(copy, digest)
@@ -541,11 +557,17 @@ def create_app(ctx: GradingContext) -> FastAPI:
             )
             return
         is_copy = bool(base_hash) and digest == base_hash
+        timings["staging_s"] += time.time() - clock  # hashing is part of taking the files in
         ledger.update_submission(
-            sub_id, weights_hash=digest, fingerprint=fingerprint, is_copy=is_copy
+            sub_id,
+            weights_hash=digest,
+            fingerprint=fingerprint,
+            is_copy=is_copy,
+            timings={**timings, "evaluated": False},
         )
         if _settle_known(sub_id, copy, is_copy, fingerprint):
             return  # no evaluation needed: no waiting in the queue either
+        queued = time.time()
         while not ctx.eval_lock.acquire(timeout=0.5):  # one evaluation at a time for this run
             if ctx.workers.stopped.is_set():
                 _fail(sub_id, RUN_ENDED)
@@ -567,6 +589,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             )
             # The same files failed before through no fault of their own: evaluate them again.
             retried = ledger.retryable_failure(fingerprint)
+            timings["queue_wait_s"] = time.time() - queued
             outcome = run_evaluation(
                 ctx.eval_spec,
                 copy,
@@ -575,9 +598,12 @@ def create_app(ctx: GradingContext) -> FastAPI:
                 timeout_s=ctx.eval_timeout_s,
                 lock_wait_s=ctx.eval_lock_wait_s,
                 workers=ctx.workers,
+                warm=warm,
             )
         finally:
             ctx.eval_lock.release()
+        timings.update(outcome.timings or {})
+        timings.update(evaluated=True, eval_s=outcome.seconds)
         items = str(outcome.items_path.relative_to(ctx.paths.root)) if outcome.items_path else None
         ledger.update_submission(
             sub_id,
@@ -590,6 +616,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             error=outcome.error,
             failure_kind=outcome.failure if outcome.error is not None else None,
             retry_of=retried.id if retried is not None else None,
+            timings=timings,
             finished_at=time.time(),
         )
 

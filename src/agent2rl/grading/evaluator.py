@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -95,6 +96,9 @@ class EvalOutcome:
     eval_hash: str | None
     error: str | None = None
     failure: FailureKind | None = None
+    #: the worker's breakdown (see :func:`agent2rl.grading.worker.evaluate_to`); None when
+    #: the worker wrote no result
+    timings: dict[str, Any] | None = None
 
 
 #: Written by the worker into its ``out`` directory once it holds the device lock(s): from
@@ -154,6 +158,7 @@ def run_evaluation(
     *,
     lock_wait_s: float | None = None,
     workers: EvalWorkers | None = None,
+    warm: WarmWorker | None = None,
 ) -> EvalOutcome:
     """Evaluate ``model_dir`` as ``spec`` says in a child process; results land in ``out``.
 
@@ -172,12 +177,19 @@ def run_evaluation(
     A failure is ``model`` only when the worker said so in ``error.json`` (see
     :func:`agent2rl.grading.worker.failure_kind`); a timeout, a signal, or an exit without
     ``error.json`` (or with an unknown kind in it) is ``harness``.
+
+    ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead of a new
+    process, with the same two clocks, the same files in ``out`` and the same failure kinds;
+    a timeout or a crash kills the warm worker's group and the next evaluation starts a new
+    one.
     """
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STARTED_FILE, "result.json", "error.json"):
         (out / stale).unlink(missing_ok=True)
     if lock_wait_s is None:
         lock_wait_s = max(600.0, 2 * timeout_s)
+    if warm is not None:
+        return warm.evaluate(spec, model_dir, out, settings, timeout_s, lock_wait_s, workers)
     cmd = [
         sys.executable,
         "-m",
@@ -192,16 +204,13 @@ def run_evaluation(
         str(settings.task_store),
         "--locks",
         str(settings.locks),
+        "--requested-at",
+        repr(time.time()),
     ]
     started = time.time()
     if workers is not None and workers.stopped.is_set():
         return _stopped_outcome(0.0)
-    env = {
-        "OMP_WAIT_POLICY": "PASSIVE",
-        **os.environ,
-        "TOKENIZERS_PARALLELISM": "false",
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = _worker_env()
     with open(log_path or out / "eval.log", "ab") as log:
         proc = subprocess.Popen(
             cmd,
@@ -225,20 +234,219 @@ def run_evaluation(
         return _stopped_outcome(seconds)
     if cut is not None:
         return EvalOutcome(None, None, None, seconds, None, cut, "harness")
-    if proc.returncode == 0 and (out / "result.json").exists():
+    return _outcome(proc.returncode, out, seconds)
+
+
+def _worker_env() -> dict[str, str]:
+    return {
+        "OMP_WAIT_POLICY": "PASSIVE",
+        **os.environ,
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def _outcome(returncode: int | None, out: Path, seconds: float) -> EvalOutcome:
+    """The outcome of a worker's evaluation that ended by itself with ``returncode`` (a warm
+    worker's reply code, or its exit code when it died), from the files it left in ``out``."""
+    if returncode == 0 and (out / "result.json").exists():
         res = json.loads((out / "result.json").read_text())
         return EvalOutcome(
-            res["score"], res["n_items"], out / "items.jsonl", seconds, res["eval_hash"]
+            res["score"],
+            res["n_items"],
+            out / "items.jsonl",
+            seconds,
+            res["eval_hash"],
+            timings=res.get("timings"),
         )
-    error, failure = f"evaluation failed (exit code {proc.returncode})", "harness"
-    if proc.returncode and proc.returncode < 0:
+    error, failure = f"evaluation failed (exit code {returncode})", "harness"
+    if returncode and returncode < 0:
         # Killed (the OOM killer, an operator): whatever error.json says, this run was cut.
-        error = f"evaluation killed by signal {-proc.returncode} (out of memory?)"
+        error = f"evaluation killed by signal {-returncode} (out of memory?)"
     elif (out / "error.json").exists():
         report = _read_error(out / "error.json")
         error = "evaluation failed: " + str(report.get("error") or "no message")
         failure = report["failure"] if report.get("failure") in FAILURE_KINDS else "harness"
     return EvalOutcome(None, None, None, seconds, None, error, failure)
+
+
+class WarmWorker:
+    """A run's long-lived evaluation worker (``agent2rl.grading.worker --serve``): it keeps
+    the imports, the prepared task and the loaded model between submissions and reloads each
+    submission's weights into that model when its config and tokenizer are the same
+    (:func:`agent2rl.grading.worker.reload_weights`), else loads it afresh.
+
+    Started lazily by the first :meth:`evaluate`, in its own session, registered with the
+    service's :class:`EvalWorkers` for its whole life (a stopping service kills it), and
+    with SIGKILL as its parent-death signal. That signal follows the thread that forked, and
+    request threads come and go, so the worker is forked from a thread of its own that lives
+    as long as this object. A timeout or a crash kills its group and forgets it: the next
+    evaluation starts a new one (cold). One evaluation at a time (a lock).
+    """
+
+    def __init__(self, settings: Settings, log_path: Path) -> None:
+        self._settings = settings
+        self._log_path = log_path
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._replies: queue.Queue[str | None] = queue.Queue()
+        self._spawn_requests: queue.Queue[queue.Queue[Any]] = queue.Queue()
+        self._spawner: threading.Thread | None = None
+        #: how many worker processes were started (1 while the first one lives)
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def _spawn_loop(self) -> None:
+        while True:
+            answer = self._spawn_requests.get()
+            try:
+                answer.put(self._popen())
+            except Exception as err:  # handed to the requesting thread
+                answer.put(err)
+
+    def _popen(self) -> subprocess.Popen:
+        cmd = [
+            sys.executable,
+            "-m",
+            "agent2rl.grading.worker",
+            "--serve",
+            "--store",
+            str(self._settings.task_store),
+            "--locks",
+            str(self._settings.locks),
+        ]
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._log_path, "ab") as log:
+            return subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                env=_worker_env(),
+                preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
+            )
+
+    def _start(self, workers: EvalWorkers | None) -> subprocess.Popen | None:
+        if self._spawner is None:
+            self._spawner = threading.Thread(target=self._spawn_loop, daemon=True)
+            self._spawner.start()
+        answer: queue.Queue[Any] = queue.Queue()
+        self._spawn_requests.put(answer)
+        proc = answer.get()
+        if isinstance(proc, Exception):
+            raise proc
+        if workers is not None and not workers._add(proc):
+            _kill_group(proc)
+            return None
+        replies: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                replies.put(line.decode(errors="replace"))
+            replies.put(None)  # end of output: the worker died
+
+        threading.Thread(target=read, daemon=True).start()
+        self._proc, self._replies = proc, replies
+        self.starts += 1
+        return proc
+
+    def _drop(self, workers: EvalWorkers | None) -> int | None:
+        """Kill the worker's group, forget it; returns its exit status."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        _kill_group(proc)
+        if workers is not None:
+            workers._discard(proc)
+        return proc.returncode
+
+    def close(self, workers: EvalWorkers | None = None) -> None:
+        """Kill the worker (the run is over); a later :meth:`evaluate` starts a new one."""
+        with self._lock:
+            self._drop(workers)
+
+    def evaluate(
+        self,
+        spec: EvalSpec,
+        model_dir: Path,
+        out: Path,
+        settings: Settings,
+        timeout_s: float,
+        lock_wait_s: float,
+        workers: EvalWorkers | None,
+    ) -> EvalOutcome:
+        """:func:`run_evaluation` in this worker (called by it: ``out`` is clean)."""
+        started = time.time()
+        if workers is not None and workers.stopped.is_set():
+            return _stopped_outcome(0.0)
+        with self._lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                self._drop(workers)
+                proc = self._start(workers)
+                if proc is None:
+                    return _stopped_outcome(time.time() - started)
+            request = {
+                "spec": spec.to_json(),
+                "model": str(model_dir),
+                "out": str(out),
+                "at": time.time(),
+            }
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
+                cut, rc = self._wait(proc, out / STARTED_FILE, lock_wait_s, timeout_s)
+            except OSError:  # the pipe broke: it died before reading the request
+                cut, rc = None, None
+            seconds = time.time() - started
+            if workers is not None and workers.stopped.is_set() and rc != 0:
+                self._drop(workers)
+                return _stopped_outcome(seconds)
+            if cut is not None:
+                self._drop(workers)
+                return EvalOutcome(None, None, None, seconds, None, cut, "harness")
+            if rc is None:  # it died mid-evaluation: an exit status as a cold worker's
+                status = self._drop(workers)
+                return _outcome(status if status else -9, out, seconds)
+            return _outcome(rc, out, seconds)
+
+    def _wait(
+        self, proc: subprocess.Popen, started_file: Path, lock_wait_s: float, timeout_s: float
+    ) -> tuple[str | None, int | None]:
+        """(why it was cut, None) past a limit (the two clocks of :func:`run_evaluation`);
+        (None, reply code) when it answered; (None, None) when it died first."""
+        wait_end = time.monotonic() + lock_wait_s
+        while not started_file.exists():
+            try:
+                return None, _reply_code(self._replies.get(timeout=0.05))
+            except queue.Empty:
+                if time.monotonic() > wait_end:
+                    return (
+                        f"evaluation did not get the device within {lock_wait_s:g}s (other "
+                        "evaluations held it): submit again",
+                        None,
+                    )
+        try:
+            return None, _reply_code(self._replies.get(timeout=timeout_s))
+        except queue.Empty:
+            return f"evaluation timed out after {timeout_s:g}s", None
+
+
+def _reply_code(line: str | None) -> int | None:
+    """A warm worker's reply line -> its code; None for end of output (it died)."""
+    if line is None:
+        return None
+    try:
+        return int(json.loads(line)["rc"])
+    except (ValueError, KeyError, TypeError):
+        return 1  # an unreadable reply: whatever the files say, not a success
 
 
 def _wait_in_two_phases(

@@ -14,6 +14,12 @@ service starts, and the analysis reads it afterwards. Tables:
     later submission with the same fingerprint (``duplicate_of``). The same files after a
     harness failure are evaluated again, and that row's ``retry_of`` names the failed one.
     ``identity`` is the model-identity report (:mod:`agent2rl.integrity.identity`) as JSON.
+    ``timings`` is where the grading time went, as JSON seconds: ``queue_wait_s`` (behind
+    the run's other evaluations), ``staging_s`` (checking, copying and hashing the files),
+    ``process_start_s``, ``setup_s``, ``lock_wait_s`` (the device, held by other runs),
+    ``load_s``, ``generate_s``, ``score_s``, plus ``grader`` (``warm`` | ``cold``) and
+    ``load`` (``fresh`` | ``reload``); None for a row settled without an evaluation whose
+    staging was not timed (an older ledger).
 ``rejections``
     one row per refused attempt (bad path, bad files, bad token...), for the report. The
     attempt is untrusted and may come before any authentication: its ``path`` and ``reason``
@@ -58,7 +64,8 @@ CREATE TABLE IF NOT EXISTS submissions (
     eval_hash TEXT,
     failure_kind TEXT,             -- failed rows: model | harness (NULL: an older ledger)
     retry_of INTEGER,              -- the harness-failed row with the same fingerprint
-    identity TEXT                  -- JSON: the model-identity report
+    identity TEXT,                 -- JSON: the model-identity report
+    timings TEXT                   -- JSON: the grading latency breakdown (seconds)
 );
 CREATE TABLE IF NOT EXISTS rejections (
     id INTEGER PRIMARY KEY,
@@ -72,9 +79,14 @@ CREATE INDEX IF NOT EXISTS rejections_at ON rejections(at);
 
 
 # Columns added after the first release: an older ledger gains them on open.
-ADDED_COLUMNS = {"failure_kind": "TEXT", "retry_of": "INTEGER", "identity": "TEXT"}
+ADDED_COLUMNS = {
+    "failure_kind": "TEXT",
+    "retry_of": "INTEGER",
+    "identity": "TEXT",
+    "timings": "TEXT",
+}
 #: Columns stored as JSON text and read back as Python values.
-JSON_COLUMNS = frozenset({"identity"})
+JSON_COLUMNS = frozenset({"identity", "timings"})
 #: The most UTF-8 bytes a rejection stores of its path and of its reason (each).
 MAX_REJECTION_FIELD_BYTES = 1024
 #: What ends a value :func:`cap_text` cut; ``{n}`` is the original length in bytes.
@@ -105,6 +117,7 @@ class Submission:
     failure_kind: str | None = None
     retry_of: int | None = None
     identity: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
 
     @property
     def valid(self) -> bool:

@@ -40,12 +40,13 @@ def start_service(
     max_bytes: int,
     base_model_dir: Path,
     ready_timeout: float = 60.0,
-    options: dict[str, float | int] | None = None,
+    options: dict[str, float | int | str] | None = None,
 ) -> ServiceHandle:
     """Start the service for the run in ``paths`` and wait until it answers.
 
     ``options``: :class:`~agent2rl.grading.app.GradingContext` settings by field name
-    (``eval_lock_wait_s``, ``disk_margin_bytes``, ``rejections_per_minute``, ``staging_slots``);
+    (``eval_lock_wait_s``, ``disk_margin_bytes``, ``rejections_per_minute``, ``staging_slots``,
+    ``grader``: ``warm`` or ``cold``);
     unset ones keep their defaults."""
     cmd = [
         sys.executable,
@@ -88,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--disk-margin-bytes", type=int, default=256 * 2**20)
     ap.add_argument("--rejections-per-minute", type=int, default=120)
     ap.add_argument("--staging-slots", type=int, default=1)
+    ap.add_argument(
+        "--grader",
+        choices=("warm", "cold"),
+        default="warm",
+        help="warm: one evaluation worker kept up between submissions; cold: one per submission",
+    )
     args = ap.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
@@ -111,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         disk_margin_bytes=args.disk_margin_bytes,
         rejections_per_minute=args.rejections_per_minute,
         staging_slots=args.staging_slots,
+        grader=args.grader,
     )
     app = create_app(ctx)
     serve_on_free_port(

@@ -24,8 +24,9 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from agent2rl.errors import ModelFault
 from agent2rl.files import write_json_atomic, write_jsonl
@@ -135,26 +136,168 @@ def failure_kind(stage: Stage, err: BaseException) -> FailureKind:
     return "harness"
 
 
-def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: Path) -> dict:
+class _TimedBackend:
+    """``backend`` with the time spent in its ``generate`` calls added up (``generate_s``),
+    so that an evaluation's time splits into generation and the rest (scoring, the solver's
+    own work, an environment's steps). Every other attribute is the backend's own."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self.generate_s = 0.0
+
+    def generate(self, prompts: list[str], settings: Any) -> list[str]:
+        clock = time.perf_counter()
+        try:
+            return self._backend.generate(prompts, settings)
+        finally:
+            self.generate_s += time.perf_counter() - clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+@dataclass
+class WarmState:
+    """What a warm worker keeps between evaluations: the prepared task of one spec, and the
+    backend loaded for one model structure (config + generation config + tokenizer files,
+    :func:`structure_fingerprint`). Any failure drops the backend (a failed weight reload may
+    have left it half-written), so the next evaluation loads afresh."""
+
+    spec_json: str | None = None
+    task: Any = None
+    prepared: Any = None
+    backend: Any = None
+    structure: str | None = None
+    loads: int = 0
+    reloads: int = 0
+
+    def drop_backend(self) -> None:
+        backend, self.backend, self.structure = self.backend, None, None
+        if backend is not None:
+            with contextlib.suppress(Exception):
+                backend.close()
+
+
+def structure_fingerprint(model_dir: Path) -> str:
+    """SHA-256 over a model directory's non-weight files (config, generation config,
+    tokenizer files and chat template): equal for two submissions that differ only in their
+    weights, which a warm worker may then load into the model it holds."""
+    from agent2rl.models.weights import model_fingerprint
+
+    return model_fingerprint(model_dir, "structure-only")
+
+
+def reload_weights(backend: Any, model_dir: Path) -> bool:
+    """Load ``model_dir``'s safetensors into ``backend``'s model in place, as
+    ``from_pretrained`` would have (same keys and shapes, cast to the model's dtype). Only a
+    :class:`~agent2rl.inference.transformers_backend.TransformersBackend` can; False for any
+    other backend (the caller loads afresh). Raises on a missing or unexpected key or a shape
+    mismatch; the model may then be partly overwritten and must be dropped. Keys missing from
+    the files are allowed only for parameters tied to another one (``lm_head`` tied to the
+    embeddings), as ``from_pretrained`` allows them."""
+    from agent2rl.inference.transformers_backend import TransformersBackend
+
+    if type(backend) is not TransformersBackend:
+        return False
+    import torch
+    from safetensors.torch import load_file
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"no safetensors weights in {model_dir.name}")
+    state: dict[str, Any] = {}
+    for f in files:
+        state.update(load_file(str(f), device="cpu"))
+    model = backend.model
+    own = model.state_dict()
+    tied = _tied_names(model)
+    missing = [k for k in own if k not in state and k not in tied]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise ValueError(
+            f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(own[name].shape):
+            raise ValueError(
+                f"weight {name} has shape {tuple(tensor.shape)}, the model {tuple(own[name].shape)}"
+            )
+    with torch.no_grad():
+        model.load_state_dict(state, strict=False)
+        if tied:
+            model.tie_weights()
+    model.eval()
+    return True
+
+
+def _tied_names(model: Any) -> set[str]:
+    """State-dict names that share storage with an earlier name (tied parameters)."""
+    seen: dict[int, str] = {}
+    tied: set[str] = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        ptr = tensor.data_ptr()
+        if ptr in seen:
+            tied.add(name)
+        else:
+            seen[ptr] = name
+    return tied
+
+
+def evaluate_to(
+    spec: EvalSpec,
+    model_dir: Path,
+    out: Path,
+    store: Path,
+    locks: Path,
+    warm: WarmState | None = None,
+    requested_at: float | None = None,
+) -> dict:
     """Evaluate and write results into ``out``; returns the result dict. Any exception comes
-    out as :class:`StageFailure` naming the stage it happened in."""
+    out as :class:`StageFailure` naming the stage it happened in.
+
+    ``warm``: a warm worker's state, reused and updated (the prepared task when the spec is
+    the same; the loaded model when the submission's structure is the same, its weights then
+    reloaded in place); None: a cold evaluation. ``requested_at``: when the parent asked for
+    this evaluation (process start or request sent), for ``timings.process_start_s``.
+
+    ``result.json`` carries ``timings`` (seconds): ``process_start_s`` (interpreter and
+    imports, about 0 for a warm worker), ``setup_s`` (task data), ``lock_wait_s``, ``load_s``
+    (``load`` says ``fresh`` or ``reload``), ``generate_s`` (inside the backend's generate
+    calls) and ``score_s`` (the rest of the task's evaluation: scoring, solver, environment).
+    """
+    begun = time.time()
+    timings: dict[str, Any] = {
+        "process_start_s": max(0.0, begun - requested_at) if requested_at else None,
+        "warm": warm is not None,
+    }
     stage: Stage = "setup"
+    spec_json = spec.to_json()
     try:
-        task = get_task(spec.task, spec.task_options)
+        if warm is not None and warm.spec_json == spec_json and warm.task is not None:
+            task, prepared = warm.task, warm.prepared
+        else:
+            task = get_task(spec.task, spec.task_options)
+            prepared = prepare_task(task, store)
+            if warm is not None:
+                warm.drop_backend()
+                warm.spec_json, warm.task, warm.prepared = spec_json, task, prepared
         task.record_dir = out  # a scorer's private records (a judge's usage) land here
-        prepared = prepare_task(task, store)
         # Imported before the device is held (seconds on a loaded host): the device lock
         # and the evaluation's timeout are for loading the model and evaluating, not this.
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
+        timings["setup_s"] = time.time() - begun
         locks.mkdir(parents=True, exist_ok=True)
         names = device_locks(spec.backend)
+        # Held for this evaluation only, also in a warm worker: between evaluations other
+        # runs may use the device (a warm model stays in memory meanwhile).
         with contextlib.ExitStack() as held:
             waited = time.time()
             for name in names:  # sorted: two workers never hold one each and wait for the other
                 lock = held.enter_context(open(locks / f"eval-{name}.lock", "w"))
                 fcntl.flock(lock, fcntl.LOCK_EX)
             waited = time.time() - waited
+            timings["lock_wait_s"] = waited
             # The parent's evaluation timeout starts now: waiting for a busy device is not
             # the evaluation's time (see agent2rl.grading.evaluator.run_evaluation).
             write_json_atomic(
@@ -162,14 +305,23 @@ def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: 
                 {"pid": os.getpid(), "devices": names, "lock_wait_s": waited, "at": time.time()},
             )
             stage = "load"
-            backend = load_backend(model_dir, spec.backend)
+            clock = time.time()
+            backend = _load(spec, model_dir, warm, timings)
+            timings["load_s"] = time.time() - clock
             stage = "evaluate"
+            timed = _TimedBackend(backend)
+            clock = time.time()
             try:
-                result = task.evaluate(backend, prepared, limit=spec.limit, split=spec.split)
+                result = task.evaluate(timed, prepared, limit=spec.limit, split=spec.split)
                 eval_hash = task.eval_hash(backend.describe())
             finally:
-                backend.close()
+                if warm is None:
+                    backend.close()
+            timings["generate_s"] = timed.generate_s
+            timings["score_s"] = max(0.0, time.time() - clock - timed.generate_s)
     except Exception as err:
+        if warm is not None:
+            warm.drop_backend()
         raise StageFailure(stage, err) from err
     write_jsonl(out / "items.jsonl", [i.to_dict() for i in result.items])
     summary = {
@@ -179,35 +331,111 @@ def evaluate_to(spec: EvalSpec, model_dir: Path, out: Path, store: Path, locks: 
         "eval_hash": eval_hash,
         "lock_wait_s": waited,
         "details": result.details,
+        "timings": timings,
     }
     write_json_atomic(out / "result.json", summary)
     return summary
 
 
+def _load(spec: EvalSpec, model_dir: Path, warm: WarmState | None, timings: dict) -> Any:
+    """The backend for ``model_dir``: loaded afresh (cold, or a warm worker whose model has
+    another structure), or the warm one with these weights reloaded into it."""
+    if warm is None:
+        timings["load"] = "fresh"
+        return load_backend(model_dir, spec.backend)
+    structure = structure_fingerprint(model_dir)
+    if warm.backend is not None and warm.structure == structure:
+        if reload_weights(warm.backend, model_dir):
+            warm.reloads += 1
+            timings["load"] = "reload"
+            return warm.backend
+    warm.drop_backend()
+    warm.backend = load_backend(model_dir, spec.backend)
+    warm.structure = structure
+    warm.loads += 1
+    timings["load"] = "fresh"
+    return warm.backend
+
+
+def _write_error(out: Path, failed: StageFailure) -> None:
+    err = failed.cause
+    first = next((line for line in str(err).splitlines() if line.strip()), "")
+    write_json_atomic(
+        out / "error.json",
+        {
+            "error": f"{type(err).__name__}: {first[:500]}" if first else type(err).__name__,
+            "failure": failure_kind(failed.stage, err),
+            "stage": failed.stage,
+        },
+    )
+
+
+def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
+    """The warm worker's loop: one JSON request a line on ``requests`` (``{"spec": EvalSpec
+    JSON, "model": dir, "out": dir, "at": time sent}``), each answered by one line on
+    ``replies`` (``{"rc": 0 | 1}``) once its ``result.json`` or ``error.json`` is written,
+    exactly as a cold worker writes them. Returns at end of input (the parent closed it)."""
+    warm = WarmState()
+    for line in requests:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        out = Path(req["out"])
+        rc = 0
+        try:
+            evaluate_to(
+                EvalSpec.from_json(req["spec"]),
+                Path(req["model"]),
+                out,
+                store,
+                locks,
+                warm,
+                req.get("at"),
+            )
+        except StageFailure as failed:
+            traceback.print_exc()
+            _write_error(out, failed)
+            rc = 1
+        print(f"warm worker: loads={warm.loads} reloads={warm.reloads}", flush=True)
+        replies.write(json.dumps({"rc": rc}) + "\n")
+        replies.flush()
+    if warm.backend is not None:
+        warm.drop_backend()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--spec", required=True, help="an EvalSpec as JSON")
-    ap.add_argument("--model", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--spec", help="an EvalSpec as JSON")
+    ap.add_argument("--model", type=Path)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--store", required=True, type=Path)
     ap.add_argument("--locks", required=True, type=Path)
+    ap.add_argument("--requested-at", type=float, default=None)
+    ap.add_argument(
+        "--serve", action="store_true", help="a warm worker: requests as JSON lines on stdin"
+    )
     args = ap.parse_args(argv)
+    if args.serve:
+        # Replies go on the original stdout; everything else printed (by a task, a library)
+        # goes to stderr, the worker's log, so it can never be read as a reply.
+        replies = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+        return serve(args.store, args.locks, sys.stdin, replies)
+    if args.spec is None or args.model is None or args.out is None:
+        ap.error("--spec, --model and --out are required without --serve")
     try:
         summary = evaluate_to(
-            EvalSpec.from_json(args.spec), args.model, args.out, args.store, args.locks
+            EvalSpec.from_json(args.spec),
+            args.model,
+            args.out,
+            args.store,
+            args.locks,
+            requested_at=args.requested_at,
         )
     except StageFailure as failed:  # the parent reads error.json and records the failure
         traceback.print_exc()
-        err = failed.cause
-        first = next((line for line in str(err).splitlines() if line.strip()), "")
-        write_json_atomic(
-            args.out / "error.json",
-            {
-                "error": f"{type(err).__name__}: {first[:500]}" if first else type(err).__name__,
-                "failure": failure_kind(failed.stage, err),
-                "stage": failed.stage,
-            },
-        )
+        _write_error(args.out, failed)
         return 1
     print(json.dumps(summary), flush=True)
     return 0

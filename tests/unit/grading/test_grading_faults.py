@@ -7,6 +7,7 @@ reason, every refusal is a clear JSON error, and the ledger stays intact."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import secrets
 import shutil
@@ -81,7 +82,15 @@ def _worker_started(paths, timeout: float = 120) -> tuple[int, int]:
                 argv = (proc / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"agent2rl.grading.worker" not in argv or b"--out" not in argv:
+            if b"agent2rl.grading.worker" not in argv:
+                continue
+            if b"--serve" in argv:  # a warm worker: the submission it has started on
+                for started in Path(subs).glob("*/started.json"):
+                    done = (started.parent / "result.json").exists()
+                    if not done and json.loads(started.read_text())["pid"] == int(proc.name):
+                        return int(started.parent.name), int(proc.name)
+                continue
+            if b"--out" not in argv:
                 continue
             out = argv[argv.index(b"--out") + 1].decode()
             if out.startswith(subs) and not _gone(int(proc.name), 0):
