@@ -40,7 +40,7 @@ from support.llmruns import (
 from agent2rl.agents.doctor import cli_version_record
 from agent2rl.agents.spec import get_agent
 from agent2rl.rundir import RunInfo
-from agent2rl.study.infra import infrastructure_failure
+from agent2rl.orchestration.infra import infrastructure_failure
 
 
 def _check_run(run: LLMRun, url_var: str | None, unlogged: tuple[int, int] = (0, 0)) -> dict:
@@ -389,6 +389,9 @@ def test_cli_that_is_not_installed_is_an_infrastructure_failure(tmp_path: Path) 
     assert run.fake.received == []
     why = infrastructure_failure(run.paths.root)
     assert why is not None and "could not be executed" in why, why
+    # the run's own error (its report's status line) says so too, apart from an agent's error
+    assert info.error and info.error.startswith("infrastructure failure: "), info.error
+    assert "infrastructure failure" in (run.paths.report / "report.md").read_text()
 
 
 # --------------------------------------------------------------------------------------------

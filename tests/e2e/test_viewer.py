@@ -1,7 +1,7 @@
 """``agent2rl view`` over a real run in progress, in a real headless Chromium.
 
 The run is ``agent2rl run`` (a subprocess) of arith-lite on the tiny model with a scripted
-test agent (tests/support/agents/viewer_agent.py) that talks to its LLM through the run's
+test agent (tests/support/agents/llm/viewer_agent.py) that talks to its LLM through the run's
 metering proxy (the scripted fake provider upstream, a streamed answer among them), writes
 and changes code/train.py and submits twice; its second submission waits for the test. The
 viewer (``agent2rl view``, a subprocess) is opened while the run goes: the timeline shows the
@@ -72,7 +72,7 @@ def test_viewer_follows_a_live_run_in_a_browser(tmp_path: Path) -> None:
         "--task",
         "arith-lite",
         "--agent",
-        str(AGENTS / "viewer_agent.toml"),
+        str(AGENTS / "llm" / "viewer_agent.toml"),
         "--model",
         "tiny",
         "--budget",

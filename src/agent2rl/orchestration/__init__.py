@@ -9,6 +9,7 @@
     agent_process.py    the agent's process tree: launch it, kill all of it
     guard.py            the run's guard process: kills what a SIGKILLed harness leaves
     recover.py          closes a run whose harness died (agent2rl report)
+    infra.py            which agent_error runs failed because of their infrastructure
     rollout_service.py  the rollout service process of interactive runs
     watchdog.py         caps the kernel does not enforce (disk quota, RSS fallback)
     status.py           the live status line

@@ -35,6 +35,7 @@ from typing import Any
 
 from rich.console import Console
 
+from agent2rl.agents.doctor import cli_version_record
 from agent2rl.agents.drivers import driver_for, real_key
 from agent2rl.agents.launch import build_launch
 from agent2rl.agents.logs import read_agent_log
@@ -61,6 +62,7 @@ from agent2rl.orchestration.context import (
     RunRequest,
 )
 from agent2rl.orchestration.guard import HARNESS_MARK_ENV, RunGuard
+from agent2rl.orchestration.infra import infrastructure_failure
 from agent2rl.orchestration.recover import fail_in_flight, harness_record
 from agent2rl.orchestration.rollout_service import start_rollout_service
 from agent2rl.orchestration.status import StatusLine
@@ -473,6 +475,8 @@ def _record_agent_view(ctx: RunContext) -> None:
     try:
         log = read_agent_log(ctx.spec, paths.agent_log, paths.workspace)
         view: dict = {"log_format": ctx.spec.log_format, "log": log.summary()}
+        if ctx.spec.binary:  # the CLI version that ran, and whether it was a tested one
+            view["log"]["cli"] = cli_version_record(ctx.spec)
         if info.mode:
             methods = detect_methods(paths.code)
             view["methods"] = sorted(methods)
@@ -480,8 +484,23 @@ def _record_agent_view(ctx: RunContext) -> None:
                 info.mode, methods, interactive=ctx.task.interactive
             )
         write_json_atomic(paths.record / "agent.json", view)
+        _classify_agent_error(ctx, view["log"].get("last_error") or "")
     except Exception as err:  # the report is still written without it
         write_json_atomic(paths.record / "agent.json", {"error": f"{type(err).__name__}: {err}"})
+
+
+def _classify_agent_error(ctx: RunContext, cli_said: str) -> None:
+    """An ``agent_error`` that came from the run's infrastructure (the provider refused the
+    key, the CLI could not start) says so in the run's error, with the CLI's own words: the
+    report then tells it apart from an agent that ran and failed (studies retry it)."""
+    info = ctx.info
+    if info.status != RunStatus.AGENT_ERROR or info.error:
+        return
+    info.save(ctx.paths)  # infrastructure_failure reads run.json
+    if why := infrastructure_failure(ctx.paths.root):
+        said = f"; the CLI said: {cli_said[:300]}" if cli_said and cli_said[:100] not in why else ""
+        info.error = f"infrastructure failure: {why}{said}"
+        info.save(ctx.paths)
 
 
 def _launch(ctx: RunContext, command: list[str], env: dict[str, str]) -> AgentProcess:

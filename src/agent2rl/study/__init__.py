@@ -12,10 +12,9 @@ Modules:
     task that runs it.
 ``executor``
     :func:`run_study`: the driver (Ray, scheduling, retries, Ctrl-C, the directory's lock,
-    each run's share of its node).
-``infra``
-    which ``agent_error`` runs failed because of their infrastructure (the provider, the
-    agent's install): failed attempts, retried, never counted as results.
+    each run's share of its node). An ``agent_error`` run that failed because of its
+    infrastructure (:mod:`agent2rl.orchestration.infra`) is a failed attempt, retried, never
+    counted as a result.
 ``progress``
     the live display on a terminal, one line per event on a pipe.
 ``export``

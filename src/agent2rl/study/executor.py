@@ -24,7 +24,7 @@ Ray:
 - Ray never retries a run by itself (``max_retries=0``): the study decides, from the run's
   outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries harness failures up
   to ``--retries`` times per ``study run``; so are runs whose ``agent_error`` came from their
-  infrastructure (:mod:`~agent2rl.study.infra`: the provider answered 401/403/5xx, the
+  infrastructure (:mod:`~agent2rl.orchestration.infra`: the provider answered 401/403/5xx, the
   agent's command could not run), after a pause (``infra_backoff_s`` times the retry).
 
 One driver per study directory: ``study run`` holds an exclusive lock on it
@@ -70,7 +70,7 @@ from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
-from agent2rl.study.infra import INFRASTRUCTURE, infrastructure_failure
+from agent2rl.orchestration.infra import INFRASTRUCTURE, infrastructure_failure
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
 from agent2rl.study.state import SlotRow, StudyState
@@ -284,7 +284,7 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
 
 def classify(result: dict[str, Any]) -> dict[str, Any]:
     """``result`` (an attempt's ``result.json``) with ``failure`` set to
-    :data:`~agent2rl.study.infra.INFRASTRUCTURE`, and ``error`` saying why, when its run's
+    :data:`~agent2rl.orchestration.infra.INFRASTRUCTURE`, and ``error`` saying why, when its run's
     ``agent_error`` came from the run's infrastructure (:func:`infrastructure_failure`);
     else ``result`` unchanged."""
     if result.get("failure") is not None or result.get("run_status") != RunStatus.AGENT_ERROR:

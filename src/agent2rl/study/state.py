@@ -14,8 +14,8 @@ Attempt outcomes (:func:`attempt_outcome`):
 ``failed``
     the harness failed (``harness_error``, a run that could not start, a lost worker), or
     the run's infrastructure did (an ``agent_error`` the study classed as
-    :data:`~agent2rl.study.infra.INFRASTRUCTURE`: the provider answered 401/403/5xx, the
-    agent's command could not run; see :mod:`agent2rl.study.infra`): the slot is retried, up
+    :data:`~agent2rl.orchestration.infra.INFRASTRUCTURE`: the provider answered 401/403/5xx, the
+    agent's command could not run; see :mod:`agent2rl.orchestration.infra`): the slot is retried, up
     to ``--retries`` times per ``study run``;
 ``interrupted``
     the study was stopped (Ctrl-C, a signal, a killed driver): the slot is run again by the
