@@ -244,6 +244,7 @@ def _trajectory(
                 failure_kind=s.failure_kind if s.status == "failed" else None,
                 retry_of=s.retry_of,
                 identity=_identity(s),
+                timings=s.timings,
             )
         )
     return out

@@ -31,6 +31,7 @@ from agent2rl.analysis.searching import search_text
 from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import DASH, format_bytes, format_duration
 from agent2rl.grading.comparison import improvement
+from agent2rl.grading.evaluator import grading_overhead_s
 from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rundir import RunPaths
 from agent2rl.workspace.instructions import read_agent_summary, summary_html, summary_markdown
@@ -400,6 +401,7 @@ def render_markdown(m: RunMetrics) -> str:
         lines.append("Code diffs per submission: `diffs/<id>.diff`.")
     else:
         lines.append("No submissions.")
+    lines += _grading_md(m)
     lines += ["", "## Integrity", ""]
     lines += [f"{'**Flagged:** ' if run_flags(m) else ''}{_md(integrity_text(m), 2000)}", ""]
     lines += [f"- {_md(p, 2000)}" for p in _integrity_details(m)]
@@ -435,6 +437,80 @@ def render_markdown(m: RunMetrics) -> str:
     for flag in m.mode_flags or []:
         lines.append(f"\n**Mode check:** {_md(flag)}")
     return "\n".join(lines) + "\n"
+
+
+#: The grading latency table's columns: (timings key, header).
+_LATENCY_COLUMNS = (
+    ("queue_wait_s", "queue"),
+    ("staging_s", "staging"),
+    ("process_start_s", "process start"),
+    ("setup_s", "task setup"),
+    ("lock_wait_s", "device wait"),
+    ("load_s", "model load"),
+    ("generate_s", "generation"),
+    ("score_s", "scoring"),
+)
+
+
+def grading_share(m: RunMetrics) -> tuple[float, float | None]:
+    """(seconds spent grading, their share of the budget): every submission's staging and
+    evaluation time (evaluations of one run never overlap), waits behind other evaluations
+    excluded; the share is None without a positive budget."""
+    spent = 0.0
+    for tr in m.trajectory:
+        t = tr.timings or {}
+        spent += float(tr.eval_seconds or 0.0) + float(t.get("staging_s") or 0.0)
+    return spent, (spent / m.budget_s if m.budget_s and m.budget_s > 0 else None)
+
+
+def _latency_cells(tr: TrajectoryPoint) -> list[str] | None:
+    t = tr.timings
+    if not t or not t.get("evaluated"):
+        return None
+    cells = [_md(t.get("grader")), _md(t.get("load"))]
+    for key, _ in _LATENCY_COLUMNS:
+        value = t.get(key)
+        cells.append(_num(value, 2) if isinstance(value, int | float) else DASH)
+    cells.append(_num(grading_overhead_s(t), 2))
+    return cells
+
+
+def _grading_md(m: RunMetrics) -> list[str]:
+    """The report's grading latency section: the budget share and one row per evaluated
+    submission (duplicates and copies of the base were not evaluated)."""
+    spent, share = grading_share(m)
+    lines = ["", "## Grading latency", ""]
+    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
+    lines.append(f"Grading took {format_duration(spent)}{share_text}.")
+    rows = [(tr.id, c) for tr in m.trajectory if (c := _latency_cells(tr)) is not None]
+    if rows:
+        heads = ["grader", "load", *(h for _, h in _LATENCY_COLUMNS), "overhead"]
+        lines += [
+            "",
+            "Seconds per evaluated submission; overhead is everything but generation, scoring"
+            " and waits behind other evaluations.",
+            "",
+            "| # | " + " | ".join(heads) + " |",
+            "|---:|" + "---|" * 2 + "---:|" * (len(heads) - 2),
+        ]
+        lines += [f"| {i} | " + " | ".join(c) + " |" for i, c in rows]
+    return lines
+
+
+def _grading_html(m: RunMetrics) -> str:
+    spent, share = grading_share(m)
+    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
+    took = _e(f"Grading took {format_duration(spent)}{share_text}.")
+    out = f"<h2>Grading latency</h2>\n<p>{took}</p>"
+    rows = [(tr.id, c) for tr in m.trajectory if (c := _latency_cells(tr)) is not None]
+    if rows:
+        heads = ["#", "grader", "load", *(h for _, h in _LATENCY_COLUMNS), "overhead"]
+        head = "".join(f"<th>{_e(h)}</th>" for h in heads)
+        body = "".join(
+            f"<tr><td>{i}</td>" + "".join(f"<td>{_e(x)}</td>" for x in c) + "</tr>" for i, c in rows
+        )
+        out += f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return out + "\n"
 
 
 def _search_html(m: RunMetrics) -> str:
@@ -787,7 +863,7 @@ def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) ->
 <h2>Submissions</h2>
 {_submissions_html(m)}
 {_integrity_html(m)}
-<h2>Rejected attempts</h2>
+{_grading_html(m)}<h2>Rejected attempts</h2>
 {_rejections_html(m)}
 <h2>Resources</h2>
 {_resources_html(m)}

@@ -107,6 +107,8 @@ class TrajectoryPoint(_Closed):
     """The harness-failed submission of the same files that this one evaluated again."""
     identity: IdentityFlags | None = None
     """None when the service did not check it (an older ledger)."""
+    timings: dict[str, float | str | bool | None] | None = None
+    """Where its grading time went (the ledger's ``timings``); None in an older ledger."""
 
 
 class CodeChange(_Closed):

@@ -106,6 +106,21 @@ class EvalOutcome:
 STARTED_FILE = "started.json"
 
 
+def grading_overhead_s(timings: dict[str, Any] | None) -> float | None:
+    """A submission's grading overhead: the time from taking it in to its score that was
+    neither generation nor scoring (staging, process start, task setup, model load, the
+    worker's bookkeeping), waits behind other evaluations (queue, device lock) excluded.
+    None when it was not evaluated or the row has no breakdown (an older ledger)."""
+    if not timings or not timings.get("evaluated"):
+        return None
+    try:
+        spent = float(timings["eval_s"]) + float(timings.get("staging_s") or 0.0)
+        work = float(timings["generate_s"]) + float(timings["score_s"])
+        return max(0.0, spent - work - float(timings.get("lock_wait_s") or 0.0))
+    except (KeyError, TypeError, ValueError):  # a failed evaluation has no generate_s
+        return None
+
+
 class EvalWorkers:
     """The evaluation workers this process is running, so that a stopping grading service can
     kill them (each is in its own process group) instead of leaving them holding a device.

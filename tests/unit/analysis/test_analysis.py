@@ -342,7 +342,7 @@ METRICS_KEYS = {
 TRAJECTORY_KEYS = {
     "id", "t", "score", "best_so_far", "status", "is_copy", "duplicate_of", "error", "path",
     "eval_seconds", "eval_hash", "score_ci95", "improvement_ci95", "within_noise", "comparable",
-    "failure_kind", "retry_of", "identity",
+    "failure_kind", "retry_of", "identity", "timings",
 }  # fmt: skip
 
 
