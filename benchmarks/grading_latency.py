@@ -35,6 +35,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -77,21 +78,32 @@ def trace_key(output: Any) -> tuple:
 
 def grade(task: Any, prepared: Any, backend: Any, solver: Any, samples: list) -> dict[str, Any]:
     """One grading (solve + score) of ``samples`` with ``solver``: its times and outputs."""
+    cpu = cpu_seconds()
     started = time.perf_counter()
     outputs = solver.solve(backend, samples)
     solved = time.perf_counter()
     items = task.scorer(prepared).score(samples, outputs)
     done = time.perf_counter()
+    cpu = cpu_seconds() - cpu
     score = sum(i.score for i in items) / len(items)
     timings = getattr(solver, "timings", None)
     return {
         "seconds": done - started,
         "solve_s": solved - started,
         "score_s": done - solved,
+        "cpu_s": cpu,
         "score": score,
         "outputs": outputs,
         "timings": timings.to_dict() if timings is not None else None,
     }
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the environment workers): on a
+    shared machine it moves far less with other load than wall time does."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def warm_latency(task_name: str, model_dir: Path) -> dict[str, Any] | None:
@@ -110,6 +122,11 @@ def main() -> int:
     ap.add_argument("--model", default="tiny", help="tiny, or a local model directory")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--old-rev", default=OLD_REV, help="the commit whose chunked solver to run")
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="also run the new solver with a pooled task's games in this process",
+    )
     ap.add_argument("--limit", type=int, default=None, help="grade the first N games only")
     ap.add_argument("--out", type=Path, default=Path("docs/figures/data/grading_latency.json"))
     args = ap.parse_args()
@@ -148,7 +165,7 @@ def main() -> int:
         plain = task.environment(prepared, "private")  # games in this process
         old = Chunked(plain, new.protocol, env_batch=16, batch_size=new.batch_size)
         order = [("chunked", old), ("step-sync", new)]
-        if new.source is not plain and type(new.source) is not type(plain):
+        if args.in_process and type(new.source) is not type(plain):
             # the task plays its games in worker processes: also without them
             order.append(("step-sync-in-process", dataclasses.replace(new, source=plain)))
         backend = load_backend(model_dir, "transformers")
@@ -160,7 +177,8 @@ def main() -> int:
                     g = runs[label][-1]
                     print(
                         f"  repeat {r + 1} {label:>9}: {g['seconds']:.1f}s "
-                        f"(solve {g['solve_s']:.1f}s, score {g['score_s']:.1f}s), "
+                        f"(solve {g['solve_s']:.1f}s, score {g['score_s']:.1f}s; "
+                        f"cpu {g['cpu_s']:.1f}s), load {os.getloadavg()[0]:.1f}, "
                         f"score {g['score']:.3f}",
                         flush=True,
                     )
@@ -190,6 +208,9 @@ def main() -> int:
             },
             "variants_s": {
                 k: round(statistics.median(g["seconds"] for g in v), 2) for k, v in runs.items()
+            },
+            "variants_cpu_s": {
+                k: round(statistics.median(g["cpu_s"] for g in v), 2) for k, v in runs.items()
             },
             "env_workers": getattr(new.source, "parallelism", 1),
             "scores": {k: v[0]["score"] for k, v in runs.items()},

@@ -74,10 +74,10 @@ class _Worker:
 
     def call(self, op: str, handle: int, arg: Any = None) -> Any:
         with self.lock:
-            self.conn.send((op, handle, arg))
             try:
+                self.conn.send((op, handle, arg))
                 status, reply = self.conn.recv()
-            except (EOFError, OSError):
+            except (EOFError, OSError):  # a broken pipe either way: the worker is gone
                 raise RuntimeError(
                     f"environment worker {self.proc.pid} died (exit code {self.proc.exitcode})"
                 ) from None

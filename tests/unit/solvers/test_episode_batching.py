@@ -11,6 +11,7 @@ so a batch that changed the numerics would show.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from agent2rl.models.tiny import save_model
 from agent2rl.models.tokenizer import build_tokenizer
 from agent2rl.settings import load_settings
 from agent2rl.solvers import EpisodeSolver
+from agent2rl.solvers.env_pool import ProcessGames
 from agent2rl.tasks import get_task, prepare_task
 
 #: short episodes keep the one-game-at-a-time play (one generate call per step) to seconds
@@ -58,19 +60,31 @@ def test_results_do_not_depend_on_the_batch(varied_backend, name, opts) -> None:
     prepared = prepare_task(task, load_settings().task_store)
     samples = task.samples(prepared, "private", 6)
     solver = task.solver(prepared, "private")
+    plain = task.environment(prepared, "private")
+    # ALFWorld plays its games in worker processes (ProcessGames, where there are 2+ cores):
+    # the same results as in this process
+    sources = {"task": solver.source, "in-process": plain}
     results = {}
-    for max_open, batch_size in [(1, 1), (4, 2), (64, 64)]:
-        s = EpisodeSolver(solver.source, solver.protocol, max_open=max_open, batch_size=batch_size)
+    for max_open, batch_size, source in [
+        (1, 1, "in-process"),
+        (4, 2, "task"),
+        (64, 64, "task"),
+        (64, 64, "in-process"),
+    ]:
+        s = EpisodeSolver(sources[source], solver.protocol, max_open, batch_size)
         outputs = s.solve(varied_backend, samples)
-        results[max_open] = _traces(outputs)
+        results[max_open, source] = _traces(outputs)
         # one generate call per step of the window: its batch is never over max_open
         assert s.timings.prompts == sum(o.trace["steps"] for o in outputs)
         assert s.timings.prompts <= s.timings.generate_calls * max_open
-    assert len(results[1]) == len(samples)
-    assert results[1] == results[4] == results[64]
+    first = results[1, "in-process"]
+    assert len(first) == len(samples)
+    assert all(r == first for r in results.values())
     # the replies vary (else the comparison says nothing)
-    assert len({t[1] for t in results[64]}) > 1
-    assert all(t[4] == MAX_STEPS for t in results[64])
+    assert len({t[1] for t in first}) > 1
+    assert all(t[4] == MAX_STEPS for t in first)
+    # the solve stopped its workers
+    assert getattr(solver.source, "_workers", []) == []
 
 
 def test_a_completion_stops_at_its_stop_string_while_generating(varied_backend) -> None:
@@ -110,3 +124,34 @@ def test_an_episode_over_at_its_opening_takes_no_step(varied_backend, tmp_path: 
     outputs = solver.solve(varied_backend, samples)
     assert [o.trace["steps"] for o in outputs] == [0, 0, 0]
     assert solver.timings.generate_calls == 0
+
+
+def _shop_pool(workers: int):
+    task = get_task("webshop-lite", {})
+    prepared = prepare_task(task, load_settings().task_store)
+    plain = task.environment(prepared, "private")
+    factory = functools.partial(task.environment, prepared, "private")  # the task pickled
+    return ProcessGames(plain, factory, workers), plain
+
+
+def test_worker_episodes_refuse_as_in_process_and_a_dead_worker_is_an_error() -> None:
+    """An action the environment refuses is a ValueError through the pool as in process
+    (the solver counts it as a turn); a worker that dies mid-episode is a RuntimeError
+    naming it (never a hang), and release() stops the other workers."""
+    pool, plain = _shop_pool(2)
+    try:
+        game = plain.games[0]
+        a, b = pool.open(game), pool.open(plain.games[1])
+        assert (a.goal, a.last) == (plain.open(game).goal, plain.open(game).last)
+        assert {a.lane, b.lane} == {0, 1}
+        with pytest.raises(ValueError):
+            a.step("click[no such button]")
+        victim = pool._workers[b.lane].proc
+        victim.kill()
+        victim.join()
+        with pytest.raises(RuntimeError, match="environment worker .* died"):
+            b.step("search[red dress]")
+        procs = [w.proc for w in pool._workers]
+    finally:
+        pool.release()
+    assert not any(p.is_alive() for p in procs)
