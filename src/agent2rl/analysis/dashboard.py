@@ -27,7 +27,9 @@ from agent2rl.analysis.failures import failure_counts, run_failures
 from agent2rl.analysis.heatmap import Heatmap, mode_task_heatmap
 from agent2rl.analysis.leaderboard import LeaderboardRow, Stat, leaderboard
 from agent2rl.analysis.passk import PassAtK, pass_at_k
+from agent2rl.analysis.report import grading_share
 from agent2rl.analysis.routes import ROUTES, run_route
+from agent2rl.analysis.run_metrics import RunMetrics
 from agent2rl.analysis.runset import GroupKey, StudyRun, column_label, mixed_tasks
 from agent2rl.analysis.summary import RunSummary
 from agent2rl.analysis.trajectories import Trajectory, trajectories
@@ -511,6 +513,12 @@ def _run_cell(r: StudyRun, links: dict[str, str]) -> str:
     return f'<a class="run-link" href="{_e(link)}">{_e(r.run_id)}</a>' if link else _e(r.run_id)
 
 
+def _grading_cell(m: RunMetrics) -> str:
+    """Time spent grading the run's submissions and its share of the budget."""
+    spent, share = grading_share(m)
+    return format_duration(spent) + (f" ({100 * share:.1f}%)" if share is not None else "")
+
+
 def _runs_table(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
     rows = []
     for r in sorted(runs, key=lambda r: (r.metrics.task, r.stack.label, r.repeat or 0)):
@@ -526,14 +534,14 @@ def _runs_table(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
             f"<td>{_num(o.final if o else None)}</td>"
             f"<td>{m.valid_submissions}/{m.submissions}</td>"
             f"<td>{format_duration(m.duration_s) if m.duration_s is not None else '-'}</td>"
+            f"<td>{_e(_grading_cell(m))}</td>"
             f"<td>{_e(flags)}</td></tr>"
         )
     return (
         "<table><tr><th>run (report)</th><th>task</th><th>stack</th><th>model</th><th>repeat</th>"
         "<th>status</th><th>baseline</th><th>best (selected)</th><th>improvement</th>"
-        "<th>final</th><th>valid/all</th><th>duration</th><th>flags</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        "<th>final</th><th>valid/all</th><th>duration</th><th>grading (budget share)</th>"
+        "<th>flags</th></tr>" + "".join(rows) + "</table>"
     )
 
 

@@ -48,3 +48,15 @@ def test_report_shows_each_submission_and_the_budget_share() -> None:
     ]
     assert "| 2 |" not in section  # not evaluated: no breakdown row
     assert "Grading latency" in render_html(m)
+
+
+def test_dashboard_shows_each_runs_grading_time_and_share() -> None:
+    from support.studyruns import make_run as study_run
+
+    from agent2rl.analysis.dashboard import Overview, render_dashboard
+
+    run = study_run(scores=[12.0])
+    first = point(1, 5, 12.0).model_copy(update={"eval_seconds": 10.0, "timings": TIMINGS})
+    m = run.metrics.model_copy(update={"trajectory": [first], "budget_s": 110.0})
+    page = render_dashboard([type(run)(metrics=m)], Overview("t"), [], {})
+    assert "grading (budget share)" in page and "(10.0%)</td>" in page
