@@ -8,6 +8,15 @@ model cannot take the grading service down, and GPU memory is freed after every 
 Evaluations on one device are serialised across runs by a file lock per physical device
 (:func:`device_lock_names`); the worker writes ``started.json`` once it holds them.
 
+``--serve`` (the warm grader, :class:`agent2rl.grading.evaluator.WarmWorker`) keeps one such
+process for a run: it reads one request a line on stdin (spec, model, out), writes the same
+files as a cold worker, and answers on stdout; it keeps the prepared task and the loaded model
+between requests and reloads a submission's weights in place when its config, generation
+config and tokenizer files are byte-identical to the loaded model's
+(:func:`structure_fingerprint`, :func:`reload_weights`; transformers only, so vLLM loads
+afresh each time), else loads afresh. The device lock is taken per evaluation, not for the
+worker's life. Each ``result.json`` carries the evaluation's ``timings``.
+
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
 "harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
 it was from the stage it happened in (see :mod:`agent2rl.grading.evaluator`).
