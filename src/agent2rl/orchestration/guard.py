@@ -251,6 +251,17 @@ def _read_messages(stream: IO[bytes], watch: _Watch) -> None:
             watch.take(message)
 
 
+def _still_alive(pid: int, settle_s: float = 1.0) -> bool:
+    """Whether the harness outlived the end of its pipe. A killed process closes its files
+    before it becomes a zombie, so a dying harness gets ``settle_s`` to finish exiting."""
+    end = time.monotonic() + settle_s
+    while start_ticks(pid) is not None and not _zombie(pid):
+        if time.monotonic() > end:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m agent2rl.orchestration.guard")
     ap.add_argument("run_dir", type=Path, help="the run's directory (for the log)")
@@ -261,10 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
     watch = _Watch(exclude={os.getpid(), args.harness_pid})
     _read_messages(sys.stdin.buffer, watch)
-    harness_alive = start_ticks(args.harness_pid) is not None and not _zombie(args.harness_pid)
     found = sweep(watch)
-    if found:
-        who = "the harness stopped" if harness_alive else "the harness died"
+    if found:  # only then does it matter how the harness ended (a normal end waits on us)
+        who = "the harness stopped" if _still_alive(args.harness_pid) else "the harness died"
         print(
             f"guard: {who}, leaving {found} process(es) of {args.run_dir.name}; killed",
             flush=True,
