@@ -121,11 +121,26 @@ def main(argv: list[str] | None = None) -> int:
         grader=args.grader,
     )
     app = create_app(ctx)
+    _warm_up_staging(args.base_model)
     serve_on_free_port(
         app,
         lambda port: write_json_atomic(paths.service_json, {"port": port, "pid": os.getpid()}),
     )
     return 0
+
+
+def _warm_up_staging(base_model: Path) -> None:
+    """Check the base model as a submission is checked, before the service announces itself
+    (so before the budget starts): the first check imports torch, transformers and the
+    model's class (4 s on an idle core, 8 s on a loaded one), which the agent's first
+    submission would otherwise pay while it is staged. Never fails the service: a base
+    model the check refuses only leaves the imports to the first submission."""
+    from agent2rl.grading.submission import check_model_files
+
+    try:
+        check_model_files(base_model)
+    except Exception as err:  # noqa: BLE001 - a warm-up, not a gate
+        print(f"staging warm-up on the base model: {type(err).__name__}: {err}", flush=True)
 
 
 def wait_for_in_flight(
