@@ -63,6 +63,12 @@ from agent2rl.tasks.registry import task
 MAX_SESSION_STEPS = 500
 #: the most worker processes a grading plays its games in
 MAX_ENV_WORKERS = 4
+#: the fewest games a grading plays in worker processes: starting them (each imports
+#: TextWorld and loads the grammar) costs more than it saves on a few games. Measured with
+#: `agent2rl eval` on the tiny model, idle 2-core VM: 6 games 20.2-21.6 s in 2 workers vs
+#: 16.1-16.7 s in process; 48 games 44.6 s vs 48.1 s
+#: (docs/figures/data/grading_latency_alfworld_lowload.json)
+MIN_GAMES_FOR_WORKERS = 32
 #: each protocol's reply length when the ``max_new_tokens`` option is 0 (the reference's 100
 #: for react; agent2rl's 64 for transcript)
 PROTOCOL_MAX_NEW_TOKENS = {"react": protocol.REACT_MAX_NEW_TOKENS, "transcript": 64}
@@ -99,12 +105,13 @@ class AlfworldBase(InteractiveTask):
 
     def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
         """The episode solver, its games played in worker processes when this machine has
-        more than one usable core: TextWorld's engine is CPU-bound Python and not
+        more than one usable core and the split at least :data:`MIN_GAMES_FOR_WORKERS`
+        games: TextWorld's engine is CPU-bound Python and not
         thread-safe (one engine call at a time per process), and loading a game (about
         0.7 s) and stepping it (50-80 ms) are a third of a lite grading on one core."""
         solver = super().solver(prepared, split)
         workers = min(MAX_ENV_WORKERS, len(os.sched_getaffinity(0)))
-        if workers > 1:
+        if workers > 1 and len(solver.source.games) >= MIN_GAMES_FOR_WORKERS:
             factory = functools.partial(
                 AlfworldGames,
                 prepared.split(split) / "games",
