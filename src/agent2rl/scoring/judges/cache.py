@@ -20,11 +20,12 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agent2rl.scoring.judges.base import Pair
+from agent2rl.scoring.judges.meter import JudgeMeter
 from agent2rl.sqlite_store import SQLiteStore
 
 #: the cache file under ``AGENT2RL_HOME``
@@ -45,6 +46,47 @@ def judge_key(identity: dict[str, Any]) -> str:
     """A short stable hash of a judge's identity."""
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+#: a judged pair's preference (None: an answer naming neither) and the judge's top candidates
+Judgment = tuple[float | None, list[tuple[str, float]] | None]
+
+
+def judge_with_cache(
+    pairs: Sequence[Pair],
+    identity: dict[str, Any],
+    cache: JudgmentCache | None,
+    meter: JudgeMeter,
+    chunk_size: int,
+    judge_chunk: Callable[[list[int]], list[Judgment]],
+) -> list[float]:
+    """One preference per pair, in order, asking the judge only what it must: identical
+    outputs are 1.5 without a request (AlpacaEval does the same); pairs cached under the
+    judge's ``identity`` are answered from ``cache`` (counted as hits on ``meter``); the rest
+    go to ``judge_chunk`` in chunks of ``chunk_size`` (at least 1) indices into ``pairs``, and
+    each chunk is cached as soon as it is judged, so an outage midway loses only that chunk.
+    A preference of None reads as NaN. Whatever ``judge_chunk`` raises propagates."""
+    out: list[float | None] = [1.5 if p.output_1 == p.output_2 else None for p in pairs]
+    todo = [i for i, v in enumerate(out) if v is None]
+    key = judge_key(identity)
+    if cache is not None and todo:
+        cached = cache.get_many(key, [pairs[i] for i in todo])
+        hits = [(i, c) for i, c in zip(todo, cached, strict=True) if c is not None]
+        for i, c in hits:
+            out[i] = c
+        meter.hit(len(hits))
+        todo = [i for i in todo if out[i] is None]
+    step = max(1, int(chunk_size))
+    for start in range(0, len(todo), step):
+        chunk = todo[start : start + step]
+        judged = judge_chunk(chunk)
+        for i, (pref, _) in zip(chunk, judged, strict=True):
+            out[i] = pref
+        if cache is not None:
+            cache.put_many(
+                key, [(pairs[i], pref, top) for i, (pref, top) in zip(chunk, judged, strict=True)]
+            )
+    return [math.nan if v is None else v for v in out]
 
 
 def pair_key(judge: str, pair: Pair) -> str:

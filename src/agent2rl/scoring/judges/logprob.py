@@ -9,13 +9,12 @@ its backend (and hence its identity, which keys the cache and the evaluation has
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from agent2rl.scoring.judges import protocol
 from agent2rl.scoring.judges.base import LogprobJudgeBackend, Pair
-from agent2rl.scoring.judges.cache import JudgmentCache, judge_key
+from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
 from agent2rl.scoring.judges.meter import JudgeMeter
 
 
@@ -60,30 +59,15 @@ class LogprobJudge:
 
         Identical outputs are 1.5 without a request (AlpacaEval does the same); cached pairs
         are answered from the cache; the rest go to the backend, displayed in the order
-        :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives. Raises
+        :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives
+        (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`). Raises
         :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend.
         """
-        out: list[float | None] = [None] * len(pairs)
-        todo: list[int] = []
-        for i, pair in enumerate(pairs):
-            if pair.output_1 == pair.output_2:
-                out[i] = 1.5
-            else:
-                todo.append(i)
-        key = judge_key(self.identity())
-        if self.cache is not None and todo:
-            cached = self.cache.get_many(key, [pairs[i] for i in todo])
-            hits = [(i, c) for i, c in zip(todo, cached, strict=True) if c is not None]
-            for i, c in hits:
-                out[i] = c
-            self.meter.hit(len(hits))
-            todo = [i for i in todo if out[i] is None]
         orders = 2 if self.protocol.both_orders else 1
         builds = self.protocol.builds()
         views = self.protocol.views
-        step = max(1, int(self.backend.batch_size) // views)
-        for start in range(0, len(todo), step):
-            chunk = todo[start : start + step]
+
+        def judge_chunk(chunk: list[int]) -> list[Judgment]:
             # the seeded order first, then (both orders) the other one; each in every phrasing
             shown = [
                 (i, swap if n == 0 else not swap, build)
@@ -98,8 +82,8 @@ class LogprobJudge:
                 first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
                 prompts.append(build(p.instruction, first, second))
             answers = self.backend.next_tokens(prompts, self.protocol.top_logprobs)
-            judged = []
-            for k, i in enumerate(chunk):
+            judged: list[Judgment] = []
+            for k in range(len(chunk)):
                 asked = list(
                     zip(
                         shown[k * views : (k + 1) * views],
@@ -112,12 +96,18 @@ class LogprobJudge:
                     for (_, swap, _), a in asked
                 ]
                 pref = prefs[0] if views == 1 else protocol.combine_orders(prefs)
-                out[i] = pref
                 top = asked[0][1].top if views == 1 else [t for _, a in asked for t in a.top]
-                judged.append((pairs[i], pref, top))
-            if self.cache is not None:
-                self.cache.put_many(key, judged)
-        return [math.nan if v is None else v for v in out]
+                judged.append((pref, top))
+            return judged
+
+        return judge_with_cache(
+            pairs,
+            self.identity(),
+            self.cache,
+            self.meter,
+            int(self.backend.batch_size) // views,
+            judge_chunk,
+        )
 
     def close(self) -> None:
         self.backend.close()

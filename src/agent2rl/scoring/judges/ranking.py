@@ -41,7 +41,7 @@ import httpx
 from agent2rl.errors import UserError
 from agent2rl.scoring.judges import protocol
 from agent2rl.scoring.judges.base import JudgeUnavailable, Messages, NextToken, Pair
-from agent2rl.scoring.judges.cache import JudgmentCache, judge_key
+from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
 from agent2rl.scoring.judges.meter import JudgeMeter
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL, OpenAICompatibleBackend
 
@@ -218,20 +218,10 @@ class RankingJudge:
 
     def preferences(self, pairs: Sequence[Pair]) -> list[float]:
         """One preference per pair, in order; raises ``JudgeUnavailable`` from the backend.
-        Each chunk of ``backend.batch_size`` is cached as soon as it is judged."""
-        out: list[float | None] = [1.5 if p.output_1 == p.output_2 else None for p in pairs]
-        todo = [i for i, v in enumerate(out) if v is None]
-        key = judge_key(self.identity())
-        if self.cache is not None and todo:
-            cached = self.cache.get_many(key, [pairs[i] for i in todo])
-            hits = [(i, c) for i, c in zip(todo, cached, strict=True) if c is not None]
-            for i, c in hits:
-                out[i] = c
-            self.meter.hit(len(hits))
-            todo = [i for i in todo if out[i] is None]
-        step = max(1, int(self.backend.batch_size))
-        for start in range(0, len(todo), step):
-            chunk = todo[start : start + step]
+        Each chunk of ``backend.batch_size`` is cached as soon as it is judged
+        (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`)."""
+
+        def judge_chunk(chunk: list[int]) -> list[Judgment]:
             swaps = [protocol.is_swapped(pairs[i].instruction) for i in chunk]
             prompts = []
             for i, swap in zip(chunk, swaps, strict=True):
@@ -239,14 +229,14 @@ class RankingJudge:
                 first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
                 prompts.append(messages(p.instruction, first, second))
             answers = self.backend.next_tokens(prompts, 0)
-            judged = []
-            for i, swap, answer in zip(chunk, swaps, answers, strict=True):
-                pref = protocol.unswap(preference_from_ranking(answer.raw.get("arguments")), swap)
-                out[i] = pref
-                judged.append((pairs[i], pref, None))
-            if self.cache is not None:
-                self.cache.put_many(key, judged)
-        return [math.nan if v is None else v for v in out]
+            return [
+                (protocol.unswap(preference_from_ranking(a.raw.get("arguments")), swap), None)
+                for swap, a in zip(swaps, answers, strict=True)
+            ]
+
+        return judge_with_cache(
+            pairs, self.identity(), self.cache, self.meter, self.backend.batch_size, judge_chunk
+        )
 
     def close(self) -> None:
         self.backend.close()
