@@ -1,6 +1,6 @@
 """agent2rl: a benchmark harness for LLM coding agents that engineer RL post-training.
 
-The packages (the README's *Development* section shows the same map)::
+The packages (docs/development.md shows the same map)::
 
     cli.py           the ``agent2rl`` command (Typer): run, report, compare, study, data, ...
     orchestration/   one run: resolve -> task data -> workspace -> baseline -> services ->
