@@ -11,7 +11,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup setup-runtime demo test test-fast lint bench clean
+.PHONY: setup setup-runtime demo test test-slow lint bench clean
 
 setup: $(STAMP)
 setup-runtime: $(RUNTIME_STAMP)
@@ -44,15 +44,17 @@ demo: $(RUNTIME_STAMP)
 
 # Two pytest-xdist workers by default, one test file at a time per worker, with the tests
 # that train for a time budget kept on one worker one after the other (tests/conftest.py:
-# two at once would each get about one core). TEST_WORKERS=0: one process.
+# two at once would each get about one core). TEST_WORKERS=0: one process. `make test` is
+# the suite without the `slow` end-to-end runs (kept under ~15 minutes on 2 cores);
+# `make test-slow` runs those; .ci/run runs both. The slowest tests are listed at the end.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test: $(STAMP)
-	$(PYTEST) -m "not gpu and not network"
-
-test-fast: $(STAMP)
 	$(PYTEST) -m "not gpu and not network and not slow"
+
+test-slow: $(STAMP)
+	$(PYTEST) -m "slow and not gpu and not network"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -18,7 +18,7 @@ os.environ["AGENT2RL_OFFLINE"] = "1"
 
 
 #: Tests that train a model for a time budget, then assert on what happened in it (graded
-#: submissions, a GRPO round, a gain). On two workers (``make test``) two of them at once get
+#: submissions, a GRPO round, a gain). On two workers (``make test-slow``) two of them at once get
 #: about one core each, and a plan made for the budget can then miss its GRPO round or its
 #: last grading; they run one after the other on one worker, while the other takes the rest.
 TRAINING_TESTS = frozenset(
