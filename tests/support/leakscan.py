@@ -301,7 +301,7 @@ def agent_sandbox_of_run(
     the agent's environment and its bwrap argv, as its own user) without the services.
     ``--network host``: ``services`` adds only the bridge's socket folder to the view."""
     from agent2rl.agents.launch import build_launch
-    from agent2rl.agents.modes import render_prompt
+    from agent2rl.agents.prompt import render_prompt
     from agent2rl.files import write_text_atomic
     from agent2rl.orchestration.context import RunRequest
     from agent2rl.orchestration.run import _launch, resolve_run

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent2rl.agents.modes import detect_methods
+from agent2rl.agents.methods import detect_methods
 from agent2rl.analysis.run_metrics import CodeChange, RejectedAttempt, RunMetrics, TrajectoryPoint
 from agent2rl.analysis.runset import Evidence, StudyRun
 from agent2rl.files import read_jsonl_tolerant
@@ -45,7 +45,7 @@ MAX_LOG_LINES = 50_000
 
 
 def families(methods: Iterable[str]) -> frozenset[str]:
-    """``sft`` and/or ``rl`` from :func:`~agent2rl.agents.modes.detect_methods`' names."""
+    """``sft`` and/or ``rl`` from :func:`~agent2rl.agents.methods.detect_methods`' names."""
     found = set(methods)
     return frozenset(f for f in ("sft", "rl") if f in found)
 

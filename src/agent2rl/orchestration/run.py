@@ -39,7 +39,9 @@ from agent2rl.agents.doctor import cli_version_record
 from agent2rl.agents.drivers import driver_for, real_key
 from agent2rl.agents.launch import build_launch
 from agent2rl.agents.logs import read_agent_log
-from agent2rl.agents.modes import detect_methods, get_mode, mode_contradictions, render_prompt
+from agent2rl.agents.methods import detect_methods, mode_contradictions
+from agent2rl.agents.modes import get_mode
+from agent2rl.agents.prompt import render_prompt
 from agent2rl.agents.spec import DEFAULT_PROMPT, AgentSpec, get_agent, install_files
 from agent2rl.analysis import RunMetrics, record_run, write_report
 from agent2rl.errors import UserError

@@ -22,7 +22,7 @@ from agent2rl.agents.doctor import DOCTOR_COLUMNS, check_agent, doctor
 from agent2rl.agents.drivers import COMPATIBLE_KEY_ENV, real_key, resolve_driver
 from agent2rl.agents.launch import PROXIED_APIS, proxy_endpoints
 from agent2rl.agents.logs import PARSERS
-from agent2rl.agents.modes import render_prompt
+from agent2rl.agents.prompt import render_prompt
 from agent2rl.agents.spec import PLACEHOLDERS, AgentSpec, fill
 from agent2rl.errors import UserError
 

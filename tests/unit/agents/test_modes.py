@@ -7,15 +7,9 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-from agent2rl.agents.modes import (
-    MODES,
-    data_sample,
-    detect_methods,
-    get_mode,
-    mode_contradictions,
-    render_prompt,
-    workspace_listing,
-)
+from agent2rl.agents.methods import detect_methods, mode_contradictions
+from agent2rl.agents.modes import MODES, get_mode
+from agent2rl.agents.prompt import data_sample, render_prompt, workspace_listing
 from agent2rl.errors import UserError
 
 REFERENCE = REPO / "src" / "agent2rl" / "agents" / "reference"
