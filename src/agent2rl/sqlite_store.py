@@ -1,7 +1,7 @@
 """One way to open and use a SQLite database, for every store of the harness.
 
 The run's ledger (:mod:`agent2rl.grading.ledger`), the rollout record
-(:mod:`agent2rl.rollout.ledger`), the results ledger (:mod:`agent2rl.analysis.results`), the
+(:mod:`agent2rl.rollout.env_record`), the results ledger (:mod:`agent2rl.analysis.dashboard.results`), the
 study state (:mod:`agent2rl.study.state`) and the judgment cache
 (:mod:`agent2rl.scoring.judges.cache`) all hold a :class:`SQLiteStore`. It opens the file with
 the project's settings (WAL journal, a busy timeout, ``isolation_level=None`` so that this

@@ -5,7 +5,7 @@
     env.py      GameInfo, StepResult, Episode, GameSource: the interface a task implements
                 (the grader's episode solver plays its private games through the same one)
     app.py      the rollout service's HTTP API: sessions, steps, limits, bearer token
-    ledger.py   record/env.db: every session, step and search query the agent played
+    env_record.py  record/env.db: every session, step and search query the agent played
                 (SQLite)
     client.py   a standard-library client, copied into the workspace as data/env_client.py
 
@@ -24,7 +24,7 @@ from agent2rl.rollout.env import (
     StepResult,
     check_action,
 )
-from agent2rl.rollout.ledger import EnvLedger, summarize_env
+from agent2rl.rollout.env_record import EnvLedger, summarize_env
 
 __all__ = [
     "MAX_ACTION_CHARS",

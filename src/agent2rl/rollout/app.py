@@ -22,7 +22,7 @@ whose environment fails to close is freed all the same.
 Limits: at most ``max_sessions`` open sessions (429 beyond, naming DELETE), ``steps_per_s``
 steps per second over all sessions with bursts of as many (429 with ``Retry-After``), and
 sessions idle for ``idle_timeout_s`` are closed to free their slot. Every session and step is
-recorded in the run's :class:`~agent2rl.rollout.ledger.EnvLedger`, and so is every query a
+recorded in the run's :class:`~agent2rl.rollout.env_record.EnvLedger`, and so is every query a
 step sends to a search engine (a failed one too), with its session and step number.
 
 The games come from a :class:`~agent2rl.rollout.env.GameSource`: this module knows no task.
@@ -52,7 +52,7 @@ from agent2rl.rollout.env import (
     StepResult,
     check_action,
 )
-from agent2rl.rollout.ledger import EnvLedger
+from agent2rl.rollout.env_record import EnvLedger
 
 #: the Retry-After of a 503 (a search provider down): long enough not to hammer it
 UNAVAILABLE_RETRY_S = 5

@@ -7,8 +7,8 @@ Modules:
     the checks made before any run starts.
 ``state``
     ``study.db``: slots and attempts, what makes a study resumable.
-``worker``
-    one attempt as a process of its own (``python -m agent2rl.study.worker``), and the Ray
+``attempt``
+    one attempt as a process of its own (``python -m agent2rl.study.attempt``), and the Ray
     task that runs it.
 ``executor``
     :func:`run_study`: the driver (Ray, scheduling, retries, Ctrl-C, the directory's lock,

@@ -3,7 +3,7 @@
 The driver (this module, in the ``study run`` process) expands the study file into slots
 (:mod:`~agent2rl.study.spec`), records them in the study's state database
 (:mod:`~agent2rl.study.state`), and submits one Ray task per attempt. A Ray task runs the
-attempt's run process (:mod:`~agent2rl.study.worker`), which is a normal
+attempt's run process (:mod:`~agent2rl.study.attempt`), which is a normal
 :func:`~agent2rl.orchestration.run.execute_run` writing a normal run directory, report and
 ``results.db`` row into the study directory. So a study directory is also a plain runs
 directory: ``agent2rl compare --runs-dir DIR`` and ``agent2rl report DIR/<run>`` work on it.
@@ -69,12 +69,12 @@ import psutil
 from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
-from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
 from agent2rl.orchestration.infra import INFRASTRUCTURE, infrastructure_failure
+from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
+from agent2rl.study.attempt import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_dir
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
 from agent2rl.study.state import SlotRow, StudyState
-from agent2rl.study.worker import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_dir
 
 #: the object store a local Ray gets: runs pass only small JSON through Ray
 LOCAL_OBJECT_STORE_BYTES = 80 * 2**20
@@ -143,9 +143,9 @@ def _request(
     gpus: float = 0.0,
     max_concurrent: int | None = None,
 ) -> dict:
-    """``request.json`` of an attempt (see :mod:`agent2rl.study.worker`). ``resources``
+    """``request.json`` of an attempt (see :mod:`agent2rl.study.attempt`). ``resources``
     is what the attempt's node needs to work out how many runs of the study it holds at
-    once, and so the run's share of it (:func:`agent2rl.study.worker.runs_per_node`)."""
+    once, and so the run's share of it (:func:`agent2rl.study.attempt.runs_per_node`)."""
     threads = spec.cpus_per_run
     return {
         "study_dir": str(study_dir),
@@ -518,8 +518,8 @@ def _drive(
 
 
 def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
-    """The Ray task: one attempt's run process (see :func:`agent2rl.study.worker.run_attempt`)."""
-    from agent2rl.study.worker import run_attempt
+    """The Ray task: one attempt's run process (see :func:`agent2rl.study.attempt.run_attempt`)."""
+    from agent2rl.study.attempt import run_attempt
 
     return run_attempt(attempt_dir)
 

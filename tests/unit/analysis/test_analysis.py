@@ -22,7 +22,7 @@ from agent2rl.analysis import (
     write_report,
 )
 from agent2rl.grading.ledger import Ledger
-from agent2rl.rollout.ledger import EnvLedger
+from agent2rl.rollout.env_record import EnvLedger
 from agent2rl.rundir import RunInfo, RunPaths
 
 START = 1_000_000.0

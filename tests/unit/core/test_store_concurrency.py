@@ -25,7 +25,7 @@ from typing import Any
 from agent2rl.analysis import RunMetrics, list_runs, record_run
 from agent2rl.grading.ledger import Ledger
 from agent2rl.rollout.env import SearchRecord
-from agent2rl.rollout.ledger import EnvLedger
+from agent2rl.rollout.env_record import EnvLedger
 from agent2rl.scoring.judges.base import Pair
 from agent2rl.scoring.judges.cache import JudgmentCache
 from agent2rl.study.spec import StudySpec, expand

@@ -44,7 +44,7 @@ REQUEST, STARTED, RESULT, CONSOLE = "request.json", "started.json", "result.json
 #: written by the driver to stop an attempt (works wherever the study directory is shared)
 STOP = "stop"
 
-_ENTRY = "import sys; from agent2rl.study.worker import main; sys.exit(main(sys.argv[1:]))"
+_ENTRY = "import sys; from agent2rl.study.attempt import main; sys.exit(main(sys.argv[1:]))"
 #: seconds a cancelled run gets to stop its agent and write its report
 STOP_GRACE_S = 120.0
 
@@ -301,7 +301,9 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2) or (len(args) == 2 and not args[1].isdigit()):
-        print("usage: python -m agent2rl.study.worker ATTEMPT_DIR [RUNS_PER_NODE]", file=sys.stderr)
+        print(
+            "usage: python -m agent2rl.study.attempt ATTEMPT_DIR [RUNS_PER_NODE]", file=sys.stderr
+        )
         return 2
     share = int(args[1]) if len(args) == 2 else 1
     stop = _StopOnce()
