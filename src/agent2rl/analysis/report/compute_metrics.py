@@ -46,7 +46,7 @@ from agent2rl.grading.noise import Intervals, compare_items, load_item_scores
 from agent2rl.integrity.contamination import read_contamination
 from agent2rl.integrity.identity import identity_flags
 from agent2rl.metering import summarize_usage
-from agent2rl.rollout.ledger import summarize_env
+from agent2rl.rollout.env_record import summarize_env
 from agent2rl.rundir import RunInfo, RunPaths
 
 

@@ -5,7 +5,7 @@ Read from the run's records only: each evaluation's ``search_queries.jsonl`` in 
 directory (one line per query of the grader's episodes, written by
 :class:`~agent2rl.tasks.deepsearch.search.QueryLog`), the ``search_backend`` in its
 ``result.json`` details, and the rollout record's ``searches`` table (summarized by
-:func:`~agent2rl.rollout.ledger.summarize_env`). A baseline taken from the cache has no
+:func:`~agent2rl.rollout.env_record.summarize_env`). A baseline taken from the cache has no
 query log: it searched nothing in this run. A task without search has none of these, and no
 summary.
 """
@@ -69,7 +69,7 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
 
 def search_summary(paths: RunPaths, env: dict[str, Any] | None) -> SearchSummary | None:
     """The run's :class:`SearchSummary` from its grading directories and ``env`` (the
-    :func:`~agent2rl.rollout.ledger.summarize_env` summary, or None); None when nothing in
+    :func:`~agent2rl.rollout.env_record.summarize_env` summary, or None); None when nothing in
     the run searched and no grading names a search backend."""
     dirs = [paths.baseline_dir, *sorted((paths.grading / "submissions").glob("*"))]
     backends = {b for d in dirs if (b := _backend_of(d / "result.json"))}
