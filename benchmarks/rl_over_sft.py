@@ -141,7 +141,7 @@ def sampled(model, tokenizer, rows: list[dict], temperature: float, group: int, 
 
 
 def paired(after: dict[str, float], before: dict[str, float]) -> tuple[float, tuple[float, float]]:
-    from agent2rl.grading.noise import paired_bootstrap_ci
+    from agent2rl.statistics import paired_bootstrap_ci
 
     ids = sorted(before)
     a = [after[i] for i in ids]

@@ -18,10 +18,10 @@ The packages (docs/development.md shows the same map)::
     metering/        the LLM metering proxy: per-provider usage, prices, SSE streams
     recording/       code snapshots (git) and the resource timeline
     integrity/       contamination and model-identity checks
-    analysis/        RunMetrics, report, results.db, compare, and the study dashboard
+    analysis/        per-run report, cross-run dashboard (results.db, compare), rendering
     study/           many runs of a matrix on Ray, resumable
     models/          the built-in tiny model, local directories, hub ids
-    files.py, formatting.py, locks.py, rundir.py, settings.py, errors.py: shared helpers
+    files.py, formatting.py, statistics.py, locks.py, rundir.py, settings.py, errors.py: shared
 
 A run, as data flows through it::
 

@@ -557,7 +557,7 @@ def compare(
     A flagged run counts in the means as its base model (improvement 0) unless --raw.
     """
     from agent2rl.analysis import list_runs
-    from agent2rl.analysis.compare import aggregate, integrity_note
+    from agent2rl.analysis.dashboard.compare import aggregate, integrity_note
 
     rows = list_runs(runs_dir.expanduser())
     if not rows:
@@ -727,8 +727,8 @@ def dashboard(
     Summaries are written by an LLM when AGENT2RL_SUMMARY_BASE_URL and AGENT2RL_SUMMARY_MODEL
     name an OpenAI-compatible endpoint (metered and cached under DIR/summaries/), else by rules.
     """
-    from agent2rl.analysis.dashboard import write_dashboard
-    from agent2rl.analysis.summary import SummaryEndpoint, summarize
+    from agent2rl.analysis.dashboard.page import write_dashboard
+    from agent2rl.analysis.dashboard.summary import SummaryEndpoint, summarize
     from agent2rl.study.runs import load_runs
 
     root = runs_dir.expanduser().resolve()

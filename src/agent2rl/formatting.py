@@ -32,3 +32,18 @@ def format_bytes(n: float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} GiB"
+
+
+def format_number(
+    x: float | None, digits: int = 2, *, signed: bool = False, missing: str = DASH
+) -> str:
+    """``x`` with ``digits`` decimals (``+`` / ``-`` always shown when ``signed``); None or
+    NaN gives ``missing`` (:data:`DASH` unless a table wants its own placeholder)."""
+    if x is None or x != x:  # x != x: NaN
+        return missing
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def format_percent(ratio: float | None, *, missing: str = DASH) -> str:
+    """A ratio in [0, 1] as a whole percentage (``0.5`` -> ``50%``); None gives ``missing``."""
+    return missing if ratio is None else f"{100 * ratio:.0f}%"

@@ -85,7 +85,7 @@ class RunIdentity(BaseModel):
     """What was run, the fields every per-run record shares: ``run.json`` (:class:`RunInfo`,
     :meth:`RunInfo.identity`), ``metrics.json`` (:class:`~agent2rl.analysis.RunMetrics`
     extends this model, so it has the fields once, flat in its JSON) and the results ledger
-    (:func:`~agent2rl.analysis.results.results_row` takes its columns from here).
+    (:func:`~agent2rl.analysis.dashboard.results.results_row` takes its columns from here).
 
     Frozen. ``task_version`` is None only in records written before it existed; ``driver``
     (the LLM that drives an agent) and ``mode`` (its operating mode) are None for agents

@@ -1,19 +1,32 @@
-"""Evaluation noise: bootstrap intervals for a score and for a paired difference of scores.
+"""Statistics every layer shares: bootstrap intervals, per-item score files and pass@k.
 
-A score on a few hundred items moves by several points between equally good models, so every
-score the harness shows comes with its 95% interval, and an improvement with a *paired*
-interval over the items both evaluations share. An improvement whose interval contains 0 is
-"within noise". Deterministic: the bootstrap uses a fixed seed.
+The bottom of the package's layers (it imports only numpy and :mod:`agent2rl.files`), so the
+grading service, ``agent2rl eval`` and the cross-run analyses compute their intervals with the
+same code and none of them imports another to get it.
 
-The grading service computes these intervals for its answers and the per-run metrics read
-them back the same way; whether a submission is paired with the baseline at all is
+**Evaluation noise.** A score on a few hundred items moves by several points between equally
+good models, so every score the harness shows comes with its 95% interval, and an improvement
+with a *paired* interval over the items both evaluations share. An improvement whose interval
+contains 0 is "within noise". Deterministic: the bootstrap uses a fixed seed. Whether a
+submission is paired with the baseline at all is
 :func:`agent2rl.grading.comparison.comparable`'s decision.
+
+**Over repeats.** :func:`bootstrap_mean_ci` is the interval of a mean over a few repeated runs
+(the leaderboard's), and :func:`expected_max_of_k` the pass@k estimator: with ``n`` repeats
+and their values sorted ascending, ``x_(1) <= ... <= x_(n)``, the expected maximum of ``k``
+drawn without replacement is the unbiased
+
+    E[max of k] = sum_{i=k}^{n} C(i-1, k-1) / C(n, k) * x_(i)
+
+(``x_(i)`` is the maximum of a k-subset exactly when the other k-1 come from the i-1 below
+it). ``k = 1`` gives the mean, ``k = n`` the maximum.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import comb
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +34,8 @@ import numpy as np
 from agent2rl.files import read_jsonl_tolerant
 
 N_RESAMPLES = 2000
+#: resamples for an interval over repeats (few values: cheap)
+N_RESAMPLES_REPEATS = 4000
 SEED = 0
 
 # Bounds the bootstrap's index matrix (resamples x items) to ~32 MB of int64 per chunk.
@@ -153,3 +168,38 @@ def compare_items(
         within_noise=bool(ci[0] <= 0.0 <= ci[1]) if ci is not None else None,
         n_items_paired=len(common),
     )
+
+
+# -- over repeated runs -------------------------------------------------------------------------
+def bootstrap_mean_ci(
+    values: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = N_RESAMPLES_REPEATS,
+    seed: int = SEED,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean over repeats; None with fewer than two
+    values (a single run says nothing about the spread). Deterministic for a ``seed``; equal
+    values give a zero-width interval at that value."""
+    if len(values) < 2:
+        return None
+    return bootstrap_ci(values, n_resamples=n_resamples, confidence=confidence, seed=seed)
+
+
+def expected_max_of_k(values: Sequence[float], k: int) -> float:
+    """The unbiased estimate of E[max of k draws] from ``values`` (module docstring).
+
+    Ties need no care (the sum runs over sorted positions). Raises ``ValueError`` unless
+    ``1 <= k <= len(values)``.
+    """
+    n = len(values)
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in 1..{n} (the number of runs), got {k}")
+    xs = sorted(float(v) for v in values)
+    total = comb(n, k)
+    return sum(comb(i - 1, k - 1) * xs[i - 1] for i in range(k, n + 1)) / total
+
+
+def pass_at_k_curve(values: Sequence[float]) -> list[tuple[int, float]]:
+    """``[(k, E[max of k]) for k in 1..n]``; empty for no values."""
+    return [(k, expected_max_of_k(values, k)) for k in range(1, len(values) + 1)]

@@ -9,5 +9,6 @@
     worker.py      that child process: load the model, run the task's evaluate()
     ledger.py      ledger.db (SQLite): the only source of scores
     comparison.py  the one rule for comparing a score with the baseline; the best submission
-    noise.py       bootstrap intervals for a score and a paired improvement
+
+Its bootstrap intervals (a score's, a paired improvement's) are :mod:`agent2rl.statistics`.
 """

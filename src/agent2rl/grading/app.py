@@ -70,7 +70,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.evaluator import EvalSpec, EvalWorkers, WarmWorker, run_evaluation
 from agent2rl.grading.ledger import Ledger, Submission
-from agent2rl.grading.noise import compare_items, load_item_scores
+from agent2rl.statistics import compare_items, load_item_scores
 from agent2rl.grading.submission import (
     SubmissionError,
     SubmissionLimits,

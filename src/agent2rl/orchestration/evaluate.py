@@ -9,7 +9,7 @@ smoke test of an install and how a user builds a baseline table across models.
 Each evaluation gets its own directory ``<runs_dir>/evals/<eval_id>/`` holding the worker's
 ``items.jsonl`` (per item) and ``result.json`` (score, n_items, eval_hash), the worker's
 ``eval.log``, and ``eval.json``: the request and the score with its 95% bootstrap interval
-(:mod:`agent2rl.grading.noise`).
+(:mod:`agent2rl.statistics`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from agent2rl.dataset import SPLITS, Split
 from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
-from agent2rl.grading.noise import bootstrap_ci, load_item_scores
+from agent2rl.statistics import bootstrap_ci, load_item_scores
 from agent2rl.inference.backend import BackendConfig, model_stop_token_ids
 from agent2rl.models.resolve import resolve_model
 from agent2rl.settings import load_settings

@@ -25,9 +25,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent2rl.analysis.failures import run_failures
-from agent2rl.analysis.routes import run_route
-from agent2rl.analysis.runset import StudyRun, outcome
+from agent2rl.analysis.dashboard.failures import run_failures
+from agent2rl.analysis.dashboard.routes import run_route
+from agent2rl.analysis.dashboard.runset import StudyRun, outcome
 from agent2rl.study.runs import load_runs
 
 

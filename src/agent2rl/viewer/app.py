@@ -25,6 +25,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
+from agent2rl.analysis.rendering import UPLOT_CSS, UPLOT_JS, UPLOT_LICENSE, uplot_asset
 from agent2rl.viewer.data import Index, RunView, read_study
 
 STATIC = Path(str(resources.files("agent2rl.viewer") / "static"))
@@ -147,6 +148,8 @@ def create_app(root: Path, *, token: str | None = None) -> FastAPI:
     @app.get("/static/{name}")
     def static(name: str) -> Response:
         files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
+        # the charting library is the one the static report and dashboard inline
+        files.update({n: uplot_asset(n) for n in (UPLOT_JS, UPLOT_CSS, UPLOT_LICENSE)})
         if name not in files:
             return _error(404, f"no static file {name!r}")
         return FileResponse(files[name])

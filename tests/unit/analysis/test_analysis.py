@@ -13,17 +13,19 @@ from pathlib import Path
 import pytest
 
 from agent2rl.analysis import (
-    EMPTY_TREE,
     RunMetrics,
     compute_metrics,
     list_runs,
-    load_item_scores,
     record_run,
     write_report,
 )
+from agent2rl.analysis.report.charts import MARKERS
 from agent2rl.grading.ledger import Ledger
+from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rollout.env_record import EnvLedger
 from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.statistics import load_item_scores
+from support.charts import chart_specs
 
 START = 1_000_000.0
 BUDGET = 600.0
@@ -404,11 +406,15 @@ def test_html_report_plot_anchors_and_escaping(rich: tuple[RunPaths, list[str]])
     write_report(rich[0])
     out = rich[0].report
     page = (out / "report.html").read_text()
-    assert "<svg" in page and 'class="baseline"' in page and 'class="bsf"' in page
-    assert len(re.findall(r'<g class="pt ', page)) == 5
-    assert page.count('class="pt pt-failed"') == 1 and page.count('class="pt pt-copy"') == 1
+    score = chart_specs(page)["score"]
+    labels = [s["label"] for s in score["series"]]
+    assert "best so far" in labels and score["hline_label"] == "baseline"
+    points = {s["label"]: s["y"] for s in score["series"] if s["kind"] == "points"}
+    assert sum(y is not None for ys in points.values() for y in ys) == 5
+    assert sum(y is not None for y in points[MARKERS["failed"][0]]) == 1
+    assert sum(y is not None for y in points[MARKERS["copy"][0]]) == 1
     for sid in range(1, 6):
-        assert f'href="#diff-{sid}"' in page
+        assert f'href="#diff-{sid}"' in page and f"#diff-{sid}" in score["links"]
         assert page.count(f'<details id="diff-{sid}">') == 1
     # the diff of #2 is embedded, escaped, with its +/- lines
     assert '<span class="a">+y = 20</span>' in page and '<span class="d">-y = 2</span>' in page
@@ -466,7 +472,11 @@ def test_run_without_submissions_still_reports(tmp_path: Path, with_ledger: bool
     assert m["first_valid_idx"] is None and m["monotonic_ratio"] is None
     assert m["baseline"] == (50.0 if with_ledger else None)
     page = (out / "report.html").read_text()
-    assert "<svg" in page and 'class="pt ' not in page
+    specs = chart_specs(page)
+    if with_ledger:  # the baseline alone: a chart with no submission in it
+        assert not [s for s in specs["score"]["series"] if s["kind"] == "points"]
+    else:
+        assert "score" not in specs and "no scores to plot" in page
     assert "No submissions." in (out / "report.md").read_text()
     assert not (paths.ledger.exists() and not with_ledger)  # analysis creates no ledger
 

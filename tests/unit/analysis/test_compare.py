@@ -9,9 +9,9 @@ import pytest
 from support.cli import run_cli
 
 from agent2rl.analysis import RunMetrics, list_runs, record_run
-from agent2rl.analysis.compare import IncomparableRuns, aggregate, integrity_note
-from agent2rl.analysis.results import ADDED_COLUMNS, SCHEMA
-from agent2rl.analysis.run_metrics import ContaminationSummary, LLMUsage
+from agent2rl.analysis.dashboard.compare import IncomparableRuns, aggregate, integrity_note
+from agent2rl.analysis.dashboard.results import ADDED_COLUMNS, SCHEMA
+from agent2rl.analysis.report.run_metrics import ContaminationSummary, LLMUsage
 
 
 def _metrics(run_id: str, eval_hash: str, improvement: float, within: bool) -> RunMetrics:

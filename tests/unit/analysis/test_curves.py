@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 from support.studyruns import make_run
 
-from agent2rl.analysis.curves import best_so_far_steps, scaling_curves, step_value, tokens_at
-from agent2rl.analysis.trajectories import trajectories
+from agent2rl.analysis.dashboard.curves import (
+    best_so_far_steps,
+    scaling_curves,
+    step_value,
+    tokens_at,
+)
+from agent2rl.analysis.dashboard.trajectories import trajectories
 
 
 def test_best_so_far_step_function() -> None:

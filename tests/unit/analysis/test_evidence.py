@@ -7,7 +7,7 @@ from datetime import datetime
 
 from support.studyruns import make_run
 
-from agent2rl.analysis.evidence import log_evidence, token_timeline
+from agent2rl.analysis.dashboard.evidence import log_evidence, token_timeline
 
 
 def test_progress_lines_become_timed_evidence(tmp_path) -> None:
@@ -50,7 +50,7 @@ def test_token_timeline_is_cumulative(tmp_path) -> None:
 
 
 def test_metrics_of_another_harness_version_still_load(tmp_path) -> None:
-    from agent2rl.analysis.evidence import read_metrics
+    from agent2rl.analysis.dashboard.evidence import read_metrics
 
     m = make_run(scores=[12.0, None]).metrics
     data = m.to_json()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from support.studyruns import make_run, point
 
-from agent2rl.analysis.failures import failure_counts, run_failures
-from agent2rl.analysis.run_metrics import RejectedAttempt
+from agent2rl.analysis.dashboard.failures import failure_counts, run_failures
+from agent2rl.analysis.report.run_metrics import RejectedAttempt
 
 
 def kinds(run) -> list[str]:

@@ -14,11 +14,12 @@ import pytest
 from support.cli import run_cli
 from support.studyruns import make_run
 
-from agent2rl.analysis.counting import MODE_VIOLATION, counted, final_of, run_flags
-from agent2rl.analysis.dashboard import Overview, render_dashboard
-from agent2rl.analysis.heatmap import mode_task_heatmap
-from agent2rl.analysis.leaderboard import leaderboard
-from agent2rl.analysis.passk import pass_at_k
+from agent2rl.analysis.dashboard.counting import counted, final_of
+from agent2rl.analysis.dashboard.heatmap import mode_task_heatmap
+from agent2rl.analysis.dashboard.leaderboard import leaderboard
+from agent2rl.analysis.dashboard.page import Overview, render_dashboard
+from agent2rl.analysis.dashboard.passk import pass_at_k
+from agent2rl.analysis.report.run_metrics import MODE_VIOLATION, run_flags
 
 
 def _runs():

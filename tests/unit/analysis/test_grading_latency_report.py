@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.studyruns import make_run, point
 
-from agent2rl.analysis.report import grading_share, render_html, render_markdown
+from agent2rl.analysis.report.render import grading_share, render_html, render_markdown
 from agent2rl.grading.evaluator import grading_overhead_s
 
 TIMINGS = {
@@ -53,7 +53,7 @@ def test_report_shows_each_submission_and_the_budget_share() -> None:
 def test_dashboard_shows_each_runs_grading_time_and_share() -> None:
     from support.studyruns import make_run as study_run
 
-    from agent2rl.analysis.dashboard import Overview, render_dashboard
+    from agent2rl.analysis.dashboard.page import Overview, render_dashboard
 
     run = study_run(scores=[12.0])
     first = point(1, 5, 12.0).model_copy(update={"eval_seconds": 10.0, "timings": TIMINGS})

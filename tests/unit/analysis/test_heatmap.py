@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.studyruns import make_run
 
-from agent2rl.analysis.heatmap import mode_task_heatmap
+from agent2rl.analysis.dashboard.heatmap import mode_task_heatmap
 
 
 def cc(mode: str, task: str, gain: float | None):

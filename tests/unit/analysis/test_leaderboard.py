@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from support.studyruns import make_run
 
-from agent2rl.analysis.leaderboard import bootstrap_mean_ci, leaderboard, stat
-from agent2rl.analysis.runset import mixed_tasks
+from agent2rl.analysis.dashboard.leaderboard import leaderboard, stat
+from agent2rl.analysis.dashboard.runset import mixed_tasks
+from agent2rl.statistics import bootstrap_mean_ci
 
 
 def test_bootstrap_ci_known_answers() -> None:

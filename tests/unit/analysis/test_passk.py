@@ -8,7 +8,8 @@ from statistics import mean
 import pytest
 from support.studyruns import make_run
 
-from agent2rl.analysis.passk import expected_max_of_k, pass_at_k, pass_at_k_curve
+from agent2rl.analysis.dashboard.passk import pass_at_k
+from agent2rl.statistics import expected_max_of_k, pass_at_k_curve
 
 
 def brute_force(values, k):

@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 from test_analysis import BUDGET, HALF, Sub, make_run
 
-from agent2rl.analysis.metrics import compute_metrics, monotonic_ratio, non_decreasing_ratio
-from agent2rl.analysis.run_metrics import RunMetrics
+from agent2rl.analysis.report.compute_metrics import (
+    compute_metrics,
+    monotonic_ratio,
+    non_decreasing_ratio,
+)
+from agent2rl.analysis.report.run_metrics import RunMetrics
 
 
 def test_monotonic_ratio_counts_strict_increases_only() -> None:

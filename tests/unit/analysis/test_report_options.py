@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from support.rundirs import run_stub
 
-from agent2rl.analysis.metrics import compute_metrics
-from agent2rl.analysis.report import render_html, render_markdown, task_options_text
+from agent2rl.analysis.report.compute_metrics import compute_metrics
+from agent2rl.analysis.report.render import render_html, render_markdown, task_options_text
 from agent2rl.tasks import get_task
 
 

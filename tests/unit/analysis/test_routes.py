@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from support.studyruns import make_run, point
 
-from agent2rl.analysis.routes import ROUTES, classify, run_route
-from agent2rl.analysis.runset import Evidence
+from agent2rl.analysis.dashboard.routes import ROUTES, classify, run_route
+from agent2rl.analysis.dashboard.runset import Evidence
 
 
 def ev(source: str, t: float | None, *methods: str, ref: str = "agent.log:1") -> Evidence:

@@ -8,8 +8,8 @@ import json
 from support.fake_provider import start_fake_provider
 from support.studyruns import make_run
 
-from agent2rl.analysis.runset import Evidence
-from agent2rl.analysis.summary import (
+from agent2rl.analysis.dashboard.runset import Evidence
+from agent2rl.analysis.dashboard.summary import (
     SummaryEndpoint,
     artifacts,
     llm_summary,

@@ -11,8 +11,8 @@ import sys
 import typing
 from pathlib import Path
 
-from agent2rl.analysis.results import COLUMNS, ResultsRow, list_runs, record_run, results_row
-from agent2rl.analysis.run_metrics import RunMetrics
+from agent2rl.analysis.dashboard.results import COLUMNS, ResultsRow, list_runs, record_run, results_row
+from agent2rl.analysis.report.run_metrics import RunMetrics
 from agent2rl.rundir import (
     FINISHED_RUN_STATUSES,
     LIVE_RUN_STATUSES,
@@ -111,7 +111,7 @@ def test_one_identity_record_feeds_metrics_and_the_results_row(tmp_path: Path) -
 
 
 def test_metrics_json_without_schema_version_reads_as_version_1(tmp_path: Path) -> None:
-    from agent2rl.analysis.evidence import read_metrics
+    from agent2rl.analysis.dashboard.evidence import read_metrics
 
     data = RunMetrics(run_id="r", task="t", agent="a", model="m", status="oom").to_json()
     del data["schema_version"]  # as written before the key existed

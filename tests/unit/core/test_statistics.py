@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent2rl.grading.noise import (
+from agent2rl.statistics import (
     Intervals,
     bootstrap_ci,
     compare_items,

@@ -17,7 +17,7 @@ from support.finetune import fine_tune
 from support.rundirs import make_run
 
 from agent2rl.analysis import compute_metrics, render_html, render_markdown
-from agent2rl.analysis.results import results_row
+from agent2rl.analysis.dashboard.results import results_row
 from agent2rl.errors import ModelFault
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.grading.ledger import Ledger

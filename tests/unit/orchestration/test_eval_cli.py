@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent2rl.files import read_jsonl
-from agent2rl.grading.noise import bootstrap_ci
+from agent2rl.statistics import bootstrap_ci
 from tests.support.cli import run_cli
 
 _SCORE = re.compile(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent2rl.analysis.code_changes import diff_numstat, snapshot_diff
+from agent2rl.analysis.report.code_changes import diff_numstat, snapshot_diff
 from agent2rl.recording import CodeRecorder, PeriodicSnapshotter
 from agent2rl.recording.snapshot import EMPTY_TREE
 

@@ -11,7 +11,7 @@ import json
 import pytest
 from support.rundirs import make_run
 
-from agent2rl.analysis.judging import JudgeSummary, judge_text
+from agent2rl.analysis.report.judging import JudgeSummary, judge_text
 from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl
 from agent2rl.metering.usage import read_usage

@@ -7,7 +7,7 @@ an error that names the runs and the way out, rather than printing a misleading 
 
 A flagged run (its ``integrity_flags`` column is not empty) counts in the means as its base
 model, best = baseline and improvement 0, unless ``raw`` (the policy of
-:mod:`agent2rl.analysis.counting`); each group counts its flagged runs either way.
+:mod:`agent2rl.analysis.dashboard.counting`); each group counts its flagged runs either way.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from agent2rl.analysis.results import ResultsRow
+from agent2rl.analysis.dashboard.results import ResultsRow
 from agent2rl.errors import UserError
 
 

@@ -13,7 +13,7 @@ every run as graded; the flagged counts are shown all the same. The run's own re
 ``metrics.json`` always keep the scores as graded: the policy is applied only here.
 
 **Best and final.** ``best`` follows the best of budget rule
-(:func:`agent2rl.analysis.runset.outcome`): the maximum over every valid submission, each
+(:func:`agent2rl.analysis.dashboard.runset.outcome`): the maximum over every valid submission, each
 of which the agent saw scored on the private split. That is a selection: the best's score
 and its interval are optimistic (its interval is computed as if it were the only
 submission). ``final`` is the last valid submission's score, the one a deployment would get
@@ -26,23 +26,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from agent2rl.analysis.run_metrics import RunMetrics
-from agent2rl.analysis.runset import outcome
+from agent2rl.analysis.dashboard.runset import outcome
+from agent2rl.analysis.report.run_metrics import MODE_VIOLATION, RunMetrics, run_flags
+
 
 #: the flag a run gets when its code's training methods contradict its operating mode
-MODE_VIOLATION = "mode_violation"
-
-
-def run_flags(m: RunMetrics) -> list[str]:
-    """The run's flags: its ``integrity_flags``, plus :data:`MODE_VIOLATION` when its mode
-    check found a contradiction (``mode_flags``; a ``metrics.json`` written before that flag
-    joined ``integrity_flags`` still gets it). Empty for a clean run."""
-    flags = list(m.integrity_flags)
-    if m.mode_flags and MODE_VIOLATION not in flags:
-        flags.append(MODE_VIOLATION)
-    return flags
-
-
 def final_of(m: RunMetrics) -> tuple[float | None, float | None]:
     """``(score, improvement)`` of the run's last valid submission (ledger order), the
     improvement None when that score is not comparable with the baseline. Read from

@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from agent2rl.analysis.runset import GroupKey, StudyRun, group_runs
+from agent2rl.analysis.dashboard.runset import GroupKey, StudyRun, group_runs
 
 Axis = Literal["time", "tokens", "submissions"]
 AXES: tuple[Axis, ...] = ("time", "tokens", "submissions")

@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent2rl.analysis.run_metrics import RunMetrics
-from agent2rl.analysis.runset import StudyRun
+from agent2rl.analysis.dashboard.runset import StudyRun
+from agent2rl.analysis.report.run_metrics import RunMetrics
 from agent2rl.rundir import RunStatus
 
 KINDS = (

@@ -3,9 +3,9 @@
 Rows are operating modes when every LLM run shares one agent and driver (the paper's Claude
 Code modes), else agent stacks; agents without an LLM are rows of their own. Columns are
 tasks (split by eval hash where a task was graded under several settings, see
-:mod:`agent2rl.analysis.runset`). A cell is the mean improvement (best of budget rule) of
+:mod:`agent2rl.analysis.dashboard.runset`). A cell is the mean improvement (best of budget rule) of
 its runs with an outcome, with their count and how many of them are flagged (a flagged
-run counts as improvement 0 unless ``raw``: :mod:`agent2rl.analysis.counting`); per column
+run counts as improvement 0 unless ``raw``: :mod:`agent2rl.analysis.dashboard.counting`); per column
 the best and the worst cell are marked (all of them on a tie; a column with one filled cell
 marks it best only).
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent2rl.analysis.counting import counted
-from agent2rl.analysis.runset import StudyRun, assign_hashes, column_label, mixed_tasks
+from agent2rl.analysis.dashboard.counting import counted
+from agent2rl.analysis.dashboard.runset import StudyRun, assign_hashes, column_label, mixed_tasks
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,16 @@
 """The leaderboard: per task x agent stack, statistics over repeats.
 
-One row per :class:`~agent2rl.analysis.runset.GroupKey` (task, eval hash, model, stack):
+One row per :class:`~agent2rl.analysis.dashboard.runset.GroupKey` (task, eval hash, model, stack):
 mean, sample standard deviation and a 95% percentile-bootstrap interval of the mean over the
 repeats, for the baseline, the best score and the improvement (the best of budget rule of
-:func:`~agent2rl.analysis.runset.outcome`: selected over every graded submission, so
+:func:`~agent2rl.analysis.dashboard.runset.outcome`: selected over every graded submission, so
 optimistic), the final submission's score and improvement beside them, plus the
 valid-submission rate and what the driver LLM cost. A task graded under more than one
 evaluation setting gets one block of rows per setting, never a pooled one.
 
-A flagged run (:func:`~agent2rl.analysis.counting.run_flags`) counts as its base model
+A flagged run (:func:`~agent2rl.analysis.dashboard.counting.run_flags`) counts as its base model
 (improvement 0) unless ``raw``; each row counts its flagged runs either way
-(:mod:`agent2rl.analysis.counting`).
+(:mod:`agent2rl.analysis.dashboard.counting`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent2rl.analysis.counting import counted
-from agent2rl.analysis.runset import GroupKey, StudyRun, group_runs
-from agent2rl.grading.noise import bootstrap_ci
-
-#: bootstrap resamples for the intervals over repeats (few values: cheap)
-N_RESAMPLES = 4000
+from agent2rl.analysis.dashboard.counting import counted
+from agent2rl.analysis.dashboard.runset import GroupKey, StudyRun, group_runs
+from agent2rl.statistics import bootstrap_mean_ci
 
 
 @dataclass(frozen=True)
@@ -38,21 +35,6 @@ class Stat:
     mean: float | None
     std: float | None
     ci95: tuple[float, float] | None
-
-
-def bootstrap_mean_ci(
-    values: Sequence[float],
-    *,
-    confidence: float = 0.95,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = 0,
-) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of the mean over repeats; None with fewer than two
-    values (a single run says nothing about the spread). Deterministic for a ``seed``; equal
-    values give a zero-width interval at that value."""
-    if len(values) < 2:
-        return None
-    return bootstrap_ci(values, n_resamples=n_resamples, confidence=confidence, seed=seed)
 
 
 def stat(values: Sequence[float], *, seed: int = 0) -> Stat:
@@ -158,4 +140,4 @@ def leaderboard(
     return sorted(rows, key=order)
 
 
-__all__ = ["LeaderboardRow", "Stat", "bootstrap_mean_ci", "leaderboard", "stat"]
+__all__ = ["LeaderboardRow", "Stat", "leaderboard", "stat"]

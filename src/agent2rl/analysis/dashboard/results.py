@@ -17,7 +17,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, TypedDict
 
-from agent2rl.analysis.run_metrics import RunMetrics
+from agent2rl.analysis.report.run_metrics import RunMetrics
 from agent2rl.sqlite_store import SQLiteStore
 
 RESULTS_DB = "results.db"

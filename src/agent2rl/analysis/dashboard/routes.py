@@ -14,9 +14,10 @@ Labels (:data:`ROUTES`):
 ``SFT and RL``
     both, with RL first or with no timed evidence that orders them (the reason says which).
 
-Evidence (:class:`~agent2rl.analysis.runset.Evidence`) comes from the code at each
+Evidence (:class:`~agent2rl.analysis.dashboard.runset.Evidence`) comes from the code at each
 submission and at the end, the agent's own progress lines, and environment steps through the
-rollout service (see :mod:`agent2rl.analysis.evidence`). What ran outranks what was written:
+rollout service (see :mod:`agent2rl.analysis.dashboard.evidence`). What ran outranks what was
+written:
 when a run has runtime evidence (its log lines, its rollout steps), the families come from
 that alone, and the code (which may hold methods it never calls, e.g. shared helpers) is
 shown beside it; a run without runtime evidence is classified from its code. Only timed
@@ -32,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent2rl.analysis.run_metrics import RunMetrics
-from agent2rl.analysis.runset import Evidence, StudyRun
+from agent2rl.analysis.dashboard.runset import Evidence, StudyRun
+from agent2rl.analysis.report.run_metrics import RunMetrics
 
 ROUTES = ("SFT only", "RL only", "SFT then RL", "SFT and RL", "no training", "failed")
 #: evidence of what ran (outranks the code, which shows what was written)

@@ -4,7 +4,7 @@ A :class:`StudyRun` is one finished run as the cross-run modules see it: its
 :class:`RunMetrics` (``report/metrics.json``), where it lives, its repeat index in a study,
 and the evidence read from its directory that ``metrics.json`` does not hold (the methods in
 each code snapshot, the agent's own progress lines, the token timeline), collected by
-:mod:`agent2rl.analysis.evidence`. Everything in the analysis modules that consumes
+:mod:`agent2rl.analysis.dashboard.evidence`. Everything in the analysis modules that consumes
 StudyRuns is a pure function, so tests build StudyRuns by hand with known answers.
 
 Shared rules (each analysis docstring refers here):
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from agent2rl.analysis.run_metrics import RunMetrics
+from agent2rl.analysis.report.run_metrics import RunMetrics
 
 
 class Stack(NamedTuple):

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent2rl.analysis.failures import run_failures
-from agent2rl.analysis.routes import RunRoute, run_route
-from agent2rl.analysis.runset import StudyRun
+from agent2rl.analysis.dashboard.failures import run_failures
+from agent2rl.analysis.dashboard.routes import RunRoute, run_route
+from agent2rl.analysis.dashboard.runset import StudyRun
 from agent2rl.files import read_json, write_json_atomic
 from agent2rl.metering import TokenCounts, UsageRecord, append_record, estimate_cost
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent2rl.analysis.runset import StudyRun
+from agent2rl.analysis.dashboard.runset import StudyRun
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent2rl.analysis.run_metrics import CodeChange
+from agent2rl.analysis.report.run_metrics import CodeChange
 from agent2rl.grading.ledger import Submission
 from agent2rl.recording.snapshot import EMPTY_TREE
 

@@ -4,7 +4,7 @@ Reads ``run.json``, ``ledger.db``, the per-item result files the grader wrote, t
 snapshots in ``record/code.git`` and, if present, ``record/resources.jsonl``,
 ``record/llm_usage.jsonl``, ``record/agent.json``, ``record/contamination.json`` and the
 rollout record. The result is a
-:class:`~agent2rl.analysis.run_metrics.RunMetrics` and deterministic: the bootstrap uses a
+:class:`~agent2rl.analysis.report.run_metrics.RunMetrics` and deterministic: the bootstrap uses a
 fixed seed, so computing the metrics twice gives byte-identical ``metrics.json``.
 
 Scores are compared with the baseline only through :mod:`agent2rl.grading.comparison`, the
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from agent2rl.analysis.code_changes import code_changes
-from agent2rl.analysis.counting import MODE_VIOLATION
-from agent2rl.analysis.judging import judge_summary
-from agent2rl.analysis.run_metrics import (
+from agent2rl.analysis.report.code_changes import code_changes
+from agent2rl.analysis.report.judging import judge_summary
+from agent2rl.analysis.report.run_metrics import (
+    MODE_VIOLATION,
     ContaminationSummary,
     EnvUsage,
     GroupScore,
@@ -37,17 +37,17 @@ from agent2rl.analysis.run_metrics import (
     RunMetrics,
     TrajectoryPoint,
 )
-from agent2rl.analysis.searching import search_summary
+from agent2rl.analysis.report.searching import search_summary
 from agent2rl.files import read_jsonl_tolerant
 from agent2rl.grading.comparison import best as best_of
 from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
-from agent2rl.grading.noise import Intervals, compare_items, load_item_scores
 from agent2rl.integrity.contamination import read_contamination
 from agent2rl.integrity.identity import identity_flags
 from agent2rl.metering import summarize_usage
 from agent2rl.rollout.env_record import summarize_env
 from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.statistics import Intervals, compare_items, load_item_scores
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def _intervals(
     paths: RunPaths, baseline: dict[str, Any] | None, subs: Sequence[Submission]
 ) -> dict[int, Intervals]:
     """Per valid submission: its score interval and, when it is comparable with the baseline,
-    the paired interval against it (see :func:`~agent2rl.grading.noise.compare_items`)."""
+    the paired interval against it (see :func:`~agent2rl.statistics.compare_items`)."""
     base_path = _rel(paths, (baseline or {}).get("items_path"))
     base_items = load_item_scores(base_path) if base_path else None
     base_hash = (baseline or {}).get("eval_hash")

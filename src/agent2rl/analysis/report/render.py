@@ -1,35 +1,34 @@
 """The per-run report: ``report/metrics.json``, ``report.md``, ``report.html`` and ``diffs/``.
 
-``report.html`` is one self-contained file (inline CSS, inline SVG figures drawn by
-:mod:`agent2rl.analysis.plot`, a few lines of inline JS; nothing fetched), so it can be mailed,
-archived or opened from a sweep's result folder as is. Every string that could have come from
+``report.html`` is one self-contained file (inline CSS, interactive charts of
+:mod:`agent2rl.analysis.report.charts` drawn by the inlined uPlot, each with a ``<noscript>``
+table of its values, a few lines of inline JS; nothing fetched), so it can be mailed, archived
+or opened from a sweep's result folder as is. Every string that could have come from
 the agent (paths, error messages, rejection reasons, diffs) is escaped before it reaches
 Markdown or HTML.
 """
 
 from __future__ import annotations
 
-import html
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from agent2rl.analysis.code_changes import snapshot_diff
-from agent2rl.analysis.counting import run_flags
-from agent2rl.analysis.judging import judge_text
-from agent2rl.analysis.metrics import compute_metrics
-from agent2rl.analysis.plot import env_steps_svg, score_plot_svg
-from agent2rl.analysis.run_metrics import (
+from agent2rl.analysis.rendering import chart_html, chart_runtime, chart_style, esc, md_cell
+from agent2rl.analysis.report.charts import env_steps_chart, score_chart
+from agent2rl.analysis.report.code_changes import snapshot_diff
+from agent2rl.analysis.report.compute_metrics import compute_metrics
+from agent2rl.analysis.report.judging import judge_text
+from agent2rl.analysis.report.run_metrics import (
     CodeChange,
     EnvUsage,
     GroupScores,
     RunMetrics,
     TrajectoryPoint,
+    run_flags,
 )
-from agent2rl.analysis.searching import search_text
+from agent2rl.analysis.report.searching import search_text
 from agent2rl.files import write_json_atomic, write_text_atomic
-from agent2rl.formatting import DASH, format_bytes, format_duration
+from agent2rl.formatting import DASH, format_bytes, format_duration, format_number, format_percent
 from agent2rl.grading.comparison import improvement
 from agent2rl.grading.evaluator import grading_overhead_s
 from agent2rl.recording.snapshot import EMPTY_TREE
@@ -91,36 +90,10 @@ def _write_diffs(diff_dir: Path, diffs: Mapping[int, str | None]) -> None:
 
 
 # -- formatting --------------------------------------------------------------------------------
-def _e(value: Any) -> str:
-    """HTML-escape anything (quotes too, so the result is safe inside attributes)."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
-
-
-def _md(value: Any, limit: int = 300) -> str:
-    """Escape a string for one Markdown table cell: HTML, Markdown syntax, pipes, newlines."""
-    text = "" if value is None else " ".join(str(value).split())
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
-
-
-def _num(x: float | None, digits: int = 2, signed: bool = False) -> str:
-    if x is None:
-        return DASH
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def _pct(x: float | None) -> str:
-    return DASH if x is None else f"{100 * x:.0f}%"
-
-
 def _ci(ci: Sequence[float] | None, signed: bool = True) -> str:
     if not ci:
         return DASH
-    return f"[{_num(ci[0], signed=signed)}, {_num(ci[1], signed=signed)}]"
+    return f"[{format_number(ci[0], signed=signed)}, {format_number(ci[1], signed=signed)}]"
 
 
 def _noise_label(within_noise: bool | None) -> str:
@@ -167,7 +140,7 @@ def final_text(m: RunMetrics) -> str:
     (submission #4), +2.00 points (95% CI [...])``; a dash without a valid submission."""
     if m.final_submission_id is None:
         return DASH
-    text = f"{_num(m.final_score)} (submission #{m.final_submission_id})"
+    text = f"{format_number(m.final_score)} (submission #{m.final_submission_id})"
     if m.final_improvement is not None:
         text += f", {m.final_improvement:+.2f} points"
         if m.final_improvement_ci95:
@@ -300,7 +273,7 @@ def _delta_text(tr: TrajectoryPoint, baseline: float | None) -> str:
     """``+1.33 [-0.33, +2.67]``: the change against the baseline with its paired 95% CI."""
     if tr.comparable is False:
         return DASH
-    text = _num(improvement(tr.score, baseline, comparable=True), signed=True)
+    text = format_number(improvement(tr.score, baseline, comparable=True), signed=True)
     if tr.improvement_ci95:
         text += f" {_ci(tr.improvement_ci95)}"
     return text
@@ -347,21 +320,21 @@ def render_markdown(m: RunMetrics) -> str:
     res = m.resources
     best_id = m.best_submission_id
     lines = [
-        f"# agent2rl run {_md(m.run_id)}",
+        f"# agent2rl run {md_cell(m.run_id)}",
         "",
         "| | |",
         "|---|---|",
-        f"| Task | {_md(m.task)} (v{_md(m.task_version)}) |",
-        f"| Task options | {_md(task_options_text(m))} |",
-        f"| Agent | {_md(m.agent)}"
-        + (f" via {_md(m.driver)}" if m.driver else "")
-        + (f", mode {_md(m.mode)}" if m.mode else "")
+        f"| Task | {md_cell(m.task)} (v{md_cell(m.task_version)}) |",
+        f"| Task options | {md_cell(task_options_text(m))} |",
+        f"| Agent | {md_cell(m.agent)}"
+        + (f" via {md_cell(m.driver)}" if m.driver else "")
+        + (f", mode {md_cell(m.mode)}" if m.mode else "")
         + " |",
-        f"| Model | {_md(m.model)} |",
-        f"| Status | {_md(m.status)}" + (f": {_md(m.error)}" if m.error else "") + " |",
-        f"| Confinement | {_md(confinement_text(m))} |",
-        f"| Budget | {format_duration(m.budget_s)}, used {_pct(m.time_used_ratio)} |",
-        f"| Score | baseline {_num(m.baseline)} → best {_num(m.best_score)}"
+        f"| Model | {md_cell(m.model)} |",
+        f"| Status | {md_cell(m.status)}" + (f": {md_cell(m.error)}" if m.error else "") + " |",
+        f"| Confinement | {md_cell(confinement_text(m))} |",
+        f"| Budget | {format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)} |",
+        f"| Score | baseline {format_number(m.baseline)} → best {format_number(m.best_score)}"
         + (
             f" ({selected_text(m)}: submission #{best_id}, 95% CI "
             f"{_ci(m.best_score_ci95, signed=False)} computed as if it were the only one)"
@@ -369,17 +342,17 @@ def render_markdown(m: RunMetrics) -> str:
             else ""
         )
         + " |",
-        f"| Improvement | {_md(_improvement_text(m))} |",
-        f"| Final submission | {_md(final_text(m))} |",
+        f"| Improvement | {md_cell(_improvement_text(m))} |",
+        f"| Final submission | {md_cell(final_text(m))} |",
         f"| Submissions | {m.submissions} (valid {m.valid_submissions}, "
         f"copies {m.copy_model_count}, duplicates {m.duplicate_count}); "
         f"rejected attempts {m.rejected_attempts} |",
         f"| Time to first improvement | {format_duration(m.time_to_first_improvement)} |",
         f"| Time to best | {format_duration(m.time_to_best)} |",
         f"| Last submission before deadline | {format_duration(m.last_submit_to_deadline)} |",
-        f"| Monotonic ratio (strict increases) | {_num(m.monotonic_ratio)} |",
+        f"| Monotonic ratio (strict increases) | {format_number(m.monotonic_ratio)} |",
         f"| Code changed | {m.total_lines_changed} lines |",
-        f"| Integrity | {_md(integrity_text(m))} |",
+        f"| Integrity | {md_cell(integrity_text(m))} |",
         "",
         "## Submissions",
         "",
@@ -392,10 +365,11 @@ def render_markdown(m: RunMetrics) -> str:
         ]
         for tr in m.trajectory:
             lines.append(
-                f"| {tr.id} | {format_duration(tr.t)} | {_md(tr.status)} | {_num(tr.score)} "
+                f"| {tr.id} | {format_duration(tr.t)} | {md_cell(tr.status)} "
+                f"| {format_number(tr.score)} "
                 f"| {_delta_text(tr, m.baseline)} "
-                f"| {_num(tr.best_so_far)} | {_lines_text(changes.get(tr.id))} "
-                f"| {_md(tr.path)} | {_md('; '.join(_notes(tr, m)))} |"
+                f"| {format_number(tr.best_so_far)} | {_lines_text(changes.get(tr.id))} "
+                f"| {md_cell(tr.path)} | {md_cell('; '.join(_notes(tr, m)))} |"
             )
         lines.append("")
         lines.append("Code diffs per submission: `diffs/<id>.diff`.")
@@ -403,14 +377,15 @@ def render_markdown(m: RunMetrics) -> str:
         lines.append("No submissions.")
     lines += _grading_md(m)
     lines += ["", "## Integrity", ""]
-    lines += [f"{'**Flagged:** ' if run_flags(m) else ''}{_md(integrity_text(m), 2000)}", ""]
-    lines += [f"- {_md(p, 2000)}" for p in _integrity_details(m)]
+    lines += [f"{'**Flagged:** ' if run_flags(m) else ''}{md_cell(integrity_text(m), 2000)}", ""]
+    lines += [f"- {md_cell(p, 2000)}" for p in _integrity_details(m)]
     lines += ["", "## Rejected attempts", ""]
     if m.rejections:
         lines += ["| t | HTTP | path | reason |", "|---:|---:|---|---|"]
         for r in m.rejections[:MAX_REJECTION_ROWS]:
             lines.append(
-                f"| {format_duration(r.t)} | {r.http_status} | {_md(r.path)} | {_md(r.reason)} |"
+                f"| {format_duration(r.t)} | {r.http_status} | {md_cell(r.path)} "
+                f"| {md_cell(r.reason)} |"
             )
         if len(m.rejections) > MAX_REJECTION_ROWS:
             lines.append(f"\n… and {len(m.rejections) - MAX_REJECTION_ROWS} more.")
@@ -420,7 +395,7 @@ def render_markdown(m: RunMetrics) -> str:
     if res:
         lines.append(
             f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU "
-            f"{_num(res.mean_cpu_percent, 1)}%, at most {res.max_procs or DASH} "
+            f"{format_number(res.mean_cpu_percent, 1)}%, at most {res.max_procs or DASH} "
             f"processes ({res.n_samples} samples)."
         )
     else:
@@ -435,7 +410,7 @@ def render_markdown(m: RunMetrics) -> str:
         lines += ["", "## Judge", "", judge_text(m.judge)]
     lines += ["", "## LLM usage", "", _usage_text(m)]
     for flag in m.mode_flags or []:
-        lines.append(f"\n**Mode check:** {_md(flag)}")
+        lines.append(f"\n**Mode check:** {md_cell(flag)}")
     return "\n".join(lines) + "\n"
 
 
@@ -467,11 +442,11 @@ def _latency_cells(tr: TrajectoryPoint) -> list[str] | None:
     t = tr.timings
     if not t or not t.get("evaluated"):
         return None
-    cells = [_md(t.get("grader")), _md(t.get("load"))]
+    cells = [md_cell(t.get("grader")), md_cell(t.get("load"))]
     for key, _ in _LATENCY_COLUMNS:
         value = t.get(key)
-        cells.append(_num(value, 2) if isinstance(value, int | float) else DASH)
-    cells.append(_num(grading_overhead_s(t), 2))
+        cells.append(format_number(value, 2) if isinstance(value, int | float) else DASH)
+    cells.append(format_number(grading_overhead_s(t), 2))
     return cells
 
 
@@ -500,14 +475,15 @@ def _grading_md(m: RunMetrics) -> list[str]:
 def _grading_html(m: RunMetrics) -> str:
     spent, share = grading_share(m)
     share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
-    took = _e(f"Grading took {format_duration(spent)}{share_text}.")
+    took = esc(f"Grading took {format_duration(spent)}{share_text}.")
     out = f"<h2>Grading latency</h2>\n<p>{took}</p>"
     rows = [(tr.id, c) for tr in m.trajectory if (c := _latency_cells(tr)) is not None]
     if rows:
         heads = ["#", "grader", "load", *(h for _, h in _LATENCY_COLUMNS), "overhead"]
-        head = "".join(f"<th>{_e(h)}</th>" for h in heads)
+        head = "".join(f"<th>{esc(h)}</th>" for h in heads)
         body = "".join(
-            f"<tr><td>{i}</td>" + "".join(f"<td>{_e(x)}</td>" for x in c) + "</tr>" for i, c in rows
+            f"<tr><td>{i}</td>" + "".join(f"<td>{esc(x)}</td>" for x in c) + "</tr>"
+            for i, c in rows
         )
         out += f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     return out + "\n"
@@ -516,13 +492,13 @@ def _grading_html(m: RunMetrics) -> str:
 def _search_html(m: RunMetrics) -> str:
     if m.search is None:
         return ""
-    return f"<h2>Search</h2>\n<p>{_e(search_text(m.search))}</p>\n"
+    return f"<h2>Search</h2>\n<p>{esc(search_text(m.search))}</p>\n"
 
 
 def _judge_html(m: RunMetrics) -> str:
     if m.judge is None:
         return ""
-    return f"<h2>Judge</h2>\n<p>{_e(judge_text(m.judge))}</p>\n"
+    return f"<h2>Judge</h2>\n<p>{esc(judge_text(m.judge))}</p>\n"
 
 
 def _usage_text(m: RunMetrics) -> str:
@@ -554,8 +530,8 @@ def _group_rows(groups: GroupScores) -> list[tuple[str, str, str, str]]:
             (
                 g,
                 str(either.n) if either is not None else DASH,
-                _num(base[g].score if g in base else None),
-                _num(best[g].score if g in best else None),
+                format_number(base[g].score if g in base else None),
+                format_number(best[g].score if g in best else None),
             )
         )
     return rows
@@ -563,7 +539,7 @@ def _group_rows(groups: GroupScores) -> list[tuple[str, str, str, str]]:
 
 def _groups_md(groups: GroupScores) -> list[str]:
     out = ["| task type | items | baseline | best |", "|---|---:|---:|---:|"]
-    out += [f"| {_md(g)} | {n} | {b} | {t} |" for g, n, b, t in _group_rows(groups)]
+    out += [f"| {md_cell(g)} | {n} | {b} | {t} |" for g, n, b, t in _group_rows(groups)]
     return out
 
 
@@ -580,7 +556,7 @@ def _env_text(u: EnvUsage) -> str:
         f"{_count(u.episodes, 'episode')} on {_count(u.games, 'game')} "
         f"({u.finished_episodes} finished, "
         f"{u.won_episodes} won), {u.steps:,} environment steps "
-        f"({_pct(share)} admissible actions), from {format_duration(u.first_step_t)} to "
+        f"({format_percent(share)} admissible actions), from {format_duration(u.first_step_t)} to "
         f"{format_duration(u.last_step_t)} into the budget.{_kinds_text(u)}"
     )
 
@@ -611,17 +587,6 @@ th,td{padding:5px 8px;border-bottom:1px solid #eef1f4;text-align:left;vertical-a
 th{background:#f0f3f6;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 td.path{font-family:ui-monospace,Menlo,monospace;font-size:12px;word-break:break-all}
 tr.failed td{color:#9b1c1c}tr.best td{background:#eefbf1}
-.plot{background:#fff;border:1px solid #dde2e8;border-radius:8px;max-width:100%;height:auto}
-.plot .area{fill:#fff}.plot .grid{stroke:#eef1f4}.plot .axis{stroke:#56606d}
-.plot .tick{font-size:11px;fill:#56606d}.plot .label{font-size:12px;fill:#1d2430}
-.plot .note{font-size:11px;fill:#8a5a00}
-.plot .baseline{stroke:#c27c00;stroke-width:1.5;stroke-dasharray:6 4}
-.plot .bsf{fill:none;stroke:#1a7f37;stroke-width:2}
-.plot .m.ok{fill:#2563eb}.plot .m.dup{fill:#fff;stroke:#2563eb;stroke-width:2}
-.plot .m.copy{fill:#fff;stroke:#c27c00;stroke-width:2}
-.plot .m.fail{stroke:#c81e1e;stroke-width:2.5}.plot .m.other{fill:#9aa3ad}
-.plot .m.bestring{fill:none;stroke:#1a7f37;stroke-width:2}
-.plot a:hover .m{opacity:.6}
 details{background:#fff;border:1px solid #dde2e8;border-radius:6px;margin:6px 0}
 summary{cursor:pointer;padding:6px 10px;font-weight:600}
 details:target{outline:2px solid #2563eb}
@@ -642,7 +607,7 @@ window.addEventListener('hashchange',openTarget);window.addEventListener('load',
 
 
 def _card(value: str, label: str) -> str:
-    return f'<div class="card"><b>{value}</b><span>{_e(label)}</span></div>'
+    return f'<div class="card"><b>{value}</b><span>{esc(label)}</span></div>'
 
 
 def _headline_html(m: RunMetrics) -> str:
@@ -651,13 +616,17 @@ def _headline_html(m: RunMetrics) -> str:
     tag = ""
     if label:
         cls = "noise" if m.within_noise else "real"
-        tag = f' <span class="tag {cls}">{_e(label)}</span>'
-    imp_value = _e(_num(imp, signed=True)) + tag if imp is not None else _e(_improvement_text(m))
+        tag = f' <span class="tag {cls}">{esc(label)}</span>'
+    imp_value = (
+        esc(format_number(imp, signed=True)) + tag if imp is not None else esc(_improvement_text(m))
+    )
     ci = m.improvement_ci95
-    final = _num(m.final_improvement, signed=True) if m.final_improvement is not None else DASH
+    final = (
+        format_number(m.final_improvement, signed=True) if m.final_improvement is not None else DASH
+    )
     cards = [
         _card(
-            f"{_e(_num(m.baseline))} → {_e(_num(m.best_score))}",
+            f"{esc(format_number(m.baseline))} → {esc(format_number(m.best_score))}",
             f"baseline → best ({selected_text(m)})",
         ),
         _card(
@@ -665,13 +634,15 @@ def _headline_html(m: RunMetrics) -> str:
             f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best",
         ),
         _card(
-            f"{_e(_num(m.final_score))} ({_e(final)})",
+            f"{esc(format_number(m.final_score))} ({esc(final)})",
             "final submission (not selected): score (improvement)",
         ),
         _card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
-        _card(_e(format_duration(m.time_to_first_improvement)), "time to first improvement"),
-        _card(_e(format_duration(m.time_to_best)), "time to best"),
-        _card(_e(_pct(m.time_used_ratio)), f"of {format_duration(m.budget_s)} budget used"),
+        _card(esc(format_duration(m.time_to_first_improvement)), "time to first improvement"),
+        _card(esc(format_duration(m.time_to_best)), "time to best"),
+        _card(
+            esc(format_percent(m.time_used_ratio)), f"of {format_duration(m.budget_s)} budget used"
+        ),
         _card(str(m.total_lines_changed), "lines of code changed"),
         _card(str(m.rejected_attempts), "rejected attempts"),
     ]
@@ -694,13 +665,13 @@ def _submissions_html(m: RunMetrics) -> str:
         cls = "failed" if tr.status == "failed" else cls
         rows.append(
             f'<tr class="{cls}"><td><a href="#diff-{sid}">#{sid}</a></td>'
-            f'<td class="n">{_e(format_duration(tr.t))}</td><td>{_e(tr.status)}</td>'
-            f'<td class="n">{_e(_num(tr.score))}</td>'
-            f'<td class="n">{_e(_delta_text(tr, m.baseline))}</td>'
-            f'<td class="n">{_e(_num(tr.best_so_far))}</td>'
-            f'<td class="n">{_e(_lines_text(changes.get(sid)))}</td>'
-            f'<td class="path">{_e(tr.path)}</td>'
-            f"<td>{'<br>'.join(_e(n) for n in _notes(tr, m))}</td></tr>"
+            f'<td class="n">{esc(format_duration(tr.t))}</td><td>{esc(tr.status)}</td>'
+            f'<td class="n">{esc(format_number(tr.score))}</td>'
+            f'<td class="n">{esc(_delta_text(tr, m.baseline))}</td>'
+            f'<td class="n">{esc(format_number(tr.best_so_far))}</td>'
+            f'<td class="n">{esc(_lines_text(changes.get(sid)))}</td>'
+            f'<td class="path">{esc(tr.path)}</td>'
+            f"<td>{'<br>'.join(esc(n) for n in _notes(tr, m))}</td></tr>"
         )
     rows.append("</tbody></table>")
     return "".join(rows)
@@ -715,8 +686,8 @@ def _rejections_html(m: RunMetrics) -> str:
     ]
     for r in rejections[:MAX_REJECTION_ROWS]:
         rows.append(
-            f'<tr><td class="n">{_e(format_duration(r.t))}</td><td class="n">{r.http_status}</td>'
-            f'<td class="path">{_e(r.path)}</td><td>{_e(r.reason)}</td></tr>'
+            f'<tr><td class="n">{esc(format_duration(r.t))}</td><td class="n">{r.http_status}</td>'
+            f'<td class="path">{esc(r.path)}</td><td>{esc(r.reason)}</td></tr>'
         )
     rows.append("</tbody></table>")
     if len(rejections) > MAX_REJECTION_ROWS:
@@ -732,9 +703,9 @@ def _resources_html(m: RunMetrics) -> str:
         '<div class="cards">'
         + "".join(
             [
-                _card(_e(format_bytes(res.peak_rss_bytes)), "peak RSS"),
-                _card(_e(_num(res.mean_cpu_percent, 1)) + "%", "mean CPU"),
-                _card(_e(res.max_procs if res.max_procs is not None else DASH), "max processes"),
+                _card(esc(format_bytes(res.peak_rss_bytes)), "peak RSS"),
+                _card(esc(format_number(res.mean_cpu_percent, 1)) + "%", "mean CPU"),
+                _card(esc(res.max_procs if res.max_procs is not None else DASH), "max processes"),
                 _card(str(res.n_samples), "samples"),
             ]
         )
@@ -746,8 +717,8 @@ def _groups_html(m: RunMetrics) -> str:
     if not m.group_scores:
         return ""
     rows = "".join(
-        f'<tr><td>{_e(g)}</td><td class="n">{_e(n)}</td><td class="n">{_e(b)}</td>'
-        f'<td class="n">{_e(t)}</td></tr>'
+        f'<tr><td>{esc(g)}</td><td class="n">{esc(n)}</td><td class="n">{esc(b)}</td>'
+        f'<td class="n">{esc(t)}</td></tr>'
         for g, n, b, t in _group_rows(m.group_scores)
     )
     return (
@@ -770,25 +741,30 @@ def _env_html(m: RunMetrics) -> str:
     )
     return (
         f'<h2>Environment rollouts</h2><div class="cards">{cards}</div>'
-        f"<p>{_e(_env_text(u))}</p>{env_steps_svg(u)}\n"
+        f"<p>{esc(_env_text(u))}</p>{_env_chart(u)}\n"
     )
+
+
+def _env_chart(u: EnvUsage) -> str:
+    chart = env_steps_chart(u)
+    return chart_html(chart) if chart is not None else ""
 
 
 def _diff_body(text: str) -> str:
     """Escaped diff text with added/removed/hunk lines wrapped in spans for colour."""
     out = []
     for line in text.splitlines():
-        esc = _e(line)
+        text_line = esc(line)
         if line.startswith("diff --git"):
-            out.append(f'<span class="f">{esc}</span>')
+            out.append(f'<span class="f">{text_line}</span>')
         elif line.startswith("@@"):
-            out.append(f'<span class="h">{esc}</span>')
+            out.append(f'<span class="h">{text_line}</span>')
         elif line.startswith("+") and not line.startswith("+++"):
-            out.append(f'<span class="a">{esc}</span>')
+            out.append(f'<span class="a">{text_line}</span>')
         elif line.startswith("-") and not line.startswith("---"):
-            out.append(f'<span class="d">{esc}</span>')
+            out.append(f'<span class="d">{text_line}</span>')
         else:
-            out.append(esc)
+            out.append(text_line)
     return "\n".join(out)
 
 
@@ -817,19 +793,19 @@ def _diffs_html(m: RunMetrics, diffs: Mapping[int, str | None]) -> str:
                         f'is in <a href="diffs/{sid}.diff">diffs/{sid}.diff</a>.</p>'
                     )
                 body = f'<pre class="diff">{_diff_body(text)}</pre>{note}'
-        out.append(f'<details id="diff-{sid}"><summary>{_e(summary)}</summary>{body}</details>')
+        out.append(f'<details id="diff-{sid}"><summary>{esc(summary)}</summary>{body}</details>')
     return "".join(out) or '<p class="muted">No submissions.</p>'
 
 
 def _integrity_banner(m: RunMetrics) -> str:
     if not run_flags(m):
         return ""
-    return f'<div class="flag"><b>Integrity:</b> {_e(integrity_text(m))}</div>\n'
+    return f'<div class="flag"><b>Integrity:</b> {esc(integrity_text(m))}</div>\n'
 
 
 def _integrity_html(m: RunMetrics) -> str:
-    items = "".join(f"<li>{_e(p)}</li>" for p in _integrity_details(m))
-    head = f'<p class="{"flag" if run_flags(m) else "muted"}">{_e(integrity_text(m))}</p>'
+    items = "".join(f"<li>{esc(p)}</li>" for p in _integrity_details(m))
+    head = f'<p class="{"flag" if run_flags(m) else "muted"}">{esc(integrity_text(m))}</p>'
     return f"<h2>Integrity</h2>{head}<ul>{items}</ul>"
 
 
@@ -842,24 +818,25 @@ def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) ->
     """
     diffs = diffs or {}
     title = f"agent2rl · {m.task} · {m.agent} · {m.run_id}"
-    status = _e(m.status) + (f": {_e(m.error)}" if m.error else "")
-    driver = f" via {_e(m.driver)}" if m.driver else ""
-    driver += f", mode {_e(m.mode)}" if m.mode else ""
-    flags = "".join(f'<p class="tag noise">Mode check: {_e(f)}</p>' for f in m.mode_flags or [])
+    status = esc(m.status) + (f": {esc(m.error)}" if m.error else "")
+    driver = f" via {esc(m.driver)}" if m.driver else ""
+    driver += f", mode {esc(m.mode)}" if m.mode else ""
+    flags = "".join(f'<p class="tag noise">Mode check: {esc(f)}</p>' for f in m.mode_flags or [])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)}</title>
+<title>{esc(title)}</title>
 <style>{_CSS}</style>
+{chart_style()}
 </head><body><main>
-<h1>{_e(m.task)} · {_e(m.agent)}</h1>
-<div class="sub">run <b>{_e(m.run_id)}</b> · task version {_e(m.task_version)}
- · agent {_e(m.agent)}{driver} · model <b>{_e(m.model)}</b> · status <b>{status}</b></div>
-<div class="sub">{_e(confinement_text(m))}</div>
-<div class="sub">task options: {_e(task_options_text(m))}</div>
+<h1>{esc(m.task)} · {esc(m.agent)}</h1>
+<div class="sub">run <b>{esc(m.run_id)}</b> · task version {esc(m.task_version)}
+ · agent {esc(m.agent)}{driver} · model <b>{esc(m.model)}</b> · status <b>{status}</b></div>
+<div class="sub">{esc(confinement_text(m))}</div>
+<div class="sub">task options: {esc(task_options_text(m))}</div>
 {_integrity_banner(m)}{_headline_html(m)}
 <h2>Score over time</h2>
-{score_plot_svg(m)}
+{chart_html(score_chart(m), empty_note="no scores to plot")}
 <h2>Submissions</h2>
 {_submissions_html(m)}
 {_integrity_html(m)}
@@ -868,10 +845,11 @@ def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) ->
 <h2>Resources</h2>
 {_resources_html(m)}
 {_groups_html(m)}{_env_html(m)}{_search_html(m)}{_judge_html(m)}<h2>LLM usage</h2>
-<p>{_e(_usage_text(m))}</p>{flags}
+<p>{esc(_usage_text(m))}</p>{flags}
 <h2>Code changes</h2>
 {_diffs_html(m, diffs)}
 </main>
 <script>{_JS}</script>
+{chart_runtime()}
 </body></html>
 """

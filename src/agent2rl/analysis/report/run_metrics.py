@@ -1,11 +1,12 @@
 """``RunMetrics``: the typed per-run metrics that the report, the results ledger and
 ``agent2rl run``'s summary share.
 
-:func:`agent2rl.analysis.metrics.compute_metrics` builds one from a finished run directory;
-``report/metrics.json`` is its ``model_dump(mode="json")`` (same keys as ever, nested parts as
-JSON objects). Times are seconds since the run's ``start`` (the budget clock), scores are 0-100,
-an interval is ``[low, high]`` in score points. A field is None where the run has no value
-for it (no baseline, no valid submission, no record); each part's docstring says when.
+:func:`agent2rl.analysis.report.compute_metrics.compute_metrics` builds one from a finished
+run directory; ``report/metrics.json`` is its ``model_dump(mode="json")`` (same keys as ever,
+nested parts as JSON objects). Times are seconds since the run's ``start`` (the budget clock),
+scores are 0-100, an interval is ``[low, high]`` in score points. A field is None where the
+run has no value for it (no baseline, no valid submission, no record); each part's docstring
+says when.
 
 The summaries that other packages produce (LLM usage from the metering proxy, environment
 usage from the rollout service) are typed for the fields the report reads and keep any other
@@ -21,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent2rl.analysis.judging import JudgeSummary
-from agent2rl.analysis.searching import SearchSummary
+from agent2rl.analysis.report.judging import JudgeSummary
+from agent2rl.analysis.report.searching import SearchSummary
 from agent2rl.rundir import RUN_SCHEMA_VERSION, RunIdentity
 
 #: A 95% interval, ``(low, high)``, in score points; ``[low, high]`` in JSON.
@@ -204,7 +205,7 @@ class RunMetrics(RunIdentity):
     was; it and the other run fields come from ``run.json``; the scores from the ledger,
     compared with the baseline by :mod:`agent2rl.grading.comparison`'s one rule.
     ``schema_version``: see :data:`~agent2rl.rundir.RUN_SCHEMA_VERSION` (a file without it
-    reads as 1: :meth:`read` and :func:`~agent2rl.analysis.evidence.read_metrics`).
+    reads as 1: :meth:`read` and :func:`~agent2rl.analysis.dashboard.evidence.read_metrics`).
     """
 
     model_config = _Closed.model_config
@@ -339,7 +340,7 @@ class RunMetrics(RunIdentity):
     integrity_flags: list[str] = []
     """``model_not_derived``, ``chat_template_changed``, ``contaminated``, ``mode_violation``
     (the mode check found a contradiction): the run's flags. Cross-run aggregates count a
-    flagged run as its base model by default (:mod:`agent2rl.analysis.counting`)."""
+    flagged run as its base model by default (:mod:`agent2rl.analysis.dashboard.counting`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``metrics.json`` object: every field, intervals as lists."""
@@ -382,3 +383,17 @@ def _from_old_names(data: dict[str, Any]) -> dict[str, Any]:
             out[new] = out.pop(old)
             out[old] = None
     return out
+
+
+#: The flag of a run whose training methods contradict its operating mode.
+MODE_VIOLATION = "mode_violation"
+
+
+def run_flags(m: RunMetrics) -> list[str]:
+    """The run's flags: its ``integrity_flags``, plus :data:`MODE_VIOLATION` when its mode
+    check found a contradiction (``mode_flags``; a ``metrics.json`` written before that flag
+    joined ``integrity_flags`` still gets it). Empty for a clean run."""
+    flags = list(m.integrity_flags)
+    if m.mode_flags and MODE_VIOLATION not in flags:
+        flags.append(MODE_VIOLATION)
+    return flags

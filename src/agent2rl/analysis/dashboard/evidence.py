@@ -1,4 +1,4 @@
-"""Reading finished run directories into :class:`~agent2rl.analysis.runset.StudyRun`\\ s.
+"""Reading finished run directories into :class:`~agent2rl.analysis.dashboard.runset.StudyRun`\\ s.
 
 This is the one impure part of the cross-run analysis: it reads ``report/metrics.json`` and
 the evidence that file does not hold:
@@ -29,8 +29,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agent2rl.agents.methods import detect_methods
-from agent2rl.analysis.run_metrics import CodeChange, RejectedAttempt, RunMetrics, TrajectoryPoint
-from agent2rl.analysis.runset import Evidence, StudyRun
+from agent2rl.analysis.dashboard.runset import Evidence, StudyRun
+from agent2rl.analysis.report.run_metrics import (
+    CodeChange,
+    RejectedAttempt,
+    RunMetrics,
+    TrajectoryPoint,
+)
 from agent2rl.files import read_jsonl_tolerant
 
 _CODE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".toml", ".json", ".cfg")
