@@ -31,8 +31,14 @@ from agent2rl.sandbox.bwrap import SYSTEM_DIRS, SandboxSpec, gpu_devices, python
 #: concurrent runs' agents are different users (and RLIMIT_NPROC counts one run's processes)
 AGENT_UID_BASE = 61000
 AGENT_UID_SPAN = 4000
-#: the size of the agent's /tmp (a tmpfs: memory); its TMPDIR is in the workspace anyway
+#: the size of the agent's /tmp when it is a tmpfs (memory): only when its workspace has no
+#: :data:`AGENT_TMP` folder to show as /tmp instead
 AGENT_TMP_BYTES = 1 << 30
+#: the workspace folder a run names as the agent's ``TMPDIR`` (``agent2rl.workspace``) and
+#: the sandbox shows as its ``/tmp``: what the agent leaves in either is on disk under the
+#: workspace's quota, still there for the end-of-run contamination check, and never read as
+#: a score
+AGENT_TMP = ".tmp"
 
 
 @dataclass(frozen=True)
@@ -94,13 +100,20 @@ def agent_sandbox(
     hide: list[Path] | None = None,
     user: AgentUser | None = None,
     identity: list[tuple[Path, Path]] | None = None,
+    tmp_dir: Path | None = None,
 ) -> SandboxSpec:
     """The sandbox of one agent: ``workspace`` read-write with ``read_only_inside`` (paths in
     it) read-only, ``model_dir`` and the Python installation read-only, ``command[0]``'s
     install folder read-only (:func:`program_binds`), ``hide`` masked on top of the harness's
     own package and ``/etc/shadow``, and ``env`` as the whole environment. With ``user``,
     the command runs as that user, with ``identity`` (from :func:`identity_files`) as its
-    passwd and group files."""
+    passwd and group files. ``tmp_dir`` (default: the workspace's :data:`AGENT_TMP`, its
+    ``TMPDIR``) is its ``/tmp``, read-write and kept after the run; only when that folder
+    does not exist is ``/tmp`` a tmpfs of :data:`AGENT_TMP_BYTES` that ends with the sandbox
+    (and is never scanned)."""
+    # Tools that ignore TMPDIR (tmux, a hard-coded "/tmp/x") must not hide what they write
+    # from the contamination check: /tmp is the same workspace folder as TMPDIR.
+    tmp = Path(tmp_dir) if tmp_dir is not None else Path(workspace) / AGENT_TMP
     pkg = Path(agent2rl.__file__).resolve().parent
     harness = [pkg, *map(Path, glob.glob(str(pkg.parent / "agent2rl-*.dist-info")))]
     return SandboxSpec(
@@ -113,6 +126,7 @@ def agent_sandbox(
         ro_binds_at=list(identity or []),
         tmp_size_bytes=AGENT_TMP_BYTES,
         run_as=(user.uid, user.gid) if user else None,
+        tmp_dir=tmp if tmp.is_dir() else None,
     )
 
 

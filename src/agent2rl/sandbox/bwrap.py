@@ -3,7 +3,8 @@
 The mount table built by :func:`bwrap_argv`, in order (later mounts shadow earlier ones):
 
 1. the system dirs ``/usr /bin /lib /lib64 /sbin /etc`` read-only (a top-level symlink such as
-   ``/bin -> usr/bin`` is recreated as a symlink), fresh ``/proc`` and ``/dev``, a tmpfs ``/tmp``;
+   ``/bin -> usr/bin`` is recreated as a symlink), fresh ``/proc`` and ``/dev``, a tmpfs ``/tmp``
+   (or, with ``tmp_dir``, that host directory read-write at ``/tmp``: it outlives the sandbox);
 2. ``ro_binds`` read-only at their own paths (the model store, the Python prefix, ...), then
    ``ro_binds_at`` read-only at another path (``/etc/passwd``, the network bridge's sockets);
 3. the workspace read-write at its own absolute path;
@@ -57,6 +58,10 @@ class SandboxSpec:
     memory). ``run_as`` is the (uid, gid) the command runs as, for a root caller: see
     :func:`bwrap_argv`. ``unshare_net`` gives the command a network namespace of its own
     (``--unshare-net``: only a loopback interface, nothing of the host's network).
+    ``tmp_dir`` is a host directory shown read-write as ``/tmp`` instead of the tmpfs, so that
+    what the command leaves in ``/tmp`` is still there after it ends (the run's contamination
+    check scans it); it must exist, and nothing caps its size here (the caller's disk quota
+    does), so ``tmp_size_bytes`` then does not apply.
     """
 
     workspace: Path
@@ -69,6 +74,7 @@ class SandboxSpec:
     tmp_size_bytes: int | None = None
     run_as: tuple[int, int] | None = None
     unshare_net: bool = False
+    tmp_dir: Path | None = None
 
 
 def gpu_devices() -> list[Path]:
@@ -119,6 +125,10 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
     workspace = _existing(spec.workspace, "sandbox workspace")
     argv = [shutil.which("bwrap") or "bwrap"]
     argv += system_mounts(spec.tmp_size_bytes)
+    if spec.tmp_dir is not None:
+        # Over the tmpfs, before any other mount: mount points bwrap creates under /tmp (a
+        # workspace below /tmp) are then made inside this directory, and shadow nothing.
+        argv += ["--bind", str(_existing(spec.tmp_dir, "sandbox /tmp directory")), "/tmp"]
     if spec.run_as is not None:
         # Parents bwrap makes implicitly may copy the host's modes (/root is 0700), and then
         # an unprivileged agent could not reach its own workspace or interpreter below them.
