@@ -1,9 +1,10 @@
 """What one run is: the request, and the context every stage of the run shares.
 
 :class:`RunRequest` is what ``agent2rl run`` asks for. :class:`RunContext` holds what the
-stages resolved from it (task, agent, model, sandbox, caps...) and what they started (the
-grading service, the rollout service, the ledger), so that each stage takes one argument
-instead of a dozen.
+stages resolved from it (task, agent, model, sandbox, caps...) and handles to what they
+started (the grading service, the rollout service, the ledger), so that each stage takes one
+argument instead of a dozen; starting and stopping those is the work of
+:class:`~agent2rl.orchestration.services.RunServices`.
 """
 
 from __future__ import annotations
@@ -24,10 +25,7 @@ from agent2rl.metering import MeteringProxy
 from agent2rl.models.resolve import ModelRef
 from agent2rl.rollout import RolloutLimits
 from agent2rl.rundir import RunInfo, RunPaths
-from agent2rl.sandbox.agent import AgentUser
-from agent2rl.sandbox.limits import Cgroup, ResourceCaps
-from agent2rl.sandbox.name_proxy import NameProxies
-from agent2rl.sandbox.network import ServiceBridge
+from agent2rl.sandbox import AgentUser, Cgroup, NameProxies, ResourceCaps, ServiceBridge
 from agent2rl.settings import Settings
 from agent2rl.tasks import Task
 

@@ -12,10 +12,16 @@ in stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
 4. :func:`_finalize`: metrics once, the report and the results row.
 
 Whatever happens after stage 1 (the agent crashes, the deadline hits, a cap is hit, Ctrl-C,
-SIGTERM, SIGHUP, a harness bug), the agent's processes are killed, an in-flight evaluation is
-allowed to finish (bounded; not when interrupted), the services are stopped and a report is
-written. If this process is killed outright (SIGKILL), its children get a parent-death
-signal and the run's guard (:mod:`~agent2rl.orchestration.guard`) kills the rest; ``agent2rl
+SIGTERM, SIGHUP, a harness bug, a service that does not become ready), the agent's processes
+are killed, an in-flight evaluation is allowed to finish (bounded; not when interrupted), the
+services are stopped and a report is written. Every service the stages start (the guard, the
+grading, rollout and metering services, the network proxies and bridge, the agent's cgroup,
+the agent, the recorders and the watchdog) is started on the run's
+:class:`~agent2rl.orchestration.services.RunServices` and stopped by it, in the reverse order,
+on every one of those paths.
+
+If this process is killed outright (SIGKILL), its children get a parent-death signal and the
+run's guard (:mod:`~agent2rl.orchestration.guard`) kills the rest; ``agent2rl
 report`` then closes the run (:mod:`~agent2rl.orchestration.recover`).
 """
 
@@ -63,24 +69,43 @@ from agent2rl.orchestration.context import (
     RunOutcome,
     RunRequest,
 )
-from agent2rl.orchestration.guard import HARNESS_MARK_ENV, RunGuard
+from agent2rl.orchestration.guard import RunGuard
 from agent2rl.orchestration.infra import infrastructure_failure
 from agent2rl.orchestration.recover import fail_in_flight, harness_record
 from agent2rl.orchestration.rollout_service import start_rollout_service
+from agent2rl.orchestration.services import (
+    GuardService,
+    Launched,
+    Named,
+    RunServices,
+    ServiceNotReady,
+)
 from agent2rl.orchestration.status import StatusLine
 from agent2rl.orchestration.watchdog import Watchdog
 from agent2rl.recording import CodeRecorder, PeriodicSnapshotter, ResourceSampler
-from agent2rl.rundir import RunInfo, RunPaths, RunStatus
-from agent2rl.sandbox import SandboxSpec, bwrap_argv, bwrap_available
-from agent2rl.sandbox.agent import agent_sandbox, agent_user, hand_over, identity_files
-from agent2rl.sandbox.egress import DEFAULT_ALLOWLIST, Allowlist, start_egress_proxy
-from agent2rl.sandbox.limits import Cgroup, ResourceCaps, machine_caps, probe, set_nproc_limit
-from agent2rl.sandbox.name_proxy import DenyList, start_name_proxies
-from agent2rl.sandbox.network import (
+from agent2rl.rundir import FINISHED_RUN_STATUSES, RunInfo, RunPaths, RunStatus
+from agent2rl.sandbox import (
+    DEFAULT_ALLOWLIST,
+    Allowlist,
+    Cgroup,
+    DenyList,
+    ResourceCaps,
+    SandboxSpec,
     ServiceBridge,
+    agent_sandbox,
+    agent_user,
+    bwrap_argv,
+    bwrap_available,
     confine,
+    hand_over,
+    identity_files,
+    machine_caps,
     network_isolation_available,
     network_record,
+    probe,
+    set_nproc_limit,
+    start_egress_proxy,
+    start_name_proxies,
 )
 from agent2rl.settings import load_settings
 from agent2rl.tasks import get_task, prepare_task, private_paths
@@ -306,15 +331,23 @@ def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
 
 def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
     info, paths = ctx.info, ctx.paths
-    guard: RunGuard | None = None
-    old_mark = os.environ.get(HARNESS_MARK_ENV)
+    closed: list[RunMetrics | None] = []  # what the run's report step wrote
+    services = RunServices(lambda line: ctx.console.print(f"[red]{line}[/]", highlight=False))
     try:
-        guard = RunGuard.start(paths.root, paths.root / "guard.log")
-        # Every process this one starts from now on (services, evaluation workers) inherits
-        # the mark, by which the guard finds it if this process is killed.
-        os.environ[HARNESS_MARK_ENV] = guard.harness_mark
-        _start_grading(ctx)
-        _run_agent(ctx, guard)
+        # Registered first, so it runs last: once every service is down, the run's end.
+        services.callback("closing the run (in-flight submissions, report)",
+                          _close_run, ctx, closed)  # fmt: skip
+        # The guard first of the services (stopped last): every process started from now on
+        # (services, evaluation workers) inherits the mark by which it finds them if this
+        # process is SIGKILLed.
+        guard = services.start(GuardService(paths.root, paths.root / "guard.log")).guard
+        assert guard is not None
+        _start_grading(ctx, services)
+        _run_agent(ctx, guard, services)
+    except ServiceNotReady as err:
+        info.status, info.error = RunStatus.HARNESS_ERROR, str(err)
+        ctx.console.print(f"[red]{err}[/]", highlight=False)
+        raise
     except RunInterrupted as err:
         info.status, info.error = RunStatus.INTERRUPTED, f"interrupted by {err}"
         raise
@@ -329,34 +362,32 @@ def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
         raise
     finally:
         signals.stopping()
-        try:
-            # Interrupted, nobody waits for an evaluation in flight (its row is failed
-            # below); else the services get their usual time to finish a request.
-            stop_s = 2.0 if info.status == RunStatus.INTERRUPTED else 10.0
-            for child in (ctx.rollout, ctx.grading):
-                if child is not None:
-                    child.stop(timeout=stop_s)
-            # The grading service is gone: a submission it had not finished never will be.
-            try:
-                fail_in_flight(
-                    paths.ledger, f"still being graded when the run ended ({info.status})"
-                )
-            except Exception as err:  # the report is still written; the row stays in flight
-                ctx.console.print(f"[red]could not close the in-flight submissions: {err}[/]")
-            if info.ended_at is None:
-                info.ended_at = time.time()
-            info.save(paths)
-            metrics = _finalize(ctx)
-            if info.status == RunStatus.INTERRUPTED:
-                ctx.console.print(f"run interrupted; report: {paths.report / 'report.html'}")
-        finally:
-            if old_mark is None:
-                os.environ.pop(HARNESS_MARK_ENV, None)
-            else:
-                os.environ[HARNESS_MARK_ENV] = old_mark
-            if guard is not None:
-                guard.close()
-    return RunOutcome(paths.root, info.status, metrics)
+        # Every service started, last first, then the run's close (registered first).
+        services.close()
+    return RunOutcome(paths.root, info.status, closed[0] if closed else None)
+
+
+def _stop_timeout(ctx: RunContext) -> float:
+    """Seconds a stopping service gets to finish a request: interrupted, nobody waits for an
+    evaluation in flight (its row is failed by :func:`_close_run`)."""
+    return 2.0 if ctx.info.status == RunStatus.INTERRUPTED else 10.0
+
+
+def _close_run(ctx: RunContext, closed: list[RunMetrics | None]) -> None:
+    """The run's last step, once every service is stopped: fail what the grading service had
+    not finished (it never will), save ``run.json``, write the report (its metrics appended
+    to ``closed``)."""
+    info, paths = ctx.info, ctx.paths
+    try:
+        fail_in_flight(paths.ledger, f"still being graded when the run ended ({info.status})")
+    except Exception as err:  # the report is still written; the row stays in flight
+        ctx.console.print(f"[red]could not close the in-flight submissions: {err}[/]")
+    if info.ended_at is None:
+        info.ended_at = time.time()
+    info.save(paths)
+    closed.append(_finalize(ctx))
+    if info.status == RunStatus.INTERRUPTED:
+        ctx.console.print(f"run interrupted; report: {paths.report / 'report.html'}")
 
 
 def _resolve_llm(req: RunRequest, spec: AgentSpec) -> LlmAccess | None:
@@ -374,7 +405,7 @@ def _resolve_llm(req: RunRequest, spec: AgentSpec) -> LlmAccess | None:
     return LlmAccess(driver, real_key(driver))
 
 
-def _start_grading(ctx: RunContext) -> None:
+def _start_grading(ctx: RunContext, services: RunServices) -> None:
     """Stage 2: the baseline (cached, before the budget starts), then the services."""
     with ctx.console.status("measuring the baseline (before the budget starts)"):
         baseline = measure_baseline(ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend)
@@ -388,17 +419,25 @@ def _start_grading(ctx: RunContext) -> None:
     if url := run_page_url(ctx.paths.root):  # an `agent2rl view` serving this run's directory
         ctx.console.print(f"view: {url}")
     ctx.grading_token = secrets.token_urlsafe(32)
-    ctx.grading = start_service(
-        ctx.paths,
-        ctx.grading_token,
-        eval_timeout_s=ctx.task.eval_timeout_s,
-        max_bytes=ctx.req.max_submission_bytes or _default_max_bytes(ctx.model),
-        base_model_dir=ctx.model.path,
+    ctx.grading = services.launch(
+        "grading service",
+        lambda: start_service(
+            ctx.paths,
+            ctx.grading_token,
+            eval_timeout_s=ctx.task.eval_timeout_s,
+            max_bytes=ctx.req.max_submission_bytes or _default_max_bytes(ctx.model),
+            base_model_dir=ctx.model.path,
+        ),
+        lambda service: service.stop(timeout=_stop_timeout(ctx)),
     )
     if ctx.task.interactive:
         env_token = secrets.token_urlsafe(32)
         with ctx.console.status("starting the rollout service"):
-            ctx.rollout = start_rollout_service(ctx.paths, env_token, ctx.req.rollout_limits)
+            ctx.rollout = services.launch(
+                "rollout service",
+                lambda: start_rollout_service(ctx.paths, env_token, ctx.req.rollout_limits),
+                lambda service: service.stop(timeout=_stop_timeout(ctx)),
+            )
         ctx.env_vars = {"ENV_SERVER_URL": ctx.rollout.url, "ENV_TOKEN": env_token}
 
 
@@ -427,9 +466,9 @@ def _default_max_bytes(model: ModelRef) -> int:
     return 4 * weights + 256 * 2**20
 
 
-def _run_agent(ctx: RunContext, guard: RunGuard) -> None:
+def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
     """Stage 3: start the clock, write what the agent reads, launch and supervise it (the
-    agent's processes made known to the run's ``guard``)."""
+    agent's processes made known to the run's ``guard``), its services on ``services``."""
     req, info, paths = ctx.req, ctx.info, ctx.paths
     assert ctx.grading is not None
     info.start = time.time()
@@ -448,32 +487,39 @@ def _run_agent(ctx: RunContext, guard: RunGuard) -> None:
     template = None if ctx.spec.prompt_template == DEFAULT_PROMPT else ctx.spec.prompt_template
     prompt = render_prompt(paths.workspace, req.mode, req.budget_s, template)
     write_text_atomic(prompt_file, prompt)
-    proxy = ctx.metering = _start_proxy(ctx, ctx.llm) if ctx.llm else None
-    try:
-        launch = build_launch(
-            ctx.spec,
-            workspace=paths.workspace,
-            prompt=prompt,
-            prompt_file=prompt_file,
-            driver=ctx.llm.driver if ctx.llm else None,
-            proxy_url=proxy.url if proxy else None,
-            proxy_key=proxy.key if proxy else None,
-            real_key=ctx.llm.key if ctx.llm else "",
-        )
-        launch.write_files()
-        env.update(launch.env)
-        env.update(req.extra_env)
-        _supervise(ctx, launch.argv, env, guard)
-    finally:
-        if proxy is not None:
-            proxy.stop()
-    _record_agent_view(ctx)
+    # Registered before the metering proxy, so it reads the agent's usage once the proxy
+    # has stopped (every request it relayed written down).
+    services.callback("reading the agent's log", _record_agent_view, ctx)
+    llm = ctx.llm
+    proxy = ctx.metering = (
+        services.launch("metering proxy", lambda: _start_proxy(ctx, llm), MeteringProxy.stop)
+        if llm
+        else None
+    )
+    launch = build_launch(
+        ctx.spec,
+        workspace=paths.workspace,
+        prompt=prompt,
+        prompt_file=prompt_file,
+        driver=llm.driver if llm else None,
+        proxy_url=proxy.url if proxy else None,
+        proxy_key=proxy.key if proxy else None,
+        real_key=llm.key if llm else "",
+    )
+    launch.write_files()
+    env.update(launch.env)
+    env.update(req.extra_env)
+    _supervise(ctx, launch.argv, env, guard, services)
 
 
 def _record_agent_view(ctx: RunContext) -> None:
     """What the agent's own log says (events, its token counts) and whether its methods
-    match its mode, into ``record/agent.json`` for the report. Never fails the run."""
+    match its mode, into ``record/agent.json`` for the report. Never fails the run; does
+    nothing for a run whose agent did not run to an end of its own (interrupted, a harness
+    failure)."""
     paths, info = ctx.paths, ctx.info
+    if info.status not in FINISHED_RUN_STATUSES:
+        return
     try:
         log = read_agent_log(ctx.spec, paths.agent_log, paths.workspace)
         view: dict = {"log_format": ctx.spec.log_format, "log": log.summary()}
@@ -505,13 +551,21 @@ def _classify_agent_error(ctx: RunContext, cli_said: str) -> None:
         info.save(ctx.paths)
 
 
-def _launch(ctx: RunContext, command: list[str], env: dict[str, str]) -> AgentProcess:
+def _launch(
+    ctx: RunContext, command: list[str], env: dict[str, str], services: RunServices
+) -> AgentProcess:
     """The agent's process, not started: under bubblewrap (as its own user when the harness
     is root) or plain, with its preexec joining the run's cgroup (or, as a fallback with a
-    user of its own, setting its process limit)."""
+    user of its own, setting its process limit). The cgroup and, under ``--network
+    services``, the network's services are started on ``services``."""
     paths = ctx.paths
-    cgroup = Cgroup.create(f"agent2rl-{paths.root.name}", ctx.caps)
-    ctx.cgroup = cgroup
+    cgroup = ctx.cgroup = services.start(
+        Launched(
+            "agent's cgroup",
+            lambda: Cgroup.create(f"agent2rl-{paths.root.name}", ctx.caps),
+            Cgroup.remove,
+        )
+    ).handle
     pids = ctx.caps.max_pids
 
     def preexec() -> None:
@@ -540,7 +594,7 @@ def _launch(ctx: RunContext, command: list[str], env: dict[str, str]) -> AgentPr
             identity=identity,
         )
         if ctx.network == "services":
-            spec, command = _confine(ctx, spec, command)
+            spec, command = _confine(ctx, spec, command, services)
         agent.argv = bwrap_argv(spec, command)
     return agent
 
@@ -561,24 +615,32 @@ def _services(ctx: RunContext) -> dict[str, int]:
 
 
 def _confine(
-    ctx: RunContext, spec: SandboxSpec, command: list[str]
+    ctx: RunContext, spec: SandboxSpec, command: list[str], services: RunServices
 ) -> tuple[SandboxSpec, list[str]]:
     """Under ``--network services``: start the egress proxy and the package index and model
     hub proxies (unless nothing is allowed) and the bridge into the agent's network
-    namespace, and confine ``spec`` and ``command``."""
+    namespace on ``services``, and confine ``spec`` and ``command``."""
     paths, allow = ctx.paths, _egress_allow(ctx)
     if allow:
-        ctx.egress = start_egress_proxy(
-            allow,
-            paths.egress_log,
-            ready_file=paths.sandbox / "egress.json",
-            stdout_log=paths.sandbox / "egress.log",
+        ctx.egress = services.launch(
+            "egress proxy",
+            lambda: start_egress_proxy(
+                allow,
+                paths.egress_log,
+                ready_file=paths.sandbox / "egress.json",
+                stdout_log=paths.sandbox / "egress.log",
+            ),
+            lambda service: service.stop(),
         )
         # The package index and the model hub, by name: logged, the task's deny list refused.
         deny = DenyList(ctx.task.denied_packages, ctx.task.denied_hub_repos)
-        ctx.names = start_name_proxies(paths.record, paths.sandbox, deny)
-    ctx.bridge = ServiceBridge(paths.sandbox / "net", _services(ctx).values())
-    ctx.bridge.start()
+        ctx.names = services.launch(
+            "package index and model hub proxies",
+            lambda: start_name_proxies(paths.record, paths.sandbox, deny),
+            lambda proxies: proxies.stop(),
+        )
+    bridge = ServiceBridge(paths.sandbox / "net", _services(ctx).values())
+    ctx.bridge = services.start(Named("service bridge", bridge)).part
     egress_port = ctx.egress.port if ctx.egress else None
     spec, command = confine(spec, ctx.bridge, command, egress_port=egress_port)
     names_env = ctx.names.env() if ctx.names else {}
@@ -589,16 +651,9 @@ def _egress_allow(ctx: RunContext) -> tuple[str, ...]:
     return DEFAULT_ALLOWLIST if ctx.req.egress_allow is None else ctx.req.egress_allow
 
 
-def _close_network(ctx: RunContext) -> None:
-    """Stop the bridge and the egress proxy (once the agent is gone: it may still submit in
-    its grace period) and record what the agent's network was."""
-    for closer in (
-        ctx.bridge.stop if ctx.bridge else None,
-        ctx.egress.stop if ctx.egress else None,
-        ctx.names.stop if ctx.names else None,
-    ):
-        if closer is not None:
-            closer()
+def _record_network(ctx: RunContext) -> None:
+    """Record what the agent's network was (a step of the run's stop order: after the
+    bridge and the proxies, which outlive the agent, stopped)."""
     record = network_record(
         "services" if ctx.network == "services" else "host",
         _services(ctx),
@@ -608,98 +663,95 @@ def _close_network(ctx: RunContext) -> None:
     write_json_atomic(ctx.paths.record / "network.json", record)
 
 
-def _supervise(ctx: RunContext, command: list[str], env: dict[str, str], guard: RunGuard) -> None:
+def _supervise(
+    ctx: RunContext,
+    command: list[str],
+    env: dict[str, str],
+    guard: RunGuard,
+    services: RunServices,
+) -> None:
     """Start the agent, record it, stop it at the deadline or at a cap, settle in-flight
     grading. Its marker, cgroup and the processes the sampler sees are told to ``guard``,
-    which kills them if this process dies without stopping them."""
+    which kills them if this process dies without stopping them. The agent and what
+    watches it are started on ``services``: whatever ends this early, they are stopped
+    (the agent's whole tree killed) by the run's close."""
     req, info, paths, console = ctx.req, ctx.info, ctx.paths, ctx.console
     assert ctx.ledger is not None
-    agent = _launch(ctx, command, env)
+    services.callback("recording the agent's network", _record_network, ctx)
+    agent = _launch(ctx, command, env, services)
     recorder = CodeRecorder(paths.code_git, paths.workspace)
     recorder.snapshot("start")
-    snapshotter = PeriodicSnapshotter(recorder, interval_s=req.snapshot_interval_s)
+    # Stopped after the agent: its final snapshot is of what the agent left.
+    services.start(
+        Named("code snapshotter", PeriodicSnapshotter(recorder, interval_s=req.snapshot_interval_s))
+    )
     guard.watch_mark(agent.mark)
     if ctx.cgroup is not None:
         guard.watch_cgroup(ctx.cgroup.dirs.values())
-    try:
-        agent.start()
-    except OSError as err:
-        _remove_cgroup(ctx)
-        raise UserError(f"cannot start agent {ctx.spec.name} ({command[0]}): {err}") from None
-    guard.watch_pids([agent.pid])
-    started: list = []  # what must be stopped if this set-up is interrupted
-    try:
-        sampler = ResourceSampler(agent.pid, paths.resources, interval_s=req.sample_interval_s)
-        watchdog = Watchdog(
-            paths.workspace,
-            (paths.data, paths.base_model.parent),
-            ctx.caps,
-            ctx.cgroup,
-            agent.pid,
-            on_breach=lambda kind, detail: None,  # the loop below polls watchdog.breach
-            interval_s=req.watchdog_interval_s,
-        )
-        for part in (sampler, snapshotter, watchdog):
-            part.start()
-            started.append(part)
-        status = StatusLine(console, info, ctx.ledger)
-    except BaseException:
-        # Interrupted (Ctrl-C, a study's SIGTERM) between the agent's start and its
-        # supervision: the agent is running and nothing below would stop it.
-        agent.terminate_tree((), grace_s=1.0)
-        for part in started:
-            part.stop()
-        _remove_cgroup(ctx)
-        raise
-    try:
-        with status:
-            told = 0.0  # when the guard was last told the sampler's processes
-            while agent.poll() is None and time.time() < info.deadline and watchdog.breach is None:
-                status.update()
-                if time.time() - told >= req.sample_interval_s:
-                    guard.watch_pids(p.pid for p in sampler.alive_seen())
-                    told = time.time()
-                time.sleep(0.5)
-            info.ended_at = time.time()
-            code = agent.poll()
-            if watchdog.breach is None and code is not None:
-                # The kernel may have OOM-killed the agent between two checks.
-                if (found := watchdog.check()) == RunStatus.OOM:
-                    watchdog.breach = found
-            if watchdog.breach is not None:
-                info.status, info.error = watchdog.breach, watchdog.detail
-                console.print(f"stopping the agent: {watchdog.detail}")
-            elif code is None:
-                info.status = RunStatus.DEADLINE
-                console.print("deadline reached: stopping the agent")
-            else:
-                info.agent_exit_code = code
-                info.status = RunStatus.COMPLETED if code == 0 else RunStatus.AGENT_ERROR
-            killed = agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s)
-            if killed:
-                console.print(f"killed {killed} agent process(es) that ignored SIGTERM")
-            # Each queued evaluation gets its own time: a run ends with every accepted
-            # submission graded, or failed with the reason (close_unfinished, after the stop).
-            wait_for_in_flight(
-                ctx.ledger,
-                ctx.task.eval_timeout_s + 30,
-                lambda n: status.update(note=f"grading {n} in-flight submission(s)"),
-            )
-    finally:
+    seen: list[ResourceSampler] = []  # the sampler once it runs: the processes it saw
+
+    def stop_agent(agent: AgentProcess) -> None:
         if agent.poll() is None:
-            agent.terminate_tree(sampler.alive_seen(), grace_s=1.0)
-        watchdog.stop()
-        sampler.stop()
-        snapshotter.stop()
-        _remove_cgroup(ctx)
-        _close_network(ctx)
+            agent.terminate_tree(seen[0].alive_seen() if seen else (), grace_s=1.0)
+
+    services.launch("agent", lambda: _start_agent(ctx, agent, command), stop_agent)
+    guard.watch_pids([agent.pid])
+    sampler = ResourceSampler(agent.pid, paths.resources, interval_s=req.sample_interval_s)
+    seen.append(services.start(Named("resource sampler", sampler)).part)
+    watchdog = Watchdog(
+        paths.workspace,
+        (paths.data, paths.base_model.parent),
+        ctx.caps,
+        ctx.cgroup,
+        agent.pid,
+        on_breach=lambda kind, detail: None,  # the loop below polls watchdog.breach
+        interval_s=req.watchdog_interval_s,
+    )
+    services.start(Named("watchdog", watchdog))
+    with StatusLine(console, info, ctx.ledger) as status:
+        told = 0.0  # when the guard was last told the sampler's processes
+        while agent.poll() is None and time.time() < info.deadline and watchdog.breach is None:
+            status.update()
+            if time.time() - told >= req.sample_interval_s:
+                guard.watch_pids(p.pid for p in sampler.alive_seen())
+                told = time.time()
+            time.sleep(0.5)
+        info.ended_at = time.time()
+        code = agent.poll()
+        if watchdog.breach is None and code is not None:
+            # The kernel may have OOM-killed the agent between two checks.
+            if (found := watchdog.check()) == RunStatus.OOM:
+                watchdog.breach = found
+        if watchdog.breach is not None:
+            info.status, info.error = watchdog.breach, watchdog.detail
+            console.print(f"stopping the agent: {watchdog.detail}")
+        elif code is None:
+            info.status = RunStatus.DEADLINE
+            console.print("deadline reached: stopping the agent")
+        else:
+            info.agent_exit_code = code
+            info.status = RunStatus.COMPLETED if code == 0 else RunStatus.AGENT_ERROR
+        killed = agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s)
+        if killed:
+            console.print(f"killed {killed} agent process(es) that ignored SIGTERM")
+        # Each queued evaluation gets its own time: a run ends with every accepted
+        # submission graded, or failed with the reason (close_unfinished, after the stop).
+        wait_for_in_flight(
+            ctx.ledger,
+            ctx.task.eval_timeout_s + 30,
+            lambda n: status.update(note=f"grading {n} in-flight submission(s)"),
+        )
     if info.agent_exit_code is None:
         info.agent_exit_code = agent.poll()
 
 
-def _remove_cgroup(ctx: RunContext) -> None:
-    if ctx.cgroup is not None:
-        ctx.cgroup.remove()
+def _start_agent(ctx: RunContext, agent: AgentProcess, command: list[str]) -> AgentProcess:
+    """Start ``agent``; a command that cannot be executed is the user's :class:`UserError`."""
+    try:
+        agent.start()
+    except OSError as err:
+        raise UserError(f"cannot start agent {ctx.spec.name} ({command[0]}): {err}") from None
+    return agent
 
 
 def _finalize(ctx: RunContext) -> RunMetrics | None:

@@ -27,7 +27,7 @@ import psutil
 
 from agent2rl.formatting import format_bytes
 from agent2rl.rundir import RunStatus
-from agent2rl.sandbox.limits import Cgroup, ResourceCaps
+from agent2rl.sandbox import Cgroup, ResourceCaps
 
 
 def disk_usage(root: Path, skip: tuple[Path, ...] = ()) -> int:

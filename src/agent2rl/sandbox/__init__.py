@@ -17,9 +17,16 @@
     name_proxy.py  the package index and model hub proxies: every project, repo and file
                  fetched logged by name, the task's deny list refused
 
-Nothing here knows a task; tasks, the grader and the orchestrator build on it.
+Nothing here knows a task; tasks, the grader and the orchestrator build on it, through the
+names this package exports (the agent's network parts load on first use).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from agent2rl.sandbox.agent import AgentUser, agent_sandbox, agent_user, hand_over, identity_files
 from agent2rl.sandbox.bwrap import (
     SYSTEM_DIRS,
     SandboxSpec,
@@ -28,18 +35,73 @@ from agent2rl.sandbox.bwrap import (
     gpu_devices,
     python_ro_binds,
 )
+from agent2rl.sandbox.limits import Cgroup, ResourceCaps, machine_caps, probe, set_nproc_limit
 from agent2rl.sandbox.programs import ExecLimits, ExecResult, isolation, run_program, run_programs
 
+if TYPE_CHECKING:
+    from agent2rl.sandbox.egress import DEFAULT_ALLOWLIST, Allowlist, start_egress_proxy
+    from agent2rl.sandbox.name_proxy import DenyList, NameProxies, start_name_proxies
+    from agent2rl.sandbox.network import (
+        ServiceBridge,
+        confine,
+        network_isolation_available,
+        network_record,
+    )
+
+# The agent's network parts are imported on first use: egress.py and name_proxy.py run as
+# `python -m` programs, which must not find themselves imported by their package first.
+_LAZY = {
+    "DEFAULT_ALLOWLIST": "egress",
+    "Allowlist": "egress",
+    "start_egress_proxy": "egress",
+    "DenyList": "name_proxy",
+    "NameProxies": "name_proxy",
+    "start_name_proxies": "name_proxy",
+    "ServiceBridge": "network",
+    "confine": "network",
+    "network_isolation_available": "network",
+    "network_record": "network",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "DEFAULT_ALLOWLIST",
     "SYSTEM_DIRS",
+    "AgentUser",
+    "Allowlist",
+    "Cgroup",
+    "DenyList",
     "ExecLimits",
     "ExecResult",
+    "NameProxies",
+    "ResourceCaps",
     "SandboxSpec",
+    "ServiceBridge",
+    "agent_sandbox",
+    "agent_user",
     "bwrap_argv",
     "bwrap_available",
+    "confine",
     "gpu_devices",
+    "hand_over",
+    "identity_files",
     "isolation",
+    "machine_caps",
+    "network_isolation_available",
+    "network_record",
+    "probe",
     "python_ro_binds",
     "run_program",
     "run_programs",
+    "set_nproc_limit",
+    "start_egress_proxy",
+    "start_name_proxies",
 ]
