@@ -76,7 +76,7 @@ def degraded_figures(
     the reference; ``good``: the correct sentence) and good-over-weak; returns each judge's
     pairs/s on these short pairs."""
     from agent2rl.scoring.judges import Pair
-    from agent2rl.tasks.alpaca_lite_data import DEGRADATIONS, degrade
+    from agent2rl.tasks.alpaca_lite.data import DEGRADATIONS, degrade
 
     speed: dict[str, float] = {}
     for label, judge in judges.items():

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent2rl.scoring.judges import Pair
     from agent2rl.scoring.judges.smollm2 import smollm2_judge
     from agent2rl.tasks.alpaca_lite import split_items
-    from agent2rl.tasks.alpaca_lite_data import degrade
+    from agent2rl.tasks.alpaca_lite.data import degrade
 
     rows = split_items()["validation"][: args.items]
     judge = smollm2_judge()

@@ -1,7 +1,7 @@
 """OpenCompass's answer post-processing and comparison, as the paper's reference grades with it.
 
 The reference implementation evaluates GSM8K and HumanEval through OpenCompass 0.5.1 (see
-:mod:`agent2rl.tasks.opencompass` for the prompts). After generation, OpenCompass's eval task
+:mod:`agent2rl.tasks.shared.opencompass` for the prompts). After generation, OpenCompass's eval task
 applies the model's ``pred_postprocessor`` and then the dataset's; RD-Agent's model config
 sets ``extract-non-reasoning-content`` (``use_cot_postprocessor``, on for every model it
 lists), so a prediction goes through :func:`extract_non_reasoning_content` first.

@@ -49,6 +49,7 @@ import os
 import re
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.base import Task
+from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 
 EVAL_REPO = "tatsu-lab/alpaca_eval"
@@ -358,6 +360,41 @@ def download(root: Path) -> str:
     return write_store(root, _read_rows(eval_path), rows, gamed, f"{EVAL_REPO} + {ALPACA_REPO}")
 
 
+@dataclass(frozen=True)
+class AlpacaEvalOptions(TaskOptions):
+    """``alpacaeval``'s options. An empty ``judge_model`` becomes the judge config's own
+    model when the options are built (so ``run.json`` and the eval hash name the model)."""
+
+    judge: str = option(
+        judge_ranking.NAME,
+        "The judge's AlpacaEval evaluator config, one of "
+        f"{', '.join(f'`{k}`' for k in judge_ranking.JUDGE_CONFIGS)} (the first is the "
+        "reference implementation's).",
+    )
+    judge_model: str = option(
+        "", "The judge model's name at `judge_base_url`; empty: the judge config's own model."
+    )
+    base_prompt: str = option(
+        "raw",
+        "How a model without a chat template is prompted: `raw` (the reference's: the "
+        "instruction as written) or `alpaca` (the Alpaca template).",
+    )
+    judge_base_url: str = option(
+        DEFAULT_BASE_URL, "The OpenAI-compatible endpoint that serves the judge model."
+    )
+    max_new_tokens: int = option(512, "The most new tokens the model generates per answer.")
+    batch_size: int = option(16, "Prompts per forward pass when grading (speed only).")
+
+    def __post_init__(self) -> None:
+        if self.judge not in judge_ranking.JUDGE_CONFIGS:
+            known = ", ".join(judge_ranking.JUDGE_CONFIGS)
+            raise UserError(f"alpacaeval: judge {self.judge!r} is not one of {known}")
+        if self.base_prompt not in ("raw", "alpaca"):
+            raise UserError("alpacaeval: base_prompt must be raw (the reference's) or alpaca")
+        if not self.judge_model:  # the config's own model unless one is named
+            object.__setattr__(self, "judge_model", judge_ranking.JUDGE_CONFIGS[self.judge][0])
+
+
 @task
 class AlpacaEval(Task):
     name = "alpacaeval"
@@ -368,29 +405,12 @@ class AlpacaEval(Task):
         "(LC win rate); 2,000 Alpaca rows to train on"
     )
     eval_timeout_s = 3 * 3600.0
-    options = {
-        "judge": judge_ranking.NAME,
-        "judge_model": "",
-        "base_prompt": "raw",
-        "judge_base_url": DEFAULT_BASE_URL,
-        "max_new_tokens": 512,
-        "batch_size": 16,
-    }
+    Options = AlpacaEvalOptions
+    config: AlpacaEvalOptions
     splits = SPLITS
     #: the graded instructions and their baseline outputs, and the judge's template
     denied_packages = ("alpaca-eval",)
     denied_hub_repos = (EVAL_REPO,)
-
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__(options)
-        if self.opts["judge"] not in judge_ranking.JUDGE_CONFIGS:
-            known = ", ".join(judge_ranking.JUDGE_CONFIGS)
-            raise UserError(f"alpacaeval: judge {self.opts['judge']!r} is not one of {known}")
-        if self.opts["base_prompt"] not in ("raw", "alpaca"):
-            raise UserError("alpacaeval: base_prompt must be raw (the reference's) or alpaca")
-        # The config's own model unless one is named.
-        if not self.opts["judge_model"]:
-            self.opts["judge_model"] = judge_ranking.JUDGE_CONFIGS[self.opts["judge"]][0]
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
@@ -410,44 +430,42 @@ class AlpacaEval(Task):
         )
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
-        raw = self.opts["base_prompt"] == "raw"
+        raw = self.config.base_prompt == "raw"
         return PromptFormat(
             template="{instruction}" if raw else BASE_TEMPLATE,
             chat_template="{instruction}",
             completion_template="{output}",
             stop=() if raw else ("### Instruction:",),
             chat_stop=(),
-            max_new_tokens=self.opts["max_new_tokens"],
+            max_new_tokens=self.config.max_new_tokens,
         )
 
     def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
-        return Generate(self.prompt_format(prepared), batch_size=self.opts["batch_size"])
+        return Generate(self.prompt_format(prepared), batch_size=self.config.batch_size)
 
     def denied_llm_prompts(self) -> dict[str, tuple[str, ...]]:
         """The judge model may not be sent the judge's template: its sentences of 60
         characters or more (what stays the same around the placeholders). Empty when the
         alpaca-eval package is missing (the task cannot grade then anyway)."""
         try:
-            fn = self.opts["judge"] == judge_ranking.NAME
+            fn = self.config.judge == judge_ranking.NAME
             text = judge_ranking.template() if fn else judge_protocol.template()
         except UserError:
             return {}
         pieces = re.split(r"\{(?:instruction|output_1|output_2)\}", text)
         lines = [ln.strip() for piece in pieces for ln in piece.splitlines()]
-        return {self.opts["judge_model"]: tuple(ln for ln in lines if len(ln) >= 60)}
+        return {self.config.judge_model: tuple(ln for ln in lines if len(ln) >= 60)}
 
     def scorer(self, prepared: PreparedTask) -> Judge:
         """The judge at ``judge_base_url``, cached under ``AGENT2RL_HOME`` and metered into
         the evaluation's grading directory (:attr:`record_dir`, set by the grading worker),
         with the LC GLM when ``df_gamed.csv`` is in the store."""
         build = (
-            judge_ranking.ranking_judge
-            if self.opts["judge"] == judge_ranking.NAME
-            else openai_judge
+            judge_ranking.ranking_judge if self.config.judge == judge_ranking.NAME else openai_judge
         )
         judge = build(
-            self.opts["judge_model"],
-            self.opts["judge_base_url"],
+            self.config.judge_model,
+            self.config.judge_base_url,
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
         )
@@ -481,7 +499,7 @@ class AlpacaEval(Task):
             "for your output; length-controlled scoring needs AlpacaEval's df_gamed.csv, "
             "which this installation does not have)"
         )
-        if self.opts["base_prompt"] == "raw":
+        if self.config.base_prompt == "raw":
             base_line = (
                 "- A model without a chat template gets the instruction alone, as raw text "
                 "(no Alpaca prompt around it)."
@@ -492,16 +510,16 @@ class AlpacaEval(Task):
                 "an example with an `input` would add it after the instruction, but "
                 "evaluation instructions have none."
             )
-        if self.opts["judge"] == judge_ranking.NAME:
+        if self.config.judge == judge_ranking.NAME:
             judge_line = (
-                f"- The judge ({self.opts['judge_model']}) sees the instruction and two answers "
+                f"- The judge ({self.config.judge_model}) sees the instruction and two answers "
                 "in an order fixed per instruction and ranks them by a function call: each "
                 "instruction's preference is 1 (yours better) or 0 (reference better)."
             )
         else:
             judge_line = (
                 "- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator "
-                f"({self.opts['judge_model']}): it sees the instruction and two answers in an "
+                f"({self.config.judge_model}): it sees the instruction and two answers in an "
                 "order fixed per instruction, and its next-token probabilities give a "
                 "preference between 0 (reference better) and 1 (yours better) for every "
                 "instruction."

@@ -23,7 +23,9 @@ import hashlib
 import json
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample, Split
@@ -32,6 +34,7 @@ from agent2rl.inference.backend import Backend
 from agent2rl.rollout.env import GameSource
 from agent2rl.scoring.base import EvalResult, Scorer
 from agent2rl.solvers.base import Solver
+from agent2rl.tasks.options import TaskOptions
 
 
 class EvalFormat(Protocol):
@@ -55,10 +58,15 @@ class Task(ABC):
     summary: ClassVar[str]
     #: an evaluation running longer than this is killed and the submission fails
     eval_timeout_s: ClassVar[float] = 1800.0
-    #: evaluation options a run may set (``--task-opt name=value``): name -> default. The
-    #: default's type (int, float, str, bool) is the type a value is parsed into. Options
-    #: change scores, so they are part of :meth:`eval_settings` and the eval hash.
-    options: ClassVar[dict[str, Any]] = {}
+    #: evaluation options a run may set (``--task-opt name=value``): a frozen dataclass of
+    #: typed fields with help (:class:`~agent2rl.tasks.options.TaskOptions`); the instance is
+    #: :attr:`config`. Options change scores, so they are part of :meth:`eval_settings` and
+    #: the eval hash.
+    Options: ClassVar[type[TaskOptions]] = TaskOptions
+    #: name -> default of :attr:`Options` (read-only, derived; set for each subclass). A task
+    #: written for the untyped declaration may still set this dict instead of
+    #: :attr:`Options`: its options are then typed by their defaults, without help.
+    options: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     #: the default dataset: one JSON-lines file per split (None: the task overrides
     #: :meth:`samples`)
     splits: ClassVar[JsonlSplits | None] = None
@@ -74,8 +82,20 @@ class Task(ABC):
     #: an org, or a shell pattern (``*/name``); enforced by the run's hub proxy
     denied_hub_repos: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        self.opts: dict[str, Any] = parse_options(self.name, self.options, options or {})
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        owner = getattr(cls, "name", cls.__name__)
+        declared = cls.__dict__.get("options")
+        if isinstance(declared, dict) and "Options" not in cls.__dict__:
+            cls.Options = TaskOptions.from_defaults(owner, declared)
+        cls.Options.check_declaration(owner)
+        cls.options = MappingProxyType(cls.Options.defaults())
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        """The task with ``options`` (``--task-opt`` strings or typed values) over the
+        defaults; :class:`~agent2rl.errors.UserError` for an unknown name or a bad value."""
+        #: the typed options (read them as ``self.config.max_steps``)
+        self.config: TaskOptions = self.Options.parse(self.name, options)
         #: set by :func:`~agent2rl.tasks.prepare_task`: where the splits are, and a digest of
         #: the private split (scores on different data must not compare equal)
         self.prepared: PreparedTask | None = None
@@ -184,6 +204,12 @@ class Task(ABC):
         raise UserError(f"task {self.name} has no generator: its data is not generated")
 
     # -- comparability -------------------------------------------------------------------
+    @property
+    def opts(self) -> dict[str, Any]:
+        """The options as a plain dict (name -> value, in declaration order; a fresh copy):
+        what ``run.json`` records, the grading worker is handed, and the eval hash covers."""
+        return self.config.to_dict()
+
     def eval_settings(self) -> dict[str, Any]:
         """Everything that changes a score besides the model: hashed into ``eval_hash``.
 
@@ -215,28 +241,3 @@ class Task(ABC):
             {"task": self.eval_settings(), "backend": backend_settings}, sort_keys=True
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def parse_options(task: str, declared: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """``declared`` defaults overridden by ``given`` (strings are parsed to the default's type).
-
-    Raises :class:`~agent2rl.errors.UserError` for an unknown name or a value that does not
-    parse, naming the options the task has.
-    """
-    out = dict(declared)
-    for name, value in given.items():
-        if name not in declared:
-            known = ", ".join(f"{k} (default {v!r})" for k, v in declared.items()) or "none"
-            raise UserError(f"task {task} has no option {name!r}: its options are {known}")
-        kind = type(declared[name])
-        try:
-            if isinstance(value, str) and kind is bool:
-                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
-                    raise ValueError(value)
-                value = value.lower() in ("1", "true", "yes")
-            out[name] = kind(value)
-        except (TypeError, ValueError):
-            raise UserError(
-                f"task option {name}={value!r} is not a valid {kind.__name__}"
-            ) from None
-    return out

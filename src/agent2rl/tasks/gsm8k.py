@@ -5,7 +5,7 @@ Data: ``openai/gsm8k`` (config ``main``). The 1,319 test items are the private s
 validation split (never graded, never shown: every task has one, so that no default is tuned
 on graded items) and the first 7,273 are the public split. The reference shows its agent all
 7,473; ``--task-opt public=reference`` does too (the validation split then overlaps the
-agent's data: :mod:`agent2rl.tasks.public_view`). With network the task downloads
+agent's data: :mod:`agent2rl.tasks.shared.public_view`). With network the task downloads
 them through ``datasets`` on first use; on an air-gapped machine ``agent2rl data import gsm8k
 PATH`` converts the official files (the hub's parquet files, or the ``train.jsonl`` and
 ``test.jsonl`` of OpenAI's grade-school-math repository) into the task store.
@@ -14,7 +14,7 @@ Two evaluation protocols (the ``protocol`` option), both stated in ``description
 ``data/eval_format.json``:
 
 - ``opencompass`` (the default; the paper's): OpenCompass's ``gsm8k_gen_1d7fe4``, through
-  which the reference implementation grades (:mod:`agent2rl.tasks.opencompass`). Chat models
+  which the reference implementation grades (:mod:`agent2rl.tasks.shared.opencompass`). Chat models
   get its four fixed worked examples as earlier turns, then "Question: ...\nLet's think step
   by step\nAnswer:"; a model without a chat template gets the same turns joined by newlines.
   Graded by :class:`~agent2rl.scoring.OpenCompassGsm8k`: the reply's last number (before any
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +39,12 @@ from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
 from agent2rl.scoring import FinalAnswer, OpenCompassGsm8k
 from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks import opencompass
 from agent2rl.tasks.base import Task
-from agent2rl.tasks.interactive import count_lines
-from agent2rl.tasks.public_view import check_view, reference_view
+from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
+from agent2rl.tasks.shared import opencompass
+from agent2rl.tasks.shared.interactive import count_lines
+from agent2rl.tasks.shared.public_view import PUBLIC_VIEWS, reference_view
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 #: the official sizes; an import of other sizes is allowed (a subset) and says so
@@ -228,6 +230,31 @@ def write_splits(root: Path, raw: dict[str, list[dict[str, Any]]], source: str) 
     )
 
 
+@dataclass(frozen=True)
+class Gsm8kOptions(TaskOptions):
+    """``gsm8k``'s options."""
+
+    protocol: str = option(
+        "opencompass",
+        "The prompt protocol: `opencompass` is the paper's (OpenCompass's gsm8k_gen_1d7fe4, "
+        "four fixed worked examples); `agent2rl` is agent2rl's few-shot prompt.",
+        choices=PROTOCOLS,
+    )
+    max_new_tokens: int = option(
+        opencompass.GSM8K_MAX_OUT_LEN, "The most new tokens the model generates per answer."
+    )
+    num_fewshot: int = option(
+        5, "Worked examples before the question in the `agent2rl` protocol's base-model prompt."
+    )
+    batch_size: int = option(64, "Prompts per forward pass when grading (speed only).")
+    public: str = option(
+        "heldout",
+        "What the agent sees: `heldout` keeps the last 200 train items back as the validation "
+        "split; `reference` shows all 7,473, as the reference does.",
+        choices=PUBLIC_VIEWS,
+    )
+
+
 @task
 class Gsm8k(Task):
     name = "gsm8k"
@@ -236,32 +263,15 @@ class Gsm8k(Task):
     version = "3"
     summary = "GSM8K grade-school math (7,273 train / 1,319 graded), final-answer accuracy"
     eval_timeout_s = 3 * 3600.0
-    # num_fewshot: the agent2rl protocol's base-model shots (opencompass has its fixed four)
-    options = {
-        "protocol": "opencompass",
-        "max_new_tokens": opencompass.GSM8K_MAX_OUT_LEN,
-        "num_fewshot": 5,
-        "batch_size": 64,
-        # heldout: the last 200 train items are the validation split, not shown; reference:
-        # all 7,473 shown as the reference does (agent2rl.tasks.public_view)
-        "public": "heldout",
-    }
+    Options = Gsm8kOptions
+    config: Gsm8kOptions
     splits = GSM8K_SPLITS
     #: the graded test split (also under its legacy id and OpenAI's repository's name)
     denied_hub_repos = (HUB_ID, "gsm8k", "*/grade-school-math")
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__(options)
-        if self.opts["protocol"] not in PROTOCOLS:
-            raise UserError(
-                f"task gsm8k: unknown protocol {self.opts['protocol']!r}; choose one of "
-                f"{', '.join(PROTOCOLS)} (--task-opt protocol=opencompass)"
-            )
-        check_view(self.opts["public"], "gsm8k")
-
     @property
     def paper_protocol(self) -> bool:
-        return self.opts["protocol"] == "opencompass"
+        return self.config.protocol == "opencompass"
 
     def samples(
         self, prepared: PreparedTask, split: Split, limit: int | None = None
@@ -275,7 +285,7 @@ class Gsm8k(Task):
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
         if not all((prepared.split(s) / f).exists() for s, f in GSM8K_SPLITS.files.items()):
             write_splits(root, download(), f"{HUB_ID} ({HUB_CONFIG}) via datasets")
-        if self.opts["public"] == "reference":
+        if self.config.public == "reference":
             return reference_view(prepared, "train.jsonl", "validation.jsonl")
         return prepared
 
@@ -286,11 +296,11 @@ class Gsm8k(Task):
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
         if self.paper_protocol:
-            return opencompass_format(self.opts["max_new_tokens"])
+            return opencompass_format(self.config.max_new_tokens)
         shots = []
         with open(prepared.public / "train.jsonl") as fh:
             for line in fh:
-                if len(shots) >= self.opts["num_fewshot"]:
+                if len(shots) >= self.config.num_fewshot:
                     break
                 row = json.loads(line)
                 shots.append(f"Question: {row['question']}\nAnswer: {row['answer']}\n\n")
@@ -302,11 +312,11 @@ class Gsm8k(Task):
             completion_template=" {answer}",
             stop=("\n\n", "Question:"),
             chat_stop=(),
-            max_new_tokens=self.opts["max_new_tokens"],
+            max_new_tokens=self.config.max_new_tokens,
         )
 
     def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
-        return Generate(self.prompt_format(prepared), batch_size=self.opts["batch_size"])
+        return Generate(self.prompt_format(prepared), batch_size=self.config.batch_size)
 
     def scorer(self, prepared: PreparedTask) -> FinalAnswer | OpenCompassGsm8k:
         return OpenCompassGsm8k() if self.paper_protocol else FinalAnswer()
@@ -350,7 +360,7 @@ Example:
   thousands separator splits a number, so write `1234`, not `1,234`), and counts it correct
   when it equals the gold (the number after `#### `, commas removed) within 1e-6.
 """
-        k = self.opts["num_fewshot"]
+        k = self.config.num_fewshot
         return f"""- For base models the prompt starts with {k} fixed worked examples:
   the first {k} items of `data/train.jsonl`, each as `Question: ...\\nAnswer: <answer>`
   followed by a blank line.

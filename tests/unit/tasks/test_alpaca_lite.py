@@ -20,7 +20,7 @@ from agent2rl.scoring.judges.smollm2 import MODEL_NAME
 from agent2rl.settings import load_settings
 from agent2rl.tasks import get_task, prepare_task, task_names
 from agent2rl.tasks.alpaca_lite import EVAL_SIZE, TRAIN_SIZE, VALIDATION_SIZE, make_splits
-from agent2rl.tasks.alpaca_lite_data import KINDS, degrade, generate_items
+from agent2rl.tasks.alpaca_lite.data import KINDS, degrade, generate_items
 
 
 @pytest.fixture(scope="module")

@@ -41,8 +41,8 @@ import functools
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
 
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
@@ -56,8 +56,13 @@ from agent2rl.tasks.alfworld.games import AlfworldGames
 from agent2rl.tasks.alfworld.generate_lite import GENERATOR_VERSION, generate_lite_split
 from agent2rl.tasks.alfworld.importer import download_alfworld, find_alfworld_json, import_alfworld
 from agent2rl.tasks.alfworld.protocol import EpisodeFormat
-from agent2rl.tasks.interactive import InteractiveTask
+from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
+from agent2rl.tasks.shared.interactive import (
+    InteractiveTask,
+    batch_size_option,
+    env_batch_option,
+)
 
 #: the longest episode a rollout-service session may ask for
 MAX_SESSION_STEPS = 500
@@ -74,33 +79,80 @@ MIN_GAMES_FOR_WORKERS = 32
 PROTOCOL_MAX_NEW_TOKENS = {"react": protocol.REACT_MAX_NEW_TOKENS, "transcript": 64}
 
 
+# The tasks' options. Values sized for the tiny model are measured, as their comments say.
+_PROTOCOL_HELP = (
+    "The episode protocol: `react` is the paper's (the reference evaluator's ReAct prompt "
+    "with two exemplars); `transcript` is agent2rl's (the last `history` steps, optionally "
+    "the admissible actions, trimmed to `max_prompt_chars`)."
+)
+_HISTORY_HELP = "Earlier steps the `transcript` prompt shows (`react` shows them all)."
+_ADMISSIBLE_HELP = "Whether the `transcript` prompt lists the admissible actions."
+_PROMPT_CHARS_HELP = "The longest `transcript` prompt, in characters (older steps go first)."
+
+
+@dataclass(frozen=True)
+class AlfworldOptions(TaskOptions):
+    """``alfworld``'s options: the paper's protocol by default."""
+
+    protocol: str = option("react", _PROTOCOL_HELP, choices=protocol.PROTOCOLS)
+    max_steps: int = option(50, "Actions per game before it ends unsolved.")
+    history: int = option(10, _HISTORY_HELP)
+    show_admissible: bool = option(True, _ADMISSIBLE_HELP)
+    max_prompt_chars: int = option(6000, _PROMPT_CHARS_HELP)
+    max_new_tokens: int = option(
+        0,
+        "The most new tokens per action; 0: the protocol's own "
+        f"({', '.join(f'{k} {v}' for k, v in PROTOCOL_MAX_NEW_TOKENS.items())}).",
+    )
+    env_batch: int = env_batch_option()
+    batch_size: int = batch_size_option()
+
+
+@dataclass(frozen=True)
+class AlfworldLiteOptions(TaskOptions):
+    """``alfworld-lite``'s options: sized for the tiny model's 512-token context."""
+
+    # agent2rl's transcript protocol: the paper's react prompt does not fit the tiny
+    # model's 512-token context (its two exemplars alone are 3,200-4,400 characters)
+    protocol: str = option("transcript", _PROTOCOL_HELP, choices=protocol.PROTOCOLS)
+    # 600 walkthroughs: the tiny model won 5 of 48 after 900 SFT steps on them, 3 after
+    # 900 on 300 (benchmarks/interactive_sft.py). Generating them takes minutes, once.
+    n_train: int = option(600, "Generated public games, each with the expert's walkthrough.")
+    n_eval: int = option(48, "Generated graded games.")
+    n_validation: int = option(48, "Generated validation games (never graded).")
+    max_steps: int = option(20, "Actions per game before it ends unsolved.")
+    # Prompts that fit the tiny model's 512-token context: the recent steps as in a
+    # ReAct transcript, no action list (each floor plan's receptacles are a fixed set).
+    history: int = option(6, _HISTORY_HELP)
+    show_admissible: bool = option(False, _ADMISSIBLE_HELP)
+    max_prompt_chars: int = option(470, _PROMPT_CHARS_HELP)
+    max_new_tokens: int = option(40, "The most new tokens per action.")
+    env_batch: int = env_batch_option()
+    batch_size: int = batch_size_option()
+
+
 class AlfworldBase(InteractiveTask):
     """What both ALFWorld tasks share: the protocol, the environment, the workspace."""
 
     protocol_module = protocol
+    config: AlfworldOptions | AlfworldLiteOptions
 
     def episode_format(self) -> EpisodeFormat:
-        """The run's protocol settings. Raises :class:`UserError` for an unknown ``protocol``
-        option."""
-        o = self.opts
-        name = o["protocol"]
-        if name not in protocol.PROTOCOLS:
-            raise UserError(
-                f"task {self.name}: unknown protocol {name!r}; choose one of "
-                f"{', '.join(protocol.PROTOCOLS)} (--task-opt protocol=react)"
-            )
+        """The run's protocol settings (the ``protocol`` option's choices were checked when
+        the options were parsed)."""
+        o = self.config
         return EpisodeFormat(
-            max_steps=o["max_steps"],
-            history=o["history"],
-            max_prompt_chars=o["max_prompt_chars"],
-            max_new_tokens=o["max_new_tokens"] or PROTOCOL_MAX_NEW_TOKENS[name],
-            show_admissible=o["show_admissible"],
-            protocol=name,
+            max_steps=o.max_steps,
+            history=o.history,
+            max_prompt_chars=o.max_prompt_chars,
+            max_new_tokens=o.max_new_tokens or PROTOCOL_MAX_NEW_TOKENS[o.protocol],
+            show_admissible=o.show_admissible,
+            protocol=o.protocol,
         )
 
     def environment(self, prepared: PreparedTask, split: Split) -> AlfworldGames:
         return AlfworldGames(
-            prepared.split(split) / "games", self.opts["max_steps"], step_cap=MAX_SESSION_STEPS
+            prepared.split(split) / "games", self.config.max_steps, step_cap=MAX_SESSION_STEPS
         )
 
     def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
@@ -115,7 +167,7 @@ class AlfworldBase(InteractiveTask):
             factory = functools.partial(
                 AlfworldGames,
                 prepared.split(split) / "games",
-                self.opts["max_steps"],
+                self.config.max_steps,
                 step_cap=MAX_SESSION_STEPS,
             )
             solver.source = ProcessGames(solver.source, factory, workers)
@@ -188,30 +240,11 @@ class AlfworldLite(AlfworldBase):
     version = "2"
     summary = "ALFWorld-format household text games generated offline (CPU-sized)"
     eval_timeout_s = 1800.0
-    options: ClassVar[dict[str, Any]] = {
-        # agent2rl's transcript protocol: the paper's react prompt does not fit the tiny
-        # model's 512-token context (its two exemplars alone are 3,200-4,400 characters)
-        "protocol": "transcript",
-        # 600 walkthroughs: the tiny model won 5 of 48 after 900 SFT steps on them, 3 after
-        # 900 on 300 (benchmarks/interactive_sft.py). Generating them takes minutes, once.
-        "n_train": 600,
-        "n_eval": 48,
-        "n_validation": 48,
-        "max_steps": 20,
-        # Prompts that fit the tiny model's 512-token context: the recent steps as in a
-        # ReAct transcript, no action list (each floor plan's receptacles are a fixed set).
-        "history": 6,
-        "show_admissible": False,
-        "max_prompt_chars": 470,
-        "max_new_tokens": 40,
-        # games played side by side, one batched generate call per step over those still
-        # running (speed only: outputs are the same for any value)
-        "env_batch": 64,
-        "batch_size": 64,
-    }
+    Options = AlfworldLiteOptions
+    config: AlfworldLiteOptions
 
     def prepare(self, root: Path) -> PreparedTask:
-        n_train, n_eval, n_val = (self.opts[k] for k in ("n_train", "n_eval", "n_validation"))
+        n_train, n_eval, n_val = self.config.n_train, self.config.n_eval, self.config.n_validation
         if min(n_train, n_eval, n_val) < 1:
             raise UserError("alfworld-lite needs n_train, n_eval and n_validation >= 1")
         sets = root / f"g{GENERATOR_VERSION}-train{n_train}-eval{n_eval}-val{n_val}"
@@ -259,21 +292,8 @@ class Alfworld(AlfworldBase):
     version = "3"
     summary = "ALFWorld household text games (official data; valid_unseen graded)"
     workspace_exclude = ("games",)
-    options: ClassVar[dict[str, Any]] = {
-        # the paper's protocol (the reference evaluator's ReAct prompt); "transcript" is
-        # agent2rl's, with the four options after max_steps
-        "protocol": "react",
-        "max_steps": 50,
-        "history": 10,
-        "show_admissible": True,
-        "max_prompt_chars": 6000,
-        # 0: the protocol's own (react 100, transcript 64)
-        "max_new_tokens": 0,
-        # games played side by side, one batched generate call per step over those still
-        # running (speed only: outputs are the same for any value)
-        "env_batch": 64,
-        "batch_size": 64,
-    }
+    Options = AlfworldOptions
+    config: AlfworldOptions
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")

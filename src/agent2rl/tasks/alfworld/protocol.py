@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any
 
 if __package__:  # agent2rl's own copy
-    from agent2rl.tasks import protocol_core as core
+    from agent2rl.tasks.shared import protocol_core as core
 else:  # the workspace's data/protocol.py: the core is data/protocol_core.py, beside it
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     import protocol_core as core  # type: ignore[import-not-found,no-redef]

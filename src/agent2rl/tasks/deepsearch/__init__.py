@@ -50,8 +50,9 @@ RL (its reward: the exact-match correctness of the answer).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
@@ -87,8 +88,14 @@ from agent2rl.tasks.deepsearch.store import (
     read_table,
     write_dsqa_store,
 )
-from agent2rl.tasks.interactive import InteractiveTask, count_lines
+from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
+from agent2rl.tasks.shared.interactive import (
+    InteractiveTask,
+    batch_size_option,
+    count_lines,
+    env_batch_option,
+)
 
 #: the longest episode a rollout-service client may ask for
 MAX_SESSION_STEPS = 50
@@ -103,24 +110,107 @@ PROTOCOLS = ("transcript", "react")
 DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"
 
 
+# The tasks' options.
+_JUDGE_HELP = (
+    "Who grades answers: `llm` the LLM judge at `judge_base_url`, `exact` string or exact "
+    "match, `auto` the judge when the host has a judge key (AGENT2RL_JUDGE_API_KEY or "
+    "OPENAI_API_KEY)."
+)
+_METRIC_HELP = (
+    "`accuracy` (the reference's: a binary judge, else string match) or `f1` (the rubric "
+    "judge's F1 of an answer's items, else normalised exact match)."
+)
+_JUDGE_MODEL_HELP = "The judge model's name at `judge_base_url`."
+_JUDGE_URL_HELP = "The OpenAI-compatible endpoint that serves the judge model."
+_HISTORY_HELP = "Earlier steps the prompt shows."
+_PROMPT_CHARS_HELP = "The longest prompt, in characters (older steps go first)."
+_OBS_CHARS_HELP = "Each observation cut to this many characters in the prompt; 0: whole."
+
+
+@dataclass(frozen=True)
+class DeepsearchLiteOptions(TaskOptions):
+    """``deepsearch-lite``'s options: agent2rl's transcript protocol (no ``protocol``
+    option), prompts sized for the tiny model's 512-token context."""
+
+    # 95 public regions (1,900 questions with walkthroughs): with version 1's 9 (180),
+    # the tiny model memorised its walkthroughs and copied no name from a search result
+    # into a validation question's next step, even after 3,000 SFT steps; with 95 it
+    # starts to (the README's *Figures*: benchmarks/deepsearch_steps.py).
+    n_regions: int = option(
+        100, "Regions of the generated world (graded, validation, then public ones)."
+    )
+    n_eval_regions: int = option(3, "Regions whose questions are graded.")
+    n_validation_regions: int = option(2, "Regions whose questions are the validation split.")
+    max_steps: int = option(6, "Actions (searches and the answer) per question.")
+    # Prompts that fit the tiny model's 512-token context: each observation cut to 200
+    # characters, and no earlier step (the question and the current results hold all
+    # a step needs here; without the earlier step a training row is about 160 tokens
+    # instead of 230, so the same time trains on more of them).
+    history: int = option(0, _HISTORY_HELP)
+    max_prompt_chars: int = option(520, _PROMPT_CHARS_HELP)
+    max_observation_chars: int = option(200, _OBS_CHARS_HELP)
+    max_new_tokens: int = option(48, "The most new tokens per action.")
+    top_k: int = option(3, "Results a search returns.")
+    env_batch: int = env_batch_option()
+    batch_size: int = batch_size_option()
+    judge: str = option("exact", _JUDGE_HELP, choices=JUDGE_MODES)
+    metric: str = option("f1", _METRIC_HELP, choices=METRICS)
+    judge_model: str = option(DEFAULT_JUDGE_MODEL, _JUDGE_MODEL_HELP)
+    judge_base_url: str = option(DEFAULT_BASE_URL, _JUDGE_URL_HELP)
+
+
+@dataclass(frozen=True)
+class DeepSearchQAOptions(TaskOptions):
+    """``deepsearchqa``'s options: the reference's loop (Thought/Action on raw text, 6
+    steps, 256 new tokens, a 4,096-token context: here the prompt trimmed to 12,000
+    characters, about 3,000 tokens of English, so that prompt and reply fit; SerpAPI's top
+    3)."""
+
+    protocol: str = option(
+        "react",
+        "The episode protocol: `react` is the reference's Thought/Action loop on raw text; "
+        "`transcript` is agent2rl's (task version 1's).",
+        choices=PROTOCOLS,
+    )
+    max_steps: int = option(6, "Actions (searches and the answer) per question.")
+    history: int = option(6, _HISTORY_HELP)
+    max_prompt_chars: int = option(12000, _PROMPT_CHARS_HELP)
+    max_observation_chars: int = option(0, _OBS_CHARS_HELP)
+    max_new_tokens: int = option(256, "The most new tokens per action.")
+    top_k: int = option(3, "Results a search returns.")
+    env_batch: int = env_batch_option()
+    batch_size: int = batch_size_option()
+    # not checked against a fixed list here: search backends are a registry that
+    # installed plug-ins extend (checked when the task's search engine is chosen)
+    search: str = option(
+        "auto",
+        "The search backend (a name in the search-backend registry: `serpapi`, `bm25`, "
+        "`wikipedia` built in); `auto`: SerpAPI when SERPAPI_KEY is set, else Wikipedia.",
+    )
+    metric: str = option("accuracy", _METRIC_HELP, choices=METRICS)
+    judge: str = option("auto", _JUDGE_HELP, choices=JUDGE_MODES)
+    judge_model: str = option(DEFAULT_JUDGE_MODEL, _JUDGE_MODEL_HELP)
+    judge_base_url: str = option(DEFAULT_BASE_URL, _JUDGE_URL_HELP)
+
+
 class DeepsearchBase(InteractiveTask):
     """What both search tasks share: the episode protocol, the search engine, the scorer,
     the description."""
 
     protocol_module = protocol
+    config: DeepsearchLiteOptions | DeepSearchQAOptions
 
     # -- parts -----------------------------------------------------------------------------
     def episode_format(self) -> EpisodeFormat:
-        o = self.opts
-        kind = o.get("protocol", "transcript")
-        if kind not in PROTOCOLS:
-            raise UserError(f"--task-opt protocol={kind}: use {', '.join(PROTOCOLS)}")
+        o = self.config
+        # deepsearch-lite has no protocol option: agent2rl's transcript
+        kind = getattr(o, "protocol", "transcript")
         return EpisodeFormat(
-            max_steps=o["max_steps"],
-            history=o["history"],
-            max_prompt_chars=o["max_prompt_chars"],
-            max_new_tokens=o["max_new_tokens"],
-            max_observation_chars=o["max_observation_chars"],
+            max_steps=o.max_steps,
+            history=o.history,
+            max_prompt_chars=o.max_prompt_chars,
+            max_new_tokens=o.max_new_tokens,
+            max_observation_chars=o.max_observation_chars,
             stop=protocol.REACT_STOP if kind == "react" else protocol.STOP,
             protocol=kind,
         )
@@ -137,8 +227,8 @@ class DeepsearchBase(InteractiveTask):
         return QuestionGames(
             prepared.split(split) / QUESTIONS,
             lambda: self.search_backend(prepared),
-            self.opts["max_steps"],
-            self.opts["top_k"],
+            self.config.max_steps,
+            self.config.top_k,
             step_cap=MAX_SESSION_STEPS,
             log=log,
             answer_type_in_goal=self.episode_format().protocol == "react",
@@ -163,33 +253,29 @@ class DeepsearchBase(InteractiveTask):
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
         return {
             **super().solver_settings(prepared),
-            "top_k": self.opts["top_k"],
+            "top_k": self.config.top_k,
             "search": self.search_identity(prepared),
         }
 
     def judge_enabled(self) -> bool:
         """Whether answers are graded by the LLM judge (the ``judge`` option; ``auto``: when
         the host has a judge key)."""
-        mode = self.opts["judge"]
-        if mode not in JUDGE_MODES:
-            raise UserError(f"--task-opt judge={mode}: use {', '.join(JUDGE_MODES)}")
+        mode = self.config.judge
         return mode == "llm" or (mode == "auto" and bool(judge_api_key()))
 
     def metric(self) -> str:
         """The ``metric`` option (``accuracy``: the binary judge or string match; ``f1``:
-        the rubric judge or exact match); :class:`UserError` for another value."""
-        metric = self.opts["metric"]
-        if metric not in METRICS:
-            raise UserError(f"--task-opt metric={metric}: use {', '.join(METRICS)}")
-        return metric
+        the rubric judge or exact match; its choices were checked when the options were
+        parsed)."""
+        return self.config.metric
 
     def make_judge(self) -> AnswerJudge:
         """The judge at ``judge_base_url`` (binary under ``metric=accuracy``, the rubric
         under ``metric=f1``), cached under ``AGENT2RL_HOME`` and metered into the
         evaluation's grading directory (:attr:`record_dir`)."""
         return answer_judge(
-            self.opts["judge_model"],
-            self.opts["judge_base_url"],
+            self.config.judge_model,
+            self.config.judge_base_url,
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
             kind="binary" if self.metric() == "accuracy" else "rubric",
@@ -246,7 +332,7 @@ class DeepsearchBase(InteractiveTask):
         return f"""# Task: {self.name} (level 3, interactive rollout)
 
 {self.summary}. Improve the base model at multi-step search: given a question, it searches
-(`search[query]`: the top {self.opts["top_k"]} results, `[1] Title: snippet ...`) as often as
+(`search[query]`: the top {self.config.top_k} results, `[1] Title: snippet ...`) as often as
 it needs within the step limit, then answers (`answer[text]`; a question whose answer is a
 set of items is answered with the items separated by commas).
 
@@ -285,48 +371,25 @@ class DeepsearchLite(DeepsearchBase):
     version = "2"
     summary = "multi-hop search over a generated encyclopedia of fictional entities (CPU-sized)"
     eval_timeout_s = 1800.0
-    options: ClassVar[dict[str, Any]] = {
-        # 95 public regions (1,900 questions with walkthroughs): with version 1's 9 (180),
-        # the tiny model memorised its walkthroughs and copied no name from a search result
-        # into a validation question's next step, even after 3,000 SFT steps; with 95 it
-        # starts to (the README's *Figures*: benchmarks/deepsearch_steps.py).
-        "n_regions": 100,
-        "n_eval_regions": 3,
-        "n_validation_regions": 2,
-        "max_steps": 6,
-        # Prompts that fit the tiny model's 512-token context: each observation cut to 200
-        # characters, and no earlier step (the question and the current results hold all
-        # a step needs here; without the earlier step a training row is about 160 tokens
-        # instead of 230, so the same time trains on more of them).
-        "history": 0,
-        "max_prompt_chars": 520,
-        "max_observation_chars": 200,
-        "max_new_tokens": 48,
-        "top_k": 3,
-        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
-        "batch_size": 64,
-        "judge": "exact",
-        "metric": "f1",
-        "judge_model": DEFAULT_JUDGE_MODEL,
-        "judge_base_url": DEFAULT_BASE_URL,
-    }
+    Options = DeepsearchLiteOptions
+    config: DeepsearchLiteOptions
 
     def prepare(self, root: Path) -> PreparedTask:
-        o = self.opts
-        if o["n_eval_regions"] < 1 or o["n_validation_regions"] < 1:
+        o = self.config
+        if o.n_eval_regions < 1 or o.n_validation_regions < 1:
             raise UserError("deepsearch-lite needs n_eval_regions and n_validation_regions >= 1")
-        if o["n_eval_regions"] + o["n_validation_regions"] >= o["n_regions"]:
+        if o.n_eval_regions + o.n_validation_regions >= o.n_regions:
             raise UserError("deepsearch-lite: n_regions must exceed the graded + validation ones")
         sets = root / (
-            f"g{GENERATOR_VERSION}-r{o['n_regions']}-eval{o['n_eval_regions']}"
-            f"-val{o['n_validation_regions']}-steps{o['max_steps']}"
-            f"-obs{o['max_observation_chars']}-k{o['top_k']}"
+            f"g{GENERATOR_VERSION}-r{o.n_regions}-eval{o.n_eval_regions}"
+            f"-val{o.n_validation_regions}-steps{o.max_steps}"
+            f"-obs{o.max_observation_chars}-k{o.top_k}"
         )
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
         if not is_built(sets):
             build_lite_store(
-                sets, LITE_SEED, o["n_regions"], o["n_eval_regions"],
-                o["n_validation_regions"], self.episode_format(), o["top_k"],
+                sets, LITE_SEED, o.n_regions, o.n_eval_regions,
+                o.n_validation_regions, self.episode_format(), o.top_k,
             )  # fmt: skip
         return prepared
 
@@ -343,7 +406,7 @@ class DeepsearchLite(DeepsearchBase):
         questions, walks = [], []
         for i, q in enumerate(world.questions):
             row = {"game_id": f"q{i:04d}", **q}
-            walk = expert_walkthrough(backend, row, fmt, self.opts["top_k"])
+            walk = expert_walkthrough(backend, row, fmt, self.config.top_k)
             if walk is not None:
                 questions.append(row)
                 walks.append(walk)
@@ -368,25 +431,8 @@ class DeepSearchQA(DeepsearchBase):
     summary = "DeepSearchQA (900 multi-step search questions; 200 graded, judged by an LLM)"
     #: the questions and their answers (the graded split among them)
     denied_hub_repos = ("google/deepsearchqa",)
-    options: ClassVar[dict[str, Any]] = {
-        # The reference's loop: Thought/Action on raw text, 6 steps, 256 new tokens, a 4,096
-        # token context (here: the prompt trimmed to 12,000 characters, about 3,000 tokens
-        # of English, so that prompt and reply fit), SerpAPI's top 3.
-        "protocol": "react",
-        "max_steps": 6,
-        "history": 6,
-        "max_prompt_chars": 12000,
-        "max_observation_chars": 0,
-        "max_new_tokens": 256,
-        "top_k": 3,
-        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
-        "batch_size": 64,
-        "search": "auto",
-        "metric": "accuracy",
-        "judge": "auto",
-        "judge_model": DEFAULT_JUDGE_MODEL,
-        "judge_base_url": DEFAULT_BASE_URL,
-    }
+    Options = DeepSearchQAOptions
+    config: DeepSearchQAOptions
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
@@ -407,7 +453,7 @@ class DeepSearchQA(DeepsearchBase):
         version 1 preferred the corpus to the web). :class:`UserError` when the chosen backend
         cannot run here (no key, no corpus); a network that cannot reach Wikipedia shows
         only at the first search (:class:`~.search.SearchUnavailable`)."""
-        mode = self.opts["search"]
+        mode = self.config.search
         if mode not in SEARCH_MODES:
             raise UserError(f"--task-opt search={mode}: use {', '.join(SEARCH_MODES)}")
         has_corpus = corpus_file(prepared.private.parent).exists()

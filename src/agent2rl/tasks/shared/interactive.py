@@ -13,14 +13,40 @@ from __future__ import annotations
 from abc import abstractmethod
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from agent2rl.dataset import PreparedTask, Split
 from agent2rl.rollout import client as env_client
 from agent2rl.solvers import EpisodeSolver
 from agent2rl.solvers.episode import EpisodeProtocol
-from agent2rl.tasks import protocol_core
 from agent2rl.tasks.base import Task
+from agent2rl.tasks.options import option
+from agent2rl.tasks.shared import protocol_core
+
+
+def env_batch_option(default: int = 64) -> Any:
+    """The ``env_batch`` option every interactive task has (its help said once)."""
+    return option(
+        default,
+        "Games played side by side when grading, one batched generate call per step over "
+        "those still running (speed and memory only: outputs are the same for any value).",
+    )
+
+
+def batch_size_option(default: int = 64) -> Any:
+    """The ``batch_size`` option every interactive task has."""
+    return option(default, "Prompts per forward pass when grading (speed only).")
+
+
+class EpisodeSizing(Protocol):
+    """What :class:`InteractiveTask` reads of its task's options (each L3 task's options
+    class declares these two, through :func:`env_batch_option` and :func:`batch_size_option`)."""
+
+    @property
+    def env_batch(self) -> int: ...
+
+    @property
+    def batch_size(self) -> int: ...
 
 
 class InteractiveTask(Task):
@@ -38,8 +64,9 @@ class InteractiveTask(Task):
     interactive = True
     eval_timeout_s = 3600.0
     #: the task's episode protocol (standard library only: copied into the workspace with
-    #: :mod:`agent2rl.tasks.protocol_core`, which it imports from beside itself there)
+    #: :mod:`agent2rl.tasks.shared.protocol_core`, which it imports from beside itself there)
     protocol_module: ClassVar[ModuleType]
+    config: EpisodeSizing  # type: ignore[assignment]  (each subclass's options class)
 
     @abstractmethod
     def episode_format(self) -> EpisodeProtocol:
@@ -52,8 +79,8 @@ class InteractiveTask(Task):
         return EpisodeSolver(
             self.environment(prepared, split),
             self.episode_format(),
-            max_open=self.opts["env_batch"],
-            batch_size=self.opts["batch_size"],
+            max_open=self.config.env_batch,
+            batch_size=self.config.batch_size,
         )
 
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:

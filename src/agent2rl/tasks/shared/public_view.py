@@ -20,20 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from agent2rl.dataset import PreparedTask
-from agent2rl.errors import UserError
 from agent2rl.files import swap_in_dir
 
-#: the choices of the ``public`` option
+#: the choices of the ``public`` option (checked when a task's options are parsed)
 PUBLIC_VIEWS = ("heldout", "reference")
 #: the folder of the reference's public view, beside ``public/`` in the task's store
 REFERENCE_DIR = "public-reference"
-
-
-def check_view(view: str, task: str) -> str:
-    """``view`` when it is a known choice; :class:`UserError` naming them otherwise."""
-    if view not in PUBLIC_VIEWS:
-        raise UserError(f"task {task}: --task-opt public={view}: use {', '.join(PUBLIC_VIEWS)}")
-    return view
 
 
 def reference_view(prepared: PreparedTask, public_file: str, validation_file: str) -> PreparedTask:

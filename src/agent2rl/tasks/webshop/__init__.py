@@ -38,15 +38,22 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl, write_jsonl
 from agent2rl.rollout.app import describe_api
-from agent2rl.tasks.interactive import InteractiveTask, count_lines
+from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
+from agent2rl.tasks.shared.interactive import (
+    InteractiveTask,
+    batch_size_option,
+    count_lines,
+    env_batch_option,
+)
 from agent2rl.tasks.webshop import protocol
 from agent2rl.tasks.webshop.catalog import CATALOG_FILES, load_catalog
 from agent2rl.tasks.webshop.engine import Shop
@@ -65,48 +72,114 @@ PROTOCOLS = ("transcript", "react")
 INVALID_MODES = ("refuse", "env")
 
 
+# The tasks' options.
+_HISTORY_HELP = "Earlier steps the prompt shows."
+_ADMISSIBLE_HELP = "Whether the prompt lists the page's actions."
+_PROMPT_CHARS_HELP = "The longest prompt, in characters (older steps go first)."
+_OBS_CHARS_HELP = "Each page cut to this many characters in the prompt; 0: whole."
+_SEPARATOR_HELP = "What joins a page's parts in an observation."
+_SCORE_HELP = (
+    "The score: `reward` (mean purchase reward x 100, WebShop's score), `success` (sessions "
+    "with reward 1) or `half` (sessions with reward >= 0.5, the reference's figure)."
+)
+
+
+@dataclass(frozen=True)
+class WebshopLiteOptions(TaskOptions):
+    """``webshop-lite``'s options: agent2rl's transcript protocol, sized for the tiny
+    model's 512-token context (no ``protocol`` or ``invalid`` option: transcript, refuse)."""
+
+    n_products: int = option(300, "Products in the generated catalog.")
+    n_train: int = option(600, "Public goals, each with the expert's walkthrough.")
+    n_eval: int = option(48, "Graded goals.")
+    n_validation: int = option(48, "Validation goals (never graded).")
+    max_steps: int = option(15, "Actions per session before it ends without a purchase.")
+    # Prompts that fit the tiny model's 512-token context: one earlier step, each page
+    # cut to 220 characters with " | " between its parts (measured: at most ~430 tokens
+    # with the expert's actions).
+    history: int = option(1, _HISTORY_HELP)
+    show_admissible: bool = option(False, _ADMISSIBLE_HELP)
+    max_prompt_chars: int = option(520, _PROMPT_CHARS_HELP)
+    max_observation_chars: int = option(220, _OBS_CHARS_HELP)
+    separator: str = option(" | ", _SEPARATOR_HELP)
+    max_new_tokens: int = option(48, "The most new tokens per action.")
+    env_batch: int = env_batch_option()
+    batch_size: int = batch_size_option()
+    score: str = option("reward", _SCORE_HELP, choices=SCORES)
+
+
+@dataclass(frozen=True)
+class WebshopOptions(TaskOptions):
+    """``webshop``'s options: the reference's ReAct loop (its chat prompt, the page's
+    actions listed, five earlier steps, 100 new tokens, a newline ends the action)."""
+
+    n_walkthroughs: int = option(2000, "Public goals given the expert's walkthrough.")
+    max_steps: int = option(50, "Actions per session before it ends without a purchase.")
+    protocol: str = option(
+        "react",
+        "The episode protocol: `react` is the reference's chat ReAct prompt; `transcript` "
+        "is agent2rl's.",
+        choices=PROTOCOLS,
+    )
+    invalid: str = option(
+        "env",
+        "An action the page does not offer: `env` plays it as WebShop's environment does "
+        "(a no-op that uses the step, the reference's); `refuse` answers HTTP 400.",
+        choices=INVALID_MODES,
+    )
+    history: int = option(5, _HISTORY_HELP)
+    show_admissible: bool = option(True, _ADMISSIBLE_HELP)
+    max_prompt_chars: int = option(16000, _PROMPT_CHARS_HELP)
+    max_observation_chars: int = option(0, _OBS_CHARS_HELP)
+    separator: str = option(" [SEP] ", _SEPARATOR_HELP)
+    max_new_tokens: int = option(100, "The most new tokens per action.")
+    env_batch: int = env_batch_option()
+    batch_size: int = batch_size_option()
+    score: str = option("half", _SCORE_HELP, choices=SCORES)
+
+
 class WebshopBase(InteractiveTask):
     """What both WebShop tasks share: the shop, the protocol, the scorer, the workspace."""
 
     protocol_module = protocol
+    config: WebshopOptions | WebshopLiteOptions
 
     def episode_format(self) -> EpisodeFormat:
-        o = self.opts
-        kind = o.get("protocol", "transcript")
-        if kind not in PROTOCOLS:
-            raise UserError(f"--task-opt protocol={kind}: use {', '.join(PROTOCOLS)}")
+        o = self.config
         return EpisodeFormat(
-            protocol=kind,
-            max_steps=o["max_steps"],
-            history=o["history"],
-            max_prompt_chars=o["max_prompt_chars"],
-            max_new_tokens=o["max_new_tokens"],
-            show_admissible=o["show_admissible"],
-            max_observation_chars=o["max_observation_chars"],
-            separator=o["separator"],
+            # webshop-lite has no protocol option: agent2rl's transcript
+            protocol=getattr(o, "protocol", "transcript"),
+            max_steps=o.max_steps,
+            history=o.history,
+            max_prompt_chars=o.max_prompt_chars,
+            max_new_tokens=o.max_new_tokens,
+            show_admissible=o.show_admissible,
+            max_observation_chars=o.max_observation_chars,
+            separator=o.separator,
         )
 
     def lenient(self) -> bool:
         """Whether an action the page does not offer is played as a no-op (``invalid=env``,
         the reference's: WebShop's environment gets every action) rather than refused
-        (``invalid=refuse``); :class:`UserError` for another value."""
-        mode = self.opts.get("invalid", "refuse")
-        if mode not in INVALID_MODES:
-            raise UserError(f"--task-opt invalid={mode}: use {', '.join(INVALID_MODES)}")
-        return mode == "env"
+        (``invalid=refuse``; webshop-lite, which has no such option, refuses)."""
+        return self.invalid_mode() == "env"
+
+    def invalid_mode(self) -> str:
+        """The ``invalid`` option (``refuse`` for a task without it)."""
+        return str(getattr(self.config, "invalid", "refuse"))
 
     def environment(self, prepared: PreparedTask, split: Split) -> ShopGames:
         return ShopGames(
             catalog_dir(prepared),
             prepared.split(split) / "goals.jsonl",
-            self.opts["max_steps"],
+            self.config.max_steps,
             step_cap=MAX_SESSION_STEPS,
             lenient=self.lenient(),
         )
 
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
         # how an action the page does not offer is played changes scores: in the hash
-        return {**super().solver_settings(prepared), "invalid": self.opts.get("invalid", "refuse")}
+        return {**super().solver_settings(prepared), "invalid": self.invalid_mode()}
 
     def samples(
         self, prepared: PreparedTask, split: Split, limit: int | None = None
@@ -131,9 +204,7 @@ class WebshopBase(InteractiveTask):
         return out
 
     def scorer(self, prepared: PreparedTask) -> PurchaseOutcome:
-        if self.opts["score"] not in SCORES:
-            raise UserError(f"--task-opt score={self.opts['score']}: use {', '.join(SCORES)}")
-        return PurchaseOutcome(self.opts["score"])
+        return PurchaseOutcome(self.config.score)
 
     def description(self, prepared: PreparedTask) -> str:
         fmt = self.episode_format()
@@ -144,7 +215,7 @@ class WebshopBase(InteractiveTask):
             "reward": "the mean purchase reward x 100 (WebShop's score)",
             "success": "the percentage of sessions with reward 1 (WebShop's success rate)",
             "half": "the percentage of sessions with reward >= 0.5 (the reference's figure)",
-        }[self.opts["score"]]
+        }[self.config.score]
         invalid_text = (
             "An action the page does not offer (a search off the search page, a click on "
             "something not shown, an unknown product id) is played as WebShop's environment "
@@ -201,33 +272,16 @@ class WebshopLite(WebshopBase):
     version = "3"
     summary = "WebShop-format shopping in a generated catalog (CPU-sized)"
     eval_timeout_s = 1800.0
-    options: ClassVar[dict[str, Any]] = {
-        "n_products": 300,
-        "n_train": 600,
-        "n_eval": 48,
-        "n_validation": 48,
-        "max_steps": 15,
-        # Prompts that fit the tiny model's 512-token context: one earlier step, each page
-        # cut to 220 characters with " | " between its parts (measured: at most ~430 tokens
-        # with the expert's actions).
-        "history": 1,
-        "show_admissible": False,
-        "max_prompt_chars": 520,
-        "max_observation_chars": 220,
-        "separator": " | ",
-        "max_new_tokens": 48,
-        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
-        "batch_size": 64,
-        "score": "reward",
-    }
+    Options = WebshopLiteOptions
+    config: WebshopLiteOptions
 
     def prepare(self, root: Path) -> PreparedTask:
-        o = self.opts
-        if min(o["n_products"], o["n_eval"], o["n_validation"]) < 1 or o["n_train"] < 0:
+        o = self.config
+        if min(o.n_products, o.n_eval, o.n_validation) < 1 or o.n_train < 0:
             raise UserError("webshop-lite needs n_products, n_eval, n_validation >= 1")
         sets = root / (
-            f"g{GENERATOR_VERSION}-p{o['n_products']}-train{o['n_train']}-eval{o['n_eval']}"
-            f"-val{o['n_validation']}-steps{o['max_steps']}"
+            f"g{GENERATOR_VERSION}-p{o.n_products}-train{o.n_train}-eval{o.n_eval}"
+            f"-val{o.n_validation}-steps{o.max_steps}"
         )
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
         if is_built(sets):
@@ -254,7 +308,7 @@ class WebshopLite(WebshopBase):
         write_catalog(out, seed, n)
         shop = Shop(load_catalog(out))
         goals = split_goals(shop.catalog, 0, 0, with_human=False).public
-        rows = [expert_walkthrough(shop, g, self.opts["max_steps"]) for g in goals]
+        rows = [expert_walkthrough(shop, g, self.config.max_steps) for g in goals]
         walks = [r for r in rows if r is not None]
         write_jsonl(out / "goals.jsonl", goals)
         write_jsonl(out / "walkthroughs.jsonl", walks)
@@ -284,26 +338,11 @@ class Webshop(WebshopBase):
     version = "2"
     summary = "WebShop (1,000-product catalog; the reference's 100 graded sessions)"
     workspace_exclude = ()
-    options: ClassVar[dict[str, Any]] = {
-        "n_walkthroughs": 2000,
-        "max_steps": 50,
-        # The reference's ReAct loop: its chat prompt, the page's actions listed, five
-        # earlier steps, 100 new tokens, a newline ends the action.
-        "protocol": "react",
-        "invalid": "env",
-        "history": 5,
-        "show_admissible": True,
-        "max_prompt_chars": 16000,
-        "max_observation_chars": 0,
-        "separator": " [SEP] ",
-        "max_new_tokens": 100,
-        "env_batch": 64,  # games played side by side (speed only, see InteractiveTask)
-        "batch_size": 64,
-        "score": "half",
-    }
+    Options = WebshopOptions
+    config: WebshopOptions
 
     def prepare(self, root: Path) -> PreparedTask:
-        sets = root / f"w{self.opts['n_walkthroughs']}-steps{self.opts['max_steps']}"
+        sets = root / f"w{self.config.n_walkthroughs}-steps{self.config.max_steps}"
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
         if is_built(sets):
             return prepared
@@ -326,8 +365,8 @@ class Webshop(WebshopBase):
                     "set WEBSHOP_DATA to their folder"
                 )
         build_store(
-            imported, sets, WEBSHOP_GRADED, WEBSHOP_VALIDATION, self.opts["n_walkthroughs"],
-            self.opts["max_steps"],
+            imported, sets, WEBSHOP_GRADED, WEBSHOP_VALIDATION, self.config.n_walkthroughs,
+            self.config.max_steps,
         )  # fmt: skip
         return prepared
 
