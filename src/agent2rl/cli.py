@@ -123,7 +123,7 @@ def run(
         None, "--agent-gpus", help="GPUs of the agent, as --grader-gpus (default: the others)."
     ),
     task_opt: list[str] = typer.Option(
-        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks`)."
+        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks TASK`)."
     ),
     driver: str | None = typer.Option(
         None, "--driver", help="Driver LLM of an LLM agent, e.g. claude-sonnet-4-5, gpt-5."
@@ -136,6 +136,13 @@ def run(
     ),
     token_budget: int | None = typer.Option(
         None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
+    ),
+    protocol: str = typer.Option(
+        "auto",
+        "--protocol",
+        help="How the grader decodes: auto (reference on the full tasks, agent2rl on the lite "
+        "ones) | reference (the paper's per-model table for the base model, seeded per item) | "
+        "agent2rl (greedy). See docs/paper-fidelity.md.",
     ),
     instructions: str = typer.Option(
         "neutral",
@@ -161,6 +168,14 @@ def run(
         help="HOST[:PORT] or *.SUFFIX the egress proxy allows under --network services, "
         "repeatable; replaces the default list (package indexes, model hubs); 'none': no egress.",
     ),
+    feedback: str = typer.Option(
+        "private",
+        "--feedback",
+        help="private (the paper's: /submit answers the private-split score, the result is the "
+        "best) | validation (MLE-bench's: /submit answers the validation-split score; at the end "
+        "the submission marked final, else the best on validation, is graded on the private "
+        "split).",
+    ),
 ) -> None:
     """Run one agent on one task within a budget, then write its report."""
     from agent2rl.inference import BackendConfig
@@ -181,6 +196,7 @@ def run(
             dtype=dtype,
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
+            protocol=protocol,
         ),
         task_options=_parse_task_opts(task_opt),
         driver=driver,
@@ -193,6 +209,7 @@ def run(
         disk_quota=parse_size(disk_quota) if disk_quota else None,
         network=network,
         egress_allow=_parse_allow_hosts(allow_host),
+        feedback=feedback,
     )
     _apply_gpu_layout(req, grader_gpus, agent_gpus, gpu_memory_utilization)
     _warn_if_experimental(agent)
@@ -366,10 +383,17 @@ def eval_(
         1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
     ),
     task_opt: list[str] = typer.Option(
-        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks`)."
+        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks TASK`)."
     ),
     timeout: str | None = typer.Option(
         None, "--timeout", help="Kill the evaluation after this long (default: the task's)."
+    ),
+    protocol: str = typer.Option(
+        "auto",
+        "--protocol",
+        help="How the grader decodes: auto (reference on the full tasks, agent2rl on the lite "
+        "ones) | reference (the paper's per-model table for the base model, seeded per item) | "
+        "agent2rl (greedy). See docs/paper-fidelity.md.",
     ),
 ) -> None:
     """Grade a model on a task without an agent, through the grader's own code path: prints
@@ -388,6 +412,7 @@ def eval_(
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
+            protocol=protocol,
         ),
         task_options=_parse_task_opts(task_opt),
         runs_dir=runs_dir,
@@ -428,10 +453,24 @@ def doctor(
 
 
 @app.command()
-def tasks() -> None:
-    """List the tasks with their level and description."""
+@_user_errors
+def tasks(
+    name: str | None = typer.Argument(
+        None, help="A task: show its options (--task-opt NAME=VALUE), types, defaults, help."
+    ),
+) -> None:
+    """List the tasks with their level and description; with a TASK, its options."""
     from agent2rl.tasks import get_task, task_names
+    from agent2rl.tasks.registry import TASKS
 
+    if name is not None:  # the table is generated from the task's options dataclass
+        cls = TASKS[name]
+        opts = Table("option", "type", "default", "what it sets", title=f"{name}: --task-opt")
+        for s in cls.Options.specs():
+            choices = f" One of: {', '.join(s.choices)}." if s.choices else ""
+            opts.add_row(s.name, s.type.__name__, s.default_text(), escape(s.help) + choices)
+        console.print(opts if cls.Options.specs() else f"task {name} has no options")
+        return
     table = Table("task", "level", "version", "description", "options (--task-opt)")
     for name in task_names():
         t = get_task(name)
@@ -521,10 +560,12 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     """Re-generate a run's report from its run directory.
 
     A run whose harness died (SIGKILL, a crash) without closing it is first marked
-    ``interrupted``, and its submissions still in flight failed (the harness's fault).
+    ``interrupted``, and its submissions still in flight failed (the harness's fault). A run
+    of ``--feedback validation`` whose end-of-run grade on the private split was not done
+    (interrupted, or its harness died) is graded first.
     """
     from agent2rl.analysis import record_run, write_report
-    from agent2rl.orchestration.recover import LIVE_STATUSES, close_dead_run
+    from agent2rl.orchestration.recover import LIVE_STATUSES, close_dead_run, complete_final_grade
     from agent2rl.rundir import RunInfo, RunPaths
 
     paths = RunPaths(run_dir.expanduser().resolve())
@@ -535,6 +576,8 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
         err_console.print(note, highlight=False, soft_wrap=True)
     elif (status := RunInfo.load(paths).status) in LIVE_STATUSES:
         err_console.print(f"note: the run is still {status}; this report is of the run so far")
+    if graded := complete_final_grade(paths):  # --feedback validation: the private-split grade
+        err_console.print(graded, highlight=False, soft_wrap=True)
     record_run(paths.root.parent, paths.root, write_report(paths))
     console.print(f"report: {paths.report / 'report.html'}")
 
@@ -587,7 +630,8 @@ def compare(
             r["task"],
             (r["agent"] or "")
             + (f" ({r['driver']})" if r["driver"] else "")
-            + (f", {r['mode']}" if r["mode"] else ""),
+            + (f", {r['mode']}" if r["mode"] else "")
+            + (" [feedback: validation]" if r.get("feedback") == "validation" else ""),
             _fmt(r["baseline"]),
             _fmt(r["best"]),
             _fmt(r["improvement"], signed=True) + ci,
@@ -609,7 +653,8 @@ def compare(
     for g in groups:
         summary.add_row(
             g["task"] or "-",
-            g["agent"] or "-",
+            (g["agent"] or "-")
+            + (" [feedback: validation]" if g["feedback"] == "validation" else ""),
             g["driver"] or "-",
             str(g["runs"]),
             _fmt(g["mean_best"]),
@@ -619,7 +664,9 @@ def compare(
         )
     console.print(summary)
     console.print(
-        "best: selected over every graded submission (optimistic); flagged runs count in the"
+        "best: selected over every graded submission (optimistic); [feedback: validation]: "
+        "the one submission graded on the private split, selected on validation scores (never "
+        "pooled with the others); flagged runs count in the"
         + (" means as graded (--raw)" if raw else " means as their base model (--raw: as graded)")
     )
 
