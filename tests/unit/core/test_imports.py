@@ -99,3 +99,47 @@ def test_the_checker_finds_a_cycle() -> None:
     # function-level imports are in the real graph: the grading worker imports the tasks
     # inside a module the CLI starts as a process
     assert "tasks" in import_graph()["grading"]
+
+
+#: analysis/'s subpackages, bottom first: each imports only those before it (rendering
+#: serves both pages; the per-run report never reads the cross-run dashboard)
+ANALYSIS_LAYERS = ("rendering", "report", "dashboard")
+
+
+def _imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path``, relative ones resolved."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                out.append((node.lineno, ".".join(base + ([node.module] if node.module else []))))
+            elif node.module:
+                out.append((node.lineno, node.module))
+    return out
+
+
+def test_analysis_subpackages_import_only_downward() -> None:
+    root = SRC / "analysis"
+    upward = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if len(rel) < 2 or rel[0] not in ANALYSIS_LAYERS:
+            continue  # analysis/__init__.py re-exports the public API of all three
+        mine = ANALYSIS_LAYERS.index(rel[0])
+        for line, target in _imports_of(path):
+            parts = target.split(".")
+            if parts[:2] == ["agent2rl", "analysis"] and len(parts) > 2:
+                other = parts[2]
+                if other in ANALYSIS_LAYERS and ANALYSIS_LAYERS.index(other) > mine:
+                    upward.append(f"{path.relative_to(SRC)}:{line} imports {target}")
+    assert not upward, "analysis subpackage imports upward:\n  " + "\n  ".join(upward)
+
+
+def test_statistics_is_at_the_bottom() -> None:
+    """The intervals the grading service and the analyses share import nothing above them."""
+    assert set(import_graph().get("statistics", {})) <= {"files"}
