@@ -3,7 +3,9 @@
 The sandbox keeps the private split out of the workspace, but an agent with network access can
 download a benchmark's test set, and one that finds a leak can copy it. Whatever it trained
 on is usually still in its workspace when the run ends: data it wrote or downloaded, its code,
-caches. :func:`scan_workspace` reads every file there (see
+caches, and its ``.tmp`` folder, which is both its ``TMPDIR`` and, under bubblewrap, its
+``/tmp`` (:data:`agent2rl.sandbox.agent.AGENT_TMP`: on disk, not a tmpfs that ends with the
+sandbox). :func:`scan_workspace` reads every file there (see
 :func:`agent2rl.integrity.ngrams.scan_file` for what is read and what is skipped) and looks for
 the fingerprints of each private item (:class:`~agent2rl.integrity.ngrams.PrivateIndex`:
 13-grams of words after normalisation, minus what the public split shares, plus distinctive
@@ -400,8 +402,10 @@ def check_run(
     public one, scan ``paths.workspace``, the egress log (``egress_log``, else
     ``record/egress.jsonl`` when it exists) and the name proxies' logs
     (``record/packages.jsonl``, ``record/hub.jsonl``), write ``record/contamination.json``
-    atomically and return the report. The agent's ``/tmp`` is not scanned: under bwrap it is
-    a tmpfs that ends with the sandbox (its ``TMPDIR`` is the workspace's ``.tmp``, scanned).
+    atomically and return the report. The agent's ``/tmp`` is scanned with the workspace: it
+    is the workspace's ``.tmp`` (its ``TMPDIR`` too; files listed as ``.tmp/...``). Under
+    ``--sandbox none`` only ``TMPDIR`` is: a literal ``/tmp`` path there is the host's own,
+    shared with every other process, and is not scanned.
 
     Call it after the agent has stopped (the workspace no longer changes). It reads the
     private split, so it runs in the harness, never where the agent could see its output.
