@@ -32,6 +32,8 @@ from urllib.parse import quote
 FINAL_STATUSES = frozenset(
     {"completed", "deadline", "agent_error", "oom", "disk_quota", "interrupted", "harness_error"}
 )
+#: final statuses that mean a resource cap stopped the agent, and the cap's name
+CAP_STATUSES = {"oom": "memory", "disk_quota": "disk"}
 #: how long a directory scan is reused (a new run shows within this many seconds)
 SCAN_TTL_S = 2.0
 #: the most characters of one text shown in a timeline row (the whole is one click away)
@@ -51,6 +53,12 @@ def _stamp(*paths: Path) -> tuple[tuple[int, int], ...]:
         except OSError:
             out.append((0, 0))
     return tuple(out)
+
+
+def _is_budget(error: Any) -> bool:
+    """Whether a proxy refusal's message is the token budget's (the metering proxy says
+    "token budget of N ..."; a refused model or key says something else)."""
+    return isinstance(error, str) and "token budget" in error
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -310,13 +318,14 @@ def new_items(request: Any) -> list[dict[str, str]]:
     return out
 
 
-def summarize_exchange(line: dict[str, Any]) -> dict[str, Any]:
-    """A transcript line as the timeline shows it (kept in memory for every line)."""
-    calls = tool_calls_of(line.get("response"))
+def _exchange_row(line: dict[str, Any], seq: Any) -> dict[str, Any]:
+    """The fields a timeline row of one LLM request has, from a transcript line or a usage
+    line (both carry the proxy's usage record): time, endpoint, status, tokens, cost, error,
+    and whether the proxy refused it (the token budget, a model not allowed)."""
     status = line.get("status") or 0
     return {
         "kind": "llm",
-        "seq": line.get("seq"),
+        "seq": seq,
         "t": line.get("time"),
         "api": line.get("api"),
         "endpoint": line.get("endpoint"),
@@ -327,7 +336,16 @@ def summarize_exchange(line: dict[str, Any]) -> dict[str, Any]:
         "input_tokens": line.get("input_tokens"),
         "output_tokens": line.get("output_tokens"),
         "cost_usd": line.get("cost_usd"),
+        "refused": bool(line.get("refused")),
         "error": line.get("error") or (f"HTTP {status}" if status >= 400 else None),
+    }
+
+
+def summarize_exchange(line: dict[str, Any]) -> dict[str, Any]:
+    """A transcript line as the timeline shows it (kept in memory for every line)."""
+    calls = tool_calls_of(line.get("response"))
+    return {
+        **_exchange_row(line, line.get("seq")),
         "input": new_items(line.get("request")),
         "text": _clip(response_text(line.get("response"))),
         "tool_calls": [
@@ -347,25 +365,7 @@ def summarize_exchange(line: dict[str, Any]) -> dict[str, Any]:
 
 def summarize_usage_line(line: dict[str, Any]) -> dict[str, Any]:
     """A usage-file line as a timeline row, for a run recorded before transcripts."""
-    status = line.get("status") or 0
-    return {
-        "kind": "llm",
-        "seq": None,
-        "t": line.get("time"),
-        "api": line.get("api"),
-        "endpoint": line.get("endpoint"),
-        "model": line.get("model"),
-        "status": status,
-        "stream": line.get("stream"),
-        "latency_s": line.get("latency_s"),
-        "input_tokens": line.get("input_tokens"),
-        "output_tokens": line.get("output_tokens"),
-        "cost_usd": line.get("cost_usd"),
-        "error": line.get("error") or (f"HTTP {status}" if status >= 400 else None),
-        "input": [],
-        "text": "",
-        "tool_calls": [],
-    }
+    return {**_exchange_row(line, None), "input": [], "text": "", "tool_calls": []}
 
 
 # --------------------------------------------------------------------------------------------
@@ -641,15 +641,27 @@ class RunView:
         return events
 
     def harness_events(self) -> list[dict[str, Any]]:
-        """The harness's own events, from run.json: created, budget clock started, deadline
-        (once passed), ended (its status, the agent's exit code and any error)."""
+        """The harness's own events: from run.json, created, budget clock started, deadline
+        (once passed), a resource cap that stopped the agent (memory: ``oom``, disk:
+        ``disk_quota``; the agent's process tree is killed), ended (its status, the agent's
+        exit code and any error); from the LLM record, the first request the proxy refused
+        because the run's token budget was spent (the token cap), with how many were
+        refused. Each has an ``event`` name (``deadline``, ``cap``, ``token_cap``...) that
+        the page can filter on; an event without a time in the record is left out."""
         info = self.info()
         out = []
 
         def add(key: str, t: Any, text: str, error: str | None = None) -> None:
             if isinstance(t, int | float):
                 out.append(
-                    {"kind": "harness", "id": f"h-{key}", "t": t, "text": text, "error": error}
+                    {
+                        "kind": "harness",
+                        "event": key,
+                        "id": f"h-{key}",
+                        "t": t,
+                        "text": text,
+                        "error": error,
+                    }
                 )
 
         add(
@@ -672,6 +684,22 @@ class RunView:
         if isinstance(deadline, int | float) and deadline <= time.time():
             if not isinstance(ended, int | float) or ended >= deadline - 1:
                 add("deadline", deadline, "deadline reached: the agent is stopped")
+        if status in CAP_STATUSES:
+            add(
+                "cap",
+                ended,
+                f"{CAP_STATUSES[status]} cap reached: the agent's processes are killed",
+                info.get("error") or status,
+            )
+        refused = [e for e in self.llm() if e.get("refused") and _is_budget(e.get("error"))]
+        if refused:
+            more = f" ({len(refused)} requests refused in all)" if len(refused) > 1 else ""
+            add(
+                "token_cap",
+                refused[0].get("t"),
+                f"token cap reached: the metering proxy refuses the agent's requests{more}",
+                refused[0].get("error"),
+            )
         if status in FINAL_STATUSES:
             bad = status not in ("completed", "deadline")
             add(
@@ -786,22 +814,25 @@ class Index:
                     if (p / "run.json").is_file():
                         add_run(p)
 
+            def add(d: Path) -> bool:
+                """List ``d`` if it is a run or a study; whether it was one."""
+                if (d / "run.json").is_file():
+                    add_run(d)
+                elif (d / "study.db").is_file():
+                    add_study(d)
+                else:
+                    return False
+                return True
+
             root = self.root
             if (root / "run.json").is_file():
                 add_run(root)
             if (root / "study.db").is_file():
                 add_study(root)
             for d in _subdirs(root):
-                if (d / "run.json").is_file():
-                    add_run(d)
-                elif (d / "study.db").is_file():
-                    add_study(d)
-                else:
+                if not add(d):  # a directory of runs or studies, one level down
                     for dd in _subdirs(d):
-                        if (dd / "run.json").is_file():
-                            add_run(dd)
-                        elif (dd / "study.db").is_file():
-                            add_study(dd)
+                        add(dd)
             self.runs, self.studies = runs, studies
             self._scanned = time.monotonic()
 

@@ -326,3 +326,57 @@ def test_run_page_url_names_a_live_viewer_of_the_run(
     dead.wait()
     write_json_atomic(home / ANNOUNCE, {"url": base, "root": str(runs.resolve()), "pid": dead.pid})
     assert run_page_url(runs / RUN_ID) is None
+
+
+def test_timeline_shows_the_harness_caps_and_kills(tmp_path: Path) -> None:
+    """A run stopped by its memory cap, whose token budget ran out first: the timeline has the
+    token cap (the first refusal, with the count) and the cap that killed the agent, each
+    with the record's own words, besides created / start / ended. A refusal that is not the
+    budget's (a model not allowed) is not a token cap."""
+    from agent2rl.metering import UsageRecord, append_record
+    from agent2rl.metering.budget import Estimate, TokenBudget
+    from agent2rl.viewer.data import RunView
+
+    paths = RunPaths(tmp_path / "capped")
+    paths.record.mkdir(parents=True)
+    t0 = 1_000_000.0
+    RunInfo(
+        run_id="capped",
+        task="arith-lite",
+        task_version="2",
+        level=1,
+        agent="test",
+        model="tiny",
+        budget_s=600,
+        seed=0,
+        sandbox="none",
+        created_at=t0 - 10,
+        start=t0,
+        deadline=t0 + 600,
+        ended_at=t0 + 300,
+        status="oom",
+        agent_exit_code=-9,
+        error="memory cap of 2.0 GiB reached (2.1 GiB in use)",
+    ).save(paths)
+    refusal = TokenBudget(100, used=100).reserve(Estimate(50, 10))
+    assert refusal is not None
+    lines = [
+        UsageRecord(api="openai", endpoint="chat", time=t0 + 100, status=200, input_tokens=100),
+        UsageRecord(api="openai", endpoint="chat", time=t0 + 150, status=403, refused=True,
+                    error="model gpt-4-1106-preview is not allowed for the agent"),
+        UsageRecord(api="openai", endpoint="chat", time=t0 + 200, status=429, refused=True,
+                    error=refusal.message),
+        UsageRecord(api="openai", endpoint="chat", time=t0 + 210, status=429, refused=True,
+                    error=refusal.message),
+    ]  # fmt: skip
+    for rec in lines:
+        append_record(paths.llm_usage, rec)
+
+    events = [e for e in RunView(paths.root).timeline() if e["kind"] == "harness"]
+    by = {e["event"]: e for e in events}
+    assert [e["event"] for e in events] == ["created", "start", "token_cap", "cap", "ended"]
+    assert by["token_cap"]["t"] == t0 + 200 and "2 requests refused" in by["token_cap"]["text"]
+    assert by["token_cap"]["error"] == refusal.message
+    assert by["cap"]["t"] == t0 + 300 and "memory cap reached" in by["cap"]["text"]
+    assert "killed" in by["cap"]["text"] and by["cap"]["error"].startswith("memory cap of 2.0")
+    assert "oom" in by["ended"]["text"]
