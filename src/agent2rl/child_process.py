@@ -1,12 +1,18 @@
-"""The harness's own long-lived child processes (grading service, metering proxy, rollout
-service, egress proxy): each is a loopback HTTP server in its own session, with a
-parent-death signal, that announces its port in a ready file. :func:`start_announcing` is
-the parent's side of that handshake, :func:`serve_on_free_port` the child's,
-:func:`stop_child` the end of it."""
+"""The harness's own child processes, started and killed one way.
+
+:func:`spawn_child` starts one in its own session (so its whole group can be killed as one)
+with a parent-death signal (so a harness killed by SIGKILL leaves none behind);
+:func:`kill_group` kills such a child's group. The long-lived services (grading service,
+metering proxy, rollout service, egress proxy) are loopback HTTP servers started so, that
+announce their port in a ready file: :func:`start_announcing` is the parent's side of that
+handshake, :func:`serve_on_free_port` the child's, :func:`stop_child` the end of it. The
+grader's evaluation workers (:mod:`agent2rl.grading.evaluator`) are started and killed with
+the same two functions."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import socket
@@ -15,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agent2rl.files import read_json
 
@@ -36,6 +42,54 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
     except OSError:
         pass
+
+
+def spawn_child(
+    cmd: list[str],
+    *,
+    env: dict[str, str],
+    stdout: IO[bytes] | int | None = None,
+    stderr: IO[bytes] | int | None = subprocess.STDOUT,
+    stdin: IO[bytes] | int | None = None,
+    death_signal: int = signal.SIGTERM,
+) -> subprocess.Popen:
+    """Start ``cmd`` in a session of its own (its process group is its pid, so
+    :func:`kill_group` reaches everything it forks that stays in the group) with
+    ``death_signal`` as its parent-death signal (:func:`die_with_parent`: call this from a
+    thread that lives as long as the child should). ``stdout``, ``stderr`` and ``stdin`` are
+    as :class:`subprocess.Popen` takes them (default: stdout inherited, stderr into stdout).
+
+    ``death_signal`` is SIGTERM for a service that should finish what it is doing, SIGKILL
+    for a worker that may be stuck in a call that ignores SIGTERM (a CUDA kernel). Raises
+    what :class:`subprocess.Popen` raises (``OSError`` for a missing program).
+    """
+    return subprocess.Popen(
+        cmd,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        env=env,
+        preexec_fn=functools.partial(die_with_parent, death_signal),
+    )
+
+
+def signal_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group of ``proc`` (started by :func:`spawn_child`), without
+    waiting. A group already gone is left alone, and so is one we may not signal (its pid was
+    reused by someone else's process). Safe in a signal handler: no locks, no waiting."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group(proc: subprocess.Popen) -> int:
+    """SIGKILL the process group of ``proc`` and reap ``proc``; returns its exit status.
+    Idempotent: a child that already exited (reaped or not) is only reaped."""
+    if proc.poll() is None:
+        signal_group(proc, signal.SIGKILL)
+    return proc.wait()
 
 
 @dataclass
@@ -77,14 +131,7 @@ def start_announcing(
     ready_file.unlink(missing_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            preexec_fn=die_with_parent,
-        )
+        proc = spawn_child(cmd, env=env, stdout=log)
     deadline = time.time() + ready_timeout
     try:
         while time.time() < deadline:
@@ -136,11 +183,10 @@ def serve_on_free_port(
 def stop_child(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     """SIGTERM ``proc`` (it gets ``timeout`` seconds to finish in-flight work), then SIGKILL
     its whole process group. Idempotent: a process that already exited is left alone. The
-    child must have been started with ``start_new_session=True`` so its group is its own."""
+    child must have been started by :func:`spawn_child` so its group is its own."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_group(proc)

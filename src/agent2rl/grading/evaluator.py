@@ -19,7 +19,6 @@ evaluation of the agent's own time, wrongly caching a harness failure loses a sc
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import queue
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agent2rl.child_process import die_with_parent
+from agent2rl.child_process import kill_group, signal_group, spawn_child
 from agent2rl.dataset import Split
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.settings import Settings
@@ -159,7 +158,7 @@ class EvalWorkers:
         with self._lock:
             procs = list(self._procs)
         for proc in procs:
-            _signal_group(proc)
+            signal_group(proc)
         return len(procs)
 
 
@@ -227,17 +226,10 @@ def run_evaluation(
         return _stopped_outcome(0.0)
     env = _worker_env()
     with open(log_path or out / "eval.log", "ab") as log:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            # SIGKILL, not SIGTERM: a worker stuck in a CUDA call may ignore SIGTERM.
-            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
-        )
+        # SIGKILL, not SIGTERM: a worker stuck in a CUDA call may ignore SIGTERM.
+        proc = spawn_child(cmd, env=env, stdout=log, death_signal=signal.SIGKILL)
     if workers is not None and not workers._add(proc):  # stopped while it was starting
-        _kill_group(proc)
+        kill_group(proc)
         return _stopped_outcome(time.time() - started)
     try:
         cut = _wait_in_two_phases(proc, out / STARTED_FILE, lock_wait_s, timeout_s)
@@ -336,14 +328,13 @@ class WarmWorker:
         ]
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "ab") as log:
-            return subprocess.Popen(
+            return spawn_child(
                 cmd,
+                env=_worker_env(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                start_new_session=True,
-                env=_worker_env(),
-                preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
+                death_signal=signal.SIGKILL,
             )
 
     def _start(self, workers: EvalWorkers | None) -> subprocess.Popen | None:
@@ -356,7 +347,7 @@ class WarmWorker:
         if isinstance(proc, Exception):
             raise proc
         if workers is not None and not workers._add(proc):
-            _kill_group(proc)
+            kill_group(proc)
             return None
         replies: queue.Queue[str | None] = queue.Queue()
 
@@ -376,7 +367,7 @@ class WarmWorker:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
-        _kill_group(proc)
+        kill_group(proc)
         if workers is not None:
             workers._discard(proc)
         return proc.returncode
@@ -476,7 +467,7 @@ def _wait_in_two_phases(
             return None
         except subprocess.TimeoutExpired:
             if time.monotonic() > wait_end:
-                _kill_group(proc)
+                kill_group(proc)
                 return (
                     f"evaluation did not get the device within {lock_wait_s:g}s (other "
                     "evaluations held it): submit again"
@@ -484,7 +475,7 @@ def _wait_in_two_phases(
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc)
         return f"evaluation timed out after {timeout_s:g}s"
     return None
 
@@ -509,15 +500,3 @@ def _read_error(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {"error": "unreadable error.json", "failure": "harness"}
     return report if isinstance(report, dict) else {"failure": "harness"}
-
-
-def _signal_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # gone already (a reused pid is not ours)
-        pass
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    _signal_group(proc)
-    proc.wait()
