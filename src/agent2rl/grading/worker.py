@@ -323,6 +323,8 @@ def evaluate_to(
             try:
                 result = task.evaluate(timed, prepared, limit=spec.limit, split=spec.split)
                 eval_hash = task.eval_hash(backend.describe())
+                # what the backend decoded with (None: agent2rl's greedy), samples per item
+                decoding = backend.describe().get("decoding")
             finally:
                 if warm is None:
                     backend.close()
@@ -338,6 +340,7 @@ def evaluate_to(
         "n_items": result.n_items,
         "seconds": result.seconds,
         "eval_hash": eval_hash,
+        "decoding": decoding,
         "lock_wait_s": waited,
         "details": result.details,
         "timings": timings,

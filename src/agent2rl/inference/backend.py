@@ -1,14 +1,18 @@
 """The generation-backend interface every task evaluates through.
 
-A backend turns prompts into greedy completions for one model directory: transformers (CPU or
-one GPU) or vLLM (GPU, the optional ``gpu`` extra). Tasks never import a backend directly;
-:func:`load_backend` picks one from a :class:`BackendConfig`, by name in :data:`BACKENDS`.
+A backend turns prompts into completions for one model directory: transformers (CPU or one
+GPU) or vLLM (GPU, the optional ``gpu`` extra). Tasks never import a backend directly;
+:func:`load_backend` picks one from a :class:`BackendConfig`, by name in :data:`BACKENDS`. How
+a backend decodes is the run's :class:`~agent2rl.inference.decoding.Decoding`
+(:meth:`BackendConfig.decoding_settings`), one object read by both backends: greedy unless the
+run's ``--protocol`` gives the base model sampled settings.
 
 Grading is decided by the task and the run, never by the submission: both backends ignore a
 model directory's ``generation_config.json`` (a submission could otherwise change how it is
 graded without changing its weights: beams, a repetition penalty, a minimum length, banned
-words) and decode greedily with the task's settings. A completion ends at a stop string, at
-``max_new_tokens``, or at one of the run's :attr:`BackendConfig.stop_token_ids` (the base
+words) and decode with the task's settings and the run's decoding. A completion ends at a stop
+string, at the output limit (:func:`max_new_tokens`), or at one of the run's
+:attr:`BackendConfig.stop_token_ids` (the base
 model's end-of-sequence ids, see :func:`model_stop_token_ids`) or the model's own tokenizer's
 end-of-sequence token. The one part of a submission that runs as code, its chat template, is
 held to :func:`apply_chat_template`'s rule: it may wrap the messages, not read them.
@@ -19,12 +23,15 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent2rl.inference.chat_template import ChatTemplate
 from agent2rl.registry import Registry
+
+if TYPE_CHECKING:
+    from agent2rl.inference.decoding import Decoding
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,25 @@ def apply_chat_template(
     return None if template is None else template.render(messages)
 
 
+def max_new_tokens(settings: GenerationSettings, decoding: Decoding) -> int:
+    """The output limit: the decoding's when it sets one (the reference's table), else the
+    task's."""
+    return decoding.max_new_tokens or settings.max_new_tokens
+
+
+def finish(text: str, settings: GenerationSettings, decoding: Decoding) -> str:
+    """A raw completion as the task receives it: cut at the earliest stop string, then,
+    when the decoding strips reasoning and the text has a ``<think>``/``</think>`` tag, its
+    reasoning removed (:func:`~agent2rl.inference.decoding.strip_reasoning`; a text without
+    a tag is left as it is, leading indentation included)."""
+    from agent2rl.inference.decoding import strip_reasoning
+
+    text = truncate_at_stop(text, settings.stop)
+    if decoding.strip_reasoning and ("<think>" in text or "</think>" in text):
+        text = strip_reasoning(text)
+    return text
+
+
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
     """Cut ``text`` before the earliest occurrence of any stop string."""
     cut = len(text)
@@ -103,7 +129,12 @@ def _vllm(model_dir: Path, config: BackendConfig) -> Backend:
 def _transformers(model_dir: Path, config: BackendConfig) -> Backend:
     from agent2rl.inference.transformers_backend import TransformersBackend
 
-    return TransformersBackend(model_dir, dtype=config.dtype, stop_token_ids=config.stop_token_ids)
+    return TransformersBackend(
+        model_dir,
+        dtype=config.dtype,
+        stop_token_ids=config.stop_token_ids,
+        decoding=config.decoding_settings(),
+    )
 
 
 BACKENDS.register("vllm", _vllm)
@@ -139,25 +170,38 @@ class BackendConfig:
     max_model_len: int | None = None
     tensor_parallel_size: int = 1
     stop_token_ids: tuple[int, ...] = ()
-    #: ``greedy`` (default) or ``reference``: the reference's per-model table
-    #: (:mod:`agent2rl.inference.decoding`); ``decoding_seed`` seeds sampled grading.
-    decoding: str = "greedy"
-    decoding_seed: int | None = None
+    #: ``--protocol``: ``auto`` | ``agent2rl`` | ``reference`` (:mod:`agent2rl.inference.decoding`)
+    protocol: str = "auto"
+    #: the resolved :class:`~agent2rl.inference.decoding.Decoding` as a dict (set once per run
+    #: by :meth:`for_run` from the task and the base model); None: agent2rl's greedy decoding
+    decoding: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop_token_ids"] = list(self.stop_token_ids)
-        # Greedy leaves the dict as before, so evaluation hashes of greedy runs do not move.
-        if self.decoding == "greedy":
+        if self.decoding is None:
             d.pop("decoding")
-            d.pop("decoding_seed")
         return d
 
-    def decoding_for(self, model: str) -> Any:
-        """``model``'s :class:`~agent2rl.inference.decoding.Decoding` under this config."""
-        from agent2rl.inference.decoding import decoding_for
+    def decoding_settings(self) -> Decoding:
+        """The :class:`~agent2rl.inference.decoding.Decoding` every backend applies."""
+        from agent2rl.inference.decoding import Decoding
 
-        return decoding_for(model, self.decoding, self.decoding_seed)
+        return Decoding.from_dict(self.decoding)
+
+    def for_run(self, task: str, model: str, model_dir: Path) -> BackendConfig:
+        """This config completed for grading ``task`` with the base model ``model`` (the
+        ``--model`` value) at ``model_dir``: the base model's stop token ids and the decoding
+        the protocol gives its name (:func:`~agent2rl.inference.decoding.table_name`; the
+        submissions are decoded as their base model, never by their own name or config)."""
+        from agent2rl.inference.decoding import decoding_for, table_name
+
+        dec = decoding_for(task, table_name(model, model_dir), self.protocol)
+        return replace(
+            self,
+            stop_token_ids=model_stop_token_ids(model_dir),
+            decoding=None if dec.is_default else dec.to_dict(),
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> BackendConfig:
@@ -187,8 +231,12 @@ class BackendConfig:
             )
         if self.max_model_len is not None and self.max_model_len < 16:
             raise UserError(f"--max-model-len {self.max_model_len} is too small (>= 16)")
-        if self.decoding not in ("greedy", "reference"):
-            raise UserError(f"unknown decoding {self.decoding!r}: use greedy or reference")
+        from agent2rl.inference.decoding import PROTOCOLS
+
+        if self.protocol not in PROTOCOLS:
+            raise UserError(
+                f"unknown --protocol {self.protocol!r}: use one of {', '.join(PROTOCOLS)}"
+            )
         if self.tensor_parallel_size < 1:
             raise UserError("--tensor-parallel-size must be at least 1")
         if self.kind == "vllm" and not vllm_usable():

@@ -1,16 +1,70 @@
-"""Batched greedy generation with Hugging Face transformers (CPU, or one GPU if present)."""
+"""Batched generation with Hugging Face transformers (CPU, or one GPU if present): greedy, or
+sampled with a seed per item (:class:`SeededSampling`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from agent2rl.inference.backend import GenerationSettings, apply_chat_template, truncate_at_stop
+from agent2rl.inference.backend import (
+    GenerationSettings,
+    apply_chat_template,
+    finish,
+    max_new_tokens,
+)
 from agent2rl.inference.chat_template import ChatTemplate
+from agent2rl.inference.decoding import GREEDY, Decoding, item_seed
+
+
+class SeededSampling:
+    """A logits processor that turns greedy search into sampling with one random stream per
+    batch row: at every step it adds Gumbel noise drawn from the row's own generator to the
+    row's (temperature-scaled, top-k/top-p filtered) log-probabilities, and greedy search's
+    argmax of the sum is then an exact sample from the filtered distribution (the Gumbel-max
+    trick). Each row draws a full vocabulary of noise per step from a generator seeded with its
+    item's seed, so step ``t`` of an item always gets the same noise, whatever the batch it is
+    in and wherever in it; ``torch.multinomial`` on the shared global generator would not.
+    The noise is drawn on the CPU in float64, so it is the same on every device."""
+
+    def __init__(self, seeds: list[int]) -> None:
+        import torch
+
+        self._gens = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        vocab = scores.shape[-1]
+        u = torch.stack([torch.rand(vocab, generator=g, dtype=torch.float64) for g in self._gens])
+        # u in [0, 1): clamp away from 0 so that -log(-log(u)) stays finite.
+        gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
+        return scores.float() + gumbel.to(device=scores.device, dtype=torch.float32)
+
+
+def sampling_processors(decoding: Decoding, prompts: list[str]) -> list[Any]:
+    """The logits processors of sampled decoding for a batch of ``prompts``, in the order
+    vLLM applies them (temperature, top-k, top-p), then :class:`SeededSampling`; empty for
+    greedy decoding."""
+    if decoding.greedy:
+        return []
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    procs: list[Any] = [TemperatureLogitsWarper(decoding.temperature)]
+    if decoding.top_k > 0:
+        procs.append(TopKLogitsWarper(decoding.top_k))
+    if decoding.top_p < 1.0:
+        procs.append(TopPLogitsWarper(decoding.top_p))
+    procs.append(SeededSampling([item_seed(decoding.seed, p) for p in prompts]))
+    return procs
 
 
 class TransformersBackend:
-    """Greedy generation with left padding, stop strings and max-new-tokens.
+    """Generation with left padding, stop strings and max-new-tokens, decoded as ``decoding``
+    says (greedy by default; sampled: :func:`sampling_processors`, seeded per item).
 
     Prompts are sorted by length before batching so a batch wastes little padding; results
     come back in the original order. A tokenizer without a pad token pads with EOS. The
@@ -28,6 +82,7 @@ class TransformersBackend:
         device: str | None = None,
         dtype: str = "auto",
         stop_token_ids: tuple[int, ...] = (),
+        decoding: Decoding = GREEDY,
     ) -> None:
         """``dtype`` ``auto`` is bfloat16 on a GPU and float32 on CPU."""
         import torch
@@ -38,7 +93,11 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.decoding = decoding
         self.chat_template = ChatTemplate.of_tokenizer(self.tokenizer)
+        if self.chat_template is not None and decoding.enable_thinking:
+            # OpenCompass's chat_template_kwargs=dict(enable_thinking=True)
+            self.chat_template.variables["enable_thinking"] = True
         if dtype == "auto":
             dtype = "bfloat16" if self.device == "cuda" else "float32"
         dtype = getattr(torch, dtype)
@@ -58,11 +117,15 @@ class TransformersBackend:
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(eos) or None,
             bos_token_id=self.tokenizer.bos_token_id,
+            repetition_penalty=decoding.repetition_penalty,
         )
         self._dtype = str(dtype).replace("torch.", "")
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "dtype": self._dtype}
+        out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
+        if not self.decoding.is_default:
+            out["decoding"] = self.decoding.to_dict()
+        return out
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
         return apply_chat_template(self.chat_template, messages)
@@ -73,6 +136,7 @@ class TransformersBackend:
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         out: list[str] = [""] * len(prompts)
         limit = getattr(self.model.config, "max_position_embeddings", None)
+        want = max_new_tokens(settings, self.decoding)
         for start in range(0, len(order), settings.batch_size):
             idx = order[start : start + settings.batch_size]
             batch = self.tokenizer(
@@ -81,22 +145,33 @@ class TransformersBackend:
                 padding=True,
                 add_special_tokens=False,
             )
-            if limit and batch["input_ids"].shape[1] + settings.max_new_tokens > limit:
+            new_tokens = want
+            # A prompt is cut to leave room for the task's own limit; a longer limit of the
+            # decoding's (the reference's table on a small model) ends where the context does.
+            reserve = min(want, settings.max_new_tokens)
+            if limit and batch["input_ids"].shape[1] + reserve > limit:
                 # Keep the end of over-long prompts (the question is at the end).
-                keep = max(1, limit - settings.max_new_tokens)
+                keep = max(1, limit - reserve)
                 batch = {k: v[:, -keep:] for k, v in batch.items()}
+            if limit:
+                new_tokens = min(want, max(1, limit - batch["input_ids"].shape[1]))
             batch = {k: v.to(self.device) for k, v in batch.items()}
             kwargs: dict[str, Any] = {}
             if settings.stop:
                 kwargs = {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}
+            procs = sampling_processors(self.decoding, [prompts[i] for i in idx])
+            if procs:
+                from transformers import LogitsProcessorList
+
+                kwargs["logits_processor"] = LogitsProcessorList(procs)
             with torch.inference_mode():
                 gen = self.model.generate(
-                    **batch, max_new_tokens=settings.max_new_tokens, do_sample=False, **kwargs
+                    **batch, max_new_tokens=new_tokens, do_sample=False, **kwargs
                 )
             new = gen[:, batch["input_ids"].shape[1] :]
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, text in zip(idx, texts, strict=True):
-                out[i] = truncate_at_stop(text, settings.stop)
+                out[i] = finish(text, settings, self.decoding)
         return out
 
     def close(self) -> None:

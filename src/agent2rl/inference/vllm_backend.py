@@ -1,4 +1,6 @@
-"""Greedy generation with vLLM (GPU). Needs the optional ``gpu`` extra (``vllm``).
+"""Generation with vLLM (GPU), greedy or sampled as the run's decoding says. Needs the optional
+``gpu`` extra (``vllm``). :func:`sampling_kwargs` (importable without vLLM, unit-tested) is the
+whole mapping from a :class:`~agent2rl.inference.decoding.Decoding` to ``SamplingParams``.
 
 It runs inside the evaluation child process like every backend, so the GPU memory vLLM
 reserves is released when that process exits after each submission.
@@ -13,13 +15,45 @@ from agent2rl.inference.backend import (
     BackendConfig,
     GenerationSettings,
     apply_chat_template,
-    truncate_at_stop,
+    finish,
+    max_new_tokens,
 )
 from agent2rl.inference.chat_template import ChatTemplate
+from agent2rl.inference.decoding import Decoding, item_seed
+
+
+def sampling_kwargs(
+    decoding: Decoding,
+    settings: GenerationSettings,
+    prompt: str,
+    stop_token_ids: list[int],
+    max_tokens: int | None = None,
+) -> dict[str, Any]:
+    """``vllm.SamplingParams`` keyword arguments for one prompt. Greedy: ``temperature`` 0
+    (vLLM then ignores top-p/top-k and the seed). Sampled: the decoding's temperature,
+    top-p, top-k (0 or less: vLLM's -1, off) and a per-request ``seed`` from
+    :func:`~agent2rl.inference.decoding.item_seed` (vLLM gives a seeded request its own
+    generator, so its sample does not depend on the batch). ``n`` is the decoding's samples per
+    item; ``max_tokens`` defaults to :func:`~agent2rl.inference.backend.max_new_tokens`."""
+    out: dict[str, Any] = {
+        "n": decoding.samples,
+        "temperature": decoding.temperature,
+        "max_tokens": max_tokens or max_new_tokens(settings, decoding),
+        "stop": list(settings.stop) or None,
+        "stop_token_ids": list(stop_token_ids),
+        "skip_special_tokens": True,
+    }
+    if decoding.repetition_penalty != 1.0:
+        out["repetition_penalty"] = decoding.repetition_penalty
+    if not decoding.greedy:
+        out["top_p"] = decoding.top_p
+        out["top_k"] = decoding.top_k if decoding.top_k > 0 else -1
+        out["seed"] = item_seed(decoding.seed, prompt)
+    return out
 
 
 class VllmBackend:
-    """Greedy decoding through ``vllm.LLM`` with the same contract as the transformers backend.
+    """Decoding through ``vllm.LLM`` with the same contract as the transformers backend.
 
     Prompts are tokenized here without special tokens (as the transformers backend does) and
     handed to vLLM as token ids, so both backends feed the model the same ids. A prompt longer
@@ -36,6 +70,7 @@ class VllmBackend:
         from vllm import LLM
 
         self._dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+        self.decoding = config.decoding_settings()
         self.llm = LLM(
             model=str(model_dir),
             tokenizer=str(model_dir),
@@ -43,7 +78,8 @@ class VllmBackend:
             load_format="safetensors",
             dtype=self._dtype,
             gpu_memory_utilization=config.gpu_memory_utilization,
-            max_model_len=config.max_model_len,
+            # the reference gives vLLM its row's context (max_seq_len) unless the run names one
+            max_model_len=config.max_model_len or self.decoding.max_model_len,
             tensor_parallel_size=config.tensor_parallel_size,
             seed=0,
             generation_config="vllm",
@@ -52,6 +88,8 @@ class VllmBackend:
         # Prompts are rendered here, never by vLLM's own chat path: the same checked rendering
         # as the transformers backend's.
         self.chat_template = ChatTemplate.of_tokenizer(self.tokenizer)
+        if self.chat_template is not None and self.decoding.enable_thinking:
+            self.chat_template.variables["enable_thinking"] = True
         eos = set(config.stop_token_ids)
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -59,7 +97,10 @@ class VllmBackend:
         self.max_len = self.llm.llm_engine.model_config.max_model_len
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "dtype": self._dtype}
+        out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
+        if not self.decoding.is_default:
+            out["decoding"] = self.decoding.to_dict()
+        return out
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
         return apply_chat_template(self.chat_template, messages)
@@ -67,22 +108,21 @@ class VllmBackend:
     def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
         from vllm import SamplingParams
 
-        params = SamplingParams(
-            temperature=0.0,
-            max_tokens=settings.max_new_tokens,
-            stop=list(settings.stop) or None,
-            stop_token_ids=self.stop_token_ids,
-            skip_special_tokens=True,
-        )
-        keep = max(1, self.max_len - settings.max_new_tokens)
-        inputs = [
-            {"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:]}
-            for p in prompts
-        ]
+        want = max_new_tokens(settings, self.decoding)
+        # The prompt is cut to leave room for the task's own limit (as in the transformers
+        # backend); a longer limit of the decoding's ends where the context does.
+        keep = max(1, self.max_len - min(want, settings.max_new_tokens))
+        inputs, params = [], []
+        for p in prompts:
+            ids = self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:]
+            inputs.append({"prompt_token_ids": ids})
+            room = max(1, min(want, self.max_len - len(ids)))
+            kw = sampling_kwargs(self.decoding, settings, p, self.stop_token_ids, room)
+            params.append(SamplingParams(**kw))
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         # vLLM already stops at the stop strings; cutting again keeps the contract exact
         # (the earliest stop wins even when two overlap).
-        return [truncate_at_stop(o.outputs[0].text, settings.stop) for o in outputs]
+        return [finish(o.outputs[0].text, settings, self.decoding) for o in outputs]
 
     def close(self) -> None:
         import gc

@@ -34,6 +34,8 @@ def baseline_key(task: Task, model: ModelRef, backend: BackendConfig) -> str:
         "dtype": backend.dtype,
         "max_model_len": backend.max_model_len,
     }
+    if backend.decoding is not None:  # greedy keeps the keys (and caches) it had
+        engine["decoding"] = backend.decoding
     blob = json.dumps(
         {"task": task.eval_settings(), "model": model.fingerprint, "backend": engine},
         sort_keys=True,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.statistics import bootstrap_ci, load_item_scores
-from agent2rl.inference.backend import BackendConfig, model_stop_token_ids
+from agent2rl.inference.backend import BackendConfig
 from agent2rl.models.resolve import resolve_model
 from agent2rl.settings import load_settings
 from agent2rl.tasks import get_task
@@ -108,8 +108,9 @@ def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
         raise UserError(f"task {task.name} has no {split} split: use --split with one of {have}")
     step(f"resolving model {req.model}")
     model = resolve_model(req.model, settings.model_store)
-    # As a run's grader does: the base model's end-of-sequence ids end every completion.
-    backend = replace(req.backend, stop_token_ids=model_stop_token_ids(model.path))
+    # As a run's grader does: the base model's end-of-sequence ids end every completion,
+    # and its name picks the decoding (--protocol).
+    backend = req.backend.for_run(task.name, req.model, model.path)
     out = (req.out or req.runs_dir / "evals" / new_eval_id(task.name, req.model)).expanduser()
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} is not empty: pass a new directory")

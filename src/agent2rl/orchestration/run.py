@@ -55,7 +55,6 @@ from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import start_service, wait_for_in_flight
-from agent2rl.inference.backend import model_stop_token_ids
 from agent2rl.integrity import check_run
 from agent2rl.metering import PROVIDERS, MeteringProxy, Upstream, start_metering_proxy
 from agent2rl.models.resolve import ModelRef, resolve_model
@@ -190,9 +189,9 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     runs_dir = req.runs_dir.expanduser().resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     caps = default_caps(req, runs_dir)
-    # The base model's end-of-sequence ids end every graded completion; a submission's own
-    # generation config is never read.
-    backend = replace(req.backend, stop_token_ids=model_stop_token_ids(model.path))
+    # The base model's end-of-sequence ids end every graded completion, and its name picks
+    # the decoding (--protocol); a submission's own generation config is never read.
+    backend = req.backend.for_run(task.name, req.model, model.path)
 
     prepared = prepare_task(task, settings.task_store)
     paths = RunPaths(runs_dir / new_run_id(task.name, spec.name))
@@ -411,6 +410,8 @@ def _start_grading(ctx: RunContext, services: RunServices) -> None:
         baseline = measure_baseline(ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend)
     ctx.ledger = Ledger(ctx.paths.ledger)
     record_baseline(ctx.ledger, ctx.task, ctx.model, baseline)
+    # how every graded item was decoded, and how many samples it got (--protocol)
+    ctx.ledger.set_meta("decoding", ctx.backend.decoding_settings().to_dict())
     ctx.info.eval_hash = baseline["eval_hash"]
     ctx.console.print(
         f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"

@@ -74,6 +74,15 @@ class _Graded:
             )
 
 
+def _decoding_text(backend: dict[str, Any] | None) -> str | None:
+    """The run's decoding in words, from run.json's backend settings (None: an older run)."""
+    if backend is None:
+        return None
+    from agent2rl.inference.decoding import Decoding
+
+    return Decoding.from_dict(backend.get("decoding")).describe()
+
+
 def resource_summary(path: Path) -> ResourceSummary | None:
     """Peak RSS, mean CPU and peak process count from ``record/resources.jsonl``.
 
@@ -406,6 +415,7 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
     return RunMetrics(
         **info.identity().model_dump(),
         task_options=info.task_options,
+        decoding=_decoding_text(info.backend),
         level=info.level,
         status=info.status,
         error=info.error,

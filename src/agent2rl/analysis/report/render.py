@@ -326,6 +326,7 @@ def render_markdown(m: RunMetrics) -> str:
         "|---|---|",
         f"| Task | {md_cell(m.task)} (v{md_cell(m.task_version)}) |",
         f"| Task options | {md_cell(task_options_text(m))} |",
+        f"| Decoding | {md_cell(m.decoding or DASH)} |",
         f"| Agent | {md_cell(m.agent)}"
         + (f" via {md_cell(m.driver)}" if m.driver else "")
         + (f", mode {md_cell(m.mode)}" if m.mode else "")

@@ -216,6 +216,10 @@ class RunMetrics(RunIdentity):
     """The run's ``--task-opt`` values as the task parsed them (with its defaults), so that
     runs of one task under different options are told apart in the report and in
     comparisons."""
+    decoding: str | None = None
+    """How the grader decoded every item (``--protocol``), in words: greedy or sampled with
+    its settings, the samples per item and the seed, and where the settings come from
+    (:meth:`~agent2rl.inference.decoding.Decoding.describe`); None for an older run."""
     level: int | None = None
     status: str
     """A :class:`~agent2rl.rundir.RunStatus` value."""
