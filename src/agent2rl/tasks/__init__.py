@@ -4,6 +4,7 @@
 
     base.py        Task: a dataset, a solver and a scorer; evaluate() composes them
     options.py     TaskOptions: a task's --task-opt options as a typed frozen dataclass
+    docs.py        the task pages' option tables, generated from the options dataclasses
     registry.py    the @task decorator, get_task(), prepare_task()
     shared/        parts several tasks share (no task lives here):
       interactive.py    InteractiveTask: the episode solver, protocol and workspace files of L3
@@ -40,7 +41,7 @@ from agent2rl.tasks.registry import (
 
 #: the modules of this package that are the task framework, not tasks: discovery skips
 #: them (as it skips any name starting with an underscore)
-FRAMEWORK_MODULES = frozenset({"base", "options", "registry", "shared"})
+FRAMEWORK_MODULES = frozenset({"base", "docs", "options", "registry", "shared"})
 
 
 def task_modules() -> list[str]:

@@ -22,19 +22,17 @@ others, go in the subclass's ``__post_init__`` (frozen: set a derived value with
 ``object.__setattr__``); it raises :class:`~agent2rl.errors.UserError` for a bad value.
 
 From the same declaration come the CLI's help (``agent2rl tasks TASK``) and the options
-tables of the task pages in ``docs/tasks/`` (:func:`options_markdown`; ``python -m
-agent2rl.tasks.options docs/tasks`` rewrites them, and a test fails while they differ).
+tables of the task pages in ``docs/tasks/`` (:mod:`agent2rl.tasks.docs`: ``python -m
+agent2rl.tasks.docs`` rewrites them, and a test fails while they differ).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Self
 
 from agent2rl.errors import UserError
@@ -224,77 +222,3 @@ def _convert(task: str, spec: OptionSpec, value: Any) -> Any:
             f"use {', '.join(spec.choices)}"
         )
     return value
-
-
-# -- the docs' option tables -------------------------------------------------------------
-#: the markers around a generated table in a task page: <!-- task-options: NAME --> ...
-BEGIN = "<!-- task-options: {name} -->"
-END = "<!-- /task-options -->"
-
-
-def options_markdown(options: type[TaskOptions]) -> str:
-    """The options as a Markdown table (option, type, default, what it sets); a line saying
-    there are none when there are none."""
-    specs = options.specs()
-    if not specs:
-        return "This task has no options."
-    rows = ["| option | type | default | what it sets |", "|---|---|---|---|"]
-    for s in specs:
-        text = s.help + (f" One of: {', '.join(f'`{c}`' for c in s.choices)}." if s.choices else "")
-        default, text = (t.replace("|", "\\|") for t in (s.default_text(), text))
-        rows.append(f"| `{s.name}` | {s.type.__name__} | `{default}` | {text} |")
-    return "\n".join(rows)
-
-
-def render_docs(text: str) -> str:
-    """``text`` (a Markdown page) with every generated options table replaced by the table
-    of the task its marker names. Raises :class:`UserError` for an unknown task or a marker
-    without its end."""
-    from agent2rl.tasks.registry import TASKS
-
-    out: list[str] = []
-    rest = text
-    while True:
-        start = rest.find("<!-- task-options: ")
-        if start < 0:
-            return "".join(out) + rest
-        head_end = rest.index("-->", start) + 3
-        name = rest[start + len("<!-- task-options: ") : head_end - 3].strip()
-        stop = rest.find(END, head_end)
-        if stop < 0:
-            raise UserError(f"task-options marker for {name!r} has no {END}")
-        table = options_markdown(TASKS[name].Options)  # type: ignore[attr-defined]
-        out.append(rest[:start] + BEGIN.format(name=name) + "\n" + table + "\n")
-        rest = rest[stop:]
-
-
-def sync_docs(folder: Path, write: bool) -> list[Path]:
-    """The Markdown files under ``folder`` whose generated option tables are stale
-    (rewritten when ``write``)."""
-    stale = []
-    for path in sorted(folder.rglob("*.md")):
-        text = path.read_text(encoding="utf-8")
-        fresh = render_docs(text)
-        if fresh != text:
-            stale.append(path)
-            if write:
-                path.write_text(fresh, encoding="utf-8")
-    return stale
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m agent2rl.tasks.options [--check] DIR``: rewrite (or only check) the
-    generated option tables of the Markdown pages under ``DIR``."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    check = "--check" in args
-    folders = [Path(a) for a in args if a != "--check"] or [Path("docs/tasks")]
-    stale = [p for d in folders for p in sync_docs(d, write=not check)]
-    for path in stale:
-        print(f"{'stale' if check else 'rewrote'}: {path}")
-    return 1 if check and stale else 0
-
-
-if __name__ == "__main__":
-    import agent2rl.tasks  # noqa: F401  (registers every task)
-
-    raise SystemExit(main())
