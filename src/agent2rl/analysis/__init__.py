@@ -18,19 +18,55 @@ intervals; comparability with the baseline is :mod:`agent2rl.grading.comparison`
 one the agent was answered with during the run.
 """
 
-from agent2rl.analysis.dashboard import ResultsRow, list_runs, record_run, results_db_path
-from agent2rl.analysis.report import (
-    RunMetrics,
-    code_changes,
-    collect_diffs,
-    compute_metrics,
-    diff_numstat,
-    render_html,
-    render_markdown,
-    resource_summary,
-    snapshot_diff,
-    write_report,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent2rl.analysis.dashboard import ResultsRow, list_runs, record_run, results_db_path
+    from agent2rl.analysis.report import (
+        RunMetrics,
+        code_changes,
+        collect_diffs,
+        compute_metrics,
+        diff_numstat,
+        render_html,
+        render_markdown,
+        resource_summary,
+        snapshot_diff,
+        write_report,
+    )
+
+#: the public API, name -> the subpackage that defines it. Imported on first use (PEP 562):
+#: ``agent2rl.analysis.rendering`` alone (the viewer's, the docs build's) must not load the
+#: report's dependencies (tasks, integrity checks), which take seconds to import.
+_EXPORTS = {
+    **dict.fromkeys(("ResultsRow", "list_runs", "record_run", "results_db_path"), "dashboard"),
+    **dict.fromkeys(
+        (
+            "RunMetrics",
+            "code_changes",
+            "collect_diffs",
+            "compute_metrics",
+            "diff_numstat",
+            "render_html",
+            "render_markdown",
+            "resource_summary",
+            "snapshot_diff",
+            "write_report",
+        ),
+        "report",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    sub = _EXPORTS.get(name)
+    if sub is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{sub}"), name)
+
 
 __all__ = [
     "ResultsRow",

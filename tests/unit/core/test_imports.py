@@ -143,3 +143,17 @@ def test_analysis_subpackages_import_only_downward() -> None:
 def test_statistics_is_at_the_bottom() -> None:
     """The intervals the grading service and the analyses share import nothing above them."""
     assert set(import_graph().get("statistics", {})) <= {"files"}
+
+
+def test_rendering_loads_without_the_report() -> None:
+    """The viewer and the docs build import the charts alone: that must not pull in the
+    report's dependencies (tasks, integrity), which take seconds to import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agent2rl.analysis.rendering, agent2rl.analysis as a\n"
+        "assert 'agent2rl.tasks' not in sys.modules, 'tasks imported'\n"
+        "assert a.RunMetrics.__name__ == 'RunMetrics'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
