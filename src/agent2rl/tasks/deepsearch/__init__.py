@@ -68,14 +68,12 @@ from agent2rl.tasks.deepsearch.judge import AnswerJudge, answer_judge
 from agent2rl.tasks.deepsearch.outcome import METRICS, AnswerOutcome
 from agent2rl.tasks.deepsearch.protocol import EpisodeFormat
 from agent2rl.tasks.deepsearch.search import (
+    SEARCH_BACKENDS,
     BM25Backend,
     QueryLog,
     SearchBackend,
-    SerpAPIBackend,
-    WikipediaBackend,
-    open_corpus,
+    SearchEngine,
     serpapi_key,
-    wikipedia_url,
 )
 from agent2rl.tasks.deepsearch.store import (
     QUESTIONS,
@@ -102,7 +100,6 @@ MAX_SESSION_STEPS = 50
 #: the grader's record of every search it made (in the evaluation's grading directory)
 QUERY_LOG = "search_queries.jsonl"
 JUDGE_MODES = ("auto", "llm", "exact")
-SEARCH_MODES = ("auto", "serpapi", "bm25", "wikipedia")
 #: the episode protocols: agent2rl's transcript, the paper's reference's Thought/Action loop
 PROTOCOLS = ("transcript", "react")
 #: the judge's default model (DeepSearchQA's paper grades with Gemini 2.5 Flash; point
@@ -215,12 +212,19 @@ class DeepsearchBase(InteractiveTask):
             protocol=kind,
         )
 
+    def search_engine(self, prepared: PreparedTask) -> SearchEngine:
+        """The registered search engine this task's episodes use (here: BM25 over the
+        store's corpus)."""
+        return SEARCH_BACKENDS["bm25"]
+
     def search_backend(self, prepared: PreparedTask) -> SearchBackend:
         """The search engine every episode of this task uses (built on first use)."""
-        return open_corpus(corpus_file(prepared.private.parent).resolve())
+        return self.search_engine(prepared).open(corpus_file(prepared.private.parent))
 
     def search_identity(self, prepared: PreparedTask) -> dict[str, Any]:
-        return self.search_backend(prepared).identity()
+        """What identifies the search results (part of the evaluation settings), without
+        opening the engine."""
+        return self.search_engine(prepared).identity(corpus_file(prepared.private.parent))
 
     def environment(self, prepared: PreparedTask, split: Split) -> QuestionGames:
         log = QueryLog(self.record_dir / QUERY_LOG if self.record_dir else None)
@@ -447,43 +451,26 @@ class DeepSearchQA(DeepsearchBase):
         )
 
     def search_mode(self, prepared: PreparedTask) -> str:
-        """``serpapi``, ``bm25`` or ``wikipedia``: the ``search`` option, ``auto`` resolved
-        as the reference does (SerpAPI when ``SERPAPI_KEY`` is set, else a keyless web
-        search: Wikipedia's; an imported local corpus only with ``search=bm25``; task
-        version 1 preferred the corpus to the web). :class:`UserError` when the chosen backend
-        cannot run here (no key, no corpus); a network that cannot reach Wikipedia shows
-        only at the first search (:class:`~.search.SearchUnavailable`)."""
+        """The ``search`` option's engine name, ``auto`` resolved as the reference does
+        (SerpAPI when ``SERPAPI_KEY`` is set, else a keyless web search: Wikipedia's; an
+        imported local corpus only with ``search=bm25``; task version 1 preferred the corpus
+        to the web). :class:`UserError` for a name not in :data:`~.search.SEARCH_BACKENDS`
+        or an engine that cannot run here (no key, no corpus); a network that cannot reach
+        Wikipedia shows only at the first search (:class:`~.search.SearchUnavailable`)."""
+        return self.search_engine(prepared).name
+
+    def search_engine(self, prepared: PreparedTask) -> SearchEngine:
         mode = self.config.search
-        if mode not in SEARCH_MODES:
-            raise UserError(f"--task-opt search={mode}: use {', '.join(SEARCH_MODES)}")
-        has_corpus = corpus_file(prepared.private.parent).exists()
         if mode == "auto":
             mode = "serpapi" if serpapi_key() else "wikipedia"
-        if mode == "serpapi" and not serpapi_key():
-            raise UserError("search=serpapi needs SERPAPI_KEY in the host's environment")
-        if mode == "bm25" and not has_corpus:
-            raise UserError(
-                "deepsearchqa has no local corpus: import one (a corpus.jsonl of title/text "
-                "rows beside the questions) with `agent2rl data import deepsearchqa DIR`, or "
-                "search the web: search=wikipedia (keyless) or search=serpapi (SERPAPI_KEY)"
-            )
-        return mode
-
-    def search_backend(self, prepared: PreparedTask) -> SearchBackend:
-        mode = self.search_mode(prepared)
-        if mode == "serpapi":
-            return SerpAPIBackend(serpapi_key())
-        if mode == "wikipedia":
-            return WikipediaBackend()
-        return super().search_backend(prepared)
-
-    def search_identity(self, prepared: PreparedTask) -> dict[str, Any]:
-        mode = self.search_mode(prepared)
-        if mode == "serpapi":
-            return {"backend": "serpapi", "engine": "google"}
-        if mode == "wikipedia":  # the endpoint is the wiki searched: part of the identity
-            return {"backend": "wikipedia", "engine": "mediawiki", "url": wikipedia_url()}
-        return super().search_identity(prepared)
+        engine = SEARCH_BACKENDS.get(mode)
+        if engine is None:
+            known = ", ".join(["auto", *SEARCH_BACKENDS])  # registration order
+            raise UserError(f"--task-opt search={mode}: use {known}")
+        why = engine.unavailable(corpus_file(prepared.private.parent))
+        if why:
+            raise UserError(why)
+        return engine
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = read_json(prepared.private.parent / "manifest.json")

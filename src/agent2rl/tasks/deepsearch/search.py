@@ -19,6 +19,11 @@ rollout service's alike.
   answers automated clients with CAPTCHAs. It searches Wikipedia only, not the whole web,
   and its index is live: results drift over time.
 
+The backends a task may name (``--task-opt search=NAME``) are :data:`SEARCH_BACKENDS`, a
+:class:`~agent2rl.registry.Registry` of :class:`SearchEngine` entries: the three above, and
+any an installed distribution adds through the ``agent2rl.search_backends`` entry-point
+group (naming a :class:`SearchEngine`); a second engine under a taken name is refused.
+
 Every query can be recorded (:class:`QueryLog`: one JSON line per query with the game, the
 step, the backend, the number of hits and the time taken). A backend that cannot answer
 raises :class:`SearchUnavailable`: the harness's failure, never a silent empty result (the
@@ -35,6 +40,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +50,7 @@ import httpx
 import numpy as np
 
 from agent2rl.files import read_jsonl
+from agent2rl.registry import Registry
 from agent2rl.rollout.env import EnvironmentUnavailable, SearchRecord
 
 #: BM25 parameters: pyserini's defaults (as the WebShop search uses)
@@ -388,3 +395,69 @@ def wikipedia_url() -> str:
 def serpapi_key() -> str:
     """The SerpAPI key from the host environment, or ``""``."""
     return os.environ.get(SERPAPI_KEY_ENV, "")
+
+
+# -- the registry --------------------------------------------------------------------------
+def _always(corpus: Path) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class SearchEngine:
+    """A search backend a task can name: how to open it over the task's store, what
+    identifies its results, and whether it can run here.
+
+    ``corpus`` is the path of the task store's ``corpus.jsonl`` (which may not exist: only
+    an engine that searches it needs it). ``identity`` states what can change a result
+    without opening the engine (building an index or a client): it goes into the
+    evaluation settings, so two engines, or one engine over two corpora, never compare.
+    ``unavailable`` says in one line why the engine cannot run on this host (no key, no
+    corpus) and how to fix that, or None when it can.
+    """
+
+    name: str
+    open: Callable[[Path], SearchBackend]
+    identity: Callable[[Path], dict[str, Any]]
+    unavailable: Callable[[Path], str | None] = _always
+
+
+def _bm25_unavailable(corpus: Path) -> str | None:
+    if corpus.exists():
+        return None
+    return (
+        "deepsearchqa has no local corpus: import one (a corpus.jsonl of title/text rows "
+        "beside the questions) with `agent2rl data import deepsearchqa DIR`, or search the "
+        "web: search=wikipedia (keyless) or search=serpapi (SERPAPI_KEY)"
+    )
+
+
+def _serpapi_unavailable(corpus: Path) -> str | None:
+    if serpapi_key():
+        return None
+    return f"search=serpapi needs {SERPAPI_KEY_ENV} in the host's environment"
+
+
+#: Every search backend by name, in registration order (an error lists them in this order).
+SEARCH_BACKENDS: Registry[SearchEngine] = Registry("search_backends", "search backend")
+for _engine in (
+    SearchEngine(
+        "serpapi",
+        lambda corpus: SerpAPIBackend(serpapi_key()),
+        # the endpoint is left out: SerpAPI's results do not depend on a proxy in between
+        lambda corpus: {"backend": "serpapi", "engine": "google"},
+        _serpapi_unavailable,
+    ),
+    SearchEngine(
+        "bm25",
+        lambda corpus: open_corpus(corpus.resolve()),
+        lambda corpus: open_corpus(corpus.resolve()).identity(),
+        _bm25_unavailable,
+    ),
+    SearchEngine(
+        "wikipedia",
+        lambda corpus: WikipediaBackend(),
+        # the endpoint is the wiki searched: part of the identity
+        lambda corpus: {"backend": "wikipedia", "engine": "mediawiki", "url": wikipedia_url()},
+    ),
+):
+    SEARCH_BACKENDS.register(_engine.name, _engine)
