@@ -1,5 +1,5 @@
 """One generic name -> object registry per kind of plug-in (tasks, log parsers, metering
-providers, inference backends).
+providers, inference backends, DeepSearchQA's search backends).
 
 A registry is filled two ways: the package's own modules call :meth:`Registry.register`
 (or a decorator built on it) when imported, and installed distributions add entries through
