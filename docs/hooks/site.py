@@ -6,6 +6,16 @@
   marker ``<!-- figures-data -->``): each file's command, commit, date and machine, then its
   measured values as a table. No figure there is retyped by hand. A file that is not valid JSON
   fails the build (strict), naming the file.
+- Any page can show a figure from those files where it names one, as a table or a chart
+  (uPlot, the same bundled library as the reports, inlined with its data and a no-JavaScript
+  table), so a figure quoted on a page is never retyped:
+
+      <!-- table FILE PATH [columns=a,b,c] -->
+      <!-- chart FILE PATH x=FIELD y=FIELD[,FIELD] [group=FIELD] [title=WORDS_WITH_UNDERSCORES] -->
+
+  ``PATH`` is a dotted path inside the file to a list of records (objects) or an object of
+  records (its keys become a ``key`` column); ``-`` is the whole file. A marker naming a
+  file, path or field that does not exist fails the build with the marker's text.
 """
 
 from __future__ import annotations
@@ -91,7 +101,122 @@ def render_figures(data_dir: Path = DATA) -> str:
     return "\n".join(out)
 
 
+FIGURE_MARKER = re.compile(r"<!--\s*(table|chart)\s+(\S+)\s+(\S+)((?:\s+[a-z_]+=\S+)*)\s*-->")
+
+
+def _records(data_dir: Path, file: str, path: str) -> list[dict[str, Any]]:
+    """The records at dotted ``path`` of ``data_dir/file`` (module docstring)."""
+    try:
+        node: Any = json.loads((data_dir / file).read_text(encoding="utf-8"))
+    except OSError:
+        raise ValueError(f"no data file {file!r} under {data_dir}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    for part in [] if path == "-" else path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"{file}: no {path!r} in it (at {part!r})")
+        node = node[part]
+    if isinstance(node, dict) and all(isinstance(v, dict) for v in node.values()):
+        return [{"key": k, **v} for k, v in node.items()]
+    if isinstance(node, list) and all(isinstance(v, dict) for v in node):
+        return node
+    raise ValueError(f"{file}: {path!r} is not a list or an object of records")
+
+
+def _number(v: Any) -> float | None:
+    """A chart's x: a number, or a key that spells one (``"10"``); None otherwise."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "" if v is None else _cell(v if isinstance(v, str) else json.dumps(v))
+
+
+def _figure(kind: str, file: str, path: str, opts: dict[str, str], data_dir: Path, up: str) -> str:
+    rows = _records(data_dir, file, path)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    wanted = [c for c in opts.get("columns", "").split(",") if c]
+    for f in (
+        wanted
+        + [opts[k] for k in ("x", "group") if k in opts]
+        + [y for y in opts.get("y", "").split(",") if y]
+    ):
+        if f not in fields:
+            raise ValueError(f"{file} {path}: no field {f!r} (fields: {', '.join(fields)})")
+    source = (
+        f"From [`{file}`]({up}figures/data/{file})"
+        if path == "-"
+        else (f"From [`{file}`]({up}figures/data/{file}), `{path}`")
+    )
+    if kind == "table":
+        cols = wanted or fields
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(_value(r.get(c)) for c in cols) + " |" for r in rows]
+        return "\n".join(lines) + f"\n\n{source}.\n"
+    from agent2rl.analysis.rendering import Chart, Series, chart_html
+
+    if "x" not in opts or "y" not in opts:
+        raise ValueError(f"chart {file} {path}: needs x= and y=")
+    palette = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(str(r.get(opts["group"])) if "group" in opts else "", []).append(r)
+    series = []
+    for y in opts["y"].split(","):
+        for g, members in groups.items():
+            pts = [(v, r.get(y)) for r in members if (v := _number(r.get(opts["x"]))) is not None]
+            label = " · ".join(s for s in (g, y if "," in opts["y"] or not g else "") if s)
+            color = palette[len(series) % len(palette)]
+            series.append(
+                Series(label or y, color, [p[0] for p in pts], [p[1] for p in pts], markers=True)
+            )
+    title = opts.get("title", f"{path} ({file})").replace("_", " ")
+    chart = Chart(
+        id=f"{file}-{path}-{opts['y']}".replace(".", "-"),
+        title=title,
+        x_label=opts["x"].replace("_", " "),
+        y_label=opts["y"].replace("_", " ").replace(",", ", "),
+        series=series,
+        width=640,
+        height=300,
+    )
+    return f"\n{chart_html(chart)}\n\n{source}.\n"
+
+
+def render_markers(markdown: str, data_dir: Path = DATA, page_uri: str = "figures.md") -> str:
+    """``markdown`` with every table/chart marker replaced by its figure (module docstring);
+    a page with a chart gets the charting library's style and script once, at its end.
+    ``page_uri`` (the page's path under docs/) makes the links to the data files relative.
+    Raises ValueError naming the marker when its file, path or a field does not exist."""
+    charts = False
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal charts
+        kind, file, path = m.group(1), m.group(2), m.group(3)
+        opts = dict(o.split("=", 1) for o in m.group(4).split())
+        try:
+            out = _figure(kind, file, path, opts, data_dir, "../" * page_uri.count("/"))
+        except ValueError as err:
+            raise ValueError(f"{m.group(0)}: {err}") from None
+        charts = charts or kind == "chart"
+        return out
+
+    out = FIGURE_MARKER.sub(one, markdown)
+    if charts:
+        from agent2rl.analysis.rendering import chart_runtime, chart_style
+
+        out += f"\n\n{chart_style()}\n{chart_runtime()}\n"
+    return out
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     if page.file.src_uri == "figures.md" and MARKER in markdown:
-        return markdown.replace(MARKER, render_figures())
-    return markdown
+        markdown = markdown.replace(MARKER, render_figures())
+    return render_markers(markdown, page_uri=page.file.src_uri)
