@@ -89,7 +89,11 @@ class RunIdentity(BaseModel):
 
     Frozen. ``task_version`` is None only in records written before it existed; ``driver``
     (the LLM that drives an agent) and ``mode`` (its operating mode) are None for agents
-    without an LLM.
+    without an LLM. ``feedback`` is the grading protocol (``private``: the agent sees each
+    submission's private-split score, the paper's; ``validation``: it sees validation-split
+    scores and one submission is graded on the private split at the end; see
+    :mod:`agent2rl.grading.final`): runs of the two are never pooled as one. A record written
+    before it existed reads as ``private``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -101,6 +105,7 @@ class RunIdentity(BaseModel):
     driver: str | None = None
     mode: str | None = None
     model: str
+    feedback: str = "private"
 
     @classmethod
     def of(cls, record: Any) -> RunIdentity:
@@ -262,6 +267,8 @@ class RunInfo:
     #: the process that runs the run (pid, start_ticks, host): lets ``agent2rl report`` tell
     #: a run whose harness died from one still going (agent2rl.orchestration.recover)
     harness: dict[str, Any] | None = None
+    #: the grading protocol: ``private`` (the paper's) or ``validation`` (agent2rl.grading.final)
+    feedback: str = "private"
     schema_version: int = RUN_SCHEMA_VERSION
 
     def identity(self) -> RunIdentity:

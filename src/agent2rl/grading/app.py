@@ -38,7 +38,16 @@ A submission's answer (and its row in ``GET /submissions``) says, besides the sc
   that submission's ``retry_of`` names the failed one);
 - ``identity``: whether the model derives from the base model (:mod:`agent2rl.integrity.
   identity`), with the reasons when it does not, and whether it brings its own chat template.
-  The check runs before the evaluation and never changes the score.
+  The check runs before the evaluation and never changes the score;
+- ``split``: the split its score is on.
+
+Under the ``validation`` feedback protocol (:mod:`agent2rl.grading.final`) every submission
+is graded on the validation split and every score, baseline and interval the API answers is
+a validation-split one (the private split is never graded while the service runs); the
+answers also name ``final_submission_id``, the submission the run's end will grade on the
+private split as things stand. ``POST /final {"submission_id": N}`` (or ``"final": true``
+in ``POST /submit``) marks a graded submission final. Under the ``private`` protocol both
+are refused (400/409): the run's result is its best submission.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ import traceback
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +78,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.evaluator import EvalSpec, EvalWorkers, WarmWorker, run_evaluation
+from agent2rl.grading.final import (
+    FEEDBACK_PROTOCOLS,
+    kept_ids,
+    marked_final,
+    prune_weights,
+    select_final,
+    weights_kept,
+)
 from agent2rl.grading.ledger import Ledger, Submission
-from agent2rl.statistics import compare_items, load_item_scores
 from agent2rl.grading.submission import (
     SubmissionError,
     SubmissionLimits,
@@ -83,6 +99,7 @@ from agent2rl.integrity.identity import check_identity, identity_flags
 from agent2rl.models.weights import model_fingerprint, weights_hash
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import Settings
+from agent2rl.statistics import compare_items, load_item_scores
 
 #: The longest ``model_path`` accepted; a longer one is a malformed request (400).
 MAX_MODEL_PATH_CHARS = 4096
@@ -98,6 +115,13 @@ RUN_ENDED = (
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_path: str = Field(max_length=MAX_MODEL_PATH_CHARS)
+    #: ``validation`` protocol only: mark this submission final once it is graded
+    final: bool = False
+
+
+class FinalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    submission_id: int
 
 
 @dataclass
@@ -113,6 +137,9 @@ class GradingContext:
     ``grader``: ``warm`` evaluates every submission in one long-lived worker that keeps the
     task and the model loaded (:class:`~agent2rl.grading.evaluator.WarmWorker`; same files,
     scores and failure kinds as a cold one), ``cold`` starts a fresh process per submission.
+    ``feedback``: ``private`` grades on ``eval_spec``'s split (the private one) and answers
+    that score; ``validation`` grades every submission on the validation split instead,
+    against the ledger's ``validation_baseline`` (:mod:`agent2rl.grading.final`).
     """
 
     paths: RunPaths
@@ -132,6 +159,7 @@ class GradingContext:
     eval_lock: threading.Lock = field(default_factory=threading.Lock)
     workers: EvalWorkers = field(default_factory=EvalWorkers)
     grader: str = "warm"
+    feedback: str = "private"
 
 
 class _Refused(Exception):
@@ -213,9 +241,20 @@ class _BodyLimit:
 
 
 def create_app(ctx: GradingContext) -> FastAPI:
-    """Build the app for one run. The ledger must already hold the baseline."""
+    """Build the app for one run. The ledger must already hold the baseline (and, under the
+    ``validation`` protocol, the validation baseline: a ``ValueError`` otherwise)."""
     ledger = Ledger(ctx.paths.ledger)
-    baseline: dict = ledger.get_meta("baseline") or {}
+    if ctx.feedback not in FEEDBACK_PROTOCOLS:
+        raise ValueError(f"feedback must be one of {FEEDBACK_PROTOCOLS}, not {ctx.feedback!r}")
+    validation = ctx.feedback == "validation"
+    if validation:
+        # Every score the agent is answered is on the validation split, its baseline too.
+        ctx.eval_spec = replace(ctx.eval_spec, split="validation")
+        if not ledger.get_meta("validation_baseline"):
+            raise ValueError("the validation protocol needs the ledger's validation_baseline")
+        ledger.set_meta("feedback", "validation")
+    split = ctx.eval_spec.split
+    baseline: dict = ledger.get_meta("validation_baseline" if validation else "baseline") or {}
     base_hash: str | None = ledger.get_meta("base_weights_hash")
     base_fingerprint: str | None = ledger.get_meta("base_fingerprint")
     base_items = (
@@ -228,6 +267,8 @@ def create_app(ctx: GradingContext) -> FastAPI:
     unrecorded_saved = [0.0, 0]  # when and what was last written to meta
     staging_slots = threading.BoundedSemaphore(max(1, ctx.staging_slots))
     meta_lock = threading.Lock()
+    keep_lock = threading.Lock()  # marking final and pruning kept weights, one at a time
+    answering: set[int] = set()  # rows whose /submit has not answered yet
     mine: set[int] = set()  # rows this service created (settled or not)
     submit_pool: dict[str, anyio.CapacityLimiter] = {}
     if ctx.grader not in ("warm", "cold"):
@@ -398,6 +439,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             "eval_seconds": s.eval_seconds,
             "eval_hash": s.eval_hash,
             "identity": identity_flags(s.identity),
+            "split": s.score_split,
         }
 
     @app.get("/health")
@@ -416,6 +458,19 @@ def create_app(ctx: GradingContext) -> FastAPI:
             "budget_s": ctx.info.budget_s,
         }
 
+    def protocol_view() -> dict[str, Any]:
+        """What every listing says about the protocol: the split of the scores and, under
+        ``validation``, the submission the run's end will grade on the private split."""
+        if not validation:
+            return {"feedback": "private", "split": split}
+        chosen, how = select_final(ledger.submissions(), marked_final(ledger))
+        return {
+            "feedback": "validation",
+            "split": split,
+            "final_submission_id": chosen.id if chosen else None,
+            "final_selected_by": how,
+        }
+
     @app.get("/submissions")
     def list_submissions(request: Request) -> dict[str, Any]:
         authorize(request)
@@ -424,17 +479,71 @@ def create_app(ctx: GradingContext) -> FastAPI:
         return {
             "baseline": baseline.get("score"),
             "best_score": best.score if best else None,
+            **protocol_view(),
             "submissions": [public_view(s) for s in subs],
         }
+
+    @app.post("/final")
+    def mark_final(req: FinalRequest, request: Request) -> dict[str, Any]:
+        authorize(request)
+        return _mark(req.submission_id)
+
+    def _mark(sub_id: int) -> dict[str, Any]:
+        """Mark ``sub_id`` final (validation protocol): 409 when it cannot be graded at the
+        end (not graded, its weights dropped, the budget over)."""
+        if not validation:
+            raise _Refused(
+                409,
+                "this run uses the private feedback protocol: its result is its best "
+                "submission, there is nothing to mark final",
+            )
+        end = deadline()
+        if end is not None and time.time() > end:
+            raise _Refused(409, "the budget is over: the final submission can no longer change")
+        with keep_lock:
+            s = ledger.submission(sub_id)
+            if s is None:
+                raise _Refused(404, f"no submission {sub_id}: see GET /submissions")
+            if not s.valid:
+                raise _Refused(
+                    409,
+                    f"submission {sub_id} is {s.status}, not graded: only a graded submission "
+                    "can be final",
+                )
+            if not weights_kept(ctx.paths, sub_id):
+                raise _Refused(
+                    409,
+                    f"submission {sub_id}'s weights were not kept (only the best on validation "
+                    "and the one marked final are): submit the same directory again with "
+                    '"final": true',
+                )
+            ledger.set_meta("marked_final", {"submission_id": sub_id, "at": time.time()})
+            _prune()
+        return {"marked_final": sub_id, **protocol_view()}
+
+    def _prune(answered: int | None = None) -> None:
+        """Drop the weights of every private copy that can no longer be selected (under
+        ``keep_lock``); ``answered``: the row whose /submit is answering now."""
+        subs = ledger.submissions()
+        # A row whose /submit has not answered yet keeps its weights: it may still be marked.
+        keep = kept_ids(subs, marked_final(ledger)) | (answering - {answered})
+        prune_weights(ctx.paths, subs, keep)
 
     @app.post("/submit")
     async def submit(req: SubmitRequest, request: Request) -> dict[str, Any]:
         authorize(request, req.model_path)
+        if req.final and not validation:
+            raise _Refused(
+                400,
+                '"final" is only for runs with the validation feedback protocol: this run\'s '
+                "result is its best submission; submit without it",
+                req.model_path,
+            )
         return await anyio.to_thread.run_sync(
-            _submit, req.model_path, limiter=submit_pool.get("limiter")
+            _submit, req.model_path, req.final, limiter=submit_pool.get("limiter")
         )
 
-    def _submit(model_path: str) -> dict[str, Any]:
+    def _submit(model_path: str, final: bool = False) -> dict[str, Any]:
         end = deadline()
         if end is None:
             raise _Refused(409, "the run has not started yet: try again in a moment", model_path)
@@ -442,8 +551,16 @@ def create_app(ctx: GradingContext) -> FastAPI:
             raise _Refused(409, "the budget is over: no more submissions are graded", model_path)
         # Recorded before anything slow: from here on the run's end waits for this row, and
         # whatever happens it ends graded, failed (with a reason) or withdrawn as a refusal.
-        sub_id = ledger.add_submission(_capped(model_path) or "", None, None, None)
+        sub_id = ledger.add_submission(_capped(model_path) or "", None, None, None, split=split)
         mine.add(sub_id)
+        answering.add(sub_id)
+        try:
+            return _submit_row(sub_id, model_path, final)
+        finally:
+            answering.discard(sub_id)
+
+    def _submit_row(sub_id: int, model_path: str, final: bool) -> dict[str, Any]:
+        """Stage, grade and answer the recorded row ``sub_id`` (see :func:`_submit`)."""
         staging = time.time()
         try:
             copy = _check_and_stage(sub_id, model_path)
@@ -460,6 +577,13 @@ def create_app(ctx: GradingContext) -> FastAPI:
         else:
             _grade(sub_id, copy, time.time() - staging)
         s = ledger.submission(sub_id)
+        marked = None
+        if validation:
+            with keep_lock:
+                if final and s.valid:
+                    ledger.set_meta("marked_final", {"submission_id": sub_id, "at": time.time()})
+                    marked = sub_id
+                _prune(answered=sub_id)
         best = ledger.best()
         return {
             **public_view(s),
@@ -468,6 +592,8 @@ def create_app(ctx: GradingContext) -> FastAPI:
             "best_submission_id": best.id if best else None,
             "submissions": len(ledger.submissions()),
             "remaining_s": remaining(),
+            **protocol_view(),
+            **({"marked_final": marked} if final else {}),
         }
 
     def _fail(sub_id: int, error: str, kind: str = "harness") -> None:
@@ -537,8 +663,11 @@ def create_app(ctx: GradingContext) -> FastAPI:
             traceback.print_exc(file=sys.stderr)
             _fail(sub_id, f"the grader failed while grading ({_describe(err)}): submit again")
         finally:
-            for f in copy.glob("*.safetensors"):  # only needed while evaluating
-                f.unlink(missing_ok=True)
+            # Only needed while evaluating; under the validation protocol the copy may be
+            # the one graded on the private split at the end (pruned in _submit instead).
+            if not validation:
+                for f in copy.glob("*.safetensors"):
+                    f.unlink(missing_ok=True)
 
     def _grade_copy(sub_id: int, copy: Path, timings: dict[str, Any]) -> None:
         """Hash, de-duplicate, check identity, evaluate; leaves the row graded or failed

@@ -6,7 +6,12 @@ service starts, and the analysis reads it afterwards. Tables:
 
 ``meta(key, value)``
     JSON values: ``task``, ``task_version``, ``eval_hash``, ``baseline`` (a score record: score,
-    n_items, items_path, eval_seconds), ``base_weights_hash``, ``base_fingerprint``.
+    n_items, items_path, eval_seconds), ``base_weights_hash``, ``base_fingerprint``. Under the
+    ``validation`` feedback protocol (:mod:`agent2rl.grading.final`) also ``feedback``
+    (``validation``), ``validation_baseline`` (the base model's score record on the validation
+    split, what the agent's improvements are measured against), ``marked_final`` (the
+    submission the agent marked final: ``{submission_id, at}``) and ``final_grade`` (the
+    end-of-run grade on the private split: :class:`~agent2rl.grading.final.FinalGrade`).
 ``submissions``
     one row per accepted submission (graded, failed, duplicate or copy), in order. A failed
     row says whose fault it was (``failure_kind``: ``model`` or ``harness``, see
@@ -20,6 +25,9 @@ service starts, and the analysis reads it afterwards. Tables:
     ``load_s``, ``generate_s``, ``score_s``, plus ``grader`` (``warm`` | ``cold``) and
     ``load`` (``fresh`` | ``reload``); None for a row settled without an evaluation whose
     staging was not timed (an older ledger).
+    ``split`` is the split ``score`` is on: ``private`` (the default protocol) or
+    ``validation`` (the ``validation`` feedback protocol); NULL in an older ledger, read as
+    ``private``.
 ``rejections``
     one row per refused attempt (bad path, bad files, bad token...), for the report. The
     attempt is untrusted and may come before any authentication: its ``path`` and ``reason``
@@ -65,7 +73,8 @@ CREATE TABLE IF NOT EXISTS submissions (
     failure_kind TEXT,             -- failed rows: model | harness (NULL: an older ledger)
     retry_of INTEGER,              -- the harness-failed row with the same fingerprint
     identity TEXT,                 -- JSON: the model-identity report
-    timings TEXT                   -- JSON: the grading latency breakdown (seconds)
+    timings TEXT,                  -- JSON: the grading latency breakdown (seconds)
+    split TEXT                     -- the split score is on: private | validation
 );
 CREATE TABLE IF NOT EXISTS rejections (
     id INTEGER PRIMARY KEY,
@@ -84,6 +93,7 @@ ADDED_COLUMNS = {
     "retry_of": "INTEGER",
     "identity": "TEXT",
     "timings": "TEXT",
+    "split": "TEXT",
 }
 #: Columns stored as JSON text and read back as Python values.
 JSON_COLUMNS = frozenset({"identity", "timings"})
@@ -118,6 +128,12 @@ class Submission:
     retry_of: int | None = None
     identity: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
+    split: str | None = None
+
+    @property
+    def score_split(self) -> str:
+        """The split ``score`` is on (``private`` for a row of an older ledger)."""
+        return self.split or "private"
 
     @property
     def valid(self) -> bool:
@@ -203,13 +219,22 @@ class Ledger:
         eval_hash: str | None,
         snapshot: str | None = None,
         at: float | None = None,
+        split: str = "private",
     ) -> int:
-        """Insert a row in status ``evaluating`` and return its id."""
+        """Insert a row in status ``evaluating`` whose score will be on ``split``; return its
+        id."""
         with self._db.transaction() as c:
             cur = c.execute(
                 "INSERT INTO submissions(submitted_at, path, weights_hash, status, eval_hash,"
-                " snapshot) VALUES (?, ?, ?, 'evaluating', ?, ?)",
-                (at if at is not None else time.time(), path, weights_hash, eval_hash, snapshot),
+                " snapshot, split) VALUES (?, ?, ?, 'evaluating', ?, ?, ?)",
+                (
+                    at if at is not None else time.time(),
+                    path,
+                    weights_hash,
+                    eval_hash,
+                    snapshot,
+                    split,
+                ),
             )
             return int(cur.lastrowid)
 

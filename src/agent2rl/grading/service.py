@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     info = RunInfo.load(paths)
     # The run's evaluation settings come from run.json, exactly as the baseline used them.
     spec = EvalSpec(info.task, info.task_options or {}, BackendConfig.from_dict(info.backend))
+    # Under the validation protocol the app grades on the validation split (GradingContext).
     ctx = GradingContext(
         paths=paths,
         info=info,
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         rejections_per_minute=args.rejections_per_minute,
         staging_slots=args.staging_slots,
         grader=args.grader,
+        feedback=info.feedback,
     )
     app = create_app(ctx)
     _warm_up_staging(args.base_model)

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from agent2rl.dataset import Split
 from agent2rl.errors import UserError
 from agent2rl.files import read_json
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
@@ -26,9 +27,12 @@ from agent2rl.settings import Settings
 from agent2rl.tasks.base import Task
 
 
-def baseline_key(task: Task, model: ModelRef, backend: BackendConfig) -> str:
+def baseline_key(
+    task: Task, model: ModelRef, backend: BackendConfig, split: Split = "private"
+) -> str:
     """The cache key. ``auto`` is resolved first: a home shared by CPU and GPU machines must
-    not hand a transformers baseline to a vLLM run."""
+    not hand a transformers baseline to a vLLM run. Another split than ``private`` is part
+    of the key (the private split's key is unchanged, so its cache stays valid)."""
     engine = {
         "kind": backend.resolved_kind(),
         "dtype": backend.dtype,
@@ -36,10 +40,10 @@ def baseline_key(task: Task, model: ModelRef, backend: BackendConfig) -> str:
     }
     if backend.decoding is not None:  # greedy keeps the keys (and caches) it had
         engine["decoding"] = backend.decoding
-    blob = json.dumps(
-        {"task": task.eval_settings(), "model": model.fingerprint, "backend": engine},
-        sort_keys=True,
-    )
+    key: dict = {"task": task.eval_settings(), "model": model.fingerprint, "backend": engine}
+    if split != "private":
+        key["split"] = split
+    blob = json.dumps(key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -49,17 +53,22 @@ def measure_baseline(
     settings: Settings,
     paths: RunPaths,
     backend: BackendConfig | None = None,
+    split: Split = "private",
 ) -> dict:
-    """Evaluate the base model (or reuse the cached result) into ``grading/baseline/``.
+    """Evaluate the base model on ``split`` (or reuse the cached result) into
+    ``grading/baseline/`` (``grading/baseline-<split>/`` for another split than private: the
+    validation feedback protocol's baseline, :mod:`agent2rl.grading.final`).
 
     Returns the ledger's baseline record: score, n_items, items_path (relative to the run
-    directory), eval_seconds, eval_hash, cached. Raises :class:`UserError` if the base model
-    cannot be evaluated.
+    directory), eval_seconds, eval_hash, cached, split. Raises :class:`UserError` if the
+    base model cannot be evaluated.
     """
     backend = backend or BackendConfig()
-    key = baseline_key(task, model, backend)
+    key = baseline_key(task, model, backend, split)
     cache = settings.baseline_cache / key
     out = paths.baseline_dir
+    if split != "private":
+        out = out.with_name(f"{out.name}-{split}")
     with file_lock(settings.locks / f"baseline-{key}.lock"):
         cached = (cache / "result.json").exists() and (cache / "items.jsonl").exists()
         if cached:
@@ -68,7 +77,7 @@ def measure_baseline(
                 shutil.copyfile(cache / name, out / name)
             result = read_json(out / "result.json")
         else:
-            spec = EvalSpec(task.name, task.opts, backend)
+            spec = EvalSpec(task.name, task.opts, backend, split=split)
             outcome = run_evaluation(spec, model.path, out, settings, timeout_s=task.eval_timeout_s)
             if outcome.error:
                 raise UserError(
@@ -84,6 +93,7 @@ def measure_baseline(
         "eval_seconds": result["seconds"],
         "eval_hash": result["eval_hash"],
         "cached": cached,
+        "split": split,
     }
 
 

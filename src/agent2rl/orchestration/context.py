@@ -75,6 +75,10 @@ class RunRequest:
     extra_env: dict[str, str] = field(default_factory=dict)
     #: appended to the agent's instructions.md: its GPUs and the memory it may use on them
     gpu_note: str | None = None
+    #: the grading protocol: ``private`` (the paper's) or ``validation`` (scores on the
+    #: validation split, one submission graded on the private split at the end:
+    #: agent2rl.grading.final)
+    feedback: str = "private"
 
 
 @dataclass

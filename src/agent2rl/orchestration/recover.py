@@ -7,6 +7,10 @@ stays ``evaluating`` in the ledger. ``run.json`` records which process ran the r
 process gone (or its pid taken by another process) and marks the run ``interrupted`` and its
 unfinished ledger rows failed, the harness's fault, so that ``agent2rl report`` can then
 write the report of what the run did.
+
+Under the ``validation`` feedback protocol (:mod:`agent2rl.grading.final`) the run's score is
+the end-of-run grade on the private split, which a dead (or interrupted) harness may not have
+done: :func:`complete_final_grade` does it for a run that is no longer live, and says so.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import socket
 import time
 from pathlib import Path
 
+from agent2rl.grading.final import describe_grade, grade_final
 from agent2rl.grading.ledger import Ledger
 from agent2rl.orchestration.guard import start_ticks
 from agent2rl.rundir import LIVE_RUN_STATUSES, RunInfo, RunPaths, RunStatus
@@ -81,6 +86,20 @@ def close_dead_run(paths: RunPaths) -> str | None:
     info.save(paths)
     rows = f"; {failed} submission(s) in flight marked failed (harness)" if failed else ""
     return f"the run's harness is dead: marked the run interrupted{rows}"
+
+
+def complete_final_grade(paths: RunPaths) -> str | None:
+    """For a run that is no longer live under the ``validation`` feedback protocol: do its
+    end-of-run grade on the private split if it was not done (the run was interrupted, or
+    its harness died before or during it; :func:`~agent2rl.grading.final.grade_final` is
+    idempotent) and return a sentence saying what the grade is; None for a live run or a
+    run of the ``private`` protocol. The grading service is gone: nothing else writes the
+    ledger."""
+    info = RunInfo.load(paths)
+    if info.status in LIVE_STATUSES or info.feedback != "validation":
+        return None
+    grade = grade_final(paths)
+    return describe_grade(grade) if grade is not None else None
 
 
 def _last_sign_of_life(paths: RunPaths) -> float:

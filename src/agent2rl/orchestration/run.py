@@ -53,6 +53,7 @@ from agent2rl.analysis import RunMetrics, record_run, write_report
 from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
+from agent2rl.grading.final import check_feedback, finish_feedback
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import start_service, wait_for_in_flight
 from agent2rl.integrity import check_run
@@ -194,6 +195,7 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     backend = req.backend.for_run(task.name, req.model, model.path)
 
     prepared = prepare_task(task, settings.task_store)
+    check_feedback(req.feedback, task.name, prepared)
     paths = RunPaths(runs_dir / new_run_id(task.name, spec.name))
     user = agent_user(paths.root.name) if sandbox == "bwrap" else None
     info = RunInfo(
@@ -218,6 +220,7 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
         caps=caps.to_dict(),
         cap_mechanism=probe(),
         harness=harness_record(),
+        feedback=req.feedback,
     )
     ctx = RunContext(
         req, settings, console, task, prepared, spec, model, backend, sandbox, network, caps,
@@ -381,6 +384,7 @@ def _close_run(ctx: RunContext, closed: list[RunMetrics | None]) -> None:
         fail_in_flight(paths.ledger, f"still being graded when the run ended ({info.status})")
     except Exception as err:  # the report is still written; the row stays in flight
         ctx.console.print(f"[red]could not close the in-flight submissions: {err}[/]")
+    finish_feedback(ctx.paths, info.status, ctx.console.print)
     if info.ended_at is None:
         info.ended_at = time.time()
     info.save(paths)
@@ -412,6 +416,14 @@ def _start_grading(ctx: RunContext, services: RunServices) -> None:
     record_baseline(ctx.ledger, ctx.task, ctx.model, baseline)
     # how every graded item was decoded, and how many samples it got (--protocol)
     ctx.ledger.set_meta("decoding", ctx.backend.decoding_settings().to_dict())
+    if ctx.info.feedback == "validation":  # what the agent's validation scores compare with
+        with ctx.console.status("measuring the baseline on the validation split"):
+            ctx.ledger.set_meta(
+                "validation_baseline",
+                measure_baseline(
+                    ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend, split="validation"
+                ),
+            )
     ctx.info.eval_hash = baseline["eval_hash"]
     ctx.console.print(
         f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"

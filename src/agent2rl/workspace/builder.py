@@ -138,7 +138,8 @@ def write_instructions(
             task=info.task,
             deadline=int(info.deadline or 0),
         )
-        + (ROLLOUT if rollout else ""),
+        + (ROLLOUT if rollout else "")
+        + (VALIDATION_FEEDBACK if info.feedback == "validation" else ""),
     )
 
 
@@ -209,6 +210,32 @@ This task is interactive. A rollout service plays the public training games for 
 `description.md` documents its API and the exact protocol the grader uses to play your
 model (`data/protocol.py` is the grader's own code for it). Every episode and step you play
 is recorded in the run's report.
+"""
+
+#: ``agent2rl run --feedback validation`` (agent2rl.grading.final): what the scores mean and
+#: how the run's result is chosen; overrides "your result is your best graded submission"
+VALIDATION_FEEDBACK = """
+## Grading protocol of this run: validation feedback
+This run overrides what is said above about the held-out test set and your best submission:
+- `/submit` grades your model on a **validation set** (held out, not the test set) and answers
+  only that score; the baseline, improvement, intervals and best score it returns are all on
+  the validation set (`"split": "validation"` in every answer).
+- Your result is **one** submission, graded on the held-out test set by the harness after the
+  run ends: the one you mark final, or, if you mark none, your best on validation (the latest
+  one on a tie). `final_submission_id` in every answer says which one that is now.
+- Mark a graded submission final when you submit it (`"final": true`), or later:
+
+```bash
+curl -s -X POST "$GRADING_SERVER_URL/submit" \\
+  -H "Authorization: Bearer $GRADING_TOKEN" -H "Content-Type: application/json" \\
+  -d '{"model_path": "output/v3", "final": true}'
+curl -s -X POST "$GRADING_SERVER_URL/final" \\
+  -H "Authorization: Bearer $GRADING_TOKEN" -H "Content-Type: application/json" \\
+  -d '{"submission_id": 3}'
+```
+
+  The latest mark counts. Only the weights of the submission marked final and of your best on
+  validation are kept: to mark an older one, submit its directory again with `"final": true`.
 """
 
 

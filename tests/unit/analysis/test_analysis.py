@@ -339,7 +339,8 @@ METRICS_KEYS = {
     "llm_usage", "token_budget", "env_usage", "group_scores", "judge", "search", "agent_log",
     "methods",
     "mode_flags", "not_derived_submissions", "chat_template_submissions", "contamination",
-    "integrity_flags",
+    "integrity_flags", "feedback", "validation_baseline", "selected_validation_score",
+    "selected_by", "final_grade_status", "final_grade_note",
 }  # fmt: skip
 TRAJECTORY_KEYS = {
     "id", "t", "score", "best_so_far", "status", "is_copy", "duplicate_of", "error", "path",

@@ -48,6 +48,9 @@ class RunGroup(TypedDict):
     means as their base model (improvement 0) and never as beyond noise."""
     raw: bool
     """Flagged runs counted as graded."""
+    feedback: str
+    """The grading protocol of the group's runs (``private`` or ``validation``): runs of the
+    two protocols are never pooled (:mod:`agent2rl.grading.final`)."""
 
 
 def is_flagged(row: ResultsRow) -> bool:
@@ -99,16 +102,24 @@ def check_comparable(rows: Sequence[ResultsRow]) -> None:
 
 
 def aggregate(rows: Sequence[ResultsRow], *, raw: bool = False) -> list[RunGroup]:
-    """Per (task, agent, driver): run count, mean and spread of best score and improvement,
+    """Per (task, agent, driver, feedback protocol): run count, mean and spread of best score
+    and improvement,
     how many runs improved beyond noise and how many are flagged. Refuses incomparable rows
     (see :func:`check_comparable`). Runs without a best score count in ``runs`` only. A
     flagged run counts as its base model unless ``raw`` (module docstring)."""
     check_comparable(rows)
-    groups: dict[tuple[str | None, str | None, str | None], list[ResultsRow]] = defaultdict(list)
+    groups: dict[tuple[str | None, str | None, str | None, str], list[ResultsRow]] = defaultdict(
+        list
+    )
     for row in rows:
-        groups[(row["task"], row["agent"], row["driver"])].append(row)
+        # A validation-protocol run's best is one private grade selected on validation, a
+        # private-protocol run's a maximum over private scores: never one mean.
+        feedback = row.get("feedback") or "private"
+        groups[(row["task"], row["agent"], row["driver"], feedback)].append(row)
     out = []
-    for (task, agent, driver), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    for (task, agent, driver, feedback), members in sorted(
+        groups.items(), key=lambda kv: str(kv[0])
+    ):
         scores = [counted_scores(r, raw=raw) for r in members]
         best = [b for b, _ in scores if b is not None]
         imp = [i for _, i in scores if i is not None]
@@ -131,6 +142,7 @@ def aggregate(rows: Sequence[ResultsRow], *, raw: bool = False) -> list[RunGroup
                 eval_hash=next((r["eval_hash"] for r in members if r["eval_hash"]), None),
                 flagged=sum(1 for r in members if is_flagged(r)),
                 raw=raw,
+                feedback=feedback,
             )
         )
     return out

@@ -66,6 +66,12 @@ class ResultsRow(TypedDict):
     """1: the contamination check flagged the run, 0: it did not, NULL: it did not run."""
     contaminated_items: int | None
     """Private items found in the workspace (NULL: the check did not run)."""
+    feedback: str | None
+    """The grading protocol (:mod:`agent2rl.grading.final`): ``private`` (NULL in a row
+    recorded before it existed) or ``validation``, where ``best`` is the one submission
+    graded on the private split at the end, selected on validation scores."""
+    validation_score: float | None
+    """``validation`` runs: that submission's validation-split score (NULL otherwise)."""
 
 
 _SQL_TYPES = {str: "TEXT", int: "INTEGER", float: "REAL"}
@@ -105,6 +111,8 @@ ADDED_COLUMNS = {
         "not_derived",
         "contaminated",
         "contaminated_items",
+        "feedback",
+        "validation_score",
     )
 }
 
@@ -158,6 +166,7 @@ def results_row(run_dir: Path, metrics: RunMetrics) -> ResultsRow:
         not_derived=len(metrics.not_derived_submissions),
         contaminated=int(contam.flagged) if contam else None,
         contaminated_items=contam.matched_items if contam else None,
+        validation_score=metrics.selected_validation_score,
     )
 
 

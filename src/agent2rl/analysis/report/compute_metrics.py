@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from agent2rl.analysis.report.searching import search_summary
 from agent2rl.files import read_jsonl_tolerant
 from agent2rl.grading.comparison import best as best_of
 from agent2rl.grading.comparison import comparable, improvement
+from agent2rl.grading.final import FinalGrade, read_final_grade
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
 from agent2rl.integrity.contamination import read_contamination
 from agent2rl.integrity.identity import identity_flags
@@ -59,6 +60,10 @@ class _Graded:
     rejections: list[Rejection]
     baseline: dict[str, Any] | None
     """The baseline record (score, n_items, items_path, eval_seconds, eval_hash)."""
+    validation_baseline: dict[str, Any] | None = None
+    """The validation feedback protocol's baseline record, on the validation split."""
+    final_grade: FinalGrade | None = None
+    """The validation feedback protocol's end-of-run grade on the private split."""
 
     @classmethod
     def read(cls, paths: RunPaths) -> _Graded:
@@ -67,11 +72,36 @@ class _Graded:
             return cls([], [], None)
         with Ledger(paths.ledger) as ledger:
             baseline = ledger.get_meta("baseline")
+            validation = ledger.get_meta("validation_baseline")
             return cls(
                 ledger.submissions(),
                 ledger.rejections(),
                 baseline if isinstance(baseline, dict) else None,
+                validation if isinstance(validation, dict) else None,
+                read_final_grade(ledger),
             )
+
+
+def _final_pick(graded: _Graded) -> Submission | None:
+    """The validation protocol's end-of-run grade as a graded submission on the private split
+    (the selected submission's row with the private score, files and settings); None when it
+    was not graded."""
+    grade = graded.final_grade
+    if grade is None or grade.status != "graded" or grade.submission_id is None:
+        return None
+    row = next((s for s in graded.submissions if s.id == grade.submission_id), None)
+    if row is None:
+        return None
+    return replace(
+        row,
+        score=grade.score,
+        n_items=grade.n_items,
+        items_path=grade.items_path,
+        eval_hash=grade.eval_hash,
+        eval_seconds=grade.eval_seconds,
+        duplicate_of=None,
+        split="private",
+    )
 
 
 def _decoding_text(backend: dict[str, Any] | None) -> str | None:
@@ -394,22 +424,33 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
     subs, baseline = graded.submissions, graded.baseline
     base_score = _finite(baseline.get("score")) if baseline else None
     base_hash = baseline.get("eval_hash") if baseline else None
+    # Under the validation feedback protocol the submissions' scores (the trajectory) are on
+    # the validation split and compare with its baseline; the run's score is the end-of-run
+    # grade on the private split (agent2rl.grading.final), never a maximum over them.
+    by_validation = info.feedback == "validation"
+    seen = graded.validation_baseline if by_validation else baseline
+    seen_score = _finite(seen.get("score")) if seen else None
+    seen_hash = seen.get("eval_hash") if seen else None
+    pick = _final_pick(graded) if by_validation else None
 
     t0 = info.start if info.start is not None else info.created_at
     valid = [s for s in subs if s.valid]
-    best = best_of(subs)
-    first_better = _first_improvement(valid, base_score, base_hash)
+    best = pick if by_validation else best_of(subs)
+    first_better = _first_improvement(valid, seen_score, seen_hash)
     duration = (
         info.ended_at - info.start if info.ended_at is not None and info.start is not None else None
     )
     changes = code_changes(paths.code_git, subs)
-    intervals = _intervals(paths, baseline, subs)
+    intervals = _intervals(paths, seen, subs)
     top = intervals.get(best.id, Intervals()) if best is not None else Intervals()
     final = valid[-1] if valid else None
     last = intervals.get(final.id, Intervals()) if final is not None else Intervals()
+    if by_validation:  # one submission has a private score: it is both the best and final
+        top = _intervals(paths, baseline, [pick])[pick.id] if pick is not None else Intervals()
+        final, last = pick, top
     env = summarize_env(paths.env_db, t0)
     agent_log, methods, mode_flags = _agent_view(paths)
-    trajectory = _trajectory(subs, t0, base_hash, intervals)
+    trajectory = _trajectory(subs, t0, seen_hash, intervals)
     contamination = _contamination(paths)
 
     return RunMetrics(
@@ -463,6 +504,17 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
         first_graded_idx=next((i for i, s in enumerate(subs, 1) if s.valid), None),
         time_to_first_improvement=first_better.submitted_at - t0 if first_better else None,
         time_to_best=best.submitted_at - t0 if best else None,
+        validation_baseline=seen_score if by_validation else None,
+        selected_validation_score=(
+            graded.final_grade.validation_score if by_validation and graded.final_grade else None
+        ),
+        selected_by=(
+            graded.final_grade.selected_by if by_validation and graded.final_grade else None
+        ),
+        final_grade_status=graded.final_grade.status if graded.final_grade else None,
+        final_grade_note=(
+            (graded.final_grade.error or graded.final_grade.note) if graded.final_grade else None
+        ),
         # The reference's runs over every submission's score (a failed one as 0) ...
         monotonic_ratio=monotonic_ratio(
             [s.score if s.valid and s.score is not None else 0.0 for s in subs]

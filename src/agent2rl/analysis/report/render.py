@@ -130,9 +130,38 @@ def _improvement_text(m: RunMetrics) -> str:
 
 def selected_text(m: RunMetrics) -> str:
     """``selected over 5 graded submissions``: the best is a maximum over every submission
-    the agent saw scored on the private split, so its score and interval are optimistic."""
+    the agent saw scored on the private split, so its score and interval are optimistic.
+    Under the validation feedback protocol the one submission graded on the private split
+    was selected on validation scores: ``selected on validation (marked final)``."""
+    if m.feedback == "validation":
+        how = "marked final" if m.selected_by == "marked" else "best on validation"
+        return f"selected on validation ({how}), graded once on the private split"
     n = m.valid_submissions
     return f"selected over {n} graded submission{'' if n == 1 else 's'}"
+
+
+def feedback_text(m: RunMetrics) -> str:
+    """The run's grading protocol, and under ``validation`` what the end-of-run grade was:
+    ``validation (MLE-bench's): ... submission #3 (marked final): validation 40.00 (baseline
+    38.00), private 41.00``, or why it is missing."""
+    if m.feedback != "validation":
+        return (
+            "private (the paper's): the agent saw every submission's private-split score; "
+            "the best is selected over them"
+        )
+    text = (
+        "validation (MLE-bench's, not the paper's): the agent saw validation-split scores only "
+        f"(baseline on validation {format_number(m.validation_baseline)}); "
+    )
+    if m.final_grade_status == "graded":
+        how = "marked final" if m.selected_by == "marked" else "best on validation"
+        return text + (
+            f"submission #{m.best_submission_id} ({how}): validation "
+            f"{format_number(m.selected_validation_score)}, private {format_number(m.best_score)}"
+        )
+    status = m.final_grade_status or "not recorded"
+    note = f": {m.final_grade_note}" if m.final_grade_note else ""
+    return text + f"end-of-run grade on the private split {status}{note}"
 
 
 def final_text(m: RunMetrics) -> str:
@@ -335,6 +364,7 @@ def render_markdown(m: RunMetrics) -> str:
         f"| Status | {md_cell(m.status)}" + (f": {md_cell(m.error)}" if m.error else "") + " |",
         f"| Confinement | {md_cell(confinement_text(m))} |",
         f"| Budget | {format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)} |",
+        f"| Feedback protocol | {md_cell(feedback_text(m))} |",
         f"| Score | baseline {format_number(m.baseline)} → best {format_number(m.best_score)}"
         + (
             f" ({selected_text(m)}: submission #{best_id}, 95% CI "
@@ -639,6 +669,11 @@ def _headline_html(m: RunMetrics) -> str:
             "final submission (not selected): score (improvement)",
         ),
         _card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
+        *(
+            [_card(esc(m.feedback), f"feedback protocol: {feedback_text(m)}")]
+            if m.feedback == "validation"
+            else []
+        ),
         _card(esc(format_duration(m.time_to_first_improvement)), "time to first improvement"),
         _card(esc(format_duration(m.time_to_best)), "time to best"),
         _card(

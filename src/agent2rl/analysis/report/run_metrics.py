@@ -271,6 +271,24 @@ class RunMetrics(RunIdentity):
     """``final_score - baseline``; None without either, or when the final is not comparable."""
     final_improvement_ci95: Interval | None = None
 
+    # -- the validation feedback protocol (agent2rl.grading.final) ----------------------------
+    # Under ``feedback == "validation"`` the agent saw validation-split scores only (the
+    # trajectory's, compared with ``validation_baseline``) and the run's score is the one
+    # end-of-run grade on the private split: ``best_*``, ``improvement*`` and ``final_*`` are
+    # that submission's private score against the private ``baseline``, not selected over
+    # private scores.
+    validation_baseline: float | None = None
+    """``validation``: the base model's validation-split score; None under ``private``."""
+    selected_validation_score: float | None = None
+    """``validation``: the validation score of the submission graded on the private split."""
+    selected_by: str | None = None
+    """``validation``: ``marked`` (the agent marked it final) or ``best_validation``."""
+    final_grade_status: str | None = None
+    """``validation``: the end-of-run grade's status: ``graded``, ``failed``,
+    ``no_submission``, ``pending`` or ``grading`` (not done: ``agent2rl report`` does it)."""
+    final_grade_note: str | None = None
+    """``validation``: why the end-of-run grade is not a score (its error or note)."""
+
     # -- the submission sequence -----------------------------------------------------------
     # Names the reference implementation (RD-Agent autorl_bench) also uses carry its formula;
     # agent2rl's own variants have their own names (docs/paper-fidelity.md).
