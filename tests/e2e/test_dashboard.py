@@ -73,6 +73,9 @@ def test_study_runs_concurrently_on_shared_stores(study: Path) -> None:
     subs = pd.read_parquet(study / "export" / "submissions.parquet")
     assert len(runs) == 4 and set(runs["stack"]) == STACKS
     assert set(subs["run_id"]) == set(runs["run_id"])
+    coverage = pd.read_csv(study / "export" / "task_coverage.csv")
+    assert set(coverage["stack"]) == STACKS and set(coverage["runs"]) == {2}
+    assert (study / "export" / "task_coverage.svg").read_text().startswith("<svg")
 
 
 def test_dashboard_in_a_real_browser(study: Path, tmp_path) -> None:
@@ -104,6 +107,7 @@ def test_dashboard_in_a_real_browser(study: Path, tmp_path) -> None:
             assert {rows.nth(i).get_attribute("data-stack") for i in range(2)} == STACKS
             cells = page.locator("td.hm-cell")
             assert cells.count() == 2
+            assert page.locator("td.cov-cell").count() == 2  # task coverage: 2 stacks x 1 task
             assert {cells.nth(i).get_attribute("data-n") for i in range(2)} == {"2"}
             for axis in ("time", "submissions"):
                 figure = page.locator(f'figure.curve[data-axis="{axis}"]')

@@ -1,7 +1,8 @@
 """``agent2rl study export``: a study's runs and submissions as CSV and Parquet.
 
-Three pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs.parquet``,
-``submissions.csv``/``submissions.parquet`` and ``main_table.csv``/``main_table.parquet``:
+Four pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs.parquet``,
+``submissions.csv``/``submissions.parquet``, ``main_table.csv``/``main_table.parquet`` and
+``task_coverage.csv``/``task_coverage.parquet``, and one chart, ``task_coverage.svg``:
 
 ``runs``
     one row per counted run (:func:`agent2rl.study.runs.load_runs`): identity (task, model,
@@ -17,7 +18,12 @@ Three pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``run
     its ``baseline``, then per stack (agent x driver x mode) ``<stack> best`` and
     ``<stack> delta``: the mean over that stack's repeats of the best of budget and of the
     improvement (a run without a valid comparable submission counts as the baseline, delta
-    0); blank where a stack has no run of that task with a baseline.
+    0); blank where a stack has no run of that task with a baseline;
+``task_coverage``
+    the paper's task-coverage chart (Fig. 4) as data: one row per stack and task with runs,
+    how many of them improved the task (and beyond noise), whether the stack covers it, and
+    the margins (tasks a stack covers, stacks covering a task)
+    (:mod:`agent2rl.analysis.dashboard.coverage`); ``task_coverage.svg`` draws it.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent2rl.analysis.dashboard.coverage import coverage_rows, coverage_svg, task_coverage
 from agent2rl.analysis.dashboard.failures import run_failures
 from agent2rl.analysis.dashboard.routes import run_route
 from agent2rl.analysis.dashboard.runset import StudyRun, outcome
+from agent2rl.files import write_text_atomic
 from agent2rl.study.runs import load_runs
 
 
@@ -142,19 +150,28 @@ def main_table_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
 
 
 def export(study_dir: Path, out: Path | None = None) -> dict[str, Path]:
-    """Write the three tables (see the module docstring) and return their paths by name
-    (``runs.csv``, ``runs.parquet``, ``submissions.csv``, ``submissions.parquet``,
-    ``main_table.csv``, ``main_table.parquet``)."""
-    import pandas as pd
-
+    """Write the four tables and the coverage chart (see the module docstring) and return
+    their paths by name (``runs.csv``, ``runs.parquet``, ``submissions.csv``,
+    ``submissions.parquet``, ``main_table.csv``, ``main_table.parquet``,
+    ``task_coverage.csv``, ``task_coverage.parquet``, ``task_coverage.svg``)."""
     runs, _ = load_runs(study_dir)
     out = Path(out) if out else Path(study_dir).expanduser().resolve() / "export"
+    return write_export(runs, out, f"Task coverage: {Path(study_dir).expanduser().name}")
+
+
+def write_export(runs: list[StudyRun], out: Path, title: str = "Task coverage") -> dict[str, Path]:
+    """:func:`export`'s files for ``runs`` into ``out`` (created); ``title`` heads the
+    coverage chart. Every file is written atomically (temp file, then rename)."""
+    import pandas as pd
+
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
+    coverage = task_coverage(runs)
     tables = (
         ("runs", run_rows(runs)),
         ("submissions", submission_rows(runs)),
         ("main_table", main_table_rows(runs)),
+        ("task_coverage", coverage_rows(coverage)),
     )
     for name, rows in tables:
         frame = pd.DataFrame(rows)
@@ -167,7 +184,10 @@ def export(study_dir: Path, out: Path | None = None) -> dict[str, Path]:
                 frame.to_parquet(tmp, index=False)
             tmp.replace(path)  # readers never see half a file
             paths[path.name] = path
+    svg = out / "task_coverage.svg"
+    write_text_atomic(svg, coverage_svg(coverage, title))
+    paths[svg.name] = svg
     return paths
 
 
-__all__ = ["export", "main_table_rows", "run_rows", "submission_rows"]
+__all__ = ["export", "main_table_rows", "run_rows", "submission_rows", "write_export"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent2rl.analysis.dashboard.counting import counted, run_flags
+from agent2rl.analysis.dashboard.coverage import Coverage, cell_state, task_coverage
 from agent2rl.analysis.dashboard.curves import AXES, Curve, scaling_curves
 from agent2rl.analysis.dashboard.failures import failure_counts, run_failures
 from agent2rl.analysis.dashboard.heatmap import Heatmap, mode_task_heatmap
@@ -151,6 +152,37 @@ def _passk(curves: list[PassAtK], colors: dict[str, str], mixed: dict[str, list[
         "<th>E[max of k]</th></tr>" + "".join(rows) + "</table>"
     )
     return f'<div class="charts">{"".join(charts)}</div>{table}'
+
+
+def _coverage(cov: Coverage) -> str:
+    """A table: one row per stack, one column per task; each cell ``improved/graded`` runs
+    (``td.cov-cell`` with its :func:`cell_state` as class), the margins at the ends."""
+    if not cov.cells:
+        return "<p>No runs.</p>"
+    per_stack, per_task = cov.covered()
+    head = "".join(f"<th>{esc(t)}</th>" for t in cov.tasks) + "<th>tasks covered</th>"
+    rows = []
+    for s in cov.stacks:
+        tds = []
+        for t in cov.tasks:
+            c = cov.cell(s, t)
+            if c is None:
+                tds.append('<td class="cov-empty"></td>')
+                continue
+            tds.append(
+                f'<td class="cov-cell {cell_state(c)}" data-row="{esc(s)}" data-col="{esc(t)}" '
+                f'title="{esc(s)} on {esc(t)}: {c.improved} of {c.graded} graded run(s) improved '
+                f'({c.beyond_noise} beyond noise), best {_num(c.best, signed=True)}">'
+                f"{c.improved}/{c.graded}</td>"
+            )
+        rows.append(
+            f"<tr><th>{esc(s)}</th>{''.join(tds)}<td><b>{per_stack[s]}/{len(cov.tasks)}</b></td></tr>"
+        )
+    foot = "".join(f"<td><b>{per_task[t]}/{len(cov.stacks)}</b></td>" for t in cov.tasks)
+    return (
+        f'<table class="coverage"><tr><th></th>{head}</tr>{"".join(rows)}'
+        f"<tr><th>stacks covering</th>{foot}<td></td></tr></table>"
+    )
 
 
 def _heatmap(hm: Heatmap) -> str:
@@ -414,7 +446,10 @@ th{background:#f5f5f5}
 figure{margin:0}figcaption{font-size:12px;color:#555;max-width:420px}
 .heatmap td.hm-cell{text-align:center;min-width:110px}
 .heatmap td.hm-cell.best{outline:3px solid #2ca02c}
-.heatmap td.hm-cell.worst{outline:3px solid #d62728}ul{margin:2px 0;padding-left:18px}
+.heatmap td.hm-cell.worst{outline:3px solid #d62728}
+td.cov-cell{text-align:center;min-width:90px}td.cov-cell.noise{background:#2ca02c;color:#fff}
+td.cov-cell.improved{background:#98df8a}td.cov-cell.none{background:#eeeeee}
+ul{margin:2px 0;padding-left:18px}
 details.summary{margin:4px 0}details.summary>summary{cursor:pointer}
 dl.overview{display:grid;grid-template-columns:max-content auto;gap:2px 14px;font-size:14px}
 dl.overview dt{font-weight:600}
@@ -439,6 +474,10 @@ as graded, with its flags.</li>
 (unbiased estimator, improvements sorted ascending: sum C(i-1,k-1)/C(n,k) x(i)).</li>
 <li><b>Heatmap</b>: mean improvement per mode (or stack) and task, n runs per cell (and how
 many are flagged); per task the best cell is outlined green, the worst red.</li>
+<li><b>Task coverage</b> (the paper's Fig. 4): per stack and task, how many runs improved
+the task over graded runs (dark: one improved beyond noise, its interval excluding 0; light:
+improved within noise; grey: none); the margins count the tasks a stack covers and the stacks
+covering a task.</li>
 <li><b>Scaling curves</b>: best-so-far improvement against wall time, driver tokens and
 submissions; the line is the mean over repeats, the band ± one standard deviation.</li>
 <li><b>Trajectories</b>: each run's scores by submission; the dashed line is its baseline.</li>
@@ -502,6 +541,11 @@ def render_dashboard(
             "heatmap",
             "Mode × task heatmap (mean improvement)",
             counting + _heatmap(mode_task_heatmap(runs, raw=raw)),
+        ),
+        (
+            "coverage",
+            "Task coverage: which stacks improved which tasks",
+            counting + _coverage(task_coverage(runs, raw=raw)),
         ),
         ("curves", "Scaling curves", _curves(runs, colors, mixed)),
         (
