@@ -288,9 +288,9 @@ class WebshopLite(WebshopBase):
             return prepared
         source = Path(tempfile.mkdtemp(prefix=".catalog.", dir=_mkdir(root)))
         try:
-            write_catalog(source, LITE_CATALOG_SEED, o["n_products"])
+            write_catalog(source, LITE_CATALOG_SEED, o.n_products)
             build_store(
-                source, sets, o["n_eval"], o["n_validation"], o["n_train"], o["max_steps"],
+                source, sets, o.n_eval, o.n_validation, o.n_train, o.max_steps,
                 with_human=False,
             )  # fmt: skip
         finally:
