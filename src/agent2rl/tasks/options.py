@@ -188,7 +188,7 @@ def _convert(task: str, spec: OptionSpec, value: Any) -> Any:
     kind = spec.type
     bad = UserError(
         f"task {task}: task option {spec.name}={value!r} is not a valid {kind.__name__} "
-        f"({spec.help}; default {spec.default_text()})"
+        f"(default {spec.default_text()}; `agent2rl tasks {task}` explains each option)"
     )
     if kind is bool:
         if isinstance(value, bool):
