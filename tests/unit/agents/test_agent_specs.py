@@ -132,11 +132,11 @@ def test_experimental_flag_parses_and_defaults_off(tmp_path: Path) -> None:
     spec = load_spec(path)
     assert spec.experimental and spec.experimental_note == "never run: no Docker"
     specs = builtin_specs()
-    # OpenHands has not completed a sandboxed run here; the agents that have are not flagged.
-    oh = specs["openhands"]
-    assert oh.experimental and "bwrap sandbox" in oh.experimental_note
-    assert "not installed or run in CI" in oh.experimental_note
-    for name in ("claude-code", "mini-swe-agent", "reference-sft", "reference-grpo"):
+    # OpenHands' 30-stage pipeline has not run whole here; the agents that have (the stock
+    # OpenHands CLI among them, tests/e2e/test_openhands.py) are not flagged.
+    oh = specs["openhands-paper"]
+    assert oh.experimental and "30-stage pipeline" in oh.experimental_note
+    for name in ("claude-code", "openhands", "mini-swe-agent", "reference-sft", "reference-grpo"):
         assert not specs[name].experimental and specs[name].experimental_note == ""
 
 
@@ -409,7 +409,7 @@ def test_doctor_skips_versions_when_asked(tmp_path: Path) -> None:
 
 
 def test_doctor_shows_an_experimental_agent_whether_installed_or_not(tmp_path: Path) -> None:
-    spec = get_agent("openhands")
+    spec = get_agent("openhands-paper")
     flag = f"experimental: {spec.experimental_note}"
     missing = check_agent(spec, {"PATH": str(tmp_path)}, versions=False)
     assert not missing.ok and missing.readiness() == f"no; {flag}"
@@ -417,7 +417,7 @@ def test_doctor_shows_an_experimental_agent_whether_installed_or_not(tmp_path: P
     ready = check_agent(spec, {"PATH": str(tmp_path), "ANTHROPIC_API_KEY": "sk"})
     # Installed and configured: it may well run, but the listing must not say a bare "yes".
     assert ready.ok and ready.experimental == spec.experimental_note
-    assert ready.cells()[:3] == ("openhands", flag, "yes")
+    assert ready.cells()[:3] == ("openhands-paper", flag, "yes")
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,8 +451,8 @@ def test_agents_listing_shows_the_experimental_note(tmp_path: Path) -> None:
     r = run_cli(["agents"], env=_cli_env(tmp_path), timeout=120)
     assert r.returncode == 0, r.stderr
     ready = {name: cells[2] for name, cells in _table(r.stdout).items()}
-    note = get_agent("openhands").experimental_note
-    assert ready["openhands"] == f"no; experimental: {note} (see `agent2rl agents doctor`)"
+    note = get_agent("openhands-paper").experimental_note
+    assert ready["openhands-paper"] == f"no; experimental: {note} (see `agent2rl agents doctor`)"
     assert ready["claude-code"] == "no (see `agent2rl agents doctor`)"
     assert ready["reference-sft"] == "yes"
 
@@ -461,19 +461,18 @@ def test_agents_doctor_shows_the_experimental_note(tmp_path: Path) -> None:
     r = run_cli(["agents", "doctor"], env=_cli_env(tmp_path), timeout=120)
     assert r.returncode == 0, r.stderr
     rows = _table(r.stdout)
-    note = get_agent("openhands").experimental_note
-    assert rows["openhands"][DOCTOR_COLUMNS.index("ready")] == f"no; experimental: {note}"
+    note = get_agent("openhands-paper").experimental_note
+    assert rows["openhands-paper"][DOCTOR_COLUMNS.index("ready")] == f"no; experimental: {note}"
     assert rows["reference-sft"][DOCTOR_COLUMNS.index("ready")] == "yes"
 
 
 def test_run_warns_once_about_an_experimental_agent_and_goes_on(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     args = ["run", "--task", "arith-lite", "--runs-dir", str(runs), "--agent"]
-    r = run_cli([*args, "openhands"], env=_cli_env(tmp_path), timeout=120)
+    r = run_cli([*args, "openhands-paper"], env=_cli_env(tmp_path), timeout=120)
     warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
-    assert warnings == [
-        f"warning: agent openhands is experimental ({get_agent('openhands').experimental_note})"
-    ], r.stderr
+    note = get_agent("openhands-paper").experimental_note
+    assert warnings == [f"warning: agent openhands-paper is experimental ({note})"], r.stderr
     # The run went on past the warning to its own checks: here, the missing driver key.
     assert r.returncode == 2 and "export ANTHROPIC_API_KEY=" in r.stderr, r.stderr
     assert not runs.exists()
