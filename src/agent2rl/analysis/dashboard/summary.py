@@ -14,17 +14,17 @@ Two writers:
   ``AGENT2RL_SUMMARY_MODEL``, ``AGENT2RL_SUMMARY_API_KEY``) rewrites the rule summary's
   decisions from the evidence. Its claims are kept only when every ref is an artifact the
   run has (others are dropped, and the rule summary stands in when none survive or the call
-  fails). Each call is metered (one :class:`~agent2rl.metering.UsageRecord` line in the
-  given usage file) and cached by a hash of the model and the prompt, so a dashboard
-  rebuilt over the same runs asks nothing twice.
+  fails). The call goes through the harness's LLM client
+  (:class:`~agent2rl.scoring.llm_client.LLMClient`): retried on 429, 5xx and connection
+  errors, each request metered (one :class:`~agent2rl.metering.UsageRecord` line in the
+  given usage file) and the answer cached by its full request, so a dashboard rebuilt over
+  the same runs asks nothing twice.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,10 +33,17 @@ from typing import Any
 from agent2rl.analysis.dashboard.failures import run_failures
 from agent2rl.analysis.dashboard.routes import RunRoute, run_route
 from agent2rl.analysis.dashboard.runset import StudyRun
-from agent2rl.files import read_json, write_json_atomic
-from agent2rl.metering import TokenCounts, UsageRecord, append_record, estimate_cost
+from agent2rl.scoring.llm_client import (
+    Completion,
+    LLMClient,
+    LLMMeter,
+    LLMUnavailable,
+    ResponseCache,
+)
 
 SUMMARY_ENV = ("AGENT2RL_SUMMARY_BASE_URL", "AGENT2RL_SUMMARY_MODEL", "AGENT2RL_SUMMARY_API_KEY")
+#: the response cache's file in a summary cache directory
+SUMMARY_CACHE = "llm_responses.sqlite3"
 
 
 @dataclass(frozen=True)
@@ -224,62 +231,42 @@ def llm_summary(
     cache_dir: Path,
     usage_path: Path,
     timeout_s: float = 120.0,
+    max_attempts: int = 3,
+    backoff_s: float = 1.0,
 ) -> RunSummary:
     """The LLM's summary of ``run`` (see the module docstring); the rule summary, with a
-    note, when the call fails or no claim survives the check of its refs."""
-    import httpx
-
+    note, when the call fails (after ``max_attempts`` tries of a transient failure, ``backoff_s``
+    apart and doubling) or no claim survives the check of its refs. The answer is cached in
+    ``cache_dir`` (:data:`SUMMARY_CACHE`) by its full request; each request is one line in
+    ``usage_path``."""
     base = rule_summary(run)
-    prompt = _prompt(run, base)
-    key = hashlib.sha256(f"{endpoint.model}\0{_INSTRUCTIONS}\0{prompt}".encode()).hexdigest()
-    cache = Path(cache_dir) / f"{key[:32]}.json"
-    if cache.is_file():
-        answer = read_json(cache)
-    else:
-        record = UsageRecord(api="openai", endpoint="chat/completions", model=endpoint.model)
-        started = time.time()
-        try:
-            resp = httpx.post(
-                f"{endpoint.base_url}/chat/completions",
-                json={
-                    "model": endpoint.model,
-                    "messages": [
-                        {"role": "system", "content": _INSTRUCTIONS},
-                        {"role": "user", "content": prompt},
-                    ],
-                    "temperature": 0,
-                },
-                headers={"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {},
-                timeout=timeout_s,
-            )
-            record.status = resp.status_code
-            body = resp.json() if resp.content else {}
-        except (httpx.HTTPError, ValueError) as err:
-            record.error = f"{type(err).__name__}: {err}"
-            body = {}
-        record.latency_s = time.time() - started
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if isinstance(usage, dict):
-            tokens = TokenCounts(
-                input=int(usage.get("prompt_tokens") or 0),
-                output=int(usage.get("completion_tokens") or 0),
-            )
-            record.set_usage(usage, tokens, estimate_cost(endpoint.model, tokens))
-        Path(usage_path).parent.mkdir(parents=True, exist_ok=True)
-        append_record(Path(usage_path), record)
-        if record.error or record.status >= 400:
-            note = record.error or f"HTTP {record.status}"
-            return _with_note(base, f"LLM summary failed ({note}); rule-based summary shown")
-        answer = {"content": _content(body)}
-        write_json_atomic(cache, answer)
-    return _merge(run, base, answer.get("content") or "", endpoint.model)
-
-
-def _content(body: Any) -> str:
+    body = {
+        "model": endpoint.model,
+        "messages": [
+            {"role": "system", "content": _INSTRUCTIONS},
+            {"role": "user", "content": _prompt(run, base)},
+        ],
+        "temperature": 0,
+    }
+    client = LLMClient(
+        endpoint.model,
+        endpoint.base_url,
+        endpoint.api_key,
+        meter=LLMMeter(Path(usage_path)),
+        cache=ResponseCache(Path(cache_dir) / SUMMARY_CACHE),
+        max_attempts=max_attempts,
+        backoff_s=backoff_s,
+        timeout_s=timeout_s,
+        concurrency=1,
+        label="summary model",
+    )
     try:
-        return str(body["choices"][0]["message"]["content"] or "")
-    except (KeyError, IndexError, TypeError):
-        return ""
+        content = client.chat(body, Completion.text)
+    except LLMUnavailable as err:
+        return _with_note(base, f"LLM summary failed ({err}); rule-based summary shown")
+    finally:
+        client.close()
+    return _merge(run, base, content, endpoint.model)
 
 
 def _merge(run: StudyRun, base: RunSummary, content: str, model: str) -> RunSummary:

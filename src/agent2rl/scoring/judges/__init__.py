@@ -3,16 +3,18 @@
 ::
 
     base.py               Pair, PairwiseJudge (what a scorer holds), LogprobJudgeBackend
-                          (what a logprob judge runs on), NextToken, JudgeUnavailable
+                          (what a logprob judge runs on), NextToken, JudgeUnavailable,
+                          USAGE_FILE (the judge's usage lines in a grading directory)
     protocol.py           AlpacaEval 2.0's weighted_alpaca_eval_gpt4_turbo protocol: the
                           template, the position swap, the logprob preference
     logprob.py            LogprobJudge: that protocol over any backend, with cache and meter
-    openai_compatible.py  the HTTP backend for OpenAI-compatible servers; openai_judge()
+    openai_compatible.py  the HTTP backend for OpenAI-compatible servers, on the harness's
+                          LLM client (:mod:`agent2rl.scoring.llm_client`); openai_judge()
     local.py              TransformersJudgeBackend: a model run in-process (transformers, GGUF)
     smollm2.py            alpaca-lite's judge: SmolLM2-135M on CPU, compact template in two
                           phrasings, both orders; smollm2_judge()
-    cache.py              JudgmentCache: SQLite under AGENT2RL_HOME, shared across runs
-    meter.py              JudgeMeter: one usage line per judge request, and totals
+    cache.py              JudgmentCache: judgments (not requests) in SQLite under
+                          AGENT2RL_HOME, shared across runs and by local judges
 
 A local model judge is one more :class:`LogprobJudgeBackend` (a ``next_tokens`` that runs a
 forward pass and returns the top-k of the last position: :class:`TransformersJudgeBackend`)
@@ -22,6 +24,7 @@ re-exported here, so importing the package never touches transformers).
 """
 
 from agent2rl.scoring.judges.base import (
+    USAGE_FILE,
     JudgeUnavailable,
     LogprobJudgeBackend,
     Messages,
@@ -32,7 +35,6 @@ from agent2rl.scoring.judges.base import (
 from agent2rl.scoring.judges.cache import CACHE_RELPATH, JudgmentCache
 from agent2rl.scoring.judges.local import TransformersJudgeBackend
 from agent2rl.scoring.judges.logprob import LogprobJudge
-from agent2rl.scoring.judges.meter import USAGE_FILE, JudgeMeter
 from agent2rl.scoring.judges.openai_compatible import (
     OpenAICompatibleBackend,
     judge_api_key,
@@ -42,7 +44,6 @@ from agent2rl.scoring.judges.openai_compatible import (
 __all__ = [
     "CACHE_RELPATH",
     "USAGE_FILE",
-    "JudgeMeter",
     "JudgeUnavailable",
     "JudgmentCache",
     "LogprobJudge",

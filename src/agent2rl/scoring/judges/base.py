@@ -17,6 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent2rl.metering.usage import TokenCounts
+from agent2rl.scoring.llm_client import LLMUnavailable
+
+#: a judge's usage file in a grading directory (next to its ``result.json``): one
+#: :class:`~agent2rl.metering.usage.UsageRecord` line per judge request, written by the
+#: judge's :class:`~agent2rl.scoring.llm_client.LLMMeter`, never to the agent's usage file
+USAGE_FILE = "judge_usage.jsonl"
 
 #: A chat prompt: ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``.
 Messages = list[dict[str, str]]
@@ -32,7 +38,7 @@ class Pair:
     output_2: str
 
 
-class JudgeUnavailable(RuntimeError):
+class JudgeUnavailable(LLMUnavailable):
     """The judge could not give a judgment (unreachable after its retries, refused the key,
     answered without logprobs). One line naming the judge and the cause. Not the model's
     fault: the evaluation fails as the harness's, and the same weights can be graded again

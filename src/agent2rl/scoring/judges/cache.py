@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.scoring.judges.base import Pair
-from agent2rl.scoring.judges.meter import JudgeMeter
+from agent2rl.scoring.llm_client import LLMMeter
 from agent2rl.sqlite_store import SQLiteStore
 
 #: the cache file under ``AGENT2RL_HOME``
@@ -56,7 +56,7 @@ def judge_with_cache(
     pairs: Sequence[Pair],
     identity: dict[str, Any],
     cache: JudgmentCache | None,
-    meter: JudgeMeter,
+    meter: LLMMeter,
     chunk_size: int,
     judge_chunk: Callable[[list[int]], list[Judgment]],
 ) -> list[float]:

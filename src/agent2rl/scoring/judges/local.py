@@ -24,7 +24,7 @@ from typing import Any
 
 from agent2rl.metering.usage import TokenCounts
 from agent2rl.scoring.judges.base import JudgeUnavailable, Messages, NextToken
-from agent2rl.scoring.judges.meter import JudgeMeter
+from agent2rl.scoring.llm_client import LLMMeter
 
 #: models loaded in this process, by (directory, GGUF file, device): a grading process builds
 #: its scorer more than once (the evaluation hash, then the scoring), and a benchmark builds
@@ -53,7 +53,7 @@ class TransformersJudgeBackend:
         digest: str | None = None,
         always: Sequence[str] = (),
         batch_size: int = 8,
-        meter: JudgeMeter | None = None,
+        meter: LLMMeter | None = None,
         device: str = "cpu",
     ) -> None:
         self.model_dir = Path(model_dir)
@@ -62,7 +62,7 @@ class TransformersJudgeBackend:
         self.digest = digest
         self.always = tuple(always)
         self.batch_size = max(1, int(batch_size))
-        self.meter = meter or JudgeMeter()
+        self.meter = meter or LLMMeter()
         self.device = device
         self._model: Any = None
         self._tokenizer: Any = None

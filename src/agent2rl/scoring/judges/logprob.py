@@ -15,7 +15,7 @@ from typing import Any
 from agent2rl.scoring.judges import protocol
 from agent2rl.scoring.judges.base import LogprobJudgeBackend, Pair
 from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
-from agent2rl.scoring.judges.meter import JudgeMeter
+from agent2rl.scoring.llm_client import LLMMeter
 
 
 class LogprobJudge:
@@ -40,12 +40,12 @@ class LogprobJudge:
         self,
         backend: LogprobJudgeBackend,
         cache: JudgmentCache | None = None,
-        meter: JudgeMeter | None = None,
+        meter: LLMMeter | None = None,
         judge_protocol: protocol.JudgeProtocol = protocol.ALPACA_EVAL,
     ) -> None:
         self.backend = backend
         self.cache = cache
-        self.meter = meter or JudgeMeter()
+        self.meter = meter or LLMMeter()
         self.protocol = judge_protocol
 
     def identity(self) -> dict[str, Any]:

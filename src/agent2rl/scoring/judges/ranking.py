@@ -36,14 +36,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from agent2rl.errors import UserError
 from agent2rl.scoring.judges import protocol
-from agent2rl.scoring.judges.base import JudgeUnavailable, Messages, NextToken, Pair
+from agent2rl.scoring.judges.base import Messages, NextToken, Pair
 from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
-from agent2rl.scoring.judges.meter import JudgeMeter
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL, OpenAICompatibleBackend
+from agent2rl.scoring.llm_client import Completion, LLMMeter, UnusableResponse
 
 #: the reference's annotator name, and the model it names
 NAME = "annotators_gpt52_fn"
@@ -141,8 +139,8 @@ def preference_from_ranking(arguments: str | None) -> float:
 
 
 class FunctionCallBackend(OpenAICompatibleBackend):
-    """Chat completions that force the ranking function; the same retries, timeouts and
-    metering as the logprob backend (:class:`OpenAICompatibleBackend`). ``NextToken.raw``
+    """Chat completions that force the ranking function; the same client (retries, timeouts,
+    metering) as the logprob backend (:class:`OpenAICompatibleBackend`). ``NextToken.raw``
     holds ``{"arguments": <the call's JSON text or None>}``; ``top`` is empty."""
 
     def identity(self) -> dict[str, Any]:
@@ -158,34 +156,17 @@ class FunctionCallBackend(OpenAICompatibleBackend):
             "tool_choice": TOOL_CHOICE,
         }
 
-    def _parse(self, resp: httpx.Response, latency: float) -> NextToken:
+    def read(self, answer: Completion) -> NextToken:
         try:
-            data = resp.json()
-            usage = data.get("usage") or {}
-            calls = data["choices"][0]["message"].get("tool_calls") or []
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            self.meter.record(
-                "openai", "chat/completions", self.model, status=resp.status_code,
-                latency_s=latency, error="not a chat completion",
-            )  # fmt: skip
-            raise JudgeUnavailable(
-                f"{self._where()} did not answer with a chat completion"
+            calls = answer.message().get("tool_calls") or []
+            call = next((c for c in calls if c.get("function", {}).get("name") == FUNCTION), None)
+        except (UnusableResponse, TypeError, AttributeError):
+            raise UnusableResponse(
+                "did not answer with a chat completion", "not a chat completion"
             ) from None
-        call = next((c for c in calls if c.get("function", {}).get("name") == FUNCTION), None)
-        tokens = self._tokens(usage)
-        self.meter.record(
-            "openai", "chat/completions", self.model, status=200, latency_s=latency,
-            tokens=tokens, usage=usage if isinstance(usage, dict) else None,
-        )  # fmt: skip
         # A completion without the call is the judge's answer all the same: NaN, not an outage.
         args = call["function"].get("arguments") if call else None
-        return NextToken(top=[], tokens=tokens, raw={"arguments": args})
-
-    @staticmethod
-    def _tokens(usage: Any):
-        from agent2rl.metering.providers.openai import OpenAIProvider
-
-        return OpenAIProvider().normalize(usage) if isinstance(usage, dict) else None
+        return NextToken(top=[], tokens=answer.tokens, raw={"arguments": args})
 
 
 class RankingJudge:
@@ -197,7 +178,7 @@ class RankingJudge:
         self,
         backend: FunctionCallBackend,
         cache: JudgmentCache | None = None,
-        meter: JudgeMeter | None = None,
+        meter: LLMMeter | None = None,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -255,7 +236,7 @@ def ranking_judge(
 ) -> RankingJudge:
     """The ``annotators_gpt52_fn`` judge on an OpenAI-compatible endpoint (see
     :func:`~agent2rl.scoring.judges.openai_compatible.openai_judge` for the arguments)."""
-    meter = JudgeMeter(usage_path)
+    meter = LLMMeter(usage_path)
     backend = FunctionCallBackend(model, base_url, api_key, meter, **backend_options)
     cache = JudgmentCache(cache_path) if cache_path is not None else None
     return RankingJudge(backend, cache=cache, meter=meter)

