@@ -322,7 +322,8 @@ def test_submission_sequence_metrics(rich: tuple[RunPaths, list[str]]) -> None:
 
 #: Every key of metrics.json (the shape the report has always written; extend, never rename).
 METRICS_KEYS = {
-    "run_id", "task", "task_version", "task_options", "level", "agent", "driver", "mode",
+    "run_id", "task", "task_version", "task_options", "decoding", "level", "agent", "driver",
+    "mode",
     "model", "status", "schema_version",
     "error", "budget_s", "start", "deadline", "ended_at", "duration_s", "sandbox",
     "agent_uid", "network", "egress", "caps", "cap_mechanism", "baseline",

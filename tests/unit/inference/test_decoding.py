@@ -205,3 +205,17 @@ def test_describe_is_one_line() -> None:
     text = decoding_for("gsm8k", "Qwen/Qwen3-8B").describe()
     assert "sampled T=0.6 top-p 0.95 top-k 20, seed 0 per item" in text
     assert "thinking on" in text and "Qwen/Qwen3-8B" in text
+
+
+def test_the_report_says_how_items_were_decoded() -> None:
+    from agent2rl.analysis.report.compute_metrics import _decoding_text
+    from agent2rl.analysis.report.render import render_markdown
+    from tests.support.studyruns import make_run
+
+    assert _decoding_text(None) is None  # a run.json from before the protocol
+    assert _decoding_text({"kind": "auto"}).startswith("greedy, 1 sample(s) per item")
+    cfg = BackendConfig().for_run("gsm8k", "Qwen/Qwen3-8B", Path("/nonexistent"))
+    text = _decoding_text(cfg.to_dict())
+    assert text is not None and "sampled T=0.6" in text
+    md = render_markdown(make_run(scores=[20.0], decoding=text).metrics)
+    assert f"| Decoding | {text} |" in md
