@@ -43,6 +43,7 @@ The public API is what this module exports (Inspect's pattern: a small surface r
 here over the packages behind it); everything else may move without notice::
 
     from agent2rl import Task, task, Sample           # declare a task
+    from agent2rl import TaskOptions, option          # its typed --task-opt options
     from agent2rl import Solver, Output, Scorer, EvalResult, ItemResult
     from agent2rl import run, RunRequest              # one run (``agent2rl run``)
     from agent2rl import evaluate, EvalRequest        # grade a model (``agent2rl eval``)
@@ -70,6 +71,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time, __getattr__ below
     from agent2rl.scoring.base import EvalResult, ItemResult, Scorer
     from agent2rl.solvers.base import Output, Solver
     from agent2rl.tasks.base import Task
+    from agent2rl.tasks.options import TaskOptions, option
     from agent2rl.tasks.registry import task
 
 __version__ = "0.1.0"
@@ -78,6 +80,8 @@ __version__ = "0.1.0"
 _LAZY: dict[str, tuple[str, str]] = {
     "Task": ("agent2rl.tasks", "Task"),
     "task": ("agent2rl.tasks", "task"),
+    "TaskOptions": ("agent2rl.tasks", "TaskOptions"),
+    "option": ("agent2rl.tasks", "option"),
     "Sample": ("agent2rl.dataset", "Sample"),
     "Solver": ("agent2rl.solvers.base", "Solver"),
     "Output": ("agent2rl.solvers.base", "Output"),
@@ -130,9 +134,11 @@ __all__ = [
     "Scorer",
     "Solver",
     "Task",
+    "TaskOptions",
     "UserError",
     "__version__",
     "evaluate",
+    "option",
     "run",
     "task",
 ]
