@@ -21,7 +21,7 @@ judge is part of the evaluation hash). ``judge_model`` empty means the config's 
 The score
 is the length-controlled win rate when the task store holds ``df_gamed.csv`` (the LC GLM's
 data), else the raw win rate; which one is part of the evaluation settings, so scores of the
-two kinds never compare (:class:`agent2rl.scoring.judge.Judge`).
+two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
 
 Public: the first 2,000 rows of ``tatsu-lab/alpaca`` (instruction, input, output), as the
 reference implementation gives them; rows 2,000-2,099 are the validation split (never graded,
@@ -57,12 +57,12 @@ from typing import Any
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample
 from agent2rl.errors import UserError
 from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
-from agent2rl.scoring.alpaca_eval import read_df_gamed
-from agent2rl.scoring.judge import LC, RAW, Judge
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, openai_judge
 from agent2rl.scoring.judges import protocol as judge_protocol
 from agent2rl.scoring.judges import ranking as judge_ranking
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
+from agent2rl.scoring.judges.scorer import LC, RAW, Judge
+from agent2rl.scoring.judges.win_rates import read_df_gamed
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.base import Task
@@ -480,8 +480,8 @@ class AlpacaEval(Task):
         return [*paths, readme] if readme is not None else paths
 
     def metric(self, prepared: PreparedTask) -> str:
-        """The declared score: :data:`~agent2rl.scoring.judge.LC` or
-        :data:`~agent2rl.scoring.judge.RAW`."""
+        """The declared score: :data:`~agent2rl.scoring.judges.scorer.LC` or
+        :data:`~agent2rl.scoring.judges.scorer.RAW`."""
         return LC if (prepared.private / GAMED_FILE).exists() else RAW
 
     def description(self, prepared: PreparedTask) -> str:

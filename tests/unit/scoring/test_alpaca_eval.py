@@ -24,8 +24,8 @@ import pytest
 import yaml
 from support import FIXTURES
 
-from agent2rl.scoring.alpaca_eval import read_df_gamed, win_rates
 from agent2rl.scoring.judges import protocol
+from agent2rl.scoring.judges.win_rates import read_df_gamed, win_rates
 
 DATA = FIXTURES / "alpaca_eval"
 MODELS = ("alpaca-7b", "gemma-2b-it", "phi-2")

@@ -14,8 +14,8 @@ from support.fake_provider import Turn, start_fake_provider
 from agent2rl.dataset import Sample
 from agent2rl.metering.usage import read_usage
 from agent2rl.scoring import Judge
-from agent2rl.scoring.alpaca_eval import LC_MINIMAL
 from agent2rl.scoring.judges import JudgeUnavailable, Pair, openai_judge, protocol
+from agent2rl.scoring.judges.win_rates import LC_MINIMAL
 from agent2rl.solvers.base import Output
 
 KEY = "judge-key-123"

@@ -23,13 +23,13 @@ import pytest
 from packaging.version import parse as parse_version
 from test_alpaca_eval import MODELS, annotations
 
-from agent2rl.scoring.alpaca_eval import (
+from agent2rl.scoring.judges import protocol
+from agent2rl.scoring.judges.win_rates import (
     LC_MINIMAL,
     length_controlled,
     read_df_gamed,
     win_rates,
 )
-from agent2rl.scoring.judges import protocol
 
 
 @pytest.fixture(scope="module")

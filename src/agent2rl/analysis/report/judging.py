@@ -2,7 +2,7 @@
 of the baseline and the best submission.
 
 Read from the grading directories only: each evaluation's ``judge_usage.jsonl`` (one line
-per judge request, written by :class:`~agent2rl.scoring.judges.JudgeMeter`) and the
+per judge request, written by :class:`~agent2rl.scoring.llm_client.LLMMeter`) and the
 ``details`` of its ``result.json`` (:meth:`agent2rl.scoring.Judge.details`). A baseline
 taken from the cache has no usage file: it cost this run nothing. A run of a task without a
 judge has neither, and no summary.
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent2rl.metering.usage import read_usage, summarize_usage
 from agent2rl.rundir import RunPaths
-from agent2rl.scoring.alpaca_eval import LC_V1
+from agent2rl.scoring.judges.win_rates import LC_V1
 
 #: the usage file's name in a grading directory (:data:`agent2rl.scoring.judges.USAGE_FILE`)
 USAGE_FILE = "judge_usage.jsonl"

@@ -2,6 +2,10 @@
 
 ::
 
+    scorer.py             Judge: the scorer of a judge-based task, a pairwise judge's
+                          preference over the samples' reference outputs
+    win_rates.py          AlpacaEval's metrics: the win rate and the length-controlled (LC)
+                          win rate, the package's definitions reimplemented
     base.py               Pair, PairwiseJudge (what a scorer holds), LogprobJudgeBackend
                           (what a logprob judge runs on), NextToken, JudgeUnavailable,
                           USAGE_FILE (the judge's usage lines in a grading directory)
@@ -18,8 +22,8 @@
 
 A local model judge is one more :class:`LogprobJudgeBackend` (a ``next_tokens`` that runs a
 forward pass and returns the top-k of the last position: :class:`TransformersJudgeBackend`)
-handed to :class:`LogprobJudge`; the scorer (:class:`agent2rl.scoring.judge.Judge`) takes
-any :class:`PairwiseJudge`. :func:`smollm2_judge` is imported from its module (it is not
+handed to :class:`LogprobJudge`; the scorer (:class:`agent2rl.scoring.judges.scorer.Judge`)
+takes any :class:`PairwiseJudge`. :func:`smollm2_judge` is imported from its module (it is not
 re-exported here, so importing the package never touches transformers).
 """
 

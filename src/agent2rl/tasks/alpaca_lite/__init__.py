@@ -29,10 +29,10 @@ from pathlib import Path
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_jsonl
-from agent2rl.scoring.alpaca_eval import LC_MINIMAL
-from agent2rl.scoring.judge import RAW, Judge
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE
+from agent2rl.scoring.judges.scorer import RAW, Judge
 from agent2rl.scoring.judges.smollm2 import MODEL_NAME, installed_dir, smollm2_judge
+from agent2rl.scoring.judges.win_rates import LC_MINIMAL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.alpaca_lite.data import KINDS, generate_items
@@ -203,7 +203,7 @@ class AlpacaLite(Task):
         return [*paths, weights_dir] if weights_dir is not None else paths
 
     def metric(self, prepared: PreparedTask) -> str:
-        """The declared score: :data:`~agent2rl.scoring.judge.RAW`, the win rate."""
+        """The declared score: :data:`~agent2rl.scoring.judges.scorer.RAW`, the win rate."""
         return RAW
 
     def description(self, prepared: PreparedTask) -> str:

@@ -4,7 +4,7 @@ A judge is a scorer argument with its own backend and metering: the task builds 
 :class:`~agent2rl.scoring.judges.PairwiseJudge` (an HTTP judge, or a local model) and hands
 it to :class:`Judge`, which compares each output with its sample's reference output (the
 sample's ``target``) and summarises the judgments with AlpacaEval's metrics
-(:mod:`agent2rl.scoring.alpaca_eval`).
+(:mod:`agent2rl.scoring.judges.win_rates`).
 
 The score is one declared metric, :attr:`Judge.metric`:
 
@@ -41,9 +41,9 @@ import numpy as np
 import pandas as pd
 
 from agent2rl.dataset import Sample
-from agent2rl.scoring.alpaca_eval import LC_MINIMAL, LC_V1, length_controlled, win_rates
 from agent2rl.scoring.base import ItemResult
 from agent2rl.scoring.judges.base import Pair, PairwiseJudge
+from agent2rl.scoring.judges.win_rates import LC_MINIMAL, LC_V1, length_controlled, win_rates
 from agent2rl.solvers.base import Output
 
 LC = "length_controlled_winrate"
@@ -57,8 +57,8 @@ class Judge:
     A sample needs ``input["instruction"]`` and the reference output as its ``target``;
     ``metadata["index"]`` (its position in the eval set, for the LC GLM's instruction
     difficulty; default: its position in the list) and ``metadata["group"]`` are optional.
-    ``df_gamed`` enables the LC metric (:func:`~agent2rl.scoring.alpaca_eval.read_df_gamed`).
-    ``lc_glm``: without ``df_gamed``, :data:`~agent2rl.scoring.alpaca_eval.LC_MINIMAL` puts
+    ``df_gamed`` enables the LC metric (:func:`~agent2rl.scoring.judges.win_rates.read_df_gamed`).
+    ``lc_glm``: without ``df_gamed``, :data:`~agent2rl.scoring.judges.win_rates.LC_MINIMAL` puts
     that GLM's LC win rate in the details (the score stays the raw win rate); ignored with
     ``df_gamed``.
     """
