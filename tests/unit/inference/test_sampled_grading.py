@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent2rl.files import read_jsonl
+from agent2rl.inference import vllm_usable
 from agent2rl.inference.backend import GenerationSettings
 from agent2rl.inference.decoding import GREEDY, Decoding
 from agent2rl.inference.transformers_backend import TransformersBackend
@@ -85,3 +86,23 @@ def test_protocol_flag_reaches_the_grader(tiny, tmp_path: Path) -> None:
     assert again["eval_hash"] == ref["eval_hash"]
     request = json.loads((tmp_path / "ref" / "request.json").read_text())
     assert request["backend"]["protocol"] == "reference"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not vllm_usable(), reason="needs CUDA and the vllm package")
+def test_vllm_sampled_completions_do_not_depend_on_the_batch(tiny) -> None:
+    from agent2rl.inference.backend import BackendConfig
+    from agent2rl.inference.vllm_backend import VllmBackend
+
+    config = BackendConfig(kind="vllm", decoding=SAMPLED.to_dict(), gpu_memory_utilization=0.3)
+    backend = VllmBackend(tiny.path, config)
+    prompts = _prompts(9)
+    try:
+        settings = GenerationSettings(max_new_tokens=12)
+        together = backend.generate(prompts, settings)
+        alone = [backend.generate([p], settings)[0] for p in prompts]
+        backend.decoding = GREEDY
+        greedy = backend.generate(prompts, settings)
+    finally:
+        backend.close()
+    assert together == alone and together != greedy
