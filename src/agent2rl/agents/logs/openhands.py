@@ -15,11 +15,20 @@ line), or a V0 trajectory (openhands-ai < 1.0, as JSONL or one JSON list)::
     V0: {"action":"run","args":{"command":..}},
       {"observation":"run","content":..,"extras":{"metadata":{"exit_code":..}}},
       {"action":"message"|"finish",...}, "llm_metrics":{"accumulated_token_usage":{..}}
+
+Between the events, the CLI's own log records come as Rich prints them: a first line
+``[11/25/26 17:24:32] ERROR    Git command failed: git clone ...     utils.py:48`` and the
+message's rest on indented continuation lines (wrapped at the terminal's width). Each record
+is read as one line, so that an error is one error event with its whole message (e.g. the
+public-skills clone that a sandbox without GitHub refuses), not one per wrapped fragment.
+``--json`` prints no token counts: a 1.x log has no ``usage`` events (the metering proxy's
+count is the run's record).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agent2rl.agents.logs.base import (
@@ -36,6 +45,48 @@ from agent2rl.agents.logs.base import (
 from agent2rl.metering.usage import TokenCounts
 
 LOG_FORMAT = "openhands-jsonl"
+
+# A Rich log record's first line: "[date time] LEVEL    message ...  source.py:123"
+_RICH_RECORD = re.compile(r"^\[\d\d/\d\d/\d\d \d\d:\d\d:\d\d\] +([A-Z]+) +")
+_RICH_SOURCE = re.compile(r"\s+[\w.-]+\.py:\d+\s*$")
+
+
+def _join_fragments(level: str, fragments: list[str]) -> str:
+    """One record's line, ``LEVEL message``. Rich wraps at spaces, and folds a word longer
+    than the column across lines: a fragment with no space that fills the widest column is
+    such a piece, joined to the next without a space."""
+    width = max(len(f) for f in fragments)
+    message = fragments[0]
+    for prev, frag in zip(fragments, fragments[1:], strict=False):
+        folded = len(prev) == width and " " not in prev
+        message += ("" if folded else " ") + frag
+    return f"{level} {message}"
+
+
+def _join_rich_records(text: str) -> str:
+    """``text`` with each Rich log record on one line, ``LEVEL message`` (the timestamp and
+    Rich's ``file.py:N`` source column dropped, so that an ``ERROR`` record reads as an error
+    line): its indented continuation lines, the wrapped message, are appended to the first.
+    A record ends at a blank line or at a line that is not indented (a JSON event, another
+    record)."""
+    out: list[str] = []
+    level, fragments = "", []
+    for line in text.splitlines():
+        head = _RICH_RECORD.match(line)
+        if fragments and not head and line[:1].isspace() and line.strip():
+            fragments.append(line.strip())
+            continue
+        if fragments:
+            out.append(_join_fragments(level, fragments))
+            fragments = []
+        if head:
+            level = head.group(1)
+            fragments = [_RICH_SOURCE.sub("", line[head.end() :]).rstrip()]
+        else:
+            out.append(line)
+    if fragments:
+        out.append(_join_fragments(level, fragments))
+    return "\n".join(out)
 
 
 def _openhands_usage(obj: dict[str, Any]) -> Event | None:
@@ -103,7 +154,7 @@ def parse(text: str) -> list[Event]:
             entries = []
         objs: Any = [e for e in as_list(entries) if isinstance(e, dict)]
     else:
-        objs = json_lines(text, out.other)
+        objs = json_lines(_join_rich_records(text), out.other)
     for obj in objs:
         usage = _openhands_usage(obj)
         if usage is not None:
