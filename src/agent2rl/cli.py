@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent2rl.errors import UserError
-from agent2rl.formatting import format_duration
+from agent2rl.formatting import format_duration, format_number
 from agent2rl.settings import parse_duration, parse_size
 
 if TYPE_CHECKING:  # the run machinery is imported only when a command needs it (fast --help)
@@ -68,9 +68,7 @@ def _print_outcome(outcome: RunOutcome) -> None:
 
 
 def _fmt(x: float | None, signed: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{x:+.2f}" if signed else f"{x:.2f}"
+    return format_number(x, signed=signed, missing="-")
 
 
 def _execute(req: Any) -> None:
