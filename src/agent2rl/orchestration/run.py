@@ -605,6 +605,7 @@ def _launch(
             hide=private_paths(),
             user=ctx.user,
             identity=identity,
+            programs=[ctx.spec.binary] if ctx.spec.binary else None,  # a pipeline's own CLI
         )
         if ctx.network == "services":
             spec, command = _confine(ctx, spec, command, services)

@@ -101,16 +101,18 @@ def agent_sandbox(
     user: AgentUser | None = None,
     identity: list[tuple[Path, Path]] | None = None,
     tmp_dir: Path | None = None,
+    programs: list[str] | None = None,
 ) -> SandboxSpec:
     """The sandbox of one agent: ``workspace`` read-write with ``read_only_inside`` (paths in
-    it) read-only, ``model_dir`` and the Python installation read-only, ``command[0]``'s
-    install folder read-only (:func:`program_binds`), ``hide`` masked on top of the harness's
-    own package and ``/etc/shadow``, and ``env`` as the whole environment. With ``user``,
-    the command runs as that user, with ``identity`` (from :func:`identity_files`) as its
-    passwd and group files. ``tmp_dir`` (default: the workspace's :data:`AGENT_TMP`, its
-    ``TMPDIR``) is its ``/tmp``, read-write and kept after the run; only when that folder
-    does not exist is ``/tmp`` a tmpfs of :data:`AGENT_TMP_BYTES` that ends with the sandbox
-    (and is never scanned)."""
+    it) read-only, ``model_dir`` and the Python installation read-only, the install folders
+    of ``command[0]`` and of ``programs`` read-only (:func:`program_binds`; ``programs``: what
+    the command starts in turn, e.g. the CLI a stage runner wraps), ``hide`` masked on top of
+    the harness's own package and ``/etc/shadow``, and ``env`` as the whole environment.
+    With ``user``, the command runs as that user, with ``identity`` (from
+    :func:`identity_files`) as its passwd and group files. ``tmp_dir`` (default: the
+    workspace's :data:`AGENT_TMP`, its ``TMPDIR``) is its ``/tmp``, read-write and kept
+    after the run; only when that folder does not exist is ``/tmp`` a tmpfs of
+    :data:`AGENT_TMP_BYTES` that ends with the sandbox (and is never scanned)."""
     # Tools that ignore TMPDIR (tmux, a hard-coded "/tmp/x") must not hide what they write
     # from the contamination check: /tmp is the same workspace folder as TMPDIR.
     tmp = Path(tmp_dir) if tmp_dir is not None else Path(workspace) / AGENT_TMP
@@ -118,7 +120,13 @@ def agent_sandbox(
     harness = [pkg, *map(Path, glob.glob(str(pkg.parent / "agent2rl-*.dist-info")))]
     return SandboxSpec(
         workspace=workspace,
-        ro_binds=[*python_ro_binds(), model_dir.resolve(), *program_binds(command[0], env)],
+        ro_binds=[
+            *python_ro_binds(),
+            model_dir.resolve(),
+            *dict.fromkeys(
+                b for p in [command[0], *(programs or [])] for b in program_binds(p, env)
+            ),
+        ],
         ro_inside=read_only_inside,
         hide=[*harness, *(hide or []), Path("/etc/shadow"), Path("/etc/gshadow")],
         env=env,
