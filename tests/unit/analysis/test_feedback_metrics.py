@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agent2rl.analysis import compute_metrics, list_runs, record_run, write_report
 from agent2rl.analysis.dashboard.compare import aggregate
+from agent2rl.analysis.dashboard.runset import StudyRun, group_runs
 from agent2rl.grading.final import FinalGrade
 from agent2rl.grading.ledger import Ledger
 from agent2rl.rundir import RunInfo, RunPaths
@@ -110,3 +111,9 @@ def test_the_protocols_are_recorded_and_never_pooled(tmp_path: Path) -> None:
         "| Feedback protocol | private (the paper's)"
         in (runs / "a" / "report" / "report.md").read_text()
     )
+    # the dashboard's groups (leaderboard, pass@k, heatmap) too
+    grouped = group_runs([StudyRun(compute_metrics(RunPaths(runs / n))) for n in ("a", "b")])
+    assert sorted(k.stack.label for k in grouped) == [
+        "reference-sft",
+        "reference-sft · feedback: validation",
+    ]

@@ -32,16 +32,19 @@ from agent2rl.analysis.report.run_metrics import RunMetrics
 
 
 class Stack(NamedTuple):
-    """An agent stack: the agent system, its driver LLM and its operating mode."""
+    """An agent stack: the agent system, its driver LLM and its operating mode, and
+    ``feedback`` (``feedback: validation`` for a run of the validation feedback protocol,
+    None for the default): runs of the two protocols are never pooled in one group."""
 
     agent: str
     driver: str | None = None
     mode: str | None = None
+    feedback: str | None = None
 
     @property
     def label(self) -> str:
         """``reference-sft``, or ``claude-code · claude-sonnet-4-5 · free``."""
-        return " · ".join(x for x in (self.agent, self.driver, self.mode) if x)
+        return " · ".join(x for x in (self.agent, self.driver, self.mode, self.feedback) if x)
 
 
 class GroupKey(NamedTuple):
@@ -92,7 +95,10 @@ class StudyRun:
     @property
     def stack(self) -> Stack:
         m = self.metrics
-        return Stack(m.agent, m.driver, m.mode)
+        # A validation-protocol run's best is one private grade selected on validation scores,
+        # not a maximum over private ones: its own group (agent2rl.grading.final).
+        feedback = "feedback: validation" if m.feedback == "validation" else None
+        return Stack(m.agent, m.driver, m.mode, feedback)
 
     @property
     def key(self) -> GroupKey:
