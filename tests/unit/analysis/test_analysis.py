@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.charts import chart_specs
 
 from agent2rl.analysis import (
     RunMetrics,
@@ -25,7 +26,6 @@ from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rollout.env_record import EnvLedger
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.statistics import load_item_scores
-from support.charts import chart_specs
 
 START = 1_000_000.0
 BUDGET = 600.0
