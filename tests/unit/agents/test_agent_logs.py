@@ -3,8 +3,9 @@
 Fixtures in tests/fixtures/agent_logs/ were captured from the real CLIs (Claude Code 2.1,
 Codex 0.169, Gemini CLI 0.61, OpenCode 1.18, mini-SWE-agent 2.4) driven by the scripted fake
 provider (the Gemini one by a stand-in Gemini endpoint), stderr included as the harness
-records it. openhands.jsonl is written by hand in the openhands-sdk 1.21 event schema
-(OpenHands needs Python 3.12, which this machine lacks)."""
+records it. openhands.jsonl is the log of a run of tests/e2e/test_openhands.py (openhands 1.16.0,
+SDK 1.21.0, Python 3.12, in the bwrap sandbox; the grading token scrubbed), openhands_errors.jsonl
+the CLI's output driven outside the sandbox into its error paths."""
 
 from __future__ import annotations
 
@@ -175,21 +176,64 @@ def test_opencode_api_error() -> None:
 
 def test_openhands_headless_json() -> None:
     events = _parse("openhands.jsonl", "openhands-jsonl")
-    user, thought = _kinds(events, "message")
-    assert user.role == "user" and thought.text == "I will list the files."
+    messages = _kinds(events, "message")
+    assert messages[0].role == "user" and "Starting this session" in messages[0].text
+    assert [m.text for m in messages[1:]] == [
+        "I will write a small SFT script.",
+        "Now I train and submit.",
+        "Recording the environment.",
+        "Finished.",
+    ]
+    calls = _kinds(events, "tool_call")
+    assert [c.tool for c in calls] == ["file_editor", "terminal", "terminal"]
+    assert calls[0].args.startswith("create /") and calls[0].args.endswith("/code/train.py")
+    assert calls[1].args == "python code/train.py 2>&1 | tail -n 5"
+    results = _kinds(events, "tool_result")
+    assert [r.call_id for r in results] == [c.call_id for c in calls]
+    assert not any(r.is_error for r in results)
+    assert "step 1 loss" in results[1].text and '"status":"graded"' in results[1].text
+    # Rich's wrapped log records (the public-skills clone the sandbox refuses) are one error
+    # each with the whole message, not one per wrapped fragment.
+    errors = _kinds(events, "error")
+    assert len(errors) == 4
+    for error in errors:
+        assert error.text.startswith("ERROR Git command failed: git clone --depth 1 --branch main")
+    # `--json` prints no token counts: the metering proxy's are the run's record.
+    assert total_usage(events) == TokenCounts()
+    [final] = _kinds(events, "final")
+    assert final.text == "Trained, submitted."
+
+
+def test_openhands_pipeline_log_starting_with_a_bracket() -> None:
+    """openhands-paper's log starts with the stage runner's ``[stages] ...`` line (and a
+    plain log may start with a Rich record's ``[date time]``): it is JSONL all the same, not a
+    V0 JSON list (read as one, the whole log parsed to nothing)."""
+    log = (LOGS / "openhands.jsonl").read_text()
+    staged = "[stages] stage 1/30: openhands\n" + log + "[stages] stage 2/30: openhands\n"
+    assert parse_log(staged, "openhands-jsonl") == parse_log(log, "openhands-jsonl")
+    tools = [e.tool for e in parse_log(staged, "openhands-jsonl") if e.kind == "tool_call"]
+    assert tools == ["file_editor", "terminal", "terminal"]
+
+
+def test_openhands_error_paths() -> None:
+    events = _parse("openhands_errors.jsonl", "openhands-jsonl")
     calls = _kinds(events, "tool_call")
     assert [(c.tool, c.args) for c in calls] == [
-        ("terminal", "ls -la"),
-        ("terminal", "python code/missing.py"),
+        ("terminal", "ls"),
+        ("file_editor", "view /tmp/ohcap/ws/missing.py"),
+        ("terminal", "python missing.py"),
     ]
+    # The call without its security_risk is refused: an AgentErrorEvent, no observation.
+    errors = [e.text for e in _kinds(events, "error")]
+    assert sum(t.startswith("ERROR Git command failed") for t in errors) == 4
+    assert any("Failed to provide security_risk field in tool 'terminal'" in t for t in errors)
     results = _kinds(events, "tool_result")
-    assert [r.is_error for r in results] == [False, True]
-    [error] = _kinds(events, "error")
-    assert "str_replace_editor" in error.text
-    usage = total_usage(events)
-    assert (usage.input, usage.output, usage.cached) == (5200, 310, 4000)
+    assert [r.call_id for r in results] == [c.call_id for c in calls[1:]]
+    # A file tool error, and a command that exited 2: both failed tool results.
+    assert [r.is_error for r in results] == [True, True]
+    assert "does not exist" in results[0].text and "Errno 2" in results[1].text
     [final] = _kinds(events, "final")
-    assert final.text == "The workspace holds code/, data/ and prompt.md."
+    assert final.text == "Checked: missing.py is absent."
 
 
 def test_openhands_v0_trajectory() -> None:
@@ -293,6 +337,7 @@ def test_parsers_never_raise_on_junk(fmt: str, junk: str) -> None:
         ("gemini.jsonl", "gemini-stream-json"),
         ("opencode.jsonl", "opencode-json"),
         ("openhands.jsonl", "openhands-jsonl"),
+        ("openhands_errors.jsonl", "openhands-jsonl"),
         ("mini.traj.json", "mini-swe-agent"),
     ],
 )

@@ -32,10 +32,10 @@ import re
 from typing import Any
 
 from agent2rl.agents.logs.base import (
+    ARGS_LIMIT,
     Collector,
     Event,
     as_dict,
-    as_list,
     json_lines,
     read_tokens,
     short,
@@ -87,6 +87,22 @@ def _join_rich_records(text: str) -> str:
     if fragments:
         out.append(_join_fragments(level, fragments))
     return "\n".join(out)
+
+
+# The file tools: their ``command`` is a sub-command (view, create, str_replace, ...)
+_EDITORS = ("file_editor", "str_replace_editor")
+
+
+def _editor_args(obj: dict[str, Any]) -> str:
+    """A file tool call's summary, ``<command> <path>`` (e.g. ``create /ws/code/train.py``),
+    from the parsed action or, failing that, the raw call's JSON arguments."""
+    args = as_dict(obj.get("action"))
+    if not args.get("path"):
+        try:
+            args = as_dict(json.loads(str(as_dict(obj.get("tool_call")).get("arguments"))))
+        except (json.JSONDecodeError, ValueError, RecursionError):
+            args = {}
+    return short(f"{args.get('command', '')} {args.get('path', '')}".strip(), ARGS_LIMIT)
 
 
 def _openhands_usage(obj: dict[str, Any]) -> Event | None:
@@ -147,12 +163,16 @@ def parse(text: str) -> list[Event]:
     The ``finish`` tool's call is the final answer."""
     out = Collector()
     stripped = text.strip()
+    entries: Any = None
     if stripped.startswith("["):
+        # A V0 trajectory is one JSON list; a JSONL log may start with "[" too (a stage
+        # runner's "[stages] ..." line, a Rich log record's "[date time]"): read as lines.
         try:
             entries = json.loads(stripped)
         except (json.JSONDecodeError, ValueError, RecursionError):
-            entries = []
-        objs: Any = [e for e in as_list(entries) if isinstance(e, dict)]
+            entries = None
+    if isinstance(entries, list):
+        objs: Any = [e for e in entries if isinstance(e, dict)]
     else:
         objs = json_lines(_join_rich_records(text), out.other)
     for obj in objs:
@@ -184,14 +204,21 @@ def parse(text: str) -> list[Event]:
                 out.add(
                     "tool_call",
                     tool=tool,
-                    args=summarize_args(arguments),
+                    args=_editor_args(obj) if tool in _EDITORS else summarize_args(arguments),
                     call_id=str(obj.get("tool_call_id", "")),
                 )
         elif kind in ("ObservationEvent", "UserRejectObservation"):
             observation = as_dict(obj.get("observation"))
             if obj.get("tool_name") == "finish":
                 continue
-            failed = kind == "UserRejectObservation" or bool(observation.get("is_error"))
+            # A terminal command that exited non-zero failed too (as in a V0 log); -1 is a
+            # command still running when its output paused, not a failure.
+            exit_code = observation.get("exit_code")
+            failed = (
+                kind == "UserRejectObservation"
+                or bool(observation.get("is_error"))
+                or (isinstance(exit_code, int) and exit_code > 0)
+            )
             content = observation.get("content", obj.get("rejection_reason", ""))
             out.add(
                 "tool_result",
