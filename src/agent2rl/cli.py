@@ -629,7 +629,7 @@ def compare(
             (r["agent"] or "")
             + (f" ({r['driver']})" if r["driver"] else "")
             + (f", {r['mode']}" if r["mode"] else "")
-            + (" [feedback: validation]" if r.get("feedback") == "validation" else ""),
+            + (" (feedback: validation)" if r.get("feedback") == "validation" else ""),
             _fmt(r["baseline"]),
             _fmt(r["best"]),
             _fmt(r["improvement"], signed=True) + ci,
@@ -652,7 +652,7 @@ def compare(
         summary.add_row(
             g["task"] or "-",
             (g["agent"] or "-")
-            + (" [feedback: validation]" if g["feedback"] == "validation" else ""),
+            + (" (feedback: validation)" if g["feedback"] == "validation" else ""),
             g["driver"] or "-",
             str(g["runs"]),
             _fmt(g["mean_best"]),
@@ -662,7 +662,7 @@ def compare(
         )
     console.print(summary)
     console.print(
-        "best: selected over every graded submission (optimistic); [feedback: validation]: "
+        "best: selected over every graded submission (optimistic); (feedback: validation): "
         "the one submission graded on the private split, selected on validation scores (never "
         "pooled with the others); flagged runs count in the"
         + (" means as graded (--raw)" if raw else " means as their base model (--raw: as graded)")
