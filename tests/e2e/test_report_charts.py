@@ -91,3 +91,21 @@ def test_dashboard_charts_render_and_a_label_cannot_close_their_script(tmp_path:
         assert EVIL in legend  # shown as text
 
     assert _open(page_path, check) == []
+
+
+def test_a_dashboard_of_many_runs_draws_every_chart_in_batches(tmp_path: Path) -> None:
+    """Charts are drawn 25 at a time (the page shows before the last one is drawn): with
+    more than a batch, every one is drawn in the end, without a console error."""
+    runs = [make_run(agent=f"a{i % 3}", scores=[10.0 + i % 7, 12.0], repeat=i) for i in range(40)]
+    page_path = tmp_path / "dashboard.html"
+    page_path.write_text(render_dashboard(runs, Overview("many"), [], {}))
+
+    def check(page) -> None:
+        total = page.locator("div.a2r-chart").count()
+        assert total > 25
+        page.wait_for_function(
+            "document.querySelectorAll('div.a2r-chart:not([data-rendered])').length === 0",
+            timeout=60_000,
+        )
+
+    assert _open(page_path, check) == []

@@ -208,9 +208,12 @@ font-weight:600}
 """
 
 # Draws every placeholder. ES5, no dependency but uPlot; a chart that fails to draw leaves
-# its placeholder (and the console says why) without stopping the others.
+# its placeholder (and the console says why) without stopping the others. Charts are drawn
+# 25 at a time, the rest in later tasks, so a dashboard of 1,000 runs (a chart each) is
+# shown and scrolls while its charts are still being drawn.
 _INIT_JS = r"""
 (function(){"use strict";
+var BATCH=25;
 function fmt(v){if(v==null||isNaN(v))return "\u2013";
  if(Math.abs(v)>=10000)return (Math.round(v/100)/10)+"k";return String(Math.round(v*100)/100);}
 function val(u,v){return fmt(v);}
@@ -247,8 +250,11 @@ function draw(el){
  if(spec.links){u.over.style.cursor="pointer";u.over.addEventListener("click",function(){
   var i=u.cursor.idx;if(i!=null&&spec.links[i])location.hash=spec.links[i];});}
  el.setAttribute("data-rendered","1");}
-var els=document.querySelectorAll("div.a2r-chart");
-for(var i=0;i<els.length;i++){try{draw(els[i]);}catch(e){console.error("chart",e);}}
+var els=document.querySelectorAll("div.a2r-chart"),next=0;
+function batch(){var end=Math.min(els.length,next+BATCH);
+ for(;next<end;next++){try{draw(els[next]);}catch(e){console.error("chart",e);}}
+ if(next<els.length)setTimeout(batch,0);}
+batch();
 })();
 """
 
