@@ -10,6 +10,7 @@ neither downloads anything."""
 from __future__ import annotations
 
 import re
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -66,8 +67,15 @@ def test_without_python_312_the_install_says_so_and_ci_goes_on(tmp_path: Path) -
     shims = tmp_path / "shims"
     shim = "#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n"
     _executable(shims / "python3.12", shim)
+    # The script's own tools only, so that no real python3.12 of this machine is found
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("bash", "env", "cat", "dirname", "rm", "mktemp", "du", "cut", "grep", "tail"):
+        found = shutil.which(name)
+        assert found, name
+        (tools / name).symlink_to(found)
     env_dir = tmp_path / "oh"
-    r = _run(env_dir, f"{shims}:/usr/bin:/bin", tmp_path)
+    r = _run(env_dir, f"{shims}:{tools}", tmp_path)
     assert r.returncode == 0, r.stderr
     assert "ci: no Python 3.12" in r.stdout and "will be skipped" in r.stdout, r.stdout
     assert not env_dir.exists()
