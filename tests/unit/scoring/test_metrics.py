@@ -1,0 +1,109 @@
+"""Declared metrics: a scorer's metric is the task's score, and every consumer (the grading
+worker, the grading service's intervals, the per-run report, ``agent2rl eval``) asks it for
+the value and the interval instead of averaging the items' ``score``.
+
+The LC win rate is pinned on a small fixed fixture (a real judge over HTTP against the
+scripted provider on loopback, and a synthetic ``df_gamed``): these numbers were computed by
+the harness before the metrics were declared (the LC predictions were the items' scores
+then), and a declared metric must print the very same score and intervals.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from support.fake_provider import Turn, start_fake_provider
+
+from agent2rl.analysis.report.compute_metrics import group_scores
+from agent2rl.dataset import Sample
+from agent2rl.files import write_jsonl
+from agent2rl.scoring import EvalResult, Judge
+from agent2rl.scoring.judges import openai_judge
+from agent2rl.solvers.base import Output
+from agent2rl.statistics import compare_items, load_item_scores
+
+KEY = "judge-key"
+N = 16
+REFS = [f"Reference answer {i}." for i in range(N)]
+OUTS = [f"Model {i}." + " and more" * (i % 5) for i in range(N)]
+
+#: computed by the harness before metrics were declared (commit "test_metrics: pin ...")
+LC_SCORE = 61.81924895319722
+LC_CI95 = (59.07989355600977, 64.21626436240089)
+#: against a baseline whose every item scored 0.5
+LC_IMPROVEMENT_CI95 = (9.314140282535213, 14.132210570436204)
+GROUP_A, GROUP_B = 61.83512147129292, 61.8033764351015
+
+
+def _gamed(n: int = N, seed: int = 7) -> pd.DataFrame:
+    """``df_gamed.csv``'s shape for ``n`` instructions: two gamed baselines' annotations."""
+    rng = np.random.default_rng(seed)
+    difficulty = rng.normal(0, 1, n)
+    return pd.DataFrame(
+        [
+            {
+                "index": i,
+                "instruction_difficulty": difficulty[i],
+                "preference": float(rng.uniform()),
+                "std_delta_len": float(rng.normal()),
+                "not_gamed_baseline": False,
+                "model": model,
+            }
+            for model in ("verbose", "concise")
+            for i in range(n)
+        ]
+    )
+
+
+def _prefers_longer(body: dict) -> Turn:
+    """A judge that likes length (and item ``i % 3`` a little more): the LC GLM has a length
+    effect to take out."""
+    user = body["messages"][1]["content"]
+    i = next(i for i in range(N) if f"Instruction {i}:" in user)
+    model_first = user.index(OUTS[i]) < user.index(REFS[i])
+    p = 1 / (1 + math.exp(-(len(OUTS[i]) - len(REFS[i]) + 3 * (i % 3)) / 8))
+    p_first = p if model_first else 1 - p
+    return Turn(top_logprobs=[("m", math.log(p_first)), ("M", math.log(1 - p_first))])
+
+
+@pytest.fixture
+def lc_items(tmp_path: Path):
+    """The Judge scorer's items over the fixture (LC_V1 GLM) and its scorer."""
+    with start_fake_provider(api_key=KEY) as provider:
+        provider.respond_with(_prefers_longer)
+        judge = openai_judge(
+            "gpt-4-1106-preview",
+            provider.openai_base_url,
+            cache_path=tmp_path / "cache.sqlite3",
+            usage_path=tmp_path / "usage.jsonl",
+            api_key=KEY,
+            backoff_s=0.01,
+        )
+        samples = [
+            Sample(f"id{i}", {"instruction": f"Instruction {i}: explain."}, REFS[i],
+                   {"index": i, "group": "ab"[i % 2]})
+            for i in range(N)
+        ]  # fmt: skip
+        scorer = Judge(judge, df_gamed=_gamed())
+        yield scorer, scorer.score(samples, [Output(o) for o in OUTS])
+
+
+def test_lc_win_rate_and_its_intervals_are_pinned(lc_items, tmp_path: Path) -> None:
+    scorer, items = lc_items
+    result = EvalResult.from_items(items)
+    assert result.score == LC_SCORE
+    path, base_path = tmp_path / "items.jsonl", tmp_path / "base.jsonl"
+    write_jsonl(path, [i.to_dict() for i in items])
+    write_jsonl(base_path, [{"id": i.id, "score": 0.5} for i in items])
+    iv = compare_items(load_item_scores(path), load_item_scores(base_path))
+    assert iv.score_ci95 == LC_CI95
+    assert iv.improvement_ci95 == LC_IMPROVEMENT_CI95
+    details = scorer.details(items, [Output(o) for o in OUTS])
+    assert details["length_controlled_winrate"] == pytest.approx(LC_SCORE, abs=1e-9)
+    groups = group_scores(path)
+    assert groups is not None
+    assert groups["a"].score == GROUP_A and groups["b"].score == GROUP_B
