@@ -38,54 +38,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def build_run(root: Path, task_name: str, n: int) -> tuple[Any, Any, list[str]]:
-    """A run directory as the orchestrator makes one, with ``n`` perturbed copies of the
+    """A run directory as the orchestrator makes one
+    (:func:`agent2rl.orchestration.scratch_run.make_run`), with ``n`` perturbed copies of the
     tiny model in its workspace's output/ (the same ``n`` for every run: seeded)."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from agent2rl.grading.ledger import Ledger
     from agent2rl.models import resolve_model
-    from agent2rl.orchestration.baseline import measure_baseline, record_baseline
-    from agent2rl.rundir import RunInfo, RunPaths
+    from agent2rl.orchestration.scratch_run import make_run, perturbed_copy
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
-    from agent2rl.workspace import build_workspace
 
     settings = load_settings()
     model = resolve_model("tiny", settings.model_store)
     task = get_task(task_name)
     prepared = prepare_task(task, settings.task_store)
-    paths = RunPaths(root)
-    root.mkdir(parents=True)
-    now = time.time()
-    RunInfo(
-        run_id=root.name,
-        task=task.name,
-        task_version=task.version,
-        level=task.level,
-        agent="benchmark",
-        model="tiny",
-        budget_s=3600.0,
-        seed=0,
-        sandbox="none",
-        created_at=now,
-        start=now,
-        deadline=now + 3600.0,
-        status="running",
-        model_path=str(model.path),
-        task_options=task.opts,
-    ).save(paths)
-    build_workspace(paths, task, prepared, model)
-    with Ledger(paths.ledger) as ledger:
-        record_baseline(ledger, task, model, measure_baseline(task, model, settings, paths))
+    paths = make_run(root, task, prepared, model, budget_s=3600.0, agent="benchmark")
     rels = []
-    base = load_file(model.path / "model.safetensors")
     for i in range(n):
-        dest = paths.output / f"s{i}"
-        shutil.copytree(model.path, dest)
-        g = torch.Generator().manual_seed(100 + i)
-        tensors = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in base.items()}
-        save_file(tensors, dest / "model.safetensors", metadata={"format": "pt"})
+        perturbed_copy(model.path, paths.output / f"s{i}", seed=100 + i)
         rels.append(f"output/s{i}")
     return paths, model, rels
 

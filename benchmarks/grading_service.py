@@ -33,52 +33,20 @@ from spine import machine  # the machine line every benchmark prints
 
 
 def build_run(root: Path):
-    """A run directory as the orchestrator makes one (workspace, baseline, a running clock),
-    with ``output/graded`` (the tiny model, perturbed) in its workspace."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from agent2rl.grading.ledger import Ledger
+    """A run directory as the orchestrator makes one (workspace, baseline, a running clock:
+    :func:`agent2rl.orchestration.scratch_run.make_run`), with ``output/graded`` (the tiny
+    model, perturbed) in its workspace."""
     from agent2rl.models import resolve_model
-    from agent2rl.orchestration.baseline import measure_baseline, record_baseline
-    from agent2rl.rundir import RunInfo, RunPaths
+    from agent2rl.orchestration.scratch_run import make_run, perturbed_copy
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
-    from agent2rl.workspace import build_workspace
 
     settings = load_settings()
     model = resolve_model("tiny", settings.model_store)
     task = get_task("arith-lite")
     prepared = prepare_task(task, settings.task_store)
-    paths = RunPaths(root)
-    root.mkdir(parents=True)
-    now = time.time()
-    RunInfo(
-        run_id=root.name,
-        task=task.name,
-        task_version=task.version,
-        level=task.level,
-        agent="benchmark",
-        model="tiny",
-        budget_s=3600.0,
-        seed=0,
-        sandbox="none",
-        created_at=now,
-        start=now,
-        deadline=now + 3600.0,
-        status="running",
-        model_path=str(model.path),
-        task_options=task.opts,
-    ).save(paths)
-    build_workspace(paths, task, prepared, model)
-    with Ledger(paths.ledger) as ledger:
-        record_baseline(ledger, task, model, measure_baseline(task, model, settings, paths))
-    dest = paths.output / "graded"
-    shutil.copytree(model.path, dest)
-    g = torch.Generator().manual_seed(1)
-    tensors = load_file(model.path / "model.safetensors")
-    tensors = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in tensors.items()}
-    save_file(tensors, dest / "model.safetensors", metadata={"format": "pt"})
+    paths = make_run(root, task, prepared, model, budget_s=3600.0, agent="benchmark")
+    perturbed_copy(model.path, paths.output / "graded", seed=1)
     return paths, model
 
 

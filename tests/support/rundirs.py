@@ -1,53 +1,19 @@
-"""Build real run directories for tests, with the same pieces the orchestrator uses."""
+"""Build real run directories for tests, with the same pieces the orchestrator uses.
+
+The set-up itself is :mod:`agent2rl.orchestration.scratch_run` (shared with the grading
+benchmarks); this module re-exports it and adds :func:`serve`.
+"""
 
 from __future__ import annotations
 
 import secrets
-import time
 from pathlib import Path
 
-from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import ServiceHandle, start_service
-from agent2rl.orchestration.baseline import measure_baseline, record_baseline
-from agent2rl.rundir import RunInfo, RunPaths
-from agent2rl.settings import load_settings
-from agent2rl.workspace import build_workspace
+from agent2rl.orchestration.scratch_run import make_run, perturbed_copy, run_stub
+from agent2rl.rundir import RunPaths
 
-
-def run_stub(root: Path, task, model=None, budget_s: float = 600.0) -> RunPaths:
-    """A run directory holding only ``run.json`` (task, options, a running clock): what the
-    rollout service needs."""
-    paths = RunPaths(root)
-    root.mkdir(parents=True)
-    now = time.time()
-    RunInfo(
-        run_id=root.name,
-        task=task.name,
-        task_version=task.version,
-        level=task.level,
-        agent="test",
-        model="tiny",
-        budget_s=budget_s,
-        seed=0,
-        sandbox="none",
-        created_at=now,
-        start=now,
-        deadline=now + budget_s,
-        status="running",
-        model_path=str(model.path) if model else None,
-        task_options=task.opts,
-    ).save(paths)
-    return paths
-
-
-def make_run(root: Path, task, prepared, model, budget_s: float = 600.0) -> RunPaths:
-    """A run directory with workspace, baseline in the ledger and a running clock."""
-    paths = run_stub(root, task, model, budget_s)
-    build_workspace(paths, task, prepared, model)
-    with Ledger(paths.ledger) as ledger:
-        baseline = measure_baseline(task, model, load_settings(), paths)
-        record_baseline(ledger, task, model, baseline)
-    return paths
+__all__ = ["make_run", "perturbed_copy", "run_stub", "serve"]
 
 
 def serve(
