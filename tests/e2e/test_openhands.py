@@ -137,7 +137,9 @@ def test_openhands_paper_pipeline_runs_the_real_cli_in_stages(
     """The ``openhands-paper`` spec launched for real: the stage runner starts the real CLI
     in the sandbox, stage 1 writes ``summary.md`` and finishes, stage 2 starts a new session
     told its number, and the pipeline goes on until the deadline stops it (its 30 stages
-    take far longer than this budget). Each stage's requests say which stage they are."""
+    take far longer than this budget). Each stage's requests say which stage they are. (A
+    CLI start takes 10-40 s on a loaded machine: stage 2 may be stopped before its first
+    request, so its start is checked in the runner's log and the prompt file it wrote.)"""
     stages: list[int] = []
 
     def by_stage(body: dict[str, Any]) -> Turn | None:
@@ -159,7 +161,7 @@ def test_openhands_paper_pipeline_runs_the_real_cli_in_stages(
         "gpt-4.1-mini",
         turns,
         "openai",
-        budget="90s",
+        budget="120s",
         responder=by_stage,
         expect_rc=None,
     )
@@ -167,9 +169,11 @@ def test_openhands_paper_pipeline_runs_the_real_cli_in_stages(
     log = run.paths.agent_log.read_text(errors="replace")
     # Killed at the deadline mid-pipeline (or, on a fast machine, between stages).
     assert info.status in ("deadline", "completed"), (info.status, info.error, log[-3000:])
-    assert stages[:2] == [1, 1] and 2 in stages, (stages, log[-3000:])
+    assert stages[:2] == [1, 1] and stages == sorted(stages), (stages, log[-3000:])
     assert "[stages] stage 2/30: openhands" in log, log[-3000:]
     ws = run.paths.workspace
+    later = (ws / ".stage-prompt.md").read_text()  # the last stage's prompt, as the CLI read it
+    assert re.search(r"Stage ([2-9]|[12]\d|30) of 30", later), later[-400:]
     assert (ws / "summary.md").read_text() == "stage 1: no model yet\n"
     assert (ws / "code" / "stages.py").is_file()
 
