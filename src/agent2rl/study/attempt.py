@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent2rl.child_process import die_with_parent
+from agent2rl.child_process import kill_group, spawn_child
 from agent2rl.files import read_json, write_json_atomic
 from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
 
@@ -69,16 +69,14 @@ def run_attempt(attempt_dir: str) -> dict[str, Any]:
         env["OMP_NUM_THREADS"] = request["omp_num_threads"]
     share = runs_per_node(request.get("resources") or {})
     with open(adir / CONSOLE, "ab") as log:
-        proc = subprocess.Popen(
+        # Its own session: a terminal's Ctrl-C reaches the run once, through us. SIGTERM
+        # when we die: the run stops its agent and writes its report.
+        proc = spawn_child(
             # -c rather than -m: the package already imports this module (no runpy warning).
             [sys.executable, "-c", _ENTRY, str(adir), str(share)],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            # Its own session: a terminal's Ctrl-C reaches the run once, through us.
-            start_new_session=True,
-            preexec_fn=die_with_parent,
         )
         try:
             code = _wait(proc, adir / STOP)
@@ -143,13 +141,12 @@ def _wait(proc: subprocess.Popen, stop_file: Path) -> int:
 
 def _stop(proc: subprocess.Popen) -> int:
     """SIGTERM (the run turns it into ``KeyboardInterrupt``), then :data:`STOP_GRACE_S` for
-    the run's own cleanup, then SIGKILL."""
+    the run's own cleanup, then SIGKILL to its process group."""
     proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
+        return kill_group(proc)
 
 
 def _status_of(run_dir: Path | None) -> str | None:

@@ -4,14 +4,17 @@ service to announce its port, and left that service running)."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from agent2rl.child_process import start_announcing
+from agent2rl.child_process import kill_group, spawn_child, start_announcing
 
 NEVER_READY = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -60,3 +63,32 @@ def test_an_interrupt_while_waiting_stops_the_child(tmp_path: Path) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert _children_running("time.sleep(120)") == []
+
+
+def test_kill_group_kills_what_the_child_started_in_its_group(tmp_path: Path) -> None:
+    """The evaluation workers and the services are started by spawn_child and killed by
+    kill_group: a grandchild in the child's group dies with it."""
+    marker = f"{time.time_ns() % 10**8}"
+    code = f"import subprocess, time; subprocess.Popen(['sleep', '300.{marker}']); time.sleep(300)"
+    argv = [sys.executable, "-c", code]
+    proc = spawn_child(argv, env=dict(os.environ), stdout=subprocess.DEVNULL)
+    assert os.getpgid(proc.pid) == proc.pid  # a session, so a group, of its own
+    deadline = time.time() + 30
+    while not _sleepers(marker) and time.time() < deadline:
+        time.sleep(0.05)
+    assert _sleepers(marker)
+    assert kill_group(proc) == -signal.SIGKILL
+    deadline = time.time() + 5
+    while _sleepers(marker) and time.time() < deadline:
+        time.sleep(0.05)
+    assert _sleepers(marker) == []
+    assert kill_group(proc) == -signal.SIGKILL  # idempotent: already reaped
+
+
+def _sleepers(marker: str) -> list[int]:
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline", "status"])
+        if p.info["status"] != psutil.STATUS_ZOMBIE
+        and f"300.{marker}" in " ".join(p.info["cmdline"] or [])
+    ]
