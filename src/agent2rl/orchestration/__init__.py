@@ -5,6 +5,8 @@
     context.py          RunRequest, RunContext (what the stages share), RunOutcome
     run.py              execute_run: resolve, prepare, workspace, baseline, services, agent,
                         supervise, finalize
+    services.py         the run's services under one lifecycle: started in order, stopped
+                        in reverse on every exit path (one ExitStack)
     baseline.py         the base model's score, cached across runs
     agent_process.py    the agent's process tree: launch it, kill all of it
     guard.py            the run's guard process: kills what a SIGKILLed harness leaves
