@@ -20,6 +20,7 @@ from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl
 from agent2rl.grading.final import (
     check_feedback,
+    finish_feedback,
     grade_final,
     read_final_grade,
     select_final,
@@ -28,7 +29,7 @@ from agent2rl.grading.final import (
 from agent2rl.grading.ledger import Ledger, Submission
 from agent2rl.orchestration.baseline import measure_baseline
 from agent2rl.orchestration.recover import close_dead_run, complete_final_grade
-from agent2rl.rundir import RunInfo
+from agent2rl.rundir import RunInfo, RunStatus
 from agent2rl.settings import load_settings
 
 
@@ -73,6 +74,7 @@ def _perturbed(paths, tiny, name: str, seed: int) -> str:
     return f"output/{name}"
 
 
+@pytest.mark.slow  # a real service, two baselines and four evaluations
 def test_validation_answers_carry_no_private_score(validation_run, arith, tiny) -> None:
     paths, client, _ = validation_run
     task, prepared = arith
@@ -114,6 +116,7 @@ def test_validation_answers_carry_no_private_score(validation_run, arith, tiny) 
     assert weights_kept(paths, subs[1].id)
 
 
+@pytest.mark.slow  # a real service, two baselines and four evaluations
 def test_marking_final_is_checked(validation_run) -> None:
     paths, client, _ = validation_run
     r = client.post("/final", json={"submission_id": 999})
@@ -132,13 +135,22 @@ def test_marking_final_is_checked(validation_run) -> None:
         assert r.status_code == 409 and "submit the same directory again" in r.json()["error"]
 
 
+@pytest.mark.slow  # a real service, two baselines and four evaluations
 def test_final_marked_is_graded_on_private_after_the_harness_died(validation_run, arith) -> None:
     """The run's end never came (its harness was SIGKILLed after the last submission):
-    `agent2rl report`'s recovery does the end-of-run grade, on the private split, of the
+    `agent2rl report`'s recovery does the end-of-run grade (recorded ``pending`` by an interrupted
+    run's end), on the private split, of the
     submission marked final, with the same evaluation settings as the baseline."""
     paths, client, handle = validation_run
     task, prepared = arith
     handle.stop()
+    # Interrupted (Ctrl-C) before its end: the grade is recorded as not done, and how to do it.
+    said: list[str] = []
+    finish_feedback(paths, RunStatus.INTERRUPTED, said.append)
+    with Ledger(paths.ledger) as ledger:
+        pending = read_final_grade(ledger)
+    assert pending is not None and pending.status == "pending"
+    assert "agent2rl report" in pending.note and "not graded yet" in said[0]
     info = RunInfo.load(paths)
     info.harness = {"pid": _dead_pid(), "start_ticks": None, "host": socket.gethostname()}
     info.status = "running"
