@@ -1,4 +1,5 @@
-"""Statistics every layer shares: bootstrap intervals, per-item score files and pass@k.
+"""Statistics every layer shares: metrics and their bootstrap intervals, per-item result
+files and pass@k.
 
 The bottom of the package's layers (it imports only numpy and :mod:`agent2rl.files`), so the
 grading service, ``agent2rl eval`` and the cross-run analyses compute their intervals with the
@@ -10,6 +11,15 @@ with a *paired* interval over the items both evaluations share. An improvement w
 contains 0 is "within noise". Deterministic: the bootstrap uses a fixed seed. Whether a
 submission is paired with the baseline at all is
 :func:`agent2rl.grading.comparison.comparable`'s decision.
+
+**Metrics.** A :class:`Metric` summarises one evaluation's per-item records (the lines of its
+``items.jsonl``: ``id``, ``score``, ``correct``, ``meta``) into the task's score (0-100) and
+gives the interval around it; the scorer declares its metrics
+(:mod:`agent2rl.scoring.metrics`, where they are registered by name) and the grading
+service, the report and ``agent2rl eval`` ask the declared one instead of averaging
+``score``. :class:`MeanMetric` (``mean``, the default) is 100 x the mean of a per-item value
+with the percentile bootstrap of that mean; :class:`ResampledMetric` is any other statistic,
+its interval bootstrapped by recomputing it on resampled items.
 
 **Over repeats.** :func:`bootstrap_mean_ci` is the interval of a mean over a few repeated runs
 (the leaderboard's), and :func:`expected_max_of_k` the pass@k estimator: with ``n`` repeats
@@ -24,10 +34,11 @@ it). ``k = 1`` gives the mean, ``k = n`` the maximum.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import comb
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -49,32 +60,63 @@ def bootstrap_ci(
     n_resamples: int = N_RESAMPLES,
     confidence: float = 0.95,
     seed: int = SEED,
+    rng: np.random.Generator | None = None,
 ) -> tuple[float, float] | None:
     """Percentile bootstrap interval for the mean of ``values``.
 
     Resamples the values with replacement ``n_resamples`` times and returns the
     ``(1 - confidence) / 2`` and ``1 - (1 - confidence) / 2`` quantiles of the resampled means.
-    Deterministic for a given ``seed``. Returns None for an empty input; a single value (or all
-    values equal) gives a zero-width interval at that value. Raises ``ValueError`` for
+    Deterministic for a given ``seed`` (or ``rng``, drawn from instead: ``new_rng(seed)``
+    gives the same interval as ``seed``). Returns None for an empty input; a single value (or
+    all values equal) gives a zero-width interval at that value. Raises ``ValueError`` for
     ``n_resamples < 1`` or a confidence outside (0, 1).
+    """
+    arr = np.asarray(values, dtype=float).ravel()
+    return bootstrap_stat_ci(
+        arr.size,
+        lambda idx: arr[idx].mean(axis=1),
+        n_resamples=n_resamples,
+        confidence=confidence,
+        rng=rng if rng is not None else new_rng(seed),
+    )
+
+
+def new_rng(seed: int = SEED) -> np.random.Generator:
+    """The generator an interval draws from. Give every interval a fresh one: an interval
+    then does not depend on which were computed before it."""
+    return np.random.default_rng(seed)
+
+
+def bootstrap_stat_ci(
+    n: int,
+    stat: Callable[[np.ndarray], np.ndarray],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    confidence: float = 0.95,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of any statistic of ``n`` items.
+
+    ``stat`` gets a ``(resamples, n)`` matrix of item indices drawn with replacement (in
+    chunks of at most a few million cells) and returns the statistic of each row. Returns None
+    for ``n == 0``; raises ``ValueError`` for ``n_resamples < 1`` or a confidence outside
+    (0, 1). Deterministic for a given ``rng`` state (default: ``new_rng()``).
     """
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    arr = np.asarray(values, dtype=float).ravel()
-    n = arr.size
     if n == 0:
         return None
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_resamples, dtype=float)
+    rng = rng if rng is not None else new_rng()
+    stats = np.empty(n_resamples, dtype=float)
     chunk = max(1, min(n_resamples, _MAX_CHUNK_CELLS // n))
     for lo in range(0, n_resamples, chunk):
         hi = min(n_resamples, lo + chunk)
         idx = rng.integers(0, n, size=(hi - lo, n))
-        means[lo:hi] = arr[idx].mean(axis=1)
+        stats[lo:hi] = stat(idx)
     alpha = (1.0 - confidence) / 2.0
-    q_lo, q_hi = np.quantile(means, [alpha, 1.0 - alpha])
+    q_lo, q_hi = np.quantile(stats, [alpha, 1.0 - alpha])
     # "+ 0.0" turns a -0.0 into 0.0 so an all-zero difference prints as [0.0, 0.0].
     return float(q_lo) + 0.0, float(q_hi) + 0.0
 
@@ -86,6 +128,7 @@ def paired_bootstrap_ci(
     n_resamples: int = N_RESAMPLES,
     confidence: float = 0.95,
     seed: int = SEED,
+    rng: np.random.Generator | None = None,
 ) -> tuple[float, float] | None:
     """Paired bootstrap interval for ``mean(a - b)``; ``a[i]`` and ``b[i]`` are the same item.
 
@@ -97,31 +140,151 @@ def paired_bootstrap_ci(
     arr_b = np.asarray(b, dtype=float).ravel()
     if arr_a.shape != arr_b.shape:
         raise ValueError(f"paired samples differ in length: {arr_a.size} vs {arr_b.size}")
-    return bootstrap_ci(arr_a - arr_b, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return bootstrap_ci(
+        arr_a - arr_b, n_resamples=n_resamples, confidence=confidence, seed=seed, rng=rng
+    )
+
+
+# -- metrics -----------------------------------------------------------------------------------
+#: one graded item as ``items.jsonl`` holds it: ``id``, ``score`` (in [0, 1]), ``correct``,
+#: ``meta`` (the scorer's facts, e.g. a judge's preference)
+Record = Mapping[str, Any]
+
+
+def item_score(record: Record) -> float:
+    """A record's ``score``; ``correct`` (1.0 / 0.0) when it has no numeric score (a bool is
+    not a score: it is read as ``correct`` is)."""
+    score = record.get("score")
+    if isinstance(score, bool) or not isinstance(score, int | float):
+        return 1.0 if record.get("correct") else 0.0
+    return float(score)
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """What a task's score is, computed from its per-item records (never from the model).
+
+    ``name`` is how it is registered and recorded (``result.json``'s ``metrics``).
+    ``value`` is the score in points (0-100 for a rate); ``interval`` its 95% interval over the
+    items, drawing from ``rng`` (None without records); ``paired_interval`` the interval of
+    ``value(records) - value(base_records)`` where ``records[i]`` and ``base_records[i]`` are
+    the same item (None without pairs). A metric must accept an empty list for ``value``.
+    """
+
+    name: str
+
+    def value(self, records: Sequence[Record]) -> float: ...
+
+    def interval(
+        self, records: Sequence[Record], rng: np.random.Generator
+    ) -> tuple[float, float] | None: ...
+
+    def paired_interval(
+        self, records: Sequence[Record], base_records: Sequence[Record], rng: np.random.Generator
+    ) -> tuple[float, float] | None: ...
+
+
+@dataclass(frozen=True)
+class MeanMetric:
+    """100 x the mean of a per-item value (``item``, default the record's ``score``): the
+    harness's score since its first version, and the default of every scorer.
+
+    The value is ``100 * sum / n`` (0 for no records), summed in order as the harness always
+    summed; the intervals are the percentile bootstrap of the mean (:func:`bootstrap_ci`) and
+    of the mean per-item difference (:func:`paired_bootstrap_ci`)."""
+
+    name: str = "mean"
+    item: Callable[[Record], float] = item_score
+
+    def values(self, records: Sequence[Record]) -> list[float]:
+        """The per-item values (0-1)."""
+        return [self.item(r) for r in records]
+
+    def value(self, records: Sequence[Record]) -> float:
+        values = self.values(records)
+        return 100.0 * sum(values) / len(values) if values else 0.0
+
+    def interval(
+        self, records: Sequence[Record], rng: np.random.Generator
+    ) -> tuple[float, float] | None:
+        return bootstrap_ci([100.0 * v for v in self.values(records)], rng=rng)
+
+    def paired_interval(
+        self, records: Sequence[Record], base_records: Sequence[Record], rng: np.random.Generator
+    ) -> tuple[float, float] | None:
+        return paired_bootstrap_ci(
+            [100.0 * v for v in self.values(records)],
+            [100.0 * v for v in self.values(base_records)],
+            rng=rng,
+        )
+
+
+class ResampledMetric:
+    """A metric that is not a mean of per-item values (a median, a fitted model's rate):
+    subclasses set ``name`` and implement :meth:`value`; the intervals resample the items
+    with replacement and recompute :meth:`value` on each resample (2000 times: keep
+    ``value`` cheap, or override the intervals), the paired one on both sides' same items."""
+
+    name: str = ""
+
+    def value(self, records: Sequence[Record]) -> float:
+        raise NotImplementedError
+
+    def interval(
+        self, records: Sequence[Record], rng: np.random.Generator
+    ) -> tuple[float, float] | None:
+        rows = list(records)
+        return bootstrap_stat_ci(
+            len(rows),
+            lambda idx: np.array([self.value([rows[i] for i in r]) for r in idx]),
+            rng=rng,
+        )
+
+    def paired_interval(
+        self, records: Sequence[Record], base_records: Sequence[Record], rng: np.random.Generator
+    ) -> tuple[float, float] | None:
+        a, b = list(records), list(base_records)
+        if len(a) != len(b):
+            raise ValueError(f"paired samples differ in length: {len(a)} vs {len(b)}")
+
+        def diff(idx: np.ndarray) -> np.ndarray:
+            return np.array(
+                [self.value([a[i] for i in r]) - self.value([b[i] for i in r]) for r in idx]
+            )
+
+        return bootstrap_stat_ci(len(a), diff, rng=rng)
+
+
+#: the default metric: 100 x the mean item score
+MEAN = MeanMetric()
 
 
 # -- per-item files ---------------------------------------------------------------------------
-def load_item_scores(path: Path) -> dict[str, float] | None:
-    """Per-item scores in [0, 1] keyed by item id, from a per-item results JSONL file.
+def load_item_records(path: Path) -> dict[str, Record] | None:
+    """Per-item records keyed by item id, from a per-item results JSONL file (what a
+    :class:`Metric` reads).
 
-    Uses each line's ``score``; falls back to ``correct`` (1.0/0.0) when ``score`` is missing.
-    Lines without an ``id`` are skipped, a repeated id keeps its last value. Returns None when
-    the file does not exist (so callers can tell "no per-item data" from "zero items").
+    Lines without an ``id`` (or not an object) are skipped; a repeated id keeps its last
+    record, in the place of its first. Returns None when the file does not exist (so callers
+    can tell "no per-item data" from "zero items").
     """
     path = Path(path)
     if not path.is_file():
         return None
-    scores: dict[str, float] = {}
+    records: dict[str, Record] = {}
     # Tolerant: an evaluation killed mid-write leaves a torn last line, and the items
     # before it still carry an honest interval.
     for obj in read_jsonl_tolerant(path):
-        if "id" not in obj:
-            continue
-        score = obj.get("score")
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            score = 1.0 if obj.get("correct") else 0.0
-        scores[str(obj["id"])] = float(score)
-    return scores
+        if isinstance(obj, dict) and "id" in obj:
+            records[str(obj["id"])] = obj
+    return records
+
+
+def load_item_scores(path: Path) -> dict[str, float] | None:
+    """Per-item scores in [0, 1] keyed by item id (:func:`item_score` of each record of
+    :func:`load_item_records`); None when the file does not exist."""
+    records = load_item_records(path)
+    return None if records is None else {k: item_score(r) for k, r in records.items()}
 
 
 @dataclass(frozen=True)
@@ -139,28 +302,37 @@ class Intervals:
     n_items_paired: int | None = None
 
 
+def _record(value: Record | float) -> Record:
+    return {"score": value} if isinstance(value, int | float) else value
+
+
 def compare_items(
-    items: dict[str, float] | None,
-    base_items: dict[str, float] | None,
+    items: Mapping[str, Record | float] | None,
+    base_items: Mapping[str, Record | float] | None,
     *,
     comparable: bool = True,
+    metric: Metric = MEAN,
 ) -> Intervals:
-    """The score's interval and the paired interval of ``items`` minus ``base_items``.
+    """The score's interval and the paired interval of ``items`` minus ``base_items``, by
+    ``metric`` (the scorer's declared one; default 100 x the mean item score).
 
-    Both map item id -> score in [0, 1]; intervals are in score points (0-100). Gives
-    ``score_ci95`` (None without items), ``improvement_ci95`` and ``within_noise`` (None
-    without base items, without an item id in common, or when the two were not graded under
-    the same settings: ``comparable`` False), ``n_items_paired``. Only ids present in both are
-    paired, so a partial file still yields an honest interval over what it holds.
+    Both map item id -> record (:func:`load_item_records`; a bare number is a record holding
+    only that score); intervals are in score points. Gives ``score_ci95`` (None without
+    items), ``improvement_ci95`` and ``within_noise`` (None without base items, without an
+    item id in common, or when the two were not graded under the same settings:
+    ``comparable`` False), ``n_items_paired``. Only ids present in both are paired, so a
+    partial file still yields an honest interval over what it holds. Each interval draws from
+    a fresh :func:`new_rng`, so it does not depend on the other.
     """
-    score_ci = bootstrap_ci([100.0 * v for v in items.values()]) if items else None
+    records = [_record(v) for v in items.values()] if items else []
+    score_ci = metric.interval(records, new_rng()) if records else None
     if not (items and base_items and comparable):
         return Intervals(score_ci95=score_ci)
     common = sorted(set(items) & set(base_items))
     if not common:
         return Intervals(score_ci95=score_ci)
-    ci = paired_bootstrap_ci(
-        [100.0 * items[i] for i in common], [100.0 * base_items[i] for i in common]
+    ci = metric.paired_interval(
+        [_record(items[i]) for i in common], [_record(base_items[i]) for i in common], new_rng()
     )
     return Intervals(
         score_ci95=score_ci,

@@ -98,8 +98,9 @@ from agent2rl.grading.submission import (
 from agent2rl.integrity.identity import check_identity, identity_flags
 from agent2rl.models.weights import model_fingerprint, weights_hash
 from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.scoring.metrics import metric_for
 from agent2rl.settings import Settings
-from agent2rl.statistics import compare_items, load_item_scores
+from agent2rl.statistics import Intervals, compare_items, load_item_records
 
 #: The longest ``model_path`` accepted; a longer one is a malformed request (400).
 MAX_MODEL_PATH_CHARS = 4096
@@ -258,7 +259,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
     base_hash: str | None = ledger.get_meta("base_weights_hash")
     base_fingerprint: str | None = ledger.get_meta("base_fingerprint")
     base_items = (
-        load_item_scores(ctx.paths.root / baseline["items_path"])
+        load_item_records(ctx.paths.root / baseline["items_path"])
         if baseline.get("items_path")
         else None
     )
@@ -332,9 +333,15 @@ def create_app(ctx: GradingContext) -> FastAPI:
         if s.score is None or s.status != "graded":
             return {"score_ci95": None, "improvement_ci95": None, "within_noise": None}
         if s.id not in noise_cache:
-            items = load_item_scores(ctx.paths.root / s.items_path) if s.items_path else None
-            stats = compare_items(
-                items, base_items, comparable=comparable(s.eval_hash, baseline.get("eval_hash"))
+            path = ctx.paths.root / s.items_path if s.items_path else None
+            items = load_item_records(path) if path else None
+            # the scorer's declared metric gives the intervals (None: not registered here)
+            metric = metric_for(path)
+            same = comparable(s.eval_hash, baseline.get("eval_hash"))
+            stats = (
+                compare_items(items, base_items, comparable=same, metric=metric)
+                if metric is not None
+                else Intervals()
             )
             noise_cache[s.id] = {
                 "score_ci95": stats.score_ci95,

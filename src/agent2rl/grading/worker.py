@@ -344,6 +344,8 @@ def evaluate_to(
         "lock_wait_s": waited,
         "details": result.details,
         "timings": timings,
+        # the declared metrics' values, the score's first: how readers find its interval
+        "metrics": result.metrics,
     }
     write_json_atomic(out / "result.json", summary)
     return summary

@@ -8,8 +8,8 @@ smoke test of an install and how a user builds a baseline table across models.
 
 Each evaluation gets its own directory ``<runs_dir>/evals/<eval_id>/`` holding the worker's
 ``items.jsonl`` (per item) and ``result.json`` (score, n_items, eval_hash), the worker's
-``eval.log``, and ``eval.json``: the request and the score with its 95% bootstrap interval
-(:mod:`agent2rl.statistics`).
+``eval.log``, and ``eval.json``: the request and the score with its 95% bootstrap interval,
+the scorer's declared metric's (:mod:`agent2rl.scoring.metrics`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from agent2rl.dataset import SPLITS, Split
 from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
-from agent2rl.statistics import bootstrap_ci, load_item_scores
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.models.resolve import resolve_model
+from agent2rl.scoring.metrics import metric_for
 from agent2rl.settings import load_settings
+from agent2rl.statistics import load_item_records, new_rng
 from agent2rl.tasks import get_task
 
 
@@ -63,6 +64,8 @@ class EvalReport:
     eval_hash: str
     backend: str
     out: Path
+    #: every declared metric's value by name, the score's first (empty: none recorded)
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -135,8 +138,10 @@ def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
         whose = "the model's fault" if outcome.failure == "model" else "not the model's fault"
         raise UserError(f"{outcome.error} ({whose}); see {out / 'eval.log'}")
     result = read_json(out / "result.json")
-    items = load_item_scores(out / "items.jsonl") or {}
-    ci = bootstrap_ci([100.0 * v for v in items.values()]) if items else None
+    items = load_item_records(out / "items.jsonl") or {}
+    # the interval of the scorer's declared metric (the score is its value)
+    metric = metric_for(out / "items.jsonl")
+    ci = metric.interval(list(items.values()), new_rng()) if items and metric else None
     report = EvalReport(
         task=task.name,
         model=req.model,
@@ -148,6 +153,7 @@ def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
         eval_hash=str(result["eval_hash"]),
         backend=backend.resolved_kind(),
         out=out.resolve(),
+        metrics=dict(result.get("metrics") or {}),
     )
     write_json_atomic(out / "eval.json", report.to_dict())
     return report

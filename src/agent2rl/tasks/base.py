@@ -33,6 +33,7 @@ from agent2rl.errors import UserError
 from agent2rl.inference.backend import Backend
 from agent2rl.rollout.env import GameSource
 from agent2rl.scoring.base import EvalResult, Scorer
+from agent2rl.scoring.metrics import declared_metrics
 from agent2rl.solvers.base import Solver
 from agent2rl.tasks.options import TaskOptions
 
@@ -156,7 +157,10 @@ class Task(ABC):
         scorer = self.scorer(prepared)
         items = scorer.score(samples, outputs)
         return EvalResult.from_items(
-            items, seconds=time.time() - started, details=scorer.details(items, outputs)
+            items,
+            declared_metrics(scorer),  # the first is the score (default: 100 x mean score)
+            seconds=time.time() - started,
+            details=scorer.details(items, outputs),
         )
 
     # -- the environment (interactive tasks) ---------------------------------------------

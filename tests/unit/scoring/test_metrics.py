@@ -20,11 +20,12 @@ from support.fake_provider import Turn, start_fake_provider
 
 from agent2rl.analysis.report.compute_metrics import group_scores
 from agent2rl.dataset import Sample
-from agent2rl.files import write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.scoring import EvalResult, Judge
 from agent2rl.scoring.judges import openai_judge
+from agent2rl.scoring.metrics import declared_metrics, metric_for
 from agent2rl.solvers.base import Output
-from agent2rl.statistics import compare_items, load_item_scores
+from agent2rl.statistics import compare_items, load_item_records
 
 KEY = "judge-key"
 N = 16
@@ -92,14 +93,29 @@ def lc_items(tmp_path: Path):
         yield scorer, scorer.score(samples, [Output(o) for o in OUTS])
 
 
+def _record(tmp_path: Path, result: EvalResult, name: str = "eval") -> Path:
+    """Write ``result`` as the grading worker does: ``items.jsonl`` and ``result.json``."""
+    out = tmp_path / name
+    out.mkdir()
+    write_jsonl(out / "items.jsonl", [i.to_dict() for i in result.items])
+    write_json_atomic(out / "result.json", {"score": result.score, "metrics": result.metrics})
+    return out / "items.jsonl"
+
+
 def test_lc_win_rate_and_its_intervals_are_pinned(lc_items, tmp_path: Path) -> None:
     scorer, items = lc_items
-    result = EvalResult.from_items(items)
+    result = EvalResult.from_items(items, declared_metrics(scorer))
     assert result.score == LC_SCORE
-    path, base_path = tmp_path / "items.jsonl", tmp_path / "base.jsonl"
-    write_jsonl(path, [i.to_dict() for i in items])
+    assert list(result.metrics) == ["length_controlled_winrate", "win_rate"]
+    # an item's score is the judge's preference (per-item displays), not the LC prediction
+    assert all(i.score == pytest.approx(i.meta["preference"] - 1) for i in items)
+    assert result.metrics["win_rate"] == pytest.approx(100 * sum(i.score for i in items) / N)
+    path = _record(tmp_path, result)
+    base_path = tmp_path / "base.jsonl"
     write_jsonl(base_path, [{"id": i.id, "score": 0.5} for i in items])
-    iv = compare_items(load_item_scores(path), load_item_scores(base_path))
+    metric = metric_for(path)
+    assert metric is not None and metric.name == "length_controlled_winrate"
+    iv = compare_items(load_item_records(path), load_item_records(base_path), metric=metric)
     assert iv.score_ci95 == LC_CI95
     assert iv.improvement_ci95 == LC_IMPROVEMENT_CI95
     details = scorer.details(items, [Output(o) for o in OUTS])

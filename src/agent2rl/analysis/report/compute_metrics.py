@@ -48,7 +48,8 @@ from agent2rl.integrity.identity import identity_flags
 from agent2rl.metering import summarize_usage
 from agent2rl.rollout.env_record import summarize_env
 from agent2rl.rundir import RunInfo, RunPaths
-from agent2rl.statistics import Intervals, compare_items, load_item_scores
+from agent2rl.scoring.metrics import metric_for
+from agent2rl.statistics import Intervals, compare_items, load_item_records
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -158,19 +159,24 @@ def _items_for(paths: RunPaths, sub: Submission, by_id: dict[int, Submission]) -
 
 def group_scores(path: Path | None) -> dict[str, GroupScore] | None:
     """Per-item results broken down by ``meta.group`` (an episode's task type):
-    ``{group: GroupScore(n=items, score=0-100 mean)}``. None when the file is missing or no
-    item carries a group."""
+    ``{group: GroupScore(n=items, score=the evaluation's metric over the group's items)}``
+    (:func:`~agent2rl.scoring.metrics.metric_for`; 100 x mean score for an evaluation that
+    declared none). Items without a numeric ``score`` are left out. None when the file is
+    missing, no item carries a group, or the metric is not registered here."""
     if path is None or not Path(path).is_file():
         return None
-    sums: dict[str, list[float]] = {}
+    metric = metric_for(path)
+    groups: dict[str, list[dict[str, Any]]] = {}
     for row in read_jsonl_tolerant(Path(path)):
         meta = row.get("meta")
         group = meta.get("group") if isinstance(meta, dict) else None
         if group is not None and isinstance(row.get("score"), int | float):
-            sums.setdefault(str(group), []).append(float(row["score"]))
-    if not sums:
+            groups.setdefault(str(group), []).append(row)
+    if not groups or metric is None:
         return None
-    return {g: GroupScore(n=len(v), score=100.0 * sum(v) / len(v)) for g, v in sorted(sums.items())}
+    return {
+        g: GroupScore(n=len(rows), score=metric.value(rows)) for g, rows in sorted(groups.items())
+    }
 
 
 def _str_list(value: Any) -> list[str] | None:
@@ -205,7 +211,7 @@ def _intervals(
     """Per valid submission: its score interval and, when it is comparable with the baseline,
     the paired interval against it (see :func:`~agent2rl.statistics.compare_items`)."""
     base_path = _rel(paths, (baseline or {}).get("items_path"))
-    base_items = load_item_scores(base_path) if base_path else None
+    base_items = load_item_records(base_path) if base_path else None
     base_hash = (baseline or {}).get("eval_hash")
     by_id = {s.id: s for s in subs}
     out: dict[int, Intervals] = {}
@@ -213,9 +219,15 @@ def _intervals(
         if not sub.valid:
             continue
         path = _items_for(paths, sub, by_id)
-        items = load_item_scores(path) if path else None
-        out[sub.id] = compare_items(
-            items, base_items, comparable=comparable(sub.eval_hash, base_hash)
+        items = load_item_records(path) if path else None
+        # the submission's declared metric (a comparable baseline was graded by the same)
+        metric = metric_for(path)
+        out[sub.id] = (
+            compare_items(
+                items, base_items, comparable=comparable(sub.eval_hash, base_hash), metric=metric
+            )
+            if metric is not None
+            else Intervals()
         )
     return out
 

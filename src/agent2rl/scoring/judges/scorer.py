@@ -6,19 +6,26 @@ it to :class:`Judge`, which compares each output with its sample's reference out
 sample's ``target``) and summarises the judgments with AlpacaEval's metrics
 (:mod:`agent2rl.scoring.judges.win_rates`).
 
-The score is one declared metric, :attr:`Judge.metric`:
+The score is the first of the declared metrics, :attr:`Judge.metrics`
+(:mod:`agent2rl.scoring.metrics`), computed from the items' records:
 
 ``length_controlled_winrate``
-    when the task has the LC GLM's data (``df_gamed``). An item's score is the GLM's
-    predicted preference for it at equal lengths, so the task score (the mean item score, x
-    100) is exactly the LC win rate and the harness's bootstrap interval is the one behind
+    when the task has the LC GLM's data (``df_gamed``), with ``win_rate`` beside it. The GLM
+    is fitted once over the evaluation's items and each item's ``meta["lc_preference"]`` is
+    its prediction at equal lengths; the metric is their mean (x 100, exactly the LC win
+    rate) and its interval the bootstrap of that mean over the items, the one behind
     AlpacaEval's ``lc_standard_error``: it reflects how instructions differ, not the GLM
-    fit's own uncertainty, so it is narrower than the raw win rate's.
+    fit's own uncertainty, so it is narrower than the raw win rate's. When the GLM cannot be
+    fitted (fewer than two items, one length difference for all) it falls back to the raw
+    win rate, and the details' ``metric`` says so.
 ``win_rate``
-    otherwise. An item's score is ``preference - 1``; an item the judge could not judge
-    (no label among its top tokens) counts as a draw, 0.5 — AlpacaEval drops such items
-    instead, so the details' ``win_rate`` differs from the score only when that happened
-    (``unjudged`` says how often).
+    otherwise: the mean preference ``p - 1``; an item the judge could not judge (no label
+    among its top tokens) counts as a draw, 0.5 — AlpacaEval drops such items instead, so
+    the details' ``win_rate`` differs from the score only when that happened (``unjudged``
+    says how often).
+
+An item's ``score`` is its preference either way (``p - 1``, 0.5 unjudged), for per-item
+displays.
 
 Without ``df_gamed`` a task may ask for the package's ``length_controlled_minimal`` GLM
 (:attr:`Judge.lc_glm`; alpaca-lite does, its eval set being outside AlpacaEval's data): its
@@ -43,8 +50,16 @@ import pandas as pd
 from agent2rl.dataset import Sample
 from agent2rl.scoring.base import ItemResult
 from agent2rl.scoring.judges.base import Pair, PairwiseJudge
-from agent2rl.scoring.judges.win_rates import LC_MINIMAL, LC_V1, length_controlled, win_rates
+from agent2rl.scoring.judges.win_rates import (
+    LC_MINIMAL,
+    LC_V1,
+    LC_WIN_RATE,
+    WIN_RATE,
+    length_controlled,
+    win_rates,
+)
 from agent2rl.solvers.base import Output
+from agent2rl.statistics import Metric
 
 LC = "length_controlled_winrate"
 RAW = "win_rate"
@@ -73,8 +88,14 @@ class Judge:
 
     @property
     def metric(self) -> str:
-        """The declared score: :data:`LC` with the GLM's data, else :data:`RAW`."""
-        return LC if self.df_gamed is not None else RAW
+        """The declared score's name: :data:`LC` with the GLM's data, else :data:`RAW`."""
+        return self.metrics[0].name
+
+    @property
+    def metrics(self) -> list[Metric]:
+        """The declared metrics, the score's first: the LC win rate and the raw one with the
+        GLM's data, else the raw win rate."""
+        return [LC_WIN_RATE, WIN_RATE] if self.df_gamed is not None else [WIN_RATE]
 
     def settings(self) -> dict[str, Any]:
         out = {"scorer": "judge", "metric": self.metric, "judge": self.judge.identity()}
@@ -105,17 +126,14 @@ class Judge:
             if "group" in s.metadata:
                 meta["group"] = s.metadata["group"]
             if lc is not None:
-                meta["lc_preference"] = float(lc[i])
-                score = float(lc[i])
-            else:
-                score = pref - 1.0 if judged else 0.5
+                meta["lc_preference"] = float(lc[i])  # what LC_WIN_RATE averages
             items.append(
                 ItemResult(
                     id=s.id,
                     prediction=pair.output_2,
                     target=pair.output_1,
                     correct=judged and pref > 1.5,
-                    score=score,
+                    score=pref - 1.0 if judged else 0.5,
                     meta=meta,
                 )
             )

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agent2rl.scoring.metrics import MeanMetric, Record, item_score, metric
+
 #: The LC GLM of AlpacaEval 2.0 (``GLM_INFO["length_controlled_v1"]`` in the package):
 #: ``preference ~ tanh(std_delta_len) + instruction_difficulty + not_gamed_baseline - 1``,
 #: fitted with the two gamed baselines of ``df_gamed.csv`` weighted by this lambda (/2).
@@ -111,6 +113,29 @@ def win_rates(
         out["length_controlled_winrate"] = lc.winrate
         out["lc_standard_error"] = lc.standard_error
     return out
+
+
+# -- the declared metrics ---------------------------------------------------------------------
+def lc_item(record: Record) -> float:
+    """An item's LC preference (``meta["lc_preference"]``: the LC GLM's prediction for it at
+    equal lengths, fitted once over the evaluation's items by the scorer); its ``score`` (the
+    judge's preference) when it has none, as when the GLM could not be fitted."""
+    meta = record.get("meta")
+    lc = meta.get("lc_preference") if isinstance(meta, dict) else None
+    if isinstance(lc, int | float) and not isinstance(lc, bool):
+        return float(lc)
+    return item_score(record)
+
+
+#: AlpacaEval 2.0's headline: 100 x the mean LC preference, the package's
+#: ``length_controlled_winrate``. Its interval is the bootstrap of that mean over the items,
+#: the GLM held as fitted (the spread AlpacaEval's ``lc_standard_error`` measures: how
+#: instructions differ, not the fit's own uncertainty; refitting per resample would cost
+#: 2000 fits of a cross-validated regression).
+LC_WIN_RATE = metric(MeanMetric("length_controlled_winrate", lc_item))
+#: 100 x the mean preference ``p - 1``, an unjudged item counted as a draw (0.5);
+#: AlpacaEval's own ``win_rate`` drops such items instead (the scorer's details report it)
+WIN_RATE = metric(MeanMetric("win_rate"))
 
 
 # -- the length-controlled win rate ----------------------------------------------------------
