@@ -254,7 +254,10 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
         runs_dir=Path(request["study_dir"]),
         seed=int(r["seed"]),
         sandbox=r["sandbox"],
-        backend=BackendConfig(kind=r["backend"]),
+        # .get: a request queued by an older version lacks the later keys
+        backend=BackendConfig(kind=r["backend"], protocol=r.get("protocol", "auto")),
+        feedback=r.get("feedback", "private"),
+        instructions=r.get("instructions", "neutral"),
         task_options=dict(r["task_options"]),
         driver=r.get("driver"),
         mode=r.get("mode") or "free",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent2rl.analysis.dashboard.page import Overview
 from agent2rl.analysis.dashboard.evidence import load_run, load_runs_dir
+from agent2rl.analysis.dashboard.page import Overview
 from agent2rl.analysis.dashboard.runset import StudyRun
 from agent2rl.errors import UserError
 from agent2rl.formatting import format_duration

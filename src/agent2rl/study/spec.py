@@ -14,6 +14,9 @@ with the same budget and settings::
     seed = 0
     sandbox = "auto"       # auto | bwrap | none
     backend = "auto"       # grading backend: auto | vllm | transformers
+    protocol = "auto"      # grader's decoding: auto | reference | agent2rl (as --protocol)
+    feedback = "private"   # private | validation (as --feedback)
+    instructions = "neutral"  # the agent's instructions: neutral | reference
     token_budget = 2000000 # LLM agents only (optional)
     cpus_per_run = 1       # Ray resources one run asks for
     gpus_per_run = "auto"  # 0, 1, ... or "auto": 1 when the cluster has GPUs
@@ -73,6 +76,9 @@ class StudySpec(BaseModel):
     seed: int = 0
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
     backend: Literal["auto", "vllm", "transformers"] = "auto"
+    protocol: Literal["auto", "reference", "agent2rl"] = "auto"
+    feedback: Literal["private", "validation"] = "private"
+    instructions: Literal["neutral", "reference"] = "neutral"
     token_budget: int | None = Field(default=None, gt=0)
     cpus_per_run: float = Field(default=1.0, gt=0)
     gpus_per_run: float | Literal["auto"] = "auto"
@@ -111,7 +117,11 @@ class StudySpec(BaseModel):
         matrix may grow between two ``study run`` calls, the settings may not (runs under
         other settings would not be comparable)."""
         keep = ("budget", "seed", "sandbox", "backend", "token_budget", "task_options")
-        return {k: getattr(self, k) for k in keep} | {"budget_s": self.budget_s}
+        settings = {k: getattr(self, k) for k in keep} | {"budget_s": self.budget_s}
+        # Keys added later enter only when set away from their default, so the settings
+        # hash of a study directory made before them stays the same.
+        later = {"protocol": "auto", "feedback": "private", "instructions": "neutral"}
+        return settings | {k: getattr(self, k) for k, d in later.items() if getattr(self, k) != d}
 
     def settings_hash(self) -> str:
         blob = json.dumps(self.run_settings(), sort_keys=True, default=str)

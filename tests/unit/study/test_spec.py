@@ -148,3 +148,30 @@ def test_settings_hash_ignores_the_matrix(tmp_path) -> None:
     )
     assert a.settings_hash() == b.settings_hash() != c.settings_hash()
     assert len(expand(b)) == 10
+
+
+def test_protocol_feedback_and_instructions_reach_each_run(tmp_path) -> None:
+    """A study sets the grader's decoding protocol, the feedback protocol and the agent's
+    instructions for every run; a study directory made before these keys existed keeps its
+    settings hash (its value pinned here from the code before them), and a study using them
+    gets another hash (runs under other protocols are not comparable)."""
+    from agent2rl.study.executor import _request
+
+    plain = load_study(write(tmp_path, SFT + 'budget = "3m"\n'))
+    assert plain.settings_hash() == "2611d080badb52e9"
+    spec = load_study(
+        write(
+            tmp_path,
+            SFT + 'budget = "3m"\nprotocol = "reference"\nfeedback = "validation"\n'
+            'instructions = "reference"\n',
+        )
+    )
+    assert spec.settings_hash() != plain.settings_hash()
+    request = _request(spec, expand(spec)[0], tmp_path, 0.0)["request"]
+    assert (request["protocol"], request["feedback"], request["instructions"]) == (
+        "reference",
+        "validation",
+        "reference",
+    )
+    with pytest.raises(UserError, match="feedback"):
+        load_study(write(tmp_path, SFT + 'budget = "3m"\nfeedback = "private-split"\n'))
