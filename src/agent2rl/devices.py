@@ -270,3 +270,95 @@ def parse_smi(text: str, visible: str | None = None) -> list[Gpu]:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
         gpus = [g for g in gpus if str(g.index) in wanted or (g.uuid or "") in wanted]
     return gpus
+
+
+@dataclass(frozen=True)
+class GraderMemory:
+    """The decision of :func:`size_grader_memory` for one submission's grading.
+
+    ``kind``: the backend to grade with (``vllm`` or ``transformers``); ``fraction``: the vLLM
+    ``gpu_memory_utilization`` to start it with (None for transformers); ``free_fraction``: the
+    least free share over the grader's cards as measured; ``note``: why, when the run's
+    setting was changed (empty otherwise).
+    """
+
+    kind: str
+    fraction: float | None
+    free_fraction: float
+    note: str = ""
+
+
+def size_grader_memory(
+    devices: Sequence[Gpu], requested: float, kind: str = "auto"
+) -> GraderMemory:
+    """Size the grader's vLLM to the memory free *now* on ``devices`` (the cards its engine
+    allocates on, measured just before it starts), the policy of the module docstring applied
+    per submission: vLLM's share is the run's ``requested`` share, lowered to the least free
+    share over the cards minus :data:`HEADROOM_FRACTION` (vLLM refuses to start when less
+    than its share is free); under :data:`MIN_GRADER_FRACTION` the grader uses the
+    transformers backend when the run's ``kind`` is ``auto``. With ``--backend vllm`` (the
+    user's explicit word) it raises :class:`GpuMemoryBusy` instead, a harness failure the
+    service retries like any other. ``devices`` empty: vLLM at ``requested`` (nothing to
+    measure). Pure: the devices are as measured (or simulated)."""
+    if not devices:
+        return GraderMemory("vllm", requested, 1.0)
+    free = min(g.free_bytes / g.total_bytes for g in devices if g.total_bytes > 0)
+    fraction = min(requested, free - HEADROOM_FRACTION)
+    if fraction >= requested:
+        return GraderMemory("vllm", requested, free)
+    cards = ", ".join(
+        f"GPU {g.index} {g.free_bytes / GIB:.1f} of {g.total_bytes / GIB:.1f} GiB free"
+        for g in devices
+    )
+    if fraction >= MIN_GRADER_FRACTION:
+        return GraderMemory(
+            "vllm",
+            round(fraction, 4),
+            free,
+            f"{cards}: vLLM share lowered from {requested:.2f} to {fraction:.2f}",
+        )
+    if kind == "auto":
+        return GraderMemory(
+            "transformers", None, free, f"{cards}: too little for vLLM, graded with transformers"
+        )
+    raise GpuMemoryBusy(
+        f"{cards}: too little free GPU memory for the grader's vLLM (at least "
+        f"{MIN_GRADER_FRACTION + HEADROOM_FRACTION:.0%} of a card); free GPU memory, or run "
+        "with --backend auto to grade with transformers meanwhile"
+    )
+
+
+class GpuMemoryBusy(RuntimeError):
+    """Too little GPU memory is free for the grader's vLLM and the run forbids the fallback."""
+
+
+def measure_grader_gpus(n: int, env: dict[str, str] | None = None) -> list[Gpu]:
+    """The first ``n`` cards this process sees (``CUDA_VISIBLE_DEVICES`` order), with their
+    free memory now: from nvidia-smi (:func:`list_gpus`; it leaves CUDA uninitialised here,
+    which vLLM wants: it forks its workers), else from ``torch.cuda.mem_get_info`` when
+    nvidia-smi is missing and CUDA is present. Empty without a GPU. Edge case: with MIG
+    (nvidia-smi lists no instances) it falls back to torch."""
+    env = os.environ if env is None else env
+    gpus = list_gpus(env)
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if gpus and visible:
+        order = [v.strip() for v in visible.split(",") if v.strip()]
+
+        def rank(g: Gpu) -> int:
+            for i, v in enumerate(order):
+                if v in (str(g.index), g.uuid):
+                    return i
+            return len(order)
+
+        gpus.sort(key=rank)
+    if gpus:
+        return gpus[:n]
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(min(n, torch.cuda.device_count())):
+        free, total = torch.cuda.mem_get_info(i)
+        out.append(Gpu(i, torch.cuda.get_device_name(i), int(total), int(free)))
+    return out

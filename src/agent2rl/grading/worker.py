@@ -13,8 +13,10 @@ process for a run: it reads one request a line on stdin (spec, model, out), writ
 files as a cold worker, and answers on stdout; it keeps the prepared task and the loaded model
 between requests and reloads a submission's weights in place when its config, generation
 config and tokenizer files are byte-identical to the loaded model's
-(:func:`structure_fingerprint`, :func:`reload_weights`; transformers only, so vLLM loads
-afresh each time), else loads afresh. The device lock is taken per evaluation, not for the
+(:func:`structure_fingerprint`, :func:`reload_weights`), else loads afresh; a vLLM engine
+sleeps between evaluations and is kept under the rules of :mod:`agent2rl.inference.warm`.
+Before each load the free GPU memory is measured and vLLM's share sized to it
+(:func:`sized_backend`). The device lock is taken per evaluation, not for the
 worker's life. Each ``result.json`` carries the evaluation's ``timings``.
 
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -177,11 +180,13 @@ class WarmState:
     prepared: Any = None
     backend: Any = None
     structure: str | None = None
+    #: what the backend was loaded with (:class:`~agent2rl.inference.warm.EngineKey`)
+    key: Any = None
     loads: int = 0
     reloads: int = 0
 
     def drop_backend(self) -> None:
-        backend, self.backend, self.structure = self.backend, None, None
+        backend, self.backend, self.structure, self.key = self.backend, None, None, None
         if backend is not None:
             with contextlib.suppress(Exception):
                 backend.close()
@@ -205,7 +210,11 @@ def reload_weights(backend: Any, model_dir: Path) -> bool:
     the files are allowed only for parameters tied to another one (``lm_head`` tied to the
     embeddings), as ``from_pretrained`` allows them."""
     from agent2rl.inference.transformers_backend import TransformersBackend
+    from agent2rl.inference.vllm_backend import VllmBackend
 
+    if type(backend) is VllmBackend:  # the engine reloads from the directory itself
+        backend.reload_weights(model_dir)
+        return True
     if type(backend) is not TransformersBackend:
         return False
     import torch
@@ -313,9 +322,13 @@ def evaluate_to(
                 out / STARTED_FILE,
                 {"pid": os.getpid(), "devices": names, "lock_wait_s": waited, "at": time.time()},
             )
+            # Free GPU memory is measured for each submission (the agent's use changes): vLLM's
+            # share sized to it, or transformers (devices.size_grader_memory). Still "setup":
+            # a busy card is never the submission's fault.
+            config = sized_backend(spec.backend, timings)
             stage = "load"
             clock = time.time()
-            backend = _load(spec, model_dir, warm, timings)
+            backend = _load(spec, config, model_dir, warm, timings)
             timings["load_s"] = time.time() - clock
             stage = "evaluate"
             timed = _TimedBackend(backend)
@@ -328,6 +341,8 @@ def evaluate_to(
             finally:
                 if warm is None:
                     backend.close()
+                elif hasattr(backend, "sleep"):
+                    backend.sleep()  # a warm vLLM engine gives the card back between evaluations
             timings["generate_s"] = timed.generate_s
             timings["score_s"] = max(0.0, time.time() - clock - timed.generate_s)
     except Exception as err:
@@ -351,23 +366,65 @@ def evaluate_to(
     return summary
 
 
-def _load(spec: EvalSpec, model_dir: Path, warm: WarmState | None, timings: dict) -> Any:
-    """The backend for ``model_dir``: loaded afresh (cold, or a warm worker whose model has
-    another structure), or the warm one with these weights reloaded into it."""
+def sized_backend(
+    config: BackendConfig, timings: dict, measure: Callable[[int], list[Any]] | None = None
+) -> BackendConfig:
+    """``config`` sized to the GPU memory free now when it grades with vLLM
+    (:func:`agent2rl.devices.size_grader_memory` over the first ``tensor_parallel_size``
+    visible cards): its share lowered to what is free, or the transformers backend when too
+    little is (``auto`` only; ``--backend vllm`` raises
+    :class:`~agent2rl.devices.GpuMemoryBusy`). Unchanged for transformers or without a GPU.
+    Records ``gpu_free_fraction``, ``gpu_memory_utilization`` and a ``gpu_note`` in
+    ``timings``. ``measure``: ``n -> [Gpu]``, the cards with their free memory now
+    (default :func:`agent2rl.devices.measure_grader_gpus`; a simulated list in tests)."""
+    if config.resolved_kind() != "vllm":
+        return config
+    from dataclasses import replace
+
+    from agent2rl.devices import measure_grader_gpus, size_grader_memory
+
+    gpus = (measure or measure_grader_gpus)(max(1, config.tensor_parallel_size))
+    decision = size_grader_memory(gpus, config.gpu_memory_utilization, config.kind)
+    timings["gpu_free_fraction"] = round(decision.free_fraction, 4)
+    if decision.note:
+        timings["gpu_note"] = decision.note
+    if decision.kind == "transformers":
+        return replace(config, kind="transformers")
+    timings["gpu_memory_utilization"] = decision.fraction
+    return replace(config, gpu_memory_utilization=decision.fraction)
+
+
+def _load(
+    spec: EvalSpec, config: BackendConfig, model_dir: Path, warm: WarmState | None, timings: dict
+) -> Any:
+    """The backend for ``model_dir`` with ``config`` (``spec.backend`` sized by
+    :func:`sized_backend`): loaded afresh (cold, or a warm worker whose engine
+    :func:`~agent2rl.inference.warm.reuse_engine` refuses), or the warm one with these
+    weights reloaded into it. ``timings["fresh_reason"]`` says why a warm worker loaded
+    afresh."""
+    from agent2rl.inference.warm import EngineKey, reuse_engine
+
     if warm is None:
         timings["load"] = "fresh"
-        return load_backend(model_dir, spec.backend)
+        return load_backend(model_dir, config)
     structure = structure_fingerprint(model_dir)
-    if warm.backend is not None and warm.structure == structure:
-        if reload_weights(warm.backend, model_dir):
-            warm.reloads += 1
-            timings["load"] = "reload"
-            return warm.backend
+    key = EngineKey.of(config, structure)
+    reuse, why = reuse_engine(warm.key if warm.backend is not None else None, key)
+    if reuse and reload_weights(warm.backend, model_dir):
+        warm.reloads += 1
+        timings["load"] = "reload"
+        return warm.backend
+    was_vllm = warm.key is not None and warm.key.kind == "vllm"
     warm.drop_backend()
-    warm.backend = load_backend(model_dir, spec.backend)
-    warm.structure = structure
+    if was_vllm and config.resolved_kind() == "vllm":
+        # the dropped engine's own memory is free now: size the new one to that
+        config = sized_backend(spec.backend, timings)
+        key = EngineKey.of(config, structure)
+    warm.backend = load_backend(model_dir, config, warm=True)
+    warm.structure, warm.key = structure, key
     warm.loads += 1
     timings["load"] = "fresh"
+    timings["fresh_reason"] = why if reuse is False else "backend cannot reload in place"
     return warm.backend
 
 

@@ -279,13 +279,20 @@ def vllm_usable() -> bool:
     return torch.cuda.is_available()
 
 
-def load_backend(model_dir: Path, config: BackendConfig | str = "auto") -> Backend:
+def load_backend(
+    model_dir: Path, config: BackendConfig | str = "auto", warm: bool = False
+) -> Backend:
     """Load ``model_dir`` with the backend ``config`` names (a kind string is accepted).
 
     Only safetensors weights are loaded and custom modeling code is never trusted, whichever
-    the backend.
+    the backend. ``warm``: for a warm grader that keeps the engine between submissions (vLLM
+    then starts with sleep mode, see :mod:`agent2rl.inference.warm`); other backends ignore it.
     """
     if isinstance(config, str):
         config = BackendConfig(kind=config)
     kind = config.validate().resolved_kind()
+    if warm and kind == "vllm" and BACKENDS[kind] is _vllm:
+        from agent2rl.inference.vllm_backend import VllmBackend
+
+        return VllmBackend(Path(model_dir), config, sleep_mode=True)
     return BACKENDS[kind](Path(model_dir), config)

@@ -2,8 +2,10 @@
 ``gpu`` extra (``vllm``). :func:`sampling_kwargs` (importable without vLLM, unit-tested) is the
 whole mapping from a :class:`~agent2rl.inference.decoding.Decoding` to ``SamplingParams``.
 
-It runs inside the evaluation child process like every backend, so the GPU memory vLLM
-reserves is released when that process exits after each submission.
+It runs inside the evaluation child process like every backend. A cold worker's engine is
+released when that process exits after each submission; a warm worker's engine
+(``sleep_mode``) sleeps between evaluations and takes each submission's weights in place
+(:meth:`VllmBackend.reload_weights`) when :func:`agent2rl.inference.warm.reuse_engine` allows.
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ class VllmBackend:
 
     name = "vllm"
 
-    def __init__(self, model_dir: Path, config: BackendConfig) -> None:
+    def __init__(self, model_dir: Path, config: BackendConfig, sleep_mode: bool = False) -> None:
+        """``sleep_mode``: a warm grader's engine, put to sleep between evaluations
+        (:meth:`sleep`) and given each submission's weights in place
+        (:meth:`reload_weights`)."""
         from vllm import LLM
 
         self._dtype = "bfloat16" if config.dtype == "auto" else config.dtype
@@ -83,7 +88,10 @@ class VllmBackend:
             tensor_parallel_size=config.tensor_parallel_size,
             seed=0,
             generation_config="vllm",
+            **({"enable_sleep_mode": True} if sleep_mode else {}),
         )
+        self.sleep_mode = sleep_mode
+        self.asleep = False
         self.tokenizer = self.llm.get_tokenizer()
         # Prompts are rendered here, never by vLLM's own chat path: the same checked rendering
         # as the transformers backend's.
@@ -123,6 +131,34 @@ class VllmBackend:
         # vLLM already stops at the stop strings; cutting again keeps the contract exact
         # (the earliest stop wins even when two overlap).
         return [finish(o.outputs[0].text, settings, self.decoding) for o in outputs]
+
+    def sleep(self) -> None:
+        """Release the engine's GPU memory until the next :meth:`reload_weights` (vLLM sleep
+        level 2: weights and KV cache discarded, the process, its CUDA graphs and compiled
+        kernels kept), so the agent has the card between evaluations. A no-op without
+        ``sleep_mode``."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=2)
+            self.asleep = True
+
+    def reload_weights(self, model_dir: Path) -> None:
+        """Load ``model_dir``'s safetensors into the running engine: wake its weight memory,
+        point the workers' model config at ``model_dir`` and reload (``collective_rpc``
+        ``update_config`` then ``reload_weights``, vLLM's in-place reload from the model
+        path with the engine's own load format, safetensors), then wake the KV cache and
+        drop the prefix cache (it holds the previous weights' keys and values). The caller
+        has checked that the structure is the same (:mod:`agent2rl.inference.warm`); any
+        exception leaves the engine unusable and the caller must drop it."""
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+        self.llm.collective_rpc(
+            "update_config", args=({"model_config": {"model": str(model_dir)}},)
+        )
+        self.llm.collective_rpc("reload_weights")
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         import gc
