@@ -48,25 +48,30 @@ from agent2rl.statistics import (
     item_score,
 )
 
-#: every metric by name
-METRICS: Registry[Metric] = Registry(
-    "metrics", "metric", coerce=lambda obj: obj() if isinstance(obj, type) else obj
-)
+
+def _instance(obj: Any) -> Metric:
+    """A metric class's one instance (made once, with no arguments); an instance as is."""
+    if not isinstance(obj, type):
+        return obj
+    if "_registered_metric" not in obj.__dict__:
+        obj._registered_metric = obj()  # type: ignore[attr-defined]
+    return obj.__dict__["_registered_metric"]
+
+
+#: every metric by name (an entry point of group ``agent2rl.metrics`` names a Metric class or
+#: instance, or a module whose import registers its metrics)
+METRICS: Registry[Metric] = Registry("metrics", "metric", coerce=_instance)
 
 M = TypeVar("M")
 
 
 def metric(obj: M) -> M:
-    """Register a metric (an instance, or a class: its instance, made with no arguments)
+    """Register a metric (an instance, or a class: its one instance, made with no arguments)
     under its ``name``; returns ``obj`` unchanged, so it works as a class decorator. Another
-    metric under a taken name raises :class:`~agent2rl.registry.RegistryConflict`."""
-    instance = obj() if isinstance(obj, type) else obj
-    existing = METRICS.get(instance.name)  # type: ignore[attr-defined]
-    # the same class (or an equal instance) again, as a module imported twice does: a no-op
-    same = type(existing) is type(instance) and (isinstance(obj, type) or existing == instance)
-    if existing is not None and same:
-        return obj
-    METRICS.register(instance.name, instance)  # type: ignore[attr-defined]
+    metric under a taken name raises :class:`~agent2rl.registry.RegistryConflict`; the same
+    class or instance again is a no-op (a module imported twice)."""
+    instance = _instance(obj)
+    METRICS.register(instance.name, instance)
     return obj
 
 

@@ -11,6 +11,7 @@ then), and a declared metric must print the very same score and intervals.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +21,12 @@ from support.fake_provider import Turn, start_fake_provider
 
 from agent2rl.analysis.report.compute_metrics import group_scores
 from agent2rl.dataset import Sample
-from agent2rl.files import write_json_atomic, write_jsonl
+from agent2rl.files import read_json, write_json_atomic, write_jsonl
 from agent2rl.scoring import EvalResult, Judge
 from agent2rl.scoring.judges import openai_judge
 from agent2rl.scoring.metrics import declared_metrics, metric_for
 from agent2rl.solvers.base import Output
-from agent2rl.statistics import compare_items, load_item_records
+from agent2rl.statistics import MEAN, compare_items, load_item_records
 
 KEY = "judge-key"
 N = 16
@@ -123,3 +124,118 @@ def test_lc_win_rate_and_its_intervals_are_pinned(lc_items, tmp_path: Path) -> N
     groups = group_scores(path)
     assert groups is not None
     assert groups["a"].score == GROUP_A and groups["b"].score == GROUP_B
+
+
+# -- a custom scorer's declared metric -----------------------------------------------------------
+PLUGIN = '''
+import numpy as np
+
+from agent2rl.scoring.base import ItemResult
+from agent2rl.scoring.metrics import ResampledMetric, metric
+from agent2rl.tasks import task
+from agent2rl.tasks.arith_lite import ArithLite
+
+
+@metric
+class Median(ResampledMetric):
+    name = "plugin-median"
+
+    def value(self, records):
+        return 100.0 * float(np.median([r["score"] for r in records])) if records else 0.0
+
+
+class Spread:
+    """Item i scores 1.0 when i % 3 == 0, else 0.1, whatever the model says: mean and
+    median far apart."""
+
+    metrics = [Median()]
+
+    def score(self, samples, outputs):
+        return [
+            ItemResult(s.id, o.text, str(s.target), i % 3 == 0, 1.0 if i % 3 == 0 else 0.1)
+            for i, (s, o) in enumerate(zip(samples, outputs, strict=True))
+        ]
+
+    def settings(self):
+        return {"scorer": "spread", "metric": "plugin-median"}
+
+    def details(self, items, outputs):
+        return {}
+
+
+@task
+class MedianArith(ArithLite):
+    name = "plugin-median-arith"
+
+    def scorer(self, prepared):
+        return Spread()
+'''
+
+
+@pytest.fixture
+def median_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An installed plug-in (a module and its dist-info on the path of this process and of
+    the grading worker) with a task whose scorer declares the plug-in's median metric."""
+    from agent2rl.scoring.metrics import METRICS
+    from agent2rl.tasks import TASKS
+
+    root = tmp_path / "plugin"
+    root.mkdir()
+    (root / "a2r_plugin_median.py").write_text(PLUGIN)
+    info = root / "a2r_plugin_median-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: a2r-plugin-median\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[agent2rl.tasks]\nplugin-median-arith = a2r_plugin_median\n"
+        "[agent2rl.metrics]\nplugin-median = a2r_plugin_median:Median\n"
+    )
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    try:
+        METRICS.reload_entry_points()
+        TASKS.reload_entry_points()
+        yield "plugin-median-arith"
+    finally:
+        TASKS.unregister("plugin-median-arith")
+        METRICS.unregister("plugin-median")
+
+
+def test_a_custom_scorer_s_declared_metric_is_what_the_grader_reports(
+    median_task: str, tiny, tmp_path: Path
+) -> None:
+    from agent2rl.grading.evaluator import EvalSpec, run_evaluation
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, prepare_task
+
+    settings = load_settings()
+    task = get_task(median_task)
+    prepare_task(task, settings.task_store)
+    out = tmp_path / "eval"
+    outcome = run_evaluation(
+        EvalSpec(task.name, task.opts, limit=7), tiny.path, out, settings, timeout_s=300
+    )
+    assert outcome.error is None, (outcome.error, (out / "eval.log").read_text()[-2000:])
+    # items 0, 3, 6 score 1.0, the other four 0.1: the median is 10, the mean would be 48.57
+    assert outcome.score == pytest.approx(10.0)
+    result = read_json(out / "result.json")
+    assert result["metrics"] == {"plugin-median": pytest.approx(10.0)}
+    # readers find the metric by the name recorded and ask it for the interval
+    metric = metric_for(out / "items.jsonl")
+    assert metric is not None and metric.name == "plugin-median"
+    records = load_item_records(out / "items.jsonl")
+    iv = compare_items(records, records, metric=metric)
+    assert iv.score_ci95 is not None and iv.score_ci95[0] == pytest.approx(10.0)
+    assert iv.improvement_ci95 == (0.0, 0.0)
+    # a name nobody registered here: no interval rather than a wrong one
+    write_json_atomic(out / "result.json", {**result, "metrics": {"nobody-registered": 1.0}})
+    assert metric_for(out / "items.jsonl") is None
+
+
+def test_an_evaluation_recorded_before_metrics_is_read_by_the_mean(tmp_path: Path) -> None:
+    """An older result.json (or a cached baseline) names no metric: its score was the mean."""
+    write_jsonl(tmp_path / "items.jsonl", [{"id": "a", "score": 0.25}, {"id": "b", "score": 1}])
+    assert metric_for(tmp_path / "items.jsonl") is MEAN  # no result.json at all
+    write_json_atomic(tmp_path / "result.json", {"score": 62.5})
+    assert metric_for(tmp_path / "items.jsonl") is MEAN
+    records = list((load_item_records(tmp_path / "items.jsonl") or {}).values())
+    assert MEAN.value(records) == 62.5
