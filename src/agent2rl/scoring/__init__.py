@@ -3,6 +3,8 @@
 ::
 
     base.py          Scorer (the interface), ItemResult, EvalResult
+    metrics.py       what a score is: the metrics a scorer declares (default: 100 x mean
+                     item score), registered by name, read back by the score's readers
     math_answer.py   final-answer extraction and numeric comparison (math-verify)
     final_answer.py  FinalAnswer: GSM8K-style final-answer accuracy
     opencompass.py   OpenCompassGsm8k, OpenCompassHumanEval: OpenCompass's post-processing
