@@ -10,7 +10,10 @@ CPU. The repeats alternate which harness goes first, so drift in a shared machin
 falls on both sides; the figures are medians over repeats, and the ratio is the median
 of the per-repeat ratios.
 
-- ours: ``load_backend(model_dir, "transformers").generate(prompts, settings)``.
+- ours: ``load_backend(model_dir, "transformers").generate(prompts, settings)`` (greedy
+  decoding in the backend's own loop, finished rows leaving the batch), and the same backend
+  through ``model.generate`` (``ours via model.generate``, what it did before), interleaved
+  in each repeat; the two must give identical completions.
 - lm_eval: the ``hf`` model (built once, as ``simple_evaluate(model="hf", ...)`` would) and
   a custom ``generate_until`` task written as YAML to a temp dir, run with
   ``lm_eval.simple_evaluate``. Its generation time is that of ``generate_until`` alone;
@@ -224,6 +227,9 @@ def main() -> None:
         help="fine-tune the tiny model first (0: random weights)",
     )
     ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="write the figures as JSON (docs/figures/data/)"
+    )
     args = ap.parse_args()
 
     if importlib.util.find_spec("lm_eval") is None:
@@ -283,27 +289,41 @@ def run(args: argparse.Namespace, work: Path) -> None:
     theirs.run(limit=args.batch_size)
 
     ours_gen: list[float] = []
+    hf_gen: list[float] = []  # our backend through model.generate (before the lean loop)
     theirs_gen: list[float] = []
     theirs_total: list[float] = []
     completions: list[str] = []
+    hf_completions: list[str] = []
+    loads: list[float] = []
     acc = 0.0
+    sides = ("ours", "ours-hf", "lm_eval")
     for rep in range(args.repeats):
-        for side in ("ours", "lm_eval") if rep % 2 == 0 else ("lm_eval", "ours"):
-            if side == "ours":
+        loads.append(os.getloadavg()[0])
+        for side in sides if rep % 2 == 0 else sides[::-1]:
+            if side in ("ours", "ours-hf"):
+                ours._lean = side == "ours"  # type: ignore[attr-defined]
                 start = time.perf_counter()
-                completions = ours.generate(prompts, settings)
-                ours_gen.append(time.perf_counter() - start)
+                done = ours.generate(prompts, settings)
+                (ours_gen if side == "ours" else hf_gen).append(time.perf_counter() - start)
+                if side == "ours":
+                    completions = done
+                else:
+                    hf_completions = done
             else:
                 gen, total, acc = theirs.run()
                 theirs_gen.append(gen)
                 theirs_total.append(total)
         print(
-            f"  repeat {rep + 1}: ours {ours_gen[-1]:.2f}s, lm_eval generate_until "
-            f"{theirs_gen[-1]:.2f}s (simple_evaluate {theirs_total[-1]:.2f}s)"
+            f"  repeat {rep + 1}: ours {ours_gen[-1]:.2f}s, ours via model.generate "
+            f"{hf_gen[-1]:.2f}s, lm_eval generate_until {theirs_gen[-1]:.2f}s "
+            f"(simple_evaluate {theirs_total[-1]:.2f}s), load {loads[-1]:.1f}"
         )
+    ours._lean = True  # type: ignore[attr-defined]
+    same_as_hf = sum(a == b for a, b in zip(completions, hf_completions, strict=True))
+    print(f"lean loop vs model.generate: {same_as_hf}/{len(prompts)} completions identical")
 
     tok = ours.tokenizer  # type: ignore[attr-defined]
-    report_agreement(
+    agree = report_agreement(
         rows,
         prompts,
         completions,
@@ -331,15 +351,44 @@ def run(args: argparse.Namespace, work: Path) -> None:
         rate = f"{items / secs:>8.1f}" if items else f"{'':>8}"
         print(f"{name:<12} {what:<30} {items or '':>5} {secs:>8.2f} {rate}")
     print("ratio ours / lm_eval in items/s (median of the per-repeat ratios, min-max):")
-    for label, theirs_s in (
-        ("generation (generate vs generate_until)", theirs_gen),
-        ("generate vs the whole simple_evaluate", theirs_total),
+    ratio_out: dict[str, Any] = {}
+    for key, label, theirs_s in (
+        ("generation", "generation (generate vs generate_until)", theirs_gen),
+        ("whole_simple_evaluate", "generate vs the whole simple_evaluate", theirs_total),
+        ("lean_over_hf_generate", "lean loop vs our model.generate path", hf_gen),
     ):
         ratios = sorted(t / o for t, o in zip(theirs_s, ours_gen, strict=True))
+        ratio_out[key] = {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1]}
         print(f"  {label:<42} {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
     e2e = (theirs.load_s + tt) / (ours_load + og)
     print(f"  {'one evaluation with model load (medians)':<42} {e2e:.2f}x")
     ours.close()
+    if args.out:
+        data = {
+            "benchmark": "eval_throughput",
+            "command": " ".join(["python", *sys.argv]),
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine(),
+            "load_average_per_repeat": loads,
+            "items": n,
+            "batch_size": args.batch_size,
+            "max_new_tokens": max_new,
+            "repeats": args.repeats,
+            "sft_steps": args.sft_steps,
+            "seconds": {
+                "ours_generate": ours_gen,
+                "ours_model_generate": hf_gen,
+                "lm_eval_generate_until": theirs_gen,
+                "lm_eval_simple_evaluate": theirs_total,
+            },
+            "ratios_ours_over": ratio_out,
+            "one_evaluation_with_load_ratio": e2e,
+            "identical_to_model_generate": f"{same_as_hf}/{len(prompts)}",
+            "identical_to_lm_eval": f"{agree}/{len(prompts)}",
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {args.out}")
 
 
 def report_agreement(
@@ -350,8 +399,9 @@ def report_agreement(
     count_tokens: Callable[[str], int],
     max_new: int,
     acc: float,
-) -> None:
-    """Print how many completions are identical, how varied ours are, and both accuracies."""
+) -> int:
+    """Print how many completions are identical, how varied ours are, and both accuracies;
+    returns the number identical."""
     from agent2rl.scoring import FinalAnswer
     from agent2rl.solvers import Output
     from agent2rl.tasks.gsm8k import gsm8k_sample
@@ -378,6 +428,7 @@ def report_agreement(
                 f"  first difference: ours {json.dumps(o)} vs lm_eval {json.dumps(theirs.get(p))}"
             )
             break
+    return same
 
 
 if __name__ == "__main__":
