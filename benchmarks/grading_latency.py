@@ -1,10 +1,12 @@
 """Interactive grading latency: the step-synchronous episode solver against the chunked one
 it replaced, side by side in one run, on the same submission and games.
 
-    python benchmarks/grading_latency.py [--tasks alfworld-lite webshop-lite deepsearch-lite]
-        [--model tiny] [--repeats 1] [--old-rev becbe44] [--limit N]
-        [--out docs/figures/data/grading_latency.json]
+    python benchmarks/grading_latency.py [--part solvers|cold-warm|all]
+        [--tasks alfworld-lite webshop-lite deepsearch-lite] [--model tiny] [--repeats 1]
+        [--old-rev becbe44] [--limit N] [--out docs/figures/data/grading_latency.json]
+        [--submissions 2] [--cold-warm-out docs/figures/data/grading_cold_warm.json]
 
+``--part solvers`` (the default with ``--out``):
 For each task, one backend (the submission, the tiny model by default) grades the private
 split twice per repeat, the order alternating between repeats so that drift in a shared
 machine's load falls on both sides:
@@ -20,9 +22,21 @@ over repeats. The per-item traces (actions, won, reward, steps) of the two solve
 compared, and the new solver's split of its time (generation, environments) is reported.
 JSON goes to ``--out`` with the command, commit, date and machine.
 
-Cold vs warm (issue #28 item 4, submission to score through a grader that already holds
-the task and the base model loaded): :func:`warm_latency` is the hook the warm grader fills;
-until it exists the JSON's ``cold_vs_warm`` says so.
+``--part cold-warm`` (issue #28 item 4): submission-to-score latency through the real
+grading service, one process per submission (``--grader cold``) against the warm grader (one
+long-lived worker that keeps the task and the model loaded and reloads each submission's
+weights), side by side on the same submissions, for every task of ``--tasks`` (default: the
+lite tasks and humaneval). For each task and grader a fresh run directory (workspace,
+baseline, running clock: :mod:`agent2rl.orchestration.scratch_run`) and service;
+``--submissions`` distinct perturbed copies of the tiny model are submitted one after
+another, the cold and warm runs of a task back to back. Per submission: the client's
+submit-to-score wall time and the ledger's ``timings`` (queue, staging, process start, task
+setup, device wait, load, generation, scoring). Overhead is everything but generation,
+scoring and waits behind other evaluations
+(:func:`agent2rl.grading.evaluator.grading_overhead_s`); medians are over the submissions
+after the first (the first warm one also starts the worker, reported on its own), with the
+load average beside each task. The two graders' per-item results are compared. JSON goes to
+``--cold-warm-out``, rewritten after each task.
 
 Uses a private AGENT2RL_HOME (a temp dir) unless one is set, so the task data is generated
 there on a first run (alfworld-lite: several minutes).
@@ -36,6 +50,8 @@ import importlib.util
 import json
 import os
 import resource
+import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +64,8 @@ from spine import machine  # the machine line every benchmark prints
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TASKS = ("alfworld-lite", "webshop-lite", "deepsearch-lite")
+#: --part cold-warm's tasks unless --tasks names others (issue #28 item 4)
+COLD_WARM_TASKS = ("arith-lite", "alfworld-lite", "webshop-lite", "deepsearch-lite", "humaneval")
 #: the last commit with the chunked solver (16 games per chunk)
 OLD_REV = "becbe44"
 
@@ -106,12 +124,71 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def warm_latency(task_name: str, model_dir: Path) -> dict[str, Any] | None:
-    """Submission-to-score latency, cold (a fresh grading process: load the task, the model,
-    grade) vs warm (a grader holding both), for ``task_name`` (arith-lite, alfworld-lite,
-    webshop-lite, deepsearch-lite, humaneval in issue #28 item 4). The hook for the warm
-    grader: None until it exists."""
-    return None
+def build_run(root: Path, task_name: str, n: int) -> tuple[Any, Any, list[str]]:
+    """A run directory as the orchestrator makes one
+    (:func:`agent2rl.orchestration.scratch_run.make_run`), with ``n`` perturbed copies of the
+    tiny model in its workspace's output/ (the same ``n`` for every run: seeded)."""
+    from agent2rl.models import resolve_model
+    from agent2rl.orchestration.scratch_run import make_run, perturbed_copy
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, prepare_task
+
+    settings = load_settings()
+    model = resolve_model("tiny", settings.model_store)
+    task = get_task(task_name)
+    prepared = prepare_task(task, settings.task_store)
+    paths = make_run(root, task, prepared, model, budget_s=3600.0, agent="benchmark")
+    rels = []
+    for i in range(n):
+        perturbed_copy(model.path, paths.output / f"s{i}", seed=100 + i)
+        rels.append(f"output/s{i}")
+    return paths, model, rels
+
+
+def grade_all(task_name: str, grader: str, n: int, work: Path) -> dict[str, Any]:
+    import httpx
+
+    from agent2rl.grading.evaluator import grading_overhead_s
+    from agent2rl.grading.ledger import Ledger
+    from agent2rl.grading.service import start_service
+
+    paths, model, rels = build_run(work / f"{task_name}-{grader}", task_name, n)
+    token = secrets.token_urlsafe(16)
+    handle = start_service(
+        paths,
+        token,
+        eval_timeout_s=600,
+        max_bytes=64 * 2**20,
+        base_model_dir=model.path,
+        options={"grader": grader},
+    )
+    rows: list[dict[str, Any]] = []
+    try:
+        auth = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=handle.url, headers=auth, timeout=600) as http:
+            for rel in rels:
+                t0 = time.perf_counter()
+                answer = http.post("/submit", json={"model_path": rel}).json()
+                wall = time.perf_counter() - t0
+                assert answer["status"] == "graded", answer
+                rows.append({"id": answer["submission_id"], "wall_s": wall})
+    finally:
+        handle.stop()
+    with Ledger(paths.ledger) as ledger:
+        subs = {s.id: s for s in ledger.submissions()}
+    for row in rows:
+        s = subs[row["id"]]
+        row.update(
+            score=s.score,
+            timings=s.timings,
+            overhead_s=grading_overhead_s(s.timings),
+            items=(paths.root / s.items_path).read_text(),
+        )
+    return {"rows": rows}
+
+
+def med(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def main() -> int:
@@ -129,7 +206,14 @@ def main() -> int:
     )
     ap.add_argument("--limit", type=int, default=None, help="grade the first N games only")
     ap.add_argument("--out", type=Path, default=Path("docs/figures/data/grading_latency.json"))
+    ap.add_argument("--part", choices=("solvers", "cold-warm", "all"), default="solvers")
+    ap.add_argument("--submissions", type=int, default=2, help="cold-warm: per task and grader")
+    ap.add_argument(
+        "--cold-warm-out", type=Path, default=Path("docs/figures/data/grading_cold_warm.json")
+    )
     args = ap.parse_args()
+    if args.part != "solvers" and args.submissions < 2:
+        ap.error("--submissions must be at least 2 (the first warm one starts the worker)")
     command = " ".join(["python", *sys.argv])
 
     if "AGENT2RL_HOME" not in os.environ:
@@ -138,6 +222,16 @@ def main() -> int:
     # as the grader's evaluation child has it (grading/evaluator.py): torch's default spinning
     # OpenMP threads slow a loaded small machine by an order of magnitude
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.part in ("cold-warm", "all"):
+        tasks = args.tasks if "--tasks" in sys.argv else list(COLD_WARM_TASKS)
+        cold_warm(tasks, args.submissions, args.cold_warm_out, command)
+    if args.part == "cold-warm":
+        return 0
+    return solvers(args, command)
+
+
+def solvers(args: argparse.Namespace, command: str) -> int:
+    """The chunked against the step-synchronous episode solver (the module docstring)."""
     import torch
 
     from agent2rl.inference import load_backend
@@ -227,7 +321,6 @@ def main() -> int:
             f"{timings['env_s']:.1f}s; per-item traces identical: {not differ}",
             flush=True,
         )
-    cold_warm = {t: warm_latency(t, model_dir) for t in args.tasks}
     data = {
         "benchmark": "grading_latency",
         "command": command,
@@ -241,16 +334,90 @@ def main() -> int:
         "model": args.model,
         "repeats": args.repeats,
         "tasks": results,
-        "cold_vs_warm": (
-            cold_warm
-            if any(v is not None for v in cold_warm.values())
-            else "not measured: needs the warm grader (issue #28 item 4); see warm_latency()"
-        ),
+        "cold_vs_warm": "see --part cold-warm (grading_cold_warm.json)",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+TIMING_KEYS = (
+    "queue_wait_s",
+    "staging_s",
+    "process_start_s",
+    "setup_s",
+    "lock_wait_s",
+    "load_s",
+    "generate_s",
+    "score_s",
+    "eval_s",
+)
+
+
+def cold_warm(tasks: list[str], submissions: int, out_path: Path, command: str) -> None:
+    """``--part cold-warm`` (the module docstring): cold then warm per task, the JSON
+    rewritten after each task so that an interrupted run keeps what it measured."""
+    work = Path(tempfile.mkdtemp(prefix="grading-cold-warm-"))
+    print(machine(), flush=True)
+    results: dict[str, Any] = {}
+    try:
+        for task in tasks:
+            load_before = os.getloadavg()
+            try:
+                per = {g: grade_all(task, g, submissions, work) for g in ("cold", "warm")}
+            except Exception as err:  # one task's failure (no data offline) ends only its row
+                results[task] = {"error": f"{type(err).__name__}: {err}"[:500]}
+                print(f"{task}: failed: {results[task]['error']}", flush=True)
+                continue
+            same = [
+                c["items"] == w["items"]
+                for c, w in zip(per["cold"]["rows"], per["warm"]["rows"], strict=True)
+            ]
+            out: dict[str, Any] = {
+                "identical_items": all(same),
+                "load_average_before": load_before,
+                "load_average_after": os.getloadavg(),
+            }
+            for grader in ("cold", "warm"):
+                rows = per[grader]["rows"]
+                later = rows[1:]
+                t = [r["timings"] for r in later]
+                out[grader] = {
+                    "first": {k: rows[0][k] for k in ("wall_s", "overhead_s", "timings")},
+                    "median_wall_s": med([r["wall_s"] for r in later]),
+                    "median_overhead_s": med([r["overhead_s"] for r in later]),
+                    "median": {
+                        k: med([float(x[k]) for x in t if isinstance(x.get(k), int | float)])
+                        for k in TIMING_KEYS
+                    },
+                    "loads": [r["timings"].get("load") for r in rows],
+                    "scores": [r["score"] for r in rows],
+                }
+            c, w = out["cold"]["median_overhead_s"], out["warm"]["median_overhead_s"]
+            out["overhead_ratio_cold_over_warm"] = c / w if c and w else None
+            cw, ww = out["cold"]["median_wall_s"], out["warm"]["median_wall_s"]
+            out["wall_ratio_cold_over_warm"] = cw / ww if cw and ww else None
+            results[task] = out
+            print(
+                f"{task}: overhead cold {c:.2f}s, warm {w:.2f}s (x{c / w:.1f}); submit-to-score "
+                f"cold {cw:.2f}s, warm {ww:.2f}s; identical per-item results: {all(same)}; "
+                f"load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+            data = {
+                "command": command,
+                "commit": git("rev-parse", "--short", "HEAD"),
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": machine(),
+                "submissions": submissions,
+                "results": results,
+            }
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.write_text(json.dumps(data, indent=2) + "\n")
+            print(f"wrote {out_path}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
