@@ -79,6 +79,24 @@ def test_run_record_holds_the_version_that_ran(tmp_path: Path) -> None:
     assert empty["version"] == "" and empty["in_tested_range"] is None and not empty["warning"]
 
 
+def test_a_python_cli_s_version_is_read_without_starting_it(tmp_path: Path) -> None:
+    """A Python console script (as pip/uv install OpenHands' CLI) is asked for its version
+    through its interpreter's package metadata: its ``--version`` imports the whole CLI
+    (10-28 s for OpenHands here, past the timeout, so the run recorded no version)."""
+    import sys
+    from importlib.metadata import version
+
+    script = tmp_path / "openhands"
+    # A CLI whose start takes a minute; its package is packaging (installed here).
+    script.write_text(
+        f"#!{sys.executable}\n# -*- coding: utf-8 -*-\nimport sys, time\n"
+        "from packaging.version import Version\ntime.sleep(60)\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    record = cli_version_record(get_agent("openhands"), {"PATH": str(tmp_path)}, timeout_s=5.0)
+    assert record["version"] == version("packaging")
+
+
 def test_unreadable_versions_compare_as_unknown() -> None:
     assert in_tested_range("", ">=1,<2") is None
     assert in_tested_range("1.5", "") is None
