@@ -70,6 +70,28 @@ def lean_greedy() -> bool:
     return os.environ.get("AGENT2RL_GENERATE", "") != "hf"
 
 
+#: model types whose generation is plain attention over one dynamic KV cache, the only kind
+#: :meth:`TransformersBackend._greedy` reproduces (others: sliding-window, recurrent or hybrid
+#: caches, custom generation: ``model.generate``)
+LEAN_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3"})
+
+
+def lean_model(model: Any) -> bool:
+    """True when ``model`` may decode in the backend's own greedy loop: a model type of
+    :data:`LEAN_MODEL_TYPES` whose ``forward`` takes position ids and ``logits_to_keep``
+    (a type sharing a name with another implementation is refused by the signature check)."""
+    import inspect
+
+    if getattr(model.config, "model_type", None) not in LEAN_MODEL_TYPES:
+        return False
+    if getattr(model.config, "sliding_window", None) and getattr(
+        model.config, "use_sliding_window", True
+    ):
+        return False  # masks over a window: leave them to generate's own cache
+    params = inspect.signature(model.forward).parameters
+    return "position_ids" in params and "logits_to_keep" in params
+
+
 class TransformersBackend:
     """Generation with left padding, stop strings and max-new-tokens, decoded as ``decoding``
     says (greedy by default; sampled: :func:`sampling_processors`, seeded per item).
@@ -131,7 +153,12 @@ class TransformersBackend:
         self._eos = tuple(sorted(eos))
         # greedy without a repetition penalty decodes in _greedy (same outputs, less work);
         # sampling and penalties go through generate's logits processors
-        self._lean = decoding.greedy and decoding.repetition_penalty == 1.0 and lean_greedy()
+        self._lean = (
+            decoding.greedy
+            and decoding.repetition_penalty == 1.0
+            and lean_greedy()
+            and lean_model(self.model)
+        )
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}

@@ -46,3 +46,15 @@ def test_lean_loop_matches_model_generate(
         backend._lean = True
     assert lean == reference
     assert len(set(lean)) > 5  # not a vacuous comparison of identical completions
+
+
+def test_other_model_types_keep_model_generate() -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from agent2rl.inference.transformers_backend import lean_model
+
+    small = {"vocab_size": 64}
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, **small))
+    assert not lean_model(gpt2)
+    llama = dict(num_hidden_layers=1, hidden_size=16, intermediate_size=32, num_attention_heads=2)
+    assert lean_model(LlamaForCausalLM(LlamaConfig(**llama, **small)))
