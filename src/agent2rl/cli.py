@@ -74,8 +74,14 @@ def _fmt(x: float | None, signed: bool = False) -> str:
 def _execute(req: Any) -> None:
     """Run ``req``, print its headline numbers; exit 1 if the harness itself failed."""
     from agent2rl.orchestration.run import execute_run
+    from agent2rl.orchestration.services import ServiceNotReady
 
-    outcome = execute_run(req, console)
+    try:
+        outcome = execute_run(req, console)
+    except ServiceNotReady:
+        # An infrastructure failure the run has printed and recorded (run.json, the report):
+        # no traceback after it.
+        raise typer.Exit(1) from None
     _print_outcome(outcome)
     if outcome.status == "harness_error":
         raise typer.Exit(1)

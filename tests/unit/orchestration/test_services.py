@@ -173,3 +173,28 @@ def test_a_run_whose_service_fails_readiness_stops_every_started_one(
     assert str(caught.value) == info.error
     assert (paths.report / "metrics.json").exists()
     assert not paths.agent_log.exists() or "started" not in paths.agent_log.read_text()
+
+
+def test_the_cli_ends_a_service_failure_with_one_line(tmp_path: Path, monkeypatch) -> None:
+    """``agent2rl run`` whose first service cannot start prints the infrastructure failure as
+    one line and exits 1, without a traceback (before: the ServiceNotReady propagated out of
+    the command)."""
+    from typer.testing import CliRunner
+
+    from agent2rl.cli import app
+    from agent2rl.orchestration.services import GuardService
+
+    class FullDisk(GuardService):
+        def start(self) -> None:
+            raise OSError("no space left on device")
+
+    monkeypatch.setattr(run_module, "GuardService", FullDisk)
+    args = ["run", "--task", "arith-lite", "--agent", str(AGENTS / "quick.toml")]
+    args += ["--budget", "60s", "--runs-dir", str(tmp_path / "runs"), "--sandbox", "none"]
+    result = CliRunner().invoke(app, args)
+    text = " ".join(result.output.split())  # rich wraps at the terminal's width
+    assert result.exit_code == 1, result.output
+    line = "infrastructure failure: the run guard did not become ready: no space left on device"
+    assert text.count(line) == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
