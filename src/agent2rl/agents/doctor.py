@@ -127,41 +127,12 @@ _DIST_VERSION = (
 )
 
 
-def _script_version(binary: str, env: Mapping[str, str], timeout_s: float) -> str:
-    """The version of the distribution that installed ``binary`` when it is a Python
-    console script, read from its interpreter's package metadata ("" otherwise). Asking
-    such a CLI for ``--version`` imports all of it (OpenHands: 10-28 s on a loaded 2-core
-    machine, past the timeout); the metadata answers in well under a second."""
-    try:
-        with open(binary, "rb") as f:
-            head = f.read(2048).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    match = _CONSOLE_SCRIPT.match(head)
-    if not match:
-        return ""
-    python, package = match.groups()
+def _version_from(argv: list[str], env: Mapping[str, str], timeout_s: float) -> str:
+    """The first version number ``argv`` prints (stdout, else stderr), or "" (it cannot
+    start, times out or prints none)."""
     try:
         done = subprocess.run(
-            [python, "-c", _DIST_VERSION, package],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    found = _VERSION.search(done.stdout or "")
-    return found.group(0) if found else ""
-
-
-def _version(binary: str, args: list[str], env: Mapping[str, str], timeout_s: float) -> str:
-    if version := _script_version(binary, env, timeout_s):
-        return version
-    try:
-        done = subprocess.run(
-            [binary, *args],
+            argv,
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -172,6 +143,23 @@ def _version(binary: str, args: list[str], env: Mapping[str, str], timeout_s: fl
         return ""
     match = _VERSION.search(done.stdout or "") or _VERSION.search(done.stderr or "")
     return match.group(0) if match else ""
+
+
+def _version(binary: str, args: list[str], env: Mapping[str, str], timeout_s: float) -> str:
+    """``binary``'s version. A Python console script's is read from its interpreter's
+    package metadata: asking such a CLI for ``--version`` imports all of it (OpenHands:
+    10-28 s on a loaded 2-core machine, past the timeout), the metadata answers in about a
+    second."""
+    try:
+        with open(binary, "rb") as f:
+            head = f.read(2048).decode("utf-8", "replace")
+    except OSError:
+        head = ""
+    if script := _CONSOLE_SCRIPT.match(head):
+        python, package = script.groups()
+        if version := _version_from([python, "-c", _DIST_VERSION, package], env, timeout_s):
+            return version
+    return _version_from([binary, *args], env, timeout_s)
 
 
 def in_tested_range(version: str, tested: str) -> bool | None:
