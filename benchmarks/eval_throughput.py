@@ -10,10 +10,7 @@ CPU. The repeats alternate which harness goes first, so drift in a shared machin
 falls on both sides; the figures are medians over repeats, and the ratio is the median
 of the per-repeat ratios.
 
-- ours: ``load_backend(model_dir, "transformers").generate(prompts, settings)`` (greedy
-  decoding in the backend's own loop, finished rows leaving the batch), and the same backend
-  through ``model.generate`` (``ours via model.generate``, what it did before), interleaved
-  in each repeat; the two must give identical completions.
+- ours: ``load_backend(model_dir, "transformers").generate(prompts, settings)``.
 - lm_eval: the ``hf`` model (built once, as ``simple_evaluate(model="hf", ...)`` would) and
   a custom ``generate_until`` task written as YAML to a temp dir, run with
   ``lm_eval.simple_evaluate``. Its generation time is that of ``generate_until`` alone;
@@ -289,38 +286,28 @@ def run(args: argparse.Namespace, work: Path) -> None:
     theirs.run(limit=args.batch_size)
 
     ours_gen: list[float] = []
-    hf_gen: list[float] = []  # our backend through model.generate (before the lean loop)
     theirs_gen: list[float] = []
     theirs_total: list[float] = []
     completions: list[str] = []
-    hf_completions: list[str] = []
     loads: list[float] = []
     acc = 0.0
-    sides = ("ours", "ours-hf", "lm_eval")
+    sides = ("ours", "lm_eval")
     for rep in range(args.repeats):
         loads.append(os.getloadavg()[0])
         for side in sides if rep % 2 == 0 else sides[::-1]:
-            if side in ("ours", "ours-hf"):
-                ours._lean = side == "ours"  # type: ignore[attr-defined]
+            if side == "ours":
                 start = time.perf_counter()
-                done = ours.generate(prompts, settings)
-                (ours_gen if side == "ours" else hf_gen).append(time.perf_counter() - start)
-                if side == "ours":
-                    completions = done
-                else:
-                    hf_completions = done
+                completions = ours.generate(prompts, settings)
+                ours_gen.append(time.perf_counter() - start)
             else:
                 gen, total, acc = theirs.run()
                 theirs_gen.append(gen)
                 theirs_total.append(total)
         print(
-            f"  repeat {rep + 1}: ours {ours_gen[-1]:.2f}s, ours via model.generate "
-            f"{hf_gen[-1]:.2f}s, lm_eval generate_until {theirs_gen[-1]:.2f}s "
+            f"  repeat {rep + 1}: ours {ours_gen[-1]:.2f}s, "
+            f"lm_eval generate_until {theirs_gen[-1]:.2f}s "
             f"(simple_evaluate {theirs_total[-1]:.2f}s), load {loads[-1]:.1f}"
         )
-    ours._lean = True  # type: ignore[attr-defined]
-    same_as_hf = sum(a == b for a, b in zip(completions, hf_completions, strict=True))
-    print(f"lean loop vs model.generate: {same_as_hf}/{len(prompts)} completions identical")
 
     tok = ours.tokenizer  # type: ignore[attr-defined]
     agree = report_agreement(
@@ -355,7 +342,6 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for key, label, theirs_s in (
         ("generation", "generation (generate vs generate_until)", theirs_gen),
         ("whole_simple_evaluate", "generate vs the whole simple_evaluate", theirs_total),
-        ("lean_over_hf_generate", "lean loop vs our model.generate path", hf_gen),
     ):
         ratios = sorted(t / o for t, o in zip(theirs_s, ours_gen, strict=True))
         ratio_out[key] = {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1]}
@@ -377,13 +363,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
             "sft_steps": args.sft_steps,
             "seconds": {
                 "ours_generate": ours_gen,
-                "ours_model_generate": hf_gen,
                 "lm_eval_generate_until": theirs_gen,
                 "lm_eval_simple_evaluate": theirs_total,
             },
             "ratios_ours_over": ratio_out,
             "one_evaluation_with_load_ratio": e2e,
-            "identical_to_model_generate": f"{same_as_hf}/{len(prompts)}",
             "identical_to_lm_eval": f"{agree}/{len(prompts)}",
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,36 +62,6 @@ def sampling_processors(decoding: Decoding, prompts: list[str]) -> list[Any]:
     return procs
 
 
-def lean_greedy() -> bool:
-    """False when ``AGENT2RL_GENERATE=hf`` asks for ``model.generate`` for greedy decoding
-    too (to compare the two: the benchmarks and tests)."""
-    import os
-
-    return os.environ.get("AGENT2RL_GENERATE", "") != "hf"
-
-
-#: model types whose generation is plain attention over one dynamic KV cache, the only kind
-#: :meth:`TransformersBackend._greedy` reproduces (others: sliding-window, recurrent or hybrid
-#: caches, custom generation: ``model.generate``)
-LEAN_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3"})
-
-
-def lean_model(model: Any) -> bool:
-    """True when ``model`` may decode in the backend's own greedy loop: a model type of
-    :data:`LEAN_MODEL_TYPES` whose ``forward`` takes position ids and ``logits_to_keep``
-    (a type sharing a name with another implementation is refused by the signature check)."""
-    import inspect
-
-    if getattr(model.config, "model_type", None) not in LEAN_MODEL_TYPES:
-        return False
-    if getattr(model.config, "sliding_window", None) and getattr(
-        model.config, "use_sliding_window", True
-    ):
-        return False  # masks over a window: leave them to generate's own cache
-    params = inspect.signature(model.forward).parameters
-    return "position_ids" in params and "logits_to_keep" in params
-
-
 class TransformersBackend:
     """Generation with left padding, stop strings and max-new-tokens, decoded as ``decoding``
     says (greedy by default; sampled: :func:`sampling_processors`, seeded per item).
@@ -150,15 +120,6 @@ class TransformersBackend:
             repetition_penalty=decoding.repetition_penalty,
         )
         self._dtype = str(dtype).replace("torch.", "")
-        self._eos = tuple(sorted(eos))
-        # greedy without a repetition penalty decodes in _greedy (same outputs, less work);
-        # sampling and penalties go through generate's logits processors
-        self._lean = (
-            decoding.greedy
-            and decoding.repetition_penalty == 1.0
-            and lean_greedy()
-            and lean_model(self.model)
-        )
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
@@ -199,13 +160,6 @@ class TransformersBackend:
             if settings.stop:
                 kwargs = {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}
             procs = sampling_processors(self.decoding, [prompts[i] for i in idx])
-            if self._lean:
-                with torch.inference_mode():
-                    rows = self._greedy(batch, new_tokens, settings.stop)
-                texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
-                for i, text in zip(idx, texts, strict=True):
-                    out[i] = finish(text, settings, self.decoding)
-                continue
             if procs:
                 from transformers import LogitsProcessorList
 
@@ -218,69 +172,6 @@ class TransformersBackend:
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, text in zip(idx, texts, strict=True):
                 out[i] = finish(text, settings, self.decoding)
-        return out
-
-    def _greedy(self, batch: dict[str, Any], new_tokens: int, stop: tuple[str, ...]) -> list[Any]:
-        """Greedy decoding of a left-padded ``batch``, each row's new token ids (its end
-        token included, as ``generate`` returns them). The same computation as
-        ``model.generate`` with greedy search (positions from the attention mask, a dynamic
-        KV cache, the last position's logits in float32, argmax), without its per-step
-        machinery, and with one difference that changes no output: a row that has ended (an
-        end token, or a stop string in its text) leaves the batch at once, its KV cache rows
-        dropped, instead of being carried, padded, until the slowest row ends. Most of a
-        batch usually ends long before its slowest row, so later steps compute a few rows.
-        Its text is cut at the stop string by :func:`finish` as ``generate``'s is."""
-        import inspect
-
-        import torch
-        from transformers import DynamicCache
-
-        ids, mask = batch["input_ids"], batch["attention_mask"]
-        n, length = ids.shape
-        eos = set(self._eos)
-        # as generate: left padding's positions start at 0 at each row's first real token
-        pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        cache = DynamicCache(config=self.model.config)
-        cache_position = torch.arange(length, device=ids.device)
-        live = list(range(n))  # the original row of each row still in the batch
-        out: list[list[int]] = [[] for _ in range(n)]
-        step_ids = ids
-        # transformers 5.2x names the cache argument ``cache``, earlier ones ``past_key_values``
-        params = inspect.signature(self.model.forward).parameters
-        cache_arg = {"cache" if "cache" in params else "past_key_values": cache}
-        for step in range(new_tokens):
-            logits = self.model(
-                input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=pos,
-                **cache_arg,
-                use_cache=True,
-                cache_position=cache_position,
-                logits_to_keep=1,
-            ).logits
-            nxt = logits[:, -1, :].to(dtype=torch.float32).argmax(-1)
-            keep: list[int] = []
-            for j, tok in enumerate(nxt.tolist()):
-                row = out[live[j]]
-                row.append(tok)
-                if tok in eos:
-                    continue
-                if stop:
-                    text = self.tokenizer.decode(row, skip_special_tokens=True)
-                    if any(s and s in text for s in stop):
-                        continue
-                keep.append(j)
-            if not keep or step == new_tokens - 1:
-                break
-            if len(keep) < len(live):
-                sel = torch.tensor(keep, device=ids.device)
-                cache.batch_select_indices(sel)
-                mask, nxt, pos = mask[sel], nxt[sel], pos[sel]
-                live = [live[j] for j in keep]
-            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
-            step_ids = nxt[:, None]
-            pos = pos[:, -1:] + 1
-            cache_position = cache_position[-1:] + 1
         return out
 
     def close(self) -> None:
