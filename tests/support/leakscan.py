@@ -247,6 +247,7 @@ class AgentSandbox:
 
     ctx: object
     agent: object
+    services: object  # the run's RunServices: its cgroup, closed by close()
 
     @property
     def workspace(self) -> Path:
@@ -288,8 +289,7 @@ class AgentSandbox:
         return report
 
     def close(self) -> None:
-        if self.ctx.cgroup is not None:
-            self.ctx.cgroup.remove()
+        self.services.close()
 
 
 def agent_sandbox_of_run(
@@ -305,6 +305,7 @@ def agent_sandbox_of_run(
     from agent2rl.files import write_text_atomic
     from agent2rl.orchestration.context import RunRequest
     from agent2rl.orchestration.run import _launch, resolve_run
+    from agent2rl.orchestration.services import RunServices
     from agent2rl.workspace import agent_env, write_instructions
 
     spec = spec_dir / "leak-probe.toml"
@@ -340,7 +341,12 @@ def agent_sandbox_of_run(
     )
     launch.write_files()
     env.update(launch.env)
-    return AgentSandbox(ctx, _launch(ctx, launch.argv, env))
+    services = RunServices()
+    try:
+        return AgentSandbox(ctx, _launch(ctx, launch.argv, env, services), services)
+    except BaseException:
+        services.close()
+        raise
 
 
 def describe(hits: list[dict], limit: int = 30) -> str:

@@ -19,6 +19,18 @@ def _deliver(sig: int) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_the_first_signal_interrupts_and_the_next_are_ignored(sig, capfd) -> None:
+    # The suite may itself run under `nohup` or as a background job (SIGHUP, SIGINT
+    # ignored, which _StopSignals rightly keeps): start from the default handler.
+    started_as = signal.signal(
+        sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+    )
+    try:
+        _interrupts_once(sig, capfd)
+    finally:
+        signal.signal(sig, started_as)
+
+
+def _interrupts_once(sig: int, capfd) -> None:
     before = signal.getsignal(sig)
     with _StopSignals() as signals:
         with pytest.raises(RunInterrupted) as caught:
