@@ -255,8 +255,9 @@ def train_rounds(
 # Interactive tasks: smaller SFT batches (many more, shorter steps learn faster on long
 # prompts) with the learning rate decaying to 0, then GRPO rounds over rollout-service
 # episodes. On alfworld-lite's validation games the tiny model won 19 of 48 after 900 such
-# steps (benchmarks/validation_defaults.py, docs/figures/data/validation_defaults.json); a
-# constant rate and batch 4 are not yet measured there.
+# steps with the decay and 11 of 48 at a constant rate (benchmarks/validation_defaults.py,
+# docs/figures/data/validation_defaults.json): validation picks the decay; batch 4 is not
+# yet measured there.
 EPISODE_SFT_BATCH = 8
 EPISODE_SFT_SHARE = 0.7
 EPISODE_GRPO_LR = 1e-4
