@@ -157,13 +157,15 @@ def main() -> None:
     data: dict[str, Any] = {}
     if args.resume and args.out.is_file():
         data = json.loads(args.out.read_text())
-    data.update(
-        command="validation_defaults.py " + " ".join(sys.argv[1:]),
-        commit=_commit(),
-        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        machine=machine(),
-        split="validation",
-    )
+    run = {
+        "command": "validation_defaults.py " + " ".join(sys.argv[1:]),
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+    }
+    # A resumed run keeps, beside its own, the invocations that measured what it keeps.
+    earlier = data.get("invocations") or ([{k: data[k] for k in run}] if "command" in data else [])
+    data.update(run, split="validation", invocations=[*earlier, run])
     results = data.setdefault("results", {})
     print(f"machine: {data['machine']}", flush=True)
     if "dpo" in args.groups and not (args.resume and "dpo" in results):
