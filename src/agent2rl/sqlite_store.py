@@ -1,9 +1,10 @@
 """One way to open and use a SQLite database, for every store of the harness.
 
 The run's ledger (:mod:`agent2rl.grading.ledger`), the rollout record
-(:mod:`agent2rl.rollout.env_record`), the results ledger (:mod:`agent2rl.analysis.dashboard.results`), the
-study state (:mod:`agent2rl.study.state`) and the judgment cache
-(:mod:`agent2rl.scoring.judges.cache`) all hold a :class:`SQLiteStore`. It opens the file with
+(:mod:`agent2rl.rollout.env_record`), the results ledger
+(:mod:`agent2rl.analysis.dashboard.results`), the study state (:mod:`agent2rl.study.state`),
+the judgment cache (:mod:`agent2rl.scoring.judges.cache`) and the LLM client's response cache
+(:mod:`agent2rl.scoring.llm_client`) all hold a :class:`SQLiteStore`. It opens the file with
 the project's settings (WAL journal, a busy timeout, ``isolation_level=None`` so that this
 module, not Python's ``sqlite3``, decides where transactions begin and end, rows as
 :class:`sqlite3.Row`), creates the schema and runs a store's migrations in one transaction.

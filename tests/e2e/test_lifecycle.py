@@ -78,8 +78,21 @@ def _start(runs: Path, sandbox: str, log: Path) -> subprocess.Popen:
     cmd += [str(AGENTS / "holdout.toml"), "--budget", "5m", "--runs-dir", str(runs)]
     cmd += ["--sandbox", sandbox]
     with open(log, "wb") as out:
-        # Its own session, as under `timeout` or a scheduler: only our signals reach it.
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # Its own session, as under `timeout` or a scheduler: only our signals reach it. Its
+        # stop signals start at their defaults even when the suite runs under `nohup` or as a
+        # background job (the run rightly keeps a signal that starts ignored ignored).
+        return subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_stop_signals,
+        )
+
+
+def _default_stop_signals() -> None:
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _wait_for_agent(runs: Path, proc: subprocess.Popen, log: Path) -> RunPaths:

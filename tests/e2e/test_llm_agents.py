@@ -39,8 +39,8 @@ from support.llmruns import (
 
 from agent2rl.agents.doctor import cli_version_record
 from agent2rl.agents.spec import get_agent
-from agent2rl.rundir import RunInfo
 from agent2rl.orchestration.infra import infrastructure_failure
+from agent2rl.rundir import RunInfo
 
 
 def _check_run(run: LLMRun, url_var: str | None, unlogged: tuple[int, int] = (0, 0)) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent2rl.analysis.report.run_metrics import RunMetrics, TrajectoryPoint
 from agent2rl.analysis.dashboard.runset import Evidence, StudyRun
+from agent2rl.analysis.report.run_metrics import RunMetrics, TrajectoryPoint
 
 _COUNTER = iter(range(1, 1_000_000))
 

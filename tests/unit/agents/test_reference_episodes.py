@@ -12,9 +12,9 @@ from pathlib import Path
 from support.agentcode import run_agent_code
 
 from agent2rl.rollout import client
-from agent2rl.tasks.shared import protocol_core
 from agent2rl.tasks.alfworld import protocol
 from agent2rl.tasks.alfworld.protocol import EpisodeFormat, build_prompt, completion_for
+from agent2rl.tasks.shared import protocol_core
 
 # Prints, for every supervised span of every row, the text before it (from the row's start)
 # and the span, decoded with the tiny model's tokenizer.

@@ -11,7 +11,13 @@ import sys
 import typing
 from pathlib import Path
 
-from agent2rl.analysis.dashboard.results import COLUMNS, ResultsRow, list_runs, record_run, results_row
+from agent2rl.analysis.dashboard.results import (
+    COLUMNS,
+    ResultsRow,
+    list_runs,
+    record_run,
+    results_row,
+)
 from agent2rl.analysis.report.run_metrics import RunMetrics
 from agent2rl.rundir import (
     FINISHED_RUN_STATUSES,

@@ -16,9 +16,9 @@ from support.llmruns import host_env
 
 from agent2rl.files import write_json_atomic
 from agent2rl.metering.usage import UsageRecord, append_record
+from agent2rl.orchestration.infra import INFRASTRUCTURE, QUICK_EXIT_S, infrastructure_failure
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.study.executor import classify
-from agent2rl.orchestration.infra import INFRASTRUCTURE, QUICK_EXIT_S, infrastructure_failure
 from agent2rl.study.spec import StudySpec, expand
 from agent2rl.study.state import StudyState, attempt_outcome
 

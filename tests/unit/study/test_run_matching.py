@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from agent2rl.files import write_json_atomic
-from agent2rl.study.spec import RunSlot
 from agent2rl.study.attempt import find_run_dir
+from agent2rl.study.spec import RunSlot
 
 
 def _run(study: Path, name: str, created_at: float, **fields) -> Path:

@@ -13,9 +13,9 @@ from support import AGENTS
 
 from agent2rl.files import read_json, write_json_atomic
 from agent2rl.sandbox.limits import machine_caps
+from agent2rl.study.attempt import REQUEST, RESULT, STARTED, run_attempt, runs_per_node
 from agent2rl.study.executor import _request
 from agent2rl.study.spec import RunSlot, StudySpec
-from agent2rl.study.attempt import REQUEST, RESULT, STARTED, run_attempt, runs_per_node
 
 
 def test_runs_per_node_outside_ray_follows_this_machine() -> None:

@@ -1,4 +1,5 @@
-"""The episode-protocol core (agent2rl.tasks.shared.protocol_core) and the workspace copies built on it.
+"""The episode-protocol core (agent2rl.tasks.shared.protocol_core) and the workspace copies
+built on it.
 
 Each task's ``protocol.py`` imports the core from the package inside agent2rl and from beside
 itself in the workspace. These tests copy exactly the files a task ships
@@ -22,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from agent2rl.tasks.shared import protocol_core
 from agent2rl.tasks.alfworld import AlfworldLite
 from agent2rl.tasks.alfworld import protocol as alfworld_protocol
 from agent2rl.tasks.deepsearch import DeepsearchLite
 from agent2rl.tasks.deepsearch import protocol as deepsearch_protocol
+from agent2rl.tasks.shared import protocol_core
 from agent2rl.tasks.webshop import WebshopLite
 from agent2rl.tasks.webshop import protocol as webshop_protocol
 
