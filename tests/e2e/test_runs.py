@@ -58,7 +58,7 @@ def test_reference_sft_run_end_to_end(tmp_path) -> None:
     # the score curve is drawn from the graded submissions (the page's uPlot chart data)
     score = chart_specs((paths.report / "report.html").read_text())["score"]
     best = [y for y in score["series"][0]["y"] if y is not None]
-    assert best and max(best) == metrics["best_score"], score
+    assert best and max(best) == pytest.approx(metrics["best_score"], abs=1e-4), score  # 5 d.p.
     assert RunInfo.load(paths).status in ("completed", "deadline")
     assert processes_mentioning(str(paths.root)) == [], "no process of the run survives it"
     assert "best" in r.stdout and "report:" in r.stdout
