@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -343,10 +344,16 @@ def test_a_dead_upstream_is_a_502_and_the_proxies_keep_serving(tmp_path) -> None
                 with pytest.raises(urllib.error.HTTPError) as err:
                     urllib.request.urlopen(url, timeout=30)
                 assert err.value.code == 502 and "upstream" in json.loads(err.value.read())["error"]
-        rows = [
-            *read_fetch_log(tmp_path / "record" / "packages.jsonl"),
-            *read_fetch_log(tmp_path / "record" / "hub.jsonl"),
-        ]
+
+        def logged() -> list:
+            return [
+                *read_fetch_log(tmp_path / "record" / "packages.jsonl"),
+                *read_fetch_log(tmp_path / "record" / "hub.jsonl"),
+            ]
+
+        end = time.time() + 10  # a proxy writes its log line after the answer is sent
+        while len(rows := logged()) < 6 and time.time() < end:
+            time.sleep(0.05)
         assert len(rows) == 6 and all(r["status"] == 502 and r["allowed"] for r in rows)
         assert names.index.proc.poll() is None and names.hub.proc.poll() is None
     finally:
