@@ -4,7 +4,7 @@ sampled with a seed per item (:class:`SeededSampling`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent2rl.inference.backend import (
     GenerationSettings,
@@ -72,6 +72,14 @@ class TransformersBackend:
     :mod:`agent2rl.inference.backend`): greedy, one beam, no penalties, ending at
     ``stop_token_ids`` or the tokenizer's end-of-sequence token. Chat prompts go through
     :func:`~agent2rl.inference.backend.apply_chat_template` (checked, bounded rendering).
+
+    On CPU the key/value cache is preallocated for the whole call (transformers' ``static``
+    cache): the default dynamic cache concatenates every layer's keys and values at every new
+    token, a copy of the whole cache per token that took a third of a batched decode's time
+    here (``benchmarks/grading_latency.py``). Greedy outputs are the same with either cache
+    (``tests/unit/inference/test_backends.py``). On a GPU the dynamic cache stays: it holds
+    only what the batch has generated so far, where a static one would reserve the whole
+    ``max_new_tokens`` for every row up front.
     """
 
     name = "transformers"
@@ -83,8 +91,11 @@ class TransformersBackend:
         dtype: str = "auto",
         stop_token_ids: tuple[int, ...] = (),
         decoding: Decoding = GREEDY,
+        kv_cache: Literal["auto", "static", "dynamic"] = "auto",
     ) -> None:
-        """``dtype`` ``auto`` is bfloat16 on a GPU and float32 on CPU."""
+        """``dtype`` ``auto`` is bfloat16 on a GPU and float32 on CPU; ``kv_cache`` ``auto``
+        is ``static`` on CPU and ``dynamic`` on a GPU (see the class docstring; benchmarks
+        name one to compare them)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -120,6 +131,9 @@ class TransformersBackend:
             repetition_penalty=decoding.repetition_penalty,
         )
         self._dtype = str(dtype).replace("torch.", "")
+        if kv_cache == "auto":
+            kv_cache = "static" if self.device == "cpu" else "dynamic"
+        self.kv_cache = kv_cache
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
@@ -157,8 +171,10 @@ class TransformersBackend:
                 new_tokens = min(want, max(1, limit - batch["input_ids"].shape[1]))
             batch = {k: v.to(self.device) for k, v in batch.items()}
             kwargs: dict[str, Any] = {}
+            if self.kv_cache == "static":
+                kwargs["cache_implementation"] = "static"
             if settings.stop:
-                kwargs = {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}
+                kwargs |= {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}
             procs = sampling_processors(self.decoding, [prompts[i] for i in idx])
             if procs:
                 from transformers import LogitsProcessorList

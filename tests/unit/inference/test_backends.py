@@ -10,6 +10,7 @@ import pytest
 
 from agent2rl.errors import UserError
 from agent2rl.inference import BackendConfig, GenerationSettings, load_backend, vllm_usable
+from agent2rl.inference.transformers_backend import TransformersBackend
 from agent2rl.tasks.arith_lite import FORMAT, TEST_SEED, generate_split
 
 gpu = pytest.mark.skipif(not vllm_usable(), reason="needs CUDA and the vllm package")
@@ -87,3 +88,28 @@ def test_grading_through_vllm_in_the_worker(tmp_path, tiny, arith) -> None:
     outcome = run_evaluation(spec, tiny.path, tmp_path / "out", load_settings(), timeout_s=600)
     assert outcome.error is None, (tmp_path / "out" / "eval.log").read_text()[-3000:]
     assert outcome.n_items == 64 and 0.0 <= outcome.score <= 100.0
+
+
+def test_static_and_dynamic_kv_cache_give_the_same_greedy_outputs(tiny) -> None:
+    """The CPU backend preallocates its key/value cache (a speed choice): on prompts of many
+    lengths, some cut at the context limit, some stopped early by a stop string, in batches
+    that mix them, every completion equals the default dynamic cache's."""
+    words = "go to the drawer 1 open it take the mug from the shelf put it in 2".split()
+    prompts = _prompts(12) + [
+        " ".join(words[(i + j) % len(words)] for j in range(n))
+        for i, n in enumerate((5, 40, 120, 300, 700))
+    ]
+    backend = load_backend(tiny.path, BackendConfig(kind="transformers", dtype="float32"))
+    dynamic = TransformersBackend(tiny.path, dtype="float32", kv_cache="dynamic")
+    try:
+        assert backend.kv_cache == "static"  # the CPU default
+        for settings in (
+            GenerationSettings(max_new_tokens=24, stop=("\n", " the"), batch_size=5),
+            GenerationSettings(max_new_tokens=40, batch_size=64),
+        ):
+            got = backend.generate(prompts, settings)
+            assert got == dynamic.generate(prompts, settings)
+            assert len(set(got)) > 3  # varied outputs, not one string for all
+    finally:
+        backend.close()
+        dynamic.close()
