@@ -11,11 +11,17 @@ For each task, one backend (the submission, the tiny model by default) grades th
 split twice per repeat, the order alternating between repeats so that drift in a shared
 machine's load falls on both sides:
 
-- ``chunked``: ``EpisodeSolver`` as of ``--old-rev`` (``git show REV:src/agent2rl/solvers/
-  episode.py``, loaded from a temp dir): 16 games at a time, each chunk played to its end
-  before the next opens (``env_batch=16``, ``batch_size=64``);
-- ``step-sync``: the task's own solver now (every game open at once up to ``env_batch``,
-  one batched ``generate`` call per step over the episodes still running).
+- ``chunked``: grading as it was when issue #28 was filed: ``EpisodeSolver`` as of
+  ``--old-rev`` (``git show REV:src/agent2rl/solvers/episode.py``, loaded from a temp dir):
+  16 games at a time, each chunk played to its end before the next opens (``env_batch=16``,
+  ``batch_size=64``), on the transformers backend with its dynamic key/value cache;
+- ``step-sync-dynamic-cache``: the task's own solver (every game open at once up to
+  ``max_open``, one batched ``generate`` call per step over the episodes still running),
+  not pipelined, on that same backend: the state before this benchmark's last round;
+- ``step-sync``: the task's solver on today's backend (on CPU a preallocated, static
+  key/value cache), pipelined where the games live in worker processes (two groups in
+  turn, one stepping while the other generates);
+- ``step-sync-not-pipelined`` (tasks with worker processes only): the same, not pipelined.
 
 A grading is the solve plus the task's scorer (the same for both); the figures are medians
 over repeats. The per-item traces (actions, won, reward, steps) of the two solvers are
@@ -235,6 +241,7 @@ def solvers(args: argparse.Namespace, command: str) -> int:
     import torch
 
     from agent2rl.inference import load_backend
+    from agent2rl.inference.transformers_backend import TransformersBackend
     from agent2rl.models import resolve_model
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
@@ -258,16 +265,25 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         new = task.solver(prepared, "private")
         plain = task.environment(prepared, "private")  # games in this process
         old = Chunked(plain, new.protocol, env_batch=16, batch_size=new.batch_size)
-        order = [("chunked", old), ("step-sync", new)]
+        backend = load_backend(model_dir, "transformers")
+        # the backend as it was when issue #28 was filed: a dynamic key/value cache
+        dynamic = TransformersBackend(model_dir, kv_cache="dynamic")
+        unpipelined = dataclasses.replace(new, pipeline=False)
+        order = [
+            ("chunked", old, dynamic),
+            ("step-sync-dynamic-cache", unpipelined, dynamic),
+            ("step-sync", new, backend),
+        ]
+        if getattr(new.source, "parallelism", 1) > 1:  # games in worker processes
+            order.append(("step-sync-not-pipelined", unpipelined, backend))
         if args.in_process and type(new.source) is not type(plain):
             # the task plays its games in worker processes: also without them
-            order.append(("step-sync-in-process", dataclasses.replace(new, source=plain)))
-        backend = load_backend(model_dir, "transformers")
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in order}
+            order.append(("step-sync-in-process", dataclasses.replace(new, source=plain), backend))
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in order}
         try:
             for r in range(args.repeats):
-                for label, solver in order if r % 2 == 0 else order[::-1]:
-                    runs[label].append(grade(task, prepared, backend, solver, samples))
+                for label, solver, b in order if r % 2 == 0 else order[::-1]:
+                    runs[label].append(grade(task, prepared, b, solver, samples))
                     g = runs[label][-1]
                     print(
                         f"  repeat {r + 1} {label:>9}: {g['seconds']:.1f}s "
@@ -278,6 +294,7 @@ def solvers(args: argparse.Namespace, command: str) -> int:
                     )
         finally:
             backend.close()
+            dynamic.close()
         old_keys = [trace_key(o) for o in runs["chunked"][0]["outputs"]]
         differ = []  # "variant:game" whose trace is not the chunked solver's
         for label in runs:
@@ -292,8 +309,16 @@ def solvers(args: argparse.Namespace, command: str) -> int:
             "max_steps": new.protocol.max_steps,
             "max_new_tokens": new.protocol.max_new_tokens,
             "chunked_s": round(t_old, 2),
+            "step_sync_dynamic_cache_s": round(
+                statistics.median(g["seconds"] for g in runs["step-sync-dynamic-cache"]), 2
+            ),
             "step_sync_s": round(t_new, 2),
             "speedup": round(t_old / t_new, 2),
+            "speedup_cpu": round(
+                statistics.median(g["cpu_s"] for g in runs["chunked"])
+                / statistics.median(g["cpu_s"] for g in runs["step-sync"]),
+                2,
+            ),
             "chunked_runs_s": [round(g["seconds"], 2) for g in runs["chunked"]],
             "step_sync_runs_s": [round(g["seconds"], 2) for g in runs["step-sync"]],
             "score_s": round(statistics.median(g["score_s"] for g in runs["step-sync"]), 2),
@@ -318,7 +343,8 @@ def solvers(args: argparse.Namespace, command: str) -> int:
             f"{t_old / t_new:.2f}x; generation {timings['generate_s']:.1f}s in "
             f"{timings['generate_calls']} calls (mean batch "
             f"{timings['prompts'] / max(1, timings['generate_calls']):.1f}), environments "
-            f"{timings['env_s']:.1f}s; per-item traces identical: {not differ}",
+            f"{timings['env_s']:.1f}s ({timings['env_wait_s']:.1f}s waited for); per-item "
+            f"traces identical: {not differ}",
             flush=True,
         )
     data = {
