@@ -47,9 +47,18 @@ def parse_variant(text: str) -> dict[str, Any]:
 
 
 def one(
-    task_name: str, options: dict, schedule: str, steps: int, lr: float, batch: int, work: Path
+    task_name: str,
+    options: dict,
+    schedule: str,
+    steps: int,
+    lr: float,
+    batch: int,
+    work: Path,
+    seed: int = 0,
 ) -> dict:
-    """Fine-tune and grade one variant in this process; the result as a dict."""
+    """Fine-tune and grade one variant in this process; the result as a dict (``won_ids``:
+    the validation games won, for paired comparisons). ``seed``: the trainer's (the order
+    the rows are read in), so that a second draw of a variant differs from the first."""
     from agent2rl.inference import load_backend
     from agent2rl.models import resolve_model
     from agent2rl.settings import load_settings
@@ -78,7 +87,7 @@ def one(
     started = time.time()
     # the agent's own SFT, ended by the step count (its rate decays to 0 by then if linear)
     model = sft(model, tokenizer, rows, 1e9, lr, batch_size=batch,
-                decay=schedule == "linear", max_steps=steps)  # fmt: skip
+                decay=schedule == "linear", max_steps=steps, seed=seed)  # fmt: skip
     train_s = time.time() - started
     out = work / "model"
     model.save_pretrained(out)
@@ -94,6 +103,7 @@ def one(
         "rows": len(rows),
         "train_s": round(train_s, 1),
         "won": sum(i.correct for i in result.items),
+        "won_ids": sorted(i.id for i in result.items if i.correct),
         "games": result.n_items,
         "score": round(result.score, 2),
         "eval_s": round(eval_s, 1),
@@ -106,6 +116,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0, help="the trainer's seed (row order)")
     ap.add_argument(
         "--schedule", nargs="+", choices=["constant", "linear"], default=["constant", "linear"]
     )
@@ -116,7 +127,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as work:
             r = one(
                 args.task, json.loads(args.one[0]), args.one[1], args.steps, args.lr,
-                args.batch, Path(work),
+                args.batch, Path(work), args.seed,
             )  # fmt: skip
         print("RESULT " + json.dumps(r))
         return
@@ -127,7 +138,7 @@ def main() -> None:
         for schedule in args.schedule:
             cmd = [sys.executable, __file__, "--task", args.task, "--one", json.dumps(options)]
             cmd += [schedule, "--steps", str(args.steps), "--lr", str(args.lr)]
-            cmd += ["--batch", str(args.batch)]
+            cmd += ["--batch", str(args.batch), "--seed", str(args.seed)]
             r, error = run_variant(cmd)
             label = f"{variant or 'defaults'}, {schedule} rate"
             if r is None:
