@@ -142,3 +142,35 @@ def test_sessions_played_from_many_threads_each_play_their_own_game(alfworld_lit
             results = list(pool.map(play, games.games))
         for g, (goal, won) in zip(games.games, results, strict=True):
             assert goal == walks[g.game_id]["goal"] and won, g.game_id
+
+
+def test_cached_grammar_parses_play_the_same_games(alfworld_lite, monkeypatch) -> None:
+    """TextWorld's text grammar parsed once per process (a speed fix) writes the very same
+    observations and admissible actions as parsing at every call: every game of the split
+    played through its walkthrough with detours (unknown objects, repeated looks) both ways."""
+    from textworld.envs.pddl import textgen
+
+    _, prepared = alfworld_lite
+    games = AlfworldGames(prepared.private / "games", max_steps=60)  # installs the cache
+    cached = textgen._parse_and_convert
+    assert hasattr(cached, "cache_info")
+
+    def play() -> list[tuple]:
+        seen = []
+        for g in games.games:
+            walkthrough = json.loads(game_path(g).read_text())["walkthrough"]
+            session = games.open(g)
+            try:
+                seen.append((session.goal, session.last.observation))
+                for action in ["look", "go to desk 99", "inventory", *walkthrough]:
+                    r = session.step(action)
+                    seen.append((r.observation, tuple(r.admissible_actions), r.won, r.reward))
+            finally:
+                session.close()
+        return seen
+
+    with_cache = play()
+    assert cached.cache_info().hits > 0
+    monkeypatch.setattr(textgen, "_parse_and_convert", cached.uncached)
+    assert play() == with_cache
+    assert sum(row[2] for row in with_cache if len(row) == 4) == len(games.games)  # all won

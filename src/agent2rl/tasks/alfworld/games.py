@@ -13,6 +13,8 @@ episodes through :meth:`AlfworldGames.open`.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import io
 import json
 import threading
@@ -40,6 +42,31 @@ TASK_TYPE_IDS = {
     5: "pick_cool_then_place_in_recep",
     6: "pick_two_obj_and_place",
 }
+
+
+def cache_text_grammar_parses() -> None:
+    """Make TextWorld's text generation parse each grammar string once per process.
+
+    Every observation TextWorld writes goes through ``textgen.ContextSensitiveGrammar.derive``,
+    which parses its template string with tatsu (``textgen._parse_and_convert``) on every
+    call, as does loading a game's grammar: the same few hundred strings, parsed again at
+    every step of every game, over half of an ALFWorld step's and a game load's CPU time here
+    (``benchmarks/grading_latency.py``). The parse is a pure function of its arguments; its
+    result is mutated by the caller (each symbol gets its context), so each call gets a deep
+    copy of the cached parse. Idempotent; the games played are the same
+    (``tests/unit/tasks/test_alfworld_lite.py`` plays walkthroughs both ways)."""
+    from textworld.envs.pddl import textgen
+
+    if hasattr(textgen._parse_and_convert, "cache_info"):
+        return
+    parse = functools.lru_cache(maxsize=16384)(textgen._parse_and_convert)
+
+    def cached(*args: Any, **kwargs: Any) -> Any:
+        return copy.deepcopy(parse(*args, **kwargs))
+
+    cached.cache_info = parse.cache_info  # type: ignore[attr-defined]
+    cached.uncached = parse.__wrapped__  # type: ignore[attr-defined]
+    textgen._parse_and_convert = cached
 
 
 def alfworld_config(data_path: Path, max_steps: int) -> dict[str, Any]:
@@ -93,6 +120,7 @@ class AlfworldGames:
     def __init__(self, root: Path, max_steps: int, step_cap: int | None = None) -> None:
         from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
+        cache_text_grammar_parses()
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise FileNotFoundError(f"no ALFWorld games at {self.root}")
