@@ -14,10 +14,11 @@ machine's load falls on both sides:
 - ``chunked``: grading as it was when issue #28 was filed: ``EpisodeSolver`` as of
   ``--old-rev`` (``git show REV:src/agent2rl/solvers/episode.py``, loaded from a temp dir):
   16 games at a time, each chunk played to its end before the next opens (``env_batch=16``,
-  ``batch_size=64``), on the transformers backend with its dynamic key/value cache;
+  ``batch_size=64``), on the transformers backend with its dynamic key/value cache, and
+  (alfworld-lite) TextWorld's text grammar parsed at every call (:func:`as_filed`);
 - ``step-sync-dynamic-cache``: the task's own solver (every game open at once up to
   ``max_open``, one batched ``generate`` call per step over the episodes still running),
-  not pipelined, on that same backend: the state before this benchmark's last round;
+  not pipelined, on that same dynamic-cache backend (its games as today's);
 - ``step-sync``: the task's solver on today's backend (on CPU a preallocated, static
   key/value cache), pipelined where the games live in worker processes (two groups in
   turn, one stepping while the other generates);
@@ -51,6 +52,7 @@ there on a first run (alfworld-lite: several minutes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -63,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +123,26 @@ def grade(task: Any, prepared: Any, backend: Any, solver: Any, samples: list) ->
         "outputs": outputs,
         "timings": timings.to_dict() if timings is not None else None,
     }
+
+
+@contextlib.contextmanager
+def as_filed(on: bool) -> Iterator[None]:
+    """With ``on``: TextWorld's text grammar parsed at every call, as when issue #28 was
+    filed (``agent2rl.tasks.alfworld.games.cache_text_grammar_parses`` undone in this
+    process, where the chunked solver plays its games)."""
+    try:
+        from textworld.envs.pddl import textgen
+    except ImportError:
+        on = False
+    cached = getattr(textgen, "_parse_and_convert", None) if on else None
+    if cached is None or not hasattr(cached, "uncached"):
+        yield
+        return
+    textgen._parse_and_convert = cached.uncached
+    try:
+        yield
+    finally:
+        textgen._parse_and_convert = cached
 
 
 def cpu_seconds() -> float:
@@ -283,7 +306,8 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         try:
             for r in range(args.repeats):
                 for label, solver, b in order if r % 2 == 0 else order[::-1]:
-                    runs[label].append(grade(task, prepared, b, solver, samples))
+                    with as_filed(label == "chunked"):
+                        runs[label].append(grade(task, prepared, b, solver, samples))
                     g = runs[label][-1]
                     print(
                         f"  repeat {r + 1} {label:>9}: {g['seconds']:.1f}s "
