@@ -21,7 +21,9 @@ the other (the machine is shared), each variant in a child process bounded by ``
   model fine-tuned on the walkthrough rows the agent builds, then played on the 48
   validation games (``benchmarks/interactive_sft.py``'s ``--one`` mode). Variants: the
   defaults (600 walkthroughs, linear decay, batch 8, 900 steps), 300 walkthroughs, a constant
-  rate, and batch 4 for 1800 steps (the same rows seen, about the same time).
+  rate, and batch 4 for 1800 steps (the same rows seen, about the same time); then a second
+  draw (the trainer's seed 1) of batch 8 and batch 4, the pair the first draw put closest,
+  with the games each won (``won_ids``) for a paired look.
 
 One variant is one draw: on 48 games the margin between variants is a few games. The JSON is
 rewritten after every variant (command, commit, date, machine, results), so a run cut short
