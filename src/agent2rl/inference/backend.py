@@ -189,14 +189,21 @@ class BackendConfig:
 
         return Decoding.from_dict(self.decoding)
 
-    def for_run(self, task: str, model: str, model_dir: Path) -> BackendConfig:
+    def for_run(
+        self, task: str, model: str, model_dir: Path, max_new_tokens: int = 0
+    ) -> BackendConfig:
         """This config completed for grading ``task`` with the base model ``model`` (the
         ``--model`` value) at ``model_dir``: the base model's stop token ids and the decoding
         the protocol gives its name (:func:`~agent2rl.inference.decoding.table_name`; the
-        submissions are decoded as their base model, never by their own name or config)."""
+        submissions are decoded as their base model, never by their own name or config).
+        ``max_new_tokens``: the output limit the task's options set explicitly (0: none); it
+        replaces the reference table's, since the user asked for it (the report's decoding
+        line then says so)."""
         from agent2rl.inference.decoding import decoding_for, table_name
 
         dec = decoding_for(task, table_name(model, model_dir), self.protocol)
+        if max_new_tokens > 0 and dec.max_new_tokens:
+            dec = replace(dec, max_new_tokens=max_new_tokens)
         return replace(
             self,
             stop_token_ids=model_stop_token_ids(model_dir),

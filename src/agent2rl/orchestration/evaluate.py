@@ -113,7 +113,9 @@ def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
     model = resolve_model(req.model, settings.model_store)
     # As a run's grader does: the base model's end-of-sequence ids end every completion,
     # and its name picks the decoding (--protocol).
-    backend = req.backend.for_run(task.name, req.model, model.path)
+    # An output limit the user set in the task's options wins over the protocol's table.
+    limit = getattr(task.config, "max_new_tokens", 0)
+    backend = req.backend.for_run(task.name, req.model, model.path, limit)
     out = (req.out or req.runs_dir / "evals" / new_eval_id(task.name, req.model)).expanduser()
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} is not empty: pass a new directory")

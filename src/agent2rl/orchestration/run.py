@@ -192,7 +192,9 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     caps = default_caps(req, runs_dir)
     # The base model's end-of-sequence ids end every graded completion, and its name picks
     # the decoding (--protocol); a submission's own generation config is never read.
-    backend = req.backend.for_run(task.name, req.model, model.path)
+    # An output limit the user set in the task's options wins over the protocol's table.
+    limit = getattr(task.config, "max_new_tokens", 0)
+    backend = req.backend.for_run(task.name, req.model, model.path, limit)
 
     prepared = prepare_task(task, settings.task_store)
     check_feedback(req.feedback, task.name, prepared)

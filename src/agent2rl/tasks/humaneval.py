@@ -121,7 +121,8 @@ class HumanEvalOptions(TaskOptions):
     )
     max_new_tokens: int = option(
         0,
-        "The most new tokens per completion; 0: the protocol's own "
+        "The most new tokens per completion (under `--protocol reference` it replaces the "
+        "decoding table's limit); 0: the protocol's own "
         f"({', '.join(f'{k} {v}' for k, v in PROTOCOL_MAX_NEW_TOKENS.items())}).",
     )
     timeout_s: float = option(

@@ -193,7 +193,11 @@ def test_backend_config_resolves_once_and_keeps_greedy_settings_as_before(
     dec = cfg.decoding_settings()
     assert (dec.temperature, dec.top_k, dec.max_new_tokens) == (0.7, 50, 8192)
     assert BackendConfig.from_dict(cfg.to_dict()) == cfg
+    # an output limit the task's options set wins over the table's (the rest of the row stays)
+    asked = BackendConfig().for_run("humaneval", str(model), model, 512).decoding_settings()
+    assert (asked.temperature, asked.top_k, asked.max_new_tokens) == (0.7, 50, 512)
     assert BackendConfig().for_run("arith-lite", str(model), model).decoding is None
+    assert BackendConfig().for_run("arith-lite", str(model), model, 64).decoding is None
     lite = BackendConfig(protocol="agent2rl").for_run("humaneval", str(model), model)
     assert lite.decoding is None
     with pytest.raises(UserError, match="unknown --protocol"):

@@ -106,3 +106,19 @@ def test_vllm_sampled_completions_do_not_depend_on_the_batch(tiny) -> None:
     finally:
         backend.close()
     assert together == alone and together != greedy
+
+
+def test_an_output_limit_set_in_the_task_options_wins_over_the_table(tiny, tmp_path) -> None:
+    """HumanEval under the reference protocol takes its output limit from the table (the row
+    this model name: 4096) unless the user set ``max_new_tokens``: then the grader's worker decodes
+    with that limit and the result says so (the table's used to replace it silently)."""
+    model = _llama_named_tiny(tiny, tmp_path)
+    out = tmp_path / "he"
+    proc = run_cli(
+        ["eval", "--task", "humaneval", "--model", str(model), "--limit", "2", "--out", str(out),
+         "--task-opt", "max_new_tokens=6"],
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dec = json.loads((out / "result.json").read_text())["decoding"]  # as the worker decoded
+    assert dec["max_new_tokens"] == 6 and dec["temperature"] == 0.7  # the rest of the row
