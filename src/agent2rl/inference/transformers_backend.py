@@ -15,6 +15,9 @@ from agent2rl.inference.backend import (
 from agent2rl.inference.chat_template import ChatTemplate
 from agent2rl.inference.decoding import GREEDY, Decoding, item_seed
 
+#: the largest static key/value cache :meth:`TransformersBackend.cache_for` allows (bytes)
+STATIC_CACHE_MAX_BYTES = 1 << 30
+
 
 class SeededSampling:
     """A logits processor that turns greedy search into sampling with one random stream per
@@ -78,9 +81,10 @@ class TransformersBackend:
     token, a copy of the whole cache per token (35% of the CPU time in torch's profiler for 48
     prompts of 472 tokens on the tiny model; ``benchmarks/grading_latency.py`` compares the
     two caches on whole gradings). Greedy outputs are the same with either cache
-    (``tests/unit/inference/test_backends.py``). On a GPU the dynamic cache stays: it holds
-    only what the batch has generated so far, where a static one would reserve the whole
-    ``max_new_tokens`` for every row up front.
+    (``tests/unit/inference/test_backends.py``). A static cache reserves the whole
+    ``max_new_tokens`` for every row up front, so a batch whose static cache would pass
+    :data:`STATIC_CACHE_MAX_BYTES` gets the dynamic one (:meth:`cache_for`), and on a GPU the
+    dynamic cache stays throughout.
     """
 
     name = "transformers"
@@ -136,6 +140,24 @@ class TransformersBackend:
             kv_cache = "static" if self.device == "cpu" else "dynamic"
         self.kv_cache = kv_cache
 
+    def cache_for(self, rows: int, length: int) -> str:
+        """The key/value cache a batch of ``rows`` sequences of up to ``length`` tokens gets:
+        :attr:`kv_cache`, except that a static cache larger than
+        :data:`STATIC_CACHE_MAX_BYTES` falls back to the dynamic one (a static cache holds
+        every row's whole ``length`` from the start: a small model on CPU with HumanEval's
+        8192-token limit at batch 64 would reserve tens of GB before the first token, where
+        the dynamic cache grows only as far as the batch really generates). transformers
+        keeps the longest static length any earlier call used, so that length counts too."""
+        if self.kv_cache != "static":
+            return self.kv_cache
+        cfg = self.model.config
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        length = max(length, int(getattr(self.model, "_previous_max_cache_length", 0) or 0))
+        size = rows * length * cfg.num_hidden_layers * 2 * heads * head_dim
+        size *= self.model.dtype.itemsize
+        return "static" if size <= STATIC_CACHE_MAX_BYTES else "dynamic"
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
         if not self.decoding.is_default:
@@ -172,7 +194,8 @@ class TransformersBackend:
                 new_tokens = min(want, max(1, limit - batch["input_ids"].shape[1]))
             batch = {k: v.to(self.device) for k, v in batch.items()}
             kwargs: dict[str, Any] = {}
-            if self.kv_cache == "static":
+            rows, prompt_len = batch["input_ids"].shape
+            if self.cache_for(rows, prompt_len + new_tokens) == "static":
                 kwargs["cache_implementation"] = "static"
             if settings.stop:
                 kwargs |= {"stop_strings": list(settings.stop), "tokenizer": self.tokenizer}

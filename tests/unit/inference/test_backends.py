@@ -113,3 +113,26 @@ def test_static_and_dynamic_kv_cache_give_the_same_greedy_outputs(tiny) -> None:
     finally:
         backend.close()
         dynamic.close()
+
+
+def test_a_static_cache_too_large_falls_back_to_the_dynamic_one(tiny, monkeypatch) -> None:
+    """The static cache reserves every row's whole length up front: past the size limit
+    (a small model with HumanEval's 8192-token limit at batch 64 on a laptop) the backend
+    uses the dynamic cache, which grows only as far as the batch really generates."""
+    from agent2rl.inference import transformers_backend
+
+    backend = TransformersBackend(tiny.path, dtype="float32")
+    try:
+        # the tiny model: 4 layers x 2 x 4 heads x 32 dims x 4 bytes = 4 KiB per token
+        assert backend.cache_for(64, 512) == "static"  # 128 MiB
+        monkeypatch.setattr(transformers_backend, "STATIC_CACHE_MAX_BYTES", 64 << 20)
+        assert backend.cache_for(64, 512) == "dynamic"
+        assert backend.cache_for(16, 512) == "static"  # 32 MiB
+        assert backend.cache_for(40, 8) == "static"  # 1.25 MiB
+        # the longer static cache an earlier call left on the model counts (transformers
+        # reuses its length): after a call of 400 new tokens, 40 rows of 8 tokens reserve
+        # over 400 each (over 64 MiB)
+        backend.generate(_prompts(16), GenerationSettings(max_new_tokens=400, batch_size=16))
+        assert backend.cache_for(40, 8) == "dynamic"
+    finally:
+        backend.close()
