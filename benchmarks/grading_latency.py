@@ -15,7 +15,7 @@ machine's load falls on both sides:
   ``--old-rev`` (``git show REV:src/agent2rl/solvers/episode.py``, loaded from a temp dir):
   16 games at a time, each chunk played to its end before the next opens (``env_batch=16``,
   ``batch_size=64``), on the transformers backend with its dynamic key/value cache, and
-  (alfworld-lite) TextWorld's text grammar parsed at every call (:func:`as_filed`);
+  (alfworld-lite) TextWorld's grammar and logic strings parsed at every call (:func:`as_filed`);
 - ``step-sync-dynamic-cache``: the task's own solver (every game open at once up to
   ``max_open``, one batched ``generate`` call per step over the episodes still running),
   not pipelined, on that same dynamic-cache backend (its games as today's);
@@ -127,22 +127,24 @@ def grade(task: Any, prepared: Any, backend: Any, solver: Any, samples: list) ->
 
 @contextlib.contextmanager
 def as_filed(on: bool) -> Iterator[None]:
-    """With ``on``: TextWorld's text grammar parsed at every call, as when issue #28 was
-    filed (``agent2rl.tasks.alfworld.games.cache_text_grammar_parses`` undone in this
+    """With ``on``: TextWorld's grammar and logic strings parsed at every call, as when issue
+    #28 was filed (``agent2rl.tasks.alfworld.games.cache_textworld_parses`` undone in this
     process, where the chunked solver plays its games)."""
     try:
+        import textworld.logic
         from textworld.envs.pddl import textgen
     except ImportError:
         on = False
-    cached = getattr(textgen, "_parse_and_convert", None) if on else None
-    if cached is None or not hasattr(cached, "uncached"):
-        yield
-        return
-    textgen._parse_and_convert = cached.uncached
+    modules = [textgen, textworld.logic] if on else []
+    cached = [getattr(m, "_parse_and_convert", None) for m in modules]
+    undo = [(m, c) for m, c in zip(modules, cached, strict=True) if hasattr(c, "uncached")]
+    for m, c in undo:
+        m._parse_and_convert = c.uncached
     try:
         yield
     finally:
-        textgen._parse_and_convert = cached
+        for m, c in undo:
+            m._parse_and_convert = c
 
 
 def cpu_seconds() -> float:

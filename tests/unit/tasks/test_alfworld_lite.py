@@ -144,16 +144,19 @@ def test_sessions_played_from_many_threads_each_play_their_own_game(alfworld_lit
             assert goal == walks[g.game_id]["goal"] and won, g.game_id
 
 
-def test_cached_grammar_parses_play_the_same_games(alfworld_lite, monkeypatch) -> None:
-    """TextWorld's text grammar parsed once per process (a speed fix) writes the very same
-    observations and admissible actions as parsing at every call: every game of the split
-    played through its walkthrough with detours (unknown objects, repeated looks) both ways."""
+def test_cached_textworld_parses_play_the_same_games(alfworld_lite, monkeypatch) -> None:
+    """TextWorld's grammar and logic strings parsed once per process (a speed fix) write the
+    very same observations and admissible actions as parsing at every call: every game of the
+    split played through its walkthrough with detours (unknown objects, repeated looks) both
+    ways."""
+    import textworld.logic
     from textworld.envs.pddl import textgen
 
     _, prepared = alfworld_lite
-    games = AlfworldGames(prepared.private / "games", max_steps=60)  # installs the cache
-    cached = textgen._parse_and_convert
-    assert hasattr(cached, "cache_info")
+    games = AlfworldGames(prepared.private / "games", max_steps=60)  # installs the caches
+    modules = (textgen, textworld.logic)
+    cached = [m._parse_and_convert for m in modules]
+    assert all(hasattr(c, "cache_info") for c in cached)
 
     def play() -> list[tuple]:
         seen = []
@@ -170,7 +173,8 @@ def test_cached_grammar_parses_play_the_same_games(alfworld_lite, monkeypatch) -
         return seen
 
     with_cache = play()
-    assert cached.cache_info().hits > 0
-    monkeypatch.setattr(textgen, "_parse_and_convert", cached.uncached)
+    assert all(c.cache_info().hits > 0 for c in cached)
+    for m, c in zip(modules, cached, strict=True):
+        monkeypatch.setattr(m, "_parse_and_convert", c.uncached)
     assert play() == with_cache
     assert sum(row[2] for row in with_cache if len(row) == 4) == len(games.games)  # all won

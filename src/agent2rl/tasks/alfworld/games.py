@@ -44,29 +44,40 @@ TASK_TYPE_IDS = {
 }
 
 
-def cache_text_grammar_parses() -> None:
-    """Make TextWorld's text generation parse each grammar string once per process.
+def cache_textworld_parses() -> None:
+    """Make TextWorld parse each grammar and logic string once per process.
 
     Every observation TextWorld writes goes through ``textgen.ContextSensitiveGrammar.derive``,
     which parses its template string with tatsu (``textgen._parse_and_convert``) on every
-    call, as does loading a game's grammar: the same few hundred strings, parsed again at
-    every step of every game, over half of an ALFWorld step's and a game load's CPU time here
-    (``benchmarks/grading_latency.py``). The parse is a pure function of its arguments; its
-    result is mutated by the caller (each symbol gets its context), so each call gets a deep
-    copy of the cached parse. Idempotent; the games played are the same
+    call, and the rules that pick a template parse their conditions the same way
+    (``textworld.logic._parse_and_convert``, through ``Rule.parse_conjunctive_query``), as
+    does loading a game: the same few hundred strings, parsed again at every step of every
+    game, most of an ALFWorld step's and half of a game load's CPU time here
+    (``benchmarks/grading_latency.py``). Each parse is a pure function of its arguments
+    (a fresh tatsu model walked by a fresh converter); its result is mutated by some
+    callers (each grammar symbol gets its context), so each call gets a deep copy of the
+    cached parse. Idempotent; the games played are the same
     (``tests/unit/tasks/test_alfworld_lite.py`` plays walkthroughs both ways)."""
+    import textworld.logic
     from textworld.envs.pddl import textgen
 
-    if hasattr(textgen._parse_and_convert, "cache_info"):
-        return
-    parse = functools.lru_cache(maxsize=16384)(textgen._parse_and_convert)
+    for module in (textgen, textworld.logic):
+        if hasattr(module._parse_and_convert, "cache_info"):
+            continue
+        module._parse_and_convert = _cached_parse(module._parse_and_convert)
+
+
+def _cached_parse(parse: Any) -> Any:
+    """``parse`` with its results cached by argument, each call handed a deep copy; the
+    original stays reachable as ``.uncached``."""
+    cache = functools.lru_cache(maxsize=16384)(parse)
 
     def cached(*args: Any, **kwargs: Any) -> Any:
-        return copy.deepcopy(parse(*args, **kwargs))
+        return copy.deepcopy(cache(*args, **kwargs))
 
-    cached.cache_info = parse.cache_info  # type: ignore[attr-defined]
-    cached.uncached = parse.__wrapped__  # type: ignore[attr-defined]
-    textgen._parse_and_convert = cached
+    cached.cache_info = cache.cache_info  # type: ignore[attr-defined]
+    cached.uncached = parse  # type: ignore[attr-defined]
+    return cached
 
 
 def alfworld_config(data_path: Path, max_steps: int) -> dict[str, Any]:
@@ -120,7 +131,7 @@ class AlfworldGames:
     def __init__(self, root: Path, max_steps: int, step_cap: int | None = None) -> None:
         from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
-        cache_text_grammar_parses()
+        cache_textworld_parses()
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise FileNotFoundError(f"no ALFWorld games at {self.root}")
