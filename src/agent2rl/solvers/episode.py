@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -80,15 +80,12 @@ class EpisodeProtocol(Protocol):
 @dataclass
 class EpisodeTimings:
     """Where a :meth:`EpisodeSolver.solve` spent its time, for benchmarks and logs:
-    ``generate_s`` in the backend, ``env_s`` opening, stepping and closing environments
-    (in whichever thread), ``env_wait_s`` the part of the solve spent waiting for them
-    (``env_s`` less what ran behind generation: equal to it when play is not pipelined),
+    ``generate_s`` in the backend, ``env_s`` opening, stepping and closing environments,
     ``generate_calls`` batched calls and ``prompts`` prompts over them (their mean is the
     mean batch)."""
 
     generate_s: float = 0.0
     env_s: float = 0.0
-    env_wait_s: float = 0.0
     generate_calls: int = 0
     prompts: int = 0
 
@@ -119,11 +116,7 @@ class EpisodeSolver:
 
     ``max_open``: the most episodes open at once, all stepped by one ``generate`` call per
     step (at least 1); ``batch_size``: prompts per forward pass inside that call. With
-    ``max_open <= batch_size`` a step is one forward pass. ``pipeline``: with a source whose
-    ``parallelism`` is above 1, play the open episodes as two groups in turn, one group's
-    actions stepped in the environments while the other's replies are generated (each
-    ``generate`` call then holds at most half of ``max_open``, rounded up); no effect on
-    any other source. ``timings`` is where the last
+    ``max_open <= batch_size`` a step is one forward pass. ``timings`` is where the last
     :meth:`solve` spent its time. An exception from an environment (one that is down:
     :class:`~agent2rl.rollout.env.EnvironmentUnavailable`) or the backend ends the solve;
     every open episode is closed first.
@@ -133,11 +126,10 @@ class EpisodeSolver:
     protocol: EpisodeProtocol
     max_open: int = 64
     batch_size: int = 64
-    pipeline: bool = True
     timings: EpisodeTimings = field(default_factory=EpisodeTimings, compare=False)
 
     def settings(self) -> dict[str, Any]:
-        # max_open, batch_size and pipeline are left out: greedy outputs do not depend on them.
+        # max_open and batch_size are left out: greedy outputs do not depend on them.
         return {"solver": "episode", "protocol": self.protocol.to_dict()}
 
     def solve(self, backend: Backend, samples: list[Sample]) -> list[Output]:
@@ -152,108 +144,69 @@ class EpisodeSolver:
         self.timings = timings = EpisodeTimings()
         outputs: list[Output | None] = [None] * len(samples)
         waiting = list(range(len(samples)))[::-1]  # popped from the end: samples in order
+        live: list[_Live] = []
         # Environments that can run several engine calls at once (worker processes, see
-        # agent2rl.solvers.env_pool) are opened and stepped from that many threads, and their
-        # episodes are played as two groups in turn: one group's actions are stepped in the
-        # workers (waited on from a background thread) while the other's replies are
-        # generated here, so the environments' time hides behind generation's.
+        # agent2rl.solvers.env_pool) are opened and stepped from that many threads.
         parallel = max(1, int(getattr(self.source, "parallelism", 1)))
-        groups = 2 if self.pipeline and parallel > 1 else 1
-        per_group = -(-min(max(1, self.max_open), max(1, len(samples))) // groups)
         pool = _Pool(parallel)
-        stepper = ThreadPoolExecutor(1) if groups > 1 else None
-        lives: list[list[_Live]] = [[] for _ in range(groups)]
-        stepping: list[Future[float] | None] = [None] * groups
-
-        def open_games(live: list[_Live]) -> None:
-            """Open waiting games into ``live`` up to its group's size (an episode over at its
-            opening is reported at once); the first failure is raised after the rest."""
-            batch = [waiting.pop() for _ in range(min(per_group - len(live), len(waiting)))]
-            games = [self.source.by_id[samples[i].id] for i in batch]
-            opened = pool.map(lambda game: _attempt(self.source.open, game, max_steps), games)
-            for i, ep in zip(batch, opened, strict=True):
-                if isinstance(ep, Exception):
-                    continue
-                e = _Live(i, ep, ep.last.observation)
-                if ep.done or max_steps < 1:  # over before its first step
-                    outputs[i] = _output(e)
-                    ep.close()
-                else:
-                    live.append(e)
-            failed = next((ep for ep in opened if isinstance(ep, Exception)), None)
-            if failed is not None:  # after the games that did open joined live (closed below)
-                raise failed
-
-        def choose_actions(live: list[_Live]) -> None:
-            """One ``generate`` call over ``live``; each episode's reply parsed to its action."""
-            states = [
-                EpisodeState(
-                    e.episode.goal,
-                    e.steps,
-                    e.shown,
-                    e.episode.last.admissible_actions,
-                    e.episode.game.group,
-                )
-                for e in live
-            ]
-            texts = [render(st) for st in states]
-            if chat:
-                texts = [backend.chat_prompt([{"role": "user", "content": t}]) for t in texts]
-            clock = time.perf_counter()
-            replies = backend.generate(texts, gen)
-            timings.generate_s += time.perf_counter() - clock
-            timings.generate_calls += 1
-            timings.prompts += len(texts)
-            for e, st, reply in zip(live, states, replies, strict=True):
-                e.steps.append((e.shown, self.protocol.parse(reply, st)))
-
-        def play(live: list[_Live]) -> float:
-            """Step every episode of ``live`` with its last action and retire those that
-            ended; the seconds it took."""
-            clock = time.perf_counter()
-            lanes: dict[Any, list[_Live]] = {}
-            for e in live:
-                lanes.setdefault(getattr(e.episode, "lane", None), []).append(e)
-            pool.map(_play_last_actions, list(lanes.values()))
-            # A refused action uses a turn too, so every episode ends within max_steps.
-            for e in [e for e in live if e.episode.done or len(e.steps) >= max_steps]:
-                live.remove(e)
-                outputs[e.index] = _output(e)
-                e.episode.close()
-            return time.perf_counter() - clock
-
         try:
-            while waiting or any(lives) or any(f is not None for f in stepping):
-                for g, live in enumerate(lives):
-                    clock = time.perf_counter()
-                    pending, stepping[g] = stepping[g], None
-                    if pending is not None:  # this group's last actions, stepped meanwhile
-                        timings.env_s += pending.result()
-                    opening = time.perf_counter()
-                    open_games(live)
-                    timings.env_s += time.perf_counter() - opening
-                    timings.env_wait_s += time.perf_counter() - clock
-                    if not live:
+            while waiting or live:
+                clock = time.perf_counter()
+                room = max(1, self.max_open) - len(live)
+                batch = [waiting.pop() for _ in range(min(room, len(waiting)))]
+                games = [self.source.by_id[samples[i].id] for i in batch]
+                opened = pool.map(lambda g: _attempt(self.source.open, g, max_steps), games)
+                failed = next((ep for ep in opened if isinstance(ep, Exception)), None)
+                for i, ep in zip(batch, opened, strict=True):
+                    if isinstance(ep, Exception):
                         continue
-                    choose_actions(live)
-                    if stepper is not None:
-                        stepping[g] = stepper.submit(play, live)
+                    e = _Live(i, ep, ep.last.observation)
+                    if ep.done or max_steps < 1:  # over before its first step
+                        outputs[i] = _output(e)
+                        ep.close()
                     else:
-                        took = play(live)
-                        timings.env_s += took
-                        timings.env_wait_s += took
+                        live.append(e)
+                timings.env_s += time.perf_counter() - clock
+                if failed is not None:  # after the games that did open joined live (closed below)
+                    raise failed
+                if not live:
+                    continue
+                states = [
+                    EpisodeState(
+                        e.episode.goal,
+                        e.steps,
+                        e.shown,
+                        e.episode.last.admissible_actions,
+                        e.episode.game.group,
+                    )
+                    for e in live
+                ]
+                texts = [render(st) for st in states]
+                if chat:
+                    texts = [backend.chat_prompt([{"role": "user", "content": t}]) for t in texts]
+                clock = time.perf_counter()
+                replies = backend.generate(texts, gen)
+                timings.generate_s += time.perf_counter() - clock
+                timings.generate_calls += 1
+                timings.prompts += len(texts)
+                clock = time.perf_counter()
+                for e, st, reply in zip(live, states, replies, strict=True):
+                    e.steps.append((e.shown, self.protocol.parse(reply, st)))
+                lanes: dict[Any, list[_Live]] = {}
+                for e in live:
+                    lanes.setdefault(getattr(e.episode, "lane", None), []).append(e)
+                list(pool.map(_play_last_actions, lanes.values()))
+                # A refused action uses a turn too, so every episode ends within max_steps.
+                for e in [e for e in live if e.episode.done or len(e.steps) >= max_steps]:
+                    live.remove(e)
+                    outputs[e.index] = _output(e)
+                    e.episode.close()
+                timings.env_s += time.perf_counter() - clock
         finally:
             try:
-                # nothing may still be stepping an episode when it is closed
-                for pending in stepping:
-                    if pending is not None:
-                        wait([pending])
-                for live in lives:
-                    for e in live:
-                        e.episode.close()
+                for e in live:
+                    e.episode.close()
             finally:
-                if stepper is not None:
-                    stepper.shutdown(wait=True)
                 pool.close()
                 release = getattr(self.source, "release", None)
                 if release is not None:

@@ -1,6 +1,5 @@
 """The step-synchronous episode solver: its per-item results do not depend on how many games
-share a batch (one at a time, a window refilled as games end, every game at once, two groups
-played in turn while the other's environments step), and a
+share a batch (one at a time, a window refilled as games end, every game at once), and a
 completion stops at the protocol's stop string while generating rather than at
 ``max_new_tokens``.
 
@@ -72,24 +71,19 @@ def test_results_do_not_depend_on_the_batch(varied_backend, name, opts) -> None:
     factory = functools.partial(task.environment, prepared, "private")  # the task pickled
     sources = {"task": ProcessGames(plain, factory, 2), "in-process": plain}
     results = {}
-    for max_open, batch_size, source, pipeline in [
-        (1, 1, "in-process", True),
-        (4, 2, "task", True),
-        (64, 64, "task", True),
-        (64, 64, "task", False),
-        (64, 64, "in-process", True),
+    for max_open, batch_size, source in [
+        (1, 1, "in-process"),
+        (4, 2, "task"),
+        (64, 64, "task"),
+        (64, 64, "in-process"),
     ]:
-        s = EpisodeSolver(sources[source], solver.protocol, max_open, batch_size, pipeline)
+        s = EpisodeSolver(sources[source], solver.protocol, max_open, batch_size)
         outputs = s.solve(varied_backend, samples)
-        results[max_open, source, pipeline] = _traces(outputs)
+        results[max_open, source] = _traces(outputs)
         # one generate call per step of the window: its batch is never over max_open
         assert s.timings.prompts == sum(o.trace["steps"] for o in outputs)
         assert s.timings.prompts <= s.timings.generate_calls * max_open
-        if (max_open, source) == (64, "task"):
-            # pipelined: the 5 games play as two groups (3 and 2), a generate call each per
-            # step, the environments stepped behind generation; else one call per step
-            assert s.timings.generate_calls == MAX_STEPS * (2 if pipeline else 1)
-    first = results[1, "in-process", True]
+    first = results[1, "in-process"]
     assert len(first) == len(samples)
     assert all(r == first for r in results.values())
     # the replies vary (else the comparison says nothing)
