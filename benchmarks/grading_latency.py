@@ -7,9 +7,9 @@ it replaced, side by side in one run, on the same submission and games.
         [--submissions 2] [--cold-warm-out docs/figures/data/grading_cold_warm.json]
 
 ``--part solvers`` (the default with ``--out``):
-For each task, one backend (the submission, the tiny model by default) grades the private
-split twice per repeat, the order alternating between repeats so that drift in a shared
-machine's load falls on both sides:
+For each task, the submission (the tiny model by default) grades the private split once per
+variant per repeat, the order alternating between repeats so that drift in a shared
+machine's load falls on every side:
 
 - ``chunked``: grading as it was when issue #28 was filed: ``EpisodeSolver`` as of
   ``--old-rev`` (``git show REV:src/agent2rl/solvers/episode.py``, loaded from a temp dir):
@@ -17,16 +17,15 @@ machine's load falls on both sides:
   ``batch_size=64``), on the transformers backend with its dynamic key/value cache, and
   (alfworld-lite) TextWorld's grammar and logic strings parsed at every call (:func:`as_filed`);
 - ``step-sync-dynamic-cache``: the task's own solver (every game open at once up to
-  ``max_open``, one batched ``generate`` call per step over the episodes still running),
-  not pipelined, on that same dynamic-cache backend (its games as today's);
+  ``max_open``, one batched ``generate`` call per step over the episodes still running) on
+  that same dynamic-cache backend (its games as today's);
 - ``step-sync``: the task's solver on today's backend (on CPU a preallocated, static
-  key/value cache), pipelined where the games live in worker processes (two groups in
-  turn, one stepping while the other generates);
-- ``step-sync-not-pipelined`` (tasks with worker processes only): the same, not pipelined.
+  key/value cache).
 
-A grading is the solve plus the task's scorer (the same for both); the figures are medians
-over repeats. The per-item traces (actions, won, reward, steps) of the two solvers are
-compared, and the new solver's split of its time (generation, environments) is reported.
+A grading is the solve plus the task's scorer (the same for all); the figures are medians
+over repeats. The per-item traces (actions, won, reward, steps) of every variant are
+compared with the chunked ones, and the new solver's split of its time (generation,
+environments) is reported.
 JSON goes to ``--out`` with the command, commit, date and machine.
 
 ``--part cold-warm`` (issue #28 item 4): submission-to-score latency through the real
@@ -293,14 +292,11 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         backend = load_backend(model_dir, "transformers")
         # the backend as it was when issue #28 was filed: a dynamic key/value cache
         dynamic = TransformersBackend(model_dir, kv_cache="dynamic")
-        unpipelined = dataclasses.replace(new, pipeline=False)
         order = [
             ("chunked", old, dynamic),
-            ("step-sync-dynamic-cache", unpipelined, dynamic),
+            ("step-sync-dynamic-cache", new, dynamic),
             ("step-sync", new, backend),
         ]
-        if getattr(new.source, "parallelism", 1) > 1:  # games in worker processes
-            order.append(("step-sync-not-pipelined", unpipelined, backend))
         if args.in_process and type(new.source) is not type(plain):
             # the task plays its games in worker processes: also without them
             order.append(("step-sync-in-process", dataclasses.replace(new, source=plain), backend))
@@ -369,8 +365,7 @@ def solvers(args: argparse.Namespace, command: str) -> int:
             f"{t_old / t_new:.2f}x; generation {timings['generate_s']:.1f}s in "
             f"{timings['generate_calls']} calls (mean batch "
             f"{timings['prompts'] / max(1, timings['generate_calls']):.1f}), environments "
-            f"{timings['env_s']:.1f}s ({timings['env_wait_s']:.1f}s waited for); per-item "
-            f"traces identical: {not differ}",
+            f"{timings['env_s']:.1f}s; per-item traces identical: {not differ}",
             flush=True,
         )
     data = {

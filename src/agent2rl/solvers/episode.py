@@ -11,10 +11,9 @@ episodes share a batch (left padding with an attention mask; ``tests/unit/solver
 test_episode_batching.py`` plays the same games one at a time, 16 and all at once), so
 ``max_open`` is a speed setting, not an evaluation setting. A source with a ``parallelism``
 above 1 (games in worker processes, :class:`~agent2rl.solvers.env_pool.ProcessGames`) is
-opened and stepped from that many threads, one per worker, and its episodes are played as two
-groups in turn (one group's games step while the other's replies are generated); any other
-source, one episode after another in this thread (stepping webshop-lite's or
-deepsearch-lite's games is cheap beside generating).
+opened and stepped from that many threads, one per worker; any other source, one episode
+after another in this thread (stepping webshop-lite's or deepsearch-lite's games is cheap
+beside generating).
 """
 
 from __future__ import annotations
