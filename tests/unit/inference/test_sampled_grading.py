@@ -109,9 +109,10 @@ def test_vllm_sampled_completions_do_not_depend_on_the_batch(tiny) -> None:
 
 
 def test_an_output_limit_set_in_the_task_options_wins_over_the_table(tiny, tmp_path) -> None:
-    """HumanEval under the reference protocol takes its output limit from the table (the row
-    this model name: 4096) unless the user set ``max_new_tokens``: then the grader's worker decodes
-    with that limit and the result says so (the table's used to replace it silently)."""
+    """HumanEval under the reference protocol takes its output limit from the table (4096 in
+    this model name's row) unless the user set ``max_new_tokens``: then the grader's worker
+    decodes with that limit and the result says so (the table's used to replace it
+    silently)."""
     model = _llama_named_tiny(tiny, tmp_path)
     out = tmp_path / "he"
     proc = run_cli(
