@@ -34,10 +34,11 @@ long-lived worker that keeps the task and the model loaded and reloads each subm
 weights), side by side on the same submissions, for every task of ``--tasks`` (default: the
 lite tasks and humaneval). For each task and grader a fresh run directory (workspace,
 baseline, running clock: :mod:`agent2rl.orchestration.scratch_run`) and service;
-``--submissions`` distinct perturbed copies of the tiny model are submitted one after
-another, the cold and warm runs of a task back to back. Per submission: the client's
-submit-to-score wall time and the ledger's ``timings`` (queue, staging, process start, task
-setup, device wait, load, generation, scoring). Overhead is everything but generation,
+``--submissions`` distinct perturbed copies of ``--model`` (the tiny model by default;
+``benchmarks/shaped_model.py`` makes a larger one offline) are submitted one after another,
+the cold and warm runs of a task back to back. Per submission: the client's submit-to-score
+wall time and the ledger's ``timings`` (queue, staging, process start, task setup, device
+wait, load, generation, scoring). Overhead is everything but generation,
 scoring and waits behind other evaluations
 (:func:`agent2rl.grading.evaluator.grading_overhead_s`); medians are over the submissions
 after the first (the first warm one also starts the worker, reported on its own), with the
@@ -154,17 +155,18 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def build_run(root: Path, task_name: str, n: int) -> tuple[Any, Any, list[str]]:
+def build_run(root: Path, task_name: str, n: int, model_spec: str) -> tuple[Any, Any, list[str]]:
     """A run directory as the orchestrator makes one
-    (:func:`agent2rl.orchestration.scratch_run.make_run`), with ``n`` perturbed copies of the
-    tiny model in its workspace's output/ (the same ``n`` for every run: seeded)."""
+    (:func:`agent2rl.orchestration.scratch_run.make_run`) on the base model ``model_spec``
+    (``tiny`` or a local directory), with ``n`` perturbed copies of it in its workspace's
+    output/ (the same ``n`` for every run: seeded)."""
     from agent2rl.models import resolve_model
     from agent2rl.orchestration.scratch_run import make_run, perturbed_copy
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
 
     settings = load_settings()
-    model = resolve_model("tiny", settings.model_store)
+    model = resolve_model(model_spec, settings.model_store)
     task = get_task(task_name)
     prepared = prepare_task(task, settings.task_store)
     paths = make_run(root, task, prepared, model, budget_s=3600.0, agent="benchmark")
@@ -175,20 +177,23 @@ def build_run(root: Path, task_name: str, n: int) -> tuple[Any, Any, list[str]]:
     return paths, model, rels
 
 
-def grade_all(task_name: str, grader: str, n: int, work: Path) -> dict[str, Any]:
+def grade_all(
+    task_name: str, grader: str, n: int, work: Path, model_spec: str = "tiny"
+) -> dict[str, Any]:
     import httpx
 
     from agent2rl.grading.evaluator import grading_overhead_s
     from agent2rl.grading.ledger import Ledger
     from agent2rl.grading.service import start_service
 
-    paths, model, rels = build_run(work / f"{task_name}-{grader}", task_name, n)
+    paths, model, rels = build_run(work / f"{task_name}-{grader}", task_name, n, model_spec)
+    weights = (model.path / "model.safetensors").stat().st_size
     token = secrets.token_urlsafe(16)
     handle = start_service(
         paths,
         token,
         eval_timeout_s=600,
-        max_bytes=64 * 2**20,
+        max_bytes=2 * weights + 64 * 2**20,  # a submission may be the base model's size
         base_model_dir=model.path,
         options={"grader": grader},
     )
@@ -200,7 +205,7 @@ def grade_all(task_name: str, grader: str, n: int, work: Path) -> dict[str, Any]
                 t0 = time.perf_counter()
                 answer = http.post("/submit", json={"model_path": rel}).json()
                 wall = time.perf_counter() - t0
-                assert answer["status"] == "graded", answer
+                assert answer.get("status") == "graded", answer
                 rows.append({"id": answer["submission_id"], "wall_s": wall})
     finally:
         handle.stop()
@@ -254,7 +259,7 @@ def main() -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.part in ("cold-warm", "all"):
         tasks = args.tasks if "--tasks" in sys.argv else list(COLD_WARM_TASKS)
-        cold_warm(tasks, args.submissions, args.cold_warm_out, command)
+        cold_warm(tasks, args.submissions, args.cold_warm_out, command, args.model)
     if args.part == "cold-warm":
         return 0
     return solvers(args, command)
@@ -402,67 +407,81 @@ TIMING_KEYS = (
 )
 
 
-def cold_warm(tasks: list[str], submissions: int, out_path: Path, command: str) -> None:
-    """``--part cold-warm`` (the module docstring): cold then warm per task, the JSON
-    rewritten after each task so that an interrupted run keeps what it measured."""
+def grader_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One grader's figures for a task: its first submission's on their own, medians over
+    the later ones (the first warm one also starts the worker)."""
+    later = rows[1:]
+    t = [r["timings"] for r in later]
+    return {
+        "first": {k: rows[0][k] for k in ("wall_s", "overhead_s", "timings")},
+        "median_wall_s": med([r["wall_s"] for r in later]),
+        "median_overhead_s": med([r["overhead_s"] for r in later]),
+        "median": {
+            k: med([float(x[k]) for x in t if isinstance(x.get(k), int | float)])
+            for k in TIMING_KEYS
+        },
+        "loads": [r["timings"].get("load") for r in rows],
+        "scores": [r["score"] for r in rows],
+    }
+
+
+def cold_warm(
+    tasks: list[str], submissions: int, out_path: Path, command: str, model_spec: str = "tiny"
+) -> None:
+    """``--part cold-warm`` (the module docstring): cold then warm per task. The JSON is
+    rewritten after each grader of each task, and with the task's ``error`` when one fails
+    or the run is interrupted, so that a run stopped part-way keeps what it measured."""
     work = Path(tempfile.mkdtemp(prefix="grading-cold-warm-"))
     print(machine(), flush=True)
     results: dict[str, Any] = {}
+
+    def write() -> None:
+        data = {
+            "command": command,
+            "commit": git("rev-parse", "--short", "HEAD"),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine(),
+            "model": model_spec,
+            "submissions": submissions,
+            "results": results,
+        }
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(data, indent=2) + "\n")
+
     try:
         for task in tasks:
             load_before = os.getloadavg()
+            out: dict[str, Any] = {"load_average_before": load_before}
+            results[task] = out
+            rows: dict[str, list[dict[str, Any]]] = {}
             try:
-                per = {g: grade_all(task, g, submissions, work) for g in ("cold", "warm")}
-            except Exception as err:  # one task's failure (no data offline) ends only its row
-                results[task] = {"error": f"{type(err).__name__}: {err}"[:500]}
-                print(f"{task}: failed: {results[task]['error']}", flush=True)
+                for grader in ("cold", "warm"):
+                    rows[grader] = grade_all(task, grader, submissions, work, model_spec)["rows"]
+                    out[grader] = grader_summary(rows[grader])
+                    write()
+            except (Exception, KeyboardInterrupt) as err:  # one task's failure ends its row
+                out["error"] = f"{type(err).__name__}: {err}"[:500]
+                write()
+                print(f"{task}: failed: {out['error']}", flush=True)
+                if isinstance(err, KeyboardInterrupt):
+                    raise
                 continue
             same = [
-                c["items"] == w["items"]
-                for c, w in zip(per["cold"]["rows"], per["warm"]["rows"], strict=True)
+                c["items"] == w["items"] for c, w in zip(rows["cold"], rows["warm"], strict=True)
             ]
-            out: dict[str, Any] = {
-                "identical_items": all(same),
-                "load_average_before": load_before,
-                "load_average_after": os.getloadavg(),
-            }
-            for grader in ("cold", "warm"):
-                rows = per[grader]["rows"]
-                later = rows[1:]
-                t = [r["timings"] for r in later]
-                out[grader] = {
-                    "first": {k: rows[0][k] for k in ("wall_s", "overhead_s", "timings")},
-                    "median_wall_s": med([r["wall_s"] for r in later]),
-                    "median_overhead_s": med([r["overhead_s"] for r in later]),
-                    "median": {
-                        k: med([float(x[k]) for x in t if isinstance(x.get(k), int | float)])
-                        for k in TIMING_KEYS
-                    },
-                    "loads": [r["timings"].get("load") for r in rows],
-                    "scores": [r["score"] for r in rows],
-                }
+            out["identical_items"] = all(same)
+            out["load_average_after"] = os.getloadavg()
             c, w = out["cold"]["median_overhead_s"], out["warm"]["median_overhead_s"]
             out["overhead_ratio_cold_over_warm"] = c / w if c and w else None
             cw, ww = out["cold"]["median_wall_s"], out["warm"]["median_wall_s"]
             out["wall_ratio_cold_over_warm"] = cw / ww if cw and ww else None
-            results[task] = out
+            write()
             print(
                 f"{task}: overhead cold {c:.2f}s, warm {w:.2f}s (x{c / w:.1f}); submit-to-score "
                 f"cold {cw:.2f}s, warm {ww:.2f}s; identical per-item results: {all(same)}; "
-                f"load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}",
+                f"load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}; wrote {out_path}",
                 flush=True,
             )
-            data = {
-                "command": command,
-                "commit": git("rev-parse", "--short", "HEAD"),
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": machine(),
-                "submissions": submissions,
-                "results": results,
-            }
-            out_path.parent.mkdir(parents=True, exist_ok=True)
-            out_path.write_text(json.dumps(data, indent=2) + "\n")
-            print(f"wrote {out_path}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

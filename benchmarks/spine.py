@@ -24,8 +24,15 @@ import httpx
 
 
 def machine() -> str:
+    """Host name, cores and processor, then the GPUs ``nvidia-smi`` lists (none on a CPU
+    machine), so that a figure names the machine that measured it."""
     cpu = platform.processor() or platform.machine()
-    return f"{platform.node()} ({os.cpu_count()} cores, {cpu})"
+    line = f"{platform.node()} ({os.cpu_count()} cores, {cpu})"
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+        gpus = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
+        line += "".join(f", GPU {g.strip()}" for g in gpus.splitlines() if g.strip())
+    return line
 
 
 def demo_wall_time(runs: Path) -> float:

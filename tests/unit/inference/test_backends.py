@@ -20,7 +20,9 @@ def test_auto_picks_transformers_without_cuda_and_vllm(tiny) -> None:
     if vllm_usable():
         pytest.skip("this machine has vLLM and CUDA")
     backend = load_backend(tiny.path, BackendConfig())
-    assert backend.describe() == {"backend": "transformers", "dtype": "float32"}
+    # dtype auto: float32 on CPU, bfloat16 on a GPU without vLLM
+    dtype = "float32" if backend.device == "cpu" else "bfloat16"  # type: ignore[attr-defined]
+    assert backend.describe() == {"backend": "transformers", "dtype": dtype}
     assert BackendConfig(kind="auto").resolved_kind() == "transformers"
 
 
@@ -91,18 +93,21 @@ def test_grading_through_vllm_in_the_worker(tmp_path, tiny, arith) -> None:
 
 
 def test_static_and_dynamic_kv_cache_give_the_same_greedy_outputs(tiny) -> None:
-    """The CPU backend preallocates its key/value cache (a speed choice): on prompts of many
-    lengths, some cut at the context limit, some stopped early by a stop string, in batches
-    that mix them, every completion equals the default dynamic cache's."""
+    """The CPU backend preallocates its key/value cache (a speed choice; a GPU keeps the
+    dynamic one): on prompts of many lengths, some cut at the context limit, some stopped
+    early by a stop string, in batches that mix them, every completion equals the dynamic
+    cache's. On a GPU machine this compares the two caches on CUDA."""
     words = "go to the drawer 1 open it take the mug from the shelf put it in 2".split()
     prompts = _prompts(12) + [
         " ".join(words[(i + j) % len(words)] for j in range(n))
         for i, n in enumerate((5, 40, 120, 300, 700))
     ]
-    backend = load_backend(tiny.path, BackendConfig(kind="transformers", dtype="float32"))
+    default = load_backend(tiny.path, BackendConfig(kind="transformers", dtype="float32"))
+    assert default.kv_cache == ("static" if default.device == "cpu" else "dynamic")
+    default.close()
+    backend = TransformersBackend(tiny.path, dtype="float32", kv_cache="static")
     dynamic = TransformersBackend(tiny.path, dtype="float32", kv_cache="dynamic")
     try:
-        assert backend.kv_cache == "static"  # the CPU default
         for settings in (
             GenerationSettings(max_new_tokens=24, stop=("\n", " the"), batch_size=5),
             GenerationSettings(max_new_tokens=40, batch_size=64),
@@ -121,7 +126,7 @@ def test_a_static_cache_too_large_falls_back_to_the_dynamic_one(tiny, monkeypatc
     uses the dynamic cache, which grows only as far as the batch really generates."""
     from agent2rl.inference import transformers_backend
 
-    backend = TransformersBackend(tiny.path, dtype="float32")
+    backend = TransformersBackend(tiny.path, dtype="float32", kv_cache="static")
     try:
         # the tiny model: 4 layers x 2 x 4 heads x 32 dims x 4 bytes = 4 KiB per token
         assert backend.cache_for(64, 512) == "static"  # 128 MiB
