@@ -19,8 +19,12 @@ machine's load falls on every side:
 - ``step-sync-dynamic-cache``: the task's own solver (every game open at once up to
   ``max_open``, one batched ``generate`` call per step over the episodes still running) on
   that same dynamic-cache backend (its games as today's);
-- ``step-sync``: the task's solver on today's backend (on CPU a preallocated, static
-  key/value cache).
+- ``step-sync-all-threads``: the task's solver on today's backend (on CPU a preallocated,
+  static key/value cache), every decoding step on all of torch's threads (:func:`all_threads`);
+- ``step-sync``: the same with the backend's decode thread policy (on CPU a step too small
+  to split runs on one thread): today's grading.
+
+The first three decode on all threads, as grading did before that policy.
 
 A grading is the solve plus the task's scorer (the same for all); the figures are medians
 over repeats. The per-item traces (actions, won, reward, steps) of every variant are
@@ -145,6 +149,21 @@ def as_filed(on: bool) -> Iterator[None]:
     finally:
         for m, c in undo:
             m._parse_and_convert = c
+
+
+@contextlib.contextmanager
+def all_threads(on: bool) -> Iterator[None]:
+    """With ``on``: the transformers backend decodes on all of torch's threads, as before its
+    decode thread policy (``DECODE_SPLIT_MIN_FLOPS`` 0: no step is too small to split)."""
+    from agent2rl.inference import transformers_backend
+
+    before = transformers_backend.DECODE_SPLIT_MIN_FLOPS
+    if on:
+        transformers_backend.DECODE_SPLIT_MIN_FLOPS = 0
+    try:
+        yield
+    finally:
+        transformers_backend.DECODE_SPLIT_MIN_FLOPS = before
 
 
 def cpu_seconds() -> float:
@@ -300,6 +319,7 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         order = [
             ("chunked", old, dynamic),
             ("step-sync-dynamic-cache", new, dynamic),
+            ("step-sync-all-threads", new, backend),
             ("step-sync", new, backend),
         ]
         if args.in_process and type(new.source) is not type(plain):
@@ -309,7 +329,7 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         try:
             for r in range(args.repeats):
                 for label, solver, b in order if r % 2 == 0 else order[::-1]:
-                    with as_filed(label == "chunked"):
+                    with as_filed(label == "chunked"), all_threads(label != "step-sync"):
                         runs[label].append(grade(task, prepared, b, solver, samples))
                     g = runs[label][-1]
                     print(
@@ -338,6 +358,9 @@ def solvers(args: argparse.Namespace, command: str) -> int:
             "chunked_s": round(t_old, 2),
             "step_sync_dynamic_cache_s": round(
                 statistics.median(g["seconds"] for g in runs["step-sync-dynamic-cache"]), 2
+            ),
+            "step_sync_all_threads_s": round(
+                statistics.median(g["seconds"] for g in runs["step-sync-all-threads"]), 2
             ),
             "step_sync_s": round(t_new, 2),
             "speedup": round(t_old / t_new, 2),

@@ -17,6 +17,31 @@ from agent2rl.inference.decoding import GREEDY, Decoding, item_seed
 
 #: the largest static key/value cache :meth:`TransformersBackend.cache_for` allows (bytes)
 STATIC_CACHE_MAX_BYTES = 1 << 30
+#: on CPU, a decoding step of fewer floating-point operations than this, reading a key/value
+#: cache of at most :data:`DECODE_SPLIT_MIN_CACHE_BYTES`, runs on one thread
+#: (:meth:`TransformersBackend.decode_threads`; the figures in docs/figures.md, from
+#: ``benchmarks/decode_threads.py``)
+DECODE_SPLIT_MIN_FLOPS = 3e8
+DECODE_SPLIT_MIN_CACHE_BYTES = 32 << 20
+
+
+class DecodeThreads:
+    """A stopping criterion that stops nothing: ``generate`` calls it after every step, and
+    at its first call (the prompt's forward pass is done) it sets torch's thread count to
+    ``threads`` for the decoding steps that follow. The caller restores the count after
+    ``generate`` returns or raises."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._set = False
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if not self._set:
+            torch.set_num_threads(self.threads)
+            self._set = True
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 class SeededSampling:
@@ -85,6 +110,12 @@ class TransformersBackend:
     ``max_new_tokens`` for every row up front, so a batch whose static cache would pass
     :data:`STATIC_CACHE_MAX_BYTES` gets the dynamic one (:meth:`cache_for`), and on a GPU the
     dynamic cache stays throughout.
+
+    On CPU the prompt's forward pass runs on all of torch's threads and the decoding steps
+    on :meth:`decode_threads`: one thread when a step is too small to split (the grader's
+    workers wait for OpenMP work passively, so every split operation pays for waking the
+    other threads). The thread count does not change the outputs (the matrix products split
+    their output, not their sums; also tested), and it is restored after each call.
     """
 
     name = "transformers"
@@ -136,6 +167,12 @@ class TransformersBackend:
             repetition_penalty=decoding.repetition_penalty,
         )
         self._dtype = str(dtype).replace("torch.", "")
+        # the weights a decoding step multiplies: all but the input embedding's, which is
+        # only read (also the output head's when the two are tied)
+        embedding = self.model.get_input_embeddings().weight.numel()
+        self._step_weights = sum(p.numel() for p in self.model.parameters()) - embedding
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            self._step_weights += embedding
         if kv_cache == "auto":
             kv_cache = "static" if self.device == "cpu" else "dynamic"
         self.kv_cache = kv_cache
@@ -150,13 +187,33 @@ class TransformersBackend:
         keeps the longest static length any earlier call used, so that length counts too."""
         if self.kv_cache != "static":
             return self.kv_cache
+        length = max(length, int(getattr(self.model, "_previous_max_cache_length", 0) or 0))
+        return "static" if self._cache_bytes(rows, length) <= STATIC_CACHE_MAX_BYTES else "dynamic"
+
+    def decode_threads(self, rows: int, length: int) -> int:
+        """torch's thread count for the decoding steps of a batch of ``rows`` sequences of up
+        to ``length`` tokens: on CPU, 1 when a step is small, that is its products (about
+        two operations per weight per row, the input embedding's excluded) are below
+        :data:`DECODE_SPLIT_MIN_FLOPS` and the key/value cache it reads is at most
+        :data:`DECODE_SPLIT_MIN_CACHE_BYTES` (reading a long cache is faster on every core);
+        otherwise, and on a GPU, the current count."""
+        import torch
+
+        threads = torch.get_num_threads()
+        if self.device != "cpu":
+            return threads
+        small = 2 * rows * self._step_weights < DECODE_SPLIT_MIN_FLOPS
+        if small and self._cache_bytes(rows, length) <= DECODE_SPLIT_MIN_CACHE_BYTES:
+            return 1
+        return threads
+
+    def _cache_bytes(self, rows: int, length: int) -> int:
+        """The key/value cache of ``rows`` sequences of ``length`` tokens, in bytes."""
         cfg = self.model.config
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        length = max(length, int(getattr(self.model, "_previous_max_cache_length", 0) or 0))
         size = rows * length * cfg.num_hidden_layers * 2 * heads * head_dim
-        size *= self.model.dtype.itemsize
-        return "static" if size <= STATIC_CACHE_MAX_BYTES else "dynamic"
+        return size * self.model.dtype.itemsize
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
@@ -204,10 +261,19 @@ class TransformersBackend:
                 from transformers import LogitsProcessorList
 
                 kwargs["logits_processor"] = LogitsProcessorList(procs)
-            with torch.inference_mode():
-                gen = self.model.generate(
-                    **batch, max_new_tokens=new_tokens, do_sample=False, **kwargs
-                )
+            threads = torch.get_num_threads()
+            decode = self.decode_threads(rows, prompt_len + new_tokens)
+            if decode != threads:
+                from transformers import StoppingCriteriaList
+
+                kwargs["stopping_criteria"] = StoppingCriteriaList([DecodeThreads(decode)])
+            try:
+                with torch.inference_mode():
+                    gen = self.model.generate(
+                        **batch, max_new_tokens=new_tokens, do_sample=False, **kwargs
+                    )
+            finally:
+                torch.set_num_threads(threads)
             new = gen[:, batch["input_ids"].shape[1] :]
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, text in zip(idx, texts, strict=True):

@@ -141,3 +141,83 @@ def test_a_static_cache_too_large_falls_back_to_the_dynamic_one(tiny, monkeypatc
         assert backend.cache_for(40, 8) == "dynamic"
     finally:
         backend.close()
+
+
+@pytest.fixture
+def two_threads():
+    """torch on two threads for the test (a one-core machine has one), restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_small_decoding_steps_run_on_one_thread(tiny, tmp_path, two_threads) -> None:
+    """The decode thread policy on real models: the tiny model's step at 64 rows of 80
+    tokens is small (one thread), at 48 rows of 512 it reads 96 MiB of cache (both
+    threads); a 4.4M-parameter model's step at 64 rows is above the products' threshold
+    (both), at 8 rows below it again (one)."""
+    from agent2rl.models.tiny import save_model
+    from agent2rl.models.tokenizer import build_tokenizer
+
+    small = TransformersBackend(tiny.path, dtype="float32")
+    wider = save_model(
+        tmp_path / "wider", build_tokenizer(), hidden_size=256, intermediate_size=1024
+    )
+    larger = TransformersBackend(wider, dtype="float32")
+    try:
+        if small.device != "cpu":
+            assert small.decode_threads(64, 80) == 2  # a GPU's decoding is not the CPU's
+            return
+        assert small.decode_threads(64, 80) == 1
+        assert small.decode_threads(48, 512) == 2
+        assert larger.decode_threads(64, 80) == 2
+        assert larger.decode_threads(8, 80) == 1
+    finally:
+        small.close()
+        larger.close()
+
+
+def test_decoding_on_one_thread_gives_the_same_outputs(tiny, monkeypatch, two_threads) -> None:
+    """The decoding steps run on one thread, the prompt's forward pass on two, the count is
+    two again after the call (and after a call that raised), and the completions equal
+    those decoded on two threads throughout."""
+    import torch
+
+    from agent2rl.inference import transformers_backend
+
+    seen: list[int] = []
+
+    class Recording(transformers_backend.DecodeThreads):
+        def __call__(self, input_ids, scores, **kwargs):
+            out = super().__call__(input_ids, scores, **kwargs)
+            seen.append(torch.get_num_threads())
+            return out
+
+    monkeypatch.setattr(transformers_backend, "DecodeThreads", Recording)
+    backend = TransformersBackend(tiny.path, dtype="float32")
+    if backend.device != "cpu":
+        pytest.skip("the thread policy is the CPU's")
+    prompts = _prompts(40)
+    settings = GenerationSettings(max_new_tokens=20, stop=FORMAT.stop, batch_size=16)
+    try:
+        one = backend.generate(prompts, settings)
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+        monkeypatch.setattr(transformers_backend, "DECODE_SPLIT_MIN_FLOPS", 0)
+        seen.clear()
+        assert backend.generate(prompts, settings) == one and not seen
+        assert len(set(one)) > 3
+        monkeypatch.undo()
+
+        def failing(**kwargs):
+            kwargs["stopping_criteria"][0](kwargs["input_ids"], None)
+            raise RuntimeError("out of memory")
+
+        monkeypatch.setattr(backend.model, "generate", failing)
+        with pytest.raises(RuntimeError):
+            backend.generate(prompts[:4], settings)
+        assert torch.get_num_threads() == 2
+    finally:
+        backend.close()
