@@ -6,9 +6,11 @@
 Both harnesses run in this one process, on the same model directory, the same arith-lite
 test items (GSM8K format) and the same protocol: arith-lite's prompt template, its stop
 strings, greedy decoding, left padding, the same max new tokens and batch size, float32 on
-CPU. The repeats alternate which harness goes first, so drift in a shared machine's load
-falls on both sides; the figures are medians over repeats, and the ratio is the median
-of the per-repeat ratios.
+CPU, and the same OpenMP wait policy (the grader's workers run with
+``OMP_WAIT_POLICY=PASSIVE``: set it to compare in their conditions; the machine line
+records it). The repeats alternate which harness goes first, so drift in a shared
+machine's load falls on both sides; the figures are medians over repeats, and the ratio is
+the median of the per-repeat ratios.
 
 - ours: ``load_backend(model_dir, "transformers").generate(prompts, settings)``.
 - lm_eval: the ``hf`` model (built once, as ``simple_evaluate(model="hf", ...)`` would) and
@@ -55,7 +57,8 @@ def machine() -> str:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     return (
         f"{platform.node()} ({os.cpu_count()} cores, {usable} usable, {cpu}); "
-        f"torch {torch.__version__} with {torch.get_num_threads()} threads"
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     )
 
 

@@ -3,6 +3,8 @@ sampled with a seed per item (:class:`SeededSampling`)."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +25,8 @@ STATIC_CACHE_MAX_BYTES = 1 << 30
 #: ``benchmarks/decode_threads.py``)
 DECODE_SPLIT_MIN_FLOPS = 3e8
 DECODE_SPLIT_MIN_CACHE_BYTES = 32 << 20
+#: held by the one ``generate`` call that has changed torch's thread count
+_THREAD_SWITCH = threading.Lock()
 
 
 class DecodeThreads:
@@ -112,10 +116,11 @@ class TransformersBackend:
     dynamic cache stays throughout.
 
     On CPU the prompt's forward pass runs on all of torch's threads and the decoding steps
-    on :meth:`decode_threads`: one thread when a step is too small to split (the grader's
-    workers wait for OpenMP work passively, so every split operation pays for waking the
-    other threads). The thread count does not change the outputs (the matrix products split
-    their output, not their sums; also tested), and it is restored after each call.
+    on :meth:`decode_threads`: one thread when a step is too small to split and OpenMP
+    threads wait passively (as in the grader's workers: every split operation then pays
+    for waking the other threads). The thread count does not change the outputs (the
+    matrix products split their output, not their sums; also tested), and it is restored
+    after each call.
     """
 
     name = "transformers"
@@ -196,11 +201,13 @@ class TransformersBackend:
         two operations per weight per row, the input embedding's excluded) are below
         :data:`DECODE_SPLIT_MIN_FLOPS` and the key/value cache it reads is at most
         :data:`DECODE_SPLIT_MIN_CACHE_BYTES` (reading a long cache is faster on every core);
-        otherwise, and on a GPU, the current count."""
+        otherwise, on a GPU, and where OpenMP threads spin (``OMP_WAIT_POLICY`` other than
+        ``PASSIVE``, as outside the grader's workers: a spinning thread needs no waking),
+        the current count."""
         import torch
 
         threads = torch.get_num_threads()
-        if self.device != "cpu":
+        if self.device != "cpu" or os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
             return threads
         small = 2 * rows * self._step_weights < DECODE_SPLIT_MIN_FLOPS
         if small and self._cache_bytes(rows, length) <= DECODE_SPLIT_MIN_CACHE_BYTES:
@@ -263,7 +270,10 @@ class TransformersBackend:
                 kwargs["logits_processor"] = LogitsProcessorList(procs)
             threads = torch.get_num_threads()
             decode = self.decode_threads(rows, prompt_len + new_tokens)
-            if decode != threads:
+            # torch's thread count is the process's: one call at a time changes it, and a
+            # call made meanwhile from another thread decodes on the count it finds
+            switch = decode != threads and _THREAD_SWITCH.acquire(blocking=False)
+            if switch:
                 from transformers import StoppingCriteriaList
 
                 kwargs["stopping_criteria"] = StoppingCriteriaList([DecodeThreads(decode)])
@@ -273,7 +283,9 @@ class TransformersBackend:
                         **batch, max_new_tokens=new_tokens, do_sample=False, **kwargs
                     )
             finally:
-                torch.set_num_threads(threads)
+                if switch:
+                    torch.set_num_threads(threads)
+                    _THREAD_SWITCH.release()
             new = gen[:, batch["input_ids"].shape[1] :]
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, text in zip(idx, texts, strict=True):

@@ -6,6 +6,8 @@ items, vLLM and transformers produce the same greedy completions.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from agent2rl.errors import UserError
@@ -144,10 +146,12 @@ def test_a_static_cache_too_large_falls_back_to_the_dynamic_one(tiny, monkeypatc
 
 
 @pytest.fixture
-def two_threads():
-    """torch on two threads for the test (a one-core machine has one), restored after."""
+def two_threads(monkeypatch):
+    """torch on two threads for the test (a one-core machine has one), restored after, and
+    OpenMP's passive waits declared as the grader's workers have them."""
     import torch
 
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     yield
@@ -158,7 +162,7 @@ def test_small_decoding_steps_run_on_one_thread(tiny, tmp_path, two_threads) -> 
     """The decode thread policy on real models: the tiny model's step at 64 rows of 80
     tokens is small (one thread), at 48 rows of 512 it reads 96 MiB of cache (both
     threads); a 4.4M-parameter model's step at 64 rows is above the products' threshold
-    (both), at 8 rows below it again (one)."""
+    (both), at 8 rows below it again (one). With spinning OpenMP threads: all threads."""
     from agent2rl.models.tiny import save_model
     from agent2rl.models.tokenizer import build_tokenizer
 
@@ -175,6 +179,8 @@ def test_small_decoding_steps_run_on_one_thread(tiny, tmp_path, two_threads) -> 
         assert small.decode_threads(48, 512) == 2
         assert larger.decode_threads(64, 80) == 2
         assert larger.decode_threads(8, 80) == 1
+        os.environ["OMP_WAIT_POLICY"] = "ACTIVE"  # spinning threads: nothing to wake
+        assert small.decode_threads(64, 80) == 2
     finally:
         small.close()
         larger.close()
@@ -218,6 +224,26 @@ def test_decoding_on_one_thread_gives_the_same_outputs(tiny, monkeypatch, two_th
         monkeypatch.setattr(backend.model, "generate", failing)
         with pytest.raises(RuntimeError):
             backend.generate(prompts[:4], settings)
+        assert torch.get_num_threads() == 2
+    finally:
+        backend.close()
+
+
+def test_concurrent_calls_leave_the_thread_count_as_found(tiny, two_threads) -> None:
+    """torch's thread count is the process's: calls from two threads at once (one of them
+    decoding on one thread) leave it at two, with the same completions as one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    backend = TransformersBackend(tiny.path, dtype="float32")
+    prompts = _prompts(24)
+    settings = GenerationSettings(max_new_tokens=16, stop=FORMAT.stop, batch_size=8)
+    try:
+        alone = backend.generate(prompts, settings)
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda _: backend.generate(prompts, settings), range(6)))
+        assert all(r == alone for r in results)
         assert torch.get_num_threads() == 2
     finally:
         backend.close()
