@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from spine import machine
+from spine import machine, write_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (hidden size, MLP width) of the random 4-layer models timed per step
@@ -201,20 +201,11 @@ def main() -> int:
                 f"({r['speedup']}x), policy: {r['policy']}",
                 flush=True,
             )
-    data = {
-        "command": " ".join(["python", *sys.argv]),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "busy_processes": cores,
-        "steps": steps,
-        "generation": generation,
-    }
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(data, indent=2) + "\n")
+        write_figures(
+            args.out,
+            {"busy_processes": cores, "steps": steps, "generation": generation},
+        )
         print(f"wrote {args.out}")
     return 0
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spine import machine  # the machine line every benchmark prints
+from spine import machine, write_figures  # the machine line and JSON header of every benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = ("private", "validation")
@@ -159,24 +159,19 @@ def main() -> int:
         f"selected best (private protocol) {selected}, final under the validation protocol "
         f"{final_validation}: gap {gap}"
     )
-    data: dict[str, Any] = {
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "load_avg_1m": os.getloadavg()[0],
-        "task": args.task,
-        "agent": args.agent,
-        "budget": args.budget,
-        "repeats": args.repeats,
-        "summary": summary,
-        "by_protocol": by_protocol,
-        "runs": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    write_figures(
+        args.out,
+        {
+            "load_avg_1m": os.getloadavg()[0],
+            "task": args.task,
+            "agent": args.agent,
+            "budget": args.budget,
+            "repeats": args.repeats,
+            "summary": summary,
+            "by_protocol": by_protocol,
+            "runs": rows,
+        },
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -73,7 +73,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spine import machine  # the machine line every benchmark prints
+from spine import machine, write_figures  # the machine line and JSON header of every benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TASKS = ("alfworld-lite", "webshop-lite", "deepsearch-lite")
@@ -278,7 +278,7 @@ def main() -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.part in ("cold-warm", "all"):
         tasks = args.tasks if "--tasks" in sys.argv else list(COLD_WARM_TASKS)
-        cold_warm(tasks, args.submissions, args.cold_warm_out, command, args.model)
+        cold_warm(tasks, args.submissions, args.cold_warm_out, args.model)
     if args.part == "cold-warm":
         return 0
     return solvers(args, command)
@@ -448,9 +448,7 @@ def grader_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def cold_warm(
-    tasks: list[str], submissions: int, out_path: Path, command: str, model_spec: str = "tiny"
-) -> None:
+def cold_warm(tasks: list[str], submissions: int, out_path: Path, model_spec: str = "tiny") -> None:
     """``--part cold-warm`` (the module docstring): cold then warm per task. The JSON is
     rewritten after each grader of each task, and with the task's ``error`` when one fails
     or the run is interrupted, so that a run stopped part-way keeps what it measured."""
@@ -459,17 +457,8 @@ def cold_warm(
     results: dict[str, Any] = {}
 
     def write() -> None:
-        data = {
-            "command": command,
-            "commit": git("rev-parse", "--short", "HEAD"),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine(),
-            "model": model_spec,
-            "submissions": submissions,
-            "results": results,
-        }
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(data, indent=2) + "\n")
+        data = {"model": model_spec, "submissions": submissions, "results": results}
+        write_figures(out_path, data)
 
     try:
         for task in tasks:

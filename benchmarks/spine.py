@@ -10,6 +10,7 @@ the first evaluation also builds the tiny model and the task data (reported sepa
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -33,6 +35,25 @@ def machine() -> str:
         gpus = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
         line += "".join(f", GPU {g.strip()}" for g in gpus.splitlines() if g.strip())
     return line
+
+
+def write_figures(out: Path, data: dict[str, Any]) -> None:
+    """Write a benchmark's figures to ``out`` as JSON (its folder created): the command line,
+    the short commit, the date (UTC) and :func:`machine` first, then ``data``."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent,
+    ).stdout.strip()
+    head = {
+        "command": " ".join(["python", *sys.argv]),
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**head, **data}, indent=2) + "\n")
 
 
 def demo_wall_time(runs: Path) -> float:
