@@ -15,7 +15,8 @@ machine's load falls on every side:
   ``--old-rev`` (``git show REV:src/agent2rl/solvers/episode.py``, loaded from a temp dir):
   16 games at a time, each chunk played to its end before the next opens (``env_batch=16``,
   ``batch_size=64``), on the transformers backend with its dynamic key/value cache, and
-  (alfworld-lite) TextWorld's grammar and logic strings parsed at every call (:func:`as_filed`);
+  (alfworld-lite) TextWorld's grammar, logic strings and PDDL parsed at every call
+  (:func:`as_filed`);
 - ``step-sync-dynamic-cache``: the task's own solver (every game open at once up to
   ``max_open``, one batched ``generate`` call per step over the episodes still running) on
   that same dynamic-cache backend (its games as today's);
@@ -131,24 +132,30 @@ def grade(task: Any, prepared: Any, backend: Any, solver: Any, samples: list) ->
 
 @contextlib.contextmanager
 def as_filed(on: bool) -> Iterator[None]:
-    """With ``on``: TextWorld's grammar and logic strings parsed at every call, as when issue
-    #28 was filed (``agent2rl.tasks.alfworld.games.cache_textworld_parses`` undone in this
-    process, where the chunked solver plays its games)."""
+    """With ``on``: TextWorld's grammar and logic strings parsed and each game's PDDL
+    translated at every call, as when issue #28 was filed
+    (``agent2rl.tasks.alfworld.games.cache_textworld_parses`` undone in this process, where
+    the chunked solver plays its games)."""
     try:
+        import fast_downward
         import textworld.logic
         from textworld.envs.pddl import textgen
     except ImportError:
         on = False
-    modules = [textgen, textworld.logic] if on else []
-    cached = [getattr(m, "_parse_and_convert", None) for m in modules]
-    undo = [(m, c) for m, c in zip(modules, cached, strict=True) if hasattr(c, "uncached")]
-    for m, c in undo:
-        m._parse_and_convert = c.uncached
+    names = (
+        [(textgen, "_parse_and_convert"), (textworld.logic, "_parse_and_convert")]
+        + [(fast_downward, "pddl2sas")]
+        if on
+        else []
+    )
+    undo = [(m, a, getattr(m, a)) for m, a in names if hasattr(getattr(m, a), "uncached")]
+    for m, a, c in undo:
+        setattr(m, a, c.uncached)
     try:
         yield
     finally:
-        for m, c in undo:
-            m._parse_and_convert = c
+        for m, a, c in undo:
+            setattr(m, a, c)
 
 
 @contextlib.contextmanager

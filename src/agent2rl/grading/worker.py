@@ -10,8 +10,10 @@ Evaluations on one device are serialised across runs by a file lock per physical
 
 ``--serve`` (the warm grader, :class:`agent2rl.grading.evaluator.WarmWorker`) keeps one such
 process for a run: it reads one request a line on stdin (spec, model, out), writes the same
-files as a cold worker, and answers on stdout; it keeps the prepared task and the loaded model
-between requests and reloads a submission's weights in place when its config, generation
+files as a cold worker, and answers on stdout; it keeps the prepared task (with what the task
+keeps between evaluations: ALFWorld's game worker processes, see
+:attr:`~agent2rl.tasks.base.Task.keep_environments`) and the loaded model between requests
+and reloads a submission's weights in place when its config, generation
 config and tokenizer files are byte-identical to the loaded model's
 (:func:`structure_fingerprint`, :func:`reload_weights`), else loads afresh; a vLLM engine
 sleeps between evaluations and is kept under the rules of :mod:`agent2rl.inference.warm`.
@@ -170,10 +172,11 @@ class _TimedBackend:
 
 @dataclass
 class WarmState:
-    """What a warm worker keeps between evaluations: the prepared task of one spec, and the
-    backend loaded for one model structure (config + generation config + tokenizer files,
-    :func:`structure_fingerprint`). Any failure drops the backend (a failed weight reload may
-    have left it half-written), so the next evaluation loads afresh."""
+    """What a warm worker keeps between evaluations: the prepared task of one spec (with its
+    kept environments), and the backend loaded for one model structure (config + generation
+    config + tokenizer files, :func:`structure_fingerprint`). Any failure drops the backend
+    (a failed weight reload may have left it half-written), so the next evaluation loads
+    afresh."""
 
     spec_json: str | None = None
     task: Any = None
@@ -190,6 +193,15 @@ class WarmState:
         if backend is not None:
             with contextlib.suppress(Exception):
                 backend.close()
+
+    def drop_task(self) -> None:
+        """End the task kept (its environment workers: :meth:`~agent2rl.tasks.base.Task.
+        close`) and the backend with it."""
+        self.drop_backend()
+        task, self.task, self.prepared, self.spec_json = self.task, None, None, None
+        if task is not None:
+            with contextlib.suppress(Exception):
+                task.close()
 
 
 def structure_fingerprint(model_dir: Path) -> str:
@@ -297,7 +309,8 @@ def evaluate_to(
             task = get_task(spec.task, spec.task_options)
             prepared = prepare_task(task, store)
             if warm is not None:
-                warm.drop_backend()
+                warm.drop_task()
+                task.keep_environments = True  # its game workers serve the next evaluation
                 warm.spec_json, warm.task, warm.prepared = spec_json, task, prepared
         task.record_dir = out  # a scorer's private records (a judge's usage) land here
         # Imported before the device is held (seconds on a loaded host): the device lock
@@ -470,8 +483,7 @@ def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
         print(f"warm worker: loads={warm.loads} reloads={warm.reloads}", flush=True)
         replies.write(json.dumps({"rc": rc}) + "\n")
         replies.flush()
-    if warm.backend is not None:
-        warm.drop_backend()
+    warm.drop_task()
     return 0
 
 

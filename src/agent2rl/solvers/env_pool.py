@@ -10,8 +10,14 @@ each waiting on its worker's pipe (the GIL is released while waiting). An episod
 the worker that opened it (its :attr:`RemoteEpisode.lane`).
 
 The workers are started by the first :meth:`~ProcessGames.open` and stopped by
-:meth:`~ProcessGames.release` (the solver calls it after every solve) or when this process
-exits: each worker gets its parent-death signal and exits on its pipe's end of file. The
+:meth:`~ProcessGames.release` (the solver calls it after every solve), by
+:meth:`~ProcessGames.close`, or when this process exits: each worker gets its parent-death
+signal and exits on its pipe's end of file. A ``persistent`` pool (a warm grader's, see
+:meth:`agent2rl.tasks.base.Task.close`) keeps its workers from one solve to the next, so a
+grading after the first starts no process and finds TextWorld's caches filled (the same
+games, loaded again). Its episodes all end with each solve; a worker found dead (at the end
+of a solve, or by the first :meth:`~ProcessGames.open` after one) is replaced with the
+others, so no solve starts on a broken pool. The
 workers are spawned (not forked: the grader holds torch's threads), so, as with any
 ``multiprocessing`` spawn, a script that grades must guard its entry point with
 ``if __name__ == "__main__"``.
@@ -19,9 +25,11 @@ workers are spawned (not forked: the grader holds torch's threads), so, as with 
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -87,12 +95,28 @@ class _Worker:
             raise RuntimeError(f"environment worker: {reply}")
         return reply
 
-    def stop(self) -> None:
-        self.conn.close()  # the worker reads end of file and exits
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+
+@functools.cache
+def _spawner() -> ThreadPoolExecutor:
+    """The one thread that starts every worker process. A worker's parent-death signal
+    follows the thread that started it (:func:`~agent2rl.child_process.die_with_parent`), and
+    the solver opens episodes from threads that end with each solve: a persistent pool's
+    workers started there were killed when the solve ended. This thread lives as long as
+    the process."""
+    return ThreadPoolExecutor(1, thread_name_prefix="env-pool-spawner")
+
+
+def _stop(workers: list[_Worker]) -> None:
+    """Stop ``workers``: every pipe closed first (each worker reads end of file and exits,
+    all at once: an exit takes about a quarter of a second), then each one waited for,
+    killed if it has not exited within 10 s."""
+    for w in workers:
+        w.conn.close()
+    for w in workers:
+        w.proc.join(timeout=10)
+        if w.proc.is_alive():
+            w.proc.kill()
+            w.proc.join()
 
 
 class RemoteEpisode:
@@ -117,9 +141,16 @@ class RemoteEpisode:
 class ProcessGames:
     """``source``'s games, played in ``workers`` processes that each build the source with
     ``factory`` (a picklable callable, e.g. a ``functools.partial`` of its class). Episodes
-    go to the workers in turn. ``workers`` below 1 counts as 1."""
+    go to the workers in turn. ``workers`` below 1 counts as 1. ``persistent``: the workers
+    outlive a solve (:meth:`release`) until :meth:`close`."""
 
-    def __init__(self, source: GameSource, factory: Callable[[], GameSource], workers: int):
+    def __init__(
+        self,
+        source: GameSource,
+        factory: Callable[[], GameSource],
+        workers: int,
+        persistent: bool = False,
+    ):
         self.games: list[GameInfo] = source.games
         self.by_id: dict[str, GameInfo] = source.by_id
         self.max_steps: int = source.max_steps
@@ -127,15 +158,20 @@ class ProcessGames:
         self.parallelism = max(1, workers)
         self._factory = factory
         self._workers: list[_Worker] = []
+        self.persistent = persistent
         self._lock = threading.Lock()
         self._opened = 0
+        self._checked = False  # the workers' health checked since the last release
 
     def open(self, game: GameInfo, max_steps: int | None = None) -> RemoteEpisode:
         with self._lock:
+            if not self._checked:  # a solve's first open: a persistent pool may have lost one
+                self._checked = True
+                if not all(w.proc.is_alive() for w in self._workers):
+                    stale, self._workers = self._workers, []
+                    _stop(stale)
             if not self._workers:
-                # spawn: the grader holds torch's threads, which a fork would copy mid-state
-                ctx = mp.get_context("spawn")
-                self._workers = [_Worker(ctx, self._factory) for _ in range(self.parallelism)]
+                self._workers = _spawner().submit(self._start).result()
             handle = self._opened
             self._opened += 1
             lane = handle % len(self._workers)
@@ -143,10 +179,24 @@ class ProcessGames:
         opened = worker.call("open", handle, (game.game_id, max_steps))
         return RemoteEpisode(worker, lane, handle, game, opened)
 
+    def _start(self) -> list[_Worker]:
+        # spawn: the grader holds torch's threads, which a fork would copy mid-state
+        ctx = mp.get_context("spawn")
+        return [_Worker(ctx, self._factory) for _ in range(self.parallelism)]
+
     def release(self) -> None:
-        """Stop the workers (their episodes end with them); a later :meth:`open` starts new
-        ones. Idempotent."""
+        """The end of a solve (its episodes closed): stop the workers, unless the pool is
+        persistent and every worker is alive. A later :meth:`open` starts new ones.
+        Idempotent."""
+        with self._lock:
+            self._checked = False
+            if self.persistent and all(w.proc.is_alive() for w in self._workers):
+                return
+            workers, self._workers = self._workers, []
+        _stop(workers)
+
+    def close(self) -> None:
+        """Stop the workers, persistent or not (their episodes end with them). Idempotent."""
         with self._lock:
             workers, self._workers = self._workers, []
-        for w in workers:
-            w.stop()
+        _stop(workers)

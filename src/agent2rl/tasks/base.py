@@ -105,6 +105,14 @@ class Task(ABC):
         #: (``grading/submissions/<id>/``, ``grading/baseline/``), where a scorer keeps its
         #: private records (a judge's usage lines); None outside the grader
         self.record_dir: Path | None = None
+        #: set by a warm grader, which evaluates many submissions with this one object: the
+        #: task may keep what its solver starts (environment worker processes) from one
+        #: evaluation to the next, until :meth:`close`
+        self.keep_environments = False
+
+    def close(self) -> None:  # noqa: B027 (a hook: most tasks keep nothing)
+        """End what the task kept between evaluations (see :attr:`keep_environments`).
+        Idempotent; the task still evaluates afterwards (starting afresh). None here."""
 
     # -- the dataset ---------------------------------------------------------------------
     @abstractmethod

@@ -132,12 +132,12 @@ def test_an_episode_over_at_its_opening_takes_no_step(varied_backend, tmp_path: 
     assert solver.timings.generate_calls == 0
 
 
-def _shop_pool(workers: int):
+def _shop_pool(workers: int, persistent: bool = False):
     task = get_task("webshop-lite", {})
     prepared = prepare_task(task, load_settings().task_store)
     plain = task.environment(prepared, "private")
     factory = functools.partial(task.environment, prepared, "private")  # the task pickled
-    return ProcessGames(plain, factory, workers), plain
+    return ProcessGames(plain, factory, workers, persistent), plain
 
 
 def test_worker_episodes_refuse_as_in_process_and_a_dead_worker_is_an_error() -> None:
@@ -161,3 +161,34 @@ def test_worker_episodes_refuse_as_in_process_and_a_dead_worker_is_an_error() ->
     finally:
         pool.release()
     assert not any(p.is_alive() for p in procs)
+
+
+def test_a_persistent_pool_keeps_its_workers_and_replaces_a_dead_one(varied_backend) -> None:
+    """A persistent pool (a warm grader's) serves solve after solve from the same worker
+    processes with the same results as a fresh pool; a worker that died between two solves
+    is found by the next solve's first open and the workers are started afresh (the solve
+    succeeds); close() stops them."""
+    task = get_task("webshop-lite", {"max_steps": str(MAX_STEPS)})
+    prepared = prepare_task(task, load_settings().task_store)
+    samples = task.samples(prepared, "private", 4)
+    protocol = task.solver(prepared, "private").protocol
+    pool, plain = _shop_pool(2, persistent=True)
+    try:
+        expected = _traces(EpisodeSolver(plain, protocol).solve(varied_backend, samples))
+        first = _traces(EpisodeSolver(pool, protocol).solve(varied_backend, samples))
+        kept = [w.proc for w in pool._workers]
+        assert len(kept) == 2 and all(p.is_alive() for p in kept)  # release() kept them
+        again = _traces(EpisodeSolver(pool, protocol).solve(varied_backend, samples))
+        assert [w.proc for w in pool._workers] == kept
+        assert first == again == expected
+        kept[0].kill()
+        kept[0].join()
+        after = _traces(EpisodeSolver(pool, protocol).solve(varied_backend, samples))
+        assert after == expected
+        fresh = [w.proc for w in pool._workers]
+        assert len(fresh) == 2 and not set(fresh) & set(kept)
+        assert not kept[1].is_alive()  # the survivor was stopped with the dead one
+    finally:
+        pool.close()
+    assert pool._workers == [] and not any(p.is_alive() for p in fresh)
+    pool.close()  # idempotent

@@ -145,10 +145,11 @@ def test_sessions_played_from_many_threads_each_play_their_own_game(alfworld_lit
 
 
 def test_cached_textworld_parses_play_the_same_games(alfworld_lite, monkeypatch) -> None:
-    """TextWorld's grammar and logic strings parsed once per process (a speed fix) write the
-    very same observations and admissible actions as parsing at every call: every game of the
-    split played through its walkthrough with detours (unknown objects, repeated looks) both
-    ways."""
+    """TextWorld's grammar and logic strings parsed, and each game's PDDL translated, once
+    per process (a speed fix) write the very same observations and admissible actions as
+    doing it at every call: every game of the split played through its walkthrough with
+    detours (unknown objects, repeated looks) both ways."""
+    import fast_downward
     import textworld.logic
     from textworld.envs.pddl import textgen
 
@@ -156,6 +157,8 @@ def test_cached_textworld_parses_play_the_same_games(alfworld_lite, monkeypatch)
     games = AlfworldGames(prepared.private / "games", max_steps=60)  # installs the caches
     modules = (textgen, textworld.logic)
     cached = [m._parse_and_convert for m in modules]
+    translate = fast_downward.pddl2sas
+    assert hasattr(translate, "cache_info")
     assert all(hasattr(c, "cache_info") for c in cached)
 
     def play() -> list[tuple]:
@@ -173,8 +176,9 @@ def test_cached_textworld_parses_play_the_same_games(alfworld_lite, monkeypatch)
         return seen
 
     with_cache = play()
-    assert all(c.cache_info().hits > 0 for c in cached)
+    assert all(c.cache_info().hits > 0 for c in [*cached, translate])
     for m, c in zip(modules, cached, strict=True):
         monkeypatch.setattr(m, "_parse_and_convert", c.uncached)
+    monkeypatch.setattr(fast_downward, "pddl2sas", translate.uncached)
     assert play() == with_cache
     assert sum(row[2] for row in with_cache if len(row) == 4) == len(games.games)  # all won

@@ -111,6 +111,38 @@ def test_evaluation_is_deterministic(alfworld_lite, tiny) -> None:
     assert first.score == 100.0 * sum(i.correct for i in first.items) / 3
 
 
+def test_a_warm_task_keeps_its_game_workers_until_closed(alfworld_lite, tiny, monkeypatch) -> None:
+    """With keep_environments (a warm grader's task) the games' worker processes serve
+    evaluation after evaluation, with a cold evaluation's results; close() stops them. A
+    cold task's evaluation stops its workers when it ends."""
+    import agent2rl.tasks.alfworld as alfworld
+    from agent2rl.inference import load_backend
+    from agent2rl.settings import load_settings
+    from agent2rl.tasks import get_task, prepare_task
+
+    monkeypatch.setattr(alfworld, "MIN_GAMES_FOR_WORKERS", 1)  # workers for the 6 test games
+    opts, _ = alfworld_lite
+    task = get_task("alfworld-lite", {**opts.opts, "max_steps": 3})
+    prepared = prepare_task(task, load_settings().task_store)
+    backend = load_backend(tiny.path, "transformers")
+    try:
+        cold = task.evaluate(backend, prepared, limit=3)
+        assert task._kept_pools == {}
+        task.keep_environments = True
+        first = task.evaluate(backend, prepared, limit=3)
+        (pool,) = task._kept_pools.values()
+        procs = [w.proc for w in pool._workers]
+        assert len(procs) >= 2 and all(p.is_alive() for p in procs)
+        second = task.evaluate(backend, prepared, limit=3)
+        assert [w.proc for w in pool._workers] == procs
+    finally:
+        task.close()
+        backend.close()
+    assert not any(p.is_alive() for p in procs) and task._kept_pools == {}
+    assert [i.to_dict() for i in cold.items] == [i.to_dict() for i in first.items]
+    assert [i.to_dict() for i in first.items] == [i.to_dict() for i in second.items]
+
+
 def test_eval_hash_covers_the_protocol(alfworld_lite) -> None:
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task

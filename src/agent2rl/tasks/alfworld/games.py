@@ -45,7 +45,8 @@ TASK_TYPE_IDS = {
 
 
 def cache_textworld_parses() -> None:
-    """Make TextWorld parse each grammar and logic string once per process.
+    """Make TextWorld parse each grammar and logic string, and translate each game's PDDL,
+    once per process.
 
     Every observation TextWorld writes goes through ``textgen.ContextSensitiveGrammar.derive``,
     which parses its template string with tatsu (``textgen._parse_and_convert``) on every
@@ -56,8 +57,20 @@ def cache_textworld_parses() -> None:
     (``benchmarks/grading_latency.py``). Each parse is a pure function of its arguments
     (a fresh tatsu model walked by a fresh converter); its result is mutated by some
     callers (each grammar symbol gets its context), so each call gets a deep copy of the
-    cached parse. Idempotent; the games played are the same
-    (``tests/unit/tasks/test_alfworld_lite.py`` plays walkthroughs both ways)."""
+    cached parse.
+
+    A game's state is built from its PDDL by ``fast_downward.pddl2sas`` (a parse, then
+    Fast Downward's translation to SAS), twice per state (plain and optimised for
+    replanning), and a state is built when the game loads and again when it resets: four
+    translations of two inputs per episode, most of an episode's start. The translation is
+    a pure function of its text arguments (its options are set at every call); its result
+    (the parsed task, read by TextWorld, and the SAS text) is cached the same way, so an
+    episode translates each input once, and a game opened again in the same process (a
+    warm grader's environment workers) not at all.
+
+    Idempotent; the games played are the same (``tests/unit/tasks/test_alfworld_lite.py``
+    plays walkthroughs both ways)."""
+    import fast_downward
     import textworld.logic
     from textworld.envs.pddl import textgen
 
@@ -65,12 +78,15 @@ def cache_textworld_parses() -> None:
         if hasattr(module._parse_and_convert, "cache_info"):
             continue
         module._parse_and_convert = _cached_parse(module._parse_and_convert)
+    # TextWorld calls it as fast_downward.pddl2sas, looked up at every call
+    if not hasattr(fast_downward.pddl2sas, "cache_info"):
+        fast_downward.pddl2sas = _cached_parse(fast_downward.pddl2sas, maxsize=512)
 
 
-def _cached_parse(parse: Any) -> Any:
-    """``parse`` with its results cached by argument, each call handed a deep copy; the
-    original stays reachable as ``.uncached``."""
-    cache = functools.lru_cache(maxsize=16384)(parse)
+def _cached_parse(parse: Any, maxsize: int = 16384) -> Any:
+    """``parse`` with its results cached by argument (the ``maxsize`` latest), each call
+    handed a deep copy; the original stays reachable as ``.uncached``."""
+    cache = functools.lru_cache(maxsize=maxsize)(parse)
 
     def cached(*args: Any, **kwargs: Any) -> Any:
         return copy.deepcopy(cache(*args, **kwargs))

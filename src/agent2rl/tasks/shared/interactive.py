@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 from agent2rl.dataset import PreparedTask, Split
 from agent2rl.rollout import client as env_client
+from agent2rl.rollout.env import GameSource
 from agent2rl.solvers import EpisodeSolver
 from agent2rl.solvers.episode import EpisodeProtocol
 from agent2rl.tasks.base import Task
@@ -77,11 +78,16 @@ class InteractiveTask(Task):
 
     def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
         return EpisodeSolver(
-            self.environment(prepared, split),
+            self.grading_games(prepared, split),
             self.episode_format(),
             max_open=self.config.env_batch,
             batch_size=self.config.batch_size,
         )
+
+    def grading_games(self, prepared: PreparedTask, split: Split) -> GameSource:
+        """The games the grader plays: :meth:`environment`'s (a task may play them in
+        worker processes instead, with the same outputs)."""
+        return self.environment(prepared, split)
 
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
         # Without building the environment (loading its games or index takes a while).
