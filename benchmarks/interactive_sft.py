@@ -6,10 +6,14 @@ of task options and learning-rate schedule asked for.
 
     python benchmarks/interactive_sft.py [--task alfworld-lite] [--steps 900] [--lr 2e-3]
         [--batch 8] [--schedule constant linear] [--variant n_train=300 --variant ...]
+        [--save DIR]
 
 A ``--variant`` is a space-separated list of ``key=value`` task options (values read as JSON
 where they parse, else as strings; an empty string: the task's defaults), e.g.
 ``--task deepsearch-lite --variant n_regions=14 --variant n_regions=60``.
+
+``--save DIR`` keeps the one fine-tuned model (one ``--schedule``, at most one
+``--variant``), e.g. as a trained submission for ``benchmarks/grading_latency.py --model DIR``.
 
 Steps, not seconds, so that variants compare on a shared machine (the agent itself trains for
 a time and decays its rate by the clock). One variant is one draw: the margin between variants
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -121,14 +126,25 @@ def main() -> None:
         "--schedule", nargs="+", choices=["constant", "linear"], default=["constant", "linear"]
     )
     ap.add_argument("--variant", action="append", default=None, help="key=value task options")
+    ap.add_argument(
+        "--save", type=Path, help="keep the fine-tuned model in this new directory (one run)"
+    )
     ap.add_argument("--one", nargs=2, metavar=("OPTIONS_JSON", "SCHEDULE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.save is not None:
+        if len(args.variant or [""]) * len(args.schedule) != 1:
+            ap.error("--save keeps one model: give one --schedule and at most one --variant")
+        if args.save.exists():
+            ap.error(f"--save {args.save}: already exists; name a new directory")
+        args.save = args.save.resolve()
     if args.one:
         with tempfile.TemporaryDirectory() as work:
             r = one(
                 args.task, json.loads(args.one[0]), args.one[1], args.steps, args.lr,
                 args.batch, Path(work), args.seed,
             )  # fmt: skip
+            if args.save is not None:
+                shutil.copytree(Path(work) / "model", args.save)
         print("RESULT " + json.dumps(r))
         return
     print(f"machine: {machine()}")
@@ -139,6 +155,7 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--task", args.task, "--one", json.dumps(options)]
             cmd += [schedule, "--steps", str(args.steps), "--lr", str(args.lr)]
             cmd += ["--batch", str(args.batch), "--seed", str(args.seed)]
+            cmd += ["--save", str(args.save)] if args.save is not None else []
             r, error = run_variant(cmd)
             label = f"{variant or 'defaults'}, {schedule} rate"
             if r is None:
