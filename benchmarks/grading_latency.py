@@ -285,6 +285,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.part != "solvers" and args.submissions < 2:
         ap.error("--submissions must be at least 2 (the first warm one starts the worker)")
+    if args.model != "tiny" and not (Path(args.model) / "config.json").is_file():
+        ap.error(f"--model {args.model}: no config.json there; give tiny or a model directory")
     command = " ".join(["python", *sys.argv])
 
     if "AGENT2RL_HOME" not in os.environ:

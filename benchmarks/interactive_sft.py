@@ -131,7 +131,7 @@ def main() -> None:
     )
     ap.add_argument("--one", nargs=2, metavar=("OPTIONS_JSON", "SCHEDULE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.save is not None:
+    if args.save is not None and not args.one:
         if len(args.variant or [""]) * len(args.schedule) != 1:
             ap.error("--save keeps one model: give one --schedule and at most one --variant")
         if args.save.exists():
