@@ -13,11 +13,11 @@ The workers are started by the first :meth:`~ProcessGames.open` and stopped by
 :meth:`~ProcessGames.release` (the solver calls it after every solve), by
 :meth:`~ProcessGames.close`, or when this process exits: each worker gets its parent-death
 signal and exits on its pipe's end of file. A ``persistent`` pool (a warm grader's, see
-:meth:`agent2rl.tasks.base.Task.close`) keeps its workers from one solve to the next, so a
-grading after the first starts no process and finds TextWorld's caches filled (the same
-games, loaded again). Its episodes all end with each solve; a worker found dead (at the end
-of a solve, or by the first :meth:`~ProcessGames.open` after one) is replaced with the
-others, so no solve starts on a broken pool. The
+:attr:`agent2rl.tasks.base.Task.keep_environments`) keeps its workers from one solve to the
+next, so a grading after the first starts no process and finds TextWorld's caches filled
+(the same games, loaded again). Its episodes all end with each solve; a worker found dead
+(at the end of a solve, or by the first :meth:`~ProcessGames.open` after one) is replaced
+with the others, so no solve starts on a broken pool. The
 workers are spawned (not forked: the grader holds torch's threads), so, as with any
 ``multiprocessing`` spawn, a script that grades must guard its entry point with
 ``if __name__ == "__main__"``.
