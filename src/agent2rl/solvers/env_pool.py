@@ -25,8 +25,8 @@ workers are spawned (not forked: the grader holds torch's threads), so, as with 
 
 from __future__ import annotations
 
-import functools
 import multiprocessing as mp
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -96,14 +96,23 @@ class _Worker:
         return reply
 
 
-@functools.cache
+#: this process's spawner thread, by process id (a forked child has none of its parent's
+#: threads: it gets its own), and the lock that makes one
+_SPAWNERS: dict[int, ThreadPoolExecutor] = {}
+_SPAWNERS_LOCK = threading.Lock()
+
+
 def _spawner() -> ThreadPoolExecutor:
     """The one thread that starts every worker process. A worker's parent-death signal
     follows the thread that started it (:func:`~agent2rl.child_process.die_with_parent`), and
     the solver opens episodes from threads that end with each solve: a persistent pool's
     workers started there were killed when the solve ended. This thread lives as long as
     the process."""
-    return ThreadPoolExecutor(1, thread_name_prefix="env-pool-spawner")
+    with _SPAWNERS_LOCK:
+        pid = os.getpid()
+        if pid not in _SPAWNERS:
+            _SPAWNERS[pid] = ThreadPoolExecutor(1, thread_name_prefix="env-pool-spawner")
+        return _SPAWNERS[pid]
 
 
 def _stop(workers: list[_Worker]) -> None:
