@@ -146,12 +146,13 @@ def as_filed(on: bool) -> Iterator[None]:
         from textworld.envs.pddl import textgen
     except ImportError:
         on = False
-    names = (
-        [(textgen, "_parse_and_convert"), (textworld.logic, "_parse_and_convert")]
-        + [(fast_downward, "pddl2sas")]
-        if on
-        else []
-    )
+    names: list[tuple[Any, str]] = []  # (module, the name of its cached function)
+    if on:
+        names = [
+            (textgen, "_parse_and_convert"),
+            (textworld.logic, "_parse_and_convert"),
+            (fast_downward, "pddl2sas"),
+        ]
     undo = [(m, a, getattr(m, a)) for m, a in names if hasattr(getattr(m, a), "uncached")]
     for m, a, c in undo:
         setattr(m, a, c.uncached)
@@ -350,10 +351,11 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         warm_task.keep_environments = True
         kept = warm_task.solver(prepared, "private")
         if getattr(kept.source, "persistent", False):
-            kept.solve(backend, samples)
             order.append(("step-sync-kept-workers", kept, backend))
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in order}
         try:
+            if "step-sync-kept-workers" in runs:
+                kept.solve(backend, samples)
             for r in range(args.repeats):
                 for label, solver, b in order if r % 2 == 0 else order[::-1]:
                     with (
