@@ -17,8 +17,10 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +44,24 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
     except OSError:
         pass
+
+
+#: this process's spawner thread, by process id (a forked child has none of its parent's
+#: threads: it gets its own), and the lock that makes one
+_SPAWNERS: dict[int, ThreadPoolExecutor] = {}
+_SPAWNERS_LOCK = threading.Lock()
+
+
+def spawner() -> ThreadPoolExecutor:
+    """One thread per process that lives as long as the process: start from it
+    (``spawner().submit(start).result()``) any child that must outlive the thread asking
+    for it, since the parent-death signal follows the thread that started the child
+    (:func:`die_with_parent`), and request or solver threads come and go."""
+    with _SPAWNERS_LOCK:
+        pid = os.getpid()
+        if pid not in _SPAWNERS:
+            _SPAWNERS[pid] = ThreadPoolExecutor(1, thread_name_prefix="spawner")
+        return _SPAWNERS[pid]
 
 
 def spawn_child(

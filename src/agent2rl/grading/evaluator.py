@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agent2rl.child_process import kill_group, signal_group, spawn_child
+from agent2rl.child_process import kill_group, signal_group, spawn_child, spawner
 from agent2rl.dataset import Split
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.settings import Settings
@@ -286,9 +286,10 @@ class WarmWorker:
     Started lazily by the first :meth:`evaluate`, in its own session, registered with the
     service's :class:`EvalWorkers` for its whole life (a stopping service kills it), and
     with SIGKILL as its parent-death signal. That signal follows the thread that forked, and
-    request threads come and go, so the worker is forked from a thread of its own that lives
-    as long as this object. A timeout or a crash kills its group and forgets it: the next
-    evaluation starts a new one (cold). One evaluation at a time (a lock).
+    request threads come and go, so the worker is forked from the process's spawner thread
+    (:func:`agent2rl.child_process.spawner`). A timeout or a crash kills its group and
+    forgets it: the next evaluation starts a new one (cold). One evaluation at a time (a
+    lock).
     """
 
     def __init__(self, settings: Settings, log_path: Path) -> None:
@@ -297,8 +298,6 @@ class WarmWorker:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._replies: queue.Queue[str | None] = queue.Queue()
-        self._spawn_requests: queue.Queue[queue.Queue[Any]] = queue.Queue()
-        self._spawner: threading.Thread | None = None
         #: how many worker processes were started (1 while the first one lives)
         self.starts = 0
 
@@ -306,14 +305,6 @@ class WarmWorker:
     def pid(self) -> int | None:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
-
-    def _spawn_loop(self) -> None:
-        while True:
-            answer = self._spawn_requests.get()
-            try:
-                answer.put(self._popen())
-            except Exception as err:  # handed to the requesting thread
-                answer.put(err)
 
     def _popen(self) -> subprocess.Popen:
         cmd = [
@@ -338,14 +329,7 @@ class WarmWorker:
             )
 
     def _start(self, workers: EvalWorkers | None) -> subprocess.Popen | None:
-        if self._spawner is None:
-            self._spawner = threading.Thread(target=self._spawn_loop, daemon=True)
-            self._spawner.start()
-        answer: queue.Queue[Any] = queue.Queue()
-        self._spawn_requests.put(answer)
-        proc = answer.get()
-        if isinstance(proc, Exception):
-            raise proc
+        proc = spawner().submit(self._popen).result()  # its error, if any, raised here
         if workers is not None and not workers._add(proc):
             kill_group(proc)
             return None

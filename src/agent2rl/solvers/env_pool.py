@@ -26,20 +26,17 @@ workers are spawned (not forked: the grader holds torch's threads), so, as with 
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
+from agent2rl.child_process import die_with_parent, spawner
 from agent2rl.rollout.env import Episode, GameInfo, GameSource, StepResult
 
 
 def _serve(conn: Connection, factory: Callable[[], GameSource]) -> None:
     """A worker's loop: one request at a time on ``conn`` until it closes."""
-    from agent2rl.child_process import die_with_parent
-
     die_with_parent()
     source = factory()
     episodes: dict[int, Episode] = {}
@@ -94,25 +91,6 @@ class _Worker:
         if status == "error":
             raise RuntimeError(f"environment worker: {reply}")
         return reply
-
-
-#: this process's spawner thread, by process id (a forked child has none of its parent's
-#: threads: it gets its own), and the lock that makes one
-_SPAWNERS: dict[int, ThreadPoolExecutor] = {}
-_SPAWNERS_LOCK = threading.Lock()
-
-
-def _spawner() -> ThreadPoolExecutor:
-    """The one thread that starts every worker process. A worker's parent-death signal
-    follows the thread that started it (:func:`~agent2rl.child_process.die_with_parent`), and
-    the solver opens episodes from threads that end with each solve: a persistent pool's
-    workers started there were killed when the solve ended. This thread lives as long as
-    the process."""
-    with _SPAWNERS_LOCK:
-        pid = os.getpid()
-        if pid not in _SPAWNERS:
-            _SPAWNERS[pid] = ThreadPoolExecutor(1, thread_name_prefix="env-pool-spawner")
-        return _SPAWNERS[pid]
 
 
 def _stop(workers: list[_Worker]) -> None:
@@ -180,7 +158,8 @@ class ProcessGames:
                     stale, self._workers = self._workers, []
                     _stop(stale)
             if not self._workers:
-                self._workers = _spawner().submit(self._start).result()
+                # from a thread that outlives this solve's (see child_process.spawner)
+                self._workers = spawner().submit(self._start).result()
             handle = self._opened
             self._opened += 1
             lane = handle % len(self._workers)

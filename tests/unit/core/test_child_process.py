@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent2rl.child_process import kill_group, spawn_child, start_announcing
+from agent2rl.child_process import kill_group, spawn_child, spawner, start_announcing
 
 NEVER_READY = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -92,3 +92,25 @@ def _sleepers(marker: str) -> list[int]:
         if p.info["status"] != psutil.STATUS_ZOMBIE
         and f"300.{marker}" in " ".join(p.info["cmdline"] or [])
     ]
+
+
+def test_a_forked_child_gets_its_own_spawner_thread() -> None:
+    """Children that must outlive their caller's thread are started from one long-lived
+    thread per process; a child forked after the parent made its own gets a new one (the
+    parent's thread does not exist there: a task handed to the parent's would never run)."""
+    parent = spawner()
+    assert parent.submit(lambda: 1).result(timeout=10) == 1
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        try:
+            mine = spawner()
+            ok = mine is not parent and mine.submit(lambda: 7).result(timeout=10) == 7
+        except BaseException:  # noqa: BLE001 (reported as a failure to the parent)
+            ok = False
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1" and status == 0
+    os.close(read)

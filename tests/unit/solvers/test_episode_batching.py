@@ -12,7 +12,6 @@ so a batch that changed the numerics would show.
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import pytest
@@ -193,27 +192,3 @@ def test_a_persistent_pool_keeps_its_workers_and_replaces_a_dead_one(varied_back
         pool.close()
     assert pool._workers == [] and not any(p.is_alive() for p in fresh)
     pool.close()  # idempotent
-
-
-def test_a_forked_child_gets_its_own_spawner_thread() -> None:
-    """Workers are started from one long-lived thread per process; a child forked after
-    the parent made its own gets a new one (the parent's thread does not exist there: a
-    task handed to the parent's would never run)."""
-    from agent2rl.solvers import env_pool
-
-    parent = env_pool._spawner()
-    assert parent.submit(lambda: 1).result(timeout=10) == 1
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, then leave without running the parent's cleanup
-        try:
-            mine = env_pool._spawner()
-            ok = mine is not parent and mine.submit(lambda: 7).result(timeout=10) == 7
-        except BaseException:  # noqa: BLE001 (reported as a failure to the parent)
-            ok = False
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    assert os.read(read, 1) == b"1" and status == 0
-    os.close(read)
