@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 from agent2rl.dataset import PreparedTask, Sample
 from agent2rl.files import write_json_atomic
 from agent2rl.integrity.ngrams import DEFAULT_N, MAX_FILE_BYTES, PrivateIndex, scan_file
+from agent2rl.metering.provider_tools import PROVIDER_TOOLS_LOG, read_tool_uses
 from agent2rl.rundir import RunPaths
 from agent2rl.sandbox.name_proxy import HUB_LOG, PACKAGE_LOG, read_fetch_log
 from agent2rl.tasks.base import Task
@@ -105,6 +106,9 @@ class EgressSummary:
     """Files fetched through them: ``pypi:project==version/file``, ``hub:kind:repo/file``."""
     denied_fetches: list[str] = field(default_factory=list)
     """Names the task's deny list refused (the agent asked for the grader's own parts)."""
+    provider_tools: list[str] = field(default_factory=list)
+    """What the LLM provider's own tools searched or fetched for the agent
+    (``llm:<tool>:<query or URL>``, from the metering proxy's ``provider_tools.jsonl``)."""
 
 
 @dataclass
@@ -330,6 +334,29 @@ def read_fetch_logs(
     return summary
 
 
+def read_provider_tool_log(
+    log: Path, sources: tuple[str, ...], summary: EgressSummary
+) -> EgressSummary:
+    """Add the LLM provider's own web use to ``summary``: each search query or URL the
+    metering proxy recorded (``record/provider_tools.jsonl``,
+    :mod:`agent2rl.metering.provider_tools`) is listed as ``llm:<tool>:<query or URL>``, and
+    flagged (in ``flagged_urls``) when it names one of ``sources`` (compared with punctuation
+    removed), whether the proxy let it through or refused it: either way the agent went for
+    the test set. A declared tool without a query or URL is not listed. A missing log adds
+    nothing."""
+    wanted = [_squash(s) for s in sources if _squash(s)]
+    for row in read_tool_uses(log):
+        what = row.get("url") or row.get("query")
+        if not isinstance(what, str) or not what:
+            continue
+        name = f"llm:{row.get('tool')}:{what[:300]}"
+        if name not in summary.provider_tools and len(summary.provider_tools) < MAX_LISTED_FETCHES:
+            summary.provider_tools.append(name)
+        if any(w in _squash(what) for w in wanted) and name not in summary.flagged_urls:
+            summary.flagged_urls.append(name)
+    return summary
+
+
 # -- the task's splits -------------------------------------------------------------------------
 def _strings(value: Any) -> Iterator[str]:
     """Every string inside ``value`` (dicts and lists walked)."""
@@ -401,7 +428,9 @@ def check_run(
     """The contamination check of a finished run: index ``task``'s private split against its
     public one, scan ``paths.workspace``, the egress log (``egress_log``, else
     ``record/egress.jsonl`` when it exists) and the name proxies' logs
-    (``record/packages.jsonl``, ``record/hub.jsonl``), write ``record/contamination.json``
+    (``record/packages.jsonl``, ``record/hub.jsonl``) and what the LLM provider's own tools
+    searched or fetched (``record/provider_tools.jsonl``: :func:`read_provider_tool_log`),
+    write ``record/contamination.json``
     atomically and return the report. The agent's ``/tmp`` is scanned with the workspace: it
     is the workspace's ``.tmp`` (its ``TMPDIR`` too; files listed as ``.tmp/...``). Under
     ``--sandbox none`` only ``TMPDIR`` is: a literal ``/tmp`` path there is the host's own,
@@ -421,6 +450,11 @@ def check_run(
         task=task.name,
         fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
     )
+    if (paths.record / PROVIDER_TOOLS_LOG).is_file():
+        report.egress = report.egress or EgressSummary(log=None)
+        sources = DATASET_SOURCES.get(task.name, ())
+        read_provider_tool_log(paths.record / PROVIDER_TOOLS_LOG, sources, report.egress)
+        report.flagged = report.flagged or bool(report.egress.flagged_urls)
     report.seconds = round(time.time() - started, 3)
     write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
     return report
