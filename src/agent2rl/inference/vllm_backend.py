@@ -158,6 +158,7 @@ class VllmBackend:
             tensor_parallel_size=config.tensor_parallel_size,
             seed=0,
             generation_config="vllm",
+            worker_extension_cls="agent2rl.inference.vllm_worker.WeightReload",
             **({"enable_sleep_mode": True} if sleep_mode else {}),
             **cpu_kw,
         )
@@ -217,8 +218,9 @@ class VllmBackend:
         """Load ``model_dir``'s safetensors into the running engine in place: wake its weight
         memory (a sleeping GPU engine), reload through the workers' ``reload_weights`` with
         ``weights_path`` (vLLM's in-place reload, the engine's own loader and load format:
-        safetensors; the API of vLLM 0.32 and 0.33), then wake the KV cache and drop the
-        prefix cache (it holds the previous weights' keys and values).
+        safetensors; the API of vLLM 0.32 and 0.33) with a repair for vLLM's CPU build
+        (:mod:`agent2rl.inference.vllm_worker`), then wake the KV cache and drop the prefix
+        cache (it holds the previous weights' keys and values).
 
         The files must hold exactly the tensors, by name and shape, that the engine was first
         loaded with (:func:`weight_layout`): vLLM's reload only warns about a weight the files
@@ -233,7 +235,7 @@ class VllmBackend:
             )
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_dir)})
+        self.llm.collective_rpc("agent2rl_reload_weights", args=(str(model_dir),))
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
