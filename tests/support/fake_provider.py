@@ -95,6 +95,11 @@ class Turn:
     sends that many events and then stops: no usage event, no end marker (the server ends the
     chunked body after the handler's exception), as a provider's stream cut short.
 
+    ``web_searches``: queries the provider's own web search ran for this turn, shown in the
+    API's shape before the reply (a Responses ``web_search_call`` item, an Anthropic
+    ``server_tool_use`` block, Gemini ``groundingMetadata.webSearchQueries``). ``no_usage``:
+    a non-streamed answer without its usage object (a server that reports none).
+
     ``top_logprobs``: the first token's candidates as ``[token, logprob]`` pairs (or a
     ``{token: logprob}`` table), most likely first; served as Chat Completions ``logprobs``
     when the request asks for them. ``text`` defaults to the most likely candidate then.
@@ -111,6 +116,8 @@ class Turn:
     retry_after: str | None = None
     cut_stream_after: int | None = None
     top_logprobs: list[tuple[str, float]] | dict[str, float] | None = None
+    web_searches: list[str] = field(default_factory=list)
+    no_usage: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.top_logprobs, dict):
@@ -271,6 +278,8 @@ class _Engine:
         self.api_key = api_key
         self.models = models
         self.received: list[str] = []
+        #: the headers of each request received, in order (names lower case)
+        self.headers: list[dict[str, str]] = []
         self.epoch = 0  # bumped by reset(): which script a request was answered from
         #: per-request answers (see FakeProvider.respond_with); None: the script only
         self.responder: Any = None
@@ -401,7 +410,15 @@ class _Engine:
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": inp + out,
         }
-        items: list[dict[str, Any]] = []
+        items: list[dict[str, Any]] = [
+            {
+                "id": f"ws_fake_{n}_{i}",
+                "type": "web_search_call",
+                "status": "completed",
+                "action": {"type": "search", "query": q},
+            }
+            for i, q in enumerate(turn.web_searches)
+        ]
         if turn.text:
             part = {"type": "output_text", "text": turn.text, "annotations": []}
             items.append(
@@ -454,7 +471,9 @@ class _Engine:
         ]
         for o, item in enumerate(items):
             ref = {"item_id": item["id"], "output_index": o}
-            if item["type"] == "message":
+            if item["type"] == "web_search_call":
+                events.append(ev("response.output_item.added", output_index=o, item=item))
+            elif item["type"] == "message":
                 text = item["content"][0]["text"]
                 empty = {"type": "output_text", "text": "", "annotations": []}
                 events.append(
@@ -504,7 +523,15 @@ class _Engine:
             "cache_read_input_tokens": cached,
             "output_tokens": out,
         }
-        blocks: list[dict[str, Any]] = []
+        blocks: list[dict[str, Any]] = [
+            {
+                "type": "server_tool_use",
+                "id": f"srvtoolu_fake_{n}_{i}",
+                "name": "web_search",
+                "input": {"query": q},
+            }
+            for i, q in enumerate(turn.web_searches)
+        ]
         if turn.text:
             blocks.append({"type": "text", "text": turn.text})
         for i, c in enumerate(turn.tool_calls):
@@ -598,6 +625,8 @@ class _Engine:
             cand: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
             if done:
                 cand["finishReason"] = "STOP"
+                if turn.web_searches:
+                    cand["groundingMetadata"] = {"webSearchQueries": list(turn.web_searches)}
             return {
                 "candidates": [cand],
                 "usageMetadata": meta,
@@ -664,6 +693,7 @@ def create_app(engine: _Engine) -> FastAPI:
     async def log_requests(request: Request, call_next: Any) -> Response:
         with engine.lock:
             engine.received.append(f"{request.method} {request.url.path}")
+            engine.headers.append({k.lower(): v for k, v in request.headers.items()})
         return await call_next(request)
 
     def key_of(request: Request) -> str | None:
@@ -705,6 +735,15 @@ def create_app(engine: _Engine) -> FastAPI:
             return _error(api, 400, "request needs a JSON object with a string 'model'")
         elif kind != "openai-responses" and not isinstance(body.get("messages"), list):
             return _error(api, 400, "request needs a 'messages' list")
+        if kind == "openai-responses" and body.get("background") is True:
+            # OpenAI's background mode: the response is queued and answered at once, with
+            # no output and no usage (read later by GET /v1/responses/{id}).
+            with engine.lock:
+                engine.count += 1
+                n = engine.count
+            queued = {"id": f"resp_fake_{n}", "object": "response", "status": "queued"}
+            queued.update(model=body["model"], background=True, output=[], usage=None)
+            return JSONResponse(queued)
         epoch, n, index, turn = engine.next_turn(body)
         if kind != "gemini":
             model, stream = body["model"], body.get("stream") is True
@@ -742,6 +781,9 @@ def create_app(engine: _Engine) -> FastAPI:
         wire = {**body, "_model": model, "_stream": stream} if kind == "gemini" else body
         usage, result = build(n, turn, wire, (inp, served.output_tokens, cached))
         served.usage = usage
+        if not stream and turn.no_usage:
+            served.usage = None
+            result = {k: v for k, v in result.items() if k not in ("usage", "usageMetadata")}
         if not stream:
             served.response = json.dumps(result).encode()
             engine.add(served, epoch)
@@ -874,6 +916,12 @@ class FakeProvider:
         with self._engine.lock:
             return list(self._engine.received)
 
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """The headers of every request that reached the server (as :attr:`received`)."""
+        with self._engine.lock:
+            return list(self._engine.headers)
+
     def respond_with(self, responder: Any) -> None:
         """Answer each generation request with ``responder(body)`` — a :class:`Turn`, its
         string or dict form, or None for the script's next turn. ``None`` removes it. It is
@@ -885,6 +933,7 @@ class FakeProvider:
         self._engine.reset(Script.from_obj(script))
         with self._engine.lock:
             self._engine.received.clear()
+            self._engine.headers.clear()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and join the thread; idempotent."""

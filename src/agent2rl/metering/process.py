@@ -71,6 +71,7 @@ def start_metering_proxy(
     ready_timeout: float = 30.0,
     allowed_models: Sequence[str] | None = None,
     denied_prompts: Mapping[str, Sequence[str]] | None = None,
+    allow_provider_tools: bool = False,
 ) -> MeteringProxy:
     """Start a proxy process recording to ``usage_file`` and wait until it serves.
 
@@ -85,6 +86,8 @@ def start_metering_proxy(
     see :class:`~agent2rl.metering.proxy.ProxyConfig`); None allows every model.
     ``denied_prompts``: model -> texts its requests may not carry (a task's judge prompt for
     its judge model), handed over in ``llm_proxy_denied.json`` beside the usage file.
+    ``allow_provider_tools``: relay provider-side tools (web search, URL fetches; see
+    :mod:`agent2rl.metering.provider_tools`), each use recorded; False refuses them.
     Raises RuntimeError, naming the log, if the process exits or is not ready in time.
     """
     usage_file = Path(usage_file).resolve()
@@ -113,6 +116,8 @@ def start_metering_proxy(
         cmd += ["--max-total-tokens", str(max_total_tokens)]
     if allowed_models is not None:
         cmd += ["--restrict-models", *(f"--allow-model={m}" for m in allowed_models)]
+    if allow_provider_tools:
+        cmd.append("--allow-provider-tools")
     if denied_prompts:
         denied_file = usage_file.with_name("llm_proxy_denied.json")
         write_json_atomic(denied_file, {m: list(t) for m, t in denied_prompts.items()})
@@ -143,6 +148,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     )
     ap.add_argument("--allow-model", action="append", default=[], metavar="MODEL")
     ap.add_argument("--denied-prompts", type=Path, help="JSON: model -> texts refused")
+    ap.add_argument(
+        "--allow-provider-tools",
+        action="store_true",
+        help="relay provider-side web search / URL fetch tools (recorded)",
+    )
     args = ap.parse_args(None if argv is None else list(argv))
     # Pop the keys so nothing this process starts could inherit them.
     proxy_key = os.environ.pop(PROXY_KEY_ENV, "")
@@ -166,6 +176,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             if args.denied_prompts
             else {}
         ),
+        allow_provider_tools=args.allow_provider_tools,
     )
     ready = args.ready_file
     serve_on_free_port(

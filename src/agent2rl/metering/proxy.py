@@ -28,6 +28,12 @@ from fastapi.responses import Response
 
 from agent2rl.metering.budget import OUTPUT_RESERVE_TOKENS, Estimate, TokenBudget, estimate_request
 from agent2rl.metering.pricing import estimate_cost
+from agent2rl.metering.provider_tools import (
+    ToolUse,
+    append_tool_uses,
+    provider_tools_path,
+    refusal_message,
+)
 from agent2rl.metering.providers import PROVIDERS, Endpoint, Provider, Upstream
 from agent2rl.metering.providers.base import safe_rest
 from agent2rl.metering.stream import Relay, RelayResponse, StreamMeter
@@ -46,26 +52,6 @@ MAX_BODY_BYTES = 16 << 20
 #: Anthropic's 529 "overloaded".
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 
-# Never forwarded upstream: hop-by-hop headers, credentials (replaced) and encodings (the
-# proxy asks for identity so it can read usage and forward the very same bytes).
-_DROP_REQUEST = {
-    "host",
-    "content-length",
-    "connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "accept-encoding",
-    "authorization",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
-    "cookie",
-}
 _DROP_RESPONSE = {
     "content-length",
     "content-encoding",
@@ -103,7 +89,11 @@ class ProxyConfig:
     request body): a task's judge prompt sent to its judge model is a 403 too.
     ``transcript_file``: where every exchange's request and response are appended
     (:mod:`agent2rl.metering.transcript`; default ``transcript.jsonl`` beside the usage
-    file); ``record_transcript=False`` writes none.
+    file); ``record_transcript=False`` writes none. ``allow_provider_tools``: relay requests
+    that carry provider-side tools (web search, URL fetches, MCP servers:
+    :mod:`agent2rl.metering.provider_tools`); False refuses them with a provider-shaped 403
+    naming the run flag. Either way each one is a line of ``provider_tools.jsonl`` beside the
+    usage file.
     """
 
     usage_file: Path
@@ -122,6 +112,7 @@ class ProxyConfig:
     denied_prompts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     transcript_file: Path | None = None
     record_transcript: bool = True
+    allow_provider_tools: bool = False
 
     def upstream(self, provider: Provider) -> Upstream:
         return self.upstreams.get(provider.name) or Upstream(provider.default_base_url)
@@ -142,6 +133,10 @@ class _Exchange:
     #: stream, or text)
     request: dict[str, Any] | None = None
     response: Any = None
+    #: the provider (to read what its tools did from the answer), and the provider-side
+    #: tools the request declared (relayed only when the run allows them)
+    provider: Provider | None = None
+    tools: list[ToolUse] = field(default_factory=list)
 
 
 class _Proxy:
@@ -171,6 +166,7 @@ class _Proxy:
         rec.latency_s = round(time.monotonic() - ex.started, 4)
         self.budget.settle(ex.estimate, rec.tokens.total)
         append_record(self.cfg.usage_file, rec)
+        self.record_tools(ex)
         if self.transcript is not None:
             try:
                 self.transcript.write(dataclasses.asdict(rec), ex.request, ex.response)
@@ -178,6 +174,31 @@ class _Proxy:
                 # The transcript is a record, not the meter: a full disk must not fail the
                 # agent's request, whose usage line is already written.
                 print(f"transcript not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def record_tools(self, ex: _Exchange) -> None:
+        """Append the provider-side tools the exchange declared and those its answer shows
+        the provider used (a search query, a fetched URL) to the provider-tool log."""
+        response = ex.response
+        if isinstance(response, str):  # a JSON array (Gemini's stream without alt=sse)
+            response = _json_array(response.encode())
+        try:
+            done = ex.provider.server_tool_uses(response) if ex.provider is not None else []
+        except (TypeError, AttributeError, ValueError):  # an answer of a shape never seen
+            done = []
+        if not ex.tools and not done:
+            return
+        try:
+            append_tool_uses(
+                provider_tools_path(self.cfg.usage_file),
+                api=ex.rec.api,
+                model=ex.rec.model,
+                requested=ex.tools,
+                done=done,
+                allowed=not ex.rec.refused,
+                status=ex.rec.status,
+            )
+        except OSError as exc:
+            print(f"provider-tool uses not recorded: {exc}", file=sys.stderr)
 
     def charge_estimate(self, ex: _Exchange, why: str) -> None:
         """Charge a request the provider may have billed without saying how much: what its
@@ -199,7 +220,15 @@ class _Proxy:
         rec.error = rec.error or why
 
     def upstream_headers(self, request: Request, provider: Provider) -> dict[str, str]:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
+        """The client's headers the provider's allowlist keeps
+        (:meth:`~agent2rl.metering.providers.base.Provider.forward_header`), ``identity``
+        encoding (the proxy reads the usage out of the very bytes it forwards) and the real
+        key."""
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():
+            kept = provider.forward_header(name.lower(), value)
+            if kept is not None:
+                headers[name.lower()] = kept
         headers["accept-encoding"] = "identity"
         headers.update(provider.auth_headers(self.cfg.upstream(provider).api_key))
         return headers
@@ -218,6 +247,7 @@ class _Proxy:
         if route is None:
             return refuse_path(request, provider, 404, None)
         ex = _Exchange(UsageRecord(api=provider.name, endpoint=path.rstrip("/")), started)
+        ex.provider = provider
         rec = ex.rec
         if not provider.authorized(request, self.cfg.proxy_key):
             rec.status, rec.refused, rec.error = 401, True, "invalid or missing proxy key"
@@ -255,6 +285,17 @@ class _Proxy:
                 f"this request carries the task's judge prompt ({denied[:60]!r}...) for "
                 f"{rec.model or 'its model'}: the agent may not ask the grader's own judge"
             )
+            rec.status, rec.refused, rec.error = 403, True, msg
+            self.record(ex)
+            return provider.error_response(403, msg, retry=False)
+        mode = provider.refused_mode(path, payload) if route.metered else None
+        if mode is not None:
+            rec.status, rec.refused, rec.error = 400, True, mode
+            self.record(ex)
+            return provider.error_response(400, mode, retry=False)
+        ex.tools = provider.server_tools(path, payload) if route.metered else []
+        if ex.tools and not self.cfg.allow_provider_tools:
+            msg = refusal_message(ex.tools)
             rec.status, rec.refused, rec.error = 403, True, msg
             self.record(ex)
             return provider.error_response(403, msg, retry=False)
@@ -359,11 +400,17 @@ class _Proxy:
                 ex.response = reassemble(provider.name, relay.meter.events)
                 provider.meter(rec, relay.meter.usage)
                 rec.error = relay.error or relay.meter.error or rec.error
-                # A stream that ends cleanly without its final usage (an API that sends none
-                # unless asked) is not cut; every other end before the final usage is.
+                # A stream that ends before its final usage was cut, or (ended cleanly) its
+                # API sent none: either way the provider did the work, and the reservation
+                # is charged rather than nothing.
                 clean_end = relay.meter.ended and relay.error is None
-                if metered and resp.is_success and not relay.meter.final and not clean_end:
-                    self.charge_estimate(ex, "the stream ended before its usage was reported")
+                if metered and resp.is_success and not relay.meter.final:
+                    self.charge_estimate(
+                        ex,
+                        "the stream ended without reporting its usage"
+                        if clean_end
+                        else "the stream ended before its usage was reported",
+                    )
                 self.record(ex)
 
             relay = Relay(resp, meter, error_event=provider.stream_error_event, on_end=on_end)
@@ -377,7 +424,13 @@ class _Proxy:
         data = _json_object(content)
         ex.response = data or _text_of(content)
         if metered:
-            provider.meter(rec, provider.response_usage(content, data))
+            usage = provider.response_usage(content, data)
+            provider.meter(rec, usage)
+            if usage is None and resp.is_success:
+                # A success without usage (an answer that leaves the work for later, a
+                # server that reports none) did work upstream: it costs its reservation,
+                # never 0, or such requests would spend nothing of the budget.
+                self.charge_estimate(ex, "the answer reported no token usage")
         rec.model = rec.model or (data.get("model") if isinstance(data.get("model"), str) else None)
         if resp.status_code >= 400:
             rec.error = _error_message(data, content)
@@ -520,6 +573,17 @@ def _json_object(body: bytes) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return obj if isinstance(obj, dict) else {}
+
+
+def _json_array(content: bytes) -> list[Any] | None:
+    """A JSON-array answer (Gemini's ``:streamGenerateContent`` without ``alt=sse``)."""
+    if not content.lstrip().startswith(b"["):
+        return None
+    try:
+        value = json.loads(content)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, list) else None
 
 
 def _text_of(content: bytes, limit: int = 65536) -> str | None:

@@ -2,13 +2,51 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import Request
 
+from agent2rl.metering.provider_tools import ToolUse, is_web_url, walk_dicts
 from agent2rl.metering.providers.base import Endpoint, Provider, requested_count
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, token_count
+
+#: ``anthropic-beta`` features forwarded upstream (a beta's name without its date): what
+#: Claude Code and the SDKs turn on for plain Messages requests. Everything else is dropped,
+#: notably the betas of server tools and remote content (``web-fetch``, ``web-search``,
+#: ``code-execution``, ``mcp-client``, ``files-api``, ``skills``) and of other accounts'
+#: credentials (``oauth``). Claude Code needs its betas (``claude-code``,
+#: ``interleaved-thinking``, ``fine-grained-tool-streaming``, ``context-management``...):
+#: a body using a feature whose beta is missing is a 400 upstream, so the header is filtered
+#: name by name rather than dropped.
+ANTHROPIC_BETAS = frozenset(
+    {
+        "claude-code",
+        "interleaved-thinking",
+        "fine-grained-tool-streaming",
+        "context-management",
+        "context-1m",
+        "prompt-caching",
+        "extended-cache-ttl",
+        "token-efficient-tools",
+        "token-counting",
+        "output-128k",
+        "max-tokens-3-5-sonnet",
+        "model-context-window-exceeded",
+        "effort",
+        "structured-outputs",
+    }
+)
+_BETA_DATE = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")
+
+# Server tools by their ``type`` prefix (``web_search_20250305``, ``web_fetch_20250910``).
+_SERVER_TOOL_TYPES = {"web_search_": "web_search", "web_fetch_": "web_fetch"}
+
+
+def beta_name(beta: str) -> str:
+    """A beta's name without its date (``claude-code-20250219`` -> ``claude-code``)."""
+    return _BETA_DATE.sub("", beta.strip().lower())
 
 
 class AnthropicProvider(Provider):
@@ -27,6 +65,72 @@ class AnthropicProvider(Provider):
         Endpoint("models", ("GET",), False),
         Endpoint("models/{rest:path}", ("GET",), False),
     )
+    # ``x-app`` and the browser flag are what Claude Code and the SDK send; harmless.
+    forwarded_headers = frozenset(
+        {
+            "anthropic-version",
+            "anthropic-beta",
+            "anthropic-dangerous-direct-browser-access",
+            "x-app",
+        }
+    )
+
+    def forward_header(self, name: str, value: str) -> str | None:
+        """``anthropic-beta`` keeps only the betas of :data:`ANTHROPIC_BETAS` (dropped when
+        none is left); the rest as the base allowlist says."""
+        if name != "anthropic-beta":
+            return super().forward_header(name, value)
+        kept = [b.strip() for b in value.split(",") if beta_name(b) in ANTHROPIC_BETAS]
+        return ",".join(kept) or None
+
+    def server_tools(self, path: str, payload: dict[str, Any]) -> list[ToolUse]:
+        """``tools`` of a server type (``web_search_*``, ``web_fetch_*``, ``mcp_toolset``),
+        ``mcp_servers`` (the MCP connector: the provider calls a remote server), and content
+        blocks whose ``source`` is a ``url`` (a document or image the provider fetches)."""
+        uses: list[ToolUse] = []
+        for tool in payload.get("tools") or []:
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if not isinstance(kind, str):
+                continue
+            for prefix, name in _SERVER_TOOL_TYPES.items():
+                if kind.startswith(prefix):
+                    uses.append(ToolUse(name))
+            if kind == "mcp_toolset":
+                uses.append(ToolUse("mcp", query=str(tool.get("mcp_server_name") or "")))
+        for server in payload.get("mcp_servers") or []:
+            url = server.get("url") if isinstance(server, dict) else None
+            uses.append(ToolUse("mcp", url=url if isinstance(url, str) else None))
+        for block in walk_dicts([payload.get("system"), payload.get("messages")]):
+            source = block.get("source")
+            if isinstance(source, dict) and source.get("type") == "url":
+                url = source.get("url")
+                uses.append(ToolUse("url_source", url=url if isinstance(url, str) else None))
+            elif is_web_url(block.get("url")) and block.get("type") in ("document", "image"):
+                uses.append(ToolUse("url_source", url=block["url"]))
+        return uses
+
+    def server_tool_uses(self, response: Any) -> list[ToolUse]:
+        """``server_tool_use`` blocks (``web_search`` with its ``query``, ``web_fetch``
+        with its ``url``) and ``mcp_tool_use`` blocks."""
+        if not isinstance(response, dict) or not isinstance(response.get("content"), list):
+            return []
+        uses: list[ToolUse] = []
+        for block in response["content"]:
+            if not isinstance(block, dict):
+                continue
+            args = block.get("input") if isinstance(block.get("input"), dict) else {}
+            if block.get("type") == "server_tool_use":
+                query, url = args.get("query"), args.get("url")
+                uses.append(
+                    ToolUse(
+                        str(block.get("name") or "server_tool"),
+                        query=query if isinstance(query, str) else None,
+                        url=url if isinstance(url, str) else None,
+                    )
+                )
+            elif block.get("type") == "mcp_tool_use":
+                uses.append(ToolUse("mcp", query=f"{block.get('server_name')}:{block.get('name')}"))
+        return uses
 
     def normalize(self, usage: dict[str, Any]) -> TokenCounts:
         """``input_tokens`` excludes cache reads and writes, so they are added to make
@@ -75,6 +179,7 @@ class AnthropicProvider(Provider):
         kind = {
             400: "invalid_request_error",
             401: "authentication_error",
+            403: "permission_error",
             404: "not_found_error",
             413: "request_too_large",
             429: "rate_limit_error",

@@ -14,6 +14,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from agent2rl.metering.pricing import estimate_cost
+from agent2rl.metering.provider_tools import ToolUse
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, UsageRecord, token_count
 
@@ -21,6 +22,16 @@ from agent2rl.metering.usage import TokenCounts, UsageRecord, token_count
 #: characters model ids use, nothing that changes a URL's meaning (``%``, ``?``, ``#``, ``\``)
 #: and no leading dot, so neither ``.`` nor ``..`` (nor a hidden name) is a segment.
 SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_~:@+=-][A-Za-z0-9._~:@+=-]*")
+
+
+#: Request headers every provider gets as the client sent them: the body's type, what the
+#: client accepts, who it is, and the Stainless SDKs' telemetry (``x-stainless-*``: language,
+#: version, retry count, timeout). Everything else is dropped unless the provider forwards it
+#: (:attr:`Provider.forwarded_headers`), notably the headers that pick the account, project or
+#: billing (``openai-organization``, ``openai-project``, ``x-goog-user-project``) and the
+#: credentials, which the proxy replaces with the run's real key.
+COMMON_HEADERS = frozenset({"content-type", "accept", "user-agent", "idempotency-key"})
+COMMON_HEADER_PREFIXES = ("x-stainless-",)
 
 
 def requested_count(value: Any) -> int | None:
@@ -102,6 +113,9 @@ class Provider(ABC):
     #: The routes the proxy serves for this API, the allowlist of what an agent's CLI needs;
     #: anything else is refused (a 404 naming them) and never reaches the provider.
     endpoints: ClassVar[tuple[Endpoint, ...]]
+    #: Request headers of this API forwarded upstream besides :data:`COMMON_HEADERS` (lower
+    #: case); :meth:`forward_header` may still filter their values.
+    forwarded_headers: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def prefix(self) -> str:
@@ -197,6 +211,36 @@ class Provider(ABC):
         ``base_url`` is a root, to which the version is added."""
         base = f"{base_url.rstrip('/')}/{self.version}"
         return f"{base}/{path}" + (f"?{query}" if query else "")
+
+    def forward_header(self, name: str, value: str) -> str | None:
+        """The value of the client's request header ``name`` (lower case) to send upstream,
+        or None to drop it: an allowlist, :data:`COMMON_HEADERS` and ``x-stainless-*`` plus
+        this API's :attr:`forwarded_headers`. Credentials are never in it (the proxy adds
+        the real key itself), nor are hop-by-hop headers or ``accept-encoding`` (the proxy
+        asks for identity, to read the usage it forwards)."""
+        if (
+            name in COMMON_HEADERS
+            or name.startswith(COMMON_HEADER_PREFIXES)
+            or name in self.forwarded_headers
+        ):
+            return value
+        return None
+
+    def server_tools(self, path: str, payload: dict[str, Any]) -> list[ToolUse]:
+        """What in the request ``payload`` to ``path`` (below the API version) makes the
+        provider reach the web itself (see :mod:`agent2rl.metering.provider_tools`): its
+        server tools and the URLs it hands the provider to fetch. None in a plain request."""
+        return []
+
+    def server_tool_uses(self, response: Any) -> list[ToolUse]:
+        """What an answer (a JSON response, or a stream reassembled into one) shows the
+        provider's tools did: the queries searched, the URLs fetched."""
+        return []
+
+    def refused_mode(self, path: str, payload: dict[str, Any]) -> str | None:
+        """Why the proxy refuses the request ``payload`` to ``path`` whatever the run allows
+        (a mode whose usage the proxy could not meter), or None."""
+        return None
 
     # ----------------------------------------------------------------------------------------
     # Errors

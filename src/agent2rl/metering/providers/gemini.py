@@ -8,6 +8,7 @@ from urllib.parse import unquote_plus
 
 from fastapi import Request
 
+from agent2rl.metering.provider_tools import ToolUse, is_web_url, walk_dicts
 from agent2rl.metering.providers.base import (
     SAFE_SEGMENT,
     Endpoint,
@@ -32,6 +33,23 @@ _STATUS_NAMES = {
     502: "UNAVAILABLE",
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
+}
+
+
+#: Gemini's server tools, as a ``tools`` entry names them (either spelling) -> the name
+#: recorded: Google Search (and its older retrieval form), URL context, enterprise web
+#: search and Maps grounding, each run by Google on the model's behalf.
+_SERVER_TOOLS = {
+    "google_search": "google_search",
+    "googleSearch": "google_search",
+    "google_search_retrieval": "google_search",
+    "googleSearchRetrieval": "google_search",
+    "url_context": "url_context",
+    "urlContext": "url_context",
+    "enterprise_web_search": "google_search",
+    "enterpriseWebSearch": "google_search",
+    "google_maps": "google_maps",
+    "googleMaps": "google_maps",
 }
 
 
@@ -84,6 +102,52 @@ class GeminiProvider(Provider):
         # Metered or not by its action (see route()).
         Endpoint("models/{rest:path}", ("GET", "POST"), True),
     )
+
+    # ``x-goog-api-client`` is the SDK's telemetry; ``x-goog-user-project`` (who pays) is
+    # not forwarded.
+    forwarded_headers = frozenset({"x-goog-api-client"})
+
+    def server_tools(self, path: str, payload: dict[str, Any]) -> list[ToolUse]:
+        """``tools`` entries of :data:`_SERVER_TOOLS` (``google_search``, ``url_context``...)
+        and ``fileData`` parts whose ``fileUri`` is an ``http(s)`` URL."""
+        uses: list[ToolUse] = []
+        for tool in payload.get("tools") or []:
+            if isinstance(tool, dict):
+                uses += [ToolUse(_SERVER_TOOLS[k]) for k in tool if k in _SERVER_TOOLS]
+        for part in walk_dicts(payload.get("contents")):
+            data = part.get("fileData", part.get("file_data"))
+            if isinstance(data, dict):
+                uri = data.get("fileUri", data.get("file_uri"))
+                if is_web_url(uri):
+                    uses.append(ToolUse("file_url", url=uri))
+        return uses
+
+    def server_tool_uses(self, response: Any) -> list[ToolUse]:
+        """Each candidate's ``groundingMetadata`` (``webSearchQueries``, the
+        ``groundingChunks``' ``web.uri``) and ``urlContextMetadata`` (each
+        ``retrievedUrl``); a ``:streamGenerateContent`` JSON array is read whole."""
+        uses: list[ToolUse] = []
+        answers = response if isinstance(response, list) else [response]
+        for answer in answers:
+            cands = answer.get("candidates") if isinstance(answer, dict) else None
+            for cand in cands if isinstance(cands, list) else []:
+                if not isinstance(cand, dict):
+                    continue
+                ground = cand.get("groundingMetadata") or cand.get("grounding_metadata") or {}
+                if isinstance(ground, dict):
+                    for q in ground.get("webSearchQueries") or []:
+                        if isinstance(q, str):
+                            uses.append(ToolUse("google_search", query=q))
+                    for chunk in ground.get("groundingChunks") or []:
+                        web = chunk.get("web") if isinstance(chunk, dict) else None
+                        if isinstance(web, dict) and isinstance(web.get("uri"), str):
+                            uses.append(ToolUse("google_search", url=web["uri"]))
+                context = cand.get("urlContextMetadata") or cand.get("url_context_metadata")
+                for meta in walk_dicts(context):
+                    url = meta.get("retrievedUrl", meta.get("retrieved_url"))
+                    if isinstance(url, str):
+                        uses.append(ToolUse("url_context", url=url))
+        return uses
 
     def allowed_endpoints(self) -> list[str]:
         """The listing, one model, and each action of :data:`GEMINI_ACTIONS`."""

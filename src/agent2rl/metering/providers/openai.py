@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from agent2rl.metering.provider_tools import ToolUse, is_web_url, walk_dicts
 from agent2rl.metering.providers.base import Endpoint, Provider, requested_count
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, token_count
+
+# Chat Completions models that search the web whatever the request says
+# (gpt-4o-search-preview, gpt-5-search-api).
+_SEARCH_MODEL = re.compile(r"-search-(preview|api)\b")
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class OpenAIProvider(Provider):
@@ -28,6 +38,85 @@ class OpenAIProvider(Provider):
         Endpoint("models", ("GET",), False),
         Endpoint("models/{rest:path}", ("GET",), False),
     )
+    # ``openai-beta`` (``responses=experimental``) and Codex CLI's session headers are
+    # harmless; ``openai-organization`` and ``openai-project`` (which account pays) are not
+    # forwarded.
+    forwarded_headers = frozenset(
+        {"openai-beta", "originator", "session_id", "conversation_id", "version"}
+    )
+
+    def server_tools(self, path: str, payload: dict[str, Any]) -> list[ToolUse]:
+        """Responses ``tools`` of type ``web_search*`` (``web_search_preview``...) or
+        ``mcp``; Chat Completions' ``web_search_options`` and search models; input items
+        ``input_file`` with a ``file_url`` and images given by ``http(s)`` URL (the provider
+        fetches them)."""
+        uses: list[ToolUse] = []
+        for tool in payload.get("tools") or []:
+            kind = _text(tool.get("type")) if isinstance(tool, dict) else None
+            if kind is None:
+                continue
+            if kind.startswith("web_search"):
+                uses.append(ToolUse("web_search"))
+            elif kind == "mcp":
+                where = _text(tool.get("server_url")) or _text(tool.get("connector_id"))
+                uses.append(ToolUse("mcp", url=where))
+        if "web_search_options" in payload:
+            uses.append(ToolUse("web_search"))
+        model = _text(payload.get("model")) or ""
+        if path == "chat/completions" and _SEARCH_MODEL.search(model):
+            uses.append(ToolUse("web_search", query=f"model {model}"))
+        for part in walk_dicts([payload.get("input"), payload.get("messages")]):
+            kind = part.get("type")
+            if kind == "input_file" and part.get("file_url") is not None:
+                uses.append(ToolUse("file_url", url=_text(part.get("file_url"))))
+            elif kind == "file" and isinstance(part.get("file"), dict):
+                if part["file"].get("file_url") is not None:
+                    uses.append(ToolUse("file_url", url=_text(part["file"]["file_url"])))
+            elif kind == "input_image" and is_web_url(part.get("image_url")):
+                uses.append(ToolUse("image_url", url=part["image_url"]))
+            elif kind == "image_url" and isinstance(part.get("image_url"), dict):
+                if is_web_url(part["image_url"].get("url")):
+                    uses.append(ToolUse("image_url", url=part["image_url"]["url"]))
+        return uses
+
+    def server_tool_uses(self, response: Any) -> list[ToolUse]:
+        """Responses output items ``web_search_call`` (its action's ``query``/``queries``
+        or ``url``) and ``mcp_call``; Chat Completions' ``url_citation`` annotations."""
+        if not isinstance(response, dict):
+            return []
+        uses: list[ToolUse] = []
+        for item in response.get("output") or []:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "web_search_call":
+                action = item.get("action") if isinstance(item.get("action"), dict) else {}
+                queries = [action.get("query"), *(action.get("queries") or [])]
+                found = [ToolUse("web_search", query=q) for q in dict.fromkeys(queries) if q]
+                if _text(action.get("url")):
+                    found.append(ToolUse("web_search", url=action["url"]))
+                uses += found or [ToolUse("web_search")]
+            elif item.get("type") == "mcp_call":
+                uses.append(ToolUse("mcp", query=f"{item.get('server_label')}:{item.get('name')}"))
+        for choice in response.get("choices") or []:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            notes = message.get("annotations") if isinstance(message, dict) else None
+            for note in notes if isinstance(notes, list) else []:
+                cite = note.get("url_citation") if isinstance(note, dict) else None
+                if isinstance(cite, dict) and _text(cite.get("url")):
+                    uses.append(ToolUse("web_search", url=cite["url"]))
+        return uses
+
+    def refused_mode(self, path: str, payload: dict[str, Any]) -> str | None:
+        """A Responses request with ``background: true`` answers at once with no usage (the
+        work is done later, and its usage is known only to a later ``GET
+        /responses/{id}``, which the proxy does not relay): the budget could not count it."""
+        if path == "responses" and payload.get("background") not in (None, False):
+            return (
+                "background responses are refused by the agent2rl metering proxy: their "
+                "answer and its token usage come later, out of the run's token budget. Send "
+                "the request without background (stream it for a long answer)"
+            )
+        return None
 
     def normalize(self, usage: dict[str, Any]) -> TokenCounts:
         """Chat Completions (``prompt_tokens``, ``completion_tokens``,
@@ -108,6 +197,7 @@ class OpenAIProvider(Provider):
         kind, code = {
             400: ("invalid_request_error", "invalid_path"),
             401: ("invalid_request_error", "invalid_api_key"),
+            403: ("invalid_request_error", "permission_denied"),
             404: ("invalid_request_error", "not_found"),
             413: ("invalid_request_error", "request_too_large"),
             429: ("insufficient_quota", "insufficient_quota"),
