@@ -97,6 +97,7 @@ from agent2rl.sandbox import (
     bwrap_argv,
     bwrap_available,
     confine,
+    file_digests,
     hand_over,
     identity_files,
     machine_caps,
@@ -649,7 +650,8 @@ def _confine(
             lambda service: service.stop(),
         )
         # The package index and the model hub, by name: logged, the task's deny list refused.
-        deny = DenyList(ctx.task.denied_packages, ctx.task.denied_hub_repos)
+        hashes = [h for f in ctx.task.denied_files() if f.is_file() for h in file_digests(f)]
+        deny = DenyList(ctx.task.denied_packages, ctx.task.denied_hub_repos, tuple(hashes))
         ctx.names = services.launch(
             "package index and model hub proxies",
             lambda: start_name_proxies(paths.record, paths.sandbox, deny),

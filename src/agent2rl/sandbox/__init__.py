@@ -40,7 +40,12 @@ from agent2rl.sandbox.programs import ExecLimits, ExecResult, isolation, run_pro
 
 if TYPE_CHECKING:
     from agent2rl.sandbox.egress import DEFAULT_ALLOWLIST, Allowlist, start_egress_proxy
-    from agent2rl.sandbox.name_proxy import DenyList, NameProxies, start_name_proxies
+    from agent2rl.sandbox.name_proxy import (
+        DenyList,
+        NameProxies,
+        file_digests,
+        start_name_proxies,
+    )
     from agent2rl.sandbox.network import (
         ServiceBridge,
         confine,
@@ -56,6 +61,7 @@ _LAZY = {
     "start_egress_proxy": "egress",
     "DenyList": "name_proxy",
     "NameProxies": "name_proxy",
+    "file_digests": "name_proxy",
     "start_name_proxies": "name_proxy",
     "ServiceBridge": "network",
     "confine": "network",
@@ -90,6 +96,7 @@ __all__ = [
     "bwrap_argv",
     "bwrap_available",
     "confine",
+    "file_digests",
     "gpu_devices",
     "hand_over",
     "identity_files",

