@@ -141,6 +141,13 @@ def run(
     token_budget: int | None = typer.Option(
         None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
     ),
+    allow_provider_tools: bool = typer.Option(
+        False,
+        "--allow-provider-tools",
+        help="Let the driver LLM's provider-side tools (web search, URL fetch, MCP) through "
+        "the metering proxy, each use recorded; refused by default (they reach the web past "
+        "the run's deny lists). The run's identity records it.",
+    ),
     protocol: str = typer.Option(
         "auto",
         "--protocol",
@@ -208,6 +215,7 @@ def run(
         mode=mode,
         instructions=instructions,
         token_budget=token_budget,
+        allow_provider_tools=allow_provider_tools,
         memory=parse_size(memory) if memory else None,
         max_pids=max_procs,
         disk_quota=parse_size(disk_quota) if disk_quota else None,

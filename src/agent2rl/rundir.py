@@ -106,6 +106,11 @@ class RunIdentity(BaseModel):
     mode: str | None = None
     model: str
     feedback: str = "private"
+    provider_tools: bool = False
+    """The LLM provider's own tools (web search, URL fetches) were allowed through the
+    metering proxy (``--allow-provider-tools``, or an agent spec that turns them on): such a
+    run's agent could reach the web past the deny lists, each use recorded in
+    ``record/provider_tools.jsonl``. False in a record written before it existed."""
 
     @classmethod
     def of(cls, record: Any) -> RunIdentity:
@@ -269,6 +274,8 @@ class RunInfo:
     harness: dict[str, Any] | None = None
     #: the grading protocol: ``private`` (the paper's) or ``validation`` (agent2rl.grading.final)
     feedback: str = "private"
+    #: the LLM provider's own tools were allowed (see RunIdentity.provider_tools)
+    provider_tools: bool = False
     schema_version: int = RUN_SCHEMA_VERSION
 
     def identity(self) -> RunIdentity:

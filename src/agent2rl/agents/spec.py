@@ -35,6 +35,12 @@ it speaks and how its driver model, base URL and key are passed — all as data:
 checked (PEP 440 specifiers; ``""``: none declared). ``agent2rl agents doctor`` warns when
 the installed version is outside it; a run still starts (a newer CLI may well work).
 
+An agent that turns on its provider's own tools (web search, URL fetches run by the
+provider, past the run's deny lists) says so; its runs then allow them through the metering
+proxy, each use recorded, and the run's identity says so (``provider_tools``)::
+
+    provider_tools = true
+
 A spec not yet shown to complete a real run here says so, and why; ``agent2rl agents`` shows
 the note instead of "yes" and ``agent2rl run`` warns (but still runs it)::
 
@@ -125,6 +131,9 @@ class AgentSpec:
     config_files: dict[str, str] = field(default_factory=dict)
     experimental: bool = False
     experimental_note: str = ""
+    #: the agent turns on its provider's own tools (web search, URL fetches): its runs allow
+    #: them through the metering proxy, recorded (agent2rl.metering.provider_tools)
+    provider_tools: bool = False
 
     @property
     def uses_llm(self) -> bool:
@@ -204,6 +213,7 @@ def load_spec(path: Path) -> AgentSpec:
         config_files=_str_table(path, data, "config_files"),
         experimental=_experimental(path, data),
         experimental_note=str(data.get("experimental_note", "")).strip(),
+        provider_tools=_flag(path, data, "provider_tools"),
     )
     _validate(path, spec)
     return spec
@@ -274,6 +284,14 @@ def _experimental(path: Path, data: dict) -> bool:
         )
     if not isinstance(data.get("experimental_note", ""), str):
         raise UserError(f"agent spec {path}: experimental_note must be a string")
+    return flag
+
+
+def _flag(path: Path, data: dict, key: str) -> bool:
+    """A TOML boolean key (default false); anything else is a :class:`UserError`."""
+    flag = data.get(key, False)
+    if not isinstance(flag, bool):
+        raise UserError(f"agent spec {path}: {key} must be true or false, not {flag!r}")
     return flag
 
 

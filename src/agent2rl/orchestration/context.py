@@ -60,6 +60,10 @@ class RunRequest:
     #: the agent's instructions.md: neutral, or reference (agent2rl.workspace.instructions)
     instructions: str = "neutral"
     token_budget: int | None = None
+    #: let the LLM provider's own tools (web search, URL fetches) through the metering proxy,
+    #: each use recorded (``--allow-provider-tools``; an agent spec with ``provider_tools``
+    #: turns it on too)
+    allow_provider_tools: bool = False
     memory: int | None = None
     max_pids: int | None = None
     disk_quota: int | None = None

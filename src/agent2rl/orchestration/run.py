@@ -215,6 +215,7 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
         driver=llm.driver.name if llm else None,
         mode=req.mode if llm else None,
         token_budget=req.token_budget if llm else None,
+        provider_tools=bool(llm) and (req.allow_provider_tools or spec.provider_tools),
         model_path=str(model.path),
         task_options=task.opts,
         backend=backend.to_dict(),
@@ -406,6 +407,8 @@ def _resolve_llm(req: RunRequest, spec: AgentSpec) -> LlmAccess | None:
     if not spec.uses_llm:
         if req.driver or req.driver_base_url:
             raise UserError(f"agent {spec.name} uses no LLM: drop --driver")
+        if req.allow_provider_tools:
+            raise UserError(f"agent {spec.name} uses no LLM: drop --allow-provider-tools")
         return None
     driver = driver_for(spec, req.driver, req.driver_base_url)
     return LlmAccess(driver, real_key(driver))
@@ -473,6 +476,9 @@ def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
         max_total_tokens=ctx.req.token_budget,
         allowed_models=(llm.driver.model,),
         denied_prompts=ctx.task.denied_llm_prompts(),
+        # Web search and URL fetches run by the provider pass the run's deny lists: off
+        # unless the run allows them (and then recorded).
+        allow_provider_tools=ctx.info.provider_tools,
     )
 
 

@@ -72,6 +72,9 @@ class ResultsRow(TypedDict):
     graded on the private split at the end, selected on validation scores."""
     validation_score: float | None
     """``validation`` runs: that submission's validation-split score (NULL otherwise)."""
+    provider_tools: int | None
+    """1: the LLM provider's own tools (web search, URL fetches) were allowed; 0: refused;
+    NULL in a row recorded before it existed."""
 
 
 _SQL_TYPES = {str: "TEXT", int: "INTEGER", float: "REAL"}
@@ -113,6 +116,7 @@ ADDED_COLUMNS = {
         "contaminated_items",
         "feedback",
         "validation_score",
+        "provider_tools",
     )
 }
 
