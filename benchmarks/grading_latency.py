@@ -5,6 +5,7 @@ it replaced, side by side in one run, on the same submission and games.
         [--tasks alfworld-lite webshop-lite deepsearch-lite] [--model tiny] [--repeats 1]
         [--old-rev becbe44] [--limit N] [--out docs/figures/data/grading_latency.json]
         [--submissions 2] [--cold-warm-out docs/figures/data/grading_cold_warm.json]
+        [--backends auto | transformers vllm]
 
 ``--part solvers`` (the default with ``--out``):
 For each task, the submission (the tiny model by default) grades the private split once per
@@ -192,13 +193,18 @@ def cpu_seconds(live: Sequence[int] = ()) -> float:
     return total
 
 
-def build_run(root: Path, task_name: str, n: int, model_spec: str) -> tuple[Any, Any, list[str]]:
+def build_run(
+    root: Path, task_name: str, n: int, model_spec: str, backend: str = "auto"
+) -> tuple[Any, Any, list[str]]:
     """A run directory as the orchestrator makes one
     (:func:`agent2rl.orchestration.scratch_run.make_run`) on the base model ``model_spec``
     (``tiny`` or a local directory), with ``n`` perturbed copies of it in its workspace's
-    output/ (the same ``n`` for every run: seeded)."""
+    output/ (the same ``n`` for every run: seeded), graded with ``backend`` (float32, as the
+    lite track grades on a CPU)."""
+    from agent2rl.inference.backend import BackendConfig
     from agent2rl.models import resolve_model
     from agent2rl.orchestration.scratch_run import make_run, perturbed_copy
+    from agent2rl.rundir import RunInfo
     from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
 
@@ -207,6 +213,10 @@ def build_run(root: Path, task_name: str, n: int, model_spec: str) -> tuple[Any,
     task = get_task(task_name)
     prepared = prepare_task(task, settings.task_store)
     paths = make_run(root, task, prepared, model, budget_s=3600.0, agent="benchmark")
+    if backend != "auto":
+        info = RunInfo.load(paths)
+        info.backend = BackendConfig(kind=backend, dtype="float32").to_dict()
+        info.save(paths)
     rels = []
     for i in range(n):
         perturbed_copy(model.path, paths.output / f"s{i}", seed=100 + i)
@@ -215,7 +225,12 @@ def build_run(root: Path, task_name: str, n: int, model_spec: str) -> tuple[Any,
 
 
 def grade_all(
-    task_name: str, grader: str, n: int, work: Path, model_spec: str = "tiny"
+    task_name: str,
+    grader: str,
+    n: int,
+    work: Path,
+    model_spec: str = "tiny",
+    backend: str = "auto",
 ) -> dict[str, Any]:
     import httpx
 
@@ -223,7 +238,8 @@ def grade_all(
     from agent2rl.grading.ledger import Ledger
     from agent2rl.grading.service import start_service
 
-    paths, model, rels = build_run(work / f"{task_name}-{grader}", task_name, n, model_spec)
+    root = work / f"{task_name}-{backend}-{grader}"
+    paths, model, rels = build_run(root, task_name, n, model_spec, backend)
     weights = (model.path / "model.safetensors").stat().st_size
     token = secrets.token_urlsafe(16)
     handle = start_service(
@@ -283,6 +299,13 @@ def main() -> int:
     ap.add_argument(
         "--cold-warm-out", type=Path, default=Path("docs/figures/data/grading_cold_warm.json")
     )
+    ap.add_argument(
+        "--backends",
+        nargs="+",
+        default=["auto"],
+        choices=("auto", "transformers", "vllm"),
+        help="cold-warm: grade with each in turn (vllm: run this with .venv-vllm's python)",
+    )
     args = ap.parse_args()
     if args.part != "solvers" and args.submissions < 2:
         ap.error("--submissions must be at least 2 (the first warm one starts the worker)")
@@ -298,7 +321,7 @@ def main() -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.part in ("cold-warm", "all"):
         tasks = args.tasks if "--tasks" in sys.argv else list(COLD_WARM_TASKS)
-        cold_warm(tasks, args.submissions, args.cold_warm_out, args.model)
+        cold_warm(tasks, args.submissions, args.cold_warm_out, args.model, args.backends)
     if args.part == "cold-warm":
         return 0
     return solvers(args, command)
@@ -486,54 +509,104 @@ def grader_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def cold_warm(tasks: list[str], submissions: int, out_path: Path, model_spec: str = "tiny") -> None:
-    """``--part cold-warm`` (the module docstring): cold then warm per task. The JSON is
-    rewritten after each grader of each task, and with the task's ``error`` when one fails
-    or the run is interrupted, so that a run stopped part-way keeps what it measured."""
+def cold_warm(
+    tasks: list[str],
+    submissions: int,
+    out_path: Path,
+    model_spec: str = "tiny",
+    backends: Sequence[str] = ("auto",),
+) -> None:
+    """``--part cold-warm`` (the module docstring): cold then warm per task, for each of
+    ``backends`` in turn. The JSON is rewritten after each grader of each task, and with the
+    task's ``error`` when one fails or the run is interrupted, so that a run stopped part-way
+    keeps what it measured. With two backends each task also gets their warm graders
+    compared (``warm_wall_ratio``: the first backend's median over the second's, and whether
+    their per-item results are identical)."""
     work = Path(tempfile.mkdtemp(prefix="grading-cold-warm-"))
     print(machine(), flush=True)
     results: dict[str, Any] = {}
 
     def write() -> None:
-        data = {"model": model_spec, "submissions": submissions, "results": results}
+        data = {
+            "model": model_spec,
+            "submissions": submissions,
+            "backends": list(backends),
+            "results": results,
+        }
         write_figures(out_path, data)
 
     try:
         for task in tasks:
-            load_before = os.getloadavg()
-            out: dict[str, Any] = {"load_average_before": load_before}
-            results[task] = out
-            rows: dict[str, list[dict[str, Any]]] = {}
-            try:
-                for grader in ("cold", "warm"):
-                    rows[grader] = grade_all(task, grader, submissions, work, model_spec)["rows"]
-                    out[grader] = grader_summary(rows[grader])
-                    write()
-            except (Exception, KeyboardInterrupt) as err:  # one task's failure ends its row
-                out["error"] = f"{type(err).__name__}: {err}"[:500]
+            warm_rows: dict[str, list[dict[str, Any]]] = {}
+            for backend in backends:
+                key = task if list(backends) == ["auto"] else f"{task}/{backend}"
+                out = cold_warm_task(
+                    task, backend, submissions, work, model_spec, write, results, key
+                )
+                if out is not None:
+                    warm_rows[backend] = out
+            if len(warm_rows) == 2:
+                (a, ra), (b, rb) = warm_rows.items()
+                wa = med([r["wall_s"] for r in ra[1:]])
+                wb = med([r["wall_s"] for r in rb[1:]])
+                pairs = list(zip(ra, rb, strict=True))
+                results[f"{task}/warm {a} over {b}"] = {
+                    "warm_wall_ratio": wa / wb if wa and wb else None,
+                    "identical_items": [
+                        x["items"] == y["items"] for x, y in zip(ra, rb, strict=True)
+                    ],
+                    "same_scores": [x["score"] == y["score"] for x, y in zip(ra, rb, strict=True)],
+                }
                 write()
-                print(f"{task}: failed: {out['error']}", flush=True)
-                if isinstance(err, KeyboardInterrupt):
-                    raise
-                continue
-            same = [
-                c["items"] == w["items"] for c, w in zip(rows["cold"], rows["warm"], strict=True)
-            ]
-            out["identical_items"] = all(same)
-            out["load_average_after"] = os.getloadavg()
-            c, w = out["cold"]["median_overhead_s"], out["warm"]["median_overhead_s"]
-            out["overhead_ratio_cold_over_warm"] = c / w if c and w else None
-            cw, ww = out["cold"]["median_wall_s"], out["warm"]["median_wall_s"]
-            out["wall_ratio_cold_over_warm"] = cw / ww if cw and ww else None
-            write()
-            print(
-                f"{task}: overhead cold {c:.2f}s, warm {w:.2f}s (x{c / w:.1f}); submit-to-score "
-                f"cold {cw:.2f}s, warm {ww:.2f}s; identical per-item results: {all(same)}; "
-                f"load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}; wrote {out_path}",
-                flush=True,
-            )
+                print(f"{task}: warm {a} {wa:.2f}s against warm {b} {wb:.2f}s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def cold_warm_task(
+    task: str,
+    backend: str,
+    submissions: int,
+    work: Path,
+    model_spec: str,
+    write: Any,
+    results: dict[str, Any],
+    key: str,
+) -> list[dict[str, Any]] | None:
+    """One task's cold and warm graders on ``backend`` into ``results[key]``; returns the
+    warm grader's rows (None when it failed)."""
+    load_before = os.getloadavg()
+    out: dict[str, Any] = {"load_average_before": load_before, "backend": backend}
+    results[key] = out
+    rows: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for grader in ("cold", "warm"):
+            graded = grade_all(task, grader, submissions, work, model_spec, backend)
+            rows[grader] = graded["rows"]
+            out[grader] = grader_summary(rows[grader])
+            write()
+    except (Exception, KeyboardInterrupt) as err:  # one task's failure ends its row
+        out["error"] = f"{type(err).__name__}: {err}"[:500]
+        write()
+        print(f"{key}: failed: {out['error']}", flush=True)
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        return None
+    same = [c["items"] == w["items"] for c, w in zip(rows["cold"], rows["warm"], strict=True)]
+    out["identical_items"] = all(same)
+    out["load_average_after"] = os.getloadavg()
+    c, w = out["cold"]["median_overhead_s"], out["warm"]["median_overhead_s"]
+    out["overhead_ratio_cold_over_warm"] = c / w if c and w else None
+    cw, ww = out["cold"]["median_wall_s"], out["warm"]["median_wall_s"]
+    out["wall_ratio_cold_over_warm"] = cw / ww if cw and ww else None
+    write()
+    print(
+        f"{key}: overhead cold {c:.2f}s, warm {w:.2f}s (x{c / w:.1f}); submit-to-score "
+        f"cold {cw:.2f}s, warm {ww:.2f}s; identical per-item results: {all(same)}; "
+        f"load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    return rows["warm"]
 
 
 if __name__ == "__main__":
