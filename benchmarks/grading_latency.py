@@ -540,11 +540,11 @@ def cold_warm(
             warm_rows: dict[str, list[dict[str, Any]]] = {}
             for backend in backends:
                 key = task if list(backends) == ["auto"] else f"{task}/{backend}"
-                out = cold_warm_task(
+                warm = cold_warm_task(
                     task, backend, submissions, work, model_spec, write, results, key
                 )
-                if out is not None:
-                    warm_rows[backend] = out
+                if warm is not None:
+                    warm_rows[backend] = warm
             if len(warm_rows) == 2:
                 (a, ra), (b, rb) = warm_rows.items()
                 wa = med([r["wall_s"] for r in ra[1:]])
@@ -552,10 +552,8 @@ def cold_warm(
                 pairs = list(zip(ra, rb, strict=True))
                 results[f"{task}/warm {a} over {b}"] = {
                     "warm_wall_ratio": wa / wb if wa and wb else None,
-                    "identical_items": [
-                        x["items"] == y["items"] for x, y in zip(ra, rb, strict=True)
-                    ],
-                    "same_scores": [x["score"] == y["score"] for x, y in zip(ra, rb, strict=True)],
+                    "identical_items": [x["items"] == y["items"] for x, y in pairs],
+                    "same_scores": [x["score"] == y["score"] for x, y in pairs],
                 }
                 write()
                 print(f"{task}: warm {a} {wa:.2f}s against warm {b} {wb:.2f}s", flush=True)
