@@ -179,7 +179,7 @@ def _settled(proxy: MeteringProxy, n: int) -> list[dict[str, Any]]:
 # Provider-side tools
 
 
-@pytest.mark.parametrize("case", list(SERVER_TOOLS))
+@pytest.mark.parametrize("case", list(SERVER_TOOLS), ids=lambda c: c.replace(" ", "-"))
 def test_provider_tools_are_refused_by_default(
     case: str, fake: FakeProvider, proxy: MeteringProxy
 ) -> None:
