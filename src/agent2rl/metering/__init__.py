@@ -51,6 +51,28 @@ else billed to the run. Listing models and counting tokens are not model calls a
 to its judge model (AlpacaEval's template to ``gpt-4-1106-preview``), for a run whose driver is
 that model; a paraphrase of the template is not caught.
 
+Provider-side tools (:mod:`agent2rl.metering.provider_tools`): a metered request carrying a
+tool the provider runs itself — Anthropic ``web_search``/``web_fetch``, ``mcp_servers``,
+``url`` content sources; OpenAI ``web_search*``, ``mcp``, ``input_file`` ``file_url``, image
+URLs, ``web_search_options`` and search models; Gemini ``google_search``/``url_context`` (every
+spelling) and ``fileData`` URLs — is a provider-shaped 403 naming ``--allow-provider-tools``,
+never sent upstream, unless ``ProxyConfig.allow_provider_tools`` (``--allow-provider-tools``).
+Each use, refused or relayed, is a line of ``provider_tools.jsonl`` beside the usage file:
+the tools and URLs the request declared, and the queries and URLs its answer (streamed or
+not) shows the provider searched or fetched.
+
+Request headers pass upstream from an allowlist (``Provider.forward_header``): the body's
+type, ``accept``, ``user-agent``, ``idempotency-key``, ``x-stainless-*``, and per API
+``openai-beta`` and Codex's session headers, ``anthropic-version``, ``x-app`` and
+``anthropic-beta`` filtered to the betas of ``ANTHROPIC_BETAS`` (Claude Code's; none that
+turns on a server tool, MCP, files or OAuth), ``x-goog-api-client``. Everything else —
+``openai-organization``, ``openai-project``, ``x-goog-user-project``, cookies, credentials —
+is dropped.
+
+Modes the budget could not meter are refused (``Provider.refused_mode``): an OpenAI
+Responses request with ``background: true`` (answered at once without usage, its work and
+usage read later by ``GET /responses/{id}``, which is not relayed) is a 400.
+
 Request bodies above 16 MiB (``ProxyConfig.max_body_bytes``) get a provider-shaped 413,
 refused unread when ``Content-Length`` says so, else as soon as the body passes the limit.
 
@@ -100,10 +122,11 @@ when it asked for more). The used tokens start from the usage file, so a restart
 keeps counting.
 
 Unreported usage. A metered request the provider may have billed without saying how much is
-charged its reservation, with ``estimated: true`` in its line: a stream that ends before its
-final usage (cut by the upstream, by the network, or by the client hanging up — otherwise an
-agent could cut every stream just before its usage event to use tokens for free), or a
-response that timed out or broke off after the request went out. What the provider did
+charged its reservation, with ``estimated: true`` in its line, never 0: a 2xx answer without
+usage (a server that reports none), a stream that ends without its final usage (cut by the
+upstream, by the network, or by the client hanging up — otherwise an agent could cut every
+stream just before its usage event to use tokens for free — or ended by an API that sent
+none), or a response that timed out or broke off after the request went out. What the provider did
 report counts (Anthropic reports the prompt as the stream starts); the reservation fills in
 the rest: the prompt estimate, and all the reserved output, since the provider may have
 generated it after the proxy stopped reading.
@@ -134,6 +157,8 @@ The package, one noun a module (each readable alone)::
     providers/     one class per provider API (openai.py, anthropic.py, gemini.py on the
                    Provider base in base.py) and the PROVIDERS registry: routes, keys,
                    usage normalisation, response and stream usage, error shapes
+    provider_tools.py  ToolUse, the provider-tool log (provider_tools_path, append_tool_uses,
+                   read_tool_uses) and the refusal's message
     stream.py      SSE splitting and relay, the same for every provider
     proxy.py       the FastAPI relay app: ProxyConfig, create_app
     process.py     the proxy process: start_metering_proxy, its MeteringProxy handle, main
