@@ -341,7 +341,7 @@ METRICS_KEYS = {
     "methods",
     "mode_flags", "not_derived_submissions", "chat_template_submissions", "contamination",
     "integrity_flags", "feedback", "validation_baseline", "selected_validation_score",
-    "selected_by", "final_grade_status", "final_grade_note",
+    "selected_by", "final_grade_status", "final_grade_note", "provider_tools",
 }  # fmt: skip
 TRAJECTORY_KEYS = {
     "id", "t", "score", "best_so_far", "status", "is_copy", "duplicate_of", "error", "path",
