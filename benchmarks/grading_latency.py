@@ -493,11 +493,12 @@ TIMING_KEYS = (
 
 def grader_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One grader's figures for a task: its first submission's on their own, medians over
-    the later ones (the first warm one also starts the worker)."""
+    the later ones (the first warm one also starts the worker), and those samples."""
     later = rows[1:]
     t = [r["timings"] for r in later]
     return {
         "first": {k: rows[0][k] for k in ("wall_s", "overhead_s", "timings")},
+        "wall_s": [r["wall_s"] for r in later],
         "median_wall_s": med([r["wall_s"] for r in later]),
         "median_overhead_s": med([r["overhead_s"] for r in later]),
         "median": {
@@ -531,6 +532,7 @@ def cold_warm(
             "model": model_spec,
             "submissions": submissions,
             "backends": list(backends),
+            "summary": cold_warm_summary(results),
             "results": results,
         }
         write_figures(out_path, data)
@@ -559,6 +561,31 @@ def cold_warm(
                 print(f"{task}: warm {a} {wa:.2f}s against warm {b} {wb:.2f}s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def cold_warm_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flat record per task (and backend) that finished: the medians of submit-to-score
+    and overhead over the submissions after the first (their samples beside them), the
+    ratios and whether the graders' per-item results were identical; for the docs' tables."""
+    out = []
+    for key, r in results.items():
+        if "cold" not in r or "warm" not in r:
+            continue
+        out.append(
+            {
+                "task": key,
+                "cold_wall_s": r["cold"]["median_wall_s"],
+                "warm_wall_s": r["warm"]["median_wall_s"],
+                "cold_overhead_s": r["cold"]["median_overhead_s"],
+                "warm_overhead_s": r["warm"]["median_overhead_s"],
+                "wall_ratio": r.get("wall_ratio_cold_over_warm"),
+                "overhead_ratio": r.get("overhead_ratio_cold_over_warm"),
+                "warm_first_wall_s": r["warm"]["first"]["wall_s"],
+                "samples": len(r["warm"]["scores"]) - 1,
+                "identical_items": r.get("identical_items"),
+            }
+        )
+    return out
 
 
 def cold_warm_task(
