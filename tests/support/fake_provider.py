@@ -98,7 +98,8 @@ class Turn:
     ``web_searches``: queries the provider's own web search ran for this turn, shown in the
     API's shape before the reply (a Responses ``web_search_call`` item, an Anthropic
     ``server_tool_use`` block, Gemini ``groundingMetadata.webSearchQueries``). ``no_usage``:
-    a non-streamed answer without its usage object (a server that reports none).
+    an answer without its usage object (a server that reports none): non-streamed on every
+    API, and a Responses stream whose ``response.completed`` has ``usage: null``.
 
     ``top_logprobs``: the first token's candidates as ``[token, logprob]`` pairs (or a
     ``{token: logprob}`` table), most likely first; served as Chat Completions ``logprobs``
@@ -457,6 +458,8 @@ class _Engine:
             "tool_choice": "auto",
             "tools": body.get("tools") or [],
         }
+        if turn.no_usage:  # a stream too: response.completed without usage
+            full["usage"] = None
         if not stream:
             return usage, full
         seq = iter(range(10**9))

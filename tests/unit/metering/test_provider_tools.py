@@ -349,7 +349,7 @@ def test_a_success_without_usage_is_charged_its_reservation(
 ) -> None:
     proxy = _start(tmp_path, fake, max_total_tokens=1_000_000)
     try:
-        fake.load([Turn(text="done", no_usage=True)] * 3)
+        fake.load([Turn(text="done", no_usage=True)] * 4)
         bodies = [
             (CHAT, {"model": GPT, "messages": HI, "max_tokens": 300}),
             (MESSAGES, _anthropic()),
@@ -367,8 +367,19 @@ def test_a_success_without_usage_is_charged_its_reservation(
             assert resp.status_code == 200 and "usage" not in resp.json()
             out = body.get("max_tokens") or body.get("generationConfig", {}).get("maxOutputTokens")
             expected += estimate_request(raw, out).total
-        assert [s.usage for s in fake.served] == [None] * 3
-        recs = read_usage(proxy.usage_file)
+        # A stream that ends cleanly but reports no usage costs its reservation too.
+        raw = json.dumps({"model": GPT, "input": "hi", "stream": True}).encode()
+        with httpx.stream(
+            "POST",
+            f"{proxy.url}/{RESPONSES[0]}",
+            content=raw,
+            headers={**OAI, "content-type": "application/json"},
+            timeout=30,
+        ) as stream:
+            assert stream.status_code == 200 and b"response.completed" in stream.read()
+        expected += estimate_request(raw, None).total
+        assert [s.usage for s in fake.served[:3]] == [None] * 3
+        recs = _settled(proxy, 4)
         assert all(r["estimated"] is True for r in recs), recs
         assert sum(r["input_tokens"] + r["output_tokens"] for r in recs) == expected
         assert _healthz(proxy)["used_tokens"] == expected > 0
