@@ -325,15 +325,20 @@ def item_seed(seed: int | None, prompt: str) -> int:
 
 
 def strip_reasoning(text: str, start: str = "<think>", end: str = "</think>") -> str:
-    """``text`` without its reasoning, as OpenCompass's ``extract-non-reasoning-content``:
-    only an end tag -> what follows its last occurrence; else every ``<think>...</think>``
-    removed, and an unclosed ``<think>`` drops the rest; whitespace stripped at both ends."""
+    """``text`` without its reasoning, exactly as OpenCompass 0.5.1's
+    ``extract-non-reasoning-content`` (``opencompass/utils/text_postprocessors.py`` 278-286,
+    the post-processor the reference's OpenCompass template applies):
+
+    - only an end tag -> what follows its last occurrence;
+    - else every complete ``<think>...</think>`` is removed;
+    - an unclosed ``<think>`` is **kept with the text after it** (the tag included): reasoning
+      cut off by the output limit stays in the prediction, so GSM8K still takes its last
+      number from it (agent2rl's protocol never strips, so it has no rule of its own here);
+    - whitespace stripped at both ends.
+    """
     if start not in text and end in text:
         return text.split(end)[-1].strip()
-    cleaned = re.sub(re.escape(start) + r".*?" + re.escape(end), "", text, flags=re.DOTALL)
-    if start in cleaned and end not in cleaned:
-        cleaned = cleaned.split(start)[0]
-    return cleaned.strip()
+    return re.sub(re.escape(start) + r"(.*?)" + re.escape(end), "", text, flags=re.DOTALL).strip()
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from agent2rl.inference.decoding import (
     table_name,
 )
 from agent2rl.inference.vllm_backend import sampling_kwargs
+from agent2rl.scoring.opencompass import extract_non_reasoning_content, gsm8k_postprocess
 
 #: RD-Agent ``rdagent/components/benchmark/configs/models.yaml`` (commit 471eb30d), copied
 #: field by field: a change to the table in decoding.py must be a deliberate one.
@@ -139,12 +140,34 @@ def test_reference_tasks_outside_opencompass_stay_greedy(task: str) -> None:
         ("<think>a\nb</think>\n\nThe answer is 4", "The answer is 4"),
         ("half a thought</think> 12", "12"),  # only the end tag: what follows it
         ("x <think>a</think> y <think>b</think> z", "x  y  z"),
-        ("answer <think>never closed", "answer"),
+        # an unclosed <think> is kept, its text too (OpenCompass 0.5.1's regex matches only
+        # complete pairs): cut-off reasoning stays in the prediction
+        ("answer <think>never closed", "answer <think>never closed"),
+        ("<think>so 3+4 = 7, then", "<think>so 3+4 = 7, then"),
+        ("<think>a</think> b <think>cut 9", "b <think>cut 9"),
         ("  plain  ", "plain"),
+        # the examples of OpenCompass 0.5.1's own docstring (text_postprocessors.py)
+        ("This is a test.</think> How are you?", "How are you?"),
+        ("Start<think>reasoning here</think> End", "Start End"),
     ],
 )
 def test_strip_reasoning_as_opencompass(text: str, out: str) -> None:
     assert strip_reasoning(text) == out
+    # the scorer's own copy of the rule agrees (the backend's strip and the scorer's)
+    assert extract_non_reasoning_content(text) == out
+
+
+def test_cut_off_reasoning_still_gives_gsm8k_its_last_number() -> None:
+    """Issue #39 item 1: with thinking on and a 512-token limit the reasoning is often cut
+    off; the reference's post-processor keeps it, so the last number is still there."""
+    dec = decoding_for("gsm8k", "Qwen/Qwen3-8B")
+    out = finish(
+        "<think>Janet has 16 eggs, eats 3, bakes 4: 16-3-4 = 9, sells at $2: 18",
+        GenerationSettings(),
+        dec,
+    )
+    assert out.endswith("= 9, sells at $2: 18")
+    assert gsm8k_postprocess(extract_non_reasoning_content(out)) == "18"
 
 
 def test_finish_strips_reasoning_only_where_a_tag_is() -> None:
