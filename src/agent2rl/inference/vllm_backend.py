@@ -134,9 +134,10 @@ class VllmBackend:
         max_len = config.max_model_len or self.decoding.max_model_len
         # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's RAM,
         # reserved whole at start-up; it has no sleep mode. There the KV cache is sized to
-        # what grading needs instead (cpu_kv_cache_bytes) and the engine runs eagerly: its
-        # torch.compile warm-up costs tens of seconds per engine and gains little on a
-        # small model (benchmarks/grading_latency.py measures both).
+        # what grading needs instead (cpu_kv_cache_bytes) and the engine runs eagerly: it
+        # then started in about 20 s on two cores, where issue #37's probe with vLLM's
+        # compilation took 30-76 s (vLLM also skips its warm-up run when eager with an
+        # explicit KV cache).
         cpu_kw: dict[str, Any] = (
             {}
             if on_gpu
