@@ -335,7 +335,7 @@ METRICS_KEYS = {
     "time_to_first_improvement", "time_to_best", "monotonic_ratio", "copy_model_count",
     "duplicate_count", "rejected_attempts", "time_used_ratio", "last_submit_gap",
     "graded_submission_rate", "first_graded_idx", "non_decreasing_ratio",
-    "last_submit_to_deadline",
+    "last_submit_to_deadline", "first_valid_delay", "budget_used_ratio",
     "code_changes", "total_lines_changed", "trajectory", "rejections", "resources",
     "llm_usage", "token_budget", "env_usage", "group_scores", "judge", "search", "agent_log",
     "methods",
@@ -398,9 +398,11 @@ def test_code_changes_match_numstat(rich: tuple[RunPaths, list[str]]) -> None:
     assert compute_metrics(rich[0]).total_lines_changed == 11
 
 
-def test_time_used_ratio_is_capped(tmp_path: Path) -> None:
+def test_time_used_ratio_is_not_capped_budget_used_ratio_is(tmp_path: Path) -> None:
+    # The reference's (core/metrics.py) divides without clipping; agent2rl's is clipped.
     m = compute_metrics(make_run(tmp_path / "r", HALF, [], ended_after=BUDGET + 100))
-    assert m.time_used_ratio == 1.0
+    assert m.time_used_ratio == pytest.approx((BUDGET + 100) / BUDGET)
+    assert m.budget_used_ratio == 1.0
 
 
 # -- report ------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ def test_a_zero_score_is_graded_but_not_valid_in_the_reference_sense(tmp_path: P
     assert m.valid_submissions == 3 and m.graded_submission_rate == pytest.approx(1.0)
     assert m.first_graded_idx == 1
     assert m.valid_submission_rate == pytest.approx(1 / 3) and m.first_valid_idx == 3
+    # first_valid_delay: the start to that submission (core/metrics.py 51-55)
+    assert m.first_valid_delay == pytest.approx(180.0)
     assert m.monotonic_ratio == pytest.approx(1 / 2)  # 0 -> 0 (tie), 0 -> 50
     assert m.non_decreasing_ratio == pytest.approx(1.0)
     assert m.last_submit_gap == pytest.approx(20.0)  # to the run's end

@@ -423,8 +423,10 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
       ``valid_submission_rate``/``first_valid_idx`` use the reference's validity (score > 0),
       ``graded_submission_rate``/``first_graded_idx`` agent2rl's (graded with a score);
       ``last_submit_gap`` runs to ``ended_at`` (None while the run has not ended),
-      ``last_submit_to_deadline`` to the deadline; ``time_used_ratio`` needs ``start``,
-      ``ended_at`` and a positive budget (it is clipped to [0, 1]);
+      ``last_submit_to_deadline`` to the deadline; ``first_valid_delay`` (the reference's)
+      is the first submission with a score > 0's time; ``time_used_ratio`` (the
+      reference's, unclipped) and ``budget_used_ratio`` (agent2rl's, clipped to [0, 1]) need
+      ``start``, ``ended_at`` and a positive budget;
     - ``code_changes`` entries have None counts where a snapshot is missing or unreadable;
       ``total_lines_changed`` sums the known ones (added + removed);
     - integrity: a submission without an identity report (an older ledger) has ``identity``
@@ -536,7 +538,15 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
         copy_model_count=sum(1 for s in subs if s.is_copy),
         duplicate_count=sum(1 for s in subs if s.duplicate_of is not None),
         rejected_attempts=len(graded.rejections),
+        first_valid_delay=next((s.submitted_at - t0 for s in subs if _reference_valid(s)), None),
+        # The reference's ratio is not clipped (core/metrics.py); agent2rl's clipped variant
+        # has its own name.
         time_used_ratio=(
+            duration / info.budget_s
+            if duration is not None and info.budget_s and info.budget_s > 0
+            else None
+        ),
+        budget_used_ratio=(
             min(1.0, max(0.0, duration / info.budget_s))
             if duration is not None and info.budget_s and info.budget_s > 0
             else None

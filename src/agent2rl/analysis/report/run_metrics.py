@@ -316,8 +316,14 @@ class RunMetrics(RunIdentity):
     copy_model_count: int = 0
     duplicate_count: int = 0
     rejected_attempts: int = 0
+    first_valid_delay: float | None = None
+    """The reference's: seconds from the start to the first submission with a score > 0
+    (the submission ``first_valid_idx`` names); None without one."""
     time_used_ratio: float | None = None
-    """``duration_s / budget_s`` clipped to [0, 1]."""
+    """The reference's: ``duration_s / budget_s``, **not** clipped (a run that ends after its
+    deadline, as it settles, reads above 1)."""
+    budget_used_ratio: float | None = None
+    """agent2rl's: ``time_used_ratio`` clipped to [0, 1]."""
     last_submit_gap: float | None = None
     """The reference's: seconds from the last submission to the run's end (``ended_at``);
     None without a submission or an end."""
