@@ -70,6 +70,7 @@ def test_a_run_refuses_provider_tools_by_default(tmp_path: Path) -> None:
     assert (use["tool"], use["allowed"], use["status"]) == ("web_search", False, 403)
     metrics = json.loads((paths.report / "metrics.json").read_text())
     assert metrics["provider_tools"] is False and metrics["llm_usage"]["refused"] == 1
+    assert "Provider-side tools" not in (paths.report / "report.md").read_text()
     assert _results_row(paths)["provider_tools"] == 0
 
 
@@ -92,6 +93,7 @@ def test_an_allowed_run_records_each_use_in_its_identity(
     ]
     metrics = json.loads((paths.report / "metrics.json").read_text())
     assert metrics["provider_tools"] is True
+    assert "Provider-side tools (web search" in (paths.report / "report.md").read_text()
     assert _results_row(paths)["provider_tools"] == 1
     contamination = json.loads((paths.record / "contamination.json").read_text())
     assert f"llm:web_search:{QUERY}" in contamination["egress"]["provider_tools"]

@@ -20,8 +20,9 @@ server_tool_uses`). The contamination check reads that file
 (:func:`agent2rl.integrity.contamination.read_provider_tool_log`).
 
 A line: ``{"time", "api", "model", "tool", "query", "url", "source", "allowed", "status"}``
-where ``source`` is ``request`` (declared) or ``response`` (done), and ``query``/``url`` may
-be null (a declared search tool names no query yet).
+where ``source`` is ``request`` (declared) or ``response`` (done), ``query``/``url`` may be
+null (a declared search tool names no query yet), ``allowed`` says whether the request was
+relayed (false: refused, for its tools or any other reason) and ``status`` is its answer's.
 """
 
 from __future__ import annotations
@@ -112,6 +113,4 @@ def append_tool_uses(
 
 def read_tool_uses(path: Path) -> list[dict[str, Any]]:
     """The lines of a provider-tool log (a torn or foreign line skipped; none when absent)."""
-    if not Path(path).is_file():
-        return []
-    return [r for r in read_jsonl_tolerant(Path(path)) if isinstance(r, dict)]
+    return read_jsonl_tolerant(Path(path))

@@ -548,6 +548,12 @@ def _usage_text(m: RunMetrics) -> str:
         f"{u.input_tokens:,} input tokens ({u.cached_tokens:,} cached) and "
         f"{u.output_tokens:,} output tokens{budget}; estimated cost {cost}. "
         f"Models: {', '.join(sorted(u.by_model)) or DASH}."
+        + (
+            " Provider-side tools (web search, URL fetches run by the provider) were allowed"
+            " in this run; each use is in record/provider_tools.jsonl."
+            if m.provider_tools
+            else ""
+        )
     )
 
 

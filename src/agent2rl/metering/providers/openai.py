@@ -47,7 +47,8 @@ class OpenAIProvider(Provider):
 
     def server_tools(self, path: str, payload: dict[str, Any]) -> list[ToolUse]:
         """Responses ``tools`` of type ``web_search*`` (``web_search_preview``...) or
-        ``mcp``; Chat Completions' ``web_search_options`` and search models; input items
+        ``mcp``; ``web_search_options`` and search models (``*-search-preview``,
+        ``*-search-api``); input items
         ``input_file`` with a ``file_url`` and images given by ``http(s)`` URL (the provider
         fetches them)."""
         uses: list[ToolUse] = []
@@ -63,7 +64,7 @@ class OpenAIProvider(Provider):
         if "web_search_options" in payload:
             uses.append(ToolUse("web_search"))
         model = _text(payload.get("model")) or ""
-        if path == "chat/completions" and _SEARCH_MODEL.search(model):
+        if _SEARCH_MODEL.search(model):
             uses.append(ToolUse("web_search", query=f"model {model}"))
         for part in walk_dicts([payload.get("input"), payload.get("messages")]):
             kind = part.get("type")
