@@ -36,9 +36,13 @@ and public splits, scans the run's workspace and egress log and writes
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
+import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -46,9 +50,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent2rl.child_process import kill_group, signal_group, spawn_child
 from agent2rl.dataset import PreparedTask, Sample
 from agent2rl.files import write_json_atomic
-from agent2rl.integrity.ngrams import DEFAULT_N, MAX_FILE_BYTES, PrivateIndex, scan_file
+from agent2rl.integrity.ngrams import (
+    BLOCK_BYTES,
+    DEFAULT_N,
+    MAX_FILE_BYTES,
+    FileScan,
+    PrivateIndex,
+    file_texts,
+    is_container,
+    match_content,
+    scan_file,
+)
 from agent2rl.metering.provider_tools import PROVIDER_TOOLS_LOG, read_tool_uses
 from agent2rl.rundir import RunPaths
 from agent2rl.sandbox.name_proxy import HUB_LOG, PACKAGE_LOG, read_fetch_log
@@ -134,8 +149,19 @@ class ContaminationReport:
     files_skipped: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     """Skipped files by reason."""
+    skipped_files: list[str] = field(default_factory=list)
+    """``path: reason`` of the skipped files (at most :data:`MAX_LISTED_FETCHES`)."""
     bytes_scanned: int = 0
     truncated_files: list[str] = field(default_factory=list)
+    """Files (and git repositories) read only up to the size bound."""
+    repositories: list[str] = field(default_factory=list)
+    """Git repositories whose objects were read (``path: N objects``)."""
+    git_objects: int = 0
+    unchecked: bool = False
+    """Something the check had to read could not be read (a file or folder the system
+    refused, a git repository whose objects git could not list), or the check itself
+    failed: the run cannot be called clean, and aggregates count it as flagged."""
+    unchecked_reasons: list[str] = field(default_factory=list)
     egress: EgressSummary | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -153,13 +179,138 @@ class ContaminationReport:
 
 
 # -- the workspace -----------------------------------------------------------------------------
-def _walk(root: Path) -> Iterator[Path]:
-    """Every file under ``root``, symlinks included (they are skipped by the scan, counted),
-    never following a symlinked directory."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+def _walk(root: Path, errors: list[str], repos: list[Path]) -> Iterator[Path]:
+    """Every file under ``root``, symlinks included (they are skipped by the scan, listed),
+    never following a symlinked directory. A folder that cannot be listed is added to
+    ``errors``; every git directory met (``objects/`` and ``HEAD``: a ``.git`` or a bare
+    repository) to ``repos``."""
+
+    def refused(err: OSError) -> None:
+        name = str(err.filename or "")
+        name = str(Path(name).relative_to(root)) if name.startswith(str(root)) else name
+        name = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]}"
+        errors.append(f"{name}: {err.strerror or type(err).__name__}")
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=refused):
         dirnames.sort()
-        for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
-            yield Path(dirpath) / name
+        here = Path(dirpath)
+        if "objects" in dirnames and "HEAD" in filenames:
+            repos.append(here)
+        # os.path.islink, not Path.is_symlink: a path past PATH_MAX is then read (and
+        # refused) by the scan, never raised here.
+        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(here / d)]:
+            yield here / name
+
+
+#: seconds git may take to list one repository's objects
+GIT_TIMEOUT_S = 600.0
+
+
+class GitReadError(Exception):
+    """git could not list a repository's objects."""
+
+
+def git_objects(git_dir: Path, max_bytes: int) -> Iterator[tuple[str, bytes, bool]]:
+    """``(member, content, truncated)`` of every object stored in the git directory
+    ``git_dir`` (``git cat-file --batch-all-objects --batch``: loose and packed, reachable
+    or not, so a file committed and then deleted, or dropped from history, is still read),
+    member ``<type> <sha>``; at most ``max_bytes`` in all, the last object cut and
+    ``truncated`` set. Trees are listed, not read (file names only).
+
+    git runs as the harness's child (its own group, killed after :data:`GIT_TIMEOUT_S`),
+    with no system or global config, no transport allowed, and any owner's repository
+    accepted. Raises :class:`GitReadError` when git fails or is missing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
+    cmd = ["git", "-c", "safe.directory=*", "-c", "protocol.allow=never"]
+    cmd += ["--git-dir", str(git_dir), "cat-file", "--batch-all-objects", "--batch"]
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = spawn_child(cmd, env=env, stdout=subprocess.PIPE, stderr=err)
+        except OSError as exc:
+            raise GitReadError(f"cannot run git: {exc}") from None
+        timer = threading.Timer(GIT_TIMEOUT_S, signal_group, (proc,))
+        timer.start()
+        left, cut, missing = max_bytes, False, 0
+        try:
+            out = proc.stdout
+            assert out is not None
+            while header := out.readline():
+                parts = header.split()
+                if len(parts) != 3:
+                    missing += 1  # "<sha> missing": listed, but git cannot read it
+                    continue
+                sha, kind, size = parts[0].decode(), parts[1].decode(), int(parts[2])
+                data = out.read(min(size, left)) if left > 0 else b""
+                if len(data) < size:
+                    cut = True
+                    break
+                out.read(1)  # the newline after the content
+                left -= len(data)
+                if kind != "tree":
+                    yield f"{kind} {sha}", data, False
+            if cut:
+                yield f"{kind} {sha}", data, True
+        finally:
+            timer.cancel()
+            rc = kill_group(proc) if cut else proc.wait()
+        if not cut and (rc != 0 or missing):
+            err.seek(0)
+            message = " ".join(err.read(600).decode("utf-8", "replace").split())
+            raise GitReadError(f"git cat-file exited {rc}, {missing} objects unreadable: {message}")
+
+
+def scan_repository(git_dir: Path, index: PrivateIndex, max_bytes: int) -> FileScan:
+    """Scan every object of the git directory ``git_dir`` (:func:`git_objects`) as
+    :func:`~agent2rl.integrity.ngrams.scan_file` reads a file: a compressed or archived
+    blob member by member, anything else by content. Small text objects are matched in
+    batches (one match per batch; the batch's objects are told apart by offset). A git
+    failure is the scan's ``skipped`` (``unreadable: ...``)."""
+    scan = FileScan(Path(git_dir))
+    batch: list[bytes] = []
+    starts: list[int] = []
+    names: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal size
+        if batch:
+            block = b"\n\n".join(batch)
+            for item, span in index.match_block(block).items():
+                owner = names[bisect.bisect_right(starts, span[0]) - 1]
+                snippet = " ".join(
+                    block[span[0] : min(span[1], span[0] + 160)].decode("utf-8", "replace").split()
+                )
+                scan.hits.setdefault(item, (owner, snippet))
+        batch.clear()
+        starts.clear()
+        names.clear()
+        size = 0
+
+    try:
+        for member, data, cut in git_objects(git_dir, max_bytes):
+            scan.members += 1
+            scan.bytes_read += len(data)
+            scan.truncated |= cut
+            if is_container(data[:512]) or b"\x00" in data[:8192] or data.startswith(b"PAR1"):
+                with tempfile.NamedTemporaryFile() as tmp:
+                    tmp.write(data)
+                    tmp.flush()
+                    for inner, content, _cut in file_texts(Path(tmp.name), max_bytes):
+                        where = member + (f"/{inner}" if inner and inner[0] != "(" else "")
+                        match_content(scan, where, content, index)
+                continue
+            starts.append(size)
+            names.append(member)
+            batch.append(data)
+            size += len(data) + 2
+            if size >= BLOCK_BYTES:
+                flush()
+        flush()
+    except (GitReadError, OSError) as err:
+        scan.errors.append(f"git objects not read: {err}"[:300])
+    return scan
 
 
 def scan_workspace(
@@ -174,12 +325,18 @@ def scan_workspace(
 ) -> ContaminationReport:
     """Scan every file under ``workspace`` (and ``egress_log`` and the name proxies'
     ``fetch_logs`` when they exist) for ``index``'s items; ``task`` names the dataset sources
-    a fetched URL or name is judged against. ``extra_roots`` (label -> directory: the agent's
-    ``/tmp`` when the run kept it) are scanned as well, their files listed as ``label/path``;
-    a missing one is skipped.
+    a fetched URL or name is judged against. ``extra_roots`` (label -> directory: the run's
+    code snapshots, the grader's staged submissions) are scanned as well, their files listed
+    as ``label/path``; a missing one is skipped.
 
-    A missing workspace gives an empty, unflagged report with a note. Files are read within
-    ``max_file_bytes`` each; unreadable ones are counted as skipped, never fatal.
+    Every file is read by its content (:func:`~agent2rl.integrity.ngrams.scan_file`), within
+    ``max_file_bytes`` each, and every git repository met (a ``.git`` folder, a bare
+    repository) has its objects read through git (:func:`scan_repository`), within
+    ``max_file_bytes`` per repository. What was skipped is listed with its reason
+    (``skipped_files``), what was cut at the bound in ``truncated_files``. A file or folder
+    the system refuses to read, and a repository git cannot list, make the report
+    ``unchecked`` (never fatal). A missing workspace gives an empty, unflagged report with a
+    note.
     """
     started = time.time()
     report = ContaminationReport(
@@ -206,25 +363,50 @@ def scan_workspace(
     if not roots:
         report.notes.append(f"no workspace at {workspace}: nothing scanned")
     roots += [(label, Path(r)) for label, r in (extra_roots or {}).items() if Path(r).is_dir()]
+
+    def where(root: Path, label: str, path: Path) -> str:
+        rel = str(path.relative_to(root)) if path != root else ""
+        return "/".join(p for p in (label.rstrip("/"), rel) if p) or "."
+
+    def record(scan: FileScan, rel: str) -> None:
+        if scan.skipped:
+            report.files_skipped += 1
+            reason = scan.skipped.split(":")[0]
+            report.skipped[reason] = report.skipped.get(reason, 0) + 1
+            if len(report.skipped_files) < MAX_LISTED_FETCHES:
+                report.skipped_files.append(f"{rel}: {scan.skipped}")
+            if reason == "unreadable":
+                report.unchecked_reasons.append(f"{rel}: {scan.skipped}")
+            return
+        report.unchecked_reasons.extend(f"{rel}: {e}" for e in scan.errors)
+        report.files_scanned += 1
+        report.bytes_scanned += scan.bytes_read
+        if scan.truncated:
+            report.truncated_files.append(rel)
+        report.notes.extend(f"{rel}: {note}" for note in scan.notes[:5])
+        for item, (member, snippet) in scan.hits.items():
+            at = f"{rel}!{member}" if member else rel
+            match = found.setdefault(item, ItemMatch(item, [], snippet))
+            if len(match.files) < MAX_FILES_PER_ITEM:
+                match.files.append(at)
+
     for label, root in roots:
-        for path in _walk(root):
-            scan = scan_file(path, index, max_file_bytes)
-            rel = str(path.relative_to(root))
-            rel = f"{label.rstrip('/')}/{rel}" if label else rel
-            if scan.skipped:
-                report.files_skipped += 1
-                reason = scan.skipped.split(":")[0]
-                report.skipped[reason] = report.skipped.get(reason, 0) + 1
-                continue
-            report.files_scanned += 1
-            report.bytes_scanned += scan.bytes_read
-            if scan.truncated:
-                report.truncated_files.append(rel)
-            for item, (member, snippet) in scan.hits.items():
-                where = f"{rel}!{member}" if member else rel
-                match = found.setdefault(item, ItemMatch(item, [], snippet))
-                if len(match.files) < MAX_FILES_PER_ITEM:
-                    match.files.append(where)
+        errors: list[str] = []
+        repos: list[Path] = []
+        for path in _walk(root, errors, repos):
+            record(scan_file(path, index, max_file_bytes), where(root, label, path))
+        for message in errors:
+            report.unchecked_reasons.append(f"folder not readable: {message}")
+        for repo in repos:
+            rel = where(root, label, repo)
+            scan = scan_repository(repo, index, max_file_bytes)
+            if not scan.errors:
+                report.repositories.append(f"{rel}: {scan.members} objects")
+                report.git_objects += scan.members
+            record(scan, rel)
+    report.unchecked = bool(report.unchecked_reasons)
+    report.unchecked_reasons = report.unchecked_reasons[:MAX_LISTED_FETCHES]
+    report.notes = report.notes[:MAX_LISTED_FETCHES]
     report.matched_items = len(found)
     report.matches = [found[k] for k in sorted(found)][:MAX_LISTED_ITEMS]
     sources = DATASET_SOURCES.get(task or "", ())
@@ -436,9 +618,55 @@ def check_run(
     ``--sandbox none`` only ``TMPDIR`` is: a literal ``/tmp`` path there is the host's own,
     shared with every other process, and is not scanned.
 
+    Also scanned (:func:`staged_roots`): the run's code snapshots (``record/code.git``: every
+    version of the agent's files the recorder committed, deleted ones included) and the
+    grader's copies of the submissions (``grading/submissions/<id>/model``: what the agent
+    submitted that the grader kept, a tokenizer or a chat template). Every git repository
+    in these roots has its objects read.
+
     Call it after the agent has stopped (the workspace no longer changes). It reads the
     private split, so it runs in the harness, never where the agent could see its output.
+    If the check fails, an ``unchecked`` report naming the error is written
+    (:func:`record_check_failure`) before the error propagates: a run is never clean by
+    default.
     """
+    try:
+        return _check_run(paths, task, prepared, egress_log, n)
+    except Exception as err:
+        record_check_failure(paths, task.name, err)
+        raise
+
+
+def staged_roots(paths: RunPaths) -> dict[str, Path]:
+    """Label -> folder of what the check reads beyond the workspace: ``record/code.git``
+    and each staged submission's ``grading/submissions/<id>/model`` (never the rest of
+    ``grading/``: the grader's own records hold the private items)."""
+    roots = {"record/code.git": paths.code_git}
+    subs = paths.grading / "submissions"
+    for model in sorted(subs.glob("*/model")) if subs.is_dir() else []:
+        if model.is_dir() and not model.is_symlink():
+            roots[str(model.relative_to(paths.root))] = model
+    return roots
+
+
+def record_check_failure(paths: RunPaths, task: str | None, err: BaseException) -> None:
+    """Write ``record/contamination.json`` as ``unchecked``, naming ``err`` (the check
+    itself failed: the run must not read as clean). Never raises."""
+    report = ContaminationReport(task=task, n=DEFAULT_N, unchecked=True)
+    report.unchecked_reasons.append(f"the check failed: {type(err).__name__}: {err}"[:500])
+    try:
+        write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
+    except Exception:  # noqa: BLE001 - no report at all reads as unchecked too
+        pass
+
+
+def _check_run(
+    paths: RunPaths,
+    task: Task,
+    prepared: PreparedTask,
+    egress_log: Path | None,
+    n: int,
+) -> ContaminationReport:
     started = time.time()
     index = PrivateIndex.build(private_texts(task, prepared), public_texts(task, prepared), n=n)
     if egress_log is None and (paths.record / EGRESS_LOG).is_file():
@@ -449,6 +677,7 @@ def check_run(
         egress_log,
         task=task.name,
         fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
+        extra_roots=staged_roots(paths),
     )
     if (paths.record / PROVIDER_TOOLS_LOG).is_file():
         report.egress = report.egress or EgressSummary(log=None)

@@ -43,6 +43,7 @@ import lzma
 import re
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -373,21 +374,24 @@ def _blocks_of(data: bytes, size: int = BLOCK_BYTES) -> Iterator[bytes]:
 
 
 # -- files -------------------------------------------------------------------------------------
-#: suffixes never read: weights, compiled code, media
-BINARY_SUFFIXES = frozenset(
-    """.safetensors .bin .pt .pth .ckpt .pkl .pickle .npy .npz .onnx .gguf .h5 .msgpack .so .o
-    .a .dylib .pyc .whl .png .jpg .jpeg .gif .webp .bmp .ico .tif .tiff .mp3 .mp4 .wav .ogg
-    .webm .woff .woff2 .ttf .otf .pdf""".split()
-)
-_MAGIC_BINARY = (
-    b"\x7fELF",
-    b"\x89PNG",
-    b"\xff\xd8\xff",
-    b"GIF8",
-    b"RIFF",
-    b"\x00asm",
-    b"\xca\xfe\xba\xbe",
-    b"%PDF",
+#: the bytes a binary's text may be made of (ASCII: in weights and other binary data a text
+#: of non-ASCII bytes cannot be told from noise; such words lose their non-ASCII letters)
+_PRINTABLE = np.zeros(256, dtype=bool)
+_PRINTABLE[0x20:0x7F] = True
+_PRINTABLE[[0x09, 0x0A, 0x0D]] = True
+#: a binary's printable runs shorter than this are noise (as for ``strings``)
+MIN_RUN = 8
+#: git's loose object header: type, size, NUL
+_GIT_OBJECT = re.compile(rb"^(blob|commit|tag|tree) (\d+)\x00")
+#: format errors: the file is read as far as it decodes, then as raw bytes (never fatal)
+_FORMAT_ERRORS = (
+    EOFError,
+    ValueError,
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    lzma.LZMAError,
+    zlib.error,
+    gzip.BadGzipFile,
 )
 
 
@@ -399,10 +403,16 @@ class FileScan:
     path: Path
     bytes_read: int = 0
     skipped: str | None = None
-    """Why the file was not read (binary, unreadable, symlink); None when it was."""
+    """Why the file was not read (``not a regular file``: a symlink, a pipe...;
+    ``unreadable: <error>``: the system refused to read it); None when it was."""
     truncated: bool = False
     members: int = 0
     hits: dict[str, tuple[str, str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """What was read otherwise than its format says (a corrupt archive read as raw bytes)."""
+    errors: list[str] = field(default_factory=list)
+    """Parts that could not be read at all (a git repository's corrupt objects): what was
+    read is matched, and the scan is incomplete."""
 
 
 def _snippet(block: bytes, span: tuple[int, int], limit: int = 160) -> str:
@@ -412,16 +422,82 @@ def _snippet(block: bytes, span: tuple[int, int], limit: int = 160) -> str:
 
 
 def _read_bounded(fh: IO[bytes], limit: int) -> tuple[bytes, bool]:
-    data = fh.read(limit + 1)
+    """At most ``limit`` bytes of ``fh`` and whether there was more. A stream that stops
+    decoding (a truncated or corrupt compressed file) raises :class:`_Partial` holding what
+    decoded before."""
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        while got <= limit:
+            chunk = fh.read(min(CHUNK_BYTES, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except _FORMAT_ERRORS as err:
+        raise _Partial(b"".join(chunks)[:limit], err) from err
+    data = b"".join(chunks)
     return data[:limit], len(data) > limit
 
 
+class _Partial(Exception):
+    """A stream that stopped decoding after ``data``."""
+
+    def __init__(self, data: bytes, err: BaseException) -> None:
+        super().__init__(f"{type(err).__name__}: {err}")
+        self.data = data
+
+
+#: bytes read at a time (what a corrupt compressed stream loses of what it decoded)
+CHUNK_BYTES = 256 * 2**10
+
+
+def _runs(values: np.ndarray, ok: np.ndarray, min_run: int) -> bytes:
+    """The ``values`` at the positions of ``ok`` in runs of at least ``min_run`` True
+    values, each run followed by a newline (one pass, output as long as the runs)."""
+    padded = np.concatenate(([False], ok, [False])).astype(np.int8)
+    edges = np.diff(padded)
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    long = (ends - starts) >= min_run
+    if not long.any():
+        return b""
+    starts, ends = starts[long], ends[long]
+    marks = np.zeros(ok.size + 1, dtype=np.int8)
+    marks[starts] += 1
+    marks[ends] -= 1  # a run's end is never another's start: a False lies between
+    keep = np.cumsum(marks[:-1], dtype=np.int8).astype(bool)
+    out = np.where(keep, values, np.uint8(10))
+    keep[np.minimum(ends, ok.size - 1)] = True  # the newline after each run
+    return out[keep].tobytes() + b"\n"
+
+
 def _text_of(data: bytes) -> bytes:
-    """The bytes to scan of a file's content: as is for text; for an unknown binary format
-    (SQLite pages, Arrow buffers, ...) its runs of printable bytes, as ``strings`` would."""
+    """The bytes to scan of a file's content: as is for text; for anything else (weights,
+    pickles, NumPy arrays, SQLite pages, executables, images...) its runs of at least
+    :data:`MIN_RUN` printable ASCII bytes, as ``strings`` would, and the same runs in
+    UTF-16 and UTF-32 (little- and big-endian: a NumPy string array is UTF-32), each run
+    on a line of its own. Text stored encrypted or encoded otherwise is not found."""
     if b"\x00" not in data[:8192]:
         return data
-    return b"\n".join(re.findall(rb"[\t\n\r\x20-\x7e\x80-\xff]{8,}", data))
+    raw = np.frombuffer(data, dtype=np.uint8)
+    out = [_runs(raw, _PRINTABLE[raw], MIN_RUN)]
+    zero = raw == 0
+    printable = _PRINTABLE[raw]
+    for width in (2, 4):
+        for offset in range(width):
+            usable = (raw.size - offset) // width * width
+            if usable < width * MIN_RUN:
+                continue
+            cols = [slice(offset + k, offset + usable, width) for k in range(width)]
+            for pos in (0, width - 1):  # little-endian: the letter first; big-endian: last
+                # One printable byte and width - 1 NULs, as strided views (no copies).
+                ok = printable[cols[pos]].copy()
+                for k in range(width):
+                    if k != pos:
+                        ok &= zero[cols[k]]
+                if ok.any():
+                    out.append(_runs(raw[cols[pos]], ok, MIN_RUN))
+    return b"".join(out)
 
 
 def _columnar_text(data: bytes, kind: str) -> bytes | None:
@@ -456,10 +532,54 @@ _TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tbz2", ".tar.xz", ".tx
 _DECOMPRESS = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ", lzma.open))
 
 
+def _is_zlib(head: bytes) -> bool:
+    """A zlib stream's header (deflate, a window of at most 32 KiB, the check bits right):
+    git's loose objects, ``zlib.compress`` output."""
+    return (
+        len(head) >= 2
+        and head[0] & 0x0F == 8
+        and head[0] >> 4 <= 7
+        and ((head[0] << 8 | head[1]) % 31 == 0)
+    )
+
+
+class _Inflate:
+    """A file-like reader of a zlib stream, its output bounded by the caller's reads."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.z = zlib.decompressobj()
+        self.ended = False
+
+    def read(self, size: int) -> bytes:
+        out = b""
+        while len(out) < size and not self.ended:
+            data = self.z.unconsumed_tail or self.fh.read(CHUNK_BYTES)
+            if not data:
+                self.z.flush()
+                self.ended = True
+                break
+            out += self.z.decompress(data, size - len(out))
+            self.ended = self.z.eof
+        return out
+
+
+def is_container(head: bytes) -> bool:
+    """Whether content starting with ``head`` (its first 512 bytes) is compressed or an
+    archive, read member by member by :func:`file_texts` (rather than as it is)."""
+    return (
+        head.startswith((b"PK\x03\x04", *(magic for magic, _ in _DECOMPRESS)))
+        or head[257:262] == b"ustar"
+        or _is_zlib(head)
+    )
+
+
 def _members(path: Path, head: bytes, limit: int) -> Iterator[tuple[str, bytes, bool]]:
     """``(member name, content, truncated)`` of a file: itself, its decompressed content
-    (.gz, .bz2, .xz), or an archive's members (zip, tar, compressed tar), at most ``limit``
-    bytes in all. Archives inside archives are not opened."""
+    (.gz, .bz2, .xz, zlib: a git loose object's content after its header), or an archive's
+    members (zip, tar, compressed tar), at most ``limit`` bytes in all. Archives inside
+    archives are not opened. A member that stops decoding raises :class:`_Partial` with
+    what decoded before."""
     if head.startswith(b"PK\x03\x04"):
         with zipfile.ZipFile(path) as zf:
             left = limit
@@ -483,59 +603,82 @@ def _members(path: Path, head: bytes, limit: int) -> Iterator[tuple[str, bytes, 
                 yield info.name, data, cut
         return
     opener = next((op for magic, op in _DECOMPRESS if head.startswith(magic)), None)
-    with opener(path, "rb") if opener else path.open("rb") as fh:
-        data, cut = _read_bounded(fh, limit)
+    with path.open("rb") as raw:
+        if _is_zlib(head):
+            data, cut = _read_bounded(_Inflate(raw), limit)
+            if m := _GIT_OBJECT.match(data[:64]):
+                yield m.group(1).decode(), data[m.end() :], cut
+                return
+            yield "", data, cut
+            return
+        with opener(raw, "rb") if opener else raw as fh:
+            data, cut = _read_bounded(fh, limit)
     yield "", data, cut
 
 
-def scan_file(path: Path, index: PrivateIndex, max_bytes: int = MAX_FILE_BYTES) -> FileScan:
-    """Scan one file for ``index``'s items.
+def match_content(scan: FileScan, member: str, data: bytes, index: PrivateIndex) -> None:
+    """Match one member's ``data`` (Parquet and Arrow by their string columns, text as it
+    is, anything else by :func:`_text_of`) against ``index`` into ``scan.hits``."""
+    text = None
+    if data.startswith(b"PAR1"):
+        text = _columnar_text(data, "parquet")
+    elif data.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
+        text = _columnar_text(data, "arrow")
+    for block in _blocks_of(text if text is not None else _text_of(data)):
+        for item, span in index.match_block(block).items():
+            scan.hits.setdefault(item, (member, _snippet(block, span)))
 
-    Text files are read as they are; ``.gz``/``.bz2``/``.xz`` files decompressed; zip and tar
-    archives (``.jsonl.gz``, ``.tar.gz`` ...) member by member; Parquet and Arrow files by
-    their string columns (with pyarrow); any other file holding NUL bytes by its printable
-    runs. At most ``max_bytes`` of (decompressed) content are read, the rest is skipped and
-    ``truncated`` set. Skipped outright: symlinks, weights, compiled code and media (by suffix
-    or magic bytes). An unreadable or corrupt file is skipped with the reason; never raises.
+
+def file_texts(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Iterator[tuple[str, bytes, bool]]:
+    """``(member, content, truncated)`` of every part of a regular file that
+    :func:`scan_file` reads (see there). A corrupt compressed file or archive yields what
+    decoded, then the file's raw bytes as the member ``(raw)``. Raises ``OSError`` when the
+    system refuses to read the file."""
+    with path.open("rb") as fh:
+        head = fh.read(512)
+    try:
+        yield from _members(path, head, max_bytes)
+    except _Partial as err:
+        yield f"(decoded until {err})", err.data, False
+        yield from _raw(path, max_bytes)
+    except _FORMAT_ERRORS as err:  # the archive's own structure is corrupt
+        yield f"(not decoded: {type(err).__name__})", b"", False
+        yield from _raw(path, max_bytes)
+
+
+def _raw(path: Path, max_bytes: int) -> Iterator[tuple[str, bytes, bool]]:
+    with path.open("rb") as fh:
+        data, cut = _read_bounded(fh, max_bytes)
+    yield "(raw)", data, cut
+
+
+def scan_file(path: Path, index: PrivateIndex, max_bytes: int = MAX_FILE_BYTES) -> FileScan:
+    """Scan one file for ``index``'s items, by its content whatever its name.
+
+    Text files are read as they are; ``.gz``/``.bz2``/``.xz`` and zlib streams (git's loose
+    objects) decompressed; zip and tar archives (``.jsonl.gz``, ``.tar.gz``, a PyTorch
+    checkpoint ...) member by member; Parquet and Arrow files by their string columns (with
+    pyarrow); any other file holding NUL bytes (weights, pickles, NumPy arrays, SQLite,
+    executables, images) by its printable runs (:func:`_text_of`). At most ``max_bytes`` of
+    (decompressed) content are read, the rest is skipped and ``truncated`` set. A corrupt
+    compressed file or archive is read as far as it decodes and then as raw bytes (a note
+    says so). Skipped, with the reason in ``skipped``: what is not a regular file
+    (symlinks), and a file the system refuses to read (``unreadable: ...``). Never raises.
     """
     path = Path(path)
     scan = FileScan(path)
-    if path.is_symlink() or not path.is_file():
-        scan.skipped = "not a regular file"
-        return scan
-    if path.suffix.lower() in BINARY_SUFFIXES:
-        scan.skipped = "binary"
-        return scan
     try:
-        with path.open("rb") as fh:
-            head = fh.read(512)
-        if head.startswith(_MAGIC_BINARY) or _is_safetensors(head):
-            scan.skipped = "binary"
+        if path.is_symlink() or not path.is_file():
+            scan.skipped = "not a regular file"
             return scan
-        for member, data, cut in _members(path, head, max_bytes):
+        for member, data, cut in file_texts(path, max_bytes):
+            if member.startswith("("):  # a corrupt file, read as raw bytes
+                scan.notes.append(member)
+                member = ""
             scan.members += 1
             scan.bytes_read += len(data)
             scan.truncated |= cut
-            text = None
-            if data.startswith(b"PAR1"):
-                text = _columnar_text(data, "parquet")
-            elif data.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
-                text = _columnar_text(data, "arrow")
-            for block in _blocks_of(text if text is not None else _text_of(data)):
-                for item, span in index.match_block(block).items():
-                    scan.hits.setdefault(item, (member, _snippet(block, span)))
-    except (
-        OSError,
-        EOFError,
-        ValueError,
-        zipfile.BadZipFile,
-        tarfile.TarError,
-        lzma.LZMAError,
-    ) as err:
-        scan.skipped = f"unreadable: {type(err).__name__}"
+            match_content(scan, member, data, index)
+    except (OSError, *_FORMAT_ERRORS) as err:
+        scan.skipped = f"unreadable: {type(err).__name__}: {err}"[:300]
     return scan
-
-
-def _is_safetensors(head: bytes) -> bool:
-    # 8-byte little-endian header length, then the JSON header.
-    return len(head) > 9 and head[8:10] == b'{"' and int.from_bytes(head[:8], "little") < 1 << 30

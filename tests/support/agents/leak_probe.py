@@ -237,19 +237,14 @@ def matches(mod, index, block, letters):
 
 
 def scan_path(mod, index, path, letters):
-    """ngrams.scan_file's reading of one file (itself, decompressed, an archive's members,
-    Parquet/Arrow columns, a binary's printable runs), matched with :func:`matches`."""
+    """ngrams.scan_file's reading of one file (ngrams.file_texts: itself, decompressed, an
+    archive's members, Parquet/Arrow columns, a binary's printable runs, whatever its name),
+    matched with :func:`matches`."""
     if os.path.islink(path) or not os.path.isfile(path):
         return {}
-    if os.path.splitext(path)[1].lower() in mod.BINARY_SUFFIXES:
-        return {}
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(512)
-        if head.startswith(mod._MAGIC_BINARY) or mod._is_safetensors(head):
-            return {}
         hits = {}
-        for _member, data, _cut in mod._members(mod.Path(path), head, MAX_BYTES):
+        for _member, data, _cut in mod.file_texts(mod.Path(path), MAX_BYTES):
             text = None
             if data.startswith(b"PAR1"):
                 text = mod._columnar_text(data, "parquet")

@@ -5,7 +5,10 @@ egress log shows it fetched is judged by address."""
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -13,6 +16,10 @@ import pytest
 from support.fake_index import fake_hub, fake_index
 from support.rundirs import run_stub
 
+from agent2rl.analysis.dashboard.compare import is_flagged
+from agent2rl.analysis.dashboard.results import results_row
+from agent2rl.analysis.report.compute_metrics import compute_metrics
+from agent2rl.dataset import PreparedTask
 from agent2rl.integrity.contamination import (
     CONTAMINATION_FILE,
     EGRESS_LOG,
@@ -22,6 +29,7 @@ from agent2rl.integrity.contamination import (
     scan_workspace,
 )
 from agent2rl.integrity.ngrams import PrivateIndex
+from agent2rl.recording import CodeRecorder
 from agent2rl.sandbox.egress import start_egress_proxy
 from agent2rl.sandbox.name_proxy import HUB_LOG, PACKAGE_LOG, DenyList, start_name_proxy
 from agent2rl.workspace import build_workspace
@@ -235,3 +243,138 @@ def test_webshop_goals_are_items_by_their_text(tmp_path, tiny) -> None:
     (paths.code / "goals.txt").write_text("\n".join(g["instruction_text"] for g in stolen))
     report = check_run(paths, task, prepared)
     assert {m.item_id for m in report.matches} == {g["game_id"] for g in stolen}, report.matches
+
+
+def _git(cwd, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    cmd = ["git", "-c", "user.name=a", "-c", "user.email=a@b.invalid", *args]
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def _row(sample) -> str:
+    return json.dumps({"question": sample.input["question"], "answer": sample.target})
+
+
+def test_private_items_hidden_by_suffix_in_git_history_or_in_staged_copies_are_found(
+    tmp_path, arith, tiny
+) -> None:
+    """Issue 38, item 6: every place a private item can sit after the run, each holding a
+    different item: a ``.bin`` and a ``.pkl`` file (read by content), a git repository in
+    the workspace (committed, then deleted and packed by ``git gc``; and a loose object
+    written and then deleted), the run's own code snapshots (``record/code.git``: a file
+    snapshotted, then deleted) and a staged submission's copy (a chat template in
+    ``tokenizer_config.json``). The grader's own records beside the staged copy (which hold
+    every private item) are not read."""
+    task, prepared = arith
+    paths = _run(tmp_path, task, prepared, tiny)
+    private = task.samples(prepared, "private")
+    hidden = {
+        name: private[i] for i, name in enumerate(["bin", "pkl", "pack", "loose", "snap", "staged"])
+    }
+    (paths.code / "notes.bin").write_text(_row(hidden["bin"]))
+    (paths.code / "notes.pkl").write_bytes(pickle.dumps([hidden["pkl"].input["question"]]))
+    repo = paths.code / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "data.jsonl").write_text(_row(hidden["pack"]))
+    _git(repo, "add", "data.jsonl")
+    _git(repo, "commit", "-qm", "data")
+    _git(repo, "rm", "-q", "data.jsonl")
+    _git(repo, "commit", "-qm", "gone")
+    _git(repo, "gc", "-q")  # the blob now lives in a pack only
+    assert not list((repo / ".git" / "objects").glob("??/*"))
+    (repo / "tmp.txt").write_text(_row(hidden["loose"]))
+    loose = _git(repo, "hash-object", "-w", "tmp.txt")
+    (repo / "tmp.txt").unlink()
+    (paths.code / "snap.txt").write_text(_row(hidden["snap"]))
+    CodeRecorder(paths.code_git, paths.workspace).snapshot("while it was there")
+    (paths.code / "snap.txt").unlink()
+    staged = paths.submission_dir(1) / "model"
+    staged.mkdir(parents=True)
+    template = "{{ '" + hidden["staged"].input["question"].replace("'", "") + "' }}"
+    (staged / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    grader_record = paths.submission_dir(1) / "items.jsonl"
+    grader_record.write_text("\n".join(_row(s) for s in private))
+    paths.record.mkdir(parents=True, exist_ok=True)
+
+    report = check_run(paths, task, prepared)
+    where = {m.item_id: m.files for m in report.matches}
+    assert report.flagged and not report.unchecked, report.unchecked_reasons
+    assert set(where) == {s.id for s in hidden.values()}, where  # not the grader's records
+    # (the recorder's snapshot holds the workspace's files too: found there as well)
+    assert where[hidden["bin"].id][0] == "code/notes.bin"
+    assert where[hidden["pkl"].id][0] == "code/notes.pkl"
+    assert where[hidden["pack"].id] == [f for f in where[hidden["pack"].id] if ".git" in f]
+    assert any(f.startswith("code/repo/.git!blob ") for f in where[hidden["pack"].id])
+    assert f"code/repo/.git!blob {loose}" in where[hidden["loose"].id]
+    assert any(f.startswith("record/code.git!blob ") for f in where[hidden["snap"].id])
+    assert where[hidden["staged"].id] == ["grading/submissions/0001/model/tokenizer_config.json"]
+    repos = " ".join(report.repositories)
+    assert "code/repo/.git" in repos and "record/code.git" in repos and report.git_objects > 5
+    # What was skipped is listed with its reason: the base model's links into the store.
+    assert any(
+        f.startswith("models/base/") and "not a regular file" in f for f in report.skipped_files
+    )
+
+
+def _deep_folder(root, depth: int = 300) -> None:
+    """A folder nested past PATH_MAX (4096 bytes), made step by step from file descriptors:
+    no path to it can be opened, so nothing can list it by name."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d" * 20, dir_fd=fd)
+            nxt = os.open("d" * 20, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        with open(os.open("hidden.jsonl", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as fh:
+            fh.write("anything")
+    finally:
+        os.close(fd)
+
+
+def test_what_cannot_be_read_leaves_the_run_unchecked_and_counted_as_flagged(
+    tmp_path, arith, tiny
+) -> None:
+    """Issue 38, item 7: a folder the scan cannot list (nested past PATH_MAX) and a git
+    repository git cannot read make the report ``unchecked``; the run's metrics then carry
+    the ``unchecked`` flag, and its results row counts as flagged."""
+    task, prepared = arith
+    paths = _run(tmp_path, task, prepared, tiny)
+    _deep_folder(paths.code)
+    broken = paths.code / "broken"
+    broken.mkdir()
+    _git(broken, "init", "-q")
+    (broken / "f.txt").write_text("some text of the agent's own")
+    _git(broken, "add", "f.txt")
+    _git(broken, "commit", "-qm", "x")
+    for obj in (broken / ".git" / "objects").glob("??/*"):
+        obj.chmod(0o644)
+        obj.write_bytes(b"x\x01 not a zlib stream at all")
+    paths.record.mkdir(parents=True, exist_ok=True)
+
+    report = check_run(paths, task, prepared)
+    assert report.unchecked and not report.flagged
+    reasons = " ".join(report.unchecked_reasons)
+    assert "folder not readable" in reasons and "code/broken/.git" in reasons
+    assert read_contamination(paths).unchecked
+    metrics = compute_metrics(paths)
+    assert "unchecked" in metrics.integrity_flags
+    assert is_flagged(results_row(paths.root, metrics))
+
+
+def test_a_check_that_crashes_leaves_the_run_unchecked(tmp_path, arith, tiny) -> None:
+    """Issue 38, item 7: the check itself failing (here: the task's private split is gone)
+    writes an ``unchecked`` report before the error propagates; the run is not clean."""
+    task, prepared = arith
+    paths = _run(tmp_path, task, prepared, tiny)
+    paths.record.mkdir(parents=True, exist_ok=True)
+    gone = PreparedTask(prepared.public, tmp_path / "no-private", prepared.validation)
+    with pytest.raises(Exception):  # noqa: B017 - whatever the task raises
+        check_run(paths, task, gone)
+    report = read_contamination(paths)
+    assert report.unchecked and "the check failed" in report.unchecked_reasons[0]
+    assert "unchecked" in compute_metrics(paths).integrity_flags

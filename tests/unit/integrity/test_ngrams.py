@@ -108,7 +108,7 @@ def _write_all(root: Path, payload: bytes) -> dict[str, Path]:
     return files
 
 
-def test_compressed_members_are_read_and_binaries_skipped(index, tmp_path) -> None:
+def test_compressed_members_and_binaries_are_read(index, tmp_path) -> None:
     payload = json.dumps({"q": PRIVATE["p1"][0], "a": PRIVATE["p1"][1]}).encode() + b"\n"
     files = _write_all(tmp_path, payload)
     for kind in ("plain", "gz", "bz2", "xz", "zip", "targz", "parquet"):
@@ -117,9 +117,10 @@ def test_compressed_members_are_read_and_binaries_skipped(index, tmp_path) -> No
     assert scan_file(files["zip"], index).hits["p1"][0] == "inner/items.jsonl"
     assert scan_file(files["targz"], index).hits["p1"][0] == "dump/items.txt"
     assert "purple stickers" in scan_file(files["gz"], index).hits["p1"][1].lower()
+    # Issue 38, item 6: no file is skipped for its suffix or magic bytes any more.
     for kind in ("elf", "weights", "png"):
         scan = scan_file(files[kind], index)
-        assert scan.skipped == "binary" and scan.hits == {}, kind
+        assert scan.skipped is None and set(scan.hits) == {"p1"}, kind
 
 
 def test_printable_runs_of_unknown_binaries_are_read(index, tmp_path) -> None:
@@ -137,9 +138,14 @@ def test_size_bound_and_unreadable_files(index, tmp_path) -> None:
     bomb.write_bytes(gzip.compress(b"a " * 10_000_000))
     scan = scan_file(bomb, index, max_bytes=1 << 20)
     assert scan.truncated and scan.bytes_read == 1 << 20
+    # A corrupt archive is read as raw bytes, with a note: what it holds is still found.
     broken = tmp_path / "broken.gz"
-    broken.write_bytes(b"\x1f\x8b\x08garbage")
-    assert scan_file(broken, index).skipped.startswith("unreadable")
+    broken.write_bytes(b"\x1f\x8b\x08garbage " + PRIVATE["p1"][0].encode())
+    scan = scan_file(broken, index)
+    assert scan.skipped is None and set(scan.hits) == {"p1"} and scan.notes
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert scan_file(folder, index).skipped == "not a regular file"
     link = tmp_path / "link.txt"
     link.symlink_to(path)
     assert scan_file(link, index).skipped == "not a regular file"

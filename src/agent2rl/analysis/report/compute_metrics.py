@@ -26,6 +26,7 @@ from agent2rl.analysis.report.code_changes import code_changes
 from agent2rl.analysis.report.judging import judge_summary
 from agent2rl.analysis.report.run_metrics import (
     MODE_VIOLATION,
+    UNCHECKED,
     ContaminationSummary,
     EnvUsage,
     GroupScore,
@@ -345,6 +346,8 @@ def _contamination(paths: RunPaths) -> ContaminationSummary | None:
         files_scanned=report.files_scanned,
         bytes_scanned=report.bytes_scanned,
         notes=report.notes,
+        unchecked=report.unchecked,
+        unchecked_reasons=report.unchecked_reasons[:20],
     )
 
 
@@ -360,6 +363,13 @@ def _integrity_flags(
         flags.append("chat_template_changed")
     if contamination is not None and contamination.flagged:
         flags.append("contaminated")
+    # Fail closed: a check that could not read what it had to (or an identity check that
+    # could not run on a graded submission) leaves the run unchecked, counted as flagged.
+    identity_failed = any(
+        tr.identity and tr.identity.derived is None and tr.score is not None for tr in trajectory
+    )
+    if (contamination is not None and contamination.unchecked) or identity_failed:
+        flags.append(UNCHECKED)
     if mode_flags:
         flags.append(MODE_VIOLATION)
     return flags

@@ -73,6 +73,10 @@ class ContaminationSummary(_Closed):
     files_scanned: int = 0
     bytes_scanned: int = 0
     notes: list[str] = []
+    unchecked: bool = False
+    """Something the check had to read could not be read, or the check failed: the run
+    carries the ``unchecked`` flag (counted as flagged, never as clean)."""
+    unchecked_reasons: list[str] = []
 
 
 class TrajectoryPoint(_Closed):
@@ -415,6 +419,10 @@ def _from_old_names(data: dict[str, Any]) -> dict[str, Any]:
 
 #: The flag of a run whose training methods contradict its operating mode.
 MODE_VIOLATION = "mode_violation"
+#: The flag of a run an integrity check could not complete on (an unreadable file, a
+#: crashed contamination check, an identity check that failed on a graded submission):
+#: never clean, counted as flagged.
+UNCHECKED = "unchecked"
 
 
 def run_flags(m: RunMetrics) -> list[str]:
