@@ -251,6 +251,11 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     )
     if sandbox == "none":
         console.print(f"sandbox=none: the agent is not isolated ({BWRAP_HINT})")
+    if info.provider_tools:
+        console.print(
+            "provider tools allowed: the driver's provider may search and fetch the web for "
+            "the agent (each use recorded in record/provider_tools.jsonl)"
+        )
     return ctx
 
 
