@@ -28,6 +28,8 @@ def test_paper_study_is_the_papers_matrix(keys: None) -> None:
     spec = load_study(STUDIES / "paper.toml")
     slots = validate(spec)
     assert spec.budget_s == 12 * 3600 and len(spec.tasks) == 6
+    # issue #39 item 7: the reference's instructions; the paper's figures' base model
+    assert spec.instructions == "reference" and spec.models == ["Qwen/Qwen3-8B-Base"]
     assert len(slots) == 6 * (8 + 3 + 1 + 6 + 6) * 3
     per_agent = Counter(s.agent for s in slots if s.task == "gsm8k" and s.repeat == 0)
     assert per_agent == {
@@ -83,4 +85,5 @@ def test_main_table_is_wide_task_rows_and_stack_columns() -> None:
     h = rows["humaneval"]
     assert h[f"{cx} delta"] == pytest.approx(5.0) and h[f"{cc} best"] is None
     assert list(g) == ["task", "baseline", f"{cc} best", f"{cc} delta", f"{cx} best",
-                       f"{cx} delta"]  # fmt: skip
+                       f"{cx} delta", "flagged"]  # fmt: skip
+    assert g["flagged"] == 0

@@ -36,6 +36,7 @@ import functools
 import hashlib
 import html
 import json
+import logging
 import os
 import re
 import threading
@@ -53,11 +54,16 @@ from agent2rl.files import read_jsonl
 from agent2rl.registry import Registry
 from agent2rl.rollout.env import EnvironmentUnavailable, SearchRecord
 
+log = logging.getLogger(__name__)
+
 #: BM25 parameters: pyserini's defaults (as the WebShop search uses)
 BM25_K1 = 0.9
 BM25_B = 0.4
 SERPAPI_URL = "https://serpapi.com/search.json"
+#: the reference's name (deepsearchqa/eval.py reads ``os.environ.get("SERPAPI_KEY")``)
 SERPAPI_KEY_ENV = "SERPAPI_KEY"
+#: SerpAPI's client libraries' name, accepted with a warning when SERPAPI_KEY is not set
+SERPAPI_KEY_ALIAS_ENV = "SERPAPI_API_KEY"
 #: the host may point SerpAPI requests elsewhere (a proxy, a loopback test server)
 SERPAPI_URL_ENV = "AGENT2RL_SERPAPI_URL"
 WIKIPEDIA_URL = "https://en.wikipedia.org/w/api.php"
@@ -393,8 +399,26 @@ def wikipedia_url() -> str:
 
 
 def serpapi_key() -> str:
-    """The SerpAPI key from the host environment, or ``""``."""
-    return os.environ.get(SERPAPI_KEY_ENV, "")
+    """The SerpAPI key from the host environment, or ``""``: ``SERPAPI_KEY`` (the
+    reference's name), else ``SERPAPI_API_KEY`` with a warning naming the right variable
+    (logged once per process)."""
+    key = os.environ.get(SERPAPI_KEY_ENV, "")
+    if key:
+        return key
+    key = os.environ.get(SERPAPI_KEY_ALIAS_ENV, "")
+    if key:
+        _warn_alias()
+    return key
+
+
+@functools.cache
+def _warn_alias() -> None:
+    log.warning(
+        "%s is not set; using %s as the SerpAPI key (set %s: the reference's name)",
+        SERPAPI_KEY_ENV,
+        SERPAPI_KEY_ALIAS_ENV,
+        SERPAPI_KEY_ENV,
+    )
 
 
 # -- the registry --------------------------------------------------------------------------
