@@ -7,8 +7,10 @@ Four pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs
 ``runs``
     one row per counted run (:func:`agent2rl.study.runs.load_runs`): identity (task, model,
     agent, driver, mode, repeat, seed), status, baseline, best, improvement (as recorded, and
-    ``outcome_improvement`` under the best of budget rule), intervals, submission counts,
-    timings, LLM tokens and cost, environment steps, route and best route, failure kinds;
+    ``outcome_improvement`` under the best of budget rule), ``integrity_flags`` and
+    ``flagged`` (whether the run counts as its base model in the main table), intervals,
+    submission counts, timings, LLM tokens and cost, environment steps, route and best
+    route, failure kinds;
 ``submissions``
     one row per submission of those runs: run identity, id, time, score, improvement over
     the run's baseline (None when not comparable), best so far, status, copy/duplicate,
@@ -18,7 +20,10 @@ Four pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs
     its ``baseline``, then per stack (agent x driver x mode) ``<stack> best`` and
     ``<stack> delta``: the mean over that stack's repeats of the best of budget and of the
     improvement (a run without a valid comparable submission counts as the baseline, delta
-    0); blank where a stack has no run of that task with a baseline;
+    0); blank where a stack has no run of that task with a baseline; and ``flagged``, how
+    many of the task's runs are flagged. A flagged run counts as its base model (best =
+    baseline, delta 0), the policy of every aggregate
+    (:mod:`agent2rl.analysis.dashboard.counting`): its graded best never reaches the table;
 ``task_coverage``
     the paper's task-coverage chart (Fig. 4) as data: one row per stack and task with runs,
     how many of them improved the task (and beyond noise), whether the stack covers it, and
@@ -31,6 +36,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent2rl.analysis.dashboard.counting import counted, counts_as_flagged, run_flags
 from agent2rl.analysis.dashboard.coverage import coverage_rows, coverage_svg, task_coverage
 from agent2rl.analysis.dashboard.failures import run_failures
 from agent2rl.analysis.dashboard.routes import run_route
@@ -63,6 +69,8 @@ def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
                 "best": m.best_score,
                 "improvement": m.improvement,
                 "outcome_improvement": o.improvement if o else None,
+                "integrity_flags": ",".join(run_flags(m)),
+                "flagged": counts_as_flagged(run_flags(m)),
                 "improvement_ci_lo": lo,
                 "improvement_ci_hi": hi,
                 "within_noise": m.within_noise,
@@ -115,26 +123,32 @@ def submission_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
     return rows
 
 
-def main_table_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
+def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str, Any]]:
     """The paper's main table (module docstring): task rows, per-stack best / delta columns.
 
     Stacks are columns in the order first seen (the study's matrix order); tasks likewise.
     The baseline is the mean over the task's runs (one base model: the same number). Runs
-    without a baseline (failed before grading it) are left out of every mean.
+    without a baseline (failed before grading it) are left out of every mean. A flagged run
+    counts as its base model unless ``raw``
+    (:func:`~agent2rl.analysis.dashboard.counting.counted`); ``flagged`` counts them either way.
     """
     tasks: dict[str, list[float]] = {}
+    flagged: dict[str, int] = {}
     cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
     stacks: list[str] = []
     for r in runs:
-        o = outcome(r.metrics)
+        c = counted(r.metrics, raw=raw)
         label = r.stack.label
         if label not in stacks:
             stacks.append(label)
         tasks.setdefault(r.metrics.task, [])
-        if o is None:
+        flagged[r.metrics.task] = flagged.get(r.metrics.task, 0)
+        if counts_as_flagged(run_flags(r.metrics)):
+            flagged[r.metrics.task] += 1
+        if c is None:
             continue
-        tasks[r.metrics.task].append(o.baseline)
-        cells.setdefault((r.metrics.task, label), []).append((o.best, o.improvement))
+        tasks[r.metrics.task].append(c.baseline)
+        cells.setdefault((r.metrics.task, label), []).append((c.best, c.improvement))
     rows = []
     for task, baselines in tasks.items():
         row: dict[str, Any] = {
@@ -145,6 +159,7 @@ def main_table_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
             got = cells.get((task, label), [])
             row[f"{label} best"] = sum(b for b, _ in got) / len(got) if got else None
             row[f"{label} delta"] = sum(d for _, d in got) / len(got) if got else None
+        row["flagged"] = flagged[task]
         rows.append(row)
     return rows
 

@@ -14,12 +14,15 @@ import pytest
 from support.cli import run_cli
 from support.studyruns import make_run
 
-from agent2rl.analysis.dashboard.counting import counted, final_of
+from agent2rl.analysis.dashboard.compare import aggregate, is_flagged
+from agent2rl.analysis.dashboard.counting import counted, counts_as_flagged, final_of
 from agent2rl.analysis.dashboard.heatmap import mode_task_heatmap
 from agent2rl.analysis.dashboard.leaderboard import leaderboard
 from agent2rl.analysis.dashboard.page import Overview, render_dashboard
 from agent2rl.analysis.dashboard.passk import pass_at_k
+from agent2rl.analysis.dashboard.results import results_row
 from agent2rl.analysis.report.run_metrics import MODE_VIOLATION, run_flags
+from agent2rl.study.export import main_table_rows, write_export
 
 
 def _runs():
@@ -104,3 +107,53 @@ def test_the_dashboard_command_counts_flagged_runs_as_base_unless_raw(tmp_path) 
     assert r.returncode == 0, r.stdout + r.stderr
     page = (tmp_path / "dashboard.html").read_text()
     assert "2 flagged (as graded)" in page and "<b>18.00" in page
+
+
+def test_study_export_main_table_counts_a_flagged_run_as_its_base_model(tmp_path) -> None:
+    """The paper's main table applies the policy of every other aggregate: the contaminated
+    +30 and the mode-violating +20 count as their base model, never with their graded best."""
+    runs = _runs()
+    (row,) = main_table_rows(runs)
+    label = runs[0].stack.label
+    assert row[f"{label} best"] == pytest.approx((14 + 10 + 10) / 3)
+    assert row[f"{label} delta"] == pytest.approx(4 / 3)
+    assert row["flagged"] == 2
+    (raw,) = main_table_rows(runs, raw=True)
+    assert raw[f"{label} delta"] == pytest.approx((4 + 30 + 20) / 3)
+    # The files the command writes say the same, and each run row says whether it counted.
+    import pandas as pd
+
+    paths = write_export(runs, tmp_path / "export")
+    table = pd.read_csv(paths["main_table.csv"])
+    assert table[f"{label} delta"].tolist() == [pytest.approx(4 / 3)]
+    rows = pd.read_csv(paths["runs.csv"])
+    assert rows["flagged"].tolist() == [False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("flags", "flagged"),
+    [
+        ([], False),
+        (["contaminated"], True),
+        (["model_not_derived"], True),
+        ([MODE_VIOLATION], True),
+        (["unchecked"], True),  # a check that could not run is never clean
+        (["some_future_flag"], True),
+        (["chat_template_changed"], False),  # recorded: the renderer rule checked it
+        (["chat_template_changed", "contaminated"], True),
+    ],
+)
+def test_one_flag_policy_decides_for_every_aggregate(flags, flagged, tmp_path) -> None:
+    """counts_as_flagged is the one place that decides; the metrics-based aggregates
+    (leaderboard, export, heatmap: counted) and the results-ledger ones (compare) agree."""
+    assert counts_as_flagged(flags) is flagged
+    run = make_run(baseline=10, scores=[16], integrity_flags=flags)
+    c = counted(run.metrics)
+    assert (c.flagged, c.improvement) == (flagged, 0.0 if flagged else 6)
+    row = results_row(tmp_path, run.metrics)
+    assert is_flagged(row) is flagged
+    (group,) = aggregate([row])
+    assert group["flagged"] == int(flagged)
+    assert group["mean_improvement"] == pytest.approx(0.0 if flagged else 6)
+    (table,) = main_table_rows([run])
+    assert table[f"{run.stack.label} delta"] == pytest.approx(0.0 if flagged else 6)

@@ -5,7 +5,8 @@ version, data, prompt, generation settings, backend), which every run records as
 ``eval_hash``. Comparing or averaging runs of one task with different hashes is refused with
 an error that names the runs and the way out, rather than printing a misleading table.
 
-A flagged run (its ``integrity_flags`` column is not empty) counts in the means as its base
+A flagged run (its ``integrity_flags`` column holds a flag that counts:
+:func:`~agent2rl.analysis.dashboard.counting.counts_as_flagged`) counts in the means as its base
 model, best = baseline and improvement 0, unless ``raw`` (the policy of
 :mod:`agent2rl.analysis.dashboard.counting`); each group counts its flagged runs either way.
 """
@@ -18,6 +19,7 @@ from typing import TypedDict
 
 import numpy as np
 
+from agent2rl.analysis.dashboard.counting import counts_as_flagged
 from agent2rl.analysis.dashboard.results import ResultsRow
 from agent2rl.errors import UserError
 
@@ -54,9 +56,9 @@ class RunGroup(TypedDict):
 
 
 def is_flagged(row: ResultsRow) -> bool:
-    """Whether a results row carries an integrity flag (a row recorded before the checks
-    existed has none)."""
-    return any(f for f in (row.get("integrity_flags") or "").split(","))
+    """Whether a results row counts as flagged (:func:`counts_as_flagged` on its integrity
+    flags; a row recorded before the checks existed has none)."""
+    return counts_as_flagged((row.get("integrity_flags") or "").split(","))
 
 
 def counted_scores(row: ResultsRow, *, raw: bool = False) -> tuple[float | None, float | None]:

@@ -2,15 +2,19 @@
 
 **Flagged runs.** A run is flagged when an integrity check raised something against it
 (:func:`run_flags`): a submission whose model does not derive from the base
-(``model_not_derived``), a submission that brings its own chat template
-(``chat_template_changed``), private items found in its workspace or a fetch of the task's
-data (``contaminated``), or training methods that contradict its operating mode
-(``mode_violation``). The anchors' policy (PostTrainBench scores a flagged run as the base
-model) is the default: a flagged run counts in the leaderboard, the heatmap, pass@k and
-``agent2rl compare`` with its baseline as its best and final score, improvement 0, and every
-aggregate says how many flagged runs it holds. ``raw=True`` (the CLI's ``--raw``) counts
-every run as graded; the flagged counts are shown all the same. The run's own report and
-``metrics.json`` always keep the scores as graded: the policy is applied only here.
+(``model_not_derived``), private items found in its workspace or a fetch of the task's data
+(``contaminated``), training methods that contradict its operating mode
+(``mode_violation``), or any flag a check adds later. :func:`counts_as_flagged` is the one
+place that decides: every aggregate (the leaderboard, the heatmap, pass@k, coverage,
+``agent2rl compare``, ``study export``) asks it. A submitted chat template
+(``chat_template_changed``, in a ``metrics.json`` written before it stopped being a flag) is
+recorded, not flagged: the renderer rule checks it when it is submitted. The anchors' policy
+(PostTrainBench scores a flagged run as the base model) is the default: a flagged run counts
+in the leaderboard, the heatmap, pass@k and ``agent2rl compare`` with its baseline as its
+best and final score, improvement 0, and every aggregate says how many flagged runs it
+holds. ``raw=True`` (the CLI's ``--raw``) counts every run as graded; the flagged counts are
+shown all the same. The run's own report and ``metrics.json`` always keep the scores as
+graded: the policy is applied only here.
 
 **Best and final.** ``best`` follows the best of budget rule
 (:func:`agent2rl.analysis.dashboard.runset.outcome`): the maximum over every valid submission, each
@@ -24,13 +28,28 @@ comparable final submission keeps its base model there too (final = baseline, im
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from agent2rl.analysis.dashboard.runset import outcome
 from agent2rl.analysis.report.run_metrics import MODE_VIOLATION, RunMetrics, run_flags
 
+#: Flags that are recorded but do not make a run flagged: a submission's own chat template
+#: passed the renderer rule when it was graded (a template that computes the answer from the
+#: content fails that rule as the model's fault), so a role-marker template an honest SFT
+#: run adds keeps its gain. Older ``metrics.json`` files still carry it.
+RECORDED_ONLY = frozenset({"chat_template_changed"})
 
-#: the flag a run gets when its code's training methods contradict its operating mode
+
+def counts_as_flagged(flags: Iterable[str]) -> bool:
+    """The flag policy of every aggregate: whether a run with these integrity flags counts
+    as flagged (as its base model unless ``raw``). Any flag does but the
+    :data:`RECORDED_ONLY` ones; an unknown flag (a check added later, such as a check that
+    could not run) counts as flagged: a run is clean only when nothing was raised. Empty
+    strings (from splitting an empty results-ledger cell) are ignored."""
+    return any(f and f not in RECORDED_ONLY for f in flags)
+
+
 def final_of(m: RunMetrics) -> tuple[float | None, float | None]:
     """``(score, improvement)`` of the run's last valid submission (ledger order), the
     improvement None when that score is not comparable with the baseline. Read from
@@ -75,7 +94,7 @@ def counted(m: RunMetrics, *, raw: bool = False) -> Counted | None:
     o = outcome(m)
     if o is None:
         return None
-    flagged = bool(run_flags(m))
+    flagged = counts_as_flagged(run_flags(m))
     final, final_gain = final_of(m)
     if final is None or final_gain is None:
         final, final_gain = o.baseline, 0.0
@@ -86,4 +105,12 @@ def counted(m: RunMetrics, *, raw: bool = False) -> Counted | None:
     )
 
 
-__all__ = ["MODE_VIOLATION", "Counted", "counted", "final_of", "run_flags"]
+__all__ = [
+    "MODE_VIOLATION",
+    "RECORDED_ONLY",
+    "Counted",
+    "counted",
+    "counts_as_flagged",
+    "final_of",
+    "run_flags",
+]

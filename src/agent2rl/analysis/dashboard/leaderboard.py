@@ -8,8 +8,8 @@ optimistic), the final submission's score and improvement beside them, plus the
 valid-submission rate and what the driver LLM cost. A task graded under more than one
 evaluation setting gets one block of rows per setting, never a pooled one.
 
-A flagged run (:func:`~agent2rl.analysis.dashboard.counting.run_flags`) counts as its base model
-(improvement 0) unless ``raw``; each row counts its flagged runs either way
+A flagged run (:func:`~agent2rl.analysis.dashboard.counting.counts_as_flagged`) counts as its
+base model (improvement 0) unless ``raw``; each row counts its flagged runs either way
 (:mod:`agent2rl.analysis.dashboard.counting`).
 """
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent2rl.analysis.dashboard.counting import counted, run_flags
+from agent2rl.analysis.dashboard.counting import counted, counts_as_flagged, run_flags
 from agent2rl.analysis.dashboard.coverage import Coverage, cell_state, task_coverage
 from agent2rl.analysis.dashboard.curves import AXES, Curve, scaling_curves
 from agent2rl.analysis.dashboard.failures import failure_counts, run_failures
@@ -523,7 +523,7 @@ def render_dashboard(
         )
     lines = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in overview.lines)
     note_html = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
-    n_flagged = sum(1 for r in runs if run_flags(r.metrics))
+    n_flagged = sum(1 for r in runs if counts_as_flagged(run_flags(r.metrics)))
     counting = f'<p class="note counting">{n_flagged} flagged run(s) of {len(runs)}, counted ' + (
         "as graded (--raw).</p>"
         if raw
