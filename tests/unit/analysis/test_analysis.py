@@ -644,3 +644,29 @@ def test_final_submission_beside_the_selected_best_and_identity_figures_in_the_r
     # a mode contradiction is a flag like the integrity ones
     assert m.integrity_flags == ["model_not_derived", "mode_violation"]
     assert "mode violation" in md and "base model" in md
+
+
+def test_an_honest_sft_run_with_a_role_marker_template_keeps_its_gain(tmp_path: Path) -> None:
+    """A submission that brings its own chat template passed the renderer rule when it was
+    graded (a template that computes the answer fails it as the model's fault): the change is
+    recorded in the report, not flagged, so the run counts with its gain in every aggregate."""
+    from agent2rl.analysis.dashboard.compare import aggregate
+    from agent2rl.analysis.dashboard.counting import counted
+    from agent2rl.analysis.dashboard.results import results_row
+
+    seventy = [1.0] * 28 + [0.0] * 12
+    paths = make_run(tmp_path / "r", HALF, [Sub(t=60, items=seventy)])
+    with Ledger(paths.ledger) as ledger:
+        ledger.update_submission(
+            1, identity={"derived": True, "reasons": [], "chat_template_changed": True}
+        )
+    m = write_report(paths)
+    assert m.chat_template_submissions == [1]  # recorded
+    assert m.integrity_flags == []  # not flagged
+    assert "own chat template" in (paths.report / "report.md").read_text()
+    c = counted(m)
+    assert (c.flagged, c.improvement) == (False, 20.0)
+    row = results_row(paths.root, m)
+    assert row["integrity_flags"] == ""
+    (group,) = aggregate([row])
+    assert (group["flagged"], group["mean_improvement"]) == (0, 20.0)

@@ -166,7 +166,7 @@ def test_identity_reaches_ledger_answer_and_report_without_changing_scores(run, 
     html = render_html(m)
     assert 'class="flag"' in html and "does not derive from the base model" in html
     row = results_row(paths.root, m)
-    assert row["integrity_flags"] == "model_not_derived,chat_template_changed"
+    assert row["integrity_flags"] == "model_not_derived"  # a template is recorded, not flagged
     assert row["not_derived"] == len(m.not_derived_submissions)
     assert row["contaminated"] is None  # the contamination check did not run here
 

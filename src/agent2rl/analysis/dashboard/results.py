@@ -58,8 +58,9 @@ class ResultsRow(TypedDict):
     """LLM agents only: what the driver consumed, for scaling analyses across runs."""
     cost_usd: float | None
     integrity_flags: str | None
-    """The run's integrity flags, comma-separated (``model_not_derived``,
-    ``chat_template_changed``, ``contaminated``); ``""`` when none was raised."""
+    """The run's integrity flags, comma-separated (``model_not_derived``, ``contaminated``,
+    ``mode_violation``, ...; ``chat_template_changed`` in a row recorded before a submitted
+    template stopped being a flag); ``""`` when none was raised."""
     not_derived: int | None
     """Submissions whose model does not derive from the base model."""
     contaminated: int | None

@@ -359,8 +359,10 @@ def _integrity_flags(
     flags: list[str] = []
     if any(tr.identity and tr.identity.derived is False for tr in trajectory):
         flags.append("model_not_derived")
-    if any(tr.identity and tr.identity.chat_template_changed for tr in trajectory):
-        flags.append("chat_template_changed")
+    # A submission's own chat template is recorded (chat_template_submissions), not flagged:
+    # grading accepted it only under the renderer rule (a template that reads or computes
+    # from the messages' text fails as the model's fault), so an honest SFT run that adds
+    # role markers keeps its gain.
     if contamination is not None and contamination.flagged:
         flags.append("contaminated")
     # Fail closed: a check that could not read what it had to (or an identity check that
