@@ -18,7 +18,6 @@ from support.cli import only_run, run_cli
 from support.fake_provider import Turn, start_fake_provider
 from support.llmruns import host_env
 
-from agent2rl.agents.spec import builtin_specs, get_agent
 from agent2rl.rundir import RunInfo, RunPaths
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -53,11 +52,6 @@ def _results_row(paths: RunPaths) -> dict[str, Any]:
     with sqlite3.connect(paths.root.parent / "results.db") as db:
         db.row_factory = sqlite3.Row
         return dict(db.execute("SELECT * FROM runs").fetchone())
-
-
-def test_codex_paper_is_labelled_and_no_other_builtin_is() -> None:
-    labelled = [name for name, s in builtin_specs().items() if s.provider_tools]
-    assert labelled == ["codex-paper"] and get_agent("codex-paper").provider_tools
 
 
 def test_a_run_refuses_provider_tools_by_default(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from support.fake_provider import FakeProvider, Turn, start_fake_provider
 
+from agent2rl.agents.spec import builtin_specs
 from agent2rl.integrity.contamination import (
     DATASET_SOURCES,
     EgressSummary,
@@ -276,6 +277,15 @@ def test_allowed_provider_tools_are_recorded_and_read_by_the_contamination_check
     assert f"llm:google_search:{query}" in summary.provider_tools
     other = read_provider_tool_log(log_path, DATASET_SOURCES["humaneval"], EgressSummary(None))
     assert other.flagged_urls == [] and len(other.provider_tools) == 3
+
+
+def test_codex_paper_is_labelled_and_no_other_builtin_is() -> None:
+    """codex-paper turns Codex's web search on, as the paper's reference does: its spec says
+    so, and its runs allow provider tools (tests/e2e/test_provider_tools_run.py runs a spec
+    labelled the same way)."""
+    labelled = [name for name, spec in builtin_specs().items() if spec.provider_tools]
+    assert labelled == ["codex-paper"]
+    assert 'web_search="live"' in builtin_specs()["codex-paper"].command
 
 
 # --------------------------------------------------------------------------------------------
