@@ -140,3 +140,39 @@ def test_the_agents_view_is_pass_fail_without_the_weight_figures(models) -> None
     tuned = identity_flags(check_identity(models["tuned"], models["base"]).to_dict())
     assert tuned == {"derived": True, "reasons": [], "chat_template_changed": False}
     assert identity_flags(None) is None
+
+
+def test_a_graded_submission_whose_identity_check_failed_leaves_the_run_unchecked(
+    models, tmp_path
+) -> None:
+    """Issue 38, item 7: an identity check that could not run (``derived`` None: here a
+    corrupt weights file) on a graded submission gives the run the ``unchecked`` flag, and
+    the aggregates count the run as its base model, as any flagged run."""
+    from agent2rl.analysis.dashboard.compare import counted_scores
+    from agent2rl.analysis.dashboard.counting import counted
+    from agent2rl.analysis.dashboard.results import results_row
+    from agent2rl.analysis.report.compute_metrics import compute_metrics
+    from agent2rl.grading.ledger import Ledger
+    from agent2rl.rundir import RunInfo, RunPaths
+
+    bad = _copy(models["base"], tmp_path / "corrupt")
+    (bad / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    report = check_identity(bad, models["base"]).to_dict()
+    assert report["derived"] is None
+    paths = RunPaths(tmp_path / "run")
+    paths.root.mkdir()
+    t0 = 1_700_000_000.0
+    RunInfo(
+        run_id="run", task="arith-lite", task_version="1", level=1, agent="scripted",
+        model="tiny", budget_s=600, seed=0, sandbox="none", created_at=t0 - 5,
+        driver="reference", start=t0, deadline=t0 + 600, ended_at=t0 + 300, status="completed",
+    ).save(paths)  # fmt: skip
+    with Ledger(paths.ledger) as ledger:
+        ledger.set_meta("baseline", {"score": 40.0, "n_items": 10, "eval_hash": "E"})
+        sid = ledger.add_submission("output/m", "h", "e", at=t0 + 60)
+        ledger.update_submission(sid, status="graded", score=90.0, eval_hash="E", identity=report)
+    metrics = compute_metrics(paths)
+    assert metrics.integrity_flags == ["unchecked"]
+    c = counted(metrics)
+    assert c is not None and c.flagged and (c.best, c.improvement) == (40.0, 0.0)
+    assert counted_scores(results_row(paths.root, metrics)) == (40.0, 0.0)

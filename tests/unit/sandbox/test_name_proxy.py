@@ -25,7 +25,6 @@ from agent2rl.sandbox.name_proxy import (
     DenyList,
     agent_env,
     default_index_url,
-    file_digests,
     normalize_project,
     parse_dist_filename,
     parse_hub_path,
@@ -445,6 +444,8 @@ def test_family_matching_is_general_not_a_list_of_names() -> None:
 def test_a_file_with_a_denied_content_digest_is_refused_under_any_name(tmp_path) -> None:
     """The judge's weights re-uploaded under a name no family covers are refused by their
     content: the hub's ``X-Linked-Etag`` names the file's sha256 before any byte moves."""
+    from agent2rl.sandbox.name_proxy import file_digests
+
     judge = tmp_path / "judge.gguf"
     judge.write_bytes(b"GGUF the grader's judge weights")
     sha256, blob = file_digests(judge)
