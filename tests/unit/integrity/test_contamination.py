@@ -18,6 +18,7 @@ from support.rundirs import run_stub
 
 from agent2rl.analysis.dashboard.compare import is_flagged
 from agent2rl.analysis.dashboard.results import results_row
+from agent2rl.analysis.report import write_report
 from agent2rl.analysis.report.compute_metrics import compute_metrics
 from agent2rl.dataset import PreparedTask
 from agent2rl.integrity.contamination import (
@@ -364,6 +365,10 @@ def test_what_cannot_be_read_leaves_the_run_unchecked_and_counted_as_flagged(
     metrics = compute_metrics(paths)
     assert "unchecked" in metrics.integrity_flags
     assert is_flagged(results_row(paths.root, metrics))
+    write_report(paths)
+    assert "UNCHECKED: the contamination check could not read everything" in (
+        paths.report / "report.md"
+    ).read_text()
 
 
 def test_a_check_that_crashes_leaves_the_run_unchecked(tmp_path, arith, tiny) -> None:

@@ -231,6 +231,10 @@ def integrity_text(m: RunMetrics) -> str:
         )
     else:
         parts.append(f"no contamination found ({c.items_total} private items searched)")
+    if c is not None and c.unchecked:
+        parts.append("UNCHECKED: the contamination check could not read everything")
+    elif "unchecked" in m.integrity_flags:
+        parts.append("UNCHECKED: an identity check could not run on a graded submission")
     flagged = bool(run_flags(m))
     return (
         ("flagged: " if flagged else "")
@@ -279,6 +283,12 @@ def _integrity_details(m: RunMetrics) -> list[str]:
         out.append(f"No private item was found in the workspace ({scan}).")
     if c.flagged_urls:
         out.append(f"Fetched addresses naming the task's data: {', '.join(c.flagged_urls)}.")
+    if c.unchecked:
+        out.append(
+            "The check is incomplete (unchecked), so the run counts as flagged: "
+            + "; ".join(c.unchecked_reasons)
+            + "."
+        )
     out += c.notes
     out.append(
         "The scores in this report are as graded: integrity flags never change them. A"
