@@ -111,7 +111,8 @@ def test_malformed_input_gets_4xx_records_nothing_and_the_session_survives(servi
     unchanged(0)
     assert _searches(paths, sid) == []  # nothing reached the search engine
     r = _step(client, sid, "search[Tamsin Observatory]")
-    assert r.status_code == 200 and r.json()["observation"].startswith("[1] Tamsin")
+    # the reference's observation (protocol=reference): snippets joined by " | "
+    assert r.status_code == 200 and r.json()["observation"].startswith("The Tamsin Observatory")
     unchanged(1)
     assert [x["step"] for x in _searches(paths, sid)] == [1]
 

@@ -206,9 +206,11 @@ def test_defaults_grade_accuracy_with_the_binary_judge_else_string_match(
         monkeypatch.setenv("SERPAPI_KEY", SERP_KEY)
         monkeypatch.setenv("AGENT2RL_SERPAPI_URL", serp.url)
         monkeypatch.setenv("AGENT2RL_JUDGE_API_KEY", JUDGE_KEY)
+        # task version 2's loop and fenced judge, kept as options in version 3
+        v2 = {"protocol": "react", "judge_prompt": "fenced"}
         task = get_task("deepsearchqa", {"judge_base_url": judge.openai_base_url,
-                                         "judge_model": "fake-judge"})  # fmt: skip
-        assert task.version == "2"
+                                         "judge_model": "fake-judge", **v2})  # fmt: skip
+        assert task.version == "3"
         settings = task.eval_settings()
         assert settings["scorer"]["grading"] == "llm-judge-binary"
         assert settings["scorer"]["metric"] == "accuracy"
@@ -243,18 +245,18 @@ def test_defaults_grade_accuracy_with_the_binary_judge_else_string_match(
         assert later and all(" Action: search[" in p and "[4]" not in p for p in later)
         assert all("Answer type: " in p for p in policy.prompts)
         # no judge: the reference's string match, another evaluation hash
-        plain = get_task("deepsearchqa", {"judge": "exact"})
+        plain = get_task("deepsearchqa", {"judge": "exact", **v2})
         plain_result = plain.evaluate(_ReactPolicy(answers), prepared)
         assert plain_result.details["grading"] == "string-match"
         assert plain_result.score == pytest.approx(result.score)  # these grade alike
         assert plain.eval_hash({"b": 1}) != task.eval_hash({"b": 1})
         # metric=f1 keeps task version 1's rubric judge, another hash again
-        f1 = get_task("deepsearchqa", {"metric": "f1", "judge": "exact"})
+        f1 = get_task("deepsearchqa", {"metric": "f1", "judge": "exact", **v2})
         assert f1.eval_settings()["scorer"]["grading"] == "exact-match"
         assert f1.eval_hash({"b": 1}) != plain.eval_hash({"b": 1})
         with pytest.raises(UserError, match="metric=nope: use accuracy, f1"):
             get_task("deepsearchqa", {"metric": "nope"}).eval_settings()
-        with pytest.raises(UserError, match="protocol=nope: use transcript, react"):
+        with pytest.raises(UserError, match="protocol=nope: use reference, react, transcript"):
             get_task("deepsearchqa", {"protocol": "nope"}).eval_settings()
         desc = task.description(prepared)
         assert "correct/incorrect verdict" in desc and "REACT_SYSTEM_PROMPT" in desc

@@ -62,11 +62,17 @@ from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, judge_api_key
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.tasks.deepsearch import protocol
-from agent2rl.tasks.deepsearch.games import QuestionGames, expert_walkthrough
+from agent2rl.tasks.deepsearch.games import (
+    QuestionGames,
+    expert_walkthrough,
+    render_hits,
+    render_snippets,
+)
 from agent2rl.tasks.deepsearch.generate_lite import GENERATOR_VERSION, generate_world
 from agent2rl.tasks.deepsearch.judge import AnswerJudge, answer_judge
 from agent2rl.tasks.deepsearch.outcome import METRICS, AnswerOutcome
 from agent2rl.tasks.deepsearch.protocol import EpisodeFormat
+from agent2rl.tasks.deepsearch.react import ReferenceReactSolver, reference_solver_settings
 from agent2rl.tasks.deepsearch.search import (
     SEARCH_BACKENDS,
     BM25Backend,
@@ -100,11 +106,21 @@ MAX_SESSION_STEPS = 50
 #: the grader's record of every search it made (in the evaluation's grading directory)
 QUERY_LOG = "search_queries.jsonl"
 JUDGE_MODES = ("auto", "llm", "exact")
-#: the episode protocols: agent2rl's transcript, the paper's reference's Thought/Action loop
-PROTOCOLS = ("transcript", "react")
-#: the judge's default model (DeepSearchQA's paper grades with Gemini 2.5 Flash; point
-#: ``judge_base_url`` at any OpenAI-compatible endpoint serving it to match)
+#: the episode protocols: the paper's reference's loop exactly (``reference``, deepsearchqa's
+#: default since task version 3), task version 2's Thought/Action approximation (``react``),
+#: agent2rl's transcript (``transcript``)
+PROTOCOLS = ("reference", "react", "transcript")
+#: how answers are scored: by the judge (refused without a judge key) or by string match,
+#: which must be chosen (``--task-opt score=string``), never a silent fallback
+SCORE_MODES = ("judge", "string")
+#: the binary judge's prompt: the reference's own (unfenced, "correct"/"incorrect") or
+#: agent2rl's fenced JSON verdict (task version 2's)
+JUDGE_PROMPTS = ("reference", "fenced")
+#: deepsearch-lite's judge model
 DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"
+#: deepsearchqa's: the reference judges with RD-Agent's configured chat model, which its
+#: README's example configuration sets to gpt-5.2 (``CHAT_MODEL=gpt-5.2``)
+REFERENCE_JUDGE_MODEL = "gpt-5.2"
 
 
 # The tasks' options.
@@ -158,14 +174,16 @@ class DeepsearchLiteOptions(TaskOptions):
 
 @dataclass(frozen=True)
 class DeepSearchQAOptions(TaskOptions):
-    """``deepsearchqa``'s options: the reference's loop (Thought/Action on raw text, 6
-    steps, 256 new tokens, a 4,096-token context: here the prompt trimmed to 12,000
-    characters, about 3,000 tokens of English, so that prompt and reply fit; SerpAPI's top
-    3)."""
+    """``deepsearchqa``'s options: the reference's loop exactly (``protocol=reference``:
+    :mod:`~.react`; 6 steps, 256 new tokens, SerpAPI's top 3), its judge (the reference's
+    prompt on ``judge_model``), string match only as an explicit ``score=string``.
+    ``history`` and ``max_prompt_chars`` apply to the ``react`` and ``transcript``
+    protocols only (the reference keeps the whole history)."""
 
     protocol: str = option(
-        "react",
-        "The episode protocol: `react` is the reference's Thought/Action loop on raw text; "
+        "reference",
+        "The episode protocol: `reference` is the reference's loop exactly (its stops, "
+        "forced answers and whole history); `react` task version 2's approximation of it; "
         "`transcript` is agent2rl's (task version 1's).",
         choices=PROTOCOLS,
     )
@@ -185,8 +203,21 @@ class DeepSearchQAOptions(TaskOptions):
         "`wikipedia` built in); `auto`: SerpAPI when SERPAPI_KEY is set, else Wikipedia.",
     )
     metric: str = option("accuracy", _METRIC_HELP, choices=METRICS)
+    score: str = option(
+        "judge",
+        "`judge`: answers graded by the LLM judge (a run without a judge key is refused); "
+        "`string`: by string match, chosen explicitly (recorded in the scorer's settings).",
+        choices=SCORE_MODES,
+    )
     judge: str = option("auto", _JUDGE_HELP, choices=JUDGE_MODES)
-    judge_model: str = option(DEFAULT_JUDGE_MODEL, _JUDGE_MODEL_HELP)
+    judge_prompt: str = option(
+        "reference",
+        "The accuracy judge's prompt: `reference` (the reference's own: unfenced, a "
+        "correct/incorrect reply, string match when a request fails) or `fenced` "
+        "(agent2rl's: the response fenced by a digest id, a JSON verdict carrying it).",
+        choices=JUDGE_PROMPTS,
+    )
+    judge_model: str = option(REFERENCE_JUDGE_MODEL, _JUDGE_MODEL_HELP)
     judge_base_url: str = option(DEFAULT_BASE_URL, _JUDGE_URL_HELP)
 
 
@@ -208,7 +239,9 @@ class DeepsearchBase(InteractiveTask):
             max_prompt_chars=o.max_prompt_chars,
             max_new_tokens=o.max_new_tokens,
             max_observation_chars=o.max_observation_chars,
-            stop=protocol.REACT_STOP if kind == "react" else protocol.STOP,
+            stop={"react": protocol.REACT_STOP, "reference": protocol.REFERENCE_STOP}.get(
+                kind, protocol.STOP
+            ),
             protocol=kind,
         )
 
@@ -235,7 +268,10 @@ class DeepsearchBase(InteractiveTask):
             self.config.top_k,
             step_cap=MAX_SESSION_STEPS,
             log=log,
-            answer_type_in_goal=self.episode_format().protocol == "react",
+            answer_type_in_goal=self.episode_format().protocol in ("react", "reference"),
+            render=(
+                render_snippets if self.episode_format().protocol == "reference" else render_hits
+            ),
         )
 
     def samples(
@@ -263,9 +299,26 @@ class DeepsearchBase(InteractiveTask):
 
     def judge_enabled(self) -> bool:
         """Whether answers are graded by the LLM judge (the ``judge`` option; ``auto``: when
-        the host has a judge key)."""
+        the host has a judge key). On deepsearchqa, ``score=string`` (or ``judge=exact``)
+        turns it off explicitly; ``auto`` without a key is a :class:`UserError` naming
+        ``--task-opt score=string``, never a silent string match."""
+        if getattr(self.config, "score", "judge") == "string":
+            return False
         mode = self.config.judge
+        if mode == "auto" and not judge_api_key() and hasattr(self.config, "score"):
+            raise UserError(
+                f"{self.name} grades answers with an LLM judge and no judge key is set: set "
+                "AGENT2RL_JUDGE_API_KEY (or OPENAI_API_KEY) on the host, or grade by string "
+                "match with --task-opt score=string"
+            )
         return mode == "llm" or (mode == "auto" and bool(judge_api_key()))
+
+    def judge_kind(self) -> str:
+        """``rubric`` under ``metric=f1``; under ``accuracy`` the reference's prompt
+        (``reference``) or agent2rl's fenced one (``binary``), by ``judge_prompt``."""
+        if self.metric() != "accuracy":
+            return "rubric"
+        return "reference" if getattr(self.config, "judge_prompt", "") == "reference" else "binary"
 
     def metric(self) -> str:
         """The ``metric`` option (``accuracy``: the binary judge or string match; ``f1``:
@@ -282,7 +335,7 @@ class DeepsearchBase(InteractiveTask):
             self.config.judge_base_url,
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
-            kind="binary" if self.metric() == "accuracy" else "rubric",
+            kind=self.judge_kind(),
         )
 
     def scorer(self, prepared: PreparedTask) -> AnswerOutcome:
@@ -427,11 +480,15 @@ class DeepsearchLite(DeepsearchBase):
 @task
 class DeepSearchQA(DeepsearchBase):
     name = "deepsearchqa"
-    # Version 2: the reference's split (numpy permutation, 100 public then 200 graded), its
+    # Version 3: the reference's loop exactly (protocol=reference: its three stops, forced
+    # answers, whole history, " | "-joined snippets), its judge prompt on gpt-5.2 (the
+    # README's chat model), string match only when a judge request fails or as an explicit
+    # score=string (no judge key is refused). Version 2: the reference's split (numpy
+    # permutation, 100 public then 200 graded), its
     # metric (accuracy: binary judge, else string match) and loop (Thought/Action, top 3,
     # SerpAPI else keyless web search). Version 1: random.Random(42) split, mean F1 with the
     # rubric judge or exact match, the transcript protocol, top 5, a local corpus preferred.
-    version = "2"
+    version = "3"
     summary = "DeepSearchQA (900 multi-step search questions; 200 graded, judged by an LLM)"
     #: the questions and their answers (the graded split among them)
     denied_hub_repos = ("google/deepsearchqa",)
@@ -449,6 +506,30 @@ class DeepSearchQA(DeepsearchBase):
         return write_dsqa_store(
             root, read_table(questions), corpus, str(Path(source).expanduser().resolve())
         )
+
+    def solver(self, prepared: PreparedTask, split: Split = "private") -> Any:
+        """Under ``protocol=reference`` the reference's loop (:mod:`~.react`); else the
+        task-neutral episode solver."""
+        if self.config.protocol != "reference":
+            return super().solver(prepared, split)
+        o = self.config
+        return ReferenceReactSolver(
+            self.grading_games(prepared, split),  # type: ignore[arg-type]
+            o.max_steps,
+            o.max_new_tokens,
+            max_open=o.env_batch,
+            batch_size=o.batch_size,
+        )
+
+    def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
+        if self.config.protocol != "reference":
+            return super().solver_settings(prepared)
+        o = self.config
+        return {
+            **reference_solver_settings(o.max_steps, o.max_new_tokens, o.top_k),
+            "top_k": o.top_k,
+            "search": self.search_identity(prepared),
+        }
 
     def search_mode(self, prepared: PreparedTask) -> str:
         """The ``search`` option's engine name, ``auto`` resolved as the reference does

@@ -40,6 +40,7 @@ from agent2rl.tasks.deepsearch.protocol import (
     answer_items,
     answer_reward,
     react_goal,
+    reference_snippets,
     shown_observation,
     split_action,
 )
@@ -58,6 +59,12 @@ def render_hits(hits: list[Hit]) -> str:
     return " ".join(f"[{i}] {h.title}: {h.snippet}" for i, h in enumerate(hits, 1))
 
 
+def render_snippets(hits: list[Hit]) -> str:
+    """The observation of a search as the reference's loop shows it: the hits' snippets
+    joined by ``" | "`` (``No results found.``)."""
+    return reference_snippets([h.snippet for h in hits])
+
+
 class QuestionGames:
     """The questions of one split (``questions_file``) searched through ``backend`` (a
     backend, or a function returning one, called once on the first episode: a remote backend
@@ -74,8 +81,12 @@ class QuestionGames:
         step_cap: int | None = None,
         log: QueryLog | None = None,
         answer_type_in_goal: bool = False,
+        render: Callable[[list[Hit]], str] = render_hits,
     ) -> None:
         rows = read_jsonl(Path(questions_file))
+        #: how a search's hits read as an observation (the reference's loop: snippets
+        #: joined by " | ")
+        self.render = render
         #: the episode's goal is the question and its ``Answer type:`` line (the react
         #: protocol's prompt shows both)
         self.answer_type_in_goal = answer_type_in_goal
@@ -99,7 +110,7 @@ class QuestionGames:
         """A new episode of ``game``, at most ``max_steps`` actions (default
         ``self.max_steps``, at most ``step_cap``)."""
         steps = min(max_steps or self.max_steps, self.step_cap)
-        episode = SearchEpisode(self.backend, game, steps, self.top_k, self.log)
+        episode = SearchEpisode(self.backend, game, steps, self.top_k, self.log, self.render)
         if self.answer_type_in_goal:
             episode.goal = react_goal(episode.goal, str(episode.row.get("answer_type")))
         return episode
@@ -115,8 +126,10 @@ class SearchEpisode:
         max_steps: int,
         top_k: int,
         log: QueryLog | None = None,
+        render: Callable[[list[Hit]], str] = render_hits,
     ) -> None:
         self.backend = backend
+        self.render = render
         self.game = game
         row: dict[str, Any] = game.meta["row"]
         self.row = row
@@ -154,7 +167,7 @@ class SearchEpisode:
         search = None
         if kind == "search":
             hits, search = self._search(arg)
-            observation = render_hits(hits)
+            observation = self.render(hits)
             self.searches += 1
         else:
             self.answer = arg
@@ -166,6 +179,15 @@ class SearchEpisode:
             observation, [], reward, self.done, reward >= WIN_REWARD, self.steps, kind, search
         )
         return self.last
+
+    def search(self, query: str) -> list[Hit]:
+        """The hits for ``query`` outside the action protocol (the reference's loop, which
+        searches whatever its regex read: no length or emptiness check), logged and counted
+        as a step; a failure is raised as by :meth:`step`."""
+        hits, _ = self._search(query)
+        self.searches += 1
+        self.steps += 1
+        return hits
 
     def _search(self, query: str) -> tuple[list[Hit], SearchRecord]:
         """The hits for ``query`` and its record, logged as this episode's next step. A

@@ -51,13 +51,14 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent2rl.scoring.judges.openai_compatible import judge_client
 from agent2rl.scoring.llm_client import Completion, LLMClient, LLMMeter
-from agent2rl.tasks.deepsearch.protocol import SET, AnswerScore, score_counts
+from agent2rl.tasks.deepsearch.protocol import SET, AnswerScore, score_counts, string_match
 
 RUBRIC_VERSION = "2"
 MAX_TOKENS = 1024
@@ -117,8 +118,46 @@ expected item. For a set answer, the response is correct if it contains ALL expe
 Reply with one JSON object and nothing else, with "response_id" exactly "{rid}":
 {{"response_id": "{rid}", "correct": true or false}}"""
 
-#: the judge's modes: one correct/incorrect verdict, or DeepSearchQA's per-item rubric
-JUDGE_KINDS = ("binary", "rubric")
+#: The paper's reference's judge prompt (RD-Agent ``deepsearchqa/eval.py`` 337-343, its
+#: f-string verbatim: the continuation lines keep the source's 8-space indentation) and its
+#: system prompt (line 350). No fence: the response is pasted in as it is.
+REFERENCE_TEMPLATE = """You are an answer evaluator. Compare the predicted answer to the gold answer.
+        Question answer type: {answer_type}
+        Gold answer: {gold}
+        Predicted answer: {predicted}
+        For "Single Answer": The predicted answer is correct if it contains the same key information as the gold answer.
+        For "Set Answer": The predicted answer is correct if it contains ALL items from the gold answer (order doesn't matter, minor wording variations are OK).
+        Reply with ONLY "correct" or "incorrect". No explanation."""  # noqa: E501
+REFERENCE_SYSTEM = "You are a strict answer evaluator."
+#: RD-Agent's default chat temperature (``rdagent/oai/llm_conf.py``: ``chat_temperature``),
+#: which its ``APIBackend`` sends with the judge's request; no output limit is set
+REFERENCE_TEMPERATURE = 0.5
+#: the reference judge's version (part of its identity)
+REFERENCE_VERSION = "1"
+
+#: the judge's modes: one correct/incorrect verdict (agent2rl's fenced prompt, or the
+#: reference's own prompt and reply), or DeepSearchQA's per-item rubric
+JUDGE_KINDS = ("binary", "rubric", "reference")
+
+
+def reference_messages(predicted: str, gold: str, answer_type: str) -> list[dict[str, str]]:
+    """The reference judge's chat messages: its system prompt, then its user prompt with
+    the answer type as the dataset names it (``Single Answer`` / ``Set Answer``), the gold
+    and the predicted answer as they are (not stripped)."""
+    kind = {"single": "Single Answer", "set": "Set Answer"}.get(answer_type, answer_type)
+    user = REFERENCE_TEMPLATE.format(answer_type=kind, gold=gold, predicted=predicted)
+    return [{"role": "system", "content": REFERENCE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def parse_reference_verdict(reply: str) -> bool | None:
+    """The reference's reading of the judge's reply (``eval.py`` 352-356): lowercased and
+    stripped, its first line stripped of ``.!,;:`` and whitespace at both ends, equal to
+    ``correct``; anything else is incorrect. An empty reply (or only whitespace): None —
+    the reference's ``splitlines()[0]`` raises there, and it falls back to string match."""
+    lines = reply.strip().lower().splitlines()
+    if not lines:
+        return None
+    return lines[0].strip().strip(".!,;: \t\r\n").lower() == "correct"
 
 
 def expected_items(gold: str, answer_type: str) -> list[str]:
@@ -240,6 +279,8 @@ class Graded:
 
     score: AnswerScore | None
     reply: str
+    #: the reference judge's request failed and string match graded it: the error
+    fallback: str | None = None
 
 
 class AnswerJudge:
@@ -254,16 +295,17 @@ class AnswerJudge:
             raise ValueError(f"judge kind {kind!r}: choose one of {', '.join(JUDGE_KINDS)}")
         self.client = client
         self.kind = kind
-        self.template = BINARY_TEMPLATE if kind == "binary" else TEMPLATE
+        self.template = {"binary": BINARY_TEMPLATE, "reference": REFERENCE_TEMPLATE}.get(
+            kind, TEMPLATE
+        )
         self.meter: LLMMeter = client.meter
 
     def identity(self) -> dict[str, Any]:
         template = hashlib.sha256(self.template.encode()).hexdigest()[:12]
-        rubric = (
-            f"deepsearchqa-binary-v{BINARY_VERSION}"
-            if self.kind == "binary"
-            else f"deepsearchqa-v{RUBRIC_VERSION}"
-        )
+        rubric = {
+            "binary": f"deepsearchqa-binary-v{BINARY_VERSION}",
+            "reference": f"deepsearchqa-reference-v{REFERENCE_VERSION}",
+        }.get(self.kind, f"deepsearchqa-v{RUBRIC_VERSION}")
         return {
             "rubric": rubric,
             "template": template,
@@ -288,6 +330,8 @@ class AnswerJudge:
         request) comes from the client's cache. Raises
         :class:`~agent2rl.scoring.judges.JudgeUnavailable` when the judge cannot be reached
         (verdicts received before that stay cached)."""
+        if self.kind == "reference":
+            return self._grade_reference(items)
         out: list[Graded | None] = [None] * len(items)
         todo = []
         for i, (_, g, t, r) in enumerate(items):
@@ -305,6 +349,33 @@ class AnswerJudge:
             score = self._read(reply, len(expected_items(g, t)), response_id(q, g, r))
             out[i] = Graded(score, reply)
         return [g for g in out if g is not None]
+
+    def _grade_reference(self, items: Sequence[tuple[str, str, str, str]]) -> list[Graded]:
+        """The reference's judging: every response asked about (an empty one too), one
+        request each, its reply read by :func:`parse_reference_verdict`; a request that
+        fails for good (after the client's retries) is graded by the reference's string
+        match instead, and says so (``fallback``)."""
+
+        def one(item: tuple[str, str, str, str]) -> Graded:
+            _, gold, answer_type, response = item
+            body = {
+                "model": self.client.model,
+                "messages": reference_messages(response, gold, answer_type),
+                "temperature": REFERENCE_TEMPERATURE,
+            }
+            try:
+                reply = self.client.chat(body, Completion.text)
+                ok = parse_reference_verdict(reply)
+                if ok is None:
+                    raise ValueError("the judge's reply is empty")
+            except Exception as err:  # noqa: BLE001 (the reference catches every failure)
+                ok = string_match(response, gold, answer_type, empty_matches=True)
+                return Graded(score_counts(int(ok), 1, 0), "", fallback=str(err) or repr(err))
+            return Graded(score_counts(int(ok), 1, 0), reply)
+
+        workers = max(1, min(len(items), getattr(self.client, "concurrency", 1) or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(one, items))
 
     def close(self) -> None:
         self.client.close()

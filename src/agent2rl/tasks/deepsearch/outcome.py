@@ -102,7 +102,15 @@ class AnswerOutcome:
         """Grade every answer (the judge raises
         :class:`~agent2rl.scoring.judges.JudgeUnavailable` when it cannot: a harness failure,
         never a silent 0)."""
-        answers = [final_answer(list(o.trace.get("actions", []))) for o in outputs]
+        # The reference loop's outputs carry their answer (it may come from no action the
+        # environment would take: a forced answer, "I don't know").
+        answers = [
+            str(o.trace["answer"])
+            if "answer" in o.trace
+            else final_answer(list(o.trace.get("actions", [])))
+            for o in outputs
+        ]
+        fallbacks: list[str | None] = [None] * len(outputs)
         types = [str(s.metadata.get("answer_type", "single")) for s in samples]
         if self.judge is not None:
             graded = self.judge.grade(
@@ -110,13 +118,16 @@ class AnswerOutcome:
                  for s, t, a in zip(samples, types, answers, strict=True)]
             )  # fmt: skip
             scores = [g.score for g in graded]
+            fallbacks = [g.fallback for g in graded]
         else:
             scores = [
                 self._without_judge(a, str(s.target), t)
                 for s, t, a in zip(samples, types, answers, strict=True)
             ]
         items = []
-        for s, out, a, t, sc in zip(samples, outputs, answers, types, scores, strict=True):
+        for s, out, a, t, sc, fb in zip(
+            samples, outputs, answers, types, scores, fallbacks, strict=True
+        ):
             actions = list(out.trace.get("actions", []))
             meta: dict[str, Any] = {
                 "group": s.metadata.get("group"),
@@ -126,6 +137,10 @@ class AnswerOutcome:
                 "answered": bool(a),
                 "unjudged": sc is None,
             }
+            if fb is not None:  # the reference judge failed: string match graded it
+                meta["judge_fallback"] = fb
+            if "forced" in out.trace:
+                meta["forced_answer"] = bool(out.trace["forced"])
             if sc is not None:
                 meta.update(outcome=sc.outcome, precision=sc.precision, recall=sc.recall,
                             f1=sc.f1)  # fmt: skip
@@ -178,4 +193,10 @@ class AnswerOutcome:
         }
         if self.judge is not None:
             details["judge"] = self.judge.totals()
+            # answers the reference judge could not grade, graded by string match instead
+            details["judge_fallbacks"] = sum(
+                1 for i in items if (i.meta or {}).get("judge_fallback") is not None
+            )
+        if any("forced" in o.trace for o in outputs):
+            details["forced_answers"] = sum(1 for o in outputs if o.trace.get("forced"))
         return details

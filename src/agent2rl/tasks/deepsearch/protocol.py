@@ -113,6 +113,22 @@ Rules:
 """
 #: where the ReAct protocol's generation stops (the reference's, less ``\nAction:``)
 REACT_STOP = ("\nObservation:", "\nThought:")
+#: ``protocol = "reference"``: the reference's stop strings, in its order
+#: (``deepsearchqa/eval.py`` line 96)
+REFERENCE_STOP = ("\nAction:", "\nThought:", "\nObservation:")
+#: the forced answer's generation: appended text, its output limit and stop (eval.py 246-247)
+FORCED_ANSWER = "\nAction: answer["
+FORCED_MAX_NEW_TOKENS = 128
+FORCED_STOP = ("]",)
+#: the template's example answer the reference refuses (eval.py 251, 260, 276)
+PLACEHOLDER_ANSWER = "your final answer"
+#: what the reference appends after a placeholder answer (eval.py 262)
+PLACEHOLDER_RETRY = "\nThat is not a valid answer. Please think again.\nThought:"
+#: the reference's answer when no step gave one (eval.py 277)
+NO_ANSWER = "I don't know"
+#: the reference's search observations: the top results' snippets joined (eval.py 305-306)
+SNIPPET_JOIN = " | "
+NO_RESULTS = "No results found."
 #: DeepSearchQA's answer types as the reference's prompt names them
 ANSWER_TYPE_NAMES = {"single": "Single Answer", "set": "Set Answer"}
 _REACT_ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.S | re.I)
@@ -150,8 +166,8 @@ class EpisodeFormat(core.FormatBase):
     @property
     def use_chat_template(self) -> bool:
         """A model with a chat template gets :meth:`chat_message` through it (the
-        ``transcript`` protocol); the ``react`` protocol gives every model raw text."""
-        return self.protocol != "react"
+        ``transcript`` protocol); ``react`` and ``reference`` give every model raw text."""
+        return self.protocol == "transcript"
 
     # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
     # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
@@ -162,7 +178,7 @@ class EpisodeFormat(core.FormatBase):
         return core.for_state(build_chat_message, state, self)
 
     def parse(self, reply: str, state: Any) -> str:
-        if self.protocol == "react":
+        if self.protocol in ("react", "reference"):
             return parse_react_action(reply)
         return parse_action(reply)
 
@@ -183,13 +199,34 @@ def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
 # ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change nothing (the environment
 # takes free text): they are there for the signature the other protocol files share.
 # (Lambdas: the two functions they call are defined below.)
-build_prompt, build_chat_message = core.prompt_builders(
+_build_prompt, _build_chat_message = core.prompt_builders(
     lambda goal, steps, observation, _admissible, fmt, _group: react_prompt(
         goal, steps, observation, fmt
     ),
     lambda goal, steps, observation, _admissible, fmt: _render(goal, steps, observation, fmt),
     CHAT_INSTRUCTION,
 )
+
+
+def build_prompt(
+    goal: str, steps: core.Steps, observation: str, admissible: Any, fmt: Any, group: Any = None
+) -> str:
+    """The prompt at one step (see the comment above). Under ``fmt.protocol == "reference"``
+    the ``react`` prompt from actions only (the exact prompt, thoughts included, is
+    :class:`ReferenceEpisode`'s)."""
+    if fmt.protocol == "reference":
+        return react_prompt(goal, steps, observation, fmt)
+    return _build_prompt(goal, steps, observation, admissible, fmt, group)
+
+
+def build_chat_message(
+    goal: str, steps: core.Steps, observation: str, admissible: Any, fmt: Any, group: Any = None
+) -> str:
+    """The chat model's message at one step (see the comment above); under ``reference``
+    as :func:`build_prompt` (the reference gives every model raw text)."""
+    if fmt.protocol == "reference":
+        return react_prompt(goal, steps, observation, fmt)
+    return _build_chat_message(goal, steps, observation, admissible, fmt, group)
 
 
 def react_prompt(goal: str, steps: core.Steps, observation: str, fmt: EpisodeFormat) -> str:
@@ -270,6 +307,105 @@ def split_action(action: str) -> tuple[str, str] | None:
 completion_for = core.completion_for
 
 
+# -- the reference's loop, exactly (protocol = "reference") ---------------------------------
+def reference_head(question: str, answer_type: str) -> str:
+    """The reference's first prompt (``deepsearchqa/eval.py`` 198-199): the instructions, a
+    blank line, ``Question:``, ``Answer type:``, a blank line and ``Thought:``. The question
+    is as the dataset has it (not stripped)."""
+    kind = ANSWER_TYPE_NAMES.get(answer_type, answer_type)
+    return f"{REACT_SYSTEM_PROMPT}\n\nQuestion: {question}\nAnswer type: {kind}\n\nThought:"
+
+
+def reference_snippets(snippets: list[str]) -> str:
+    """A search's observation as the reference's SerpAPI search writes it: the snippets of
+    the top results joined by ``" | "``, or ``"No results found."``."""
+    return SNIPPET_JOIN.join(snippets) or NO_RESULTS
+
+
+class ReferenceEpisode:
+    """One question played as the reference's ``_react_loop`` plays it
+    (``deepsearchqa/eval.py`` 236-277), without the model and the search: the caller
+    generates from :attr:`prompt`, feeds the reply to :meth:`feed` and does what it says.
+
+    - :meth:`feed` (a reply generated with :data:`REFERENCE_STOP`, at most 256 tokens)
+      returns ``("search", query)``: search, then :meth:`observe` the result;
+      ``("answer", text)``: the episode is over; ``("force", "")``: generate from
+      :attr:`prompt` again with :data:`FORCED_MAX_NEW_TOKENS` and :data:`FORCED_STOP`, then
+      :meth:`feed_forced`; ``("continue", "")``: the step is used, generate again.
+    - The reply is stripped and appended to the prompt after a space, thought and all (the
+      whole history stays in the prompt); the action is the first ``Action: search[...]`` /
+      ``Action: answer[...]`` in this reply only (case-sensitive, ``.+?`` up to the first
+      ``]``, across lines). A reply without one (with the ``\nAction:`` stop, every reply
+      that puts its action on a line of its own) gets ``\nAction: answer[`` appended and a
+      forced answer: that text stripped is the answer, unless it is the template's
+      placeholder ``your final answer`` (then the step is used and the next generation
+      continues from the prompt as it stands, the forced text not appended).
+    - An answer ``your final answer`` (any case) is refused: the prompt gets
+      :data:`PLACEHOLDER_RETRY` and the step is used.
+    - After ``max_steps`` steps without an answer: the last ``Action: answer[...]`` in the
+      model's own text (its replies and forced answers joined by newlines) that is not the
+      placeholder, else ``I don't know`` (:attr:`answer`).
+    """
+
+    def __init__(self, question: str, answer_type: str, max_steps: int = 6) -> None:
+        self.prompt = reference_head(question, answer_type)
+        self.max_steps = max_steps
+        self.steps = 0
+        self.trace = ""
+        self.actions: list[str] = []
+        self.answer: str | None = None
+        self.forced = False
+
+    @property
+    def done(self) -> bool:
+        return self.answer is not None
+
+    def _add_trace(self, text: str) -> None:
+        self.trace += ("\n" + text) if self.trace else text
+
+    def feed(self, reply: str) -> tuple[str, str]:
+        generated = reply.strip()
+        self.steps += 1
+        self._add_trace(generated)
+        self.prompt += f" {generated}"
+        m = re.search(r"Action:\s*(search|answer)\[(.+?)\]", generated, re.DOTALL)
+        if not m:
+            self.prompt += FORCED_ANSWER
+            return self._end_of_step("force", "")
+        kind, content = m.group(1), m.group(2).strip()
+        self.actions.append(f"{kind}[{content}]")
+        if kind == "answer":
+            if content.lower() == PLACEHOLDER_ANSWER:
+                self.prompt += PLACEHOLDER_RETRY
+                return self._end_of_step("continue", "")
+            self.answer = content
+            return ("answer", content)
+        return ("search", content)
+
+    def feed_forced(self, reply: str) -> tuple[str, str]:
+        generated = reply.strip()
+        self.forced = True
+        if generated:  # the reference adds a newline here even to an empty trace
+            self.trace += "\n" + generated
+        if generated.lower() == PLACEHOLDER_ANSWER:
+            return self._end_of_step("continue", "")
+        self.actions.append(f"answer[{generated}]")
+        self.answer = generated
+        return ("answer", generated)
+
+    def observe(self, observation: str) -> None:
+        self.prompt += f"\nObservation: {observation}\nThought:"
+        self._end_of_step("continue", "")
+
+    def _end_of_step(self, what: str, arg: str) -> tuple[str, str]:
+        if self.steps >= self.max_steps and self.answer is None and what != "force":
+            found = re.findall(r"Action:\s*answer\[(.+?)\]", self.trace, re.DOTALL)
+            real = [a.strip() for a in found if a.strip().lower() != PLACEHOLDER_ANSWER]
+            self.answer = real[-1] if real else NO_ANSWER
+            return ("answer", self.answer)
+        return (what, arg)
+
+
 # -- answers without a judge ---------------------------------------------------------------
 def normalize_answer(text: str) -> str:
     """Lowercase, accents and punctuation removed, the articles a/an/the dropped, whitespace
@@ -339,14 +475,18 @@ def answer_score(answer: str, gold: str, answer_type: str = SINGLE) -> AnswerSco
     return score_counts(hit, 1, 1 - hit)
 
 
-def string_match(answer: str, gold: str, answer_type: str = SINGLE) -> bool:
+def string_match(
+    answer: str, gold: str, answer_type: str = SINGLE, empty_matches: bool = False
+) -> bool:
     """The paper's reference fallback when no judge answers: both sides stripped and
     lowercased; a single answer is correct when the gold answer contains it or it contains
     the gold answer; a set answer when it contains every comma-separated gold item. An
-    empty answer is incorrect (in the reference the empty answer is a substring of every
-    gold answer; its loop answers "I don't know" instead of nothing)."""
+    empty answer is incorrect, unless ``empty_matches`` (the reference's own rule, used
+    where it falls back from a failed judge call: the empty string is a substring of every
+    gold answer, so an empty single answer is correct there; its loop answers empty only
+    when a forced answer is empty)."""
     pred, want = answer.strip().lower(), gold.strip().lower()
-    if not pred:
+    if not pred and not empty_matches:
         return False
     if answer_type != SET:
         return want in pred or pred in want
@@ -360,6 +500,8 @@ def answer_reward(answer: str, gold: str, answer_type: str = SINGLE) -> float:
 
 def describe(fmt: EpisodeFormat) -> str:
     """Markdown bullets stating the protocol for ``description.md``."""
+    if fmt.protocol == "reference":
+        return _describe_reference(fmt)
     if fmt.protocol == "react":
         return _describe_react(fmt)
     cut = (
@@ -405,4 +547,26 @@ def _describe_react(fmt: EpisodeFormat) -> str:
         f"- `data/protocol.py` is the grader's own code for this (`build_prompt`, "
         f"`react_prompt`, `parse_action`, `parse_react_action`; `string_match` is the "
         f"grading without a judge); `data/eval_format.json` holds these settings."
+    )
+
+
+def _describe_reference(fmt: EpisodeFormat) -> str:
+    return (
+        f"- Each question is played as the paper's reference plays it (`ReferenceEpisode` in "
+        f"`data/protocol.py` is that loop without the model and the search): every model "
+        f"gets raw text (no chat template): the instructions `REACT_SYSTEM_PROMPT`, then "
+        f"`Question: ...`, `Answer type: Single Answer` (or `Set Answer`) and `Thought:`. "
+        f"Greedy decoding, at most {fmt.max_new_tokens} new tokens, stopping at `\\nAction:`, "
+        f"`\\nThought:` or `\\nObservation:`. The reply (stripped) is appended to the prompt "
+        f"after a space, thought included. Its first `Action: search[...]` searches: the "
+        f"observation is the top results' snippets joined by ` | ` (`No results found.`), "
+        f"appended as `\\nObservation: ...\\nThought:`. Its first `Action: answer[...]` is "
+        f"the answer. A reply without an action (so every reply that starts `Action:` on "
+        f"a new line: generation stops there) gets `\\nAction: answer[` appended and a second "
+        f"generation (at most {FORCED_MAX_NEW_TOKENS} tokens, stopping at `]`) that is the "
+        f"answer. At most {fmt.max_steps} steps; then the last `Action: answer[...]` the model "
+        f"wrote, else `I don't know`. The template's `your final answer` is never an answer.\n"
+        f"- `data/protocol.py` is the grader's own code for this (`ReferenceEpisode`, "
+        f"`reference_head`, `reference_snippets`; `string_match` is the grading without a "
+        f"judge); `data/eval_format.json` holds these settings."
     )
