@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import math
 import shutil
 import signal
 import sys
@@ -90,6 +91,7 @@ from agent2rl.grading.ledger import Ledger, Submission
 from agent2rl.grading.submission import (
     SubmissionError,
     SubmissionLimits,
+    check_declared_size,
     needed_files,
     precheck_submission,
     resolve_submission,
@@ -443,7 +445,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             "error": s.error,
             "failure_kind": s.failure_kind,
             "retry_of": s.retry_of,
-            "eval_seconds": s.eval_seconds,
+            "eval_seconds": coarse_seconds(s.eval_seconds),
             "eval_hash": s.eval_hash,
             "identity": identity_flags(s.identity),
             "split": s.score_split,
@@ -620,6 +622,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
         with staging_slots:
             # Checked under the slot: concurrent copies cannot all pass one free-space reading.
             need = sum(_size(f) for f in needed_files(model_dir))
+            check_declared_size(need, ctx.limits)  # over the limit is a 413, never a 507
             sub_dir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(sub_dir).free
             if free < need + ctx.disk_margin_bytes:
@@ -633,7 +636,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             partial = sub_dir / "model.partial"
             roots = [ctx.paths.output.resolve(), ctx.base_model_dir.resolve()]
             try:
-                stage_submission(model_dir, partial, roots, ctx.limits)
+                stage_submission(model_dir, partial, roots, ctx.limits, ctx.base_model_dir)
             except OSError as err:
                 if err.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
@@ -795,6 +798,20 @@ def create_app(ctx: GradingContext) -> FastAPI:
         return True
 
     return app
+
+
+#: The grain of the evaluation time the API answers (see :func:`coarse_seconds`).
+EVAL_SECONDS_GRAIN = 60
+
+
+def coarse_seconds(seconds: float | None) -> float | None:
+    """An evaluation's time as the agent is told it: rounded up to a whole
+    :data:`EVAL_SECONDS_GRAIN` (0 and None as they are: settled without an evaluation, or not
+    yet). A chat template or tokenizer that burns time on some private prompts must not be
+    timed to the second by its submission's answer; the ledger keeps the exact figure."""
+    if not seconds:
+        return seconds
+    return float(math.ceil(seconds / EVAL_SECONDS_GRAIN) * EVAL_SECONDS_GRAIN)
 
 
 def _capped(text: str | None, limit: int = 1024) -> str | None:

@@ -353,7 +353,11 @@ def needed_files(model_dir: Path) -> list[Path]:
 
 
 def stage_submission(
-    model_dir: Path, dest: Path, allowed_roots: list[Path], limits: SubmissionLimits
+    model_dir: Path,
+    dest: Path,
+    allowed_roots: list[Path],
+    limits: SubmissionLimits,
+    base_model_dir: Path | None = None,
 ) -> Path:
     """Copy the files a model needs into ``dest`` (private), then check the copy.
 
@@ -365,7 +369,9 @@ def stage_submission(
     and is opened from its root without following any symlink (see :func:`_open_beneath`).
     The size bound is enforced on the bytes actually copied. The copy is then checked by
     :func:`check_model_files` (strict JSON and safetensors, no ``auto_map``, weights that
-    match the config exactly). On any refusal ``dest`` is removed and
+    match the config exactly). With ``base_model_dir``, the copy's tokenizer is then loaded
+    as the evaluator loads it and compared with the base's (:func:`check_tokenizer_pipeline`),
+    which writes what the evaluation checks next to ``dest``. On any refusal ``dest`` is removed and
     :class:`SubmissionError` raised; ``OSError`` comes out only for the grader's own I/O
     failures (a full disk).
     """
@@ -384,6 +390,8 @@ def stage_submission(
         if not (dest / "config.json").is_file() or not any(dest.glob("*.safetensors")):
             raise _changed("the submission")
         check_model_files(dest)
+        if base_model_dir is not None:
+            check_tokenizer_pipeline(dest, base_model_dir)
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -571,6 +579,46 @@ def _check_tokenizer(path: Path) -> None:
             f"tokenizer.json cannot be read by the tokenizers library ({first}): submit the"
             " tokenizer save_pretrained wrote"
         ) from None
+
+
+def check_tokenizer_pipeline(model_dir: Path, base_model_dir: Path) -> None:
+    """Load the (private, copied) ``model_dir``'s tokenizer as the evaluator will, in a child
+    process, and compare its pipeline with the base model's
+    (:func:`~agent2rl.inference.tokenizer_check.inspect_tokenizer`); write the outcome next to
+    ``model_dir`` (:data:`~agent2rl.inference.tokenizer_check.REFERENCE_FILE`), where the
+    evaluation reads what it must check on the graded prompts.
+
+    Raises :class:`SubmissionError` (400) for tokenizer files transformers cannot load (a
+    malformed ``merges.txt``, ``vocab.*`` or ``*.model``) or a chat template that does not
+    parse: found here, they are refused before any evaluation rather than failing one.
+    """
+    from agent2rl.inference.tokenizer_check import (
+        TokenizerUnloadable,
+        inspect_tokenizer,
+        write_reference,
+    )
+
+    try:
+        reference = inspect_tokenizer(model_dir, base_model_dir)
+    except TokenizerUnloadable as err:
+        raise SubmissionError(
+            f"the submission's tokenizer files are malformed: {err}; submit the tokenizer"
+            " files save_pretrained wrote (or the base model's)"
+        ) from None
+    write_reference(model_dir.parent, reference)
+
+
+def check_declared_size(size: int, limits: SubmissionLimits) -> None:
+    """Refuse (413) a submission whose files declare more bytes than the size limit, before
+    any disk-space check or copy (a sparse 200 GB file is a submission over the limit, not a
+    grader short of disk)."""
+    if size > limits.max_bytes:
+        raise SubmissionError(
+            f"submission is over the size limit of {limits.max_bytes / 2**20:.0f} MiB (its"
+            f" files hold {size / 2**20:.0f} MiB): submit only the merged model (no optimizer"
+            " state or checkpoints)",
+            413,
+        )
 
 
 def _loaded_tensors(

@@ -47,6 +47,7 @@ from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.grading.evaluator import STARTED_FILE, EvalSpec, FailureKind
 from agent2rl.inference import load_backend
 from agent2rl.inference.backend import BackendConfig
+from agent2rl.inference.tokenizer_check import TokenizerCheck
 from agent2rl.tasks import get_task, prepare_task
 
 
@@ -153,13 +154,19 @@ def failure_kind(stage: Stage, err: BaseException) -> FailureKind:
 class _TimedBackend:
     """``backend`` with the time spent in its ``generate`` calls added up (``generate_s``),
     so that an evaluation's time splits into generation and the rest (scoring, the solver's
-    own work, an environment's steps). Every other attribute is the backend's own."""
+    own work, an environment's steps). Every other attribute is the backend's own.
+    ``check``: the submission's tokenizer check
+    (:class:`~agent2rl.inference.tokenizer_check.TokenizerCheck`), run on every prompt of a
+    call before any is generated."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, check: Any = None) -> None:
         self._backend = backend
+        self._check = check
         self.generate_s = 0.0
 
     def generate(self, prompts: list[str], settings: Any) -> list[str]:
+        if self._check is not None:
+            self._check.check(prompts)
         clock = time.perf_counter()
         try:
             return self._backend.generate(prompts, settings)
@@ -344,7 +351,8 @@ def evaluate_to(
             backend = _load(spec, config, model_dir, warm, timings)
             timings["load_s"] = time.time() - clock
             stage = "evaluate"
-            timed = _TimedBackend(backend)
+            check = TokenizerCheck.of(model_dir, getattr(backend, "tokenizer", None))
+            timed = _TimedBackend(backend, check)
             clock = time.time()
             try:
                 result = task.evaluate(timed, prepared, limit=spec.limit, split=spec.split)

@@ -30,8 +30,12 @@ for hours or building a string of gigabytes.
 
 What a refusal says is chosen so that it cannot carry graded text back to the agent (the
 grading API returns it): a syntax error comes with its message (it depends on the template
-only), an error raised while rendering a graded prompt only with its type (a template could
-put the prompt's text in its message).
+only); every failure on a graded prompt (an error raised, a time, memory or length limit
+passed, text not preserved) gives one and the same message (:data:`FAILED`), so that which
+way the template failed, on which message, with what count or length, cannot tell the agent
+anything about the prompt it failed on (a template could choose among them by what the prompt
+says). The detail goes to the renderer's caller's stderr (the grader's private log) and is
+kept on the exception (``detail``).
 """
 
 from __future__ import annotations
@@ -63,10 +67,30 @@ _FIX = (
 )
 
 
+#: The one message of every refusal made on a graded prompt (see the module's docstring).
+FAILED = (
+    "the chat template failed on a graded prompt: it raised, passed its time, memory or length"
+    " limit, or what it renders around the messages depends on what they say (which, and on"
+    f" which prompt, is withheld: it would tell the private prompts apart); {_FIX}; render"
+    " public examples with tokenizer.apply_chat_template to find the problem"
+)
+
+
 class ChatTemplateRefused(ModelFault):
     """The submission's chat template failed to render a graded prompt, took too long or too
-    much memory doing so, or changed the text of the messages. The message says which, never
-    what the prompt said."""
+    much memory doing so, or changed the text of the messages. Its message is ``public`` (a
+    syntax error, from the template alone) or else :data:`FAILED`, whatever the failure;
+    ``detail`` says which failure it was, never what the prompt said."""
+
+    def __init__(self, detail: str, public: str | None = None) -> None:
+        super().__init__(public or FAILED)
+        self.detail = detail
+
+
+def _refused(detail: str) -> ChatTemplateRefused:
+    """The refusal for a failure on a graded prompt, its detail logged to stderr only."""
+    print(f"chat template refused: {detail}", file=sys.stderr, flush=True)
+    return ChatTemplateRefused(detail)
 
 
 @dataclass(frozen=True)
@@ -128,19 +152,22 @@ class TemplateRenderer:
                 line = b""
             if line is None:
                 self._kill()
-                raise ChatTemplateRefused(
+                raise _refused(
                     f"rendering the chat template took more than {self.limits.timeout_s:g} s "
-                    f"on a graded prompt (a loop?); {_FIX}"
+                    "on a graded prompt (a loop?)"
                 )
             if not line:
                 code = self._kill()
-                raise ChatTemplateRefused(
+                raise _refused(
                     f"the chat template's renderer died (exit status {code}) rendering a "
-                    f"graded prompt; {_FIX}"
+                    "graded prompt"
                 )
         reply = json.loads(line)
         if "error" in reply:
-            raise ChatTemplateRefused(f"the chat template failed: {reply['error']}; {_FIX}")
+            if reply.get("syntax"):  # from the template's source alone: shown as it is
+                detail = f"the chat template failed: {reply['error']}; {_FIX}"
+                raise ChatTemplateRefused(detail, public=detail)
+            raise _refused(f"the chat template failed: {reply['error']}")
         return [str(r) for r in reply["rendered"]]
 
     def close(self) -> None:
@@ -259,7 +286,9 @@ class ChatTemplate:
         try:
             template = tokenizer.get_chat_template()
         except ValueError as err:
-            raise ChatTemplateRefused(f"unusable chat template: {err}") from err
+            raise ChatTemplateRefused(
+                f"unusable chat template: {err}", public=f"unusable chat template: {err}"
+            ) from err
         return cls(template, dict(getattr(tokenizer, "special_tokens_map", {}) or {}), renderer)
 
     def render(self, messages: Messages) -> str:
@@ -281,9 +310,7 @@ class ChatTemplate:
         cores = [split_edges(c)[1] for c in contents]
         problem = preservation_problem(real, stand_in, tokens, cores, roles)
         if problem is not None:
-            raise ChatTemplateRefused(
-                f"the chat template does not preserve the prompt's text: {problem}; {_FIX}"
-            )
+            raise _refused(f"the chat template does not preserve the prompt's text: {problem}")
         return real
 
     def close(self) -> None:
@@ -404,7 +431,7 @@ def _serve() -> int:
                 reply = {"rendered": rendered}
         except jinja2.TemplateSyntaxError as err:
             # Raised by the parser, from the template's source alone: safe to show.
-            reply = {"error": _one_line(err)}
+            reply = {"error": _one_line(err), "syntax": True}
         except Exception as err:  # noqa: BLE001 - any failure is the template's, reported
             reply = {
                 "error": f"{type(err).__name__} raised while rendering a graded prompt (its "

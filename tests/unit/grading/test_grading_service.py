@@ -198,19 +198,15 @@ def test_copy_duplicate_and_graded(service, tiny) -> None:
 def test_unloadable_model_fails_cleanly(service, tiny) -> None:
     paths, client, _, _ = service
     rel = _copy_base(paths, tiny, "broken")
-    # Passes the checks while staging (weights that do not fit the config are refused
-    # there), fails when the evaluator loads the tokenizer: a token id that is no integer.
+    # A tokenizer transformers cannot load (a token id that is no integer) is refused while
+    # staging, as the evaluator would fail to load it (issue #38), not left to fail there.
     tok_cfg = paths.workspace / rel / "tokenizer_config.json"
     tok_cfg.write_text(
         json.dumps({**json.loads(tok_cfg.read_text()), "added_tokens_decoder": {"x": {}}})
     )
     tensors = load_file(tiny.path / "model.safetensors")
     save_file({k: v * 2 for k, v in tensors.items()}, paths.workspace / rel / "model.safetensors")
-    r = client.post("/submit", json={"model_path": rel})
-    assert r.status_code == 200
-    body = r.json()
-    assert body["status"] == "failed" and "evaluation failed" in body["error"]
-    assert client.get("/health").status_code == 200
+    _refused(service, {"model_path": rel}, 400, "tokenizer files are malformed")
 
 
 def test_scores_under_other_or_unknown_eval_settings_claim_no_improvement(service, tiny) -> None:

@@ -11,6 +11,7 @@ up are refused with a reason that never quotes a graded prompt.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from support import FIXTURES
 from transformers import AutoTokenizer
 
 from agent2rl.inference.chat_template import (
+    FAILED,
     ChatTemplate,
     ChatTemplateRefused,
     RenderLimits,
@@ -110,9 +112,12 @@ def test_real_templates_are_accepted_and_render_as_transformers_does(
 def test_templates_that_read_the_messages_are_refused(name, renderer) -> None:
     source, reason = CHEATS[name]
     template = ChatTemplate(source, {}, renderer)
-    with pytest.raises(ChatTemplateRefused, match=reason) as refused:
+    with pytest.raises(ChatTemplateRefused) as refused:
         template.render(CONVERSATIONS["user"])
-    assert "Ava" not in str(refused.value)  # the reason never quotes a graded prompt
+    assert re.search(reason, refused.value.detail), refused.value.detail
+    assert "Ava" not in refused.value.detail  # the reason never quotes a graded prompt
+    # What the agent is told is one message, whatever failed where (issue #38).
+    assert str(refused.value) == FAILED
     # The role-marker template it departs from is accepted on the same prompt.
     assert ChatTemplate(ROLE_MARKERS, {}, renderer).render(CONVERSATIONS["user"])
 
@@ -146,9 +151,15 @@ def test_the_arithmetic_hint_template_does_compute_the_hint(tokenizer) -> None:
     ids=["raises-the-prompt-as-its-message", "undefined", "zero-division", "syntax-error"],
 )
 def test_a_template_that_raises_is_refused_with_its_error(source, shown, renderer) -> None:
-    with pytest.raises(ChatTemplateRefused, match=shown) as refused:
+    with pytest.raises(ChatTemplateRefused) as refused:
         ChatTemplate(source, {}, renderer).render([{"role": "user", "content": "SECRET 7"}])
-    assert "SECRET" not in str(refused.value)
+    assert shown in refused.value.detail and "SECRET" not in refused.value.detail
+    # A syntax error depends on the template alone and is shown; an error raised on a
+    # graded prompt is not even named by its type (a template could pick the type).
+    if "Syntax" in shown:
+        assert shown in str(refused.value)
+    else:
+        assert str(refused.value) == FAILED
 
 
 @pytest.mark.timing
@@ -160,8 +171,9 @@ def test_a_looping_template_is_refused_within_the_time_limit() -> None:
     with TemplateRenderer(RenderLimits(timeout_s=1.5)) as renderer:
         assert ChatTemplate(ROLE_MARKERS, {}, renderer).render(CONVERSATIONS["user"])  # started
         start = time.monotonic()
-        with pytest.raises(ChatTemplateRefused, match=r"more than 1.5 s"):
+        with pytest.raises(ChatTemplateRefused) as refused:
             ChatTemplate(loop, {}, renderer).render(CONVERSATIONS["user"])
+        assert "more than 1.5 s" in refused.value.detail and str(refused.value) == FAILED
         assert time.monotonic() - start < 4
         # The stuck child was killed; the next prompt gets a fresh one.
         assert ChatTemplate(ROLE_MARKERS, {}, renderer).render(CONVERSATIONS["user"])
@@ -183,8 +195,9 @@ def test_a_looping_template_is_refused_within_the_time_limit() -> None:
 )
 def test_a_template_that_blows_up_is_refused(source, reason, renderer) -> None:
     start = time.monotonic()
-    with pytest.raises(ChatTemplateRefused, match=reason):
+    with pytest.raises(ChatTemplateRefused) as refused:
         ChatTemplate(source + ROLE_MARKERS, {}, renderer).render(CONVERSATIONS["user"])
+    assert reason in refused.value.detail and str(refused.value) == FAILED
     assert time.monotonic() - start < 10
     assert ChatTemplate(ROLE_MARKERS, {}, renderer).render(CONVERSATIONS["user"])
 
@@ -221,8 +234,9 @@ def test_a_template_cannot_choose_by_content_whether_to_trim(renderer) -> None:
     )
     # The stand-in's last word reads as 0 (even): trimmed. An odd text is not: refused. An
     # even one is rendered as the stand-in was, so the prompt tells nothing about the text.
-    with pytest.raises(ChatTemplateRefused, match="depends on what they say"):
+    with pytest.raises(ChatTemplateRefused) as refused:
         ChatTemplate(parity, {}, renderer).render([{"role": "user", "content": "It is 67\n"}])
+    assert "depends on what they say" in refused.value.detail
     assert ChatTemplate(parity, {}, renderer).render([{"role": "user", "content": "It is 68\n"}])
     trims = ChatTemplate(_wrap("{{ m.content | trim }}"), {}, renderer)
     assert "<|im_start|>user\nIt is 68<|im_end|>" in trims.render(
