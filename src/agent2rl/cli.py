@@ -613,6 +613,7 @@ def compare(
     """
     from agent2rl.analysis import list_runs
     from agent2rl.analysis.dashboard.compare import aggregate, integrity_note
+    from agent2rl.analysis.dashboard.runset import isolation_label
 
     rows = list_runs(runs_dir.expanduser())
     if not rows:
@@ -637,13 +638,15 @@ def compare(
         lo, hi = r["ci_lo"], r["ci_hi"]
         ci = f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else ""
         noise = {None: "-", 0: "beyond", 1: "within"}[r["within_noise"]]
+        iso = isolation_label(r.get("sandbox"), r.get("network"))
         table.add_row(
             r["run_id"],
             r["task"],
             (r["agent"] or "")
             + (f" ({r['driver']})" if r["driver"] else "")
             + (f", {r['mode']}" if r["mode"] else "")
-            + (" (feedback: validation)" if r.get("feedback") == "validation" else ""),
+            + (" (feedback: validation)" if r.get("feedback") == "validation" else "")
+            + (f" ({iso})" if iso else ""),
             _fmt(r["baseline"]),
             _fmt(r["best"]),
             _fmt(r["improvement"], signed=True) + ci,
@@ -666,7 +669,8 @@ def compare(
         summary.add_row(
             g["task"] or "-",
             (g["agent"] or "-")
-            + (" (feedback: validation)" if g["feedback"] == "validation" else ""),
+            + (" (feedback: validation)" if g["feedback"] == "validation" else "")
+            + (f" ({g['isolation']})" if g["isolation"] else ""),
             g["driver"] or "-",
             str(g["runs"]),
             _fmt(g["mean_best"]),
@@ -678,7 +682,8 @@ def compare(
     console.print(
         "best: selected over every graded submission (optimistic); (feedback: validation): "
         "the one submission graded on the private split, selected on validation scores (never "
-        "pooled with the others); flagged runs count in the"
+        "pooled with the others); (sandbox: none), (network: host): the agent ran unconfined "
+        "(kept apart from sandboxed runs); flagged runs count in the"
         + (" means as graded (--raw)" if raw else " means as their base model (--raw: as graded)")
     )
 

@@ -111,6 +111,15 @@ class RunIdentity(BaseModel):
     metering proxy (``--allow-provider-tools``, or an agent spec that turns them on): such a
     run's agent could reach the web past the deny lists, each use recorded in
     ``record/provider_tools.jsonl``. False in a record written before it existed."""
+    sandbox: str | None = None
+    """The sandbox the agent actually ran in: ``bwrap``, or ``none`` (asked for, or ``auto``
+    on a machine without bubblewrap). None in a record written before it was part of the
+    identity. Runs of different confinement are never pooled as one (the cross-run
+    analyses group them apart: :func:`agent2rl.analysis.dashboard.runset.isolation_label`)."""
+    network: str | None = None
+    """The agent's network as it ran: ``services`` (its own namespace, the harness's
+    services and the egress proxy only) or ``host`` (the machine's network, loopback
+    included). None as ``sandbox``."""
 
     @classmethod
     def of(cls, record: Any) -> RunIdentity:

@@ -32,7 +32,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-STACKS = {"quick", "quick-twin"}
+#: the study runs unsandboxed: its stacks say so (never pooled with sandboxed runs)
+STACKS = {"quick · sandbox: none", "quick-twin · sandbox: none"}
 #: the series a chart draws, from the data its script reads
 SERIES_LABELS = """el => [...el.querySelectorAll("script.chart-data")]
     .flatMap(s => JSON.parse(s.textContent).series.map(x => x.label))"""

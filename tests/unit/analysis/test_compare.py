@@ -14,7 +14,9 @@ from agent2rl.analysis.dashboard.results import ADDED_COLUMNS, SCHEMA
 from agent2rl.analysis.report.run_metrics import ContaminationSummary, LLMUsage
 
 
-def _metrics(run_id: str, eval_hash: str, improvement: float, within: bool) -> RunMetrics:
+def _metrics(
+    run_id: str, eval_hash: str, improvement: float, within: bool, **extra: object
+) -> RunMetrics:
     return RunMetrics(
         run_id=run_id,
         ended_at=1.0 + len(run_id),
@@ -34,6 +36,7 @@ def _metrics(run_id: str, eval_hash: str, improvement: float, within: bool) -> R
         eval_hash=eval_hash,
         mode="sft-only",
         llm_usage=LLMUsage(total_tokens=1234, cost_usd=0.01),
+        **extra,
     )
 
 
@@ -80,6 +83,7 @@ def test_an_older_results_db_gains_the_new_columns(tmp_path) -> None:
     record_run(runs, runs / "a", _metrics("a", "h1", 2.0, within=True))
     rows = {r["run_id"]: r for r in list_runs(runs)}
     assert rows["old"]["eval_hash"] is None and rows["a"]["eval_hash"] == "h1"
+    assert rows["old"]["sandbox"] is None and rows["old"]["network"] is None
     assert rows["a"]["total_tokens"] == 1234 and rows["a"]["mode"] == "sft-only"
     assert rows["a"]["cost_usd"] == 0.01 and rows["a"]["within_noise"] == 1
     assert (rows["a"]["ci_lo"], rows["a"]["ci_hi"]) == (1.0, 3.0)
@@ -122,3 +126,43 @@ def test_integrity_flags_are_shown_and_flagged_runs_count_as_base(tmp_path) -> N
     assert r.returncode == 0, r.stderr
     means = r.stdout.split("mean improvement", 1)[1]
     assert "+3.00" in means and "as graded (--raw)" in means
+
+
+def test_unconfined_runs_are_never_pooled_with_sandboxed_ones(tmp_path) -> None:
+    """A run whose agent ran without the sandbox (``auto`` on a machine without bubblewrap)
+    or on the host's network could reach what a confined one cannot: its results row
+    records the sandbox and network it ran with, and compare, the dashboard and the
+    export keep it apart, naming it."""
+    from support.studyruns import make_run
+
+    from agent2rl.analysis.dashboard.leaderboard import leaderboard
+    from agent2rl.study.export import main_table_rows
+
+    runs = tmp_path / "runs"
+    confined = {"sandbox": "bwrap", "network": "services"}
+    record_run(runs, runs / "a", _metrics("a", "h1", 2.0, within=True, **confined))
+    record_run(runs, runs / "bb", _metrics("bb", "h1", 4.0, within=True, **confined))
+    loose = {"sandbox": "none", "network": "host"}
+    record_run(runs, runs / "ccc", _metrics("ccc", "h1", 30.0, within=False, **loose))
+    hostnet = {"sandbox": "bwrap", "network": "host"}
+    record_run(runs, runs / "dddd", _metrics("dddd", "h1", 9.0, within=False, **hostnet))
+    rows = {r["run_id"]: r for r in list_runs(runs)}
+    assert (rows["ccc"]["sandbox"], rows["ccc"]["network"]) == ("none", "host")
+    groups = {g["isolation"]: g for g in aggregate(list(rows.values()))}
+    assert set(groups) == {None, "sandbox: none", "network: host"}
+    assert groups[None]["runs"] == 2 and groups[None]["mean_improvement"] == pytest.approx(3.0)
+    assert groups["sandbox: none"]["mean_improvement"] == pytest.approx(30.0)
+    r = _compare(runs)
+    assert r.returncode == 0, r.stderr
+    assert "(sandbox: none)" in r.stdout and "(network: host)" in r.stdout
+    assert "+3.00" in r.stdout and "+30.00" in r.stdout
+    # The dashboard's leaderboard and the export's main table: one stack each.
+    studied = [
+        make_run(baseline=10, scores=[12], **confined),
+        make_run(baseline=10, scores=[40], **loose),
+    ]
+    labels = sorted(row.key.stack.label for row in leaderboard(studied))
+    assert labels == ["reference-sft", "reference-sft · sandbox: none"]
+    (table,) = main_table_rows(studied)
+    assert table["reference-sft delta"] == 2.0
+    assert table["reference-sft · sandbox: none delta"] == 30.0

@@ -111,9 +111,9 @@ def test_the_protocols_are_recorded_and_never_pooled(tmp_path: Path) -> None:
         "| Feedback protocol | private (the paper's)"
         in (runs / "a" / "report" / "report.md").read_text()
     )
-    # the dashboard's groups (leaderboard, pass@k, heatmap) too
+    # the dashboard's groups (leaderboard, pass@k, heatmap) too (both ran unsandboxed)
     grouped = group_runs([StudyRun(compute_metrics(RunPaths(runs / n))) for n in ("a", "b")])
     assert sorted(k.stack.label for k in grouped) == [
-        "reference-sft",
-        "reference-sft · feedback: validation",
+        "reference-sft · feedback: validation · sandbox: none",
+        "reference-sft · sandbox: none",
     ]

@@ -87,7 +87,7 @@ def test_run_json_has_a_schema_version_and_an_old_one_reads_as_version_1(
 
 
 def test_one_identity_record_feeds_metrics_and_the_results_row(tmp_path: Path) -> None:
-    info = _info()
+    info = _info(network="host")
     ident = info.identity()
     assert ident == RunIdentity(
         run_id="r1",
@@ -97,6 +97,8 @@ def test_one_identity_record_feeds_metrics_and_the_results_row(tmp_path: Path) -
         driver="claude-sonnet-4-5",
         mode="free",
         model="tiny",
+        sandbox="none",  # what the agent actually ran in: part of what was run
+        network="host",
     )
     # RunMetrics is a RunIdentity: the fields are declared once and stay flat in its JSON
     metrics = RunMetrics(**ident.model_dump(), status=RunStatus.COMPLETED)
@@ -114,6 +116,7 @@ def test_one_identity_record_feeds_metrics_and_the_results_row(tmp_path: Path) -
     record_run(tmp_path, tmp_path, metrics)
     (stored,) = list_runs(tmp_path)
     assert stored["status"] == "completed" and stored["mode"] == "free"
+    assert (stored["sandbox"], stored["network"]) == ("none", "host")
 
 
 def test_metrics_json_without_schema_version_reads_as_version_1(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from agent2rl.analysis.dashboard.counting import counts_as_flagged
 from agent2rl.analysis.dashboard.results import ResultsRow
+from agent2rl.analysis.dashboard.runset import isolation_label
 from agent2rl.errors import UserError
 
 
@@ -53,6 +54,11 @@ class RunGroup(TypedDict):
     feedback: str
     """The grading protocol of the group's runs (``private`` or ``validation``): runs of the
     two protocols are never pooled (:mod:`agent2rl.grading.final`)."""
+    isolation: str | None
+    """How the group's agents were confined when not fully (``sandbox: none``, ``network:
+    host``: :func:`~agent2rl.analysis.dashboard.runset.isolation_label`): runs of different
+    confinement are never pooled. None: bwrap with the services network, or a row recorded
+    before the ledger held it."""
 
 
 def is_flagged(row: ResultsRow) -> bool:
@@ -104,22 +110,25 @@ def check_comparable(rows: Sequence[ResultsRow]) -> None:
 
 
 def aggregate(rows: Sequence[ResultsRow], *, raw: bool = False) -> list[RunGroup]:
-    """Per (task, agent, driver, feedback protocol): run count, mean and spread of best score
-    and improvement,
-    how many runs improved beyond noise and how many are flagged. Refuses incomparable rows
-    (see :func:`check_comparable`). Runs without a best score count in ``runs`` only. A
-    flagged run counts as its base model unless ``raw`` (module docstring)."""
+    """Per (task, agent, driver, feedback protocol, confinement): run count, mean and spread
+    of best score and improvement, how many runs improved beyond noise and how many are
+    flagged. Refuses incomparable rows (see :func:`check_comparable`). Runs without a best
+    score count in ``runs`` only. A flagged run counts as its base model unless ``raw``
+    (module docstring)."""
     check_comparable(rows)
-    groups: dict[tuple[str | None, str | None, str | None, str], list[ResultsRow]] = defaultdict(
-        list
+    groups: dict[tuple[str | None, str | None, str | None, str, str | None], list[ResultsRow]] = (
+        defaultdict(list)
     )
     for row in rows:
         # A validation-protocol run's best is one private grade selected on validation, a
-        # private-protocol run's a maximum over private scores: never one mean.
+        # private-protocol run's a maximum over private scores: never one mean. An agent
+        # that ran unconfined (no sandbox, or the host's network) could reach what a
+        # sandboxed one cannot: never one mean either.
         feedback = row.get("feedback") or "private"
-        groups[(row["task"], row["agent"], row["driver"], feedback)].append(row)
+        isolation = isolation_label(row.get("sandbox"), row.get("network"))
+        groups[(row["task"], row["agent"], row["driver"], feedback, isolation)].append(row)
     out = []
-    for (task, agent, driver, feedback), members in sorted(
+    for (task, agent, driver, feedback, isolation), members in sorted(
         groups.items(), key=lambda kv: str(kv[0])
     ):
         scores = [counted_scores(r, raw=raw) for r in members]
@@ -145,6 +154,7 @@ def aggregate(rows: Sequence[ResultsRow], *, raw: bool = False) -> list[RunGroup
                 flagged=sum(1 for r in members if is_flagged(r)),
                 raw=raw,
                 feedback=feedback,
+                isolation=isolation,
             )
         )
     return out

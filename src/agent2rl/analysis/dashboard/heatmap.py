@@ -55,7 +55,9 @@ def _row_labels(runs: Sequence[StudyRun]) -> tuple[dict[str, str], str]:
     labels = {}
     for r in runs:
         if r.metrics.mode is not None and by_mode:
-            labels[r.run_id] = r.metrics.mode
+            # the mode, still apart by feedback protocol and confinement (never pooled)
+            parts = (r.metrics.mode, r.stack.feedback, r.stack.isolation)
+            labels[r.run_id] = " · ".join(x for x in parts if x)
         else:
             labels[r.run_id] = r.stack.label
     return labels, "mode" if by_mode and llm else "stack"

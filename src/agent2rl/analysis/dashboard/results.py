@@ -26,9 +26,10 @@ RESULTS_DB = "results.db"
 class ResultsRow(TypedDict):
     """One row of the ``runs`` table, as :func:`list_runs` returns it (a plain dict).
 
-    The columns ``run_id``, ``task``, ``task_version``, ``agent``, ``driver``, ``mode`` and
-    ``model`` are the run's :class:`~agent2rl.rundir.RunIdentity` (filled from it; declared
-    here too because the table's columns and their order are derived from this class)."""
+    The columns ``run_id``, ``task``, ``task_version``, ``agent``, ``driver``, ``mode``,
+    ``model``, ``feedback``, ``provider_tools``, ``sandbox`` and ``network`` are the run's
+    :class:`~agent2rl.rundir.RunIdentity` (filled from it; declared here too because the
+    table's columns and their order are derived from this class)."""
 
     run_id: str
     finished_at: float | None
@@ -76,6 +77,11 @@ class ResultsRow(TypedDict):
     provider_tools: int | None
     """1: the LLM provider's own tools (web search, URL fetches) were allowed; 0: refused;
     NULL in a row recorded before it existed."""
+    sandbox: str | None
+    """The sandbox the agent actually ran in (``bwrap`` or ``none``); NULL in a row recorded
+    before it existed. ``agent2rl compare`` never pools runs of different confinement."""
+    network: str | None
+    """The agent's network as it ran (``services`` or ``host``); NULL as ``sandbox``."""
 
 
 _SQL_TYPES = {str: "TEXT", int: "INTEGER", float: "REAL"}
@@ -118,6 +124,8 @@ ADDED_COLUMNS = {
         "feedback",
         "validation_score",
         "provider_tools",
+        "sandbox",
+        "network",
     )
 }
 

@@ -10,7 +10,10 @@ StudyRuns is a pure function, so tests build StudyRuns by hand with known answer
 Shared rules (each analysis docstring refers here):
 
 - **stack**: (agent, driver, mode), what the paper compares; a run of an agent without an
-  LLM has neither driver nor mode;
+  LLM has neither driver nor mode; qualified by the feedback protocol and by the agent's
+  confinement (:func:`isolation_label`): a run whose agent ran without the sandbox (``auto``
+  on a machine without bubblewrap) or on the host's network is never pooled with sandboxed
+  runs, its stack label says so (``sandbox: none``, ``network: host``);
 - **group**: (task, eval hash, model, stack). Runs of one task graded under different
   evaluation settings are never pooled: such a task is split by eval hash and its column is
   labelled with the hash (:func:`column_label`), as ``agent2rl compare`` refuses to mix them;
@@ -31,20 +34,36 @@ from typing import NamedTuple
 from agent2rl.analysis.report.run_metrics import RunMetrics
 
 
+def isolation_label(sandbox: str | None, network: str | None) -> str | None:
+    """How a run's confinement qualifies its stack: ``sandbox: none`` for an agent that ran
+    without the sandbox, ``network: host`` for a sandboxed agent on the host's network, None
+    for the full confinement (``bwrap`` and ``services``) and for a record from before the
+    identity held them (both None: nothing to tell apart)."""
+    if sandbox == "none":
+        return "sandbox: none"
+    if network == "host":
+        return "network: host"
+    return None
+
+
 class Stack(NamedTuple):
     """An agent stack: the agent system, its driver LLM and its operating mode, and
     ``feedback`` (``feedback: validation`` for a run of the validation feedback protocol,
-    None for the default): runs of the two protocols are never pooled in one group."""
+    None for the default): runs of the two protocols are never pooled in one group; and
+    ``isolation`` (:func:`isolation_label`): neither are runs of different confinement."""
 
     agent: str
     driver: str | None = None
     mode: str | None = None
     feedback: str | None = None
+    isolation: str | None = None
 
     @property
     def label(self) -> str:
-        """``reference-sft``, or ``claude-code · claude-sonnet-4-5 · free``."""
-        return " · ".join(x for x in (self.agent, self.driver, self.mode, self.feedback) if x)
+        """``reference-sft``, ``claude-code · claude-sonnet-4-5 · free``, or
+        ``reference-sft · sandbox: none``."""
+        parts = (self.agent, self.driver, self.mode, self.feedback, self.isolation)
+        return " · ".join(x for x in parts if x)
 
 
 class GroupKey(NamedTuple):
@@ -98,7 +117,7 @@ class StudyRun:
         # A validation-protocol run's best is one private grade selected on validation scores,
         # not a maximum over private ones: its own group (agent2rl.grading.final).
         feedback = "feedback: validation" if m.feedback == "validation" else None
-        return Stack(m.agent, m.driver, m.mode, feedback)
+        return Stack(m.agent, m.driver, m.mode, feedback, isolation_label(m.sandbox, m.network))
 
     @property
     def key(self) -> GroupKey:

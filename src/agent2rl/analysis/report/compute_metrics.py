@@ -491,9 +491,7 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
         deadline=info.deadline,
         ended_at=info.ended_at,
         duration_s=duration,
-        sandbox=info.sandbox,
-        agent_uid=info.agent_uid,
-        network=info.network,
+        agent_uid=info.agent_uid,  # sandbox and network: the identity's
         egress=_egress(paths),
         caps=info.caps,
         cap_mechanism=info.cap_mechanism,

@@ -204,7 +204,8 @@ class RunMetrics(RunIdentity):
     """All per-run metrics of a finished run (see :func:`compute_metrics` for the edge cases).
 
     The run's identity (:class:`~agent2rl.rundir.RunIdentity`: ``run_id``, ``task``,
-    ``task_version``, ``agent``, ``driver``, ``mode``, ``model``) is inherited, declared once
+    ``task_version``, ``agent``, ``driver``, ``mode``, ``model``, ``feedback``,
+    ``provider_tools``, ``sandbox``, ``network``) is inherited, declared once
     for run.json, metrics.json and the results ledger, and flat in the JSON as it always
     was; it and the other run fields come from ``run.json``; the scores from the ledger,
     compared with the baseline by :mod:`agent2rl.grading.comparison`'s one rule.
@@ -235,12 +236,8 @@ class RunMetrics(RunIdentity):
     ended_at: float | None = None
     duration_s: float | None = None
     """``ended_at - start``."""
-    sandbox: str | None = None
-    """``bwrap`` or ``none``."""
     agent_uid: int | None = None
     """The uid the agent ran as (0: root, only without the sandbox)."""
-    network: str | None = None
-    """``host`` or ``services``."""
     egress: dict[str, Any] | None = None
     """Under ``services``: what the egress proxy saw (``record/network.json``'s summary:
     requests, allowed, denied, bytes, top hosts, denied hosts, plain-HTTP URLs)."""
