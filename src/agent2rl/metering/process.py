@@ -21,6 +21,7 @@ from agent2rl.child_process import serve_on_free_port, start_announcing, stop_ch
 from agent2rl.files import write_json_atomic
 from agent2rl.metering.providers import PROVIDERS, Upstream
 from agent2rl.metering.proxy import ProxyConfig, create_app
+from agent2rl.metering.transcript import REDACT_ENV
 
 PROXY_KEY_ENV = "AGENT2RL_PROXY_KEY"
 
@@ -72,6 +73,7 @@ def start_metering_proxy(
     allowed_models: Sequence[str] | None = None,
     denied_prompts: Mapping[str, Sequence[str]] | None = None,
     allow_provider_tools: bool = False,
+    redact: Sequence[str] = (),
 ) -> MeteringProxy:
     """Start a proxy process recording to ``usage_file`` and wait until it serves.
 
@@ -88,6 +90,9 @@ def start_metering_proxy(
     its judge model), handed over in ``llm_proxy_denied.json`` beside the usage file.
     ``allow_provider_tools``: relay provider-side tools (web search, URL fetches; see
     :mod:`agent2rl.metering.provider_tools`), each use recorded; False refuses them.
+    ``redact``: the run's other secrets (its grading token), never written to the transcript
+    (handed over in the environment, as the keys are:
+    :data:`~agent2rl.metering.transcript.REDACT_ENV`).
     Raises RuntimeError, naming the log, if the process exits or is not ready in time.
     """
     usage_file = Path(usage_file).resolve()
@@ -95,7 +100,7 @@ def start_metering_proxy(
     ready_file = Path(ready_file or usage_file.with_name("llm_proxy.json"))
     log_file = Path(log_file or usage_file.with_name("llm_proxy.log"))
     key = proxy_key or secrets.token_urlsafe(24)
-    env = {**os.environ, PROXY_KEY_ENV: key}
+    env = {**os.environ, PROXY_KEY_ENV: key, REDACT_ENV: "\n".join(redact)}
     cmd = [
         sys.executable,
         "-m",

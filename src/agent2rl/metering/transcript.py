@@ -27,9 +27,11 @@ or for a stream the events reassembled (:func:`reassemble`) into the body the sa
 would have got unstreamed (an OpenAI chat completion, a Responses ``response``, an Anthropic
 message, a Gemini ``GenerateContentResponse``), with ``"reassembled": true``.
 
-Any secret the proxy holds (the run's proxy key, the upstream keys) is replaced by
-``[redacted]`` wherever it appears in a line, so not even a client that pasted its key into a
-prompt puts it on disk.
+Any secret the proxy holds (the run's proxy key, the upstream keys), and the run's other
+secrets it is handed in :data:`REDACT_ENV` (the grading token the agent submits with), is
+replaced by ``[redacted]`` wherever it appears in a line, so not even a client that pasted a
+key or the grading token into a prompt puts it on disk, where the viewer and the export
+would show it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ from agent2rl.files import read_jsonl_tolerant
 TRANSCRIPT_VERSION = 1
 #: What a secret is replaced by.
 REDACTED = "[redacted]"
+#: Environment variable of the proxy process: more secrets to redact, one a line (the run's
+#: grading token; :func:`agent2rl.metering.process.start_metering_proxy`'s ``redact``).
+REDACT_ENV = "AGENT2RL_REDACT"
 #: The request fields that carry the conversation, whose already-sent prefix is left out.
 CONVERSATION_FIELDS = ("messages", "input", "contents")
 #: A top-level request field at least this large (JSON bytes) equal to an earlier line's is
@@ -84,15 +89,17 @@ def _count_lines(path: Path) -> int:
 class TranscriptWriter:
     """Appends exchanges to one transcript file, leaving out what earlier lines hold.
 
-    ``secrets``: strings never written (empty and very short ones are ignored: a 1-character
-    "key" would redact half the text). Its state (remembered conversations and fields) is in
+    ``secrets``: strings never written, and so are those of :data:`REDACT_ENV` in this
+    process's environment (empty and very short ones are ignored: a 1-character "key" would
+    redact half the text). Its state (remembered conversations and fields) is in
     memory: a restarted proxy starts over, writing its first request whole, and numbers its
     lines on from the file's line count.
     """
 
     def __init__(self, path: Path, secrets: Iterable[str] = ()) -> None:
         self.path = Path(path)
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
+        given = [*secrets, *os.environ.get(REDACT_ENV, "").splitlines()]
+        self.secrets = sorted({s for s in given if s and len(s) >= 6}, key=len, reverse=True)
         self.seq = _count_lines(self.path)
         # (api, field) -> list of (seq, item digests), most recent last
         self._convs: dict[tuple[str, str], list[tuple[int, list[str]]]] = {}

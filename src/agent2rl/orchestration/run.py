@@ -484,6 +484,9 @@ def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
         # Web search and URL fetches run by the provider pass the run's deny lists: off
         # unless the run allows them (and then recorded).
         allow_provider_tools=ctx.info.provider_tools,
+        # The agent holds its grading token: were it pasted into a prompt, the transcript
+        # (which the viewer and the export show) must not keep it.
+        redact=(ctx.grading_token,),
     )
 
 

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 
 REAL_KEY = "sk-real-upstream-key-0123456789"
 PROXY_KEY = "sk-agent2rl-run-key-abcdefghij"
+GRADING_TOKEN = "grading-token-0123456789abcdef"
 TOOL_ARGS = {"command": "ls -la /tmp", "nested": {"flags": ["-a", "-l"]}}
 TURN = Turn(text="Let me look at the files.", tool_calls=[ToolCall("bash", TOOL_ARGS)])
 
@@ -56,6 +57,7 @@ def proxy(fake: FakeProvider, run_dir: Path) -> MeteringProxy:
         run_dir / "record" / "llm_usage.jsonl",
         upstreams={name: Upstream(url, REAL_KEY) for name, url in urls.items()},
         proxy_key=PROXY_KEY,
+        redact=(GRADING_TOKEN,),  # the run's grading token, as a run hands it over
     )
     yield handle
     handle.stop()
@@ -169,22 +171,24 @@ def test_no_key_anywhere_in_the_run_directory(
     fake: FakeProvider, proxy: MeteringProxy, run_dir: Path
 ) -> None:
     """Neither the proxy key nor the real upstream key is written anywhere under the run
-    directory — not even when a client pastes the key into its prompt (redacted)."""
+    directory — not even when a client pastes the key into its prompt (redacted). Nor is the
+    run's grading token, which the agent holds and may paste (a curl command it ran)."""
     fake.load([TURN])
     before = len(read_transcript(transcript_path(proxy.usage_file)))
-    url, headers, body = _request(proxy, "openai-chat", False, f"my key is {PROXY_KEY} ok")
+    prompt = f"my key is {PROXY_KEY} ok; curl -H 'Authorization: Bearer {GRADING_TOKEN}'"
+    url, headers, body = _request(proxy, "openai-chat", False, prompt)
     assert httpx.post(url, headers=headers, json=body, timeout=30).status_code == 200
     # A refused request (wrong key) is recorded too, without the key it carried.
     bad = {"authorization": "Bearer sk-wrong-key-zzzzzzzzzz"}
     assert httpx.post(url, headers=bad, json=body, timeout=30).status_code == 401
     lines = _lines_after(proxy, before, 2)
-    assert "[redacted]" in json.dumps(lines[0]["request"])
+    assert json.dumps(lines[0]["request"]).count("[redacted]") == 2
     assert lines[1]["status"] == 401 and lines[1]["refused"]
     found = []
     for path in run_dir.rglob("*"):
         if path.is_file():
             data = path.read_bytes()
-            for key in (PROXY_KEY, REAL_KEY):
+            for key in (PROXY_KEY, REAL_KEY, GRADING_TOKEN):
                 if key.encode() in data:
                     found.append((str(path), key))
     assert found == []
