@@ -43,6 +43,7 @@ from agent2rl.models.weights import (
     MalformedWeights,
     TensorInfo,
     loads_json,
+    model_files,
     read_safetensors_header,
 )
 
@@ -598,6 +599,8 @@ def check_tokenizer_pipeline(model_dir: Path, base_model_dir: Path) -> None:
         write_reference,
     )
 
+    if _same_tokenizer_files(model_dir, base_model_dir):
+        return  # the base's own files (the common case): nothing to load, compare or check
     try:
         reference = inspect_tokenizer(model_dir, base_model_dir)
     except TokenizerUnloadable as err:
@@ -606,6 +609,32 @@ def check_tokenizer_pipeline(model_dir: Path, base_model_dir: Path) -> None:
             " files save_pretrained wrote (or the base model's)"
         ) from None
     write_reference(model_dir.parent, reference)
+
+
+def _tokenizer_files(model_dir: Path) -> dict[str, Path]:
+    """The top-level files of ``model_dir`` a tokenizer is loaded from: the model's files
+    (:data:`MODEL_FILE_PATTERNS`) but its config, generation config and weights index."""
+    skip = {"config.json", "generation_config.json"}
+    return {
+        p.name: p
+        for p in model_files(model_dir)
+        if p.name not in skip and not p.name.endswith(".safetensors.index.json")
+    }
+
+
+def _same_tokenizer_files(model_dir: Path, base_model_dir: Path) -> bool:
+    """Whether ``model_dir`` holds exactly the base model's tokenizer files, byte for byte."""
+    mine, base = _tokenizer_files(model_dir), _tokenizer_files(base_model_dir)
+    if mine.keys() != base.keys():
+        return False
+    try:
+        return all(
+            mine[n].stat().st_size == base[n].stat().st_size
+            and mine[n].read_bytes() == base[n].read_bytes()
+            for n in mine
+        )
+    except OSError:
+        return False
 
 
 def check_declared_size(size: int, limits: SubmissionLimits) -> None:

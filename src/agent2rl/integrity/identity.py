@@ -222,7 +222,10 @@ def tokenizer_vocab_hash(model_dir: Path) -> str | None:
     type, and the added tokens (content, id, special). Without it, the bytes of
     ``vocab.json``/``merges.txt`` or of a sentencepiece/tiktoken file, prefixed with the file
     kind, so that only like is compared with like. None when there is no tokenizer file. The
-    chat template, the normaliser and the truncation settings are not part of it.
+    chat template, the normaliser and the truncation settings are not part of it: this is
+    ancestry, not behaviour. What the tokenizer does to the graded text (normaliser,
+    pre-tokeniser, post-processor, decoder) is held to the base's by the grader itself
+    (:mod:`agent2rl.inference.tokenizer_check`), which fails a submission that departs from it.
     """
     model_dir = Path(model_dir)
     tok = _read_json(model_dir / "tokenizer.json")
