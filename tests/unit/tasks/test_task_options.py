@@ -32,7 +32,7 @@ DEFAULT_HASHES = {
     "deepsearchqa": "f49893a1e0a010d9",
     "gsm8k": "18362873706393c2",
     "humaneval": "d58f71434119c683",
-    "webshop": "320aad1dccbb73d8",
+    "webshop": "88b008c288496cd9",  # task version 3: the system turn (issue #39)
     "webshop-lite": "7610226f2bbb7f64",
 }
 
@@ -49,7 +49,7 @@ GIVEN_HASHES = {
     "gsm8k": "26073b5fa3a58f6c",
     "humaneval": "243b1c77bafbe96a",
     "alfworld-lite": "1a894452fd84d8f1",
-    "webshop": "25cb59ec83bb4d3c",
+    "webshop": "8a7aa15682506d3c",  # task version 3 (issue #39)
     "deepsearchqa": "4b72b011564ca1eb",  # task version 3's loop (issue #39)
     "alpacaeval": "e0305eef7b119f86",
 }

@@ -20,6 +20,7 @@ from agent2rl.tasks.webshop.protocol import (
     REACT_HEAD,
     REACT_SYSTEM,
     EpisodeFormat,
+    chat_messages,
     react_message,
 )
 from agent2rl.tasks.webshop.store import catalog_dir
@@ -69,9 +70,15 @@ def test_the_react_prompt_is_the_references() -> None:
     steps = [("PAGE-1", "search[red shirt]"), ("PAGE-2", "click[b01]")]
     actions = ["click[back to search]", "click[< prev]", "click[b01]"]
     got = react_message("i need a red shirt", steps, "PAGE-3", actions, fmt)
-    assert got == SYSTEM + "\n\n" + USER
+    assert got == SYSTEM + "\n\n" + USER  # a model without a chat template: one text
+    # a chat model: the system message as a system turn, as the reference's llm_engine.chat
     assert fmt.chat_message(type("S", (), {"goal": "i need a red shirt", "steps": steps,
-                            "observation": "PAGE-3", "admissible": actions})()) == got  # fmt: skip
+                            "observation": "PAGE-3", "admissible": actions})()) == USER  # fmt: skip
+    assert fmt.system_message == SYSTEM
+    assert chat_messages("i need a red shirt", steps, "PAGE-3", actions, fmt) == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": USER},
+    ]
     # the search bar as the reference lists it; a 5-step window (steps 1-2 of 7 dropped)
     first = react_message("g", [], "P0", ["search[<query>]", "click[x]"], fmt)
     assert "Available actions:\n  search[<your query>]\n  click[x]\n" in first
@@ -117,7 +124,8 @@ class _Shopper:
         out = []
         for p in prompts:
             self.prompts.append(p)
-            assert p.startswith("<chat>" + SYSTEM + "\n\nYou are shopping")
+            # the reference's two turns: its system message, then the user text
+            assert p.startswith("<chat><system>" + SYSTEM + "<user>You are shopping")
             step = int(p.rsplit("Action ", 1)[1].rstrip(":"))
             instruction = p.split("Instruction: ", 1)[1].split("\n", 1)[0]
             if step == 1:
@@ -132,7 +140,7 @@ class _Shopper:
         return out
 
     def chat_prompt(self, messages):
-        return "<chat>" + messages[-1]["content"]
+        return "<chat>" + "".join(f"<{m['role']}>{m['content']}" for m in messages)
 
     def describe(self) -> dict:
         return {"backend": self.name}
@@ -146,13 +154,14 @@ def test_webshop_defaults_score_reward_at_least_half(a2home) -> None:
     from agent2rl.tasks import get_task, prepare_task, task_root
 
     task = get_task("webshop", {"n_walkthroughs": "20"})
-    assert task.version == "2"
+    assert task.version == "3"
     store = load_settings().task_store
     task.import_data(_webshop_download(), task_root(task, store))
     prepared = prepare_task(task, store)
     assert task.eval_settings()["scorer"] == {"scorer": "webshop-purchase", "by": "half"}
     solver = task.eval_settings()["solver"]
     assert solver["invalid"] == "env" and solver["protocol"]["protocol"] == "react"
+    assert solver["system_turn"] is True
     policy = _Shopper()
     result = task.evaluate(policy, prepared, limit=10)
     rewards = [i.meta["reward"] for i in result.items]

@@ -46,6 +46,7 @@ from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
 from agent2rl.files import read_jsonl, write_jsonl
 from agent2rl.rollout.app import describe_api
+from agent2rl.solvers.episode import EpisodeSolver
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared.interactive import (
@@ -63,6 +64,7 @@ from agent2rl.tasks.webshop.outcome import SCORES, PurchaseOutcome
 from agent2rl.tasks.webshop.protocol import EpisodeFormat
 from agent2rl.tasks.webshop.splits import expert_walkthrough, split_goals
 from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_files, is_built
+from agent2rl.tasks.webshop.system_turn import SystemTurnSolver
 
 #: the longest session a rollout-service client may ask for
 MAX_SESSION_STEPS = 200
@@ -177,9 +179,23 @@ class WebshopBase(InteractiveTask):
             lenient=self.lenient(),
         )
 
+    def solver(self, prepared: PreparedTask, split: Split = "private") -> EpisodeSolver:
+        """The episode solver; under ``protocol=react`` one that sends the reference's
+        system message as a system turn (:mod:`~.system_turn`)."""
+        base = super().solver(prepared, split)
+        system = self.episode_format().system_message
+        if system is None:
+            return base
+        return SystemTurnSolver(
+            base.source, base.protocol, base.max_open, base.batch_size, system=system
+        )
+
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
         # how an action the page does not offer is played changes scores: in the hash
-        return {**super().solver_settings(prepared), "invalid": self.invalid_mode()}
+        out = {**super().solver_settings(prepared), "invalid": self.invalid_mode()}
+        if self.episode_format().system_message is not None:
+            out["system_turn"] = True  # since task version 3 (issue #39)
+        return out
 
     def samples(
         self, prepared: PreparedTask, split: Split, limit: int | None = None
@@ -331,11 +347,12 @@ WEBSHOP_VALIDATION = 100
 @task
 class Webshop(WebshopBase):
     name = "webshop"
-    # Version 2: the reference's score (the share of sessions with reward >= 0.5), prompt
+    # Version 3: the reference's system message as a system turn (was the user message's
+    # start). Version 2: the reference's score (the share of sessions with reward >= 0.5), prompt
     # (its chat ReAct text) and handling of actions the page does not offer (the
     # environment's no-op). Version 1: score=reward (the mean reward), the transcript
     # protocol with the action list, such actions refused.
-    version = "2"
+    version = "3"
     summary = "WebShop (1,000-product catalog; the reference's 100 graded sessions)"
     workspace_exclude = ()
     Options = WebshopOptions

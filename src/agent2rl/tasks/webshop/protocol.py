@@ -28,17 +28,19 @@ Because each prompt plus its action is a stretch of one transcript (when no acti
 shown), a base model can be trained on whole sessions at once (see :func:`transcript`).
 
 ``protocol = "react"`` (webshop's default since task version 2) is the paper's
-reference's chat ReAct prompt instead (:func:`react_message`): :data:`REACT_SYSTEM` (the
-reference sends it as a system turn; the grader's episode solver sends one user message,
-so here it leads that message, a blank line after it), then the reference's user text: the
+reference's chat ReAct prompt instead (:func:`react_message`): :data:`REACT_SYSTEM` as a
+system turn, as the reference sends it (``webshop/eval.py``: ``llm_engine.chat`` with a
+system and a user message; :func:`chat_messages` builds both), then the reference's user
+text (:meth:`EpisodeFormat.chat_message`): the
 task, the instruction, the page's actions listed (``search[<your query>]`` on the search
 page, ``click[<target>]`` for each click target), its rules, and the last 5 steps as
 ``Observation n: <page>`` / ``Action n: <action>`` pairs, the current page and ``Action
 N:``. As in the reference, a step's ``Observation n`` is the page its action led to (the
 page it answered is not shown), and pages are WebShop's text, instruction included. A
-model without a chat template gets the same text. The reference passes an action the page
-does not offer to WebShop's environment, which stays on the same page; the ``webshop`` task
-does the same (``invalid=env``).
+model without a chat template gets the system text, a blank line and the user text as one
+raw prompt (the reference's ``llm_engine.chat`` needs a chat template). The reference
+passes an action the page does not offer to WebShop's environment, which stays on the same
+page; the ``webshop`` task does the same (``invalid=env``).
 
 Edge cases:
 
@@ -139,7 +141,18 @@ class EpisodeFormat(core.FormatBase):
         return core.for_state(build_prompt, state, self)
 
     def chat_message(self, state: Any) -> str:
-        return core.for_state(build_chat_message, state, self)
+        """The user message of a chat model (under ``react`` without the system text,
+        which goes in its own turn: :attr:`system_message`)."""
+        text = core.for_state(build_chat_message, state, self)
+        if self.protocol == "react":
+            return text[len(REACT_SYSTEM) + 2 :]
+        return text
+
+    @property
+    def system_message(self) -> str | None:
+        """The system turn a chat model gets before :meth:`chat_message` (``react``: the
+        reference's :data:`REACT_SYSTEM`), or None."""
+        return REACT_SYSTEM if self.protocol == "react" else None
 
     def parse(self, reply: str, state: Any) -> str:
         return parse_action(reply)
@@ -177,6 +190,19 @@ def react_actions(admissible: Sequence[str]) -> str:
     spaces, the search bar as ``search[<your query>]``."""
     shown = ["search[<your query>]" if a.startswith("search[") else a for a in admissible]
     return "\n".join(f"  {a}" for a in shown)
+
+
+def chat_messages(
+    goal: str, steps: core.Steps, observation: str, admissible: Sequence[str], fmt: EpisodeFormat
+) -> list[dict[str, str]]:
+    """A chat model's messages at one step, as the grader sends them: under ``react`` the
+    reference's system turn (:data:`REACT_SYSTEM`) and its user text; otherwise one user
+    message (:func:`build_chat_message`)."""
+    text = build_chat_message(goal, steps, observation, admissible, fmt)
+    if fmt.protocol != "react":
+        return [{"role": "user", "content": text}]
+    user = text[len(REACT_SYSTEM) + 2 :]
+    return [{"role": "system", "content": REACT_SYSTEM}, {"role": "user", "content": user}]
 
 
 def react_message(
@@ -253,7 +279,8 @@ def describe(fmt: EpisodeFormat) -> str:
             f"`data/protocol.py`): its system text, the instruction, the page's actions "
             f"listed, its rules, the last {fmt.history} steps as `Observation n` (the page the "
             f"action led to) / `Action n`, the current page and `Action N:`. A chat model "
-            f"gets it through its chat template as one user message; a base model as it is.\n"
+            f"gets the system text as a system turn and the rest as the user message, through "
+            f"its chat template (`chat_messages`); a base model gets both as one text.\n"
             f"- Greedy decoding, at most {fmt.max_new_tokens} new tokens, cut at a newline. The "
             f"action is the first non-empty line of the reply without a leading `Action:`, "
             f"lowercased, `choose[` read as `click[`. An action the page does not offer uses "
