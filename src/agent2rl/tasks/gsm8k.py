@@ -266,8 +266,9 @@ class Gsm8k(Task):
     Options = Gsm8kOptions
     config: Gsm8kOptions
     splits = GSM8K_SPLITS
-    #: the graded test split (also under its legacy id and OpenAI's repository's name)
-    denied_hub_repos = (HUB_ID, "gsm8k", "*/grade-school-math")
+    #: the graded test split: families (every repo whose name holds ``gsm8k``, its legacy id,
+    #: mirrors and variants included, and the name of OpenAI's original repository)
+    denied_hub_repos = (HUB_ID, "grade-school-math")
 
     @property
     def paper_protocol(self) -> bool:

@@ -439,6 +439,12 @@ def test_family_matching_is_general_not_a_list_of_names() -> None:
         assert not d.package_reason(name), name
     assert not d.hub_reason("model", "HuggingFaceTB/SmolLM2-135M")  # the base, not the judge
     assert d.hub_reason("model", "org/ab") and not d.hub_reason("model", "org/abc")
+    from agent2rl.tasks.gsm8k import Gsm8k
+
+    g = _task_deny(Gsm8k)
+    for repo in ("gsm8k", "OpenAI/GSM8K", "someone/gsm8k_mirror", "x/Grade_School_Math-copy"):
+        assert g.hub_reason("dataset", repo), repo
+    assert not g.hub_reason("dataset", "openai/humaneval") and not g.package_reason("numpy")
 
 
 def test_a_file_with_a_denied_content_digest_is_refused_under_any_name(tmp_path) -> None:
