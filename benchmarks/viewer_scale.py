@@ -204,7 +204,7 @@ def timed_get(client: httpx.Client, url: str) -> tuple[float, int, int]:
     return took, len(r.content), r.status_code
 
 
-def browser_loads(base: str, run_id: str, study: str) -> dict[str, float] | None:
+def browser_loads(base: str, token: str, run_id: str, study: str) -> dict[str, float] | None:
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     try:
         from playwright.sync_api import sync_playwright
@@ -218,7 +218,8 @@ def browser_loads(base: str, run_id: str, study: str) -> dict[str, float] | None
         try:
             page = browser.new_page()
             for name, url, ready in [
-                ("browser: run list (warm-up)", f"{base}/", "tr.run-row"),
+                # the token once, in the URL: a cookie carries it from then on
+                ("browser: run list (warm-up)", f"{base}/?token={token}", "tr.run-row"),
                 ("browser: run page (10k calls)", f"{base}/run/{run_id}", "#timeline .ev"),
                 ("browser: study page (1k runs)", f"{base}/study/{study}", "tr.slot-row"),
                 ("browser: run list", f"{base}/", "tr.run-row"),
@@ -265,11 +266,12 @@ def main() -> int:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        m = re.search(r"(http://\S+?)/\s", line)
+        m = re.search(r"(http://\S+?)/\?token=(\S+)\s", line)
         if not m:
             raise SystemExit(f"the viewer did not start: {line}")
-        base = m.group(1)
-        with httpx.Client(timeout=120) as client:
+        base, token = m.group(1), m.group(2)
+        auth = {"authorization": f"Bearer {token}"}
+        with httpx.Client(timeout=120, headers=auth) as client:
             for name, url in [
                 ("run timeline (10k calls)", f"/api/run/{run_id}/timeline"),
                 ("run summary", f"/api/run/{run_id}/summary"),
@@ -286,7 +288,7 @@ def main() -> int:
                     "warm_s": round(warm[0], 3),
                     "bytes": warm[1],
                 }
-        loads = browser_loads(base, run_id, study)
+        loads = browser_loads(base, token, run_id, study)
     finally:
         proc.send_signal(signal.SIGINT)
         try:

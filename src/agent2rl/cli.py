@@ -817,17 +817,18 @@ def view(
     runs_dir: Path = typer.Argument(
         Path("runs"), help="A runs directory, a study directory, or a directory of them."
     ),
-    host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs a token."
-    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     port: int = typer.Option(8765, "--port", help="Port to listen on (0: a free one)."),
     token: str | None = typer.Option(
         None,
         "--token",
-        help="Required on every request (default off loopback: a random one, printed).",
+        help="Required on every request, loopback too (default: a random one, in the URL printed).",
     ),
 ) -> None:
-    """Serve a live, read-only web view of runs and studies (timeline, charts, search)."""
+    """Serve a live, read-only web view of runs and studies (timeline, charts, search).
+
+    Every request needs the viewer's token (printed in its URL): an agent running on the
+    host's network shares its loopback, and must not read other runs."""
     from agent2rl.viewer.serve import check_access, serve_viewer
 
     root = runs_dir.expanduser()

@@ -92,9 +92,10 @@ def test_viewer_follows_a_live_run_in_a_browser(tmp_path: Path) -> None:
     try:
         assert viewer.stdout is not None
         line = viewer.stdout.readline()
-        url = re.search(r"http://\S+", line)
+        # The URL carries the viewer's token (every viewer has one, loopback too).
+        url = re.search(r"(http://\S+?)/\?token=(\S+)", line)
         assert url, line
-        base = url.group(0).rstrip("/")
+        base, token = url.group(1), url.group(2)
         run_dir = _wait(lambda: next(runs.glob("*/run.json"), None), 120, "the run directory")
         run_id = run_dir.parent.name
         with sync_playwright() as p:
@@ -103,7 +104,7 @@ def test_viewer_follows_a_live_run_in_a_browser(tmp_path: Path) -> None:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
                 page.on("pageerror", lambda e: errors.append(str(e)))
-                page.goto(f"{base}/")
+                page.goto(f"{base}/?token={token}")  # then kept in a cookie
                 expect(page.locator(f'tr.run-row[data-run="{run_id}"]')).to_have_count(1)
                 page.click(f'tr.run-row[data-run="{run_id}"] a.run-link')
                 page.wait_for_url(f"**/run/{run_id}")

@@ -5,10 +5,10 @@ layer (:mod:`agent2rl.viewer.data`) opens nothing for writing. Pages are static 
 fetch the API and poll it while a run is live (``/api/run/{id}/summary`` is cheap; the
 timeline is refetched only when the summary's ``version`` changes).
 
-Access: on loopback with no token, requests must name a loopback ``Host`` (so a web page
-elsewhere cannot reach the viewer through DNS rebinding). With a token (required to bind
-anywhere else) every request must carry it: ``?token=`` (the first page; it is then kept in
-an HttpOnly cookie), the cookie, or ``Authorization: Bearer``.
+Access: every request must carry the viewer's token, on loopback too (an agent run under
+``--network host`` or ``--sandbox none`` shares the host's loopback, and must not read other
+runs): ``?token=`` (the first page; it is then kept in an HttpOnly cookie), the cookie, or
+``Authorization: Bearer``. A web page elsewhere (DNS rebinding) does not know it either.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from agent2rl.viewer.data import Index, RunView, read_study
 
 STATIC = Path(str(resources.files("agent2rl.viewer") / "static"))
 COOKIE = "agent2rl_view"
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 #: timeline events served at most per request (newest kept; the page says how many are left)
 MAX_EVENTS = 20_000
 #: rows of the run list and of a study's slots per page
@@ -50,45 +49,34 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 class _Guard(BaseHTTPMiddleware):
-    """GET (and HEAD) only; the token when one is set; a loopback Host when none is."""
+    """GET (and HEAD) only, and the token on every request."""
 
-    def __init__(self, app: Any, token: str | None) -> None:
+    def __init__(self, app: Any, token: str) -> None:
         super().__init__(app)
         self.token = token
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         if request.method not in ("GET", "HEAD"):
             return _error(405, "the viewer is read-only: only GET requests are served")
-        set_cookie = False
-        if self.token:
-            given = [
-                request.query_params.get("token", ""),
-                request.cookies.get(COOKIE, ""),
-                request.headers.get("authorization", "").removeprefix("Bearer ").strip(),
-            ]
-            ok = [hmac.compare_digest(g.encode(), self.token.encode()) for g in given]
-            if not any(ok):
-                return _error(
-                    401, "this viewer needs its token: open the URL `agent2rl view` printed"
-                )
-            set_cookie = ok[0] and not ok[1]
-        else:
-            host = (request.headers.get("host") or "").rsplit(":", 1)[0]
-            if host not in LOOPBACK_HOSTS:
-                return _error(
-                    403,
-                    f"host {host!r} refused: this viewer serves loopback only "
-                    "(start it with --host and a token to serve elsewhere)",
-                )
+        given = [
+            request.query_params.get("token", ""),
+            request.cookies.get(COOKIE, ""),
+            request.headers.get("authorization", "").removeprefix("Bearer ").strip(),
+        ]
+        ok = [hmac.compare_digest(g.encode(), self.token.encode()) for g in given]
+        if not any(ok):
+            return _error(401, "this viewer needs its token: open the URL `agent2rl view` printed")
         response = await call_next(request)
-        if set_cookie and self.token:
+        if ok[0] and not ok[1]:
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
         return response
 
 
-def create_app(root: Path, *, token: str | None = None) -> FastAPI:
+def create_app(root: Path, *, token: str) -> FastAPI:
     """The viewer over ``root`` (a runs directory, a study directory, or a directory of
-    them). ``token``: required on every request when set."""
+    them). ``token``: required on every request (at least 16 characters; ValueError else)."""
+    if len(token) < 16:
+        raise ValueError("the viewer's token must be at least 16 characters")
     index = Index(root)
 
     def warm() -> None:

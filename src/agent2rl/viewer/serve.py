@@ -1,14 +1,20 @@
 """Serving the viewer: host and token rules, the announce file, and the URL of a run's page.
 
-``agent2rl view`` writes ``$AGENT2RL_HOME/viewer.json`` (url, root, pid; and no token: a
-viewer bound elsewhere is announced without it) while it serves, so ``agent2rl run`` can
-print the URL of its run's page (:func:`run_page_url`). The file names a live process only
-while that process is alive; a stale one (a killed viewer) is ignored.
+Every viewer requires a token, on loopback too: a random one per start unless ``--token``
+gives one, printed in the URL the user opens (as Jupyter does). An agent running under
+``--network host`` or ``--sandbox none`` reaches the host's loopback, and without a token it
+would read every other run's transcripts, diffs and scores there.
+
+``agent2rl view`` writes ``$AGENT2RL_HOME/viewer.json`` (url, root, pid, token; mode 0600,
+readable by the harness's user only, never by a sandboxed agent's uid) while it serves, so
+``agent2rl run`` can print the URL of its run's page, token included (:func:`run_page_url`).
+The file names a live process only while that process is alive; a stale one (a killed
+viewer) is ignored.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import json
 import os
 import secrets
 import socket
@@ -17,30 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.errors import UserError
-from agent2rl.files import read_json, write_json_atomic
+from agent2rl.files import read_json, write_text_atomic
 from agent2rl.settings import load_settings
 
 ANNOUNCE = "viewer.json"
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_access(host: str, token: str | None) -> str | None:
-    """The token the viewer requires on ``host``: None on loopback without one; on any
-    other host ``token`` or a fresh random one (a viewer off loopback always has one).
-    Raises UserError for a token too short to protect anything."""
+def check_access(host: str, token: str | None) -> str:
+    """The token the viewer requires, on any ``host``, loopback included: ``token``, or a
+    fresh random one. Raises UserError for a token too short to protect anything."""
     if token is not None and len(token) < 16:
         raise UserError("--token must be at least 16 characters (or leave it out for a random one)")
-    if is_loopback(host):
-        return token
     return token or secrets.token_urlsafe(24)
 
 
@@ -50,7 +43,8 @@ def announce_path() -> Path:
 
 def run_page_url(run_dir: Path) -> str | None:
     """The URL of ``run_dir``'s page on a running ``agent2rl view`` whose directory holds
-    it, or None (no viewer, a stale announce file, or a viewer of another directory)."""
+    it, with the viewer's token, or None (no viewer, a stale announce file, or a viewer of
+    another directory)."""
     try:
         data = read_json(announce_path())
     except (OSError, ValueError):
@@ -61,7 +55,8 @@ def run_page_url(run_dir: Path) -> str | None:
     run_dir = Path(run_dir).resolve()
     if root != run_dir and root not in run_dir.parents:
         return None
-    return f"{data.get('url')}/run/{run_dir.name}"
+    token = data.get("token")
+    return f"{data.get('url')}/run/{run_dir.name}" + (f"?token={token}" if token else "")
 
 
 def _alive(pid: Any) -> bool:
@@ -85,8 +80,9 @@ def serve_viewer(
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the viewer of ``root`` on ``host:port`` (port 0: a free one) until SIGINT or
-    SIGTERM; ``on_ready(url)`` once it accepts connections (the URL carries the token when
-    there is one). Raises UserError when the port is taken."""
+    SIGTERM; ``on_ready(url)`` once it accepts connections, the URL carrying the token
+    (``token``, or a fresh random one when None: a viewer always has one). Raises UserError
+    when the port is taken or the token is too short."""
     import asyncio
 
     import uvicorn
@@ -104,6 +100,7 @@ def serve_viewer(
             f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port"
         ) from exc
     sock.listen(128)
+    token = check_access(host, token)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{bound}"
@@ -119,13 +116,18 @@ def serve_viewer(
                 await asyncio.sleep(0.02)
             try:
                 announce.parent.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(
-                    announce, {"url": base, "root": str(Path(root).resolve()), "pid": os.getpid()}
-                )
+                record = {
+                    "url": base,
+                    "root": str(Path(root).resolve()),
+                    "pid": os.getpid(),
+                    "token": token,
+                }
+                # The token opens every run: readable by this user alone.
+                write_text_atomic(announce, json.dumps(record, indent=2) + "\n", mode=0o600)
             except OSError:
                 pass
             if on_ready is not None:
-                on_ready(base + (f"/?token={token}" if token else "/"))
+                on_ready(f"{base}/?token={token}")
 
         task = asyncio.create_task(ready())
         await server.serve(sockets=[sock])

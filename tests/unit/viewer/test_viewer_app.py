@@ -13,7 +13,9 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -127,7 +129,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _serve(root: Path, home: Path, *extra: str) -> Iterator[str]:
+@dataclass
+class Viewer:
+    """A running `agent2rl view`: its URL, the token it printed, its AGENT2RL_HOME."""
+
+    base: str
+    token: str
+    home: Path
+
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        headers = {"authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
+        return httpx.request(method, self.base + path, headers=headers, **kw)
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("GET", path, **kw)
+
+
+def _serve(root: Path, home: Path, *extra: str) -> Iterator[Viewer]:
     proc = subprocess.Popen(
         agent2rl_cmd() + ["view", str(root), "--port", "0", *extra],
         stdout=subprocess.PIPE,
@@ -138,9 +156,10 @@ def _serve(root: Path, home: Path, *extra: str) -> Iterator[str]:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        m = re.search(r"(http://\S+?)/(\?token=\S+)?\s", line)
+        # The URL the user opens carries the token, like Jupyter's.
+        m = re.search(r"(http://\S+?)/\?token=(\S+)\s", line)
         assert m, line
-        yield m.group(1)
+        yield Viewer(m.group(1), m.group(2), home)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -151,7 +170,7 @@ def _serve(root: Path, home: Path, *extra: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def base(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def viewer(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     yield from _serve(runs, tmp_path_factory.mktemp("home"))
 
 
@@ -164,15 +183,15 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def test_run_page_data_and_read_only(runs: Path, base: str) -> None:
+def test_run_page_data_and_read_only(runs: Path, viewer: Viewer) -> None:
     """Summary, timeline (conversation, snapshots with diff, the submission linked to its
     snapshot, harness events), search; and not one file of the run changed by reading."""
     before = _tree(runs)
-    s = httpx.get(f"{base}/api/run/{RUN_ID}/summary").json()
+    s = viewer.get(f"/api/run/{RUN_ID}/summary").json()
     assert s["status"] == "running" and s["live"] and 500 < s["time_left_s"] <= 550
     assert (s["submissions"], s["best"], s["baseline"], s["llm_calls"]) == (1, 0.5, 0.25, 2)
     assert (s["input_tokens"], s["output_tokens"], s["snapshots"]) == (40, 9, 2)
-    tl = httpx.get(f"{base}/api/run/{RUN_ID}/timeline").json()["events"]
+    tl = viewer.get(f"/api/run/{RUN_ID}/timeline").json()["events"]
     kinds = [e["kind"] for e in tl]
     assert kinds.count("llm") == 2 and kinds.count("snapshot") == 2 and "harness" in kinds
     llm = [e for e in tl if e["kind"] == "llm"]
@@ -182,20 +201,20 @@ def test_run_page_data_and_read_only(runs: Path, base: str) -> None:
     sub = next(e for e in tl if e["kind"] == "submission")
     assert sub["id"] == "sub-1" and sub["submission_id"] == 1 and sub["score"] == 0.5
     snap = next(e for e in tl if e["id"] == sub["snapshot_id"])
-    diff = httpx.get(f"{base}/api/run/{RUN_ID}/diff/{snap['sha']}").text
+    diff = viewer.get(f"/api/run/{RUN_ID}/diff/{snap['sha']}").text
     assert "-LR = 0.001" in diff and "+LR = 0.01" in diff
-    hits = httpx.get(f"{base}/api/run/{RUN_ID}/search", params={"q": "ZEBRA-striped"}).json()
+    hits = viewer.get(f"/api/run/{RUN_ID}/search", params={"q": "ZEBRA-striped"}).json()
     assert hits["ids"] == ["llm-1"]
-    raw = httpx.get(f"{base}/api/run/{RUN_ID}/llm/0").json()
+    raw = viewer.get(f"/api/run/{RUN_ID}/llm/0").json()
     assert raw["request"]["system"] == "You are a coding agent."
-    charts = httpx.get(f"{base}/api/run/{RUN_ID}/charts").json()
+    charts = viewer.get(f"/api/run/{RUN_ID}/charts").json()
     assert [row[1] for row in charts["scores"]] == [0.5] and charts["baseline"] == 0.25
     for page in ("/", f"/run/{RUN_ID}", "/static/uPlot.iife.min.js", "/static/viewer.js"):
-        assert httpx.get(base + page).status_code == 200
+        assert viewer.get(page).status_code == 200
     assert _tree(runs) == before
 
 
-def test_errors_are_4xx_json(base: str) -> None:
+def test_errors_are_4xx_json(viewer: Viewer) -> None:
     for url, status in [
         ("/api/run/nope/summary", 404),
         (f"/api/run/{RUN_ID}/diff/0123456789abcdef", 404),
@@ -203,18 +222,53 @@ def test_errors_are_4xx_json(base: str) -> None:
         (f"/api/run/{RUN_ID}/llm/99", 404),
         ("/static/../run.json", 404),
     ]:
-        r = httpx.get(base + url)
+        r = viewer.get(url)
         assert r.status_code == status and "error" in r.json(), (url, r.text)
     for method in ("POST", "PUT", "DELETE", "PATCH"):
-        r = httpx.request(method, f"{base}/api/run/{RUN_ID}/summary")
+        r = viewer.request(method, f"/api/run/{RUN_ID}/summary")
         assert r.status_code == 405 and "read-only" in r.json()["error"]
-    # Another Host than loopback (DNS rebinding) is refused when there is no token.
-    r = httpx.get(f"{base}/api/runs", headers={"host": "attacker.example:80"})
-    assert r.status_code == 403 and "loopback" in r.json()["error"]
 
 
-def test_token_is_required_when_set(runs: Path, tmp_path: Path) -> None:
-    for base in _serve(runs, tmp_path, "--token", TOKEN):
+def test_a_viewer_on_loopback_serves_nothing_without_its_token(runs: Path, viewer: Viewer) -> None:
+    """An agent under --network host or --sandbox none shares the host's loopback: without
+    the token the viewer printed it reads no run, no transcript, no diff, no score; a web
+    page elsewhere (DNS rebinding, any Host) neither. Each start draws a fresh token."""
+    sha = next(
+        e["sha"]
+        for e in viewer.get(f"/api/run/{RUN_ID}/timeline").json()["events"]
+        if e["kind"] == "snapshot"
+    )
+    paths = [
+        "/",
+        "/api/runs",
+        f"/run/{RUN_ID}",
+        f"/api/run/{RUN_ID}/summary",
+        f"/api/run/{RUN_ID}/timeline",
+        f"/api/run/{RUN_ID}/llm/0",
+        f"/api/run/{RUN_ID}/diff/{sha}",
+        f"/api/run/{RUN_ID}/search?q=ZEBRA",
+        f"/api/run/{RUN_ID}/charts",
+    ]
+    for path in paths:
+        assert viewer.get(path).status_code == 200, path
+        for headers in ({}, {"host": "attacker.example:80"}, {"host": "127.0.0.1"}):
+            r = httpx.get(viewer.base + path, headers=headers)
+            assert r.status_code == 401 and "token" in r.json()["error"], (path, headers)
+            assert "ZEBRA" not in r.text and "LR =" not in r.text
+        wrong = httpx.get(viewer.base + path, params={"token": "x" * len(viewer.token)})
+        assert wrong.status_code == 401, path
+    assert len(viewer.token) >= 16
+    # The announce file `agent2rl run` reads (for the page URL it prints) holds the token:
+    # readable by the user alone.
+    announce = viewer.home / "viewer.json"
+    assert json.loads(announce.read_text())["token"] == viewer.token
+    assert announce.stat().st_mode & 0o077 == 0
+
+
+def test_a_given_token_is_required_by_query_cookie_or_bearer(runs: Path, tmp_path: Path) -> None:
+    for served in _serve(runs, tmp_path, "--token", TOKEN):
+        base = served.base
+        assert served.token == TOKEN
         assert httpx.get(f"{base}/api/runs").status_code == 401
         assert httpx.get(f"{base}/api/runs?token=wrong-token-xxxxxxxxxxx").status_code == 401
         with httpx.Client() as client:
@@ -234,7 +288,7 @@ def test_binding_off_loopback_needs_a_token_and_a_short_one_is_refused(runs: Pat
     assert r.returncode == 2 and "not a directory" in r.stdout + r.stderr
 
 
-def test_a_write_transaction_of_the_grader_is_not_blocked(runs: Path, base: str) -> None:
+def test_a_write_transaction_of_the_grader_is_not_blocked(runs: Path, viewer: Viewer) -> None:
     """The grader holds a write transaction open on the ledger while the viewer reads it:
     the viewer answers (with what was committed) and the grader commits right after; the
     committed row then shows. A reader taking a write lock would make one of them wait."""
@@ -248,12 +302,12 @@ def test_a_write_transaction_of_the_grader_is_not_blocked(runs: Path, base: str)
             (time.time(),),
         )
         t0 = time.monotonic()
-        s = httpx.get(f"{base}/api/run/{RUN_ID}/summary", timeout=10).json()
+        s = viewer.get(f"/api/run/{RUN_ID}/summary", timeout=10).json()
         assert time.monotonic() - t0 < 2 and s["submissions"] == 1
         writer.execute("COMMIT")
     finally:
         writer.close()
-    s = httpx.get(f"{base}/api/run/{RUN_ID}/summary").json()
+    s = viewer.get(f"/api/run/{RUN_ID}/summary").json()
     assert s["submissions"] == 2 and s["evaluating"] == 1
 
 
@@ -305,10 +359,11 @@ def test_jsonl_tail_reads_only_complete_lines(tmp_path: Path) -> None:
 
 
 def test_run_page_url_names_a_live_viewer_of_the_run(
-    runs: Path, base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runs: Path, viewer: Viewer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While `agent2rl view` serves a directory, a run under it has a page URL (what
-    `agent2rl run` can print); a stale announce file (its process gone) gives none."""
+    """While `agent2rl view` serves a directory, a run under it has a page URL with the
+    viewer's token (what `agent2rl run` prints); a stale announce file (its process gone)
+    gives none."""
     from agent2rl.files import write_json_atomic
     from agent2rl.viewer.serve import ANNOUNCE, run_page_url
 
@@ -316,15 +371,16 @@ def test_run_page_url_names_a_live_viewer_of_the_run(
     home.mkdir()
     monkeypatch.setenv("AGENT2RL_HOME", str(home))
     assert run_page_url(runs / RUN_ID) is None
-    write_json_atomic(
-        home / ANNOUNCE, {"url": base, "root": str(runs.resolve()), "pid": os.getpid()}
-    )
+    monkeypatch.setenv("AGENT2RL_HOME", str(viewer.home))  # the live viewer's announce file
     url = run_page_url(runs / RUN_ID)
-    assert url == f"{base}/run/{RUN_ID}" and httpx.get(url).status_code == 200
+    assert url == f"{viewer.base}/run/{RUN_ID}?token={viewer.token}"
+    assert httpx.get(url).status_code == 200
     assert run_page_url(tmp_path / "elsewhere" / RUN_ID) is None
+    monkeypatch.setenv("AGENT2RL_HOME", str(home))
     dead = subprocess.Popen(["true"])
     dead.wait()
-    write_json_atomic(home / ANNOUNCE, {"url": base, "root": str(runs.resolve()), "pid": dead.pid})
+    record = {"url": viewer.base, "root": str(runs.resolve()), "pid": dead.pid}
+    write_json_atomic(home / ANNOUNCE, record)
     assert run_page_url(runs / RUN_ID) is None
 
 
