@@ -232,7 +232,7 @@ def git_objects(git_dir: Path, max_bytes: int) -> Iterator[tuple[str, bytes, boo
             raise GitReadError(f"cannot run git: {exc}") from None
         timer = threading.Timer(GIT_TIMEOUT_S, signal_group, (proc,))
         timer.start()
-        left, cut, missing = max_bytes, False, 0
+        left, cut, missing, finished = max_bytes, False, 0, False
         try:
             out = proc.stdout
             assert out is not None
@@ -242,19 +242,26 @@ def git_objects(git_dir: Path, max_bytes: int) -> Iterator[tuple[str, bytes, boo
                     missing += 1  # "<sha> missing": listed, but git cannot read it
                     continue
                 sha, kind, size = parts[0].decode(), parts[1].decode(), int(parts[2])
-                data = out.read(min(size, left)) if left > 0 else b""
-                if len(data) < size:
+                want = min(size, left)
+                data = out.read(want) if want > 0 else b""
+                if len(data) < want:
+                    break  # git stopped mid-object: its exit status says why
+                if want < size:  # the bound: this object is cut, the rest not read
                     cut = True
+                    if kind != "tree":
+                        yield f"{kind} {sha}", data, True
                     break
                 out.read(1)  # the newline after the content
-                left -= len(data)
+                left -= size
                 if kind != "tree":
                     yield f"{kind} {sha}", data, False
-            if cut:
-                yield f"{kind} {sha}", data, True
+            finished = True
         finally:
             timer.cancel()
-            rc = kill_group(proc) if cut else proc.wait()
+            # Cut at the bound, or the reader stopped early: git may be blocked writing.
+            rc = kill_group(proc) if cut or not finished else proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
         if not cut and (rc != 0 or missing):
             err.seek(0)
             message = " ".join(err.read(600).decode("utf-8", "replace").split())

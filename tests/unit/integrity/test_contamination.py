@@ -366,9 +366,10 @@ def test_what_cannot_be_read_leaves_the_run_unchecked_and_counted_as_flagged(
     assert "unchecked" in metrics.integrity_flags
     assert is_flagged(results_row(paths.root, metrics))
     write_report(paths)
-    assert "UNCHECKED: the contamination check could not read everything" in (
-        paths.report / "report.md"
-    ).read_text()
+    assert (
+        "UNCHECKED: the contamination check could not read everything"
+        in (paths.report / "report.md").read_text()
+    )
 
 
 def test_a_check_that_crashes_leaves_the_run_unchecked(tmp_path, arith, tiny) -> None:
@@ -383,3 +384,21 @@ def test_a_check_that_crashes_leaves_the_run_unchecked(tmp_path, arith, tiny) ->
     report = read_contamination(paths)
     assert report.unchecked and "the check failed" in report.unchecked_reasons[0]
     assert "unchecked" in compute_metrics(paths).integrity_flags
+
+
+def test_a_repository_is_read_within_the_bound_and_listed_when_cut(tmp_path) -> None:
+    """git's objects count against the per-file bound, per repository: a repository over it
+    is cut (git killed, listed in ``truncated_files``), not read without end, and not
+    ``unchecked``."""
+    ws = tmp_path / "ws"
+    repo = ws / "big"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    for i in range(3):
+        (repo / f"f{i}.txt").write_text(f"filler {i} " * 5000)
+        _git(repo, "add", ".")
+        _git(repo, "commit", "-qm", str(i))
+    index = PrivateIndex.build({"a": "one two three four five six seven eight nine ten"}, [])
+    report = scan_workspace(ws, index, max_file_bytes=20_000)
+    assert "big/.git" in report.truncated_files and not report.unchecked
+    assert report.repositories and report.repositories[0].startswith("big/.git: ")
