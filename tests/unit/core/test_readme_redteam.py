@@ -1,59 +1,30 @@
 """The security page's red-team and faults tables (docs/security.md, moved there from the README)
 stay honest: the red-team table has at least 40
 attacks, the faults table at least 12 cases, and every test they name is a test that exists
-(collected by pytest itself, from the files the tables name)."""
+(collected by pytest itself, from the files the tables name; a test of ``tests/vllm/``, which
+runs in its own environment, is looked up in its file). In CI a named test may not be skipped
+unless its row says why (tests/conftest.py's hook, :mod:`support.security_tables`)."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-SECURITY = ROOT / "docs" / "security.md"
+from support.security_tables import (
+    DOC_ENV,
+    NODE_CELL,
+    OWN_ENVIRONMENT,
+    ROOT,
+    SECURITY,
+    fault_rows,
+    named_tests,
+    red_team_rows,
+)
+
 MIN_ROWS = 40
 MIN_FAULT_ROWS = 12
-#: a table row's last cell: exactly one node id in backticks
-NODE_CELL = re.compile(r"^`(tests/[^`\s]+\.py::[^`]+)`$")
-
-
-def _section(text: str, heading: str, level: int) -> str:
-    """The text under ``heading`` up to the next heading of ``level`` or higher."""
-    lines = text.splitlines()
-    start = lines.index(heading)
-    end = len(lines)
-    for i in range(start + 1, len(lines)):
-        m = re.match(r"^(#+) ", lines[i])
-        if m and len(m.group(1)) <= level:
-            end = i
-            break
-    return "\n".join(lines[start + 1 : end])
-
-
-def _rows(section: str) -> list[list[str]]:
-    """Each data row of the section's tables as its cells (header and rule rows left out)."""
-    rows = []
-    for line in section.splitlines():
-        line = line.strip()
-        if not line.startswith("|"):
-            continue
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
-        header = cells in (["attack", "what happens", "test"], ["case", "what holds", "test"])
-        if header or set("".join(cells)) <= set("-|: "):
-            continue
-        rows.append(cells)
-    return rows
-
-
-def red_team_rows(text: str) -> list[list[str]]:
-    """The rows of the page's "## Red team" section (docs/security.md: "# Security" is the page)."""
-    return _rows(_section(text, "## Red team", level=2))
-
-
-def fault_rows(text: str) -> list[list[str]]:
-    return _rows(_section(text, "## Faults and load", level=2))
 
 
 def test_parser_reads_rows_and_node_ids() -> None:
@@ -82,6 +53,17 @@ def _assert_real_tests(rows: list[list[str]]) -> None:
     files = sorted({i.split("::")[0] for i in ids})
     missing_files = [f for f in files if not (ROOT / f).is_file()]
     assert not missing_files, f"the table names test files that do not exist: {missing_files}"
+    # tests/vllm runs in its own environment (make test-vllm): its module-level import of
+    # vllm cannot be collected here, so the test function is looked up in its file.
+    own = [i for i in ids if i.startswith(OWN_ENVIRONMENT)]
+    absent = [
+        i
+        for i in own
+        if f"def {i.split('::')[1].split('[')[0]}(" not in (ROOT / i.split("::")[0]).read_text()
+    ]
+    assert not absent, f"the table names tests that their files do not define: {absent}"
+    ids = [i for i in ids if i not in own]
+    files = sorted({i.split("::")[0] for i in ids})
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
@@ -107,3 +89,47 @@ def test_faults_table_names_real_tests() -> None:
     rows = fault_rows(SECURITY.read_text())
     assert len(rows) >= MIN_FAULT_ROWS, f"the faults table has {len(rows)} rows"
     _assert_real_tests(rows)
+
+
+def test_a_named_test_skipped_in_ci_fails_unless_its_row_says_why(tmp_path: Path) -> None:
+    """The conftest hook in a real pytest run: with CI=true, a skip of a test the tables name
+    fails the run, naming the test and the way out; a row that says 'May skip in CI: why.'
+    lets its test skip; an unnamed test skips as ever; without CI nothing changes."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tests / "test_x.py").write_text(
+        "import pytest\n\n"
+        "def test_named():\n    pytest.skip('no bubblewrap here')\n\n"
+        "@pytest.mark.skipif(True, reason='no cgroup delegation')\n"
+        "def test_allowed():\n    pass\n\n"
+        "def test_unnamed():\n    pytest.skip('not in the tables')\n"
+    )
+    doc = tmp_path / "security.md"
+    doc.write_text(
+        "# Security\n\n## Red team\n\n| attack | what happens | test |\n|---|---|---|\n"
+        "| a | b | `tests/test_x.py::test_named` |\n"
+        "| c | d. May skip in CI: no cgroup delegation on CI machines. | "
+        "`tests/test_x.py::test_allowed` |\n\n## Faults and load\n"
+    )
+    assert named_tests(doc.read_text()) == {
+        "tests/test_x.py::test_named": None,
+        "tests/test_x.py::test_allowed": "no cgroup delegation on CI machines",
+    }
+
+    def run(ci: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+        env.update(CI=ci, PYTHONPATH=str(ROOT / "tests"), **{DOC_ENV: str(doc)})
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+        cmd += ["-p", "no:randomly", "-n", "0", "--rootdir", str(tmp_path), "tests/test_x.py"]
+        return subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    ci = run("true")
+    assert ci.returncode == 1, ci.stdout + ci.stderr
+    assert "1 failed, 2 skipped" in ci.stdout, ci.stdout
+    assert "tests/test_x.py::test_named is named in docs/security.md" in ci.stdout
+    assert "no bubblewrap here" in ci.stdout and "May skip in CI" in ci.stdout
+    local = run("")
+    assert local.returncode == 0 and "3 skipped" in local.stdout, local.stdout
