@@ -152,6 +152,12 @@ REFERENCE_MODELS_YAML: dict[str, Any] = {
 #: task's, holds). The lite stand-in of a table task follows it.
 TABLE_TASKS: dict[str, bool] = {"gsm8k": False, "humaneval": True, "arith-lite": False}
 
+#: The context the reference's own evaluators give vLLM (``max_model_len``) on the tasks it
+#: grades without the table: ``alpacaeval/eval.py`` (``eval_config.get("max_model_len",
+#: 4096)``) and ``deepsearchqa/eval.py`` (``max_model_len=4096``). The lite stand-ins keep
+#: their own.
+REFERENCE_CONTEXT: dict[str, int] = {"alpacaeval": 4096, "deepsearchqa": 4096}
+
 #: keys no longer than this are never matched as a prefix (the reference's
 #: ``best_match_len = 5`` start value)
 _MIN_PREFIX_LEN = 5
@@ -295,10 +301,13 @@ def decoding_for(task: str, model_name: str, protocol: str = "auto") -> Decoding
     if protocol == "agent2rl":
         return GREEDY
     if task not in TABLE_TASKS:
+        context = REFERENCE_CONTEXT.get(task)
         return replace(
             GREEDY,
             protocol="reference",
-            source=f"reference: {task} decodes greedily (its own evaluator, temperature 0)",
+            max_model_len=context,
+            source=f"reference: {task} decodes greedily (its own evaluator, temperature 0"
+            + (f", a {context}-token context)" if context else ")"),
         )
     key, row = reference_row(model_name)
     temperature = float(row["temperature"])
@@ -345,6 +354,7 @@ __all__ = [
     "DEFAULT_SEED",
     "GREEDY",
     "PROTOCOLS",
+    "REFERENCE_CONTEXT",
     "REFERENCE_MODELS_YAML",
     "TABLE_TASKS",
     "Decoding",

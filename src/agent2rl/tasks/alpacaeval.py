@@ -19,9 +19,12 @@ paper's AlpacaEval numbers come from the reference's evaluation config, i.e.
 ``annotators_gpt52_fn`` (docs/paper-fidelity.md). The two judges' scores never compare (the
 judge is part of the evaluation hash). ``judge_model`` empty means the config's own model.
 The score
-is the length-controlled win rate when the task store holds ``df_gamed.csv`` (the LC GLM's
-data), else the raw win rate; which one is part of the evaluation settings, so scores of the
-two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
+(``metric``) is the length-controlled win rate (``lc``, the default, the reference's), which
+needs ``df_gamed.csv`` (the LC GLM's data) in the task store and is refused without it, or
+the raw win rate (``raw``), chosen explicitly; which one is part of the evaluation settings,
+so scores of the two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
+Generation runs in the reference's 4,096-token context under ``--protocol reference``
+(:data:`~agent2rl.inference.decoding.REFERENCE_CONTEXT`, applied by the vLLM backend).
 
 Public: the first 2,000 rows of ``tatsu-lab/alpaca`` (instruction, input, output), as the
 reference implementation gives them; rows 2,000-2,099 are the validation split (never graded,
@@ -190,7 +193,7 @@ def find_files(source: Path) -> dict[str, Path | None]:
     - ``eval``: ``alpaca_eval_gpt4_baseline.json`` (the hub's), or
       ``reference_outputs_gpt4_1106_preview.json``, or ``gpt4_1106_preview/model_outputs.json``
       (AlpacaEval's repository layout);
-    - ``gamed``: ``df_gamed.csv`` (optional: without it the score is the raw win rate);
+    - ``gamed``: ``df_gamed.csv`` (optional: without it only ``metric=raw`` can grade);
     - ``alpaca``: the one JSON, JSON-lines or parquet file whose rows have ``instruction``,
       ``input`` and ``output`` (the hub's ``train-*.parquet`` of ``tatsu-lab/alpaca``, or
       stanford_alpaca's ``alpaca_data.json``).
@@ -324,7 +327,12 @@ def write_store(
     write_json_atomic(tmp / "manifest.json", manifest)
     swap_in_dir(tmp, root)
     note = "" if official else " (not the official 805 / 2,000 / 100: a subset?)"
-    metric = "LC win rate (df_gamed.csv present)" if gamed else "raw win rate (no df_gamed.csv)"
+    metric = (
+        "LC win rate (df_gamed.csv present)"
+        if gamed
+        else "raw win rate only (no df_gamed.csv: the default metric=lc is refused, run with "
+        "--task-opt metric=raw or import df_gamed.csv)"
+    )
     return (
         f"alpacaeval: {len(public)} train / {len(val_rows)} validation / {len(private)} eval "
         f"items from {source}{note}; score: {metric}"
@@ -333,8 +341,9 @@ def write_store(
 
 def download(root: Path) -> str:
     """Fetch the task's files from the hub into ``root``; :class:`UserError` naming the
-    offline import when the hub cannot be reached. ``df_gamed.csv`` is optional: without it
-    the task scores the raw win rate."""
+    offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here: without
+    it the default ``metric=lc`` is refused at run time (``metric=raw`` scores the raw win
+    rate)."""
     fix = (
         "On a machine without network, fetch them elsewhere and run: agent2rl data import "
         f"alpacaeval DIR (DIR holding {EVAL_FILE}, optionally {GAMED_FILE}, and the Alpaca rows)"
@@ -384,6 +393,13 @@ class AlpacaEvalOptions(TaskOptions):
     )
     max_new_tokens: int = option(512, "The most new tokens the model generates per answer.")
     batch_size: int = option(16, "Prompts per forward pass when grading (speed only).")
+    metric: str = option(
+        "lc",
+        "The score: `lc` the length-controlled win rate (the reference's; needs AlpacaEval's "
+        "df_gamed.csv in the task store, refused without it) or `raw` the raw win rate, "
+        "chosen explicitly.",
+        choices=("lc", "raw"),
+    )
 
     def __post_init__(self) -> None:
         if self.judge not in judge_ranking.JUDGE_CONFIGS:
@@ -470,7 +486,7 @@ class AlpacaEval(Task):
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
         )
         gamed = prepared.private / GAMED_FILE
-        return Judge(judge, read_df_gamed(gamed) if gamed.exists() else None)
+        return Judge(judge, read_df_gamed(gamed) if self.metric(prepared) == LC else None)
 
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's; and
@@ -480,9 +496,21 @@ class AlpacaEval(Task):
         return [*paths, readme] if readme is not None else paths
 
     def metric(self, prepared: PreparedTask) -> str:
-        """The declared score: :data:`~agent2rl.scoring.judges.scorer.LC` or
-        :data:`~agent2rl.scoring.judges.scorer.RAW`."""
-        return LC if (prepared.private / GAMED_FILE).exists() else RAW
+        """The declared score: :data:`~agent2rl.scoring.judges.scorer.LC` (``metric=lc``,
+        the default) or :data:`~agent2rl.scoring.judges.scorer.RAW` (``metric=raw``).
+        :class:`UserError` for ``lc`` when the store has no ``df_gamed.csv``: the raw win
+        rate is never put in its place silently."""
+        if self.config.metric == "raw":
+            return RAW
+        if not (prepared.private / GAMED_FILE).exists():
+            raise UserError(
+                f"alpacaeval's length-controlled win rate needs AlpacaEval's {GAMED_FILE} "
+                f"(from the hub dataset {EVAL_REPO}), which the task store lacks: import it "
+                f"with `agent2rl data import alpacaeval DIR` (DIR holding {GAMED_FILE} beside "
+                f"{EVAL_FILE} and the Alpaca rows), or score the raw win rate with "
+                "--task-opt metric=raw"
+            )
+        return LC
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
@@ -496,8 +524,8 @@ class AlpacaEval(Task):
             "alone do not raise it"
             if lc
             else "the **win rate** against the reference (the mean of the judge's preference "
-            "for your output; length-controlled scoring needs AlpacaEval's df_gamed.csv, "
-            "which this installation does not have)"
+            "for your output; the run chose it over the length-controlled win rate with "
+            "`--task-opt metric=raw`)"
         )
         if self.config.base_prompt == "raw":
             base_line = (

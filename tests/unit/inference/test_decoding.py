@@ -132,6 +132,9 @@ def test_reference_tasks_outside_opencompass_stay_greedy(task: str) -> None:
     d = decoding_for(task, "Qwen/Qwen3-8B")
     assert d.greedy and d.protocol == "reference" and d.max_new_tokens is None
     assert "temperature 0" in d.source
+    # the reference's vLLM context: alpacaeval/eval.py 142 and deepsearchqa/eval.py 91
+    assert d.max_model_len == {"alpacaeval": 4096, "deepsearchqa": 4096}.get(task)
+    assert decoding_for(task, "Qwen/Qwen3-8B", "agent2rl").max_model_len is None
 
 
 @pytest.mark.parametrize(

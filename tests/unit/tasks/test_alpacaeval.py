@@ -84,6 +84,7 @@ def alpacaeval(judge):
         "judge_base_url": judge["provider"].openai_base_url,
         "max_new_tokens": 12,
         "batch_size": 8,
+        "metric": "raw",  # the fixture has no df_gamed.csv: the raw win rate, chosen
     }
     task = get_task("alpacaeval", options)
     summary = task.import_data(FIXTURE, task_root(task, load_settings().task_store))
@@ -107,6 +108,13 @@ def test_import_splits_and_description(alpacaeval, tmp_path) -> None:
     assert len(val) == 3 and val[0].input["instruction"].startswith("Add the two numbers.\n\n")
     assert task.metric(prepared) == "win_rate"
     assert task.scorer(prepared).settings()["metric"] == "win_rate"
+    # the default metric (LC) without df_gamed.csv is refused, never the raw one in its
+    # place (issue #39 item 4)
+    lc = get_task("alpacaeval", {"judge": protocol.NAME})
+    with pytest.raises(UserError, match="df_gamed.csv.*--task-opt metric=raw"):
+        lc.metric(prepared)
+    with pytest.raises(UserError, match="metric=raw"):
+        lc.scorer(prepared)
     text = " ".join(task.description(prepared).split())
     for needle in (
         "may **not** use the grading judge",

@@ -25,7 +25,7 @@ DEFAULT_HASHES = {
     "alfworld": "c1460880f41285c3",
     "alfworld-lite": "5a9a9713d9738a9c",
     "alpaca-lite": "8427ddd3e91c34d5",
-    "alpacaeval": "59f44f269cdef891",
+    "alpacaeval": "c865669f67ba8428",  # with metric=raw (issue #39: LC is refused without data)
     "arith-lite": "100dfe1ed8db93d5",
     "deepsearch-lite": "c446f0590407ffa9",
     # task version 3 (issue #39): the reference's loop and judge (with a judge key set)
@@ -43,7 +43,7 @@ GIVEN = {
     "alfworld-lite": {"show_admissible": "true", "max_steps": "12", "n_eval": "6"},
     "webshop": {"separator": " | ", "score": "reward", "invalid": "refuse"},
     "deepsearchqa": {"search": "bm25", "judge": "exact", "metric": "f1", "top_k": "5"},
-    "alpacaeval": {"judge": "annotators_gpt52_fn", "base_prompt": "alpaca"},
+    "alpacaeval": {"judge": "annotators_gpt52_fn", "base_prompt": "alpaca", "metric": "raw"},
 }
 GIVEN_HASHES = {
     "gsm8k": "26073b5fa3a58f6c",
@@ -51,7 +51,7 @@ GIVEN_HASHES = {
     "alfworld-lite": "1a894452fd84d8f1",
     "webshop": "8a7aa15682506d3c",  # task version 3 (issue #39)
     "deepsearchqa": "4b72b011564ca1eb",  # task version 3's loop (issue #39)
-    "alpacaeval": "e0305eef7b119f86",
+    "alpacaeval": "05510820ac9651e4",  # metric=raw given (issue #39)
 }
 
 
@@ -93,6 +93,13 @@ def test_default_options_keep_their_eval_hash(
         with pytest.raises(UserError, match="score=string"):
             _hash(name, None, placeholder)
         monkeypatch.setenv("AGENT2RL_JUDGE_API_KEY", "pinned-key")
+    if name == "alpacaeval":  # its default LC metric refuses a store without df_gamed.csv
+        with pytest.raises(UserError, match="metric=raw"):
+            _hash(name, None, placeholder)
+        # the raw win rate, now an explicit choice (recorded in the options, so its hash
+        # is not the silent fallback's, 59f44f269cdef891)
+        assert _hash(name, {"metric": "raw"}, placeholder) == DEFAULT_HASHES[name]
+        return
     assert _hash(name, None, placeholder) == DEFAULT_HASHES[name]
 
 
