@@ -110,9 +110,12 @@ def test_contaminated_run_and_substituted_model_are_flagged(tmp_path) -> None:
     assert {m["item_id"] for m in contamination["matches"]} == {
         s.id for s in task.samples(prepared, "private")[:20]
     }
-    # Found where the agent put them: its script and its training file.
+    # Found where the agent put them: its script and its training file (and, after those,
+    # in the run's code snapshots, which recorded them).
     assert all(
-        m["files"] == ["code/thief.py", "code/train_mix.jsonl"] for m in contamination["matches"]
+        m["files"][:2] == ["code/thief.py", "code/train_mix.jsonl"]
+        and all(f.startswith("record/code.git") for f in m["files"][2:])
+        for m in contamination["matches"]
     )
 
     metrics = json.loads((paths.report / "metrics.json").read_text())
