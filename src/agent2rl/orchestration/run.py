@@ -41,6 +41,7 @@ from typing import Any
 
 from rich.console import Console
 
+from agent2rl.agents import reference_setup
 from agent2rl.agents.doctor import cli_version_record
 from agent2rl.agents.drivers import driver_for, real_key
 from agent2rl.agents.launch import build_launch
@@ -516,6 +517,11 @@ def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
     # The spec's own template when it has one; else the full prompt (listing, data sample).
     template = None if ctx.spec.prompt_template == DEFAULT_PROMPT else ctx.spec.prompt_template
     prompt = render_prompt(paths.workspace, req.mode, req.budget_s, template)
+    # --instructions reference: the reference's own prompt, AGENTS.md, timer.sh and agent
+    # environment for the CLIs its start scripts launch (agents.reference_setup)
+    reference = req.instructions == "reference" and reference_setup.applies(ctx.spec.name)
+    if reference:
+        prompt = reference_setup.prepare(ctx.spec.name, paths.workspace, env, req.budget_s)
     write_text_atomic(prompt_file, prompt)
     # Registered before the metering proxy, so it reads the agent's usage once the proxy
     # has stopped (every request it relayed written down).
@@ -539,7 +545,8 @@ def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
     launch.write_files()
     env.update(launch.env)
     env.update(req.extra_env)
-    _supervise(ctx, launch.argv, env, guard, services)
+    argv = reference_setup.with_timeout(launch.argv, req.budget_s) if reference else launch.argv
+    _supervise(ctx, argv, env, guard, services)
 
 
 def _record_agent_view(ctx: RunContext) -> None:
