@@ -472,15 +472,19 @@ def _runs(values: np.ndarray, ok: np.ndarray, min_run: int) -> bytes:
 
 
 def _text_of(data: bytes) -> bytes:
-    """The bytes to scan of a file's content: as is for text; for anything else (weights,
-    pickles, NumPy arrays, SQLite pages, executables, images...) its runs of at least
-    :data:`MIN_RUN` printable ASCII bytes, as ``strings`` would, and the same runs in
-    UTF-16 and UTF-32 (little- and big-endian: a NumPy string array is UTF-32), each run
-    on a line of its own. Text stored encrypted or encoded otherwise is not found."""
-    if b"\x00" not in data[:8192]:
+    """The bytes to scan of a file's content: as is for text (no NUL byte); for anything
+    else (weights, pickles, NumPy arrays, SQLite pages, executables, images...) its runs of
+    at least :data:`MIN_RUN` printable ASCII bytes, as ``strings`` would (a file whose first
+    8 KiB hold no NUL: as is), and in both cases the same runs in UTF-16 and UTF-32 (little-
+    and big-endian: a NumPy string array is UTF-32), each run on a line of its own. Text
+    stored encrypted or encoded otherwise is not found."""
+    if b"\x00" not in data:
         return data
     raw = np.frombuffer(data, dtype=np.uint8)
-    out = [_runs(raw, _PRINTABLE[raw], MIN_RUN)]
+    # A text head (no NUL in its first 8 KiB) is read as it is, a binary by its runs; the
+    # wide runs are read in both (a text header cannot hide a UTF-16 payload after it).
+    text_head = b"\x00" not in data[:8192]
+    out = [data + b"\n" if text_head else _runs(raw, _PRINTABLE[raw], MIN_RUN)]
     zero = raw == 0
     printable = _PRINTABLE[raw]
     for width in (2, 4):

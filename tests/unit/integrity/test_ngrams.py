@@ -154,3 +154,29 @@ def test_size_bound_and_unreadable_files(index, tmp_path) -> None:
 def test_build_rejects_bad_parameters() -> None:
     with pytest.raises(ValueError):
         PrivateIndex.build({"a": "x"}, [], n=5, min_words=5)
+
+
+def test_text_in_other_encodings_and_containers_is_found(index, tmp_path) -> None:
+    """Issue 38, item 6: a private item saved as a NumPy string array (UTF-32), a pickle, a
+    UTF-16 text file (with its BOM, and big-endian), a zlib stream, and a UTF-16 payload
+    after a text header, under any suffix."""
+    import pickle
+    import zlib
+
+    import numpy as np
+
+    question = PRIVATE["p1"][0]
+    np.save(tmp_path / "arr.npy", np.array([question, "other"]))
+    files = {
+        "arr.npy": None,
+        "notes.pkl": pickle.dumps({"q": [question]}),
+        "utf16.txt": question.encode("utf-16"),
+        "utf16be.dat": question.encode("utf-16-be"),
+        "blob.z": zlib.compress(question.encode()),
+        "mixed.log": b"plain header line\n" * 600 + b"\x00\x00" + question.encode("utf-16-le"),
+    }
+    for name, data in files.items():
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+        scan = scan_file(tmp_path / name, index)
+        assert scan.skipped is None and set(scan.hits) == {"p1"}, name
