@@ -30,8 +30,13 @@ for the grader's own parts) and an allowed fetch whose name names a dataset sour
 under another org) are both flagged; every file fetched is listed.
 
 :func:`check_run` is the end-of-run entry point: it builds the index from the task's private
-and public splits, scans the run's workspace and egress log and writes
-``record/contamination.json``. The check reports; it never changes a score.
+and public splits, scans the run's workspace, its code snapshots (``record/code.git``) and
+the grader's staged submission copies, the egress log and the name proxies' logs, and writes
+``record/contamination.json``. Every git repository met has its objects read through git
+(:func:`git_objects`: a file committed and deleted is still there). The check fails closed:
+what it could not read (a file or folder the system refused, a repository git could not
+list) and a crash of the check itself make the report ``unchecked``, which the run's metrics
+turn into the ``unchecked`` flag. The check reports; it never changes a score.
 """
 
 from __future__ import annotations
