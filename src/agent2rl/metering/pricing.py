@@ -41,7 +41,8 @@ PRICES: dict[str, Price] = {
     "gpt-5.1-codex": Price(1.25, 10.00, 0.125),
     # The paper's drivers GPT-5.2 and GPT-5.4. GPT-5.2: OpenAI's list price at its launch
     # (December 2025). GPT-5.4: written from memory of its launch announcement and NOT
-    # checked against OpenAI's pricing page here; check it before quoting a cost.
+    # checked against OpenAI's pricing page here (UNVERIFIED_PRICES); check it before quoting
+    # a cost.
     "gpt-5.2": Price(1.75, 14.00, 0.175),
     "gpt-5.4": Price(2.50, 15.00, 0.25),
     "o3": Price(2.00, 8.00, 0.50),
@@ -51,11 +52,15 @@ PRICES: dict[str, Price] = {
     "claude-opus-4-0": Price(15.00, 75.00, 1.50, 18.75),
     "claude-opus-4-1": Price(15.00, 75.00, 1.50, 18.75),
     "claude-opus-4-5": Price(5.00, 25.00, 0.50, 6.25),
+    # the paper's driver Claude Opus 4.6: assumed to keep Opus 4.5's list price, NOT checked
+    # against Anthropic's pricing page here (UNVERIFIED_PRICES)
     "claude-opus-4-6": Price(5.00, 25.00, 0.50, 6.25),
     "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75),
     "claude-sonnet-4-0": Price(3.00, 15.00, 0.30, 3.75),
     "claude-sonnet-4-5": Price(3.00, 15.00, 0.30, 3.75),
-    # the paper's driver Claude Sonnet 4.6: the same list price as Sonnet 4.5
+    # Claude Sonnet 4.6: the reference's Claude Code default (its start.sh); the paper's
+    # driver is Sonnet 4.5 (above). Assumed to keep Sonnet 4.5's list price, NOT checked here
+    # (UNVERIFIED_PRICES)
     "claude-sonnet-4-6": Price(3.00, 15.00, 0.30, 3.75),
     "claude-3-7-sonnet": Price(3.00, 15.00, 0.30, 3.75),
     "claude-3-5-sonnet": Price(3.00, 15.00, 0.30, 3.75),
@@ -66,6 +71,11 @@ PRICES: dict[str, Price] = {
     "gemini-2.5-flash": Price(0.30, 2.50, 0.03),
     "gemini-2.5-flash-lite": Price(0.10, 0.40, 0.01),
 }
+
+#: Entries above not checked against the provider's pricing page when written (from memory
+#: or assumed equal to the previous version's): reports' costs for them are estimates of
+#: estimates (docs/paper-fidelity.md, *Prices*).
+UNVERIFIED_PRICES: frozenset[str] = frozenset({"gpt-5.4", "claude-opus-4-6", "claude-sonnet-4-6"})
 
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 
