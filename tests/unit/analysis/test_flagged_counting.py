@@ -157,3 +157,19 @@ def test_one_flag_policy_decides_for_every_aggregate(flags, flagged, tmp_path) -
     assert group["mean_improvement"] == pytest.approx(0.0 if flagged else 6)
     (table,) = main_table_rows([run])
     assert table[f"{run.stack.label} delta"] == pytest.approx(0.0 if flagged else 6)
+
+
+def test_scaling_curves_count_a_flagged_run_as_a_flat_zero_unless_raw() -> None:
+    """The scaling curves are a mean over repeats too: the leak's +30 and the mode
+    violation's +20 do not lift them (a flat 0, the base model) unless raw."""
+    from agent2rl.analysis.dashboard.curves import scaling_curves
+
+    runs = _runs()
+    for axis in ("time", "submissions"):
+        (curve,) = scaling_curves(runs, axis)
+        assert (curve.n, curve.flagged) == (3, 2)
+        assert curve.mean[-1] == pytest.approx(4 / 3) and max(curve.mean) == pytest.approx(4 / 3)
+        (raw,) = scaling_curves(runs, axis, raw=True)
+        assert raw.flagged == 2 and raw.mean[-1] == pytest.approx((4 + 30 + 20) / 3)
+    page = render_dashboard(runs, Overview("t"), [], {})
+    assert "n=3 (2 flagged, as base)" in page

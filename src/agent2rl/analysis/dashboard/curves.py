@@ -9,6 +9,10 @@ metering record have no tokens curve); on ``submissions`` it is the submission's
 (1, 2, ...; invalid ones count, they used the budget too). Runs are evaluated on a common
 grid and averaged; a run keeps its last value after its end. The band is mean ± one sample
 standard deviation over the runs (none for a single run).
+
+A flagged run (:func:`~agent2rl.analysis.dashboard.counting.counts_as_flagged`) counts as its
+base model, a flat 0, unless ``raw``, as in every other aggregate; each curve counts its
+flagged runs either way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 
+from agent2rl.analysis.dashboard.counting import counts_as_flagged, run_flags
 from agent2rl.analysis.dashboard.runset import GroupKey, StudyRun, group_runs
 
 Axis = Literal["time", "tokens", "submissions"]
@@ -77,6 +82,8 @@ class Curve:
     lo: list[float] | None
     hi: list[float] | None
     n: int
+    flagged: int = 0
+    """Runs of ``n`` with a flag: a flat 0 in the mean unless ``raw``."""
 
 
 def _extent(run: StudyRun, axis: Axis, steps: list[tuple[float, float]]) -> float:
@@ -88,8 +95,11 @@ def _extent(run: StudyRun, axis: Axis, steps: list[tuple[float, float]]) -> floa
     return float(run.token_timeline[-1][1]) if run.token_timeline else steps[-1][0]
 
 
-def scaling_curves(runs: Sequence[StudyRun], axis: Axis, points: int = GRID_POINTS) -> list[Curve]:
-    """One :class:`Curve` per group with at least one run that has a curve on ``axis``.
+def scaling_curves(
+    runs: Sequence[StudyRun], axis: Axis, points: int = GRID_POINTS, *, raw: bool = False
+) -> list[Curve]:
+    """One :class:`Curve` per group with at least one run that has a curve on ``axis``; a
+    flagged run's curve is a flat 0 (its base model) unless ``raw`` (module docstring).
 
     The grid runs from 0 to the largest extent in the group (the budget or duration on
     ``time``, the most submissions on ``submissions`` with one point per submission, the
@@ -107,14 +117,21 @@ def scaling_curves(runs: Sequence[StudyRun], axis: Axis, points: int = GRID_POIN
             xs = [float(i) for i in range(0, int(end) + 1)]
         else:
             xs = list(np.linspace(0.0, end if end > 0 else 1.0, points))
-        values = np.array([[step_value(s, x) for x in xs] for _, s in curves])
+        flagged = {id(r) for r, _ in curves if counts_as_flagged(run_flags(r.metrics))}
+        values = np.array(
+            [
+                [0.0 if id(r) in flagged and not raw else step_value(s, x) for x in xs]
+                for r, s in curves
+            ]
+        )
         mean = values.mean(axis=0)
         if len(curves) > 1:
             sd = values.std(axis=0, ddof=1)
             lo, hi = list(mean - sd), list(mean + sd)
         else:
             lo = hi = None
-        out.append(Curve(key, axis, [float(x) for x in xs], list(mean), lo, hi, len(curves)))
+        xs_out = [float(x) for x in xs]
+        out.append(Curve(key, axis, xs_out, list(mean), lo, hi, len(curves), len(flagged)))
     return out
 
 

@@ -228,10 +228,15 @@ _AXIS_TEXT = {
 }
 
 
-def _curves(runs: Sequence[StudyRun], colors: dict[str, str], mixed: dict[str, list[str]]) -> str:
+def _curves(
+    runs: Sequence[StudyRun],
+    colors: dict[str, str],
+    mixed: dict[str, list[str]],
+    raw: bool = False,
+) -> str:
     blocks = []
     for axis in AXES:
-        curves: list[Curve] = scaling_curves(runs, axis)
+        curves: list[Curve] = scaling_curves(runs, axis, raw=raw)
         if not curves:
             blocks.append(
                 f'<p class="note">{_AXIS_TEXT[axis][1]}: no run has a record for this axis'
@@ -255,7 +260,15 @@ def _curves(runs: Sequence[StudyRun], colors: dict[str, str], mixed: dict[str, l
                 for c in mine
             ]
             label, title = _AXIS_TEXT[axis]
-            ns = ", ".join(f"{c.key.stack.label} n={c.n}" for c in mine)
+            ns = ", ".join(
+                f"{c.key.stack.label} n={c.n}"
+                + (
+                    f" ({c.flagged} flagged, {'as graded' if raw else 'as base'})"
+                    if c.flagged
+                    else ""
+                )
+                for c in mine
+            )
             chart = Chart(
                 id=f"curve-{axis}-{len(charts)}",
                 title=f"{col}: {title}",
@@ -547,7 +560,7 @@ def render_dashboard(
             "Task coverage: which stacks improved which tasks",
             counting + _coverage(task_coverage(runs, raw=raw)),
         ),
-        ("curves", "Scaling curves", _curves(runs, colors, mixed)),
+        ("curves", "Scaling curves", counting + _curves(runs, colors, mixed, raw)),
         (
             "trajectories",
             "Submission trajectories",
