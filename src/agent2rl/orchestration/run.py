@@ -58,6 +58,7 @@ from agent2rl.grading.final import check_feedback, finish_feedback
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import start_service, wait_for_in_flight
 from agent2rl.integrity import check_run
+from agent2rl.integrity.contamination import record_check_failure
 from agent2rl.metering import PROVIDERS, MeteringProxy, Upstream, start_metering_proxy
 from agent2rl.models.resolve import ModelRef, resolve_model
 from agent2rl.orchestration.agent_process import AgentProcess
@@ -805,8 +806,14 @@ def _finalize(ctx: RunContext) -> RunMetrics | None:
                     f"[red]contamination:[/] {found.matched_items} private item(s) found in the "
                     "workspace or the egress log (see the report; the score is unchanged)"
                 )
-        except Exception as err:  # the report says the check did not run
-            ctx.console.print(f"[red]the contamination check failed: {err}[/]")
+            if found.unchecked:
+                ctx.console.print(
+                    "[red]the contamination check could not read everything (run unchecked,"
+                    f" counted as flagged):[/] {'; '.join(found.unchecked_reasons[:3])}"
+                )
+        except Exception as err:  # fail closed: the run is unchecked, never clean
+            record_check_failure(ctx.paths, ctx.task.name, err)
+            ctx.console.print(f"[red]the contamination check failed (run unchecked): {err}[/]")
     try:
         metrics = write_report(ctx.paths)
         record_run(ctx.paths.root.parent, ctx.paths.root, metrics)
