@@ -52,9 +52,11 @@ def test_pipeline_spec_launches_the_stock_cli_in_stages(workspace: Path, name: s
 def test_codex_paper_turns_web_search_on_and_is_otherwise_stock(workspace: Path) -> None:
     paper = _launch(get_agent("codex-paper"), workspace).argv
     stock = _launch(get_agent("codex"), workspace).argv
+    # the stock spec turns Codex's default search off (the proxy would refuse it); the paper's
+    # turns it on, in the same place, and changes nothing else
     i = paper.index('web_search="live"')
-    assert paper[i - 1] == "-c"
-    assert paper[: i - 1] + paper[i + 1 :] == stock
+    assert paper[i - 1] == "-c" and stock[i] == 'web_search="disabled"'
+    assert paper[:i] + paper[i + 1 :] == stock[:i] + stock[i + 1 :]
 
 
 def test_every_paper_spec_is_listed() -> None:

@@ -88,14 +88,16 @@ def test_harness_failures_are_retried_and_model_failures_cached(run, tiny) -> No
         assert again["duplicate_of"] == third["submission_id"] and again["eval_seconds"] == 0
         assert again["score"] == third["score"]
 
-        # An unloadable model: the model's fault, cached. Its duplicate is not evaluated.
+        # A model the evaluation refuses: the model's fault, cached. Its duplicate is not
+        # evaluated.
         broken = paths.output / "broken"
         shutil.copytree(tiny.path, broken)
-        # Passes the checks while staging (weights that do not fit the config are refused
-        # there); its tokenizer fails to load: a token id that is no integer.
-        tok_cfg = json.loads((broken / "tokenizer_config.json").read_text())
-        tok_cfg["added_tokens_decoder"] = {"x": {}}
-        (broken / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+        # Passes the checks while staging (a config transformers cannot build, weights that
+        # do not fit it, a tokenizer that does not load: all refused there); the evaluation
+        # refuses it as the model's fault: a decoder other than the base's.
+        tok = json.loads((broken / "tokenizer.json").read_text())
+        tok["decoder"] = {"type": "Replace", "pattern": {"String": "7"}, "content": "8"}
+        (broken / "tokenizer.json").write_text(json.dumps(tok))
         bad = client.post("/submit", json={"model_path": "output/broken"}).json()
         assert bad["status"] == "failed" and bad["failure_kind"] == "model", bad
         assert "evaluation failed" in bad["error"] and bad["eval_seconds"] > 0
