@@ -638,7 +638,7 @@ def compare(
         lo, hi = r["ci_lo"], r["ci_hi"]
         ci = f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else ""
         noise = {None: "-", 0: "beyond", 1: "within"}[r["within_noise"]]
-        iso = isolation_label(r.get("sandbox"), r.get("network"))
+        iso = isolation_label(r.get("sandbox"), r.get("network"), r.get("provider_tools"))
         table.add_row(
             r["run_id"],
             r["task"],

@@ -166,3 +166,33 @@ def test_unconfined_runs_are_never_pooled_with_sandboxed_ones(tmp_path) -> None:
     (table,) = main_table_rows(studied)
     assert table["reference-sft delta"] == 2.0
     assert table["reference-sft · sandbox: none delta"] == 30.0
+
+
+def test_runs_with_provider_tools_are_never_pooled_with_runs_without(tmp_path) -> None:
+    """A run that let the driver's provider-side tools through (web search reaches the
+    public test sets past every deny list) is kept apart in compare, the dashboard and the
+    export, named as such, like an unconfined run."""
+    from support.studyruns import make_run
+
+    from agent2rl.analysis.dashboard.leaderboard import leaderboard
+
+    runs = tmp_path / "runs"
+    confined = {"sandbox": "bwrap", "network": "services"}
+    record_run(runs, runs / "a", _metrics("a", "h1", 2.0, within=True, **confined))
+    tools = {**confined, "provider_tools": True}
+    record_run(runs, runs / "bb", _metrics("bb", "h1", 20.0, within=False, **tools))
+    loose = {"sandbox": "none", "network": "host", "provider_tools": True}
+    record_run(runs, runs / "ccc", _metrics("ccc", "h1", 40.0, within=False, **loose))
+    groups = {g["isolation"]: g for g in aggregate(list_runs(runs))}
+    assert set(groups) == {None, "provider tools", "sandbox: none, provider tools"}
+    assert groups[None]["mean_improvement"] == pytest.approx(2.0)
+    assert groups["provider tools"]["mean_improvement"] == pytest.approx(20.0)
+    r = _compare(runs)
+    assert r.returncode == 0, r.stderr
+    assert "(provider tools)" in r.stdout and "(sandbox: none, provider tools)" in r.stdout
+    studied = [
+        make_run(baseline=10, scores=[12], **confined),
+        make_run(baseline=10, scores=[40], **tools),
+    ]
+    labels = sorted(row.key.stack.label for row in leaderboard(studied))
+    assert labels == ["reference-sft", "reference-sft · provider tools"]

@@ -125,7 +125,9 @@ def aggregate(rows: Sequence[ResultsRow], *, raw: bool = False) -> list[RunGroup
         # that ran unconfined (no sandbox, or the host's network) could reach what a
         # sandboxed one cannot: never one mean either.
         feedback = row.get("feedback") or "private"
-        isolation = isolation_label(row.get("sandbox"), row.get("network"))
+        isolation = isolation_label(
+            row.get("sandbox"), row.get("network"), row.get("provider_tools")
+        )
         groups[(row["task"], row["agent"], row["driver"], feedback, isolation)].append(row)
     out = []
     for (task, agent, driver, feedback, isolation), members in sorted(

@@ -34,16 +34,24 @@ from typing import NamedTuple
 from agent2rl.analysis.report.run_metrics import RunMetrics
 
 
-def isolation_label(sandbox: str | None, network: str | None) -> str | None:
+def isolation_label(
+    sandbox: str | None, network: str | None, provider_tools: bool | int | None = None
+) -> str | None:
     """How a run's confinement qualifies its stack: ``sandbox: none`` for an agent that ran
-    without the sandbox, ``network: host`` for a sandboxed agent on the host's network, None
-    for the full confinement (``bwrap`` and ``services``) and for a record from before the
-    identity held them (both None: nothing to tell apart)."""
+    without the sandbox, ``network: host`` for a sandboxed agent on the host's network, and
+    ``provider tools`` (after either, joined by ``, ``) for a run that let the driver's
+    provider-side tools through (web search past every deny list: ``--allow-provider-tools``
+    or a spec such as codex-paper). None for the full confinement (``bwrap`` and
+    ``services``, no provider tools) and for a record from before the identity held them
+    (all None or false: nothing to tell apart)."""
+    parts = []
     if sandbox == "none":
-        return "sandbox: none"
-    if network == "host":
-        return "network: host"
-    return None
+        parts.append("sandbox: none")
+    elif network == "host":
+        parts.append("network: host")
+    if provider_tools:
+        parts.append("provider tools")
+    return ", ".join(parts) or None
 
 
 class Stack(NamedTuple):
@@ -117,7 +125,13 @@ class StudyRun:
         # A validation-protocol run's best is one private grade selected on validation scores,
         # not a maximum over private ones: its own group (agent2rl.grading.final).
         feedback = "feedback: validation" if m.feedback == "validation" else None
-        return Stack(m.agent, m.driver, m.mode, feedback, isolation_label(m.sandbox, m.network))
+        return Stack(
+            m.agent,
+            m.driver,
+            m.mode,
+            feedback,
+            isolation_label(m.sandbox, m.network, m.provider_tools),
+        )
 
     @property
     def key(self) -> GroupKey:
