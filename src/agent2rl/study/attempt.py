@@ -258,6 +258,7 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
         backend=BackendConfig(kind=r["backend"], protocol=r.get("protocol", "auto")),
         feedback=r.get("feedback", "private"),
         instructions=r.get("instructions", "neutral"),
+        allow_provider_tools=bool(r.get("allow_provider_tools", False)),
         task_options=dict(r["task_options"]),
         driver=r.get("driver"),
         mode=r.get("mode") or "free",

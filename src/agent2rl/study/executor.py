@@ -168,6 +168,7 @@ def _request(
             "protocol": spec.protocol,
             "feedback": spec.feedback,
             "instructions": spec.instructions,
+            "allow_provider_tools": spec.allow_provider_tools,
             "task_options": spec.options_for(slot.task),
             "driver": slot.driver,
             "mode": slot.mode,

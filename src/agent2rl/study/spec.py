@@ -17,6 +17,7 @@ with the same budget and settings::
     protocol = "auto"      # grader's decoding: auto | reference | agent2rl (as --protocol)
     feedback = "private"   # private | validation (as --feedback)
     instructions = "neutral"  # the agent's instructions: neutral | reference
+    allow_provider_tools = false  # as --allow-provider-tools (provider-side web search)
     token_budget = 2000000 # LLM agents only (optional)
     cpus_per_run = 1       # Ray resources one run asks for
     gpus_per_run = "auto"  # 0, 1, ... or "auto": 1 when the cluster has GPUs
@@ -79,6 +80,7 @@ class StudySpec(BaseModel):
     protocol: Literal["auto", "reference", "agent2rl"] = "auto"
     feedback: Literal["private", "validation"] = "private"
     instructions: Literal["neutral", "reference"] = "neutral"
+    allow_provider_tools: bool = False
     token_budget: int | None = Field(default=None, gt=0)
     cpus_per_run: float = Field(default=1.0, gt=0)
     gpus_per_run: float | Literal["auto"] = "auto"
@@ -120,7 +122,12 @@ class StudySpec(BaseModel):
         settings = {k: getattr(self, k) for k in keep} | {"budget_s": self.budget_s}
         # Keys added later enter only when set away from their default, so the settings
         # hash of a study directory made before them stays the same.
-        later = {"protocol": "auto", "feedback": "private", "instructions": "neutral"}
+        later = {
+            "protocol": "auto",
+            "feedback": "private",
+            "instructions": "neutral",
+            "allow_provider_tools": False,
+        }
         return settings | {k: getattr(self, k) for k, d in later.items() if getattr(self, k) != d}
 
     def settings_hash(self) -> str:

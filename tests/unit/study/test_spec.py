@@ -150,7 +150,7 @@ def test_settings_hash_ignores_the_matrix(tmp_path) -> None:
     assert len(expand(b)) == 10
 
 
-def test_protocol_feedback_and_instructions_reach_each_run(tmp_path) -> None:
+def test_protocol_feedback_instructions_and_provider_tools_reach_each_run(tmp_path) -> None:
     """A study sets the grader's decoding protocol, the feedback protocol and the agent's
     instructions for every run; a study directory made before these keys existed keeps its
     settings hash (its value pinned here from the code before them), and a study using them
@@ -163,7 +163,7 @@ def test_protocol_feedback_and_instructions_reach_each_run(tmp_path) -> None:
         write(
             tmp_path,
             SFT + 'budget = "3m"\nprotocol = "reference"\nfeedback = "validation"\n'
-            'instructions = "reference"\n',
+            'instructions = "reference"\nallow_provider_tools = true\n',
         )
     )
     assert spec.settings_hash() != plain.settings_hash()
@@ -173,5 +173,7 @@ def test_protocol_feedback_and_instructions_reach_each_run(tmp_path) -> None:
         "validation",
         "reference",
     )
+    assert request["allow_provider_tools"] is True  # as --allow-provider-tools
+    assert spec.run_settings()["allow_provider_tools"] is True  # part of the settings hash
     with pytest.raises(UserError, match="feedback"):
         load_study(write(tmp_path, SFT + 'budget = "3m"\nfeedback = "private-split"\n'))
