@@ -165,9 +165,7 @@ def inspect_tokenizer(
             preexec_fn=die_with_parent,
         )
     except subprocess.TimeoutExpired:
-        raise TokenizerUnloadable(
-            f"loading the tokenizer took more than {timeout_s:g} s"
-        ) from None
+        raise TokenizerUnloadable(f"loading the tokenizer took more than {timeout_s:g} s") from None
     lines = done.stdout.decode(errors="replace").strip().splitlines()
     try:
         reply = json.loads(lines[-1]) if lines else None
@@ -175,9 +173,7 @@ def inspect_tokenizer(
         reply = None
     if not isinstance(reply, dict):
         if done.returncode < 0:  # killed by a signal: a native parser aborted on the files
-            raise TokenizerUnloadable(
-                f"loading the tokenizer crashed (signal {-done.returncode})"
-            )
+            raise TokenizerUnloadable(f"loading the tokenizer crashed (signal {-done.returncode})")
         tail = done.stderr.decode(errors="replace")[-2000:]
         raise RuntimeError(f"the tokenizer check did not answer (exit {done.returncode}): {tail}")
     if "error" in reply:
