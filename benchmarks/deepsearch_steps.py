@@ -32,7 +32,7 @@ from pathlib import Path
 
 from agent_workspace import enter_workspace, run_variant
 from interactive_sft import parse_variant
-from spine import machine  # the machine line every benchmark prints
+from provenance import machine  # the machine every figure names
 
 
 def one(options: dict, steps: int, lr: float, batch: int, seed: int, checkpoints: list[int]):

@@ -5,7 +5,7 @@ validation scores only; one submission, the one marked final or else the best on
 is graded on the private split at the end).
 
     python benchmarks/feedback_protocols.py [--task arith-lite] [--agent reference-sft]
-        [--budget 150s] [--repeats 2] [--out docs/figures/data/feedback_protocols.json]
+        [--budget 240s] [--repeats 3] [--out docs/figures/data/feedback_protocols.json]
 
 Each repeat runs the same reference agent (scripted, no LLM) under both protocols through the
 real CLI (``agent2rl run``, the tiny model, no sandbox), protocols alternating so that both see
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spine import machine, write_figures  # the machine line and JSON header of every benchmark
+import provenance  # the one writer of a figure's data file
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = ("private", "validation")
@@ -129,13 +129,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--task", default="arith-lite")
     ap.add_argument("--agent", default="reference-sft")
-    ap.add_argument("--budget", default="150s")
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=Path("docs/figures/data/feedback_protocols.json"))
+    ap.add_argument("--budget", default="240s")
+    ap.add_argument("--repeats", type=int, default=3)
+    provenance.add_arguments(ap, "feedback_protocols")
     args = ap.parse_args()
+    rec = provenance.Recorder(args)
     if "AGENT2RL_HOME" not in os.environ:
         os.environ["AGENT2RL_HOME"] = tempfile.mkdtemp(prefix="agent2rl-bench-home-")
-    print(machine())
+    print(provenance.machine())
     with tempfile.TemporaryDirectory(prefix="agent2rl-feedback-") as tmp:
         runs = Path(tmp) / "runs"
         rows = []
@@ -159,20 +160,18 @@ def main() -> int:
         f"selected best (private protocol) {selected}, final under the validation protocol "
         f"{final_validation}: gap {gap}"
     )
-    write_figures(
-        args.out,
+    rec.write(
         {
-            "load_avg_1m": os.getloadavg()[0],
             "task": args.task,
             "agent": args.agent,
             "budget": args.budget,
-            "repeats": args.repeats,
             "summary": summary,
             "by_protocol": by_protocol,
             "runs": rows,
         },
+        repeats=args.repeats,
+        split="graded",
     )
-    print(f"wrote {args.out}")
     return 0
 
 

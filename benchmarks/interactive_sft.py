@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_workspace import enter_workspace, run_variant
-from spine import machine  # the machine line every benchmark prints
+from provenance import machine  # the machine every figure names
 
 
 def parse_variant(text: str) -> dict[str, Any]:

@@ -68,9 +68,7 @@ def add_arguments(ap: argparse.ArgumentParser, name: str) -> None:
         action="store_true",
         help="measure an uncommitted checkout (the file lists the changed paths)",
     )
-    ap.add_argument(
-        "--quick", action="store_true", help="tiny sizes: check that the command runs"
-    )
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that the command runs")
 
 
 def git(*args: str) -> str:

@@ -40,8 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import provenance  # the one writer of a figure's data file
 from agent_workspace import enter_workspace
-from spine import machine  # the machine line every benchmark prints
+from provenance import machine  # the machine every figure names
 
 # As the harness sets it for agents (see lite_learning.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -162,7 +163,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--temperatures", nargs="+", type=float, default=[0.3, 0.7, 1.0])
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--json", type=Path, help="also write every figure here")
+    provenance.add_arguments(ap, "rl_over_sft")
     ap.add_argument(
         "--warmup",
         type=Path,
@@ -170,6 +171,7 @@ def main() -> None:
         " (trained with the same --sft-steps)",
     )
     args = ap.parse_args()
+    rec = provenance.Recorder(args)
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -280,8 +282,7 @@ def main() -> None:
                     f" ({row['train_s']:.0f}s)",
                     flush=True,
                 )
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=1))
+        rec.write(results, repeats=len(args.seeds), split="validation")
 
 
 if __name__ == "__main__":

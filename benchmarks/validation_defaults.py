@@ -26,8 +26,9 @@ the other (the machine is shared), each variant in a child process bounded by ``
   with the games each won (``won_ids``) for a paired look.
 
 One variant is one draw: on 48 games the margin between variants is a few games. The JSON is
-rewritten after every variant (command, commit, date, machine, results), so a run cut short
-keeps what it measured; ``--resume`` skips the variants already in ``--out``.
+rewritten after every variant through the figures' one writer (``provenance.py``), so a run
+cut short keeps what it measured. It takes hours on 2 cores: ``benchmarks/figures.py`` lists
+it and skips it unless named with ``--only``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spine import machine  # the machine line every benchmark prints
+import provenance  # the one writer of a figure's data file
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,24 +58,6 @@ ALFWORLD_VARIANTS: dict[str, tuple[dict[str, Any], str, int, int, int]] = {
     "seed 1: batch 8, 900 steps": ({}, "linear", 8, 900, 1),
     "seed 1: batch 4, 1800 steps": ({}, "linear", 4, 1800, 1),
 }
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
-        )
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
-def _write(out: Path, data: dict[str, Any]) -> None:
-    """Atomically: a reader never sees half a file."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, out)
 
 
 def _child(cmd: list[str], timeout_s: float) -> tuple[dict[str, Any] | None, str]:
@@ -150,10 +133,7 @@ def main() -> None:
     ap.add_argument("--dpo-steps", type=int, default=100)
     ap.add_argument("--nll", type=float, nargs="+", default=[1.0, 0.0, 0.5])
     ap.add_argument("--timeout-s", type=float, default=2400.0, help="per child process")
-    ap.add_argument(
-        "--out", type=Path, default=HERE.parent / "docs/figures/data/validation_defaults.json"
-    )
-    ap.add_argument("--resume", action="store_true", help="keep the variants already in --out")
+    provenance.add_arguments(ap, "validation_defaults")
     ap.add_argument("--one-dpo", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one_dpo:
@@ -163,32 +143,20 @@ def main() -> None:
     # as the grader's evaluation child has it (grading/evaluator.py): torch's spinning OpenMP
     # threads slow a shared 2-core machine many times over (900 steps took 51 min at load 8)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    rec = provenance.Recorder(args)
     data: dict[str, Any] = {}
-    if args.resume and args.out.is_file():
-        data = json.loads(args.out.read_text())
-    run = {
-        "command": "validation_defaults.py " + " ".join(sys.argv[1:]),
-        "commit": _commit(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-    }
-    # A resumed run keeps, beside its own, the invocations that measured what it keeps.
-    earlier = data.get("invocations") or ([{k: data[k] for k in run}] if "command" in data else [])
-    data.update(run, split="validation", invocations=[*earlier, run])
     results = data.setdefault("results", {})
-    print(f"machine: {data['machine']}", flush=True)
-    if "dpo" in args.groups and not (args.resume and "dpo" in results):
+    print(f"machine: {provenance.machine()}", flush=True)
+    if "dpo" in args.groups:
         cmd = [sys.executable, __file__, "--one-dpo", "--sft-steps", str(args.sft_steps)]
         cmd += ["--dpo-steps", str(args.dpo_steps), "--nll", *map(str, args.nll)]
         r, error = _child(cmd, args.timeout_s)
         results["dpo"] = r if r is not None else {"error": error}
-        _write(args.out, data)
+        rec.write(data, repeats=1, split="validation")  # rewritten after each variant
         print("dpo (arith-lite, validation):", json.dumps(results["dpo"], indent=1), flush=True)
     if "alfworld" in args.groups:
         done = results.setdefault("alfworld", {})
         for label in args.alfworld_variants:
-            if args.resume and label in done and "error" not in done[label]:
-                continue
             options, schedule, batch, steps, seed = ALFWORLD_VARIANTS[label]
             cmd = [sys.executable, str(HERE / "interactive_sft.py"), "--task", "alfworld-lite"]
             cmd += ["--one", json.dumps(options), schedule, "--steps", str(steps)]
@@ -196,8 +164,7 @@ def main() -> None:
             r, error = _child(cmd, args.timeout_s)
             spec = {"options": options, "schedule": schedule, "batch": batch, "steps": steps}
             done[label] = {**spec, "seed": seed, **r} if r is not None else {"error": error}
-            data["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            _write(args.out, data)
+            rec.write(data, repeats=1, split="validation")
             print(f"alfworld-lite {label}: {json.dumps(done[label])}", flush=True)
 
 

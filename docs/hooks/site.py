@@ -12,10 +12,17 @@
 
       <!-- table FILE PATH [columns=a,b,c] -->
       <!-- chart FILE PATH x=FIELD y=FIELD[,FIELD] [group=FIELD] [title=WORDS_WITH_UNDERSCORES] -->
+      <!-- value FILE PATH [digits=N] [unit=WORD] -->
+      <!-- about FILE -->
 
   ``PATH`` is a dotted path inside the file to a list of records (objects) or an object of
-  records (its keys become a ``key`` column); ``-`` is the whole file. A marker naming a
-  file, path or field that does not exist fails the build with the marker's text.
+  records (its keys become a ``key`` column); ``-`` is the whole file. ``value`` renders one
+  number inline (``digits`` decimals, default 2), or a summary that
+  ``benchmarks/provenance.py`` wrote (``n`` and ``samples``, and from 3 samples ``median``,
+  ``min`` and ``max``) as its median and range, or as its samples when there are fewer
+  than 3: never a median of one or two. ``about`` names how the file was measured (command,
+  commit, date, machine, split, repeats). A marker naming a file, path or field that does
+  not exist, or a file written with ``--quick``, fails the build with the marker's text.
 """
 
 from __future__ import annotations
@@ -33,12 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "figures" / "data"
 MARKER = "<!-- figures-data -->"
 #: provenance fields as benchmarks write them (first present wins)
-PROVENANCE = {
-    "command": ("command", "cmd"),
-    "commit": ("commit", "git_commit", "git_rev"),
-    "date": ("date", "measured_at", "timestamp"),
-    "machine": ("machine", "host"),
-}
+PROVENANCE = ("command", "commit", "worktree", "date", "machine", "split", "repeats")
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -88,34 +90,59 @@ def render_figures(data_dir: Path = DATA) -> str:
             raise ValueError(f"{path.name}: a result file must hold a JSON object")
         name = data.get("benchmark", path.stem)
         out += [f"### `{name}`", "", f"From [`{path.name}`](figures/data/{path.name}).", ""]
-        used = set()
-        for label, keys in PROVENANCE.items():
-            key = next((k for k in keys if k in data), None)
-            shown = f"`{_cell(str(data[key]))}`" if key else "not recorded"
-            used.add(key)
-            out.append(f"- {label}: {shown}")
+        for key in PROVENANCE:
+            shown = _provenance(key, data[key]) if key in data else "not recorded"
+            out.append(f"- {key}: {shown}")
         out += ["", "| value | measured |", "|---|---|"]
-        rest = {k: v for k, v in data.items() if k not in used and k != "benchmark"}
+        rest = {k: v for k, v in data.items() if k not in PROVENANCE + ("benchmark",)}
         out += [f"| `{_cell(k)}` | {_cell(v)} |" for k, v in _flatten(rest)]
         out.append("")
     return "\n".join(out)
 
 
-FIGURE_MARKER = re.compile(r"<!--\s*(table|chart)\s+(\S+)\s+(\S+)((?:\s+[a-z_]+=\S+)*)\s*-->")
+def _provenance(key: str, v: Any) -> str:
+    """One provenance field as the pages show it (a machine as one line)."""
+    if key == "machine" and isinstance(v, dict):
+        gpus = "".join(f", GPU {g}" for g in v.get("gpus") or [])
+        load = f"load {v.get('load_before')} before, {v.get('load_after')} after"
+        torch = f"torch {v.get('torch')} on {v.get('torch_threads')} threads"
+        v = f"{v.get('host')} ({v.get('cores')} cores, {v.get('cpu')}{gpus}); {torch}; {load}"
+    elif key == "worktree" and isinstance(v, dict):
+        v = "dirty: " + ", ".join(v.get("dirty", []))
+    return f"`{_cell(str(v))}`"
 
 
-def _records(data_dir: Path, file: str, path: str) -> list[dict[str, Any]]:
-    """The records at dotted ``path`` of ``data_dir/file`` (module docstring)."""
+FIGURE_MARKER = re.compile(
+    r"<!--\s*(table|chart|value|about)\s+(\S+)(?:\s+([^\s=]+))?((?:\s+[a-z_]+=\S+)*)\s*-->"
+)
+
+
+def _load(data_dir: Path, file: str) -> dict[str, Any]:
+    """A data file a page may cite; a quick-mode file may not be cited."""
     try:
-        node: Any = json.loads((data_dir / file).read_text(encoding="utf-8"))
+        data = json.loads((data_dir / file).read_text(encoding="utf-8"))
     except OSError:
         raise ValueError(f"no data file {file!r} under {data_dir}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{file}: not valid JSON ({err})") from None
+    if isinstance(data, dict) and data.get("quick"):
+        raise ValueError(f"{file} was written with --quick: its figures are not measurements")
+    return data
+
+
+def _node(data_dir: Path, file: str, path: str) -> Any:
+    """The value at dotted ``path`` of ``data_dir/file`` (``-``: the whole file)."""
+    node: Any = _load(data_dir, file)
     for part in [] if path == "-" else path.split("."):
         if not isinstance(node, dict) or part not in node:
             raise ValueError(f"{file}: no {path!r} in it (at {part!r})")
         node = node[part]
+    return node
+
+
+def _records(data_dir: Path, file: str, path: str) -> list[dict[str, Any]]:
+    """The records at dotted ``path`` of ``data_dir/file`` (module docstring)."""
+    node = _node(data_dir, file, path)
     if isinstance(node, dict) and all(isinstance(v, dict) for v in node.values()):
         return [{"key": k, **v} for k, v in node.items()]
     if isinstance(node, list) and all(isinstance(v, dict) for v in node):
@@ -133,13 +160,56 @@ def _number(v: Any) -> float | None:
         return None
 
 
-def _value(v: Any) -> str:
+def is_summary(v: Any) -> bool:
+    """A summary as ``benchmarks/provenance.py`` writes it."""
+    return isinstance(v, dict) and "samples" in v and "n" in v
+
+
+def _num(x: Any, digits: int | None, unit: str) -> str:
+    """``x`` with ``digits`` decimals (None: as short as it reads, ``:g``) and its unit."""
+    text = (f"{x:g}" if digits is None else f"{x:.{digits}f}") if isinstance(x, float) else str(x)
+    return f"{text} {unit}" if unit else text
+
+
+def summary_text(v: dict[str, Any], digits: int | None = 2, unit: str = "") -> str:
+    """A summary's median and range, or its samples when there are fewer than 3."""
+    if "median" in v:
+        lo, hi = _num(v["min"], digits, ""), _num(v["max"], digits, unit)
+        return f"{_num(v['median'], digits, unit)} ({lo}-{hi}, {v['n']} repeats)"
+    shown = ", ".join(_num(x, digits, unit) for x in v["samples"])
+    return f"{shown} ({v['n']} {'sample' if v['n'] == 1 else 'samples'}, no median)"
+
+
+def _value(v: Any, digits: int | None = None, unit: str = "") -> str:
+    if is_summary(v):
+        return summary_text(v, digits, unit)
     if isinstance(v, float):
-        return f"{v:g}"
+        return _num(v, digits, unit)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return _num(v, digits, unit)
     return "" if v is None else _cell(v if isinstance(v, str) else json.dumps(v))
 
 
+def _about(data_dir: Path, file: str, up: str) -> str:
+    """How ``file`` was measured, as one sentence."""
+    d = _load(data_dir, file)
+    lacking = [k for k in PROVENANCE if k not in d]
+    if lacking:
+        raise ValueError(f"{file}: no {', '.join(lacking)} (not written by the figures pipeline)")
+    return (
+        f"Measured by `{d['command']}` at commit `{str(d['commit'])[:10]}` on {d['date'][:10]} "
+        f"({_provenance('machine', d['machine'])}), {d['split']} split, {d['repeats']} "
+        f"repeats, checkout {_provenance('worktree', d['worktree'])}: "
+        f"[`{file}`]({up}figures/data/{file})."
+    )
+
+
 def _figure(kind: str, file: str, path: str, opts: dict[str, str], data_dir: Path, up: str) -> str:
+    if kind == "about":
+        return _about(data_dir, file, up)
+    if kind == "value":
+        digits = int(opts.get("digits", 2))
+        return _value(_node(data_dir, file, path), digits, opts.get("unit", "").replace("_", " "))
     rows = _records(data_dir, file, path)
     fields = list(dict.fromkeys(k for r in rows for k in r))
     wanted = [c for c in opts.get("columns", "").split(",") if c]
@@ -150,15 +220,14 @@ def _figure(kind: str, file: str, path: str, opts: dict[str, str], data_dir: Pat
     ):
         if f not in fields:
             raise ValueError(f"{file} {path}: no field {f!r} (fields: {', '.join(fields)})")
-    source = (
-        f"From [`{file}`]({up}figures/data/{file})"
-        if path == "-"
-        else (f"From [`{file}`]({up}figures/data/{file}), `{path}`")
-    )
+    source = f"From [`{file}`]({up}figures/data/{file})" + ("" if path == "-" else f", `{path}`")
+    split = _load(data_dir, file).get("split")
+    source += f" ({split} split)" if split in ("graded", "validation") else ""
     if kind == "table":
         cols = wanted or fields
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        lines += ["| " + " | ".join(_value(r.get(c)) for c in cols) + " |" for r in rows]
+        digits = int(opts["digits"]) if "digits" in opts else None
+        lines += ["| " + " | ".join(_value(r.get(c), digits) for c in cols) + " |" for r in rows]
         return "\n".join(lines) + f"\n\n{source}.\n"
     from agent2rl.analysis.rendering import Chart, Series, chart_html
 
@@ -199,7 +268,7 @@ def render_markers(markdown: str, data_dir: Path = DATA, page_uri: str = "figure
 
     def one(m: re.Match[str]) -> str:
         nonlocal charts
-        kind, file, path = m.group(1), m.group(2), m.group(3)
+        kind, file, path = m.group(1), m.group(2), m.group(3) or "-"
         opts = dict(o.split("=", 1) for o in m.group(4).split())
         try:
             out = _figure(kind, file, path, opts, data_dir, "../" * page_uri.count("/"))

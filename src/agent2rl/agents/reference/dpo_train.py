@@ -23,7 +23,7 @@ The settings were set from the literature, not tuned on a task: ``BETA`` 0.1 (th
 paper's), ``NLL_WEIGHT`` 1 (RPO's), ``DPO_LR`` the GRPO rounds' 1e-4. DPO alone lets the
 chosen answers' likelihood fall too, which is what RPO's term prevents. The term was first
 added after one graded smoke run; it is now chosen on arith-lite's *validation* split
-(``benchmarks/validation_defaults.py``, ``docs/figures/data/validation_defaults.json``):
+(``benchmarks/validation_defaults.py``, its data file as of commit 0121b14):
 from one 900-step SFT warm-up (37.00), one DPO round of 100 steps on the same 362 self-play
 pairs scored 28.67 with weight 1 and 17.67 with weight 0, so validation picks the weight in
 use. (Both rounds score below the warm-up, which is why a worse round is undone.)

@@ -255,7 +255,7 @@ def train_rounds(
 # Interactive tasks: small SFT batches (many more, shorter steps learn faster on long
 # prompts) with the learning rate decaying to 0, then GRPO rounds over rollout-service
 # episodes. Checked on alfworld-lite's VALIDATION games (benchmarks/validation_defaults.py,
-# docs/figures/data/validation_defaults.json): after 900 steps of batch 8 with the decay the
+# its data file as of commit 0121b14): after 900 steps of batch 8 with the decay the
 # tiny model won 19 of 48, at a constant rate 11 (the decay stays). Batch 4 for 1800 steps
 # (the same rows, about the same time) won 23 and 16 of 48 over two draws against batch 8's
 # 19 and 16: validation does not separate them (in the seed-1 draws each won 5 games the

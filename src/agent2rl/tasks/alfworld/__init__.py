@@ -118,7 +118,7 @@ class AlfworldLiteOptions(TaskOptions):
     protocol: str = option("transcript", _PROTOCOL_HELP, choices=protocol.PROTOCOLS)
     # 600 walkthroughs: on the validation games the tiny model won 19 of 48 after 900 SFT
     # steps on them, on 300 walkthroughs 15 of 48 (benchmarks/validation_defaults.py,
-    # docs/figures/data/validation_defaults.json): validation keeps 600. Generating them
+    # its data file as of commit 0121b14): validation keeps 600. Generating them
     # takes minutes, once.
     n_train: int = option(600, "Generated public games, each with the expert's walkthrough.")
     n_eval: int = option(48, "Generated graded games.")

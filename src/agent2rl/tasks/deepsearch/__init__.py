@@ -148,7 +148,7 @@ class DeepsearchLiteOptions(TaskOptions):
     # 95 public regions (1,900 questions with walkthroughs): with version 1's 9 (180),
     # the tiny model memorised its walkthroughs and copied no name from a search result
     # into a validation question's next step, even after 3,000 SFT steps; with 95 it
-    # starts to (the README's *Figures*: benchmarks/deepsearch_steps.py).
+    # starts to (benchmarks/deepsearch_steps.py).
     n_regions: int = option(
         100, "Regions of the generated world (graded, validation, then public ones)."
     )
