@@ -2,7 +2,10 @@
 one thread (``DECODE_SPLIT_MIN_FLOPS`` and ``DECODE_SPLIT_MIN_CACHE_BYTES`` in
 ``agent2rl.inference.transformers_backend``).
 
-    python benchmarks/decode_threads.py [--out docs/figures/data/decode_threads.json]
+    python benchmarks/decode_threads.py
+
+writes ``docs/figures/data/decode_threads.json`` (the figure as published); options:
+``[--repeats 3] [--out PATH] [--quick]``.
 
 Every measurement runs in a child process with the grader's environment
 (``OMP_WAIT_POLICY=PASSIVE``: OpenMP threads sleep between operations), the thread counts
@@ -17,8 +20,14 @@ compared in the same child:
   then 48 prompts of 64 to 472 tokens and 40 new tokens, one thread against all, with the
   key/value cache each step reads and what the policy picks. Completions are compared.
 
-Figures are the best of 3 calls. JSON goes to ``--out`` with the command, commit, date and
-machine.
+Every timing is taken ``--repeats`` times (3), the variants compared interleaved in each
+repeat so that drift falls on both; times are summaries (median and range from 3 samples, the
+samples below) and speed-ups are the per-repeat ratios. Split ``none``: no item is graded
+(the generation prompts are arith-lite's test prompts, timed, never scored). The file is
+written through ``benchmarks/provenance.py`` (command, commit, date, machine, load).
+
+``--quick``: the smallest model shape only, 16 arith-lite prompts, one prompt length (8 rows
+of 64 tokens), one repeat (about a minute; the file is marked quick and is no figure).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from spine import machine, write_figures
+import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (hidden size, MLP width) of the random 4-layer models timed per step
@@ -55,14 +64,15 @@ def timed(model, ids, new: int) -> float:
     return time.perf_counter() - t
 
 
-def child_steps() -> dict:
+def child_steps(repeats: int, quick: bool) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     threads = torch.get_num_threads()
+    steps = 8 if quick else 40
     rows = []
-    for hidden, mlp in SHAPES:
+    for hidden, mlp in SHAPES[:1] if quick else SHAPES:
         config = LlamaConfig(
             vocab_size=648,
             hidden_size=hidden,
@@ -75,20 +85,30 @@ def child_steps() -> dict:
         model = LlamaForCausalLM(config).eval()
         weights = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n)
         ids = torch.randint(0, 648, (64, 30))
-        row = {"weights": weights, "gflop_per_step": round(2 * 64 * weights / 1e9, 3)}
-        for n in (threads, 1):
+        ms: dict[int, list[float]] = {threads: [], 1: []}
+        for n in ms:  # warm-up, each thread count
             torch.set_num_threads(n)
             timed(model, ids, 2)
-            step = min((timed(model, ids, 41) - timed(model, ids, 1)) / 40 for _ in range(3))
-            key = "step_ms_1_threads" if n == 1 else "step_ms_all_threads"
-            row[key] = round(1e3 * step, 2)
+        for r in range(repeats):  # interleaved, so that drift falls on both
+            for n in (threads, 1) if r % 2 == 0 else (1, threads):
+                torch.set_num_threads(n)
+                step = (timed(model, ids, steps + 1) - timed(model, ids, 1)) / steps
+                ms[n].append(1e3 * step)
         torch.set_num_threads(threads)
-        row["one_thread_speedup"] = round(row["step_ms_all_threads"] / row["step_ms_1_threads"], 2)
-        rows.append(row)
-    return {"threads": threads, "shapes": rows}
+        rows.append(
+            {
+                "weights": weights,
+                "gflop_per_step": round(2 * 64 * weights / 1e9, 3),
+                "step_ms_all_threads": provenance.summarize(ms[threads], 2),
+                "step_ms_1_threads": provenance.summarize(ms[1], 2),
+                # all threads' time over one thread's: above 1, one thread is faster
+                "one_thread_speedup": provenance.ratio(ms[threads], ms[1]),
+            }
+        )
+    return {"threads": threads, "steps_timed": steps, "shapes": rows}
 
 
-def child_generate() -> dict:
+def child_generate(repeats: int, quick: bool) -> dict:
     """The backend's ``generate`` with the tiny model: arith-lite's prompts (policy against
     all threads), then prompts of 64 to 472 tokens (one thread against all)."""
     import random
@@ -106,25 +126,26 @@ def child_generate() -> dict:
     variants = {"policy": policy, "one_thread": (float("inf"),) * 2, "all_threads": (0, 0)}
 
     def compare(prompts: list[str], settings: GenerationSettings, labels: tuple) -> dict:
-        best: dict = {}
+        secs: dict[str, list[float]] = {label: [] for label in labels}
         texts: dict = {}
         backend.generate(prompts[:8], settings)
-        for _ in range(3):  # interleaved, so that drift falls on both
-            for label in labels:
+        for r in range(repeats):  # interleaved, so that drift falls on both
+            for label in labels if r % 2 == 0 else labels[::-1]:
                 tb.DECODE_SPLIT_MIN_FLOPS, tb.DECODE_SPLIT_MIN_CACHE_BYTES = variants[label]
                 t = time.perf_counter()
                 texts[label] = backend.generate(prompts, settings)
-                best[label] = min(best.get(label, float("inf")), time.perf_counter() - t)
+                secs[label].append(time.perf_counter() - t)
         tb.DECODE_SPLIT_MIN_FLOPS, tb.DECODE_SPLIT_MIN_CACHE_BYTES = policy
         a, b = labels
         return {
-            f"{a}_s": round(best[a], 3),
-            f"{b}_s": round(best[b], 3),
-            "speedup": round(best[b] / best[a], 2),
+            f"{a}_s": provenance.summarize(secs[a]),
+            f"{b}_s": provenance.summarize(secs[b]),
+            # b's time over a's, per repeat: above 1, a is faster
+            "speedup": provenance.ratio(secs[b], secs[a]),
             "identical_completions": texts[a] == texts[b],
         }
 
-    items = generate_split(TEST_SEED, 300)
+    items = generate_split(TEST_SEED, 16 if quick else 300)
     prompts = [FORMAT.template.format(question=r["question"]) for r in items]
     arith = compare(
         prompts,
@@ -134,8 +155,9 @@ def child_generate() -> dict:
     words = "go to the drawer 1 open it take the mug from the shelf put it in 2".split()
     rng = random.Random(0)
     lengths = []
-    for n in (64, 128, 256, 472):
-        rows = [" ".join(rng.choice(words) for _ in range(n + 40)) for _ in range(48)]
+    n_rows = 8 if quick else 48
+    for n in (64,) if quick else (64, 128, 256, 472):
+        rows = [" ".join(rng.choice(words) for _ in range(n + 40)) for _ in range(n_rows)]
         ids = backend.tokenizer(rows, add_special_tokens=False)["input_ids"]
         rows = [backend.tokenizer.decode(i[:n]) for i in ids]  # about n tokens each
         row = compare(
@@ -143,19 +165,20 @@ def child_generate() -> dict:
             GenerationSettings(max_new_tokens=40, batch_size=64),
             ("one_thread", "all_threads"),
         )
-        cache = backend._cache_bytes(48, n + 40)
-        row |= {"prompt_tokens": n, "rows": 48, "cache_mib": round(cache / 2**20, 1)}
-        row["policy"] = "one thread" if backend.decode_threads(48, n + 40) == 1 else "all"
+        cache = backend._cache_bytes(n_rows, n + 40)
+        row |= {"prompt_tokens": n, "rows": n_rows, "cache_mib": round(cache / 2**20, 1)}
+        row["policy"] = "one thread" if backend.decode_threads(n_rows, n + 40) == 1 else "all"
         lengths.append(row)
     return {"arith": arith, "lengths": lengths}
 
 
-def run_child(part: str, busy: int) -> dict:
+def run_child(part: str, busy: int, repeats: int, quick: bool) -> dict:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT / "src")}
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    flags = ["--repeats", str(repeats)] + (["--quick"] if quick else [])
     try:
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", part],
+            [sys.executable, __file__, "--child", part, *flags],
             env=env,
             capture_output=True,
             text=True,
@@ -168,45 +191,60 @@ def run_child(part: str, busy: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def shown(v: dict) -> str:
+    """A summary as one short string: its median, or its samples below 3."""
+    return str(v["median"]) if "median" in v else "/".join(str(x) for x in v["samples"])
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=None)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="samples of every timing")
     ap.add_argument("--child", choices=("steps", "generate"), help=argparse.SUPPRESS)
+    provenance.add_arguments(ap, "decode_threads")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats = 1
     if args.child:
-        print(json.dumps(child_steps() if args.child == "steps" else child_generate()))
+        child = child_steps if args.child == "steps" else child_generate
+        print(json.dumps(child(args.repeats, args.quick)))
         return 0
+    rec = provenance.Recorder(args)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # the children's (run_child), as the header says
     cores = os.cpu_count() or 1
-    print(machine(), flush=True)
-    steps = run_child("steps", 0)
+    print(provenance.machine(), flush=True)
+    steps = run_child("steps", 0, args.repeats, args.quick)
     for row in steps["shapes"]:
         print(
             f"step at 64 rows, {row['weights'] / 1e6:.1f}M weights: all {steps['threads']} "
-            f"threads {row['step_ms_all_threads']} ms, one {row['step_ms_1_threads']} ms",
+            f"threads {shown(row['step_ms_all_threads'])} ms, "
+            f"one {shown(row['step_ms_1_threads'])} ms",
             flush=True,
         )
     generation = {}
     for phase, busy in (("idle", 0), ("busy", cores)):
-        generation[phase] = g = run_child("generate", busy)
+        generation[phase] = g = run_child("generate", busy, args.repeats, args.quick)
         a = g["arith"]
         print(
-            f"{phase}: arith-lite generation, policy {a['policy_s']} s, all threads "
-            f"{a['all_threads_s']} s ({a['speedup']}x); identical: {a['identical_completions']}",
+            f"{phase}: arith-lite generation, policy {shown(a['policy_s'])} s, all threads "
+            f"{shown(a['all_threads_s'])} s ({shown(a['speedup'])}x); "
+            f"identical: {a['identical_completions']}",
             flush=True,
         )
         for r in g["lengths"]:
             print(
-                f"{phase}: 48 prompts of {r['prompt_tokens']} tokens ({r['cache_mib']} MiB of "
-                f"cache), one thread {r['one_thread_s']} s, all {r['all_threads_s']} s "
-                f"({r['speedup']}x), policy: {r['policy']}",
+                f"{phase}: {r['rows']} prompts of {r['prompt_tokens']} tokens "
+                f"({r['cache_mib']} MiB of cache), one thread {shown(r['one_thread_s'])} s, "
+                f"all {shown(r['all_threads_s'])} s ({shown(r['speedup'])}x), "
+                f"policy: {r['policy']}",
                 flush=True,
             )
-    if args.out:
-        write_figures(
-            args.out,
-            {"busy_processes": cores, "steps": steps, "generation": generation},
-        )
-        print(f"wrote {args.out}")
+    rec.write(
+        {"busy_processes": cores, "steps": steps, "generation": generation},
+        repeats=args.repeats,
+        split="none",
+    )
     return 0
 
 
