@@ -1,31 +1,39 @@
 """Should vLLM's CPU build grade the lite track? Our two backends side by side on one model:
 start-up, one weight reload, generation, memory and per-item agreement (issue #37 item 3).
 
-    .venv-vllm/bin/python benchmarks/vllm_cpu_engine.py [--n 300] [--repeats 3] [--sft-steps 300]
-        [--out docs/figures/data/vllm_cpu_engine.json]
+    .venv-vllm/bin/python benchmarks/vllm_cpu_engine.py
 
-Run with ``.venv-vllm``'s Python (``make setup-vllm``): it needs vLLM. Per repeat, in
-alternating order, each backend (float32) loads the tiny model fine-tuned for ``--sft-steps``
-steps on arith-lite's public split (the untrained model's logits are near-ties), generates
-arith-lite's validation items with the task's settings, takes a perturbed copy's weights in
-place (the warm grader's reload), and generates again. Memory is the resident set of the
-backend's whole process tree (vLLM: this process plus its EngineCore and worker) after the
-second generation. Figures are medians over repeats with their samples; agreement is per
-item between the two backends. Nothing here is graded: validation items only.
+writes ``docs/figures/data/vllm_cpu_engine.json`` (the figure as published: 300 items, 3
+repeats, the tiny model fine-tuned 300 steps); options: ``[--n 300] [--repeats 3]
+[--sft-steps 300] [--out PATH] [--quick]``. The pipeline (``benchmarks/figures.py``) runs it
+as ``python benchmarks/vllm_cpu_engine.py`` with ``.venv-vllm``'s Python (``make
+setup-vllm``): it needs vLLM.
+
+Per repeat, in alternating order, each backend (float32) loads the tiny model fine-tuned for
+``--sft-steps`` steps on arith-lite's public split (the untrained model's logits are
+near-ties), generates the first ``--n`` items of arith-lite's validation split with the
+task's settings, takes a perturbed copy's weights in place (the warm grader's reload), and
+generates again. Memory is the resident set of the backend's whole process tree (vLLM: this
+process plus its EngineCore and worker) after the second generation. Every figure is a
+summary over the repeats (median and range from 3, the samples below); the generation ratio
+is per repeat; agreement is per item between the two backends. Split ``validation``:
+nothing is scored, and no graded item is generated.
+
+``--quick``: 16 items, one repeat, 20 fine-tuning steps (a minute or two, most of it vLLM's
+engine start; the file is marked quick and is no figure).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from spine import machine, write_figures
+import provenance
 
 BACKENDS = ("transformers", "vllm")
 
@@ -82,20 +90,18 @@ def one(kind: str, model: Path, other: Path, prompts: list[str], settings: Any) 
     }
 
 
-def summary(samples: list[float]) -> dict[str, Any]:
-    out: dict[str, Any] = {"samples": [round(s, 4) for s in samples]}
-    if len(samples) >= 3:
-        out |= {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
-    return out
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=300, help="arith-lite validation items (max 300)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sft-steps", type=int, default=300)
-    ap.add_argument("--out", type=Path, default=Path("docs/figures/data/vllm_cpu_engine.json"))
+    provenance.add_arguments(ap, "vllm_cpu_engine")
     args = ap.parse_args()
+    if args.quick:
+        args.n, args.repeats, args.sft_steps = 16, 1, 20
+    rec = provenance.Recorder(args)
     os.environ.setdefault("AGENT2RL_HOME", tempfile.mkdtemp(prefix="vllm-cpu-home-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -106,19 +112,30 @@ def main() -> int:
     from agent2rl.models import resolve_model
     from agent2rl.orchestration.scratch_run import perturbed_copy
     from agent2rl.settings import load_settings
-    from agent2rl.tasks.arith_lite import FORMAT, VALIDATION_SEED, generate_split
+    from agent2rl.tasks.arith_lite import (
+        FORMAT,
+        TEST_SEED,
+        TEST_SIZE,
+        VALIDATION_SEED,
+        VALIDATION_SIZE,
+        generate_split,
+    )
 
     work = Path(tempfile.mkdtemp(prefix="vllm-cpu-engine-"))
     tiny = resolve_model("tiny", load_settings().model_store).path
     model = fine_tune(tiny, work / "trained", steps=args.sft_steps)
     other = perturbed_copy(model, work / "other", seed=7, scale=0.05)
-    rows = generate_split(VALIDATION_SEED, args.n)
+    # the validation split as the task writes it (ArithLite.prepare: the test questions
+    # excluded), its first n items
+    test = {r["question"] for r in generate_split(TEST_SEED, TEST_SIZE)}
+    rows = generate_split(VALIDATION_SEED, VALIDATION_SIZE, exclude=test)[: args.n]
     prompts = [FORMAT.template.format(question=r["question"]) for r in rows]
     settings = GenerationSettings(max_new_tokens=FORMAT.max_new_tokens, stop=FORMAT.stop)
-    print(machine(), flush=True)
-    load_before = os.getloadavg()
+    print(provenance.machine(), flush=True)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in BACKENDS}
+    loads: list[float] = []
     for i in range(args.repeats):
+        loads.append(os.getloadavg()[0])
         for kind in BACKENDS if i % 2 == 0 else BACKENDS[::-1]:
             r = one(kind, model, other, prompts, settings)
             runs[kind].append(r)
@@ -134,40 +151,33 @@ def main() -> int:
     )
     figures = {
         kind: {
-            key: summary([r[key] for r in rs])
-            for key in ("load_s", "generate_s", "reload_s", "rss_bytes")
+            "load_s": provenance.summarize([r["load_s"] for r in rs]),
+            "generate_s": provenance.summarize([r["generate_s"] for r in rs]),
+            "reload_s": provenance.summarize([r["reload_s"] for r in rs], 4),
+            "rss_gib": provenance.summarize([r["rss_bytes"] / 2**30 for r in rs]),
         }
         for kind, rs in runs.items()
     }
-    ratio = [
-        t["generate_s"] / v["generate_s"]
-        for t, v in zip(runs["transformers"], runs["vllm"], strict=True)
-    ]
-    data = {
-        "split": "validation",
-        "items": len(prompts),
-        "repeats": args.repeats,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "backends": figures,
-        "generate_ratio_transformers_over_vllm": summary(ratio),
-        "identical_items": f"{agree}/{len(prompts)}",
-        "identical_items_after_reload": f"{agree_reloaded}/{len(prompts)}",
-        "summary": [
-            {
-                "backend": kind,
-                "load_s": figures[kind]["load_s"].get("median"),
-                "generate_s": figures[kind]["generate_s"].get("median"),
-                "reload_s": figures[kind]["reload_s"].get("median"),
-                "rss_gib": (figures[kind]["rss_bytes"].get("median") or 0) / 2**30,
-            }
-            for kind in BACKENDS
-        ],
-    }
-    write_figures(args.out, data)
+    ratio = provenance.ratio(
+        [t["generate_s"] for t in runs["transformers"]], [v["generate_s"] for v in runs["vllm"]]
+    )
+    rec.write(
+        {
+            "items": len(prompts),
+            "sft_steps": args.sft_steps,
+            "load_average_per_repeat": loads,
+            "backends": figures,
+            "generate_ratio_transformers_over_vllm": ratio,
+            "identical_items": f"{agree}/{len(prompts)}",
+            "identical_items_after_reload": f"{agree_reloaded}/{len(prompts)}",
+            "summary": [{"backend": kind, **figures[kind]} for kind in BACKENDS],
+        },
+        repeats=args.repeats,
+        split="validation",
+    )
     print(
         f"agreement {agree}/{len(prompts)} (after reload {agree_reloaded}/{len(prompts)}); "
-        f"generation transformers/vllm x{statistics.median(ratio):.2f}; wrote {args.out}",
+        f"generation transformers/vllm {ratio.get('median', ratio['samples'])}x",
         flush=True,
     )
     return 0
