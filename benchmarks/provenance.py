@@ -79,8 +79,15 @@ def git(*args: str) -> str:
 def changed_paths() -> list[str]:
     """Tracked or untracked-but-not-ignored paths that differ from HEAD, the pipeline's own
     outputs (:data:`OUTPUTS`) left out."""
-    lines = git("status", "--porcelain", "--untracked-files=normal").splitlines()
-    paths = [line[3:] for line in lines if line[3:]]
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "-z", "--untracked-files=normal"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    ).stdout
+    # "XY path" entries; a rename's entry is followed by its old path as an entry of its own
+    paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3 and entry[2] == " "]
     return [p for p in paths if not p.startswith(OUTPUTS)]
 
 
