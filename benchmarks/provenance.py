@@ -80,7 +80,7 @@ def changed_paths() -> list[str]:
     """Tracked or untracked-but-not-ignored paths that differ from HEAD, the pipeline's own
     outputs (:data:`OUTPUTS`) left out."""
     out = subprocess.run(
-        ["git", "status", "--porcelain", "-z", "--untracked-files=normal"],
+        ["git", "status", "--porcelain", "-z", "--untracked-files=all"],
         capture_output=True,
         text=True,
         cwd=REPO,
