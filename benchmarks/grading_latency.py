@@ -1,13 +1,25 @@
 """Interactive grading latency: the step-synchronous episode solver against the chunked one
 it replaced, side by side in one run, on the same submission and games.
 
-    python benchmarks/grading_latency.py [--part solvers|cold-warm|all]
-        [--tasks alfworld-lite webshop-lite deepsearch-lite] [--model tiny] [--repeats 1]
-        [--old-rev becbe44] [--limit N] [--out docs/figures/data/grading_latency.json]
-        [--submissions 2] [--cold-warm-out docs/figures/data/grading_cold_warm.json]
-        [--backends auto | transformers vllm]
+    python benchmarks/grading_latency.py --part solvers
+    python benchmarks/grading_latency.py --part cold-warm
 
-``--part solvers`` (the default with ``--out``):
+write ``docs/figures/data/grading_latency.json`` and ``grading_cold_warm.json``, the figures
+as published (``--part all``: both, one after the other); with ``.venv-vllm``'s Python,
+``python benchmarks/grading_latency.py --part cold-warm --tasks arith-lite alfworld-lite
+--backends transformers vllm --cold-warm-out docs/figures/data/grading_cold_warm_vllm_cpu.json``
+writes the vLLM file. Options: ``[--part solvers|cold-warm|all] [--tasks ...] [--model tiny]
+[--repeats 3] [--old-rev becbe44] [--limit N] [--out PATH] [--submissions 4]
+[--cold-warm-out PATH] [--backends auto | transformers vllm] [--allow-dirty] [--quick]``.
+Both parts grade the tasks' private (graded) split: split ``graded``. Each file is written
+through ``benchmarks/provenance.py`` (command, commit, date, machine, load, repeats, split).
+
+``--quick``: solvers on deepsearch-lite's first 2 games, one repeat; cold-warm on arith-lite,
+2 submissions per grader (one counted sample). ``--tasks`` is overridden; the file is marked
+quick and is no figure (about a minute per part on 2 cores; with vLLM, a few).
+
+``--part solvers`` (the default), tasks alfworld-lite webshop-lite deepsearch-lite, 3
+repeats:
 For each task, the submission (the tiny model by default) grades the private split once per
 variant per repeat, the order alternating between repeats so that drift in a shared
 machine's load falls on every side:
@@ -31,28 +43,33 @@ machine's load falls on every side:
 
 The first three decode on all threads, as grading did before that policy.
 
-A grading is the solve plus the task's scorer (the same for all); the figures are medians
-over repeats. The per-item traces (actions, won, reward, steps) of every variant are
-compared with the chunked ones, and the new solver's split of its time (generation,
-environments) is reported.
-JSON goes to ``--out`` with the command, commit, date and machine.
+A grading is the solve plus the task's scorer (the same for all); every variant's seconds
+and CPU seconds are summaries over the repeats (median and range from 3, the samples below),
+and the speed-up is the per-repeat ratio of the chunked solver's time over today's
+(``provenance.ratio``). The per-item traces (actions, won, reward, steps) of every variant
+are compared with the chunked ones, and the new solver's split of its time (generation,
+environments, last repeat) is reported. ``summary`` is one record per task for the tables.
 
 ``--part cold-warm`` (issue #28 item 4): submission-to-score latency through the real
 grading service, one process per submission (``--grader cold``) against the warm grader (one
 long-lived worker that keeps the task and the model loaded and reloads each submission's
-weights), side by side on the same submissions, for every task of ``--tasks`` (default: the
-lite tasks and humaneval). For each task and grader a fresh run directory (workspace,
-baseline, running clock: :mod:`agent2rl.orchestration.scratch_run`) and service;
+weights), side by side on the same submissions, for every task of ``--tasks`` (default:
+arith-lite alfworld-lite deepsearch-lite), ``--submissions`` 4. For each task and grader a
+fresh run directory (workspace, baseline, running clock:
+:mod:`agent2rl.orchestration.scratch_run`) and service, both services up together;
 ``--submissions`` distinct perturbed copies of ``--model`` (the tiny model by default;
 ``benchmarks/shaped_model.py`` makes a larger one offline) are submitted one after another,
-the cold and warm runs of a task back to back. Per submission: the client's submit-to-score
-wall time and the ledger's ``timings`` (queue, staging, process start, task setup, device
-wait, load, generation, scoring). Overhead is everything but generation,
-scoring and waits behind other evaluations
-(:func:`agent2rl.grading.evaluator.grading_overhead_s`); medians are over the submissions
-after the first (the first warm one also starts the worker, reported on its own), with the
-load average beside each task. The two graders' per-item results are compared. JSON goes to
-``--cold-warm-out``, rewritten after each task.
+each to both graders in turn (the order alternating), so that drift falls on both. Per
+submission: the client's submit-to-score wall time and the ledger's ``timings`` (queue,
+staging, process start, task setup, device wait, load, generation, scoring). Overhead is
+everything but generation, scoring and waits behind other evaluations
+(:func:`agent2rl.grading.evaluator.grading_overhead_s`). The first submission is not
+counted (the first warm one also starts the worker: reported on its own), so the defaults
+give 3 samples: summaries (median and range from 3) over the later submissions, and the
+cold/warm ratios per submission, with the load average beside each task. The two graders'
+per-item results are compared. ``summary`` is one record per task (and backend) for the
+tables. JSON goes to ``--cold-warm-out``, rewritten after each task (a run stopped part-way
+keeps what it measured).
 
 Uses a private AGENT2RL_HOME (a temp dir) unless one is set, so the task data is generated
 there on a first run (alfworld-lite: several minutes).
@@ -64,12 +81,10 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
 import resource
 import secrets
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,12 +93,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from spine import machine, write_figures  # the machine line and JSON header of every benchmark
+import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TASKS = ("alfworld-lite", "webshop-lite", "deepsearch-lite")
 #: --part cold-warm's tasks unless --tasks names others (issue #28 item 4)
-COLD_WARM_TASKS = ("arith-lite", "alfworld-lite", "webshop-lite", "deepsearch-lite", "humaneval")
+COLD_WARM_TASKS = ("arith-lite", "alfworld-lite", "deepsearch-lite")
 #: the last commit with the chunked solver (16 games per chunk)
 OLD_REV = "becbe44"
 
@@ -224,68 +239,82 @@ def build_run(
     return paths, model, rels
 
 
-def grade_all(
+def grade_pair(
     task_name: str,
-    grader: str,
     n: int,
     work: Path,
     model_spec: str = "tiny",
     backend: str = "auto",
-) -> dict[str, Any]:
+) -> dict[str, list[dict[str, Any]]]:
+    """The cold and the warm grader, each in its own run directory and service, both up
+    together: each of the ``n`` submissions goes to both in turn (the order alternating),
+    one at a time. Returns each grader's rows (wall time, score, timings, overhead, items)."""
     import httpx
 
     from agent2rl.grading.evaluator import grading_overhead_s
     from agent2rl.grading.ledger import Ledger
     from agent2rl.grading.service import start_service
 
-    root = work / f"{task_name}-{backend}-{grader}"
-    paths, model, rels = build_run(root, task_name, n, model_spec, backend)
-    weights = (model.path / "model.safetensors").stat().st_size
-    token = secrets.token_urlsafe(16)
-    handle = start_service(
-        paths,
-        token,
-        eval_timeout_s=600,
-        max_bytes=2 * weights + 64 * 2**20,  # a submission may be the base model's size
-        base_model_dir=model.path,
-        options={"grader": grader},
-    )
-    rows: list[dict[str, Any]] = []
-    try:
-        auth = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=handle.url, headers=auth, timeout=600) as http:
-            for rel in rels:
+    graders = ("cold", "warm")
+    runs = {
+        g: build_run(work / f"{task_name}-{backend}-{g}", task_name, n, model_spec, backend)
+        for g in graders
+    }
+    rows: dict[str, list[dict[str, Any]]] = {g: [] for g in graders}
+    with contextlib.ExitStack() as stack:
+        clients = {}
+        for g, (paths, model, _) in runs.items():
+            weights = (model.path / "model.safetensors").stat().st_size
+            token = secrets.token_urlsafe(16)
+            handle = start_service(
+                paths,
+                token,
+                eval_timeout_s=600,
+                max_bytes=2 * weights + 64 * 2**20,  # a submission may be the base model's size
+                base_model_dir=model.path,
+                options={"grader": g},
+            )
+            stack.callback(handle.stop)
+            clients[g] = stack.enter_context(
+                httpx.Client(
+                    base_url=handle.url, headers={"Authorization": f"Bearer {token}"}, timeout=600
+                )
+            )
+        for i in range(n):
+            for g in graders if i % 2 == 0 else graders[::-1]:
+                rel = runs[g][2][i]
                 t0 = time.perf_counter()
-                answer = http.post("/submit", json={"model_path": rel}).json()
+                answer = clients[g].post("/submit", json={"model_path": rel}).json()
                 wall = time.perf_counter() - t0
                 assert answer.get("status") == "graded", answer
-                rows.append({"id": answer["submission_id"], "wall_s": wall})
-    finally:
-        handle.stop()
-    with Ledger(paths.ledger) as ledger:
-        subs = {s.id: s for s in ledger.submissions()}
-    for row in rows:
-        s = subs[row["id"]]
-        row.update(
-            score=s.score,
-            timings=s.timings,
-            overhead_s=grading_overhead_s(s.timings),
-            items=(paths.root / s.items_path).read_text(),
-        )
-    return {"rows": rows}
-
-
-def med(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+                rows[g].append({"id": answer["submission_id"], "wall_s": wall})
+    for g, (paths, _, _) in runs.items():
+        with Ledger(paths.ledger) as ledger:
+            subs = {s.id: s for s in ledger.submissions()}
+        for row in rows[g]:
+            s = subs[row["id"]]
+            row.update(
+                score=s.score,
+                timings=s.timings,
+                overhead_s=grading_overhead_s(s.timings),
+                items=(paths.root / s.items_path).read_text(),
+            )
+    return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
-    ap.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
+    ap.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help=f"default: {' '.join(DEFAULT_TASKS)} (solvers), {' '.join(COLD_WARM_TASKS)} "
+        "(cold-warm)",
+    )
     ap.add_argument("--model", default="tiny", help="tiny, or a local model directory")
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3, help="solvers: gradings per variant")
     ap.add_argument("--old-rev", default=OLD_REV, help="the commit whose chunked solver to run")
     ap.add_argument(
         "--in-process",
@@ -293,11 +322,15 @@ def main() -> int:
         help="also run the new solver with a pooled task's games in this process",
     )
     ap.add_argument("--limit", type=int, default=None, help="grade the first N games only")
-    ap.add_argument("--out", type=Path, default=Path("docs/figures/data/grading_latency.json"))
     ap.add_argument("--part", choices=("solvers", "cold-warm", "all"), default="solvers")
-    ap.add_argument("--submissions", type=int, default=2, help="cold-warm: per task and grader")
     ap.add_argument(
-        "--cold-warm-out", type=Path, default=Path("docs/figures/data/grading_cold_warm.json")
+        "--submissions",
+        type=int,
+        default=4,
+        help="cold-warm: per task and grader (the first is not counted)",
+    )
+    ap.add_argument(
+        "--cold-warm-out", type=Path, default=provenance.DATA / "grading_cold_warm.json"
     )
     ap.add_argument(
         "--backends",
@@ -306,12 +339,21 @@ def main() -> int:
         choices=("auto", "transformers", "vllm"),
         help="cold-warm: grade with each in turn (vllm: run this with .venv-vllm's python)",
     )
+    provenance.add_arguments(ap, "grading_latency")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.limit, args.submissions = 1, 2, 2
     if args.part != "solvers" and args.submissions < 2:
         ap.error("--submissions must be at least 2 (the first warm one starts the worker)")
     if args.model != "tiny" and not (Path(args.model) / "config.json").is_file():
         ap.error(f"--model {args.model}: no config.json there; give tiny or a model directory")
-    command = " ".join(["python", *sys.argv])
+    # one recorder per file, both before anything is measured (each refuses a dirty checkout)
+    recorders = {}
+    if args.part in ("solvers", "all"):
+        recorders["solvers"] = provenance.Recorder(args)
+    if args.part in ("cold-warm", "all"):
+        cw = argparse.Namespace(**{**vars(args), "out": args.cold_warm_out})
+        recorders["cold-warm"] = provenance.Recorder(cw)
 
     if "AGENT2RL_HOME" not in os.environ:
         os.environ["AGENT2RL_HOME"] = tempfile.mkdtemp(prefix="grading-latency-home-")
@@ -320,16 +362,23 @@ def main() -> int:
     # OpenMP threads slow a loaded small machine by an order of magnitude
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.part in ("cold-warm", "all"):
-        tasks = args.tasks if "--tasks" in sys.argv else list(COLD_WARM_TASKS)
-        cold_warm(tasks, args.submissions, args.cold_warm_out, args.model, args.backends)
+        tasks = ["arith-lite"] if args.quick else args.tasks or list(COLD_WARM_TASKS)
+        cold_warm(
+            tasks,
+            args.submissions,
+            recorders["cold-warm"],
+            args.model,
+            args.backends,
+        )
     if args.part == "cold-warm":
         return 0
-    return solvers(args, command)
+    if args.quick:
+        args.tasks = ["deepsearch-lite"]
+    return solvers(args, recorders["solvers"])
 
 
-def solvers(args: argparse.Namespace, command: str) -> int:
+def solvers(args: argparse.Namespace, rec: provenance.Recorder) -> int:
     """The chunked against the step-synchronous episode solver (the module docstring)."""
-    import torch
 
     from agent2rl.inference import load_backend
     from agent2rl.inference.transformers_backend import TransformersBackend
@@ -343,11 +392,11 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         if args.model == "tiny"
         else Path(args.model).resolve()
     )
-    print(machine(), f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    print(provenance.machine(), flush=True)
     work = Path(tempfile.mkdtemp(prefix="grading-latency-"))
     Chunked = load_chunked_solver(args.old_rev, work)
     results: dict[str, Any] = {}
-    for name in args.tasks:
+    for name in args.tasks or DEFAULT_TASKS:
         task = get_task(name, {})
         started = time.time()
         prepared = prepare_task(task, settings.task_store)
@@ -376,10 +425,12 @@ def solvers(args: argparse.Namespace, command: str) -> int:
         if getattr(kept.source, "persistent", False):
             order.append(("step-sync-kept-workers", kept, backend))
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in order}
+        loads: list[float] = []
         try:
             if "step-sync-kept-workers" in runs:
                 kept.solve(backend, samples)
             for r in range(args.repeats):
+                loads.append(round(os.getloadavg()[0], 2))
                 for label, solver, b in order if r % 2 == 0 else order[::-1]:
                     with (
                         as_filed(label == "chunked"),
@@ -404,77 +455,69 @@ def solvers(args: argparse.Namespace, command: str) -> int:
             keys = [trace_key(o) for o in runs[label][0]["outputs"]]
             pairs = zip(samples, old_keys, keys, strict=True)
             differ += [f"{label}:{s.id}" for s, a, b in pairs if a != b]
-        t_old = statistics.median(g["seconds"] for g in runs["chunked"])
-        t_new = statistics.median(g["seconds"] for g in runs["step-sync"])
         timings = runs["step-sync"][-1]["timings"]
+        secs = {k: [g["seconds"] for g in v] for k, v in runs.items()}
+        cpu = {k: [g["cpu_s"] for g in v] for k, v in runs.items()}
         results[name] = {
             "games": len(samples),
             "max_steps": new.protocol.max_steps,
             "max_new_tokens": new.protocol.max_new_tokens,
-            "chunked_s": round(t_old, 2),
-            "step_sync_dynamic_cache_s": round(
-                statistics.median(g["seconds"] for g in runs["step-sync-dynamic-cache"]), 2
-            ),
-            "step_sync_all_threads_s": round(
-                statistics.median(g["seconds"] for g in runs["step-sync-all-threads"]), 2
-            ),
-            "step_sync_s": round(t_new, 2),
-            "step_sync_kept_workers_s": (
-                round(statistics.median(g["seconds"] for g in runs["step-sync-kept-workers"]), 2)
-                if "step-sync-kept-workers" in runs
-                else None
-            ),
-            "speedup": round(t_old / t_new, 2),
-            "speedup_cpu": round(
-                statistics.median(g["cpu_s"] for g in runs["chunked"])
-                / statistics.median(g["cpu_s"] for g in runs["step-sync"]),
-                2,
-            ),
-            "chunked_runs_s": [round(g["seconds"], 2) for g in runs["chunked"]],
-            "step_sync_runs_s": [round(g["seconds"], 2) for g in runs["step-sync"]],
-            "score_s": round(statistics.median(g["score_s"] for g in runs["step-sync"]), 2),
-            "step_sync_timings": {
+            "env_workers": getattr(new.source, "parallelism", 1),
+            "load_average_per_repeat": loads,
+            "variants_s": {k: provenance.summarize(v, 2) for k, v in secs.items()},
+            "variants_cpu_s": {k: provenance.summarize(v, 2) for k, v in cpu.items()},
+            "score_s": provenance.summarize([g["score_s"] for g in runs["step-sync"]], 2),
+            # per repeat: the chunked solver's time over today's, both in the same repeat
+            "speedup": provenance.ratio(secs["chunked"], secs["step-sync"]),
+            "speedup_cpu": provenance.ratio(cpu["chunked"], cpu["step-sync"]),
+            "step_sync_timings_last_repeat": {
                 k: round(v, 2) if isinstance(v, float) else v for k, v in timings.items()
             },
-            "variants_s": {
-                k: round(statistics.median(g["seconds"] for g in v), 2) for k, v in runs.items()
-            },
-            "variants_cpu_s": {
-                k: round(statistics.median(g["cpu_s"] for g in v), 2) for k, v in runs.items()
-            },
-            "env_workers": getattr(new.source, "parallelism", 1),
             "scores": {k: v[0]["score"] for k, v in runs.items()},
             "items_identical": not differ,
             "items_differing": differ,
         }
-        if len(runs) > 2:
-            print(f"  medians: {results[name]['variants_s']}")
+        v = results[name]["variants_s"]
+        print(f"  seconds: {v}", flush=True)
         print(
-            f"{name}: {len(samples)} games, chunked {t_old:.1f}s, step-sync {t_new:.1f}s, "
-            f"{t_old / t_new:.2f}x; generation {timings['generate_s']:.1f}s in "
+            f"{name}: {len(samples)} games, speed-up chunked over step-sync "
+            f"{results[name]['speedup']}; generation {timings['generate_s']:.1f}s in "
             f"{timings['generate_calls']} calls (mean batch "
             f"{timings['prompts'] / max(1, timings['generate_calls']):.1f}), environments "
             f"{timings['env_s']:.1f}s; per-item traces identical: {not differ}",
             flush=True,
         )
-    data = {
-        "benchmark": "grading_latency",
-        "command": command,
-        "commit": git("rev-parse", "HEAD"),
-        "worktree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        "old_solver_rev": git("rev-parse", args.old_rev),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average": os.getloadavg(),
-        "model": args.model,
-        "repeats": args.repeats,
-        "tasks": results,
-        "cold_vs_warm": "see --part cold-warm (grading_cold_warm.json)",
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    summary = [
+        {
+            "task": name,
+            "games": r["games"],
+            **{
+                f"{label.replace('-', '_')}_s": r["variants_s"].get(label)
+                for label in (
+                    "chunked",
+                    "step-sync-dynamic-cache",
+                    "step-sync-all-threads",
+                    "step-sync",
+                    "step-sync-kept-workers",
+                )
+            },
+            "speedup": r["speedup"],
+            "items_identical": r["items_identical"],
+        }
+        for name, r in results.items()
+    ]
+    rec.write(
+        {
+            "model": args.model,
+            "old_solver_rev": git("rev-parse", args.old_rev),
+            "limit": args.limit,
+            "summary": summary,
+            "tasks": results,
+            "cold_vs_warm": "see --part cold-warm (grading_cold_warm.json)",
+        },
+        repeats=args.repeats,
+        split="graded",
+    )
     return 0
 
 
@@ -492,40 +535,55 @@ TIMING_KEYS = (
 
 
 def grader_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """One grader's figures for a task: its first submission's on their own, medians over
-    the later ones (the first warm one also starts the worker), and those samples."""
+    """One grader's figures for a task: its first submission's on their own, summaries over
+    the later ones (the first warm one also starts the worker)."""
     later = rows[1:]
-    t = [r["timings"] for r in later]
+    t = [r["timings"] or {} for r in later]
     return {
         "first": {k: rows[0][k] for k in ("wall_s", "overhead_s", "timings")},
-        "wall_s": [r["wall_s"] for r in later],
-        "median_wall_s": med([r["wall_s"] for r in later]),
-        "median_overhead_s": med([r["overhead_s"] for r in later]),
-        "median": {
-            k: med([float(x[k]) for x in t if isinstance(x.get(k), int | float)])
+        "wall_s": provenance.summarize([r["wall_s"] for r in later]),
+        "overhead_s": provenance.summarize(
+            [r["overhead_s"] for r in later if r["overhead_s"] is not None]
+        ),
+        "timings": {
+            k: provenance.summarize([float(x[k]) for x in t if isinstance(x.get(k), int | float)])
             for k in TIMING_KEYS
         },
-        "loads": [r["timings"].get("load") for r in rows],
+        "loads": [(r["timings"] or {}).get("load") for r in rows],
         "scores": [r["score"] for r in rows],
     }
+
+
+def paired(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """Per submission after the first: ``a``'s ``key`` over ``b``'s (a ratio summary), over
+    the submissions where both have it; None when none has."""
+    pairs = [
+        (x[key], y[key])
+        for x, y in zip(a[1:], b[1:], strict=True)
+        if x[key] is not None and y[key] and y[key] > 0
+    ]
+    if not pairs:
+        return None
+    return provenance.ratio([x for x, _ in pairs], [y for _, y in pairs])
 
 
 def cold_warm(
     tasks: list[str],
     submissions: int,
-    out_path: Path,
+    rec: provenance.Recorder,
     model_spec: str = "tiny",
     backends: Sequence[str] = ("auto",),
 ) -> None:
-    """``--part cold-warm`` (the module docstring): cold then warm per task, for each of
-    ``backends`` in turn. The JSON is rewritten after each grader of each task, and with the
-    task's ``error`` when one fails or the run is interrupted, so that a run stopped part-way
-    keeps what it measured. With two backends each task also gets their warm graders
-    compared (``warm_wall_ratio``: the first backend's median over the second's, and whether
-    their per-item results are identical)."""
+    """``--part cold-warm`` (the module docstring): cold and warm per task, for each of
+    ``backends`` in turn. The file is rewritten after each task, and with the task's
+    ``error`` when one fails or the run is interrupted, so that a run stopped part-way keeps
+    what it measured. With two backends each task also gets their warm graders compared
+    (``warm_backends_compared``: the first backend's submit-to-score over the second's, per
+    submission, and whether their per-item results are identical)."""
     work = Path(tempfile.mkdtemp(prefix="grading-cold-warm-"))
-    print(machine(), flush=True)
+    print(provenance.machine(), flush=True)
     results: dict[str, Any] = {}
+    compared: list[dict[str, Any]] = []
 
     def write() -> None:
         data = {
@@ -533,9 +591,10 @@ def cold_warm(
             "submissions": submissions,
             "backends": list(backends),
             "summary": cold_warm_summary(results),
+            "warm_backends_compared": compared,
             "results": results,
         }
-        write_figures(out_path, data)
+        rec.write(data, repeats=submissions - 1, split="graded")
 
     try:
         for task in tasks:
@@ -549,39 +608,42 @@ def cold_warm(
                     warm_rows[backend] = warm
             if len(warm_rows) == 2:
                 (a, ra), (b, rb) = warm_rows.items()
-                wa = med([r["wall_s"] for r in ra[1:]])
-                wb = med([r["wall_s"] for r in rb[1:]])
                 pairs = list(zip(ra, rb, strict=True))
-                results[f"{task}/warm {a} over {b}"] = {
-                    "warm_wall_ratio": wa / wb if wa and wb else None,
-                    "identical_items": [x["items"] == y["items"] for x, y in pairs],
-                    "same_scores": [x["score"] == y["score"] for x, y in pairs],
-                }
+                compared.append(
+                    {
+                        "task": task,
+                        "warm": f"{a} over {b}",
+                        "ratio": paired(ra, rb, "wall_s"),
+                        "identical_items": all(x["items"] == y["items"] for x, y in pairs),
+                        "same_scores": all(x["score"] == y["score"] for x, y in pairs),
+                    }
+                )
                 write()
-                print(f"{task}: warm {a} {wa:.2f}s against warm {b} {wb:.2f}s", flush=True)
+                print(f"{task}: warm {a} over warm {b}: {compared[-1]['ratio']}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def cold_warm_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One flat record per task (and backend) that finished: the medians of submit-to-score
-    and overhead over the submissions after the first (their samples beside them), the
-    ratios and whether the graders' per-item results were identical; for the docs' tables."""
+    """One flat record per task (and backend) that finished, for the docs' tables: the
+    summaries of submit-to-score and overhead over the submissions after the first, the
+    per-submission ratios, the first warm submission (it also starts the worker) and whether
+    the graders' per-item results were identical."""
     out = []
     for key, r in results.items():
         if "cold" not in r or "warm" not in r:
             continue
         out.append(
             {
-                "task": key,
-                "cold_wall_s": r["cold"]["median_wall_s"],
-                "warm_wall_s": r["warm"]["median_wall_s"],
-                "cold_overhead_s": r["cold"]["median_overhead_s"],
-                "warm_overhead_s": r["warm"]["median_overhead_s"],
-                "wall_ratio": r.get("wall_ratio_cold_over_warm"),
+                "task": key.split("/")[0],
+                "backend": r["backend"],
+                "cold_s": r["cold"]["wall_s"],
+                "warm_s": r["warm"]["wall_s"],
+                "ratio": r.get("wall_ratio_cold_over_warm"),
+                "cold_overhead_s": r["cold"]["overhead_s"],
+                "warm_overhead_s": r["warm"]["overhead_s"],
                 "overhead_ratio": r.get("overhead_ratio_cold_over_warm"),
-                "warm_first_wall_s": r["warm"]["first"]["wall_s"],
-                "samples": len(r["warm"]["scores"]) - 1,
+                "warm_first_s": provenance.summarize([r["warm"]["first"]["wall_s"]]),
                 "identical_items": r.get("identical_items"),
             }
         )
@@ -600,16 +662,11 @@ def cold_warm_task(
 ) -> list[dict[str, Any]] | None:
     """One task's cold and warm graders on ``backend`` into ``results[key]``; returns the
     warm grader's rows (None when it failed)."""
-    load_before = os.getloadavg()
-    out: dict[str, Any] = {"load_average_before": load_before, "backend": backend}
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    out: dict[str, Any] = {"backend": backend, "load_average_before": load_before}
     results[key] = out
-    rows: dict[str, list[dict[str, Any]]] = {}
     try:
-        for grader in ("cold", "warm"):
-            graded = grade_all(task, grader, submissions, work, model_spec, backend)
-            rows[grader] = graded["rows"]
-            out[grader] = grader_summary(rows[grader])
-            write()
+        rows = grade_pair(task, submissions, work, model_spec, backend)
     except (Exception, KeyboardInterrupt) as err:  # one task's failure ends its row
         out["error"] = f"{type(err).__name__}: {err}"[:500]
         write()
@@ -617,18 +674,19 @@ def cold_warm_task(
         if isinstance(err, KeyboardInterrupt):
             raise
         return None
+    out["cold"] = grader_summary(rows["cold"])
+    out["warm"] = grader_summary(rows["warm"])
     same = [c["items"] == w["items"] for c, w in zip(rows["cold"], rows["warm"], strict=True)]
     out["identical_items"] = all(same)
-    out["load_average_after"] = os.getloadavg()
-    c, w = out["cold"]["median_overhead_s"], out["warm"]["median_overhead_s"]
-    out["overhead_ratio_cold_over_warm"] = c / w if c and w else None
-    cw, ww = out["cold"]["median_wall_s"], out["warm"]["median_wall_s"]
-    out["wall_ratio_cold_over_warm"] = cw / ww if cw and ww else None
+    out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    out["overhead_ratio_cold_over_warm"] = paired(rows["cold"], rows["warm"], "overhead_s")
+    out["wall_ratio_cold_over_warm"] = paired(rows["cold"], rows["warm"], "wall_s")
     write()
     print(
-        f"{key}: overhead cold {c:.2f}s, warm {w:.2f}s (x{c / w:.1f}); submit-to-score "
-        f"cold {cw:.2f}s, warm {ww:.2f}s; identical per-item results: {all(same)}; "
-        f"load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}",
+        f"{key}: submit-to-score cold {out['cold']['wall_s']}, warm {out['warm']['wall_s']}, "
+        f"ratio {out['wall_ratio_cold_over_warm']}; overhead ratio "
+        f"{out['overhead_ratio_cold_over_warm']}; identical per-item results: {all(same)}; "
+        f"load {load_before[0]:.1f} -> {out['load_average_after'][0]:.1f}",
         flush=True,
     )
     return rows["warm"]
