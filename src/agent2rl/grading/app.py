@@ -53,7 +53,6 @@ are refused (400/409): the run's result is its best submission.
 from __future__ import annotations
 
 import errno
-import hmac
 import math
 import shutil
 import signal
@@ -71,11 +70,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.evaluator import EvalSpec, EvalWorkers, WarmWorker, run_evaluation
@@ -97,6 +94,7 @@ from agent2rl.grading.submission import (
     resolve_submission,
     stage_submission,
 )
+from agent2rl.http_api import BodyLimit, Refused, error, install_errors, require_bearer
 from agent2rl.integrity.identity import check_identity, identity_flags
 from agent2rl.models.weights import model_fingerprint, weights_hash
 from agent2rl.rundir import RunInfo, RunPaths
@@ -165,15 +163,15 @@ class GradingContext:
     feedback: str = "private"
 
 
-class _Refused(Exception):
-    """A refused request; ``sub_id`` is the row to withdraw when the refusal came after the
-    submission was recorded."""
+class _Refused(Refused):
+    """A refused request; ``path`` is the submitted path (recorded with a refused /submit),
+    ``sub_id`` the row to withdraw when the refusal came after the submission was recorded."""
 
     def __init__(
         self, status: int, message: str, path: str | None = None, sub_id: int | None = None
     ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.path, self.sub_id = status, message, path, sub_id
+        super().__init__(status, message)
+        self.path, self.sub_id = path, sub_id
 
 
 class RejectionLimiter:
@@ -197,50 +195,6 @@ class RejectionLimiter:
                 return False
             self._stored.append(now)
             return True
-
-
-class _BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is answered 413 before the app
-    parses it (with or without a Content-Length header). ``on_refusal(path, status, message)``
-    records it (rate-limited) and returns the status and message to answer."""
-
-    def __init__(self, app: Any, limit: int, on_refusal: Any) -> None:
-        self.app, self.limit, self.on_refusal = app, limit, on_refusal
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        too_big = declared is not None and declared.isdigit() and int(declared) > self.limit
-        body, more = b"", not too_big
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            too_big = len(body) > self.limit
-            if too_big:
-                break
-        if too_big:
-            status, error = await self.on_refusal(
-                scope.get("path"),
-                413,
-                f"request body over {self.limit} bytes: send only the JSON {{model_path: ...}}",
-            )
-            await JSONResponse({"error": error}, status_code=status)(scope, receive, send)
-            return
-        sent = False
-
-        async def replay() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
 
 
 def create_app(ctx: GradingContext) -> FastAPI:
@@ -310,7 +264,12 @@ def create_app(ctx: GradingContext) -> FastAPI:
             return status, message
         return await run_in_threadpool(record_refusal, None, status, message)
 
-    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES, on_refusal=body_refused)
+    app.add_middleware(
+        BodyLimit,
+        limit=MAX_BODY_BYTES,
+        message="send only the JSON {model_path: ...}",
+        on_refusal=body_refused,
+    )
 
     def _close_mine() -> None:
         """Settle this service's unsettled rows as the run's end (stopping)."""
@@ -353,16 +312,10 @@ def create_app(ctx: GradingContext) -> FastAPI:
         return noise_cache[s.id]
 
     def authorize(request: Request, path: str | None = None) -> None:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode(), ctx.token.encode()
-        ):
-            raise _Refused(
-                401,
-                "missing or wrong token: send the header 'Authorization: Bearer $GRADING_TOKEN'",
-                path,
-            )
+        try:
+            require_bearer(request, ctx.token, "GRADING_TOKEN")
+        except Refused as refused:
+            raise _Refused(refused.status, refused.message, path) from None
 
     def record_refusal(
         path: str | None, status: int, message: str, sub_id: int | None = None
@@ -384,17 +337,16 @@ def create_app(ctx: GradingContext) -> FastAPI:
             f"before retrying. This request was refused too: {message}"
         )
 
-    @app.exception_handler(_Refused)
-    async def _refused(request: Request, exc: _Refused) -> JSONResponse:
+    async def _refused(request: Request, exc: Refused) -> JSONResponse:
         status, message = exc.status, exc.message
         if request.url.path == "/submit":
+            path, sub_id = getattr(exc, "path", None), getattr(exc, "sub_id", None)
             status, message = await run_in_threadpool(
-                record_refusal, _capped(exc.path), exc.status, exc.message, exc.sub_id
+                record_refusal, _capped(path), exc.status, exc.message, sub_id
             )
-        return JSONResponse({"error": message}, status_code=status)
+        return error(status, message)
 
-    @app.exception_handler(RequestValidationError)
-    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _bad_body(request: Request) -> JSONResponse:
         msg = (
             'request body must be JSON like {"model_path": "output/v1"} with the header '
             f"Content-Type: application/json (a path of at most {MAX_MODEL_PATH_CHARS} characters)"
@@ -402,20 +354,9 @@ def create_app(ctx: GradingContext) -> FastAPI:
         status = 400
         if request.url.path == "/submit":
             status, msg = await run_in_threadpool(record_refusal, None, 400, msg)
-        return JSONResponse({"error": msg}, status_code=status)
+        return error(status, msg)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        # The last resort: a bug of this service. Never a traceback to the agent.
-        traceback.print_exception(exc, file=sys.stderr)
-        return JSONResponse(
-            {"error": f"internal error of the grading service ({type(exc).__name__}): try again"},
-            status_code=500,
-        )
+    install_errors(app, "grading service", bad_body=_bad_body, on_refused=_refused)
 
     def deadline() -> float | None:
         # The orchestrator starts the clock only after this service is up: re-read run.json

@@ -30,7 +30,6 @@ The games come from a :class:`~agent2rl.rollout.env.GameSource`: this module kno
 
 from __future__ import annotations
 
-import hmac
 import random
 import threading
 import time
@@ -39,11 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agent2rl.http_api import Refused, error, install_errors, require_bearer
 from agent2rl.rollout.env import (
     MAX_ACTION_CHARS,
     EnvironmentUnavailable,
@@ -75,12 +73,6 @@ class NewSession(BaseModel):
 class StepRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     action: StrictStr
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
 
 
 @dataclass
@@ -127,30 +119,20 @@ def create_app(
     pending = [0]  # sessions being started: they count against max_sessions
 
     def authorize(request: Request) -> None:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
-            raise _Refused(
-                401, "missing or wrong token: send the header 'Authorization: Bearer $ENV_TOKEN'"
-            )
+        require_bearer(request, token, "ENV_TOKEN")
 
-    @app.exception_handler(_Refused)
-    async def _refused(request: Request, exc: _Refused) -> JSONResponse:
-        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _bad_body(request: Request) -> JSONResponse:
         if request.url.path.endswith("/step"):
-            msg = 'request body must be JSON like {"action": "go to desk 1"} (a string)'
-        else:
-            msg = (
-                'request body must be JSON like {"game_id": "...", "seed": 0, "max_steps": 20}'
-                " (every field optional)"
+            return error(
+                400, 'request body must be JSON like {"action": "go to desk 1"} (a string)'
             )
-        return JSONResponse({"error": msg}, status_code=400)
+        return error(
+            400,
+            'request body must be JSON like {"game_id": "...", "seed": 0, "max_steps": 20}'
+            " (every field optional)",
+        )
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+    install_errors(app, "rollout service", bad_body=_bad_body)
 
     @app.middleware("http")
     async def _environment_failed(request: Request, call_next: Any) -> Any:
@@ -160,10 +142,7 @@ def create_app(
             return await call_next(request)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-            return JSONResponse(
-                {"error": f"the environment failed: {message}; start a new session"},
-                status_code=500,
-            )
+            return error(500, f"the environment failed: {message}; start a new session")
 
     def close_slot(slot: _Slot) -> None:
         """Close ``slot`` and free its place, even when the environment's ``close`` raises
@@ -194,7 +173,7 @@ def create_app(
         with slots_lock:
             slot = slots.get(session_id)
         if slot is None:
-            raise _Refused(404, f"no open session {session_id}: start one with POST /sessions")
+            raise Refused(404, f"no open session {session_id}: start one with POST /sessions")
         return slot
 
     def view(slot: _Slot, result: StepResult) -> dict[str, Any]:
@@ -250,7 +229,7 @@ def create_app(
         if req.game_id is not None:
             game = source.by_id.get(req.game_id)
             if game is None:
-                raise _Refused(
+                raise Refused(
                     404,
                     f"unknown game {req.game_id!r}: this service plays the public training "
                     "games only; GET /games lists them",
@@ -260,12 +239,12 @@ def create_app(
             game = rng.choice(source.games)
         max_steps = source.max_steps if req.max_steps is None else req.max_steps
         if not 1 <= max_steps <= source.step_cap:
-            raise _Refused(400, f"max_steps must be between 1 and {source.step_cap}")
+            raise Refused(400, f"max_steps must be between 1 and {source.step_cap}")
         reap_idle()
         # Reserve a place first: starting a game takes a while and must not hold the lock.
         with slots_lock:
             if len(slots) + pending[0] >= limits.max_sessions:
-                raise _Refused(
+                raise Refused(
                     429,
                     f"too many open sessions ({limits.max_sessions}): close finished ones "
                     "with DELETE /sessions/{id}",
@@ -289,20 +268,20 @@ def create_app(
         try:
             action = check_action(req.action)
         except ValueError as err:
-            raise _Refused(400, str(err)) from None
+            raise Refused(400, str(err)) from None
         wait = bucket.take()
         if wait > 0:
-            raise _Refused(
+            raise Refused(
                 429,
                 f"more than {limits.steps_per_s:g} steps per second: retry after {wait:.2f}s",
                 {"Retry-After": f"{max(1, round(wait + 0.5))}"},
             )
         with slot.lock:
             if slot.closed:
-                raise _Refused(404, f"session {session_id} was closed: start a new one")
+                raise Refused(404, f"session {session_id} was closed: start a new one")
             ep = slot.episode
             if ep.done:
-                raise _Refused(409, f"session {session_id}'s episode is over: start a new one")
+                raise Refused(409, f"session {session_id}'s episode is over: start a new one")
             listed = ep.last.admissible_actions
             # With no list (a free-text tool loop) every well-formed action is admissible; an
             # episode whose list holds templates (WebShop's "search[<query>]") says itself.
@@ -311,12 +290,12 @@ def create_app(
             try:
                 result = ep.step(action)
             except ValueError as err:  # refused by the environment; the episode is unchanged
-                raise _Refused(400, str(err)) from None
+                raise Refused(400, str(err)) from None
             except EnvironmentUnavailable as err:  # not played; the episode is unchanged
                 slot.last_used = clock()
                 if err.search is not None:
                     ledger.record_search(slot.id, ep.last.steps + 1, err.search)
-                raise _Refused(
+                raise Refused(
                     503,
                     f"{err}; the step was not played: send it again later",
                     {"Retry-After": str(UNAVAILABLE_RETRY_S)},

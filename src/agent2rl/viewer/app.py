@@ -13,7 +13,6 @@ runs): ``?token=`` (the first page; it is then kept in an HttpOnly cookie), the 
 
 from __future__ import annotations
 
-import hmac
 import json
 import threading
 from importlib import resources
@@ -22,10 +21,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from agent2rl.analysis.rendering import UPLOT_CSS, UPLOT_JS, UPLOT_LICENSE, uplot_asset
+from agent2rl.http_api import error, install_errors, token_matches
 from agent2rl.viewer.data import Index, RunView, read_study
 
 STATIC = Path(str(resources.files("agent2rl.viewer") / "static"))
@@ -44,10 +43,6 @@ class FastJSON(JSONResponse):
         return json.dumps(content, separators=(",", ":"), default=str).encode()
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
 class _Guard(BaseHTTPMiddleware):
     """GET (and HEAD) only, and the token on every request."""
 
@@ -57,15 +52,15 @@ class _Guard(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         if request.method not in ("GET", "HEAD"):
-            return _error(405, "the viewer is read-only: only GET requests are served")
+            return error(405, "the viewer is read-only: only GET requests are served")
         given = [
             request.query_params.get("token", ""),
             request.cookies.get(COOKIE, ""),
             request.headers.get("authorization", "").removeprefix("Bearer ").strip(),
         ]
-        ok = [hmac.compare_digest(g.encode(), self.token.encode()) for g in given]
+        ok = [token_matches(g, self.token) for g in given]
         if not any(ok):
-            return _error(401, "this viewer needs its token: open the URL `agent2rl view` printed")
+            return error(401, "this viewer needs its token: open the URL `agent2rl view` printed")
         response = await call_next(request)
         if ok[0] and not ok[1]:
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
@@ -101,9 +96,7 @@ def create_app(root: Path, *, token: str) -> FastAPI:
     )
     app.add_middleware(_Guard, token=token)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail))
+    install_errors(app, "viewer")
 
     def page(name: str) -> FileResponse:
         return FileResponse(
@@ -113,7 +106,7 @@ def create_app(root: Path, *, token: str) -> FastAPI:
     def run_or_404(run_id: str) -> RunView | JSONResponse:
         view = index.run(run_id)
         if view is None:
-            return _error(404, f"no run {run_id!r} under {index.root}")
+            return error(404, f"no run {run_id!r} under {index.root}")
         return view
 
     @app.get("/")
@@ -139,13 +132,13 @@ def create_app(root: Path, *, token: str) -> FastAPI:
         # the charting library is the one the static report and dashboard inline
         files.update({n: uplot_asset(n) for n in (UPLOT_JS, UPLOT_CSS, UPLOT_LICENSE)})
         if name not in files:
-            return _error(404, f"no static file {name!r}")
+            return error(404, f"no static file {name!r}")
         return FileResponse(files[name])
 
     @app.get("/api/runs")
     def runs(offset: int = 0, limit: int = PAGE) -> Any:
         if offset < 0 or not 0 < limit <= 1000:
-            return _error(400, "offset must be >= 0 and limit between 1 and 1000")
+            return error(400, "offset must be >= 0 and limit between 1 and 1000")
         index.scan()
         views = [v for run_id in index.runs if (v := index.run(run_id)) is not None]
         # Newest first, from run.json alone; the full summary only for the page shown.
@@ -215,7 +208,7 @@ def create_app(root: Path, *, token: str) -> FastAPI:
             return view
         line = view.exchange(index_)
         if line is None:
-            return _error(404, f"no LLM exchange #{index_} in run {run_id!r}")
+            return error(404, f"no LLM exchange #{index_} in run {run_id!r}")
         return line
 
     @app.get("/api/run/{run_id}/diff/{sha}")
@@ -225,7 +218,7 @@ def create_app(root: Path, *, token: str) -> FastAPI:
             return view
         text = view.diff(sha)
         if text is None:
-            return _error(404, f"no code snapshot {sha!r} in run {run_id!r}")
+            return error(404, f"no code snapshot {sha!r} in run {run_id!r}")
         return PlainTextResponse(text)
 
     @app.get("/api/run/{run_id}/search")
@@ -234,16 +227,16 @@ def create_app(root: Path, *, token: str) -> FastAPI:
         if isinstance(view, JSONResponse):
             return view
         if len(q) > 500:
-            return _error(400, "search text is limited to 500 characters")
+            return error(400, "search text is limited to 500 characters")
         return {"q": q, "ids": view.search(q)}
 
     @app.get("/api/study/{name}")
     def study(name: str, offset: int = 0, limit: int = PAGE) -> Any:
         if offset < 0 or not 0 < limit <= 1000:
-            return _error(400, "offset must be >= 0 and limit between 1 and 1000")
+            return error(400, "offset must be >= 0 and limit between 1 and 1000")
         path = index.study(name)
         if path is None:
-            return _error(404, f"no study {name!r} under {index.root}")
+            return error(404, f"no study {name!r} under {index.root}")
         st = read_study(path)
         rows = []
         keys = ("id", "key", "task", "model", "agent", "status", "attempts", "run_status", "error")
