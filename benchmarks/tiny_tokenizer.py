@@ -7,7 +7,10 @@ character on text the tokenizer was not trained on (the same generators, another
 arith-lite prompts as the grader writes them and alfworld-lite-style transcripts.
 Deterministic: the same figures on every machine (only ``machine`` and the time differ).
 
-    python benchmarks/tiny_tokenizer.py [--out docs/figures/data/tiny_tokenizer.json]
+    python benchmarks/tiny_tokenizer.py
+
+One build (deterministic, so repeats would give the same figures; ``build_s`` is one
+sample). ``--quick`` is the same run (it takes seconds).
 """
 
 from __future__ import annotations
@@ -15,12 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from spine import machine  # the machine line every benchmark prints
+import provenance
 
 from agent2rl.models import tokenizer as tk
 from agent2rl.tasks.arith_lite import FORMAT, generate_split
@@ -36,28 +36,11 @@ def tokens_per_char(tok, texts: list[str]) -> float:
     return round(tokens / chars, 4)
 
 
-def git_commit() -> str:
-    """The checkout's commit (``+dirty`` with uncommitted changes), or "unknown"."""
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src/agent2rl/models"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return rev + ("+dirty" if dirty else "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("docs/figures/data/tiny_tokenizer.json"))
+    provenance.add_arguments(ap, "tiny_tokenizer")
     args = ap.parse_args()
-    print(machine())
+    rec = provenance.Recorder(args)
     start = time.perf_counter()
     tok = tk.build_tokenizer()
     built_s = time.perf_counter() - start
@@ -66,11 +49,6 @@ def main() -> None:
     rng = random.Random(HELD_OUT_SEED)
     transcripts = [tk._alfworld_snippet(rng) for _ in range(N)]
     data = {
-        "benchmark": "tiny_tokenizer",
-        "command": " ".join(["python", "benchmarks/tiny_tokenizer.py", *sys.argv[1:]]),
-        "commit": git_commit(),
-        "machine": machine(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "vocab_size_asked": tk.VOCAB_SIZE,
         "vocab_size_learned": len(tok),
         "merges_learned": len(tok) - base,
@@ -82,9 +60,7 @@ def main() -> None:
         "build_s": round(built_s, 2),
     }
     print(json.dumps(data, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    rec.write(data, repeats=1, split="none")
 
 
 if __name__ == "__main__":
