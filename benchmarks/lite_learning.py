@@ -2,8 +2,8 @@
 *validation* split (never the graded one: this benchmark chooses the tiny model, its
 tokenizer and the reference agent's SFT settings), per difficulty tier, for each variant.
 
-    python benchmarks/lite_learning.py [--variants bpe char] [--lr 2e-3] [--batch 32]
-        [--checkpoints 100 200 400 800] [--order shuffled tiers]
+    python benchmarks/lite_learning.py [--variants bpe] [--schedules constant decay]
+        [--lr 2e-3] [--batch 32] [--checkpoints 150 300 600 900] [--order shuffled|tiers]
 
 A variant is a tokenizer and an architecture (see VARIANTS): ``bpe`` is the shipped tiny
 model (agent2rl.models.tiny), ``char`` version 1's character-level tokenizer on the same
@@ -17,6 +17,11 @@ Steps, not seconds, so that variants compare on a shared machine; the seconds pe
 printed too, because the demo trains for a time, not a step count. Each variant runs in its
 own process (the agent's code reads its workspace from the environment at import). Uses the
 default AGENT2RL_HOME for the task data.
+
+The figure (the defaults): the shipped tiny model at a constant rate and with the rate
+decaying linearly to 0 by the last checkpoint (``--schedules``), one training each (a
+checkpoint's accuracy is one sample; the seconds per step, too). ``--quick``: 4 steps, one
+schedule.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import provenance
 from agent_workspace import enter_workspace
-from spine import machine  # the machine line every benchmark prints
 
 # As the harness sets it for agents: with OpenMP's default spin-waiting, two threads on two
 # shared cores ran a training step 10-20x slower than one thread (measured here under load).
@@ -173,35 +178,52 @@ def _question(prompt: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--variants", nargs="+", default=["bpe", "char"], choices=sorted(VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=["bpe"], choices=sorted(VARIANTS))
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--decay", action="store_true", help="rate decays linearly to 0")
-    ap.add_argument("--checkpoints", nargs="+", type=int, default=[100, 200, 400, 800])
+    ap.add_argument(
+        "--schedules", nargs="+", choices=["constant", "decay"], default=["constant", "decay"]
+    )
+    ap.add_argument("--decay", action="store_true", help=argparse.SUPPRESS)  # a child's
+    ap.add_argument("--checkpoints", nargs="+", type=int, default=[150, 300, 600, 900])
     ap.add_argument("--order", choices=["shuffled", "tiers"], default="shuffled")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    provenance.add_arguments(ap, "lite_learning")
     args = ap.parse_args()
     if args.one:
         with tempfile.TemporaryDirectory() as work:
             one(args.one, args, Path(work))
         return
-    print(f"machine: {machine()}")
+    if args.quick:
+        args.checkpoints, args.schedules = [4], ["decay"]
+    rec = provenance.Recorder(args)
     print(
-        f"SFT at lr {args.lr:g}{' decaying' if args.decay else ''}, batch {args.batch},"
-        f" {args.order} rows, seed {args.seed}; validation accuracy (tiers 1/2/3)"
+        f"SFT at lr {args.lr:g}, batch {args.batch}, {args.order} rows, seed {args.seed};"
+        " validation accuracy (tiers 1/2/3)"
     )
-    for variant in args.variants:
+    checkpoints: list[dict[str, Any]] = []
+    for variant, schedule in [(v, s) for v in args.variants for s in args.schedules]:
         cmd = [sys.executable, __file__, "--one", variant, "--lr", str(args.lr)]
         cmd += ["--batch", str(args.batch), "--order", args.order, "--seed", str(args.seed)]
-        cmd += ["--checkpoints", *map(str, args.checkpoints)] + (["--decay"] if args.decay else [])
+        cmd += ["--checkpoints", *map(str, args.checkpoints)]
+        cmd += ["--decay"] if schedule == "decay" else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CHECKPOINT ")]
         if proc.returncode or not lines:
-            print(f"{variant}: failed\n{proc.stderr[-3000:]}")
-            continue
+            raise SystemExit(f"{variant} ({schedule}): failed\n{proc.stderr[-3000:]}")
         for line in lines:
             r = json.loads(line[len("CHECKPOINT ") :])
+            checkpoints.append(
+                {
+                    "variant": r["variant"],
+                    "schedule": schedule,
+                    "step": r["step"],
+                    "accuracy": r["score"],
+                    **{f"tier_{t}": v for t, v in r["tiers"].items()},
+                    "s_per_step": round(r["train_s"] / r["step"], 3),
+                }
+            )
             tiers = "/".join(f"{v:.0f}" for v in r["tiers"].values())
             print(
                 f"{r['variant']:12s} ({r['params'] / 1e6:.2f}M params, vocab {r['vocab']},"
@@ -209,6 +231,11 @@ def main() -> None:
                 f" {r['score']:5.1f} ({tiers}) after {r['train_s']:.0f}s of training"
                 f" ({r['train_s'] / r['step']:.2f} s/step)"
             )
+    rec.write(
+        {"lr": args.lr, "batch": args.batch, "order": args.order, "checkpoints": checkpoints},
+        repeats=1,
+        split="validation",
+    )
 
 
 if __name__ == "__main__":
