@@ -1,6 +1,6 @@
 """The viewer at scale: a 12-hour run with 10,000 LLM calls and a study of 1,000 runs.
 
-    python benchmarks/viewer_scale.py [--calls 10000] [--runs 1000] [--out FILE.json]
+    python benchmarks/viewer_scale.py [--calls 10000] [--runs 1000] [--repeats 3]
 
 Builds, in a temp directory, with the harness's own writers (the proxy's TranscriptWriter,
 the grader's Ledger, the code recorder's git):
@@ -16,7 +16,10 @@ data, cold (the first request: every file read) and warm (the next): the run lis
 run's summary, timeline, charts and a search, and the study page. With Chromium and
 Playwright present it also times whole page loads in the browser (navigation to the
 timeline or the slot table rendered). Target: every page under 2 s. Prints a table and
-writes the figures as JSON (``--out``, default ``viewer_scale.json`` in the temp dir).
+writes the figures through the figures' writer (``docs/figures/data/viewer_scale.json``):
+each page's data cold (the first request after the viewer starts: one sample) and warm
+(``--repeats`` requests), and ``--repeats`` whole page loads in Chromium (none without it).
+``--quick``: 200 calls, 20 runs, one repeat.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import provenance
 
 HOURS = 12
 
@@ -237,11 +240,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=1_000)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--repeats", type=int, default=3, help="warm requests and browser loads")
+    provenance.add_arguments(ap, "viewer_scale")
     ap.add_argument(
         "--data", type=Path, default=None, help="build into this directory and keep it (reused)"
     )
     args = ap.parse_args()
+    if args.quick:
+        args.calls, args.runs, args.repeats = 200, 20, 1
+    rec = provenance.Recorder(args)
     keep = args.data is not None
     work = args.data or Path(tempfile.mkdtemp(prefix="viewer-scale-"))
     run_id, study = "20261125-000000-arith-lite-big-0001", "study-1k"
@@ -282,13 +289,14 @@ def main() -> int:
                 ("run page html", f"/run/{run_id}"),
             ]:
                 cold = timed_get(client, base + url)
-                warm = timed_get(client, base + url)
+                warm = [timed_get(client, base + url) for _ in range(args.repeats)]
                 results[name] = {
                     "cold_s": round(cold[0], 3),
-                    "warm_s": round(warm[0], 3),
-                    "bytes": warm[1],
+                    "warm_s": provenance.summarize([w[0] for w in warm]),
+                    "bytes": warm[-1][1],
                 }
-        loads = browser_loads(base, token, run_id, study)
+        tries = [browser_loads(base, token, run_id, study) for _ in range(args.repeats)]
+        loads = {k: [t[k] for t in tries if t] for k in (tries[0] or {})}
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -298,26 +306,19 @@ def main() -> int:
     print(f"\ntranscript: {size_mb:.1f} MiB for {args.calls} calls")
     print(f"{'page data':34} {'cold s':>8} {'warm s':>8} {'bytes':>11}")
     for name, r in results.items():
-        print(f"{name:34} {r['cold_s']:8.3f} {r['warm_s']:8.3f} {r['bytes']:11,}")
-    if loads:
-        for name, took in loads.items():
-            print(f"{name:34} {took:8.3f}")
+        warm_s = r["warm_s"]["samples"][-1]
+        print(f"{name:34} {r['cold_s']:8.3f} {warm_s:8.3f} {r['bytes']:11,}")
+    for name, took in loads.items():
+        print(f"{name:34} {max(took):8.3f} (slowest of {len(took)})")
     data = {
         "calls": args.calls,
         "runs": args.runs,
         "transcript_mib": round(size_mb, 2),
         "api": results,
-        "browser_s": {k: round(v, 3) for k, v in (loads or {}).items()},
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-        },
+        "browser_s": {k: provenance.summarize(v) for k, v in loads.items()},
         "target_s": 2.0,
     }
-    out = args.out or work / "viewer_scale.json"
-    out.write_text(json.dumps(data, indent=2))
-    print(f"\nfigures: {out}")
+    rec.write(data, repeats=args.repeats, split="none")
     if not keep:
         shutil.rmtree(work / "runs", ignore_errors=True)
         shutil.rmtree(work / "study-1k", ignore_errors=True)
