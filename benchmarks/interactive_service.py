@@ -3,7 +3,7 @@ service (HTTP on loopback, the agent's path) against the same steps in-process, 
 in one run, with 1 and with 16 parallel sessions, and the time to grade the tiny model on the
 lite validation split (no benchmark touches the graded split).
 
-    python benchmarks/interactive_service.py --task alfworld-lite|webshop-lite|deepsearch-lite
+    python benchmarks/interactive_service.py [--tasks alfworld-lite webshop-lite deepsearch-lite]
         [--episodes N] [--repeats 3] [--parallel 16]
 
 Episodes replay the public expert walkthroughs (alfworld-lite: every action admissible, each
@@ -12,7 +12,9 @@ two BM25 searches, then the answer; every episode rewarded 1), each session as l
 walkthrough, so both sides do the same work; the overhead is in-process steps/s over one
 service session's. Uses a private AGENT2RL_HOME (a temp dir) unless one is set; preparing the
 task's data the first time is reported separately (alfworld-lite is sized down: 60 public,
-48 graded and 48 validation games).
+48 graded and 48 validation games). One file for all tasks (``runs``): steps per second as
+summaries over ``--repeats``, the overhead as per-repeat ratios, the grading time.
+``--quick``: deepsearch-lite, 4 episodes, 4 validation items, one repeat.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import statistics
 import sys
 import tempfile
 import time
@@ -28,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from spine import machine  # the machine line every benchmark prints
+import provenance
 
 
 @dataclass(frozen=True)
@@ -88,15 +89,9 @@ def through_service(url: str, token: str, walks: list[dict], parallel: int) -> t
     return steps, time.time() - start
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--task", choices=sorted(TASKS), required=True)
-    ap.add_argument("--episodes", type=int, help="default: 24 for alfworld-lite, else 64")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--parallel", type=int, default=16)
-    args = ap.parse_args()
-    if not os.environ.get("AGENT2RL_HOME"):
-        os.environ["AGENT2RL_HOME"] = tempfile.mkdtemp(prefix="agent2rl-bench-")
+def measure(task_name: str, args: argparse.Namespace, settings) -> dict:
+    """One task's record: steps per second (summaries), the service's overhead (per-repeat
+    ratios) and the validation grading of the tiny model."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from support.rundirs import run_stub  # noqa: E402  (the tests' run-directory builder)
 
@@ -105,62 +100,87 @@ def main() -> None:
     from agent2rl.models import resolve_model
     from agent2rl.orchestration.rollout_service import start_rollout_service
     from agent2rl.rollout import RolloutLimits
-    from agent2rl.settings import load_settings
     from agent2rl.tasks import get_task, prepare_task
 
-    print(f"machine: {machine()}")
-    settings = load_settings()
-    figures = TASKS[args.task]
-    task = get_task(args.task, figures.options)
+    figures = TASKS[task_name]
+    task = get_task(task_name, figures.options)
     started = time.time()
     prepared = prepare_task(task, settings.task_store)
-    print(f"{args.task} data ready ({figures.options or 'defaults'}): {time.time() - started:.1f}s")
+    print(f"{task_name} data ready ({figures.options or 'defaults'}): {time.time() - started:.1f}s")
     walks = read_jsonl(prepared.public / "walkthroughs.jsonl")[: args.episodes or figures.episodes]
     games = task.environment(prepared, "public")
     paths = run_stub(Path(tempfile.mkdtemp()) / "run", task)
     token = secrets.token_urlsafe(16)
     # the run's default limits (32 sessions, 500 steps/s)
     handle = start_rollout_service(paths, token, RolloutLimits())
-    ratios = []
+    local, one, par = [], [], []
     try:
         for r in range(args.repeats):
             n_local, t_local = in_process(games, walks)
             n_one, t_one = through_service(handle.url, token, walks, 1)
             n_par, t_par = through_service(handle.url, token, walks, args.parallel)
-            ratios.append((n_local / t_local) / (n_one / t_one))
+            local.append(n_local / t_local)
+            one.append(n_one / t_one)
+            par.append(n_par / t_par)
             print(
                 f"repeat {r + 1}: {n_one} steps ({len(walks)} episodes); in-process "
-                f"{n_local / t_local:.1f} steps/s, service 1 session {n_one / t_one:.1f} "
-                f"steps/s ({ratios[-1]:.2f}x), service {args.parallel} sessions "
-                f"{n_par / t_par:.1f} steps/s"
+                f"{local[-1]:.1f} steps/s, service 1 session {one[-1]:.1f} steps/s, service "
+                f"{args.parallel} sessions {par[-1]:.1f} steps/s",
+                flush=True,
             )
     finally:
         handle.stop()
-    print(
-        f"service overhead (in-process / 1 session steps/s), median: "
-        f"{statistics.median(ratios):.2f}x"
-    )
-
     model = resolve_model("tiny", settings.model_store)
     backend = load_backend(model.path, "transformers")
-    times = []
+    times, result = [], None
     try:
         for r in range(args.repeats):
             started = time.time()
-            result = task.evaluate(backend, prepared, split="validation")
+            result = task.evaluate(backend, prepared, split="validation", limit=args.limit)
             times.append(time.time() - started)
-            extra = ""
-            if figures.extra:
-                key, label = figures.extra
-                extra = f", {label} {result.details[key]:.0f}%"
-            print(
-                f"eval repeat {r + 1}: tiny on {result.n_items} lite validation {figures.items} "
-                f"(max {task.opts['max_steps']} steps) in {times[-1]:.1f}s, score "
-                f"{result.score:.2f}, mean steps {result.details['mean_steps']:.1f}{extra}"
-            )
+            print(f"eval repeat {r + 1}: {result.n_items} {figures.items} in {times[-1]:.1f}s")
     finally:
         backend.close()
-    print(f"grading time of the lite eval set (tiny, median): {statistics.median(times):.1f}s")
+    assert result is not None
+    extra = {}
+    if figures.extra:
+        key, label = figures.extra
+        extra = {f"{label}_pct": round(float(result.details[key]), 1)}
+    return {
+        "task": task_name,
+        "episodes": len(walks),
+        "steps_per_s_in_process": provenance.summarize(local, 1),
+        "steps_per_s_service_1": provenance.summarize(one, 1),
+        f"steps_per_s_service_{args.parallel}": provenance.summarize(par, 1),
+        "overhead_in_process_over_service_1": provenance.ratio(local, one),
+        "validation_items": result.n_items,
+        "max_steps": task.opts["max_steps"],
+        "grading_s": provenance.summarize(times, 1),
+        "tiny_score": round(result.score, 2),
+        "tiny_mean_steps": round(float(result.details["mean_steps"]), 1),
+        **extra,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
+    ap.add_argument("--episodes", type=int, help="default: 24 for alfworld-lite, else 64")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parallel", type=int, default=16)
+    ap.add_argument("--limit", type=int, default=None, help="validation items graded (all)")
+    provenance.add_arguments(ap, "interactive_service")
+    args = ap.parse_args()
+    if args.quick:
+        args.tasks, args.episodes, args.repeats, args.limit = ["deepsearch-lite"], 4, 1, 4
+    rec = provenance.Recorder(args)
+    if not os.environ.get("AGENT2RL_HOME"):
+        os.environ["AGENT2RL_HOME"] = tempfile.mkdtemp(prefix="agent2rl-bench-")
+    from agent2rl.settings import load_settings
+
+    settings = load_settings()
+    runs = [measure(t, args, settings) for t in args.tasks]
+    rec.write({"parallel": args.parallel, "runs": runs}, repeats=args.repeats, split="validation")
 
 
 if __name__ == "__main__":
