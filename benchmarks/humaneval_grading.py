@@ -13,16 +13,22 @@ move with what else the machine is running. The problems are all 164 of HumanEva
 default (``--problems private``: the 82 graded ones). Speed only: nothing is tuned on them.
 
     python benchmarks/humaneval_grading.py [--repeats 5] [--problems all|private] [--workers N]
+
+Written through the figures' writer (``docs/figures/data/humaneval_grading.json``): per
+runner the rate and the CPU per solution as summaries, and the ratios taken per repeat (both
+runners run in every repeat). The split is ``graded`` when only the private problems are run,
+else ``none`` (canonical solutions: no model is graded). ``--quick``: 8 problems, one repeat.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import provenance
 
 from agent2rl.sandbox.programs import ExecLimits, ExecResult, cpu_count, isolation, run_programs
 from agent2rl.sandbox.two_process import check_functions
@@ -71,10 +77,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--problems", choices=("all", "private"), default="all")
     ap.add_argument("--workers", type=int, default=None)
+    provenance.add_arguments(ap, "humaneval_grading")
     args = ap.parse_args()
+    rec = provenance.Recorder(args)
     problems = load_problems()
     if args.problems == "private":
         problems = split_problems(problems)[2]
+    if args.quick:
+        problems, args.repeats = problems[:8], 1
     limits, workers = ExecLimits(), args.workers or cpu_count()
     programs = [build_program(p, p["canonical_solution"], chat=False) for p in problems]
     items = [build_item(p, p["canonical_solution"], chat=False) for p in problems]
@@ -117,19 +127,24 @@ def main() -> None:
     finally:
         if meter:
             meter.close()
-    one, two = (statistics.median(rates[name]) for name in runners)
-    print(
-        f"median: one-process {one:.1f}/s, two-process {two:.1f}/s: "
-        f"the two-process scorer takes {one / two:.2f}x as long"
-    )
+    one, two = rates["one-process"], rates["two-process"]
+    data = {
+        "problems": len(problems),
+        "workers": workers,
+        "isolation": isolation(),
+        "solutions_per_s": {name: provenance.summarize(r, 1) for name, r in rates.items()},
+        # time per solution: the rates' inverse ratio
+        "time_ratio_two_over_one_process": provenance.ratio(one, two),
+    }
     if meter:
-        one, two = (statistics.median(cpu_ms[name]) for name in runners)
-        print(
-            f"median CPU per solution: one-process {one:.1f} ms, two-process {two:.1f} ms: "
-            f"{two / one:.2f}x"
+        data["cpu_ms_per_solution"] = {n: provenance.summarize(c, 1) for n, c in cpu_ms.items()}
+        data["cpu_ratio_two_over_one_process"] = provenance.ratio(
+            cpu_ms["two-process"], cpu_ms["one-process"]
         )
     else:
         print("(no cgroup could be made here: CPU time per solution not measured)")
+    split = "graded" if args.problems == "private" else "none"
+    rec.write(data, repeats=args.repeats, split=split)
 
 
 if __name__ == "__main__":
