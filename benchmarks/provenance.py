@@ -96,17 +96,10 @@ def load_average() -> list[float]:
 
 
 def gpus() -> list[str]:
-    """The GPUs ``nvidia-smi`` lists, ``name, memory`` each; none where it is absent."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [g.strip() for g in out.splitlines() if g.strip()]
+    """The GPUs nvidia-smi lists (the harness's one reader), ``name, memory`` each."""
+    from agent2rl.devices import list_gpus
+
+    return [f"{g.name}, {g.total_bytes // 2**20} MiB" for g in list_gpus()]
 
 
 def machine() -> dict[str, Any]:

@@ -230,26 +230,33 @@ def plan_layout(
     return GpuLayout(tuple(grader), tuple(agent), fraction, agent_bytes, tuple(notes))
 
 
-def list_gpus(env: dict[str, str] | None = None) -> list[Gpu]:
-    """The GPUs this process may use, from nvidia-smi (without initialising CUDA here: vLLM
-    forks), filtered by ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) when it is set. Empty
-    when nvidia-smi is missing or fails. Edge case: MIG instances are not listed."""
-    env = os.environ if env is None else env
+def nvidia_smi(query: str, timeout: float = 30.0) -> list[list[str]] | None:
+    """The rows ``nvidia-smi QUERY --format=csv,noheader,nounits`` prints, each split into its
+    stripped fields (``query`` e.g. ``--query-gpu=index,uuid``). The one place the harness
+    asks nvidia-smi, which leaves CUDA uninitialised in this process (vLLM forks). None when
+    nvidia-smi is not on PATH, fails or runs past ``timeout``; blank lines are dropped."""
     try:
         out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=index,uuid,name,memory.total,memory.free",
-                "--format=csv,noheader,nounits",
-            ],
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=timeout,
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
+        return None
+    return [[f.strip() for f in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def list_gpus(env: dict[str, str] | None = None) -> list[Gpu]:
+    """The GPUs this process may use (:func:`nvidia_smi`), filtered by
+    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) when it is set. Empty when nvidia-smi is
+    missing or fails. Edge case: MIG instances are not listed."""
+    env = os.environ if env is None else env
+    rows = nvidia_smi("--query-gpu=index,uuid,name,memory.total,memory.free")
+    if rows is None:
         return []
-    return parse_smi(out, env.get("CUDA_VISIBLE_DEVICES"))
+    return parse_smi("\n".join(", ".join(r) for r in rows), env.get("CUDA_VISIBLE_DEVICES"))
 
 
 def parse_smi(text: str, visible: str | None = None) -> list[Gpu]:

@@ -33,7 +33,6 @@ import contextlib
 import fcntl
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from agent2rl.devices import nvidia_smi
 from agent2rl.errors import ModelFault
 from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.grading.evaluator import STARTED_FILE, EvalSpec, FailureKind
@@ -79,20 +79,9 @@ def device_lock_names(
 
 
 def gpu_uuids() -> dict[str, str]:
-    """``nvidia-smi``'s index -> UUID map ({} when it is missing or fails). Asked through the
-    tool so that this process does not initialise CUDA before the backend does (vLLM forks)."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    pairs = (line.split(",", 1) for line in out.splitlines() if "," in line)
-    return {i.strip(): u.strip() for i, u in pairs}
+    """``nvidia-smi``'s index -> UUID map ({} when it is missing or fails)."""
+    rows = nvidia_smi("--query-gpu=index,uuid") or []
+    return {r[0]: r[1] for r in rows if len(r) == 2}
 
 
 def device_locks(backend: BackendConfig) -> list[str]:

@@ -10,12 +10,13 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import psutil
+
+from agent2rl.devices import nvidia_smi
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class ResourceSampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._nvidia_smi = shutil.which("nvidia-smi")
+        # no process on PATH to ask every 5 s where there is none
+        self._gpus = shutil.which("nvidia-smi") is not None
 
     def start(self) -> None:
         """Take a first sample now, then one every ``interval_s``, until :meth:`stop`."""
@@ -142,29 +144,16 @@ class ResourceSampler:
         return [p for p in found.values() if _is_running(p)]
 
     def _gpu_mem_bytes(self, pids: set[int]) -> int | None:
-        if self._nvidia_smi is None:
+        if not self._gpus:
             return None
-        try:
-            proc = subprocess.run(
-                [
-                    self._nvidia_smi,
-                    "--query-compute-apps=pid,used_memory",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=_NVIDIA_SMI_TIMEOUT_S,
-            )
-        except (OSError, subprocess.SubprocessError):
+        rows = nvidia_smi("--query-compute-apps=pid,used_memory", _NVIDIA_SMI_TIMEOUT_S)
+        if rows is None:
             return None
-        if proc.returncode != 0:
-            return None
-        total_mib = 0
-        for line in proc.stdout.splitlines():
-            parts = [x.strip() for x in line.split(",")]
-            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                if int(parts[0]) in pids:
-                    total_mib += int(parts[1])
+        total_mib = sum(
+            int(r[1])
+            for r in rows
+            if len(r) == 2 and r[0].isdigit() and r[1].isdigit() and int(r[0]) in pids
+        )
         return total_mib * 1024 * 1024
 
     def _append(self, record: dict[str, float | int]) -> None:

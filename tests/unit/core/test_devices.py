@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from agent2rl.devices import (
@@ -139,3 +142,35 @@ def test_list_gpus_matches_this_machine() -> None:
     # nvidia-smi is absent on a CPU machine: an empty list, never an error
     gpus = list_gpus()
     assert all(g.total_bytes >= g.free_bytes >= 0 for g in gpus)
+
+
+def _fake_smi(tmp_path: Path, script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real ``nvidia-smi`` executable first on PATH, running ``script`` (sh)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + script)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_nvidia_smi_is_read_in_one_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent2rl.devices import nvidia_smi
+    from agent2rl.grading.worker import gpu_uuids
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi at all
+    assert nvidia_smi("--query-gpu=index") is None and gpu_uuids() == {} and list_gpus() == []
+    _fake_smi(
+        tmp_path,
+        'case "$1" in --query-gpu=index,uuid) printf "0, GPU-a\\n\\n1, GPU-b\\n";;\n'
+        '*) printf "0, GPU-a, H200, 143771, 140000\\n";; esac\n',
+        monkeypatch,
+    )
+    assert nvidia_smi("--query-gpu=index,uuid") == [["0", "GPU-a"], ["1", "GPU-b"]]
+    assert gpu_uuids() == {"0": "GPU-a", "1": "GPU-b"}
+    (gpu,) = list_gpus({})
+    assert (gpu.index, gpu.name, gpu.uuid, gpu.total_bytes) == (0, "H200", "GPU-a", 143771 * 2**20)
+    (tmp_path / "bin" / "nvidia-smi").write_text(
+        "#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n"
+    )
+    assert nvidia_smi("--query-gpu=index") is None and list_gpus({}) == []
