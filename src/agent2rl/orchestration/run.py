@@ -112,7 +112,7 @@ from agent2rl.sandbox import (
 )
 from agent2rl.settings import load_settings
 from agent2rl.tasks import get_task, prepare_task, private_paths
-from agent2rl.viewer.serve import run_page_url
+from agent2rl.viewer_link import run_page_url
 from agent2rl.workspace import agent_env, build_workspace, write_instructions
 
 #: bwrap's own install hint, printed once when a run falls back to no sandbox

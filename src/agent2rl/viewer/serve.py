@@ -7,7 +7,8 @@ would read every other run's transcripts, diffs and scores there.
 
 ``agent2rl view`` writes ``$AGENT2RL_HOME/viewer.json`` (url, root, pid, token; mode 0600,
 readable by the harness's user only, never by a sandboxed agent's uid) while it serves, so
-``agent2rl run`` can print the URL of its run's page, token included (:func:`run_page_url`).
+``agent2rl run`` can print the URL of its run's page, token included
+(:func:`agent2rl.viewer_link.run_page_url`).
 The file names a live process only while that process is alive; a stale one (a killed
 viewer) is ignored.
 """
@@ -20,13 +21,10 @@ import secrets
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_text_atomic
-from agent2rl.settings import load_settings
-
-ANNOUNCE = "viewer.json"
+from agent2rl.viewer_link import announce_path
 
 
 def check_access(host: str, token: str | None) -> str:
@@ -35,40 +33,6 @@ def check_access(host: str, token: str | None) -> str:
     if token is not None and len(token) < 16:
         raise UserError("--token must be at least 16 characters (or leave it out for a random one)")
     return token or secrets.token_urlsafe(24)
-
-
-def announce_path() -> Path:
-    return load_settings().home / ANNOUNCE
-
-
-def run_page_url(run_dir: Path) -> str | None:
-    """The URL of ``run_dir``'s page on a running ``agent2rl view`` whose directory holds
-    it, with the viewer's token, or None (no viewer, a stale announce file, or a viewer of
-    another directory)."""
-    try:
-        data = read_json(announce_path())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not _alive(data.get("pid")):
-        return None
-    root = Path(str(data.get("root", "")))
-    run_dir = Path(run_dir).resolve()
-    if root != run_dir and root not in run_dir.parents:
-        return None
-    token = data.get("token")
-    return f"{data.get('url')}/run/{run_dir.name}" + (f"?token={token}" if token else "")
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def serve_viewer(

@@ -157,3 +157,41 @@ def test_rendering_loads_without_the_report() -> None:
         "assert a.RunMetrics.__name__ == 'RunMetrics'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+#: the packages in ARCHITECTURE.md's layers, top first, with the viewer (a user interface
+#: over finished and live runs) beside the CLI and the study above the run; ``rollout`` sits
+#: above ``solvers``, whose episode solver plays the rollout environments.
+LAYERS = (
+    "cli",
+    "viewer",
+    "study",
+    "orchestration",
+    "analysis",
+    "grading",
+    "workspace",
+    "integrity",
+    "models",
+    "tasks",
+    "agents",
+    "scoring",
+    "metering",
+    "sandbox",
+    "solvers",
+    "rollout",
+    "inference",
+    "recording",
+)
+
+
+def test_packages_import_only_downward() -> None:
+    """No package imports one listed above it (e.g. a run printing the viewer's URL reads
+    the viewer's announce file through a base module, not the viewer's package)."""
+    rank = {unit: i for i, unit in enumerate(LAYERS)}
+    upward = [
+        f"{src} imports {dst} ({', '.join(where[:2])})"
+        for src, dsts in sorted(import_graph().items())
+        for dst, where in dsts.items()
+        if src in rank and dst in rank and rank[dst] < rank[src]
+    ]
+    assert not upward, "imports upward:\n  " + "\n  ".join(upward)

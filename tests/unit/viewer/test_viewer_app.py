@@ -365,7 +365,7 @@ def test_run_page_url_names_a_live_viewer_of_the_run(
     viewer's token (what `agent2rl run` prints); a stale announce file (its process gone)
     gives none."""
     from agent2rl.files import write_json_atomic
-    from agent2rl.viewer.serve import ANNOUNCE, run_page_url
+    from agent2rl.viewer_link import ANNOUNCE, run_page_url
 
     home = tmp_path / "home"
     home.mkdir()
