@@ -184,7 +184,9 @@ def test_figures_render_from_json_with_provenance(tmp_path: Path) -> None:
                 "benchmark": "grading_latency",
                 "command": "python benchmarks/grading_latency.py",
                 "commit": "abc123",
-                "measured_at": "2026-11-25T14:00:00Z",
+                "worktree": {"dirty": ["src/x.py"]},
+                "date": "2026-11-25T14:00:00Z",
+                "machine": {"host": "vm", "cores": 2, "cpu": "x86_64", "gpus": ["H200, 1 MiB"]},
                 "polls": {"10": {"p50_ms": 55.5, "note": "a|b"}},
                 "sizes": [1, 2],
             }
@@ -194,7 +196,9 @@ def test_figures_render_from_json_with_provenance(tmp_path: Path) -> None:
     assert "### `grading_latency`" in md
     assert "- command: `python benchmarks/grading_latency.py`" in md
     assert "- commit: `abc123`" in md and "- date: `2026-11-25T14:00:00Z`" in md
-    assert "- machine: not recorded" in md
+    assert "- worktree: `dirty: src/x.py`" in md  # an --allow-dirty run says so
+    assert "- machine: `vm (2 cores, x86_64, GPU H200, 1 MiB)" in md
+    assert "- split: not recorded" in md and "- repeats: not recorded" in md
     assert "| `polls.10.p50_ms` | 55.5 |" in md
     assert "| `polls.10.note` | a\\|b |" in md and "| `sizes` | [1, 2] |" in md
     (tmp_path / "c.json").write_text("{not json")
