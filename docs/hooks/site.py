@@ -16,7 +16,8 @@
       <!-- about FILE -->
 
   ``PATH`` is a dotted path inside the file to a list of records (objects) or an object of
-  records (its keys become a ``key`` column); ``-`` is the whole file. ``value`` renders one
+  records (its keys become a ``key`` column; an object of summaries becomes ``key`` and
+  ``value`` rows); ``-`` is the whole file. ``value`` renders one
   number inline (``digits`` decimals, default 2), or a summary that
   ``benchmarks/provenance.py`` wrote (``n`` and ``samples``, and from 3 samples ``median``,
   ``min`` and ``max``) as its median and range, or as its samples when there are fewer
@@ -143,6 +144,8 @@ def _node(data_dir: Path, file: str, path: str) -> Any:
 def _records(data_dir: Path, file: str, path: str) -> list[dict[str, Any]]:
     """The records at dotted ``path`` of ``data_dir/file`` (module docstring)."""
     node = _node(data_dir, file, path)
+    if isinstance(node, dict) and node and all(is_summary(v) for v in node.values()):
+        return [{"key": k, "value": v} for k, v in node.items()]  # one summary a row
     if isinstance(node, dict) and all(isinstance(v, dict) for v in node.values()):
         return [{"key": k, **v} for k, v in node.items()]
     if isinstance(node, list) and all(isinstance(v, dict) for v in node):
