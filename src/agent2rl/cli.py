@@ -577,8 +577,8 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     (interrupted, or its harness died) is graded first.
     """
     from agent2rl.analysis import record_run, write_report
-    from agent2rl.orchestration.recover import LIVE_STATUSES, close_dead_run, complete_final_grade
-    from agent2rl.rundir import RunInfo, RunPaths
+    from agent2rl.orchestration.recover import close_dead_run, complete_final_grade
+    from agent2rl.rundir import LIVE_RUN_STATUSES, RunInfo, RunPaths
 
     paths = RunPaths(run_dir.expanduser().resolve())
     if not paths.run_json.is_file():
@@ -586,7 +586,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     note = close_dead_run(paths)
     if note:
         err_console.print(note, highlight=False, soft_wrap=True)
-    elif (status := RunInfo.load(paths).status) in LIVE_STATUSES:
+    elif (status := RunInfo.load(paths).status) in LIVE_RUN_STATUSES:
         err_console.print(f"note: the run is still {status}; this report is of the run so far")
     if graded := complete_final_grade(paths):  # --feedback validation: the private-split grade
         err_console.print(graded, highlight=False, soft_wrap=True)

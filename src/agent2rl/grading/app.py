@@ -84,7 +84,7 @@ from agent2rl.grading.final import (
     select_final,
     weights_kept,
 )
-from agent2rl.grading.ledger import Ledger, Submission
+from agent2rl.grading.ledger import Ledger, Submission, SubmissionStatus
 from agent2rl.grading.submission import (
     SubmissionError,
     SubmissionLimits,
@@ -291,7 +291,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
     def noise(s: Submission) -> dict[str, Any]:
         """Intervals for a graded submission (cached: a graded row never changes). One graded
         under other settings than the baseline gets its score interval only."""
-        if s.score is None or s.status != "graded":
+        if s.score is None or s.status != SubmissionStatus.GRADED:
             return {"score_ci95": None, "improvement_ci95": None, "within_noise": None}
         if s.id not in noise_cache:
             path = ctx.paths.root / s.items_path if s.items_path else None
@@ -548,7 +548,11 @@ def create_app(ctx: GradingContext) -> FastAPI:
 
     def _fail(sub_id: int, error: str, kind: str = "harness") -> None:
         ledger.update_submission(
-            sub_id, status="failed", error=error, failure_kind=kind, finished_at=time.time()
+            sub_id,
+            status=SubmissionStatus.FAILED,
+            error=error,
+            failure_kind=kind,
+            finished_at=time.time(),
         )
 
     def _check_and_stage(sub_id: int, model_path: str) -> Path:
@@ -687,7 +691,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
         items = str(outcome.items_path.relative_to(ctx.paths.root)) if outcome.items_path else None
         ledger.update_submission(
             sub_id,
-            status="graded" if outcome.error is None else "failed",
+            status=SubmissionStatus.GRADED if outcome.error is None else SubmissionStatus.FAILED,
             score=outcome.score,
             n_items=outcome.n_items,
             items_path=items,
@@ -709,7 +713,7 @@ def create_app(ctx: GradingContext) -> FastAPI:
             ledger.update_submission(
                 sub_id,
                 identity=identity,
-                status="graded",
+                status=SubmissionStatus.GRADED,
                 is_copy=True,
                 score=baseline.get("score"),
                 n_items=baseline.get("n_items"),

@@ -38,13 +38,14 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from agent2rl.dataset import PreparedTask
 from agent2rl.errors import UserError
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
-from agent2rl.grading.ledger import Ledger, Submission
+from agent2rl.grading.ledger import Ledger, Submission, SubmissionStatus
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.rundir import RunInfo, RunPaths, RunStatus
 from agent2rl.settings import Settings, load_settings
@@ -53,12 +54,23 @@ from agent2rl.settings import Settings, load_settings
 FEEDBACK_PROTOCOLS = ("private", "validation")
 #: How the end-of-run grade's submission was chosen.
 SelectedBy = Literal["marked", "best_validation"]
-#: ``graded``/``failed``: done; ``no_submission``: nothing was graded on validation;
-#: ``pending``: not done yet (the run was interrupted, or the harness died mid-grade:
-#: ``agent2rl report`` does it); ``grading``: under way (a harness that died here left it).
-GradeStatus = Literal["graded", "failed", "no_submission", "pending", "grading"]
+
+
+class GradeStatus(StrEnum):
+    """The end-of-run grade's ``status`` (a ``str``, as stored in the ledger's meta).
+    ``GRADED``/``FAILED``: done; ``NO_SUBMISSION``: nothing was graded on validation;
+    ``PENDING``: not done yet (the run was interrupted, or the harness died mid-grade:
+    ``agent2rl report`` does it); ``GRADING``: under way (a harness that died here left it)."""
+
+    GRADED = "graded"
+    FAILED = "failed"
+    NO_SUBMISSION = "no_submission"
+    PENDING = "pending"
+    GRADING = "grading"
+
+
 #: Statuses after which :func:`grade_final` does nothing more.
-SETTLED = ("graded", "no_submission")
+SETTLED = frozenset({GradeStatus.GRADED, GradeStatus.NO_SUBMISSION})
 
 
 @dataclass
@@ -93,7 +105,9 @@ class FinalGrade:
     def from_dict(cls, data: dict[str, Any]) -> FinalGrade:
         """From the ledger's JSON; unknown keys are ignored."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        grade = cls(**{k: v for k, v in data.items() if k in known})
+        grade.status = GradeStatus(grade.status)
+        return grade
 
 
 def read_final_grade(ledger: Ledger) -> FinalGrade | None:
@@ -149,7 +163,7 @@ def prune_weights(paths: RunPaths, subs: Sequence[Submission], keep: set[int]) -
     (a row still ``evaluating`` is left alone: it is being graded); returns the ids pruned."""
     pruned = []
     for s in subs:
-        if s.id in keep or s.status == "evaluating":
+        if s.id in keep or s.status == SubmissionStatus.EVALUATING:
             continue
         files = list((paths.submission_dir(s.id) / "model").glob("*.safetensors"))
         for f in files:
@@ -168,9 +182,9 @@ def mark_pending(paths: RunPaths, note: str) -> FinalGrade | None:
         if ledger.get_meta("feedback") != "validation":
             return None
         done = read_final_grade(ledger)
-        if done is not None and done.status in SETTLED + ("failed",):
+        if done is not None and (done.status in SETTLED or done.status == GradeStatus.FAILED):
             return done
-        grade = FinalGrade(status="pending", note=note)
+        grade = FinalGrade(status=GradeStatus.PENDING, note=note)
         ledger.set_meta("final_grade", grade.to_dict())
         return grade
 
@@ -199,25 +213,27 @@ def grade_final(
             return None
         done = read_final_grade(ledger)
         if done is not None and (
-            done.status in SETTLED or (done.status == "failed" and done.failure_kind == "model")
+            done.status in SETTLED
+            or (done.status == GradeStatus.FAILED and done.failure_kind == "model")
         ):
             return done
         subs = ledger.submissions()
         chosen, how = select_final(subs, marked_final(ledger))
         if chosen is None:
             grade = FinalGrade(
-                status="no_submission", note="no submission was graded on the validation split"
+                status=GradeStatus.NO_SUBMISSION,
+                note="no submission was graded on the validation split",
             )
             ledger.set_meta("final_grade", grade.to_dict())
             return grade
         grade = FinalGrade(
-            status="grading",
+            status=GradeStatus.GRADING,
             submission_id=chosen.id,
             selected_by=how,
             validation_score=chosen.score,
         )
         if not weights_kept(paths, chosen.id):
-            grade.status, grade.failure_kind = "failed", "harness"
+            grade.status, grade.failure_kind = GradeStatus.FAILED, "harness"
             grade.error = (
                 f"the weights of submission {chosen.id} were not kept, so it could not be "
                 "graded on the private split"
@@ -226,7 +242,7 @@ def grade_final(
             return grade
         ledger.set_meta("final_grade", grade.to_dict())
         outcome = _evaluate(paths, chosen.id, timeout_s, settings or load_settings())
-        grade.status = "graded" if outcome.error is None else "failed"
+        grade.status = GradeStatus.GRADED if outcome.error is None else GradeStatus.FAILED
         grade.score, grade.n_items = outcome.score, outcome.n_items
         grade.items_path = (
             str(outcome.items_path.relative_to(paths.root)) if outcome.items_path else None
@@ -236,7 +252,7 @@ def grade_final(
         grade.failure_kind = outcome.failure if outcome.error is not None else None
         grade.graded_at = time.time()
         ledger.set_meta("final_grade", grade.to_dict())
-        if grade.status == "graded" or grade.failure_kind == "model":
+        if grade.status == GradeStatus.GRADED or grade.failure_kind == "model":
             prune_weights(paths, subs, set())  # nothing will be graded again
         return grade
 
@@ -304,7 +320,7 @@ def finish_feedback(paths: RunPaths, status: str, say: Callable[[str], Any] = pr
 
 def describe_grade(grade: FinalGrade) -> str:
     """One line for the console and the report on the end-of-run grade."""
-    if grade.status == "graded":
+    if grade.status == GradeStatus.GRADED:
         how = "marked final" if grade.selected_by == "marked" else "best on validation"
         return (
             f"final (submission {grade.submission_id}, {how}): {grade.score:.2f} on the private "
@@ -312,7 +328,7 @@ def describe_grade(grade: FinalGrade) -> str:
         )
     if grade.status == "no_submission":
         return "final: none (no submission was graded on the validation split)"
-    if grade.status == "failed":
+    if grade.status == GradeStatus.FAILED:
         return f"final (submission {grade.submission_id}): not graded: {grade.error}"
     return f"final: not graded yet ({grade.note or grade.status})"
 

@@ -45,6 +45,7 @@ import json
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,20 @@ MAX_REJECTION_FIELD_BYTES = 1024
 TRUNCATION_MARK = "...[truncated: {n} bytes]"
 
 
+class SubmissionStatus(StrEnum):
+    """A submission row's ``status``, as stored (a ``str``: ``SubmissionStatus.GRADED ==
+    "graded"``, so older ledgers and JSON read the same). ``EVALUATING`` until its grading
+    settles it ``GRADED`` (with a score) or ``FAILED`` (with ``failure_kind``)."""
+
+    EVALUATING = "evaluating"
+    GRADED = "graded"
+    FAILED = "failed"
+
+
+#: statuses that end a submission's evaluation (anything else is still in flight)
+SETTLED_STATUSES = frozenset({SubmissionStatus.GRADED, SubmissionStatus.FAILED})
+
+
 @dataclass
 class Submission:
     """One row of ``submissions``. ``score`` is None unless ``status == 'graded'``;
@@ -111,7 +126,7 @@ class Submission:
     id: int
     submitted_at: float
     path: str
-    status: str
+    status: SubmissionStatus
     finished_at: float | None = None
     weights_hash: str | None = None
     fingerprint: str | None = None
@@ -138,7 +153,7 @@ class Submission:
     @property
     def valid(self) -> bool:
         """Graded with a score (copies and duplicates of valid submissions count as valid)."""
-        return self.status == "graded" and self.score is not None
+        return self.status == SubmissionStatus.GRADED and self.score is not None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -226,11 +241,12 @@ class Ledger:
         with self._db.transaction() as c:
             cur = c.execute(
                 "INSERT INTO submissions(submitted_at, path, weights_hash, status, eval_hash,"
-                " snapshot, split) VALUES (?, ?, ?, 'evaluating', ?, ?, ?)",
+                " snapshot, split) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     at if at is not None else time.time(),
                     path,
                     weights_hash,
+                    SubmissionStatus.EVALUATING,
                     eval_hash,
                     snapshot,
                     split,
@@ -269,9 +285,8 @@ class Ledger:
         never returned: those files deserve another evaluation."""
         row = self._db.fetchone(
             "SELECT * FROM submissions WHERE fingerprint = ? AND duplicate_of IS NULL"
-            " AND (status = 'graded' OR (status = 'failed' AND failure_kind = 'model'))"
-            " ORDER BY id LIMIT 1",
-            (fingerprint,),
+            " AND (status = ? OR (status = ? AND failure_kind = 'model')) ORDER BY id LIMIT 1",
+            (fingerprint, SubmissionStatus.GRADED, SubmissionStatus.FAILED),
         )
         return _row_to_submission(row) if row else None
 
@@ -280,14 +295,14 @@ class Ledger:
         (a harness failure, or a failure of unknown kind in an older ledger), if any: the one
         a new evaluation of the same files retries."""
         row = self._db.fetchone(
-            "SELECT * FROM submissions WHERE fingerprint = ? AND status = 'failed'"
+            "SELECT * FROM submissions WHERE fingerprint = ? AND status = ?"
             " AND (failure_kind IS NULL OR failure_kind != 'model') ORDER BY id DESC LIMIT 1",
-            (fingerprint,),
+            (fingerprint, SubmissionStatus.FAILED),
         )
         return _row_to_submission(row) if row else None
 
     def in_flight(self) -> list[Submission]:
-        return [s for s in self.submissions() if s.status == "evaluating"]
+        return [s for s in self.submissions() if s.status == SubmissionStatus.EVALUATING]
 
     def best(self) -> Submission | None:
         """The valid submission with the highest score (earliest wins ties; see
@@ -337,7 +352,8 @@ class Ledger:
         Edge case: the id of a deleted last row is given to the next submission."""
         with self._db.transaction() as c:
             c.execute(
-                "DELETE FROM submissions WHERE id = ? AND status = 'evaluating'", (submission_id,)
+                "DELETE FROM submissions WHERE id = ? AND status = ?",
+                (submission_id, SubmissionStatus.EVALUATING),
             )
             if rejection is not None:
                 path, status, reason = rejection
@@ -358,19 +374,19 @@ class Ledger:
         same files submitted again later are evaluated."""
         if ids is not None and not ids:
             return []
-        where = "status = 'evaluating'"
-        params: list[Any] = []
+        where = "status = ?"
+        params: list[Any] = [SubmissionStatus.EVALUATING]
         if ids is not None:
             where += f" AND id IN ({', '.join('?' for _ in ids)})"
-            params = list(ids)
+            params += list(ids)
         with self._db.transaction() as c:
             found = [
                 int(r["id"]) for r in c.execute(f"SELECT id FROM submissions WHERE {where}", params)
             ]
             c.execute(
-                f"UPDATE submissions SET status = 'failed', failure_kind = 'harness', error = ?,"
+                f"UPDATE submissions SET status = ?, failure_kind = 'harness', error = ?,"
                 f" finished_at = ? WHERE {where}",
-                (reason, time.time(), *params),
+                (SubmissionStatus.FAILED, reason, time.time(), *params),
             )
         return found
 
@@ -393,6 +409,7 @@ def _from_json(text: str | None) -> Any:
 def _row_to_submission(row: sqlite3.Row) -> Submission:
     d = dict(row)
     d["is_copy"] = bool(d["is_copy"])
+    d["status"] = SubmissionStatus(d["status"])
     for name in JSON_COLUMNS:
         d[name] = _from_json(d.get(name))
     return Submission(**{k: d.get(k) for k in _SUB_FIELDS})

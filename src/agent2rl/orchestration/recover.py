@@ -21,14 +21,9 @@ import time
 from pathlib import Path
 
 from agent2rl.grading.final import describe_grade, grade_final
-from agent2rl.grading.ledger import Ledger
+from agent2rl.grading.ledger import SETTLED_STATUSES, Ledger, SubmissionStatus
 from agent2rl.orchestration.guard import start_ticks
 from agent2rl.rundir import LIVE_RUN_STATUSES, RunInfo, RunPaths, RunStatus
-
-#: statuses of a run whose harness has not finished it
-LIVE_STATUSES = LIVE_RUN_STATUSES
-#: ledger statuses that end a submission's evaluation (anything else is still in flight)
-FINAL_SUBMISSION_STATUSES = ("graded", "failed")
 
 
 def harness_record() -> dict[str, object]:
@@ -56,11 +51,11 @@ def fail_in_flight(ledger_path: Path, reason: str) -> int:
     if not ledger_path.exists():
         return 0
     with Ledger(ledger_path) as ledger:
-        left = [s for s in ledger.submissions() if s.status not in FINAL_SUBMISSION_STATUSES]
+        left = [s for s in ledger.submissions() if s.status not in SETTLED_STATUSES]
         for sub in left:
             ledger.update_submission(
                 sub.id,
-                status="failed",
+                status=SubmissionStatus.FAILED,
                 error=reason,
                 failure_kind="harness",
                 finished_at=time.time(),
@@ -75,7 +70,7 @@ def close_dead_run(paths: RunPaths) -> str | None:
     was done, else None. A live harness, a finished run, or a harness that cannot be checked
     from here (another host, an older run.json) leaves the run as it is."""
     info = RunInfo.load(paths)
-    if info.status not in LIVE_STATUSES or harness_alive(info) is not False:
+    if info.status not in LIVE_RUN_STATUSES or harness_alive(info) is not False:
         return None
     was = info.status
     failed = fail_in_flight(paths.ledger, "the harness died while this submission was being graded")
@@ -96,7 +91,7 @@ def complete_final_grade(paths: RunPaths) -> str | None:
     run of the ``private`` protocol. The grading service is gone: nothing else writes the
     ledger."""
     info = RunInfo.load(paths)
-    if info.status in LIVE_STATUSES or info.feedback != "validation":
+    if info.status in LIVE_RUN_STATUSES or info.feedback != "validation":
         return None
     grade = grade_final(paths)
     return describe_grade(grade) if grade is not None else None

@@ -9,7 +9,7 @@ from rich.live import Live
 from rich.text import Text
 
 from agent2rl.formatting import format_duration
-from agent2rl.grading.ledger import Ledger
+from agent2rl.grading.ledger import Ledger, SubmissionStatus
 from agent2rl.rundir import RunInfo
 
 
@@ -37,7 +37,7 @@ class StatusLine:
     def update(self, note: str = "") -> None:
         subs = self.ledger.submissions()
         for s in subs[self._seen :]:
-            if s.status != "evaluating":
+            if s.status != SubmissionStatus.EVALUATING:
                 self._seen += 1
                 if self._live is None:
                     self.console.print(self._submission_line(s))
@@ -58,8 +58,8 @@ class StatusLine:
         subs = self.ledger.submissions()
         best = self.ledger.best()
         base = (self.ledger.get_meta("baseline") or {}).get("score")
-        graded = sum(1 for s in subs if s.status == "graded")
-        evaluating = any(s.status == "evaluating" for s in subs)
+        graded = sum(1 for s in subs if s.status == SubmissionStatus.GRADED)
+        evaluating = any(s.status == SubmissionStatus.EVALUATING for s in subs)
         text = Text()
         text.append(f"{self.info.task} / {self.info.agent}  ", style="bold")
         text.append(

@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from agent2rl.analysis.rendering import UPLOT_CSS, UPLOT_JS, UPLOT_LICENSE, uplot_asset
+from agent2rl.grading.ledger import SubmissionStatus
 from agent2rl.http_api import error, install_errors, token_matches
 from agent2rl.viewer.data import Index, RunView, read_study
 
@@ -192,7 +193,7 @@ def create_app(root: Path, *, token: str) -> FastAPI:
             "scores": [
                 [s["submitted_at"], s["score"], s["id"]]
                 for s in subs
-                if s["status"] == "graded" and s["score"] is not None
+                if s["status"] == SubmissionStatus.GRADED and s["score"] is not None
             ],
             "tokens": tokens[::tstep] + ([tokens[-1]] if tokens and len(tokens) % tstep else []),
             "resources": [

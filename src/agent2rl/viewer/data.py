@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from agent2rl.grading.ledger import SubmissionStatus
+
 #: statuses of run.json after which nothing in the run changes
 FINAL_STATUSES = frozenset(
     {"completed", "deadline", "agent_error", "oom", "disk_quota", "interrupted", "harness_error"}
@@ -435,7 +437,9 @@ class RunView:
             baseline = (json.loads(meta.get("baseline") or "null") or {}).get("score")
         except (ValueError, AttributeError):
             baseline = None
-        graded = [s for s in subs if s["status"] == "graded" and s["score"] is not None]
+        graded = [
+            s for s in subs if s["status"] == SubmissionStatus.GRADED and s["score"] is not None
+        ]
         best = max((s["score"] for s in graded), default=None)
         return {"submissions": subs, "rejections": rejections, "baseline": baseline, "best": best}
 
@@ -553,6 +557,7 @@ class RunView:
         tokens_out = sum(e.get("output_tokens") or 0 for e in llm)
         subs = led["submissions"]
         snaps = self.snapshots()
+        settled = sum(s["status"] != SubmissionStatus.EVALUATING for s in subs)
         return {
             "run_id": info.get("run_id") or self.root.name,
             "task": info.get("task"),
@@ -571,8 +576,8 @@ class RunView:
             "now": now,
             "time_left_s": max(0.0, deadline - now) if (live and deadline) else None,
             "submissions": len(subs),
-            "graded": sum(s["status"] == "graded" for s in subs),
-            "evaluating": sum(s["status"] == "evaluating" for s in subs),
+            "graded": sum(s["status"] == SubmissionStatus.GRADED for s in subs),
+            "evaluating": sum(s["status"] == SubmissionStatus.EVALUATING for s in subs),
             "best": led["best"],
             "baseline": led["baseline"],
             "llm_calls": len(llm),
@@ -585,8 +590,8 @@ class RunView:
             "snapshots": len(snaps),
             "resources": res[-1] if res else None,
             # Changes whenever the timeline would: the page refetches it only then.
-            "version": f"{len(llm)}:{len(subs)}:{sum(s['status'] != 'evaluating' for s in subs)}"
-            f":{len(snaps)}:{env['steps']}:{len(led['rejections'])}:{status}",
+            "version": f"{len(llm)}:{len(subs)}:{settled}:{len(snaps)}:{env['steps']}"
+            f":{len(led['rejections'])}:{status}",
         }
 
     def timeline(self) -> list[dict[str, Any]]:

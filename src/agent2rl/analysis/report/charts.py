@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from agent2rl.analysis.rendering import Chart, Series
 from agent2rl.analysis.report.run_metrics import EnvUsage, RunMetrics, TrajectoryPoint
+from agent2rl.grading.ledger import SubmissionStatus
 
 #: the score chart's series, by marker kind: (label, colour)
 MARKERS = {
@@ -26,7 +27,7 @@ def marker_kind(tr: TrajectoryPoint, best_id: int | None) -> str:
     """A submission's marker series: graded (``best`` for the run's best), ``copy`` of a given
     model, ``duplicate``, ``failed``, or ``other`` (never finished)."""
     if tr.score is None:
-        return "failed" if tr.status == "failed" else "other"
+        return "failed" if tr.status == SubmissionStatus.FAILED else "other"
     if tr.is_copy:
         return "copy"
     if tr.duplicate_of is not None:

@@ -42,8 +42,8 @@ from agent2rl.analysis.report.searching import search_summary
 from agent2rl.files import read_jsonl_tolerant
 from agent2rl.grading.comparison import best as best_of
 from agent2rl.grading.comparison import comparable, improvement
-from agent2rl.grading.final import FinalGrade, read_final_grade
-from agent2rl.grading.ledger import Ledger, Rejection, Submission
+from agent2rl.grading.final import FinalGrade, GradeStatus, read_final_grade
+from agent2rl.grading.ledger import Ledger, Rejection, Submission, SubmissionStatus
 from agent2rl.integrity.contamination import read_contamination
 from agent2rl.integrity.identity import identity_flags
 from agent2rl.metering import summarize_usage
@@ -89,7 +89,7 @@ def _final_pick(graded: _Graded) -> Submission | None:
     (the selected submission's row with the private score, files and settings); None when it
     was not graded."""
     grade = graded.final_grade
-    if grade is None or grade.status != "graded" or grade.submission_id is None:
+    if grade is None or grade.status != GradeStatus.GRADED or grade.submission_id is None:
         return None
     row = next((s for s in graded.submissions if s.id == grade.submission_id), None)
     if row is None:
@@ -293,7 +293,7 @@ def _trajectory(
                 improvement_ci95=iv.improvement_ci95,
                 within_noise=iv.within_noise,
                 comparable=comparable(s.eval_hash, base_hash) if s.valid else None,
-                failure_kind=s.failure_kind if s.status == "failed" else None,
+                failure_kind=s.failure_kind if s.status == SubmissionStatus.FAILED else None,
                 retry_of=s.retry_of,
                 identity=_identity(s),
                 timings=s.timings,
