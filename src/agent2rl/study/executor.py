@@ -74,7 +74,7 @@ from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
 from agent2rl.study.attempt import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_dir
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
-from agent2rl.study.state import SlotRow, StudyState
+from agent2rl.study.state import AttemptStatus, SlotRow, SlotStatus, StudyState
 
 #: the object store a local Ray gets: runs pass only small JSON through Ray
 LOCAL_OBJECT_STORE_BYTES = 80 * 2**20
@@ -418,7 +418,7 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
         _reap_ray_session(last.get("session"), last.get("pid"))
         _recover(state, study_dir, reporter)
         rows = [r for r in state.slots() if r.key in keys]
-        todo = [r for r in rows if r.status != "finished"]
+        todo = [r for r in rows if r.status != SlotStatus.FINISHED]
         tally.finished = len(rows) - len(todo)
         if not todo:
             reporter.begin(f"{describe(spec, len(rows))}: all {len(rows)} runs finished")
@@ -494,7 +494,7 @@ def _drive(
                         delayed.append((time.time() + wait, state.slot(att.row.id)))
                     elif retry:
                         pending.append(state.slot(att.row.id))
-                    elif outcome != "finished":
+                    elif outcome != AttemptStatus.FINISHED:
                         failed_keys.append(att.row.key)
                 if hasattr(reporter, "refresh"):
                     reporter.refresh()  # type: ignore[attr-defined]
@@ -510,12 +510,12 @@ def _drive(
     took = format_duration(time.time() - began)
     if stopped:
         reporter.end(
-            f"stopped after {took}: {counts['finished']}/{n_slots} runs finished; "
+            f"stopped after {took}: {counts[SlotStatus.FINISHED]}/{n_slots} runs finished; "
             f"`agent2rl study run` again resumes"
         )
     else:
         reporter.end(
-            f"done in {took}: {counts['finished']}/{n_slots} runs finished, "
+            f"done in {took}: {counts[SlotStatus.FINISHED]}/{n_slots} runs finished, "
             f"{len(failed_keys)} failed"
         )
     return StudyResult(study_dir, counts, ran, stopped, session, failed_keys)
@@ -612,7 +612,7 @@ def _close(
     tally.running.pop((att.row.id, att.n), None)
     if att.view.started_at is not None:
         tally.durations.append(time.time() - att.view.started_at)
-    if outcome == "finished":
+    if outcome == AttemptStatus.FINISHED:
         tally.finished += 1
         return outcome, False
     # Failures (and runs interrupted by something other than this study) count against
@@ -631,7 +631,8 @@ def _tries(state: StudyState, slot_id: int, began: float) -> int:
     return sum(
         1
         for a in state.attempts(slot_id)
-        if (a.queued_at or 0) >= began and a.status in ("failed", "interrupted")
+        if (a.queued_at or 0) >= began
+        and a.status in (AttemptStatus.FAILED, AttemptStatus.INTERRUPTED)
     )
 
 

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from agent2rl.formatting import format_duration
+from agent2rl.study.state import AttemptStatus
 
 #: assumed per-run overhead beyond the budget until a run of this study has finished
 DEFAULT_OVERHEAD_S = 30.0
@@ -98,7 +99,7 @@ def _result_text(result: dict[str, Any], outcome: str) -> str:
         parts.append(f"best {result['best']:.2f}")
     if result.get("run_id"):
         parts.append(str(result["run_id"]))
-    if result.get("error") and outcome != "finished":
+    if result.get("error") and outcome != AttemptStatus.FINISHED:
         parts.append(str(result["error"]))
     return "  ".join(parts)
 
@@ -164,7 +165,7 @@ class LiveReporter:
         now = time.time()
         for a in sorted(t.running.values(), key=lambda a: a.queued_at):
             if a.started_at is None:
-                table.add_row(a.label, str(a.n), "queued", "-")
+                table.add_row(a.label, str(a.n), AttemptStatus.QUEUED, "-")
             else:
                 where = f" ({a.node})" if a.node else ""
                 table.add_row(
@@ -186,7 +187,9 @@ class LiveReporter:
         self.refresh()
 
     def ended(self, a: AttemptView, result: dict[str, Any], outcome: str, retry: bool) -> None:
-        style = {"finished": "green", "interrupted": "yellow"}.get(outcome, "red")
+        style = {AttemptStatus.FINISHED: "green", AttemptStatus.INTERRUPTED: "yellow"}.get(
+            outcome, "red"
+        )
         again = " (will retry)" if retry else ""
         self._live.console.print(
             f"[{style}]{a.label}[/]: {_result_text(result, outcome)}{again}", highlight=False

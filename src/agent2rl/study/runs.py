@@ -15,7 +15,7 @@ from agent2rl.analysis.dashboard.page import Overview
 from agent2rl.analysis.dashboard.runset import StudyRun
 from agent2rl.errors import UserError
 from agent2rl.formatting import format_duration
-from agent2rl.study.state import is_study_dir, read_state
+from agent2rl.study.state import AttemptStatus, SlotStatus, is_study_dir, read_state
 
 
 def load_runs(path: Path) -> tuple[list[StudyRun], Overview]:
@@ -52,7 +52,7 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
     runs: list[StudyRun] = []
     missing = 0
     for s in slots:
-        if s.status != "finished" or not s.run_dir:
+        if s.status != SlotStatus.FINISHED or not s.run_dir:
             continue
         run = load_run(Path(s.run_dir), s.repeat, {"slot": s.key, "attempts": str(s.attempts)})
         if run is None:
@@ -64,6 +64,8 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
     for s in slots:
         counts[s.status] = counts.get(s.status, 0) + 1
     budget = (meta.get("run_settings") or {}).get("budget_s")
+    interrupted = sum(a.status == AttemptStatus.INTERRUPTED for a in attempts)
+    failed = sum(a.status == AttemptStatus.FAILED for a in attempts)
     lines = [
         ("study", str(meta.get("name"))),
         ("directory", str(path)),
@@ -78,8 +80,7 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
         ("slots", ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))),
         (
             "attempts",
-            f"{len(attempts)} ({sum(a.status == 'interrupted' for a in attempts)} interrupted, "
-            f"{sum(a.status == 'failed' for a in attempts)} failed)",
+            f"{len(attempts)} ({interrupted} interrupted, {failed} failed)",
         ),
         ("runs shown", f"{len(runs)} (one per finished slot)"),
     ]
@@ -88,7 +89,7 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
         notes.append(
             f"{missing} finished run(s) have no readable report/metrics.json and are left out."
         )
-    unfinished = len(slots) - counts.get("finished", 0)
+    unfinished = len(slots) - counts.get(SlotStatus.FINISHED, 0)
     if unfinished:
         notes.append(f"{unfinished} slot(s) not finished yet: `agent2rl study run` resumes them.")
     return runs, Overview(f"agent2rl study: {meta.get('name')}", lines, notes)

@@ -28,8 +28,9 @@ import json
 import time
 from contextlib import closing
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agent2rl.errors import UserError
 from agent2rl.rundir import FINISHED_RUN_STATUSES, RunStatus
@@ -41,7 +42,35 @@ STATE_DB = "study.db"
 # FINISHED_RUN_STATUSES: run statuses (run.json) that make a counted result, whatever the
 # agent achieved (one definition, beside RunStatus)
 
-Outcome = Literal["finished", "failed", "interrupted"]
+
+class SlotStatus(StrEnum):
+    """A slot's ``status`` in study.db (a ``str``, as stored): ``PENDING`` until an attempt
+    is queued, ``RUNNING`` while one is, then ``FINISHED`` (its run counts) or ``FAILED``; an
+    interrupted attempt puts it back to ``PENDING``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+class AttemptStatus(StrEnum):
+    """An attempt's ``status`` in study.db: ``QUEUED``, ``RUNNING``, then its outcome
+    (:func:`attempt_outcome`): ``FINISHED``, ``FAILED`` or ``INTERRUPTED``."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+#: what an ended attempt makes of its slot
+SLOT_AFTER = {
+    AttemptStatus.FINISHED: SlotStatus.FINISHED,
+    AttemptStatus.FAILED: SlotStatus.FAILED,
+    AttemptStatus.INTERRUPTED: SlotStatus.PENDING,
+}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -66,17 +95,17 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 
 
-def attempt_outcome(run_status: str | None, failure: str | None = None) -> Outcome:
+def attempt_outcome(run_status: str | None, failure: str | None = None) -> AttemptStatus:
     """What a run's final ``run.json`` status means for its slot (see the module docstring).
     None (no run directory, or a run that never wrote a final status) is ``failed``, and so
     is any run with a ``failure`` kind (``infrastructure``), whatever its status."""
     if failure is not None and run_status != RunStatus.INTERRUPTED:
-        return "failed"
+        return AttemptStatus.FAILED
     if run_status in FINISHED_RUN_STATUSES:
-        return "finished"
+        return AttemptStatus.FINISHED
     if run_status == RunStatus.INTERRUPTED:
-        return "interrupted"
-    return "failed"
+        return AttemptStatus.INTERRUPTED
+    return AttemptStatus.FAILED
 
 
 @dataclass(frozen=True)
@@ -92,7 +121,7 @@ class SlotRow:
     mode: str | None
     repeat: int
     seed: int
-    status: str
+    status: SlotStatus
     """``pending``, ``running``, ``finished`` or ``failed``."""
     attempts: int
     run_id: str | None
@@ -112,8 +141,8 @@ class SlotRow:
 class AttemptRow:
     slot_id: int
     n: int
-    status: str
-    """``queued``, ``running``, or an :data:`Outcome`."""
+    status: AttemptStatus
+    """An :class:`AttemptStatus`."""
     queued_at: float | None
     started_at: float | None
     ended_at: float | None
@@ -209,7 +238,7 @@ class StudyState:
             "SELECT id, key, task, model, agent, driver, mode, repeat, seed, status, attempts,"
             " run_id, run_dir, run_status, error FROM slots ORDER BY id"
         )
-        return [SlotRow(**dict(r)) for r in rows]
+        return [SlotRow(**{**dict(r), "status": SlotStatus(r["status"])}) for r in rows]
 
     def slot(self, slot_id: int) -> SlotRow:
         return next(s for s in self.slots() if s.id == slot_id)
@@ -221,11 +250,13 @@ class StudyState:
             sql += " WHERE slot_id = ?"
             args = (slot_id,)
         rows = self._db.fetchall(sql + " ORDER BY slot_id, n", args)
-        return [AttemptRow(**dict(r)) for r in rows]
+        return [AttemptRow(**{**dict(r), "status": AttemptStatus(r["status"])}) for r in rows]
 
     def open_attempts(self) -> list[AttemptRow]:
         """Attempts a previous driver left ``queued`` or ``running`` (it was killed)."""
-        return [a for a in self.attempts() if a.status in ("queued", "running")]
+        return [
+            a for a in self.attempts() if a.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING)
+        ]
 
     # -- attempts ------------------------------------------------------------------------
     def queue_attempt(self, slot_id: int) -> int:
@@ -237,21 +268,20 @@ class StudyState:
                 "SELECT COALESCE(MAX(n), 0) + 1 FROM attempts WHERE slot_id = ?", (slot_id,)
             ).fetchone()[0]
             db.execute(
-                "INSERT INTO attempts (slot_id, n, status, queued_at) VALUES (?, ?, 'queued', ?)",
-                (slot_id, n, now),
+                "INSERT INTO attempts (slot_id, n, status, queued_at) VALUES (?, ?, ?, ?)",
+                (slot_id, n, AttemptStatus.QUEUED, now),
             )
             db.execute(
-                "UPDATE slots SET status = 'running', attempts = attempts + 1, updated_at = ?"
-                " WHERE id = ?",
-                (now, slot_id),
+                "UPDATE slots SET status = ?, attempts = attempts + 1, updated_at = ? WHERE id = ?",
+                (SlotStatus.RUNNING, now, slot_id),
             )
         return n
 
     def mark_started(self, slot_id: int, n: int, started_at: float, node: str | None) -> None:
         self._db.write(
-            "UPDATE attempts SET status = 'running', started_at = ?, node = ?"
-            " WHERE slot_id = ? AND n = ? AND status = 'queued'",
-            (started_at, node, slot_id, n),
+            "UPDATE attempts SET status = ?, started_at = ?, node = ?"
+            " WHERE slot_id = ? AND n = ? AND status = ?",
+            (AttemptStatus.RUNNING, started_at, node, slot_id, n, AttemptStatus.QUEUED),
         )
 
     def end_attempt(
@@ -264,14 +294,13 @@ class StudyState:
         run_status: str | None,
         error: str | None,
         failure: str | None = None,
-    ) -> Outcome:
+    ) -> AttemptStatus:
         """Close attempt ``n`` with what its run ended as; the slot becomes ``finished``
         (this run is its run), ``failed`` or, interrupted, ``pending`` again. ``failure``
         (``infrastructure``) makes a finished-looking run a failed attempt; ``error`` should
         then say why."""
         outcome = attempt_outcome(run_status, failure)
         now = time.time()
-        slot_status = {"finished": "finished", "failed": "failed", "interrupted": "pending"}
         with self._db.transaction() as db:
             db.execute(
                 "UPDATE attempts SET status = ?, ended_at = ?, run_id = ?, run_dir = ?,"
@@ -280,30 +309,38 @@ class StudyState:
             )
             db.execute(
                 "UPDATE slots SET status = ?, run_id = ?, run_dir = ?, run_status = ?,"
-                " error = ?, updated_at = ? WHERE id = ? AND status != 'finished'",
-                (slot_status[outcome], run_id, run_dir, run_status, error, now, slot_id),
+                " error = ?, updated_at = ? WHERE id = ? AND status != ?",
+                (
+                    SLOT_AFTER[outcome],
+                    run_id,
+                    run_dir,
+                    run_status,
+                    error,
+                    now,
+                    slot_id,
+                    SlotStatus.FINISHED,
+                ),
             )
         return outcome
 
     def failures_since(self, slot_id: int, since: float) -> int:
         """Failed attempts of ``slot_id`` queued at or after ``since`` (this ``study run``)."""
         row = self._db.fetchone(
-            "SELECT COUNT(*) FROM attempts WHERE slot_id = ? AND status = 'failed'"
-            " AND queued_at >= ?",
-            (slot_id, since),
+            "SELECT COUNT(*) FROM attempts WHERE slot_id = ? AND status = ? AND queued_at >= ?",
+            (slot_id, AttemptStatus.FAILED, since),
         )
         return int(row[0]) if row else 0
 
     def counts(self) -> dict[str, int]:
         """Slots per status (every status present, zero when none)."""
-        out = dict.fromkeys(("pending", "running", "finished", "failed"), 0)
+        out = dict.fromkeys(list(SlotStatus), 0)
         for row in self._db.fetchall("SELECT status, COUNT(*) AS n FROM slots GROUP BY status"):
             out[row["status"]] = row["n"]
         return out
 
     def finished_runs(self) -> list[SlotRow]:
         """The counted runs: one per finished slot, in slot order."""
-        return [s for s in self.slots() if s.status == "finished" and s.run_dir]
+        return [s for s in self.slots() if s.status == SlotStatus.FINISHED and s.run_dir]
 
 
 def read_state(study_dir: Path) -> tuple[dict[str, Any], list[SlotRow], list[AttemptRow]]:
