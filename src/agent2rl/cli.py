@@ -541,12 +541,12 @@ def agents(ctx: typer.Context) -> None:
     note of an agent not yet shown to work, ``experimental: ...``)."""
     if ctx.invoked_subcommand is not None:
         return
-    from agent2rl.agents import builtin_specs
+    from agent2rl.agents import AGENTS
     from agent2rl.agents.doctor import doctor
 
     table = Table("agent", "kind", "ready", "default driver", "description")
     rows = {r.agent: r for r in doctor(versions=False)}
-    for spec in builtin_specs().values():
+    for spec in AGENTS.values():
         row = rows[spec.name]  # doctor() checks every built-in spec
         ready = row.readiness() + ("" if row.ok else " (see `agent2rl agents doctor`)")
         table.add_row(spec.name, spec.kind, ready, spec.default_driver or "-", spec.description)

@@ -23,7 +23,7 @@ from agent2rl.agents.logs import AgentLog, Event, parse_log, read_agent_log
 from agent2rl.agents.methods import detect_methods, mode_contradictions
 from agent2rl.agents.modes import MODES
 from agent2rl.agents.prompt import render_prompt
-from agent2rl.agents.spec import AgentSpec, builtin_specs, get_agent, install_files, load_spec
+from agent2rl.agents.spec import AGENTS, AgentSpec, get_agent, install_files, load_spec
 
 __all__ = [
     "MODES",
@@ -33,7 +33,7 @@ __all__ = [
     "Event",
     "Launch",
     "build_launch",
-    "builtin_specs",
+    "AGENTS",
     "detect_methods",
     "driver_for",
     "get_agent",

@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from agent2rl.agents.drivers import real_key, resolve_driver
 from agent2rl.agents.launch import PROXIED_APIS
-from agent2rl.agents.spec import AgentSpec, builtin_specs
+from agent2rl.agents.spec import AGENTS, AgentSpec
 from agent2rl.errors import UserError
 
 DOCTOR_COLUMNS = (
@@ -266,7 +266,7 @@ def doctor(
     """A :class:`DoctorRow` per agent (default: every built-in), in the given order.
     Version probes run concurrently, so the whole check takes about the slowest CLI's
     startup time, at most ``timeout_s``."""
-    items = list(builtin_specs().values() if specs is None else specs)
+    items = list(AGENTS.values() if specs is None else specs)
     if not items:
         return []
     with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:

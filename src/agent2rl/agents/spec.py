@@ -74,6 +74,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from agent2rl.agents.logs import PARSERS
 from agent2rl.errors import UserError
 from agent2rl.metering import PROVIDERS
+from agent2rl.registry import Registry
 
 DEFAULT_PROMPT = """You are an ML engineer. Improve the base model on the task below within the
 time budget, by training it (SFT, RL, ...) and submitting models to the grading service.
@@ -337,27 +338,32 @@ def _validate(path: Path, spec: AgentSpec) -> None:
         raise UserError(f"agent spec {path}: an LLM agent (api = {spec.api}) needs default_driver")
 
 
-def builtin_specs() -> dict[str, AgentSpec]:
-    """The agents shipped in ``agents/specs/``, by name."""
-    folder = resources.files("agent2rl.agents") / "specs"
-    specs = [load_spec(Path(str(f))) for f in folder.iterdir() if f.name.endswith(".toml")]
-    return {s.name: s for s in sorted(specs, key=lambda s: s.name)}
+#: the agents by name: those shipped in ``agents/specs/`` (read when this module is
+#: imported), then any an installed distribution adds through the ``agent2rl.agents`` entry
+#: points (an :class:`AgentSpec`)
+AGENTS: Registry[AgentSpec] = Registry("agents", "agent")
+for _spec in sorted(
+    (
+        load_spec(Path(str(f)))
+        for f in (resources.files("agent2rl.agents") / "specs").iterdir()
+        if f.name.endswith(".toml")
+    ),
+    key=lambda s: s.name,
+):
+    AGENTS.register(_spec.name, _spec)
 
 
 def get_agent(name_or_path: str) -> AgentSpec:
-    """A built-in agent by name, or a spec file by path; else :class:`UserError`."""
-    specs = builtin_specs()
-    if name_or_path in specs:
-        return specs[name_or_path]
+    """A registered agent by name, or a spec file by path (``.toml``); else
+    :class:`UserError` listing the agents."""
+    if name_or_path in AGENTS:
+        return AGENTS[name_or_path]
     if name_or_path.endswith(".toml"):
         path = Path(name_or_path).expanduser()
         if not path.is_file():
             raise UserError(f"agent spec file {name_or_path} does not exist")
         return load_spec(path)
-    raise UserError(
-        f"unknown agent {name_or_path!r}: choose one of {', '.join(specs)} or pass "
-        "a spec file (.toml)"
-    )
+    raise UserError(f"{AGENTS.unknown_message(name_or_path)} or pass a spec file (.toml)")
 
 
 def install_files(spec: AgentSpec, code_dir: Path) -> list[Path]:

@@ -17,12 +17,13 @@ import yaml
 from support import AGENTS
 from support.cli import run_cli
 
-from agent2rl.agents import build_launch, builtin_specs, driver_for, get_agent, load_spec
+from agent2rl.agents import build_launch, driver_for, get_agent, load_spec
 from agent2rl.agents.doctor import DOCTOR_COLUMNS, check_agent, doctor
 from agent2rl.agents.drivers import COMPATIBLE_KEY_ENV, real_key, resolve_driver
 from agent2rl.agents.launch import PROXIED_APIS, proxy_endpoints
 from agent2rl.agents.logs import PARSERS
 from agent2rl.agents.prompt import render_prompt
+from agent2rl.agents.spec import AGENTS as REGISTERED
 from agent2rl.agents.spec import PLACEHOLDERS, AgentSpec, fill
 from agent2rl.errors import UserError
 
@@ -74,7 +75,7 @@ def _everything(launch) -> str:
 
 
 def test_every_builtin_spec_loads_and_is_complete() -> None:
-    specs = builtin_specs()
+    specs = REGISTERED
     assert {"reference-sft", "reference-grpo", *LLM_AGENTS} <= set(specs)
     for name in LLM_AGENTS:
         spec = specs[name]
@@ -131,7 +132,7 @@ def test_experimental_flag_parses_and_defaults_off(tmp_path: Path) -> None:
     )
     spec = load_spec(path)
     assert spec.experimental and spec.experimental_note == "never run: no Docker"
-    specs = builtin_specs()
+    specs = REGISTERED
     # OpenHands' 30-stage pipeline has not run whole here; the agents that have (the stock
     # OpenHands CLI among them, tests/e2e/test_openhands.py) are not flagged.
     oh = specs["openhands-paper"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_agent_specs import PROXY_KEY, REAL_KEYS, _everything, _launch
 
-from agent2rl.agents import builtin_specs, get_agent, install_files
+from agent2rl.agents import AGENTS, get_agent, install_files
 
 STAGES = Path(__file__).parents[3] / "src" / "agent2rl" / "agents" / "pipelines" / "stages.py"
 PAPER = {"openhands-paper": ("openhands", 30), "opencode-paper": ("opencode", 5)}
@@ -60,7 +60,7 @@ def test_codex_paper_turns_web_search_on_and_is_otherwise_stock(workspace: Path)
 
 
 def test_every_paper_spec_is_listed() -> None:
-    assert {"openhands-paper", "opencode-paper", "codex-paper"} <= set(builtin_specs())
+    assert {"openhands-paper", "opencode-paper", "codex-paper"} <= set(AGENTS)
 
 
 def _fake_cli(tmp_path: Path) -> Path:

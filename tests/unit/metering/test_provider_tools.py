@@ -17,7 +17,7 @@ import httpx
 import pytest
 from support.fake_provider import FakeProvider, Turn, start_fake_provider
 
-from agent2rl.agents.spec import builtin_specs
+from agent2rl.agents.spec import AGENTS
 from agent2rl.integrity.contamination import (
     DATASET_SOURCES,
     EgressSummary,
@@ -283,9 +283,9 @@ def test_codex_paper_is_labelled_and_no_other_builtin_is() -> None:
     """codex-paper turns Codex's web search on, as the paper's reference does: its spec says
     so, and its runs allow provider tools (tests/e2e/test_provider_tools_run.py runs a spec
     labelled the same way)."""
-    labelled = [name for name, spec in builtin_specs().items() if spec.provider_tools]
+    labelled = [name for name, spec in AGENTS.items() if spec.provider_tools]
     assert labelled == ["codex-paper"]
-    assert 'web_search="live"' in builtin_specs()["codex-paper"].command
+    assert 'web_search="live"' in AGENTS["codex-paper"].command
 
 
 # --------------------------------------------------------------------------------------------
