@@ -74,7 +74,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 # Every figure in the docs, re-measured into docs/figures/data/ from a committed checkout
-# (benchmarks/figures.py: about 80 minutes on 2 cores; what needs vLLM or a GPU is skipped
+# (benchmarks/figures.py: about two hours on 2 cores; what needs vLLM or a GPU is skipped
 # with the reason where it is absent), then the README's demo block. figures-quick (CI) runs
 # every figure's command at tiny sizes into a temp folder, to show that each still runs.
 figures: $(BENCH_STAMP)

@@ -42,27 +42,27 @@ class Figure:
     #: None, "vllm" (vLLM's CPU build or CUDA build, in .venv-vllm), "gpu", or "hours" (a
     #: study that takes hours on 2 cores: run only when named with --only)
     needs: str | None = None
-    #: roughly, on a 2-core CPU (for the plan it prints)
+    #: roughly, on a 2-core CPU as measured here (for --list)
     minutes: float = 1.0
 
 
 FIGURES: tuple[Figure, ...] = (
     Figure("tiny_tokenizer", "tiny_tokenizer.py", minutes=0.5),
-    Figure("grading_service", "grading_service.py", minutes=2),
-    Figure("humaneval_grading", "humaneval_grading.py", minutes=3),
-    Figure("eval_throughput", "eval_throughput.py", minutes=5),
-    Figure("decode_threads", "decode_threads.py", minutes=3),
-    Figure("grading_latency", "grading_latency.py", ("--part", "solvers"), minutes=15),
+    Figure("grading_service", "grading_service.py", minutes=4),
+    Figure("humaneval_grading", "humaneval_grading.py", minutes=1),
+    Figure("eval_throughput", "eval_throughput.py", minutes=2),
+    Figure("decode_threads", "decode_threads.py", minutes=4),
+    Figure("grading_latency", "grading_latency.py", ("--part", "solvers"), minutes=30),
     Figure(
         "grading_cold_warm",
         "grading_latency.py",
         ("--part", "cold-warm", "--cold-warm-out", "{out}"),
-        minutes=8,
+        minutes=16,
     ),
-    Figure("interactive_service", "interactive_service.py", minutes=6),
+    Figure("interactive_service", "interactive_service.py", minutes=12),
     Figure("lite_learning", "lite_learning.py", minutes=8),
     Figure("viewer_scale", "viewer_scale.py", minutes=3),
-    Figure("demo", "demo.py", minutes=17),
+    Figure("demo", "demo.py", minutes=18),
     Figure("vllm_cpu_engine", "vllm_cpu_engine.py", needs="vllm", minutes=4),
     Figure(
         "feedback_protocols",
@@ -91,7 +91,7 @@ FIGURES: tuple[Figure, ...] = (
         ("--part", "cold-warm", "--tasks", "arith-lite", "alfworld-lite")
         + ("--backends", "transformers", "vllm", "--cold-warm-out", "{out}"),
         needs="vllm",
-        minutes=10,
+        minutes=25,
     ),
 )
 
