@@ -156,6 +156,9 @@ class Recorder:
                 "pass --allow-dirty (the file then lists the changed paths)"
             )
         self.worktree = "clean" if not changed else {"dirty": changed}
+        # now: a library may rewrite sys.argv while the figure runs (TextWorld's PDDL
+        # translator sets it to its own)
+        self.argv = list(sys.argv)
         self.commit = git("rev-parse", "HEAD")
         self.load_before = load_average()
         self.started = time.time()
@@ -166,11 +169,11 @@ class Recorder:
         clash = set(HEADER) & set(data)
         if clash:
             raise ValueError(f"data repeats header fields: {sorted(clash)}")
-        script = Path(sys.argv[0]).resolve()
+        script = Path(self.argv[0]).resolve()
         rel = script.relative_to(REPO) if script.is_relative_to(REPO) else script
         head = {
             "benchmark": self.out.stem,
-            "command": shlex.join(["python", str(rel), *sys.argv[1:]]),
+            "command": shlex.join(["python", str(rel), *self.argv[1:]]),
             "commit": self.commit,
             "worktree": self.worktree,
             "quick": self.quick,

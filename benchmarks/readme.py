@@ -30,7 +30,7 @@ def demo_block(data: dict) -> str:
             f"The run with the median best score of {data['repeats']} `make demo` runs "
             f"(best scores {others}; graded split) on {data['date'][:10]}, commit "
             f"`{data['commit'][:10]}`, a {machine['cores']}-core CPU machine without GPU "
-            "(*Demo* in [Figures](docs/figures.md)); yours will differ by a few points:",
+            "(*Demo* in [Figures](docs/figures.md)); yours will differ as these do:",
             "",
             "```",
             *run["headline"],

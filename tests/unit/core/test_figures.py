@@ -69,7 +69,9 @@ def _git_repo(tmp_path: Path) -> Path:
 
 
 def _args(out: Path, **kw: bool) -> argparse.Namespace:
-    return argparse.Namespace(out=out, allow_dirty=kw.get("dirty", False), quick=kw.get("quick", False))
+    return argparse.Namespace(
+        out=out, allow_dirty=kw.get("dirty", False), quick=kw.get("quick", False)
+    )
 
 
 def test_the_writer_refuses_uncommitted_code_unless_allowed(
@@ -80,13 +82,20 @@ def test_the_writer_refuses_uncommitted_code_unless_allowed(
     out = repo / "docs/figures/data/x.json"
     # the pipeline's own outputs do not make the checkout dirty
     out.write_text("{}")
+    monkeypatch.setattr(sys, "argv", [str(repo / "bench.py"), "--repeats", "3"])
     rec = provenance.Recorder(_args(out))
+    # a library that rewrites sys.argv mid-run (TextWorld's PDDL translator does)
+    monkeypatch.setattr(sys, "argv", ["translate.py", "domain", "task"])
     rec.write({"speed": provenance.summarize([1.0, 2.0, 3.0])}, repeats=3, split="validation")
     data = json.loads(out.read_text())
     assert data["worktree"] == "clean" and data["repeats"] == 3 and data["quick"] is False
-    assert data["commit"] == subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
-    ).stdout.strip()
+    assert data["command"] == "python bench.py --repeats 3"
+    assert (
+        data["commit"]
+        == subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+        ).stdout.strip()
+    )
     assert list(data)[: len(provenance.HEADER)] == list(provenance.HEADER)
     (repo / "code.py").write_text("x = 2\n")
     with pytest.raises(SystemExit, match=r"code\.py.*--allow-dirty"):
@@ -110,7 +119,9 @@ def test_a_page_cannot_cite_a_quick_file_and_shows_no_median_of_two(tmp_path: Pa
         hooks.render_markers("<!-- value q.json x -->", tmp_path)
     two = {"x": provenance.summarize([1.5, 2.25]), "y": provenance.summarize([1.0, 3.0, 2.0])}
     (tmp_path / "s.json").write_text(json.dumps({"quick": False, **two}))
-    md = hooks.render_markers("a <!-- value s.json x unit=s --> b <!-- value s.json y -->", tmp_path)
+    md = hooks.render_markers(
+        "a <!-- value s.json x unit=s --> b <!-- value s.json y -->", tmp_path
+    )
     assert md == "a 1.50 s, 2.25 s (2 samples, no median) b 2.00 (1.00-3.00, 3 repeats)"
 
 
@@ -134,7 +145,9 @@ FIGURE_LIKE = re.compile(
 
 
 def _prose(text: str) -> str:
-    """The page without what is not prose: code, markers and other comments, link targets."""
+    """The page without what is not prose: the README's generated demo block (its own test
+    checks it against its data file), code, markers and other comments, link targets."""
+    text = re.sub(re.escape(readme.BEGIN) + ".*?" + re.escape(readme.END), " ", text, flags=re.S)
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
     text = re.sub(r"`[^`\n]*`", " ", text)
     text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
