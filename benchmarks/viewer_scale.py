@@ -319,9 +319,8 @@ def main() -> int:
         "target_s": 2.0,
     }
     rec.write(data, repeats=args.repeats, split="none")
-    if not keep:
-        shutil.rmtree(work / "runs", ignore_errors=True)
-        shutil.rmtree(work / "study-1k", ignore_errors=True)
+    if not keep:  # the temp dir, the viewer's home in it too
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
