@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent2rl.errors import UserError
 from agent2rl.registry import Registry
 
 
@@ -76,8 +77,10 @@ for _mode in (
 
 
 def get_mode(name: str) -> Mode:
-    """The mode called ``name``; else :class:`~agent2rl.registry.UnknownName` (a
-    :class:`UserError`) listing the modes."""
+    """The mode called ``name``; else :class:`UserError` listing the modes in the paper's
+    order (the registry's, not sorted)."""
+    if name not in MODES:
+        raise UserError(f"unknown mode {name!r}: choose one of {', '.join(MODES)}")
     return MODES[name]
 
 
