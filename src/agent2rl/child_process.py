@@ -19,7 +19,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,33 +65,61 @@ def spawner() -> ThreadPoolExecutor:
 
 
 def spawn_child(
-    cmd: list[str],
+    cmd: Sequence[str],
     *,
     env: dict[str, str],
     stdout: IO[bytes] | int | None = None,
     stderr: IO[bytes] | int | None = subprocess.STDOUT,
     stdin: IO[bytes] | int | None = None,
-    death_signal: int = signal.SIGTERM,
-) -> subprocess.Popen:
+    death_signal: int | None = signal.SIGTERM,
+    preexec: Callable[[], None] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    pass_fds: Sequence[int] = (),
+    new_session: bool = True,
+) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a session of its own (its process group is its pid, so
     :func:`kill_group` reaches everything it forks that stays in the group) with
     ``death_signal`` as its parent-death signal (:func:`die_with_parent`: call this from a
     thread that lives as long as the child should). ``stdout``, ``stderr`` and ``stdin`` are
-    as :class:`subprocess.Popen` takes them (default: stdout inherited, stderr into stdout).
+    as :class:`subprocess.Popen` takes them (default: stdout inherited, stderr into stdout);
+    ``cwd`` is its working directory (default: ours); ``pass_fds`` are descriptors it keeps
+    open under the same numbers (all others are closed). ``new_session=False`` leaves it in
+    our process group, for a helper that must die when our group is killed (then stop it
+    with ``proc.kill()``: :func:`kill_group` would signal a group it does not lead).
 
     ``death_signal`` is SIGTERM for a service that should finish what it is doing, SIGKILL
-    for a worker that may be stuck in a call that ignores SIGTERM (a CUDA kernel). Raises
-    what :class:`subprocess.Popen` raises (``OSError`` for a missing program).
+    for a worker that may be stuck in a call that ignores SIGTERM (a CUDA kernel), None for
+    a child that must outlive us (the run's guard) or is started from threads that come and
+    go (sandboxed programs, which bwrap's ``--die-with-parent`` or a deadline ends instead).
+    ``preexec`` runs in the child after the parent-death signal is set, before ``cmd``
+    (joining a cgroup); it runs in a fork of a possibly threaded parent, so it must take
+    no lock. With neither, no Python code runs between fork and exec (quicker, and safe in
+    a threaded parent). Raises what :class:`subprocess.Popen` raises (``OSError`` for a
+    missing program or ``cwd``).
     """
+    setup = None
+    if death_signal is not None or preexec is not None:
+        setup = functools.partial(_child_setup, death_signal, preexec)
     return subprocess.Popen(
         cmd,
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
-        start_new_session=True,
+        cwd=cwd,
+        start_new_session=new_session,
         env=env,
-        preexec_fn=functools.partial(die_with_parent, death_signal),
+        pass_fds=tuple(pass_fds),
+        preexec_fn=setup,
     )
+
+
+def _child_setup(death_signal: int | None, preexec: Callable[[], None] | None) -> None:
+    # The death signal first: ``preexec`` may block (a cgroup write), and a harness that dies
+    # meanwhile must still take the child with it.
+    if death_signal is not None:
+        die_with_parent(death_signal)
+    if preexec is not None:
+        preexec()
 
 
 def signal_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:

@@ -53,7 +53,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent2rl.child_process import die_with_parent
+from agent2rl.child_process import spawn_child
 from agent2rl.errors import ModelFault
 
 Messages = Sequence[Mapping[str, Any]]
@@ -200,13 +200,14 @@ class TemplateRenderer:
         if self._proc is not None:
             # Died between requests (not while rendering): not the template's doing.
             self._kill()
-        proc = subprocess.Popen(
+        proc = spawn_child(
             [sys.executable, "-P", "-c", _CHILD],
+            env=dict(os.environ),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=None,  # the caller's: where a crash's traceback is seen
             cwd="/",
-            preexec_fn=die_with_parent,
-            bufsize=0,
+            new_session=False,  # killing an evaluation worker's group kills its renderer too
         )
         self._proc = proc
         assert proc.stdin is not None

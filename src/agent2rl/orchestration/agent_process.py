@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from agent2rl.child_process import die_with_parent
+from agent2rl.child_process import signal_group, spawn_child
 
 MARK_ENV = "AGENT2RL_AGENT_MARK"
 
@@ -51,24 +51,16 @@ class AgentProcess:
     def start(self) -> int:
         """Start the agent; returns its pid. Call it from a thread that lives as long as the
         agent should (the parent-death signal follows the thread that forks)."""
-        preexec = self.preexec
-
-        def setup() -> None:
-            # SIGKILL, not SIGTERM: with the harness gone nobody waits for a graceful end.
-            die_with_parent(signal.SIGKILL)
-            if preexec is not None:
-                preexec()
-
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = spawn_child(
                 self.argv,
-                cwd=self.cwd,
                 env=self.env,
+                cwd=self.cwd,
                 stdout=log,
-                stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=setup,
+                # SIGKILL, not SIGTERM: with the harness gone nobody waits for a graceful end.
+                death_signal=signal.SIGKILL,
+                preexec=self.preexec,
             )
         return self.proc.pid
 
@@ -93,7 +85,8 @@ class AgentProcess:
         """SIGTERM every survivor, wait up to ``grace_s``, SIGKILL the rest; returns how
         many needed SIGKILL. Safe to call after the agent already exited."""
         seen = list(seen)
-        self._signal_group(signal.SIGTERM)
+        if self.proc is not None:
+            signal_group(self.proc, signal.SIGTERM)
         for p in self.survivors(seen):
             _send(p, signal.SIGTERM)
         end = time.time() + grace_s
@@ -104,7 +97,8 @@ class AgentProcess:
                 return 0
             time.sleep(0.1)
         left = self.survivors(seen)
-        self._signal_group(signal.SIGKILL)
+        if self.proc is not None:
+            signal_group(self.proc, signal.SIGKILL)
         for p in left:
             _send(p, signal.SIGKILL)
         psutil.wait_procs(left, timeout=5)
@@ -123,14 +117,6 @@ class AgentProcess:
             except (ProcessLookupError, PermissionError):
                 continue
         return out
-
-    def _signal_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _marked(mark: str) -> list[psutil.Process]:

@@ -74,25 +74,20 @@ class RunGuard:
     def start(cls, run_dir: Path, log_path: Path) -> RunGuard:
         """Start the guard for ``run_dir`` (its output appended to ``log_path``) and a fresh
         harness mark, which the caller puts in the environment its children inherit."""
+        # Imported here: the guard process itself runs on the standard library only.
+        from agent2rl.child_process import spawn_child
+
         mark = secrets.token_hex(12)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    __name__,
-                    str(run_dir),
-                    "--harness-pid",
-                    str(os.getpid()),
-                ],
+            proc = spawn_child(
+                [sys.executable, "-m", __name__, str(run_dir), "--harness-pid", str(os.getpid())],
+                env={k: v for k, v in os.environ.items() if k != HARNESS_MARK_ENV},
                 stdin=subprocess.PIPE,
                 stdout=log,
-                stderr=subprocess.STDOUT,
                 # Its own session: a terminal's Ctrl-C reaches the harness, whose own stop
                 # path runs; the guard must outlive the harness, so no parent-death signal.
-                start_new_session=True,
-                env={k: v for k, v in os.environ.items() if k != HARNESS_MARK_ENV},
+                death_signal=None,
             )
         guard = cls(proc, mark)
         guard._send({"harness_mark": mark})
@@ -125,11 +120,12 @@ class RunGuard:
                 self.proc.stdin.close()
             except OSError:
                 pass
+        from agent2rl.child_process import kill_group
+
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            kill_group(self.proc)
 
     def _send(self, message: dict[str, Any]) -> None:
         stdin = self.proc.stdin

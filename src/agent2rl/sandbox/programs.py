@@ -70,6 +70,7 @@ from typing import Literal
 
 import psutil
 
+from agent2rl.child_process import signal_group, spawn_child
 from agent2rl.sandbox.bwrap import (
     SYSTEM_DIRS,
     bwrap_available,
@@ -311,15 +312,16 @@ def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecRes
         # drain it while the program runs.
         with tempfile.TemporaryFile() as out:
             try:
-                proc = subprocess.Popen(
+                proc = spawn_child(
                     argv,
+                    env=sandbox_env(workdir or "/tmp"),
                     stdin=subprocess.PIPE,
                     stdout=out,
-                    stderr=subprocess.STDOUT,
                     cwd=workdir,
-                    env=sandbox_env(workdir or "/tmp"),
-                    start_new_session=True,
                     pass_fds=(report_w,),
+                    # None: the threads that start programs come and go (the signal follows
+                    # the thread); a deadline ends the program, and bwrap dies with us.
+                    death_signal=None,
                 )
             finally:
                 os.close(report_w)
@@ -414,10 +416,7 @@ def kill_tree(proc: subprocess.Popen[bytes], sweep: bool = True) -> None:
             descendants = psutil.Process(proc.pid).children(recursive=True)
         except psutil.Error:
             pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(proc)  # also when it exited: what it forked may still be in its group
     for child in descendants:
         try:
             child.kill()

@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from agent2rl.child_process import spawn_child
 from agent2rl.sandbox.programs import (
     OUTPUT_TAIL,
     ExecLimits,
@@ -234,15 +235,14 @@ class _TestServer:
             with tempfile.TemporaryFile() as stdin:
                 stdin.write(_boot_code())
                 stdin.seek(0)
-                self.proc = subprocess.Popen(
+                self.proc = spawn_child(
                     argv,
+                    env=sandbox_env(self.workdir or "/tmp"),
                     stdin=stdin,
                     stdout=self.out,  # dataset code prints little; kept for a crash's story
-                    stderr=subprocess.STDOUT,
                     cwd=self.workdir,
-                    env=sandbox_env(self.workdir or "/tmp"),
-                    start_new_session=True,
                     pass_fds=(theirs.fileno(),),
+                    death_signal=None,  # as programs.run_program's: threads come and go
                 )
         except BaseException:
             self.close()
@@ -361,15 +361,14 @@ def _start_candidate(
         with tempfile.TemporaryFile() as stdin:
             stdin.write(_boot_code() + encode(job).encode())
             stdin.seek(0)
-            proc = subprocess.Popen(
+            proc = spawn_child(
                 argv,
+                env=sandbox_env(workdir or "/tmp"),
                 stdin=stdin,
                 stdout=out,  # a file: RLIMIT_FSIZE caps it, and nobody must drain it
-                stderr=subprocess.STDOUT,
                 cwd=workdir,
-                env=sandbox_env(workdir or "/tmp"),
-                start_new_session=True,
                 pass_fds=(report_w, *fds),
+                death_signal=None,  # as programs.run_program's: threads come and go
             )
     except BaseException:
         out.close()
