@@ -4,6 +4,7 @@ service to announce its port, and left that service running)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -14,7 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+import agent2rl
 from agent2rl.child_process import kill_group, spawn_child, spawner, start_announcing
+
+SRC = Path(agent2rl.__file__).resolve().parent
+#: the only files that may call Popen: the helper itself, and the stage runner that runs
+#: inside the sandbox on the standard library alone
+POPEN_ALLOWED = {"child_process.py", "agents/pipelines/stages.py"}
 
 NEVER_READY = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -114,3 +121,66 @@ def test_a_forked_child_gets_its_own_spawner_thread() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1" and status == 0
     os.close(read)
+
+
+def test_spawn_child_takes_cwd_fds_and_preexec_without_a_death_signal(tmp_path: Path) -> None:
+    """What the agent and the sandboxed programs need: a working directory, a descriptor
+    kept open, a preexec step, and (for a program) no parent-death signal."""
+    read, write = os.pipe()
+    code = "import os, sys; os.write(int(sys.argv[1]), f'{os.getcwd()} {os.umask(0):o}'.encode())"
+    try:
+        proc = spawn_child(
+            [sys.executable, "-c", code, str(write)],
+            env={},
+            cwd=tmp_path,
+            pass_fds=(write,),
+            preexec=lambda: os.umask(0o027),  # a step the child can show us
+            death_signal=None,
+        )
+    finally:
+        os.close(write)
+    assert proc.wait(timeout=30) == 0
+    assert os.read(read, 4096).decode() == f"{tmp_path} 27"
+    os.close(read)
+
+
+def _popen_calls(source: str) -> list[int]:
+    """Lines of ``source`` that call Popen: ``x.Popen(...)`` whatever ``x`` is, or a name
+    bound by ``from subprocess import Popen [as P]``. Annotations (``Popen[bytes]``) are no
+    calls."""
+    tree = ast.parse(source)
+    names = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "subprocess"
+        for alias in node.names
+        if alias.name == "Popen"
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr == "Popen")
+            or (isinstance(node.func, ast.Name) and node.func.id in names)
+        )
+    ]
+
+
+def test_every_child_process_starts_through_spawn_child() -> None:
+    """One way to start a process (issue #41): a Popen of its own elsewhere in src/ is how a
+    child once escaped the process-group kill and the parent-death signal."""
+    forms = (
+        "import subprocess\nsubprocess.Popen(['x'])\n"
+        "import subprocess as sp\nsp.Popen(['x'])\n"
+        "from subprocess import Popen as P\nP(['x'])\n"
+        "p: subprocess.Popen[bytes] | None = None\n"
+    )
+    assert _popen_calls(forms) == [2, 4, 6]  # the check itself sees every form
+    found = [
+        f"{path.relative_to(SRC)}:{line}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).as_posix() not in POPEN_ALLOWED
+        for line in _popen_calls(path.read_text())
+    ]
+    assert found == [], f"start these through agent2rl.child_process.spawn_child: {found}"
