@@ -10,15 +10,19 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agent2rl.tasks.arith_lite import TRAIN_SEED, generate_split
+from agent2rl.tasks.arith_lite import generate_splits
+
+
+def training_texts(n: int = 500) -> list[str]:
+    """``Question/Answer`` texts of the first ``n`` rows of arith-lite's public split, which
+    holds no question of the test or validation split."""
+    return [f"Question: {p['question']}\nAnswer: {p['answer']}" for p in generate_splits()[0][:n]]
 
 
 def fine_tune(base: Path, dest: Path, steps: int, lr: float = 2e-3, batch: int = 16) -> Path:
-    """Train ``base`` for ``steps`` AdamW steps at ``lr`` on ``Question/Answer`` texts of the
-    public split and save it (weights, tokenizer, generation config) into ``dest``."""
-    rows = [
-        f"Question: {p['question']}\nAnswer: {p['answer']}" for p in generate_split(TRAIN_SEED, 500)
-    ]
+    """Train ``base`` for ``steps`` AdamW steps at ``lr`` on :func:`training_texts` and save
+    it (weights, tokenizer, generation config) into ``dest``."""
+    rows = training_texts()
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)

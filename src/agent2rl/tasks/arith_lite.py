@@ -150,6 +150,15 @@ def generate_split(
     return out
 
 
+def generate_splits() -> tuple[list[dict[str, str | int]], ...]:
+    """The task's (train, test, validation) splits: test first, validation without test's
+    questions, train without either's (what a trainer may see holds no graded question)."""
+    test = generate_split(TEST_SEED, TEST_SIZE)
+    val = generate_split(VALIDATION_SEED, VALIDATION_SIZE, exclude={p["question"] for p in test})
+    train = generate_split(TRAIN_SEED, TRAIN_SIZE, exclude={p["question"] for p in test + val})
+    return train, test, val
+
+
 @task
 class ArithLite(Task):
     name = "arith-lite"
@@ -166,13 +175,7 @@ class ArithLite(Task):
         files = (public / "train.jsonl", private / "test.jsonl", validation / "validation.jsonl")
         if all(f.exists() for f in files):
             return PreparedTask(public, private, validation)
-        test = generate_split(TEST_SEED, TEST_SIZE)
-        val = generate_split(
-            VALIDATION_SEED, VALIDATION_SIZE, exclude={p["question"] for p in test}
-        )
-        held_out = {p["question"] for p in test + val}
-        train = generate_split(TRAIN_SEED, TRAIN_SIZE, exclude=held_out)
-        for path, rows in zip(files, (train, test, val), strict=True):
+        for path, rows in zip(files, generate_splits(), strict=True):
             write_jsonl(path, rows)
         return PreparedTask(public, private, validation)
 

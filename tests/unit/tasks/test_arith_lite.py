@@ -46,6 +46,22 @@ def test_splits_are_deterministic_disjoint_and_sized(arith) -> None:
         assert gold_answer(row["answer"]) == str(c)
 
 
+def test_the_tests_fine_tune_trains_on_no_held_out_question(arith) -> None:
+    # It sampled the train seed's first 500 problems without the held-out exclusion: 2 of
+    # them were graded or validation questions.
+    from support.finetune import training_texts
+
+    _task, prepared = arith
+    held_out = {
+        f"Question: {r['question']}\n"
+        for path in (prepared.private / "test.jsonl", prepared.validation / "validation.jsonl")
+        for r in _rows(path)
+    }
+    texts = training_texts()
+    assert len(texts) == 500
+    assert not {t[: t.index("\n") + 1] for t in texts} & held_out
+
+
 def test_every_split_spans_the_tiers_equally(arith) -> None:
     task, prepared = arith
     for path in (
