@@ -52,7 +52,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from agent2rl.child_process import kill_group, signal_group, spawn_child
@@ -72,7 +72,9 @@ from agent2rl.integrity.ngrams import (
 from agent2rl.metering.provider_tools import PROVIDER_TOOLS_LOG, read_tool_uses
 from agent2rl.rundir import RunPaths
 from agent2rl.sandbox.name_proxy import HUB_LOG, PACKAGE_LOG, read_fetch_log
-from agent2rl.tasks.base import Task
+
+if TYPE_CHECKING:  # a type only: integrity reads a task through the methods it is given
+    from agent2rl.tasks.base import Task
 
 #: where :func:`check_run` writes its report, under the run's ``record/``
 CONTAMINATION_FILE = "contamination.json"
