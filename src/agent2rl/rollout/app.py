@@ -334,17 +334,10 @@ def create_app(service: RolloutService, token: str) -> FastAPI:
 
     authorized = [Depends(authorize)]
 
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return service.health()
-
-    @app.get("/games", dependencies=authorized)
-    def games() -> dict[str, Any]:
-        return service.games()
-
-    @app.get("/sessions", dependencies=authorized)
-    def sessions() -> dict[str, Any]:
-        return service.sessions()
+    app.get("/health")(service.health)
+    app.get("/games", dependencies=authorized)(service.games)
+    app.get("/sessions", dependencies=authorized)(service.sessions)
+    app.delete("/sessions/{session_id}", dependencies=authorized)(service.close)
 
     @app.post("/sessions", dependencies=authorized)
     def open_session(req: NewSession) -> dict[str, Any]:
@@ -353,10 +346,6 @@ def create_app(service: RolloutService, token: str) -> FastAPI:
     @app.post("/sessions/{session_id}/step", dependencies=authorized)
     def step(session_id: int, req: StepRequest) -> dict[str, Any]:
         return service.step(session_id, req.action)
-
-    @app.delete("/sessions/{session_id}", dependencies=authorized)
-    def close(session_id: int) -> dict[str, Any]:
-        return service.close(session_id)
 
     return app
 

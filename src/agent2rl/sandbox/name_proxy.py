@@ -71,6 +71,7 @@ import httpx
 
 from agent2rl.child_process import ServiceHandle, start_announcing
 from agent2rl.files import append_jsonl_line, write_json_atomic
+from agent2rl.http_api import Refused
 
 #: the logs' names under the run's ``record/``
 PACKAGE_LOG = "packages.jsonl"
@@ -328,15 +329,11 @@ def default_hub_url(env: dict[str, str] | None = None) -> str:
 # --- the server ------------------------------------------------------------------------------
 
 
-class Refused(Exception):
-    """An answer the proxy gives itself: ``status`` and a message (a JSON error body)."""
+class Denied(Refused):
+    """A 403 by the deny list (logged ``allowed: false``)."""
 
-    def __init__(self, status: int, message: str, *, denied: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        #: refused by the deny list (logged ``allowed: false``)
-        self.denied = denied
+    def __init__(self, reason: str) -> None:
+        super().__init__(403, reason)
 
 
 @dataclass
@@ -517,7 +514,7 @@ class PackageIndexProxy(_Proxy):
         entry = _Entry("page", {"project": project})
         try:
             if reason := self.deny.package_reason(project):
-                raise Refused(403, reason, denied=True)
+                raise Denied(reason)
             headers = {k: v for k, v in h.client_headers().items() if k.lower() != "range"}
             url = self.upstream + quote(project) + "/"
             resp = self._get(url, headers)
@@ -535,7 +532,7 @@ class PackageIndexProxy(_Proxy):
             if h.command != "HEAD":
                 h.wfile.write(body)
         except Refused as err:
-            entry.allowed = not err.denied
+            entry.allowed = not isinstance(err, Denied)
             h.refuse(err.status, err.message, entry)
         except httpx.HTTPError as err:
             h.refuse(502, f"the upstream index failed: {type(err).__name__}", entry)
@@ -596,7 +593,7 @@ class PackageIndexProxy(_Proxy):
                 raise Refused(404, "not a file link this package index proxy handed out")
             for who in (project, dist):
                 if who and (reason := self.deny.package_reason(who)):
-                    raise Refused(403, reason, denied=True)
+                    raise Denied(reason)
             headers = h.client_headers()
             headers["Accept-Encoding"] = "identity"  # the bytes relayed are the file's
             digest = hashlib.sha256()
@@ -608,7 +605,7 @@ class PackageIndexProxy(_Proxy):
             if entry.nbytes:
                 entry.fields["sha256"] = digest.hexdigest()
         except Refused as err:
-            entry.allowed = not err.denied
+            entry.allowed = not isinstance(err, Denied)
             h.refuse(err.status, err.message, entry)
         except httpx.HTTPError as err:
             h.refuse(502, f"the upstream file failed: {type(err).__name__}", entry)
@@ -778,7 +775,7 @@ class HubProxy(_Proxy):
             if digest is not None and entry.nbytes:
                 entry.fields["sha256"] = digest.hexdigest()
         except Refused as err:
-            entry.allowed = not err.denied
+            entry.allowed = not isinstance(err, Denied)
             h.refuse(err.status, err.message, entry)
         except httpx.HTTPError as err:
             h.refuse(502, f"the upstream hub failed: {type(err).__name__}", entry)
@@ -787,7 +784,7 @@ class HubProxy(_Proxy):
 
     def check(self, target: HubTarget) -> None:
         if target.repo and (reason := self.deny.hub_reason(target.repo_type, target.repo)):
-            raise Refused(403, reason, denied=True)
+            raise Denied(reason)
 
     def check_content(self, resp: httpx.Response) -> None:
         """A file the hub names by a denied content digest (``X-Linked-Etag``: an LFS
@@ -795,7 +792,7 @@ class HubProxy(_Proxy):
         name, before any of its bytes are relayed."""
         for header in ("x-linked-etag", "etag"):
             if reason := self.deny.content_reason(resp.headers.get(header)):
-                raise Refused(403, reason, denied=True)
+                raise Denied(reason)
 
     def check_url(self, url: str) -> None:
         """A redirect on the hub itself (a renamed or moved repo) is judged by its new name."""
