@@ -22,8 +22,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-# FastAPI is imported where it is used: the name proxy (http.server) shares the refusal and
-# must start without it.
+# FastAPI is imported where used: the name proxy shares Refused and starts without it.
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse

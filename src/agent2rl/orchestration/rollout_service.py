@@ -37,18 +37,9 @@ def start_rollout_service(
     """Start the rollout service for the run in ``paths`` and wait until it serves (loading
     the games can take a while on a big split)."""
     limits = limits or RolloutLimits()
-    cmd = [
-        sys.executable,
-        "-m",
-        __name__,
-        str(paths.root),
-        "--max-sessions",
-        str(limits.max_sessions),
-        "--steps-per-s",
-        str(limits.steps_per_s),
-        "--idle-timeout",
-        str(limits.idle_timeout_s),
-    ]
+    cmd = [sys.executable, "-m", __name__, str(paths.root)]
+    cmd += ["--max-sessions", str(limits.max_sessions), "--steps-per-s", str(limits.steps_per_s)]
+    cmd += ["--idle-timeout", str(limits.idle_timeout_s)]
     proc, port = start_announcing(
         cmd,
         env={**os.environ, TOKEN_ENV: token, "TOKENIZERS_PARALLELISM": "false"},

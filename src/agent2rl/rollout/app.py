@@ -107,12 +107,9 @@ class _Bucket:
 
 
 class RolloutService:
-    """The rollout service's state: the open sessions over ``source``, the limits, the step
-    bucket and the run's ``ledger``. Each public method is one endpoint's answer (see the
-    module docstring); a refusal raises :class:`~agent2rl.http_api.Refused` (404 unknown
-    game or session, 400 bad ``max_steps`` or action, 409 episode over, 429 limits, 503
-    environment unavailable). Anything else the environment raises propagates. Thread-safe:
-    the HTTP layer calls it from a threadpool."""
+    """The open sessions over ``source``, recorded in ``ledger``: one method per endpoint
+    (the module docstring), a refusal raised as :class:`~agent2rl.http_api.Refused` with its
+    status; anything else the environment raises propagates. Thread-safe."""
 
     def __init__(
         self,
@@ -138,7 +135,6 @@ class RolloutService:
         }
 
     def sessions(self) -> dict[str, Any]:
-        """The open sessions (a closed or idle-reaped one is not listed)."""
         with self._lock:
             open_slots = list(self._slots.values())
         rows = [
@@ -155,9 +151,8 @@ class RolloutService:
     def open(
         self, game_id: str | None = None, seed: int | None = None, max_steps: int | None = None
     ) -> dict[str, Any]:
-        """Start an episode of ``game_id`` (else one drawn with ``seed``, else at random) of
-        ``max_steps`` (the source's default when None). Idle sessions are reaped first; a
-        place is reserved while the game starts, and given back if starting it raises."""
+        """Start an episode (idle sessions reaped first); a place is reserved while the game
+        starts, and given back if starting it raises."""
         game = self._game(game_id, seed)
         max_steps = self.source.max_steps if max_steps is None else max_steps
         if not 1 <= max_steps <= self.source.step_cap:
@@ -175,8 +170,7 @@ class RolloutService:
         slot = None
         try:
             episode = self.source.open(game, max_steps)
-            sid = self.ledger.open_session(game.game_id, game.group)
-            slot = _Slot(sid, episode, last_used=self.clock())
+            slot = _Slot(self.ledger.open_session(game.game_id, game.group), episode, self.clock())
         finally:
             with self._lock:
                 self._pending -= 1
@@ -185,9 +179,8 @@ class RolloutService:
         return _view(slot, episode.last)
 
     def step(self, session_id: int, action: str) -> dict[str, Any]:
-        """Play ``action`` in session ``session_id`` and record the step. A malformed action,
-        or one the environment refuses (ValueError), is a 400 and leaves the episode as it
-        was; an unavailable environment is a 503 (its failed search query is recorded)."""
+        """Play ``action`` and record the step; a refused one leaves the episode as it was
+        (a 503's search query is recorded all the same)."""
         slot = self._slot(session_id)
         try:
             action = check_action(action)
@@ -232,8 +225,7 @@ class RolloutService:
         return _view(slot, result)
 
     def close(self, session_id: int) -> dict[str, Any]:
-        """End session ``session_id`` (404 when it is not open). Its place is freed even when
-        the environment's ``close`` raises; that error propagates afterwards."""
+        """End a session; its place is freed even when the environment's close raises."""
         self._close(self._slot(session_id))
         return {"session_id": session_id, "closed": True}
 
@@ -272,11 +264,9 @@ class RolloutService:
                 self.ledger.close_session(slot.id)
 
     def _reap_idle(self) -> None:
-        now = self.clock()
+        oldest = self.clock() - self.limits.idle_timeout_s
         with self._lock:
-            idle = [
-                s for s in self._slots.values() if now - s.last_used > self.limits.idle_timeout_s
-            ]
+            idle = [s for s in self._slots.values() if s.last_used < oldest]
         for s in idle:
             try:
                 self._close(s)

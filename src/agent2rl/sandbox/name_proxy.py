@@ -61,6 +61,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -373,8 +374,20 @@ class _Proxy:
         )
         self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
 
-    def log(self, entry: _Entry) -> None:
-        append_jsonl_line(self.log_path, entry.row())
+    @contextmanager
+    def answering(self, h: _Handler, entry: _Entry, upstream: str) -> Iterator[None]:
+        """Serve a request: a :class:`Refused` raised inside is answered (a :class:`Denied`
+        logged ``allowed: false``), an upstream failure is a 502 naming ``upstream``; either
+        way ``entry`` is logged at the end."""
+        try:
+            yield
+        except Refused as err:
+            entry.allowed = not isinstance(err, Denied)
+            h.refuse(err.status, err.message, entry)
+        except httpx.HTTPError as err:
+            h.refuse(502, f"the {upstream} failed: {type(err).__name__}", entry)
+        finally:
+            append_jsonl_line(self.log_path, entry.row())
 
     def handle(self, h: _Handler) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -512,7 +525,7 @@ class PackageIndexProxy(_Proxy):
     def page(self, h: _Handler, name: str) -> None:
         project = normalize_project(name)
         entry = _Entry("page", {"project": project})
-        try:
+        with self.answering(h, entry, "upstream index"):
             if reason := self.deny.package_reason(project):
                 raise Denied(reason)
             headers = {k: v for k, v in h.client_headers().items() if k.lower() != "range"}
@@ -531,13 +544,6 @@ class PackageIndexProxy(_Proxy):
             h.end_headers()
             if h.command != "HEAD":
                 h.wfile.write(body)
-        except Refused as err:
-            entry.allowed = not isinstance(err, Denied)
-            h.refuse(err.status, err.message, entry)
-        except httpx.HTTPError as err:
-            h.refuse(502, f"the upstream index failed: {type(err).__name__}", entry)
-        finally:
-            self.log(entry)
 
     def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
         """GET a page (redirects followed, boundedly), read whole within MAX_PAGE_BYTES."""
@@ -577,7 +583,7 @@ class PackageIndexProxy(_Proxy):
         dist, version = parse_dist_filename(fname)
         kind = "metadata" if fname.endswith(".metadata") else "file"
         entry = _Entry(kind, {"project": project, "version": version, "file": fname})
-        try:
+        with self.answering(h, entry, "upstream file"):
             try:
                 url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
             except ValueError:
@@ -604,13 +610,6 @@ class PackageIndexProxy(_Proxy):
                 h.relay(resp, entry, out, digest=digest)
             if entry.nbytes:
                 entry.fields["sha256"] = digest.hexdigest()
-        except Refused as err:
-            entry.allowed = not isinstance(err, Denied)
-            h.refuse(err.status, err.message, entry)
-        except httpx.HTTPError as err:
-            h.refuse(502, f"the upstream file failed: {type(err).__name__}", entry)
-        finally:
-            self.log(entry)
 
 
 class _follow:
@@ -739,7 +738,7 @@ class HubProxy(_Proxy):
         if target.revision is not None:
             fields.update(revision=target.revision, file=target.file)
         entry = _Entry(target.route, fields)
-        try:
+        with self.answering(h, entry, "upstream hub"):
             if h.command == "POST" and "/paths-info/" not in split.path:
                 raise Refused(405, "POST is relayed only for paths-info: the proxy only downloads")
             self.check(target)
@@ -774,13 +773,6 @@ class HubProxy(_Proxy):
                 h.relay(resp, entry, out, status=status, digest=digest)
             if digest is not None and entry.nbytes:
                 entry.fields["sha256"] = digest.hexdigest()
-        except Refused as err:
-            entry.allowed = not isinstance(err, Denied)
-            h.refuse(err.status, err.message, entry)
-        except httpx.HTTPError as err:
-            h.refuse(502, f"the upstream hub failed: {type(err).__name__}", entry)
-        finally:
-            self.log(entry)
 
     def check(self, target: HubTarget) -> None:
         if target.repo and (reason := self.deny.hub_reason(target.repo_type, target.repo)):

@@ -180,15 +180,8 @@ class ViewerService:
             run_id = self.index.run_id_of(s.get("run_dir"))
             view = self.index.run(run_id) if run_id else None
             info = view.brief() if view is not None else None
-            rows.append(
-                {
-                    **{k: s[k] for k in keys},
-                    "run_id": run_id,
-                    "best": info["best"] if info else None,
-                    "submissions": info["submissions"] if info else None,
-                    "progress": _progress(info),
-                }
-            )
+            row = {k: s[k] for k in keys} | {"run_id": run_id, "progress": _progress(info)}
+            rows.append(row | {k: info[k] if info else None for k in ("best", "submissions")})
         keep = ("name", "counts", "total")
         return {**{k: st[k] for k in keep}, "offset": offset, "slots": rows}
 
@@ -216,9 +209,8 @@ def _static_file(name: str) -> FileResponse:
 
 
 def _page(name: str) -> FileResponse:
-    return FileResponse(
-        STATIC / name, media_type="text/html", headers={"cache-control": "no-store"}
-    )
+    headers = {"cache-control": "no-store"}
+    return FileResponse(STATIC / name, media_type="text/html", headers=headers)
 
 
 def create_app(root: Path, *, token: str) -> FastAPI:

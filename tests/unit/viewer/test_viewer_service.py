@@ -9,6 +9,8 @@ import pytest
 from test_viewer_app import RUN_ID, _tree, make_run
 
 from agent2rl.http_api import Refused
+from agent2rl.study.spec import StudySpec, expand
+from agent2rl.study.state import StudyState
 from agent2rl.viewer.app import ViewerService
 
 
@@ -59,3 +61,31 @@ def test_what_is_not_there_or_out_of_range_is_refused(service: ViewerService) ->
         assert "offset" in _refused(400, service.runs, offset, limit)
         _refused(400, service.study, "nope", offset, limit)
     assert service.runs(offset=1)["runs"] == []
+
+
+def test_a_study_page_names_each_slots_run(tmp_path) -> None:
+    study_dir = tmp_path / "top" / "sweep"
+    run = make_run(study_dir / "runs")
+    base = {"name": "sweep", "tasks": ["arith-lite"], "agents": ["reference-sft"], "budget": "1m"}
+    spec = StudySpec.model_validate(base | {"repeats": 2})
+    with StudyState(study_dir, create=True) as state:
+        state.bind(spec, "text")
+        state.sync_slots(expand(spec))
+        first = state.slots()[0]
+        n = state.queue_attempt(first.id)
+        state.end_attempt(
+            first.id, n, run_id=RUN_ID, run_dir=str(run.root), run_status="deadline", error=None
+        )
+    service = ViewerService(tmp_path / "top")
+    assert [s["id"] for s in service.runs()["studies"]] == ["sweep"]
+    page = service.study("sweep")
+    assert (page["name"], page["total"], page["counts"]) == (
+        "sweep",
+        2,
+        {"finished": 1, "pending": 1},
+    )
+    done, pending = page["slots"]
+    assert (done["run_id"], done["best"], done["submissions"]) == (RUN_ID, 0.5, 1)
+    assert 0 < done["progress"] < 1  # the run is live, a tenth through its budget
+    assert (pending["run_id"], pending["best"], pending["progress"]) == (None, None, None)
+    assert [s["id"] for s in service.study("sweep", offset=1)["slots"]] == [pending["id"]]
