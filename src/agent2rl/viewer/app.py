@@ -73,7 +73,7 @@ class ViewerService:
     """What the viewer answers about ``root`` (a runs directory, a study directory, or a
     directory of them), one method per API route, each a JSON-ready dict. A run or study
     that is not there, or a bad page, raises :class:`~agent2rl.http_api.Refused` (404, 400).
-    Reads only; safe from several threads (the HTTP layer's threadpool)."""
+    Reads only: the data layer opens nothing for writing."""
 
     def __init__(self, root: Path) -> None:
         self.index = Index(root)
