@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from agent2rl.errors import UserError
 
@@ -161,6 +162,20 @@ def connect(
     return conn
 
 
+def connect_read_only(path: Path, *, timeout: float, immutable: bool) -> sqlite3.Connection:
+    """A ``mode=ro`` connection to the existing file ``path`` (never created, no schema, no
+    journal-mode change: those write). ``immutable``: the file's writer is gone for good and
+    left no ``-wal``: opened without locks and without creating ``-shm``/``-wal`` beside it."""
+    uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro" + (
+        "&immutable=1" if immutable else ""
+    )
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
+    )
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
 def schema_statements(script: str) -> list[str]:
     """``script`` split into its complete SQL statements (``;`` inside a string literal or a
     comment does not split); text after the last ``;`` that is not a statement is dropped."""
@@ -184,6 +199,8 @@ class SQLiteStore:
     do not both alter it. ``lazy``: open the file on first use, not now (a store built only
     for its settings touches no file); a lazy store also reopens after :meth:`close`, while
     any other store raises :class:`sqlite3.ProgrammingError` when used after it.
+
+    A store built by :meth:`reader` only reads: see there.
     """
 
     def __init__(
@@ -195,8 +212,12 @@ class SQLiteStore:
         timeout: float = DEFAULT_TIMEOUT_S,
         synchronous: str | None = None,
         lazy: bool = False,
+        read_only: bool = False,
+        immutable: bool = False,
     ) -> None:
         self.path = Path(path)
+        self._read_only = read_only
+        self._immutable = immutable
         self._schema = schema_statements(schema)
         self._migrate = migrate
         self._timeout = timeout
@@ -210,6 +231,24 @@ class SQLiteStore:
         if not lazy:
             with self._lock:
                 self._connection()
+
+    @classmethod
+    def reader(
+        cls, path: Path, *, settled: bool = False, timeout: float = 2.0
+    ) -> SQLiteStore | None:
+        """A read-only store of the existing database ``path``, None when there is no such
+        file (nothing is created). It never runs a schema or migrations and never takes a
+        write lock, so its writer is never blocked; :meth:`transaction` on it fails with
+        ``attempt to write a readonly database``. ``settled``: its writer is gone for good (a
+        finished run); when it also left no ``-wal`` file the database is opened immutable,
+        so reading leaves its directory exactly as it was (no ``-shm``, no ``-wal``). A live
+        database is read through WAL, as its writer expects. The short ``timeout``: a
+        checkpointing writer delays a reader rather than failing it."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        immutable = settled and not path.with_name(path.name + "-wal").exists()
+        return cls(path, timeout=timeout, lazy=True, read_only=True, immutable=immutable)
 
     @property
     def lock(self) -> threading.RLock:
@@ -233,6 +272,11 @@ class SQLiteStore:
         if self._conn is None:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"the store {self.path} is closed")
+            if self._read_only:
+                self._conn = connect_read_only(
+                    self.path, timeout=self._timeout, immutable=self._immutable
+                )
+                return self._conn
             conn = connect(self.path, timeout=self._timeout, synchronous=self._synchronous)
             try:
                 if self._schema or self._migrate is not None:
@@ -338,6 +382,7 @@ __all__ = [
     "NETWORK_FILESYSTEMS",
     "SQLiteStore",
     "connect",
+    "connect_read_only",
     "filesystem_type",
     "journal_mode",
     "schema_statements",

@@ -1,4 +1,5 @@
-"""Code snapshots of the agent's workspace, committed into a bare git repository.
+"""Code snapshots of the agent's workspace, committed into a bare git repository, and the one
+reader of that repository (:class:`SnapshotReader`).
 
 The repository (``record/code.git``) lives outside the workspace, so the agent can neither see
 nor rewrite its own history, and the agent's own ``.git`` (if it makes one) is never touched:
@@ -8,6 +9,11 @@ private, throw-away index file.
 Two processes snapshot the same repository (the grading service at each submission and the
 orchestrator's :class:`PeriodicSnapshotter`), so every snapshot runs under an ``fcntl.flock``
 on a lock file inside the repository.
+
+Every reader of the snapshots (the report's code changes and diffs, the dashboard's method
+evidence, the viewer) goes through :class:`SnapshotReader`: git with no optional locks, no
+user or system config, no external diff drivers or text conversions (a file in the agent's
+code can never make git run anything), and only ids that look like commit ids.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import stat
 import subprocess
 import tempfile
@@ -25,6 +32,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +50,10 @@ ANYWHERE_EXCLUDES = frozenset({".git", "__pycache__", ".venv", "venv", ".cache",
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """git's well-known id of the empty tree (every sha1 repository knows it without storing it)."""
+
+#: a snapshot id must look like a commit id before it reaches git: a bad ledger value can
+#: neither be read as an option nor name an arbitrary ref
+COMMIT_ID = re.compile(r"[0-9a-fA-F]{4,64}")
 
 LOCK_NAME = "agent2rl-snapshot.lock"
 _BRANCH = "main"
@@ -102,18 +114,12 @@ class CodeRecorder:
     # ----------------------------------------------------------------------------- git plumbing
 
     def _env(self, index_file: str | None = None) -> dict[str, str]:
-        # Drop inherited GIT_* variables (a GIT_WORK_TREE or GIT_INDEX_FILE from the caller
-        # would redirect us) and ignore user/system config, so behaviour never depends on the host.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env = _git_env(self.git_dir)
         env.update(
-            GIT_DIR=str(self.git_dir),
-            GIT_CONFIG_NOSYSTEM="1",
-            GIT_CONFIG_GLOBAL=os.devnull,
             GIT_AUTHOR_NAME="agent2rl recorder",
             GIT_AUTHOR_EMAIL="recorder@agent2rl.invalid",
             GIT_COMMITTER_NAME="agent2rl recorder",
             GIT_COMMITTER_EMAIL="recorder@agent2rl.invalid",
-            GIT_TERMINAL_PROMPT="0",
         )
         if index_file is not None:
             env["GIT_INDEX_FILE"] = index_file
@@ -241,6 +247,130 @@ class CodeRecorder:
             Path(tmp).unlink(missing_ok=True)
             raise
         return sha
+
+
+def _git_env(git_dir: Path) -> dict[str, str]:
+    # Drop inherited GIT_* variables (a GIT_WORK_TREE or GIT_INDEX_FILE from the caller would
+    # redirect us) and ignore user/system config, so behaviour never depends on the host.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_DIR=str(git_dir),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        LC_ALL="C",
+    )
+    return env
+
+
+def is_commit_id(value: Any) -> bool:
+    """Whether ``value`` looks like a (possibly abbreviated) commit id."""
+    return isinstance(value, str) and COMMIT_ID.fullmatch(value) is not None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One snapshot commit: its id, its parent's (None for the first), commit time (epoch
+    seconds), message and git's one-line ``--shortstat`` ("" when it changed nothing)."""
+
+    sha: str
+    parent: str | None
+    t: float
+    message: str
+    stat: str = ""
+
+
+class SnapshotReader:
+    """Reads the snapshot repository ``git_dir``, never writing it (``GIT_OPTIONAL_LOCKS=0``:
+    not even the index refresh a read may do). Every method answers None (or ``[]``) for a
+    missing or unreadable repository or an id that does not look like a commit id, never
+    raises. ``limit``: the most bytes of one output kept (a longer one is cut with a note)."""
+
+    def __init__(self, git_dir: Path, *, timeout_s: float = 120.0) -> None:
+        self.git_dir = Path(git_dir)
+        self.timeout_s = timeout_s
+
+    def _git(self, *args: str, data: bytes | None = None, limit: int | None = None) -> str | None:
+        if not self.git_dir.is_dir():
+            return None
+        env = {**_git_env(self.git_dir), "GIT_OPTIONAL_LOCKS": "0"}
+        try:
+            proc = subprocess.run(
+                ["git", *args], input=data, capture_output=True, env=env, timeout=self.timeout_s
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if proc.returncode != 0:
+            return None
+        out = proc.stdout
+        if limit is not None and len(out) > limit:
+            out = out[:limit] + b"\n... (diff cut at %d bytes)\n" % limit
+        return out.decode("utf-8", "replace")
+
+    def log(self) -> list[Snapshot]:
+        """Every snapshot, oldest first (``[]``: no repository, or nothing committed)."""
+        out = self._git("log", "--all", "--format=%H%x09%P%x09%ct%x09%s", "--shortstat") or ""
+        snaps: list[Snapshot] = []
+        for line in out.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 4 and is_commit_id(parts[0]):
+                sha, parents, ct, subject = parts
+                parent = parents.split(" ")[0] if parents else None
+                snaps.append(Snapshot(sha, parent, float(ct), subject))
+            elif snaps and line.strip():
+                last = snaps[-1]
+                snaps[-1] = Snapshot(last.sha, last.parent, last.t, last.message, line.strip())
+        snaps.reverse()
+        return snaps
+
+    def show(self, sha: str, *, limit: int | None = None) -> str | None:
+        """The change the snapshot ``sha`` made (against its parent; the whole tree for the
+        first): its id and message, a stat and the unified diff."""
+        if not is_commit_id(sha):
+            return None
+        return self._git(
+            "show", "--format=%H %s%n", "--stat", "--patch", "--no-color", "--no-ext-diff",
+            "--no-textconv", sha, limit=limit,
+        )  # fmt: skip
+
+    def diff(self, old: str, new: str) -> str | None:
+        """The unified diff between two commits (or trees), renames detected, binary files
+        summarised; "" when they hold the same code."""
+        if not (is_commit_id(old) and is_commit_id(new)):
+            return None
+        return self._git("diff", "-M", "--no-color", "--no-ext-diff", "--no-textconv", old, new)
+
+    def numstat(self, old: str, new: str) -> tuple[int, int] | None:
+        """(lines added, lines removed) between two commits (or trees). Binary files (``-``
+        in numstat) are ignored; renames are detected (``-M``), so a moved file counts only
+        its edits."""
+        if not (is_commit_id(old) and is_commit_id(new)):
+            return None
+        out = self._git("diff", "--numstat", "-M", "--no-ext-diff", "--no-textconv", old, new)
+        if out is None:
+            return None
+        added = removed = 0
+        for line in out.splitlines():
+            parts = line.split("\t", 2)
+            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+                added += int(parts[0])
+                removed += int(parts[1])
+        return added, removed
+
+    def files_text(self, sha: str, under: str, suffixes: tuple[str, ...]) -> str | None:
+        """The text of the files under ``under/`` in snapshot ``sha`` whose names end in one
+        of ``suffixes``, concatenated ("" when there are none)."""
+        if not is_commit_id(sha):
+            return None
+        names = self._git("ls-tree", "-r", "--name-only", sha, "--", under)
+        if names is None:
+            return None
+        files = [n for n in names.splitlines() if n.endswith(suffixes)]
+        if not files:
+            return ""
+        return self._git(
+            "cat-file", "--batch", data="".join(f"{sha}:{f}\n" for f in files).encode()
+        )
 
 
 def _walk(workspace: Path) -> Iterator[tuple[str, str, str, str]]:
