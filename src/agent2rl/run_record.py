@@ -1,21 +1,14 @@
-"""The one read model of a run directory: :class:`RunRecord`.
+"""The one read model of a run directory, :class:`RunRecord`: every reader of a run (report,
+viewer, export, recovery, studies, dashboard) reads through it; only the harness's writers
+(the grader's Ledger, ``RunInfo.save``, the code recorder) write.
 
-Every reader of a run (the report, the viewer, the export, recovery, studies, the dashboard)
-reads through it; only the harness's own writers (the grader's :class:`Ledger`,
-:class:`~agent2rl.rundir.RunInfo.save`, the code recorder) write. What it reads:
-
-- ``run.json`` (:meth:`RunRecord.info`, :meth:`RunRecord.status`);
-- the ledger (:meth:`RunRecord.ledger`: submissions, rejections and meta in one read
-  transaction), opened read-only (:meth:`Ledger.reader`): no schema, no migrations, no file
-  created, and immutable once the run ended, so reading a finished run leaves its directory
-  byte for byte as it was;
-- the rollout record (:meth:`RunRecord.env`), read-only the same way;
-- the code snapshots and their diffs through the one git reader (:attr:`RunRecord.git`);
-- JSON-lines files that live writers append to (:class:`JsonlTail`).
-
-A run still being written reads as such: no ``run.json`` yet gives ``info()`` None and
-``status()`` None, no ledger yet an empty :class:`LedgerRecord` whose ``exists`` is False,
-a ledger whose tables are not yet created an empty one whose ``exists`` is True.
+It reads ``run.json``; the ledger and the rollout record read-only (``Ledger.reader``: no
+schema, no migrations, no file created; immutable once the run ended, so reading a finished
+run leaves its directory byte for byte as it was); the code snapshots through the one git
+reader (:attr:`RunRecord.git`); JSON-lines files live writers append to (:class:`JsonlTail`).
+A run still being written reads as such: no ``run.json`` yet gives ``info()`` None, no ledger
+yet an empty :class:`LedgerRecord` whose ``exists`` is False (True, empty, for a ledger whose
+tables are not created yet).
 """
 
 from __future__ import annotations
@@ -59,10 +52,6 @@ class LedgerRecord:
         return self.record("baseline")
 
     @property
-    def baseline_score(self) -> float | None:
-        return (self.baseline or {}).get("score")
-
-    @property
     def best(self) -> Submission | None:
         """The valid submission with the highest score (:func:`comparison.best`)."""
         return comparison.best(self.submissions)
@@ -104,24 +93,18 @@ class RunRecord:
             return None
 
     def status(self) -> RunStatus | None:
-        """How the run stands; None without a readable ``run.json`` or for a status this
-        version does not know."""
+        """How the run stands; None without a readable ``run.json`` or an unknown status."""
         info = self.info()
-        try:
-            return RunStatus(info.status) if info is not None else None
-        except ValueError:
-            return None
+        return RunStatus(info.status) if info and info.status in set(RunStatus) else None
 
     def settled(self) -> bool:
-        """Whether the run ended: its databases have no writer any more. A run without a
-        readable ``run.json`` is not (it may be being created)."""
+        """Whether the run ended: its databases have no writer any more (not without a
+        ``run.json``: it may be being created)."""
         status = self.status()
         return status is not None and not status.live
 
     def ledger(self) -> LedgerRecord:
-        """The ledger's submissions, rejections and meta, in one read transaction. Opened
-        read-only (immutable once :meth:`settled`); see the module docstring for a ledger
-        that is missing or still being created."""
+        """The ledger's submissions, rejections and meta, in one read transaction."""
         ledger = Ledger.reader(self.paths.ledger, settled=self.settled())
         if ledger is None:
             return LedgerRecord()

@@ -162,20 +162,6 @@ def connect(
     return conn
 
 
-def connect_read_only(path: Path, *, timeout: float, immutable: bool) -> sqlite3.Connection:
-    """A ``mode=ro`` connection to the existing file ``path`` (never created, no schema, no
-    journal-mode change: those write). ``immutable``: the file's writer is gone for good and
-    left no ``-wal``: opened without locks and without creating ``-shm``/``-wal`` beside it."""
-    uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro" + (
-        "&immutable=1" if immutable else ""
-    )
-    conn = sqlite3.connect(
-        uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
-    )
-    conn.row_factory = sqlite3.Row
-    return conn
-
-
 def schema_statements(script: str) -> list[str]:
     """``script`` split into its complete SQL statements (``;`` inside a string literal or a
     comment does not split); text after the last ``;`` that is not a statement is dropped."""
@@ -198,9 +184,8 @@ class SQLiteStore:
     transaction when the connection opens, so two processes opening an old database at once
     do not both alter it. ``lazy``: open the file on first use, not now (a store built only
     for its settings touches no file); a lazy store also reopens after :meth:`close`, while
-    any other store raises :class:`sqlite3.ProgrammingError` when used after it.
-
-    A store built by :meth:`reader` only reads: see there.
+    any other store raises :class:`sqlite3.ProgrammingError` when used after it. A store
+    built by :meth:`reader` only reads.
     """
 
     def __init__(
@@ -236,13 +221,11 @@ class SQLiteStore:
     def reader(
         cls, path: Path, *, settled: bool = False, timeout: float = 2.0
     ) -> SQLiteStore | None:
-        """A read-only store of the existing database ``path``, None when there is no such
-        file (nothing is created). It never runs a schema or migrations and never takes a
-        write lock, so its writer is never blocked; :meth:`transaction` on it fails with
-        ``attempt to write a readonly database``. ``settled``: its writer is gone for good (a
-        finished run); when it also left no ``-wal`` file the database is opened immutable,
-        so reading leaves its directory exactly as it was (no ``-shm``, no ``-wal``). A live
-        database is read through WAL, as its writer expects. The short ``timeout``: a
+        """The existing database ``path`` opened only to read (``mode=ro``), None when there is
+        no such file: nothing is created, no schema or migration runs, no write lock is taken
+        (a write raises ``attempt to write a readonly database``). ``settled``: its writer is
+        gone for good; without a ``-wal`` left it is opened ``immutable``, so reading creates
+        no ``-shm``/``-wal`` and leaves the directory as it was. A short ``timeout``: a
         checkpointing writer delays a reader rather than failing it."""
         path = Path(path)
         if not path.is_file():
@@ -273,9 +256,13 @@ class SQLiteStore:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"the store {self.path} is closed")
             if self._read_only:
-                self._conn = connect_read_only(
-                    self.path, timeout=self._timeout, immutable=self._immutable
-                )
+                uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
+                uri += "&immutable=1" if self._immutable else ""
+                self._conn = sqlite3.connect(
+                    uri, uri=True, timeout=self._timeout, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+                self._conn.row_factory = sqlite3.Row
                 return self._conn
             conn = connect(self.path, timeout=self._timeout, synchronous=self._synchronous)
             try:
@@ -382,7 +369,6 @@ __all__ = [
     "NETWORK_FILESYSTEMS",
     "SQLiteStore",
     "connect",
-    "connect_read_only",
     "filesystem_type",
     "journal_mode",
     "schema_statements",

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -270,8 +270,8 @@ def is_commit_id(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One snapshot commit: its id, its parent's (None for the first), commit time (epoch
-    seconds), message and git's one-line ``--shortstat`` ("" when it changed nothing)."""
+    """One snapshot commit: id, parent's id (None for the first), commit time (epoch seconds),
+    message and git's ``--shortstat`` line ("" when it changed nothing)."""
 
     sha: str
     parent: str | None
@@ -281,96 +281,90 @@ class Snapshot:
 
 
 class SnapshotReader:
-    """Reads the snapshot repository ``git_dir``, never writing it (``GIT_OPTIONAL_LOCKS=0``:
-    not even the index refresh a read may do). Every method answers None (or ``[]``) for a
-    missing or unreadable repository or an id that does not look like a commit id, never
-    raises. ``limit``: the most bytes of one output kept (a longer one is cut with a note)."""
+    """Reads the snapshot repository ``git_dir`` without writing it (``GIT_OPTIONAL_LOCKS=0``).
+    Each method answers None for a missing or unreadable repository or an id that does not
+    look like a commit id, never raises; diffs detect renames and summarise binary files.
+    ``limit``: the most bytes of one output kept (a longer one is cut with a note)."""
 
     def __init__(self, git_dir: Path, *, timeout_s: float = 120.0) -> None:
         self.git_dir = Path(git_dir)
         self.timeout_s = timeout_s
 
     def _git(self, *args: str, data: bytes | None = None, limit: int | None = None) -> str | None:
-        if not self.git_dir.is_dir():
+        # ``args``: options, ``--``, then the ids they name, each of which must look like a
+        # commit id (a ledger value can never become an option or a ref expression).
+        cut = args.index("--")
+        if not self.git_dir.is_dir() or not all(map(is_commit_id, args[cut + 1 :])):
             return None
+        argv = ["git", *args[:cut], *args[cut + 1 :]]
         env = {**_git_env(self.git_dir), "GIT_OPTIONAL_LOCKS": "0"}
         try:
             proc = subprocess.run(
-                ["git", *args], input=data, capture_output=True, env=env, timeout=self.timeout_s
+                argv, input=data, capture_output=True, env=env, timeout=self.timeout_s
             )
         except (OSError, subprocess.TimeoutExpired):
-            return None
-        if proc.returncode != 0:
             return None
         out = proc.stdout
         if limit is not None and len(out) > limit:
             out = out[:limit] + b"\n... (diff cut at %d bytes)\n" % limit
-        return out.decode("utf-8", "replace")
+        return out.decode("utf-8", "replace") if proc.returncode == 0 else None
 
     def log(self) -> list[Snapshot]:
         """Every snapshot, oldest first (``[]``: no repository, or nothing committed)."""
-        out = self._git("log", "--all", "--format=%H%x09%P%x09%ct%x09%s", "--shortstat") or ""
+        out = self._git("log", "--all", "--format=%H%x09%P%x09%ct%x09%s", "--shortstat", "--")
         snaps: list[Snapshot] = []
-        for line in out.splitlines():
+        for line in (out or "").splitlines():
             parts = line.split("\t")
             if len(parts) == 4 and is_commit_id(parts[0]):
                 sha, parents, ct, subject = parts
-                parent = parents.split(" ")[0] if parents else None
-                snaps.append(Snapshot(sha, parent, float(ct), subject))
+                snaps.append(Snapshot(sha, parents.split(" ")[0] or None, float(ct), subject))
             elif snaps and line.strip():
-                last = snaps[-1]
-                snaps[-1] = Snapshot(last.sha, last.parent, last.t, last.message, line.strip())
-        snaps.reverse()
-        return snaps
+                snaps[-1] = Snapshot(*astuple(snaps[-1])[:4], stat=line.strip())
+        return snaps[::-1]
 
     def show(self, sha: str, *, limit: int | None = None) -> str | None:
-        """The change the snapshot ``sha`` made (against its parent; the whole tree for the
+        """The change snapshot ``sha`` made (against its parent; the whole tree for the
         first): its id and message, a stat and the unified diff."""
-        if not is_commit_id(sha):
-            return None
         return self._git(
-            "show", "--format=%H %s%n", "--stat", "--patch", "--no-color", "--no-ext-diff",
-            "--no-textconv", sha, limit=limit,
-        )  # fmt: skip
+            "show", "--format=%H %s%n", "--stat", "--patch", *_DIFF, "--", sha, limit=limit
+        )
 
     def diff(self, old: str, new: str) -> str | None:
-        """The unified diff between two commits (or trees), renames detected, binary files
-        summarised; "" when they hold the same code."""
-        if not (is_commit_id(old) and is_commit_id(new)):
-            return None
-        return self._git("diff", "-M", "--no-color", "--no-ext-diff", "--no-textconv", old, new)
+        """The unified diff between two commits (or trees); "" when they hold the same code."""
+        return self._git("diff", *_DIFF, "--", old, new)
 
     def numstat(self, old: str, new: str) -> tuple[int, int] | None:
-        """(lines added, lines removed) between two commits (or trees). Binary files (``-``
-        in numstat) are ignored; renames are detected (``-M``), so a moved file counts only
-        its edits."""
-        if not (is_commit_id(old) and is_commit_id(new)):
-            return None
-        out = self._git("diff", "--numstat", "-M", "--no-ext-diff", "--no-textconv", old, new)
+        """(lines added, lines removed) between two commits (or trees); binary files are not
+        counted, a moved file counts only its edits."""
+        out = self._git("diff", "--numstat", *_DIFF, "--", old, new)
         if out is None:
             return None
-        added = removed = 0
-        for line in out.splitlines():
-            parts = line.split("\t", 2)
-            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-                added += int(parts[0])
-                removed += int(parts[1])
-        return added, removed
+        rows = [ln.split("\t", 2) for ln in out.splitlines()]
+        counted = [
+            (int(r[0]), int(r[1]))
+            for r in rows
+            if len(r) == 3 and r[0].isdigit() and r[1].isdigit()
+        ]
+        return sum(a for a, _ in counted), sum(d for _, d in counted)
 
     def files_text(self, sha: str, under: str, suffixes: tuple[str, ...]) -> str | None:
         """The text of the files under ``under/`` in snapshot ``sha`` whose names end in one
         of ``suffixes``, concatenated ("" when there are none)."""
-        if not is_commit_id(sha):
-            return None
-        names = self._git("ls-tree", "-r", "--name-only", sha, "--", under)
-        if names is None:
-            return None
-        files = [n for n in names.splitlines() if n.endswith(suffixes)]
-        if not files:
-            return ""
+        names = self._git("ls-tree", "-r", "--name-only", "--", sha)
+        files = [
+            n
+            for n in (names or "").splitlines()
+            if n.startswith(f"{under}/") and n.endswith(suffixes)
+        ]
+        if names is None or not files:
+            return None if names is None else ""
         return self._git(
-            "cat-file", "--batch", data="".join(f"{sha}:{f}\n" for f in files).encode()
+            "cat-file", "--batch", "--", data="".join(f"{sha}:{f}\n" for f in files).encode()
         )
+
+
+#: how every diff is made: renames detected, no colour, no external drivers or text filters
+_DIFF = ("-M", "--no-color", "--no-ext-diff", "--no-textconv")
 
 
 def _walk(workspace: Path) -> Iterator[tuple[str, str, str, str]]:

@@ -205,22 +205,23 @@ def response_text(response: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def request_items(request: Any) -> list[Any]:
+    """The conversation items of a transcript line's request, in any provider's shape (a
+    bare string prompt as one user item)."""
+    for name in ("messages", "input", "contents") if isinstance(request, dict) else ():
+        if isinstance(request.get(name), list):
+            return request[name]
+        if isinstance(request.get(name), str):
+            return [{"role": "user", "content": request[name]}]
+    return []
+
+
 def new_items(request: Any) -> list[dict[str, str]]:
     """The conversation items a transcript line's request adds (role and text each): the
     user's prompt and tool results; the assistant's own earlier turns, which a client sends
     back as context, are left out (they are the previous exchange's response)."""
-    if not isinstance(request, dict):
-        return []
-    items = None
-    for name in ("messages", "input", "contents"):
-        if isinstance(request.get(name), list):
-            items = request[name]
-            break
-        if isinstance(request.get(name), str):
-            items = [{"role": "user", "content": request[name]}]
-            break
     out = []
-    for item in items or []:
+    for item in request_items(request):
         if not isinstance(item, dict):
             continue
         role = str(item.get("role") or item.get("type") or "item")
@@ -342,7 +343,7 @@ class RunView:
                 {k: getattr(s, k) for k in _SUBMISSION_FIELDS} for s in led.submissions
             ],
             "rejections": [asdict(r) for r in led.rejections],
-            "baseline": led.baseline_score,
+            "baseline": (led.baseline or {}).get("score"),
             "best": best.score if best is not None else None,
         }
 

@@ -36,7 +36,13 @@ from agent2rl.files import write_json_atomic
 from agent2rl.metering.transcript import full_requests, read_transcript
 from agent2rl.rundir import RunPaths
 from agent2rl.study.state import STATE_DB
-from agent2rl.viewer.data import RunView, response_text, study_run_dirs, tool_calls_of
+from agent2rl.viewer.data import (
+    RunView,
+    request_items,
+    response_text,
+    study_run_dirs,
+    tool_calls_of,
+)
 
 ATIF_VERSION = "ATIF-v1.4"
 EXPORT_FORMAT = "agent2rl-trajectory"
@@ -216,15 +222,6 @@ def _agent_step(line: dict[str, Any], response: dict[str, Any]) -> dict[str, Any
     return step
 
 
-def _new_items(line: dict[str, Any]) -> list[Any]:
-    """The conversation items a transcript line's request adds."""
-    new = line.get("request") or {}
-    for key in ("messages", "input", "contents"):
-        if isinstance(new.get(key), list):
-            return new[key]
-    return [{"role": "user", "content": new["input"]}] if isinstance(new.get("input"), str) else []
-
-
 def _llm_steps(lines: list[dict[str, Any]], bodies: list[Any]) -> list[_Timed]:
     """The steps of the LLM transcript: the system prompt once, the user's messages, each
     answer (an agent step, timed at its end) with the tool results the next request carried
@@ -245,7 +242,7 @@ def _llm_steps(lines: list[dict[str, Any]], bodies: list[Any]) -> list[_Timed]:
         if not seen_system and (sp := _system_prompt(body)):
             timed.append((t, order, {"source": "system", "message": sp}))
             seen_system = True
-        users, results = _split_items(_new_items(line))
+        users, results = _split_items(request_items(line.get("request")))
         if results and last_agent is not None:
             last_agent.setdefault("observation", {"results": []})["results"].extend(results)
         for u in users:

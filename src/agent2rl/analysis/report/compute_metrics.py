@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,9 @@ from agent2rl.grading.ledger import Rejection, Submission, SubmissionStatus
 from agent2rl.integrity.contamination import read_contamination
 from agent2rl.integrity.identity import identity_flags
 from agent2rl.metering import summarize_usage
-from agent2rl.recording.snapshot import SnapshotReader
 from agent2rl.rollout.env_record import summarize_env
 from agent2rl.run_record import LedgerRecord, RunRecord
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.rundir import RunPaths
 from agent2rl.scoring.metrics import metric_for
 from agent2rl.statistics import Intervals, compare_items, load_item_records
 
@@ -385,71 +384,40 @@ def _egress(paths: RunPaths) -> dict[str, Any] | None:
     return egress if isinstance(egress, dict) else None
 
 
-@dataclass(frozen=True)
 class _Run:
     """What the metrics are computed from: the run's record and the figures several metrics
     share (``seen``: the baseline the agent's scores compare with, the validation split's
-    under the validation protocol; ``top``/``last``: the best's and the final's intervals)."""
+    under the validation protocol; ``top``/``last``: the best's and the final's intervals).
+    Raises FileNotFoundError when the run has no readable ``run.json``."""
 
-    paths: RunPaths
-    info: RunInfo
-    graded: LedgerRecord
-    git: SnapshotReader
-    t0: float
-    duration: float | None
-    base_score: float | None
-    base_hash: str | None
-    by_validation: bool
-    seen: dict[str, Any] | None
-    valid: list[Submission]
-    best: Submission | None
-    final: Submission | None
-    intervals: dict[int, Intervals]
-    top: Intervals
-    last: Intervals
-
-    @classmethod
-    def read(cls, paths: RunPaths) -> _Run:
+    def __init__(self, paths: RunPaths) -> None:
         record = RunRecord(paths.root)
         info = record.info()
         if info is None:
             raise FileNotFoundError(f"{paths.run_json}: no readable run.json")
-        graded = record.ledger()
+        self.paths, self.info, self.git = paths, info, record.git
+        self.graded = graded = record.ledger()
         subs, baseline = graded.submissions, graded.baseline
+        self.t0 = info.start if info.start is not None else info.created_at
+        ended = info.ended_at is not None and info.start is not None
+        self.duration = info.ended_at - info.start if ended else None  # type: ignore[operator]
+        self.base_score = _finite(baseline.get("score")) if baseline else None
+        self.base_hash = baseline.get("eval_hash") if baseline else None
         # Under the validation feedback protocol the submissions' scores (the trajectory) are
         # on the validation split and compare with its baseline; the run's score is the
         # end-of-run grade on the private split (agent2rl.grading.final), never a maximum.
-        by_validation = info.feedback == "validation"
-        seen = graded.record("validation_baseline") if by_validation else baseline
-        pick = _final_pick(graded) if by_validation else None
-        valid = [s for s in subs if s.valid]
-        best = pick if by_validation else best_of(subs)
-        intervals = _intervals(paths, seen, subs)
-        top = intervals.get(best.id, Intervals()) if best is not None else Intervals()
-        final = valid[-1] if valid else None
-        last = intervals.get(final.id, Intervals()) if final is not None else Intervals()
-        if by_validation:  # one submission has a private score: it is both the best and final
-            top = _intervals(paths, baseline, [pick])[pick.id] if pick is not None else Intervals()
-            final, last = pick, top
-        ended = info.ended_at is not None and info.start is not None
-        return cls(
-            paths=paths,
-            info=info,
-            graded=graded,
-            git=record.git,
-            t0=info.start if info.start is not None else info.created_at,
-            duration=info.ended_at - info.start if ended else None,  # type: ignore[operator]
-            base_score=_finite(baseline.get("score")) if baseline else None,
-            base_hash=baseline.get("eval_hash") if baseline else None,
-            by_validation=by_validation,
-            seen=seen,
-            valid=valid,
-            best=best,
-            final=final,
-            intervals=intervals,
-            top=top,
-            last=last,
-        )
+        self.by_validation = info.feedback == "validation"
+        self.seen = graded.record("validation_baseline") if self.by_validation else baseline
+        pick = _final_pick(graded) if self.by_validation else None
+        self.valid = [s for s in subs if s.valid]
+        self.best = pick if self.by_validation else best_of(subs)
+        self.intervals = _intervals(paths, self.seen, subs)
+        self.top = self.intervals.get(self.best.id, Intervals()) if self.best else Intervals()
+        self.final = self.valid[-1] if self.valid else None
+        self.last = self.intervals.get(self.final.id, Intervals()) if self.final else Intervals()
+        if self.by_validation:  # one submission has a private score: both best and final
+            self.top = _intervals(paths, baseline, [pick])[pick.id] if pick else Intervals()
+            self.final, self.last = pick, self.top
 
     def gain(self, sub: Submission | None) -> float | None:
         """``sub``'s improvement over the baseline (None: no submission, not comparable)."""
@@ -633,9 +601,8 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
       None and raises no flag; no ``record/contamination.json`` gives ``contamination`` None
       (the check did not run), never "clean". Neither ever changes a score.
 
-    Raises FileNotFoundError when the run has no readable ``run.json``.
     """
-    r = _Run.read(paths)
+    r = _Run(paths)
     return RunMetrics(
         **_run_fields(r), **_score_fields(r), **_submission_fields(r), **_record_fields(r)
     )
