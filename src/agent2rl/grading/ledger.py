@@ -235,15 +235,12 @@ class Ledger:
         row = self._db.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
         return json.loads(row["value"]) if row else default
 
-    def meta(self) -> dict[str, Any]:
-        """Every meta value, decoded (a torn value reads as None)."""
-        return {r["key"]: _from_json(r["value"]) for r in self._db.fetchall("SELECT * FROM meta")}
-
     def contents(self) -> tuple[list[Submission], list[Rejection], dict[str, Any]]:
-        """Every submission, rejection and meta value, read in one transaction (one
-        consistent snapshot, however the grader writes meanwhile)."""
+        """Every submission, rejection and meta value (decoded; a torn one reads as None),
+        read in one transaction: one snapshot, however the grader writes meanwhile."""
         with self._db.read():
-            return self.submissions(), self.rejections(), self.meta()
+            meta = self._db.fetchall("SELECT key, value FROM meta")
+            return self.submissions(), self.rejections(), {k: _from_json(v) for k, v in meta}
 
     # -- submissions ----------------------------------------------------------------------
     def add_submission(

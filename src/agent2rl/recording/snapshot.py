@@ -1,5 +1,6 @@
 """Code snapshots of the agent's workspace, committed into a bare git repository, and the one
-reader of that repository (:class:`SnapshotReader`).
+reader of that repository, :class:`SnapshotReader` (the report, the dashboard and the viewer
+read through it).
 
 The repository (``record/code.git``) lives outside the workspace, so the agent can neither see
 nor rewrite its own history, and the agent's own ``.git`` (if it makes one) is never touched:
@@ -9,11 +10,6 @@ private, throw-away index file.
 Two processes snapshot the same repository (the grading service at each submission and the
 orchestrator's :class:`PeriodicSnapshotter`), so every snapshot runs under an ``fcntl.flock``
 on a lock file inside the repository.
-
-Every reader of the snapshots (the report's code changes and diffs, the dashboard's method
-evidence, the viewer) goes through :class:`SnapshotReader`: git with no optional locks, no
-user or system config, no external diff drivers or text conversions (a file in the agent's
-code can never make git run anything), and only ids that look like commit ids.
 """
 
 from __future__ import annotations
@@ -281,9 +277,11 @@ class Snapshot:
 
 
 class SnapshotReader:
-    """Reads the snapshot repository ``git_dir`` without writing it (``GIT_OPTIONAL_LOCKS=0``).
-    Each method answers None for a missing or unreadable repository or an id that does not
-    look like a commit id, never raises; diffs detect renames and summarise binary files.
+    """Reads the snapshot repository ``git_dir`` without writing it (``GIT_OPTIONAL_LOCKS=0``),
+    with no user or system config and no external diff drivers or text conversions (a file of
+    the agent's can never make git run anything). Each method answers None for a missing or
+    unreadable repository or an id that does not look like a commit id, never raises; diffs
+    detect renames and summarise binary files.
     ``limit``: the most bytes of one output kept (a longer one is cut with a note)."""
 
     def __init__(self, git_dir: Path, *, timeout_s: float = 120.0) -> None:
