@@ -1,12 +1,13 @@
 """What the viewer reads: run directories, study directories and their files, read-only.
 
-Everything here only reads. SQLite files (a run's ledger, its rollout record, a study's
-state) are opened with ``mode=ro`` URIs: a reader never takes a write lock, so the grader,
-the rollout service and the study driver are never blocked (their databases are in WAL
-mode, where readers and the writer do not wait for each other). Git is run with
-``GIT_OPTIONAL_LOCKS=0``. JSON-lines files that live writers append to (the transcript, the
-usage file, the resource timeline) are read up to their last complete line, incrementally:
-a page refreshed during a 10,000-call run parses only the lines added since.
+Everything here only reads, a run through its :class:`~agent2rl.run_record.RunRecord`. SQLite
+files (a run's ledger, its rollout record, a study's state) are opened read-only
+(:meth:`~agent2rl.sqlite_store.SQLiteStore.reader`): the grader, the rollout service and the
+study driver are never blocked, and a finished run's directory is left as it was. Git is read
+through :class:`~agent2rl.recording.snapshot.SnapshotReader`. JSON-lines files that live
+writers append to (the transcript, the usage file, the resource timeline) are read up to
+their last complete line, incrementally: a page refreshed during a 10,000-call run parses
+only the lines added since.
 
 Run ids and study names are looked up in the scanned index (:class:`Index`), never joined
 onto a path from a request, so no request can name a file outside the viewed directory.
