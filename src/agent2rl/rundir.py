@@ -205,6 +205,11 @@ class RunPaths:
         return self.record / "llm_usage.jsonl"
 
     @property
+    def transcript(self) -> Path:
+        """Every LLM exchange the metering proxy relayed (JSON lines)."""
+        return self.record / "transcript.jsonl"
+
+    @property
     def egress_log(self) -> Path:
         """``--network services``: every request the egress proxy saw (JSON lines)."""
         return self.record / "egress.jsonl"
@@ -222,6 +227,11 @@ class RunPaths:
     @property
     def report(self) -> Path:
         return self.root / "report"
+
+    @property
+    def metrics_json(self) -> Path:
+        """The run's metrics (:class:`~agent2rl.analysis.RunMetrics`), written with its report."""
+        return self.report / "metrics.json"
 
     @property
     def sandbox(self) -> Path:

@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from agent2rl.errors import UserError
 
@@ -183,7 +184,8 @@ class SQLiteStore:
     transaction when the connection opens, so two processes opening an old database at once
     do not both alter it. ``lazy``: open the file on first use, not now (a store built only
     for its settings touches no file); a lazy store also reopens after :meth:`close`, while
-    any other store raises :class:`sqlite3.ProgrammingError` when used after it.
+    any other store raises :class:`sqlite3.ProgrammingError` when used after it. A store
+    built by :meth:`reader` only reads.
     """
 
     def __init__(
@@ -195,8 +197,12 @@ class SQLiteStore:
         timeout: float = DEFAULT_TIMEOUT_S,
         synchronous: str | None = None,
         lazy: bool = False,
+        read_only: bool = False,
+        immutable: bool = False,
     ) -> None:
         self.path = Path(path)
+        self._read_only = read_only
+        self._immutable = immutable
         self._schema = schema_statements(schema)
         self._migrate = migrate
         self._timeout = timeout
@@ -210,6 +216,22 @@ class SQLiteStore:
         if not lazy:
             with self._lock:
                 self._connection()
+
+    @classmethod
+    def reader(
+        cls, path: Path, *, settled: bool = False, timeout: float = 2.0
+    ) -> SQLiteStore | None:
+        """The existing database ``path`` opened only to read (``mode=ro``), None when there is
+        no such file: nothing is created, no schema or migration runs, no write lock is taken
+        (a write raises ``attempt to write a readonly database``). ``settled``: its writer is
+        gone for good; without a ``-wal`` left it is opened ``immutable``, so reading creates
+        no ``-shm``/``-wal`` and leaves the directory as it was. A short ``timeout``: a
+        checkpointing writer delays a reader rather than failing it."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        immutable = settled and not path.with_name(path.name + "-wal").exists()
+        return cls(path, timeout=timeout, lazy=True, read_only=True, immutable=immutable)
 
     @property
     def lock(self) -> threading.RLock:
@@ -233,6 +255,15 @@ class SQLiteStore:
         if self._conn is None:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"the store {self.path} is closed")
+            if self._read_only:
+                uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
+                uri += "&immutable=1" if self._immutable else ""
+                self._conn = sqlite3.connect(
+                    uri, uri=True, timeout=self._timeout, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+                self._conn.row_factory = sqlite3.Row
+                return self._conn
             conn = connect(self.path, timeout=self._timeout, synchronous=self._synchronous)
             try:
                 if self._schema or self._migrate is not None:

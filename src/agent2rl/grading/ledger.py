@@ -202,9 +202,18 @@ class Ledger:
     Each method is its own transaction; readers never see a half-written submission.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, store: SQLiteStore | None = None) -> None:
         self.path = Path(path)
-        self._db = SQLiteStore(self.path, schema=SCHEMA, migrate=_add_columns)
+        self._db = store or SQLiteStore(self.path, schema=SCHEMA, migrate=_add_columns)
+
+    @classmethod
+    def reader(cls, path: Path, *, settled: bool = False) -> Ledger | None:
+        """The ledger ``path`` opened only to read (:meth:`SQLiteStore.reader`): no schema,
+        no migrations, no file created (None when there is none), immutable once
+        ``settled`` (the run ended). A ledger of an older version reads its missing columns
+        as None; its writers fail (``attempt to write a readonly database``)."""
+        store = SQLiteStore.reader(path, settled=settled)
+        return None if store is None else cls(path, store=store)
 
     def close(self) -> None:
         self._db.close()
@@ -225,6 +234,13 @@ class Ledger:
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self._db.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
         return json.loads(row["value"]) if row else default
+
+    def contents(self) -> tuple[list[Submission], list[Rejection], dict[str, Any]]:
+        """Every submission, rejection and meta value (decoded; a torn one reads as None),
+        read in one transaction: one snapshot, however the grader writes meanwhile."""
+        with self._db.read():
+            meta = self._db.fetchall("SELECT key, value FROM meta")
+            return self.submissions(), self.rejections(), {k: _from_json(v) for k, v in meta}
 
     # -- submissions ----------------------------------------------------------------------
     def add_submission(

@@ -29,6 +29,7 @@ from typing import Any
 
 from agent2rl.files import read_json
 from agent2rl.metering.usage import read_usage
+from agent2rl.run_record import RunRecord
 from agent2rl.rundir import RunPaths, RunStatus
 
 #: the failure kind a study records for such an attempt (the run keeps its ``agent_error``)
@@ -49,25 +50,19 @@ def infrastructure_failure(run_dir: Path | None) -> str | None:
     """One line saying why the run in ``run_dir`` failed because of its infrastructure (see
     the module docstring), or None: a run of another status, a missing or unreadable
     ``run.json``, an agent that ran long, submitted or got an LLM answer."""
-    if run_dir is None:
+    record = RunRecord(run_dir) if run_dir is not None else None
+    info = record.info() if record is not None else None
+    if record is None or info is None or info.status != RunStatus.AGENT_ERROR:
         return None
-    paths = RunPaths(Path(run_dir))
-    try:
-        info = read_json(paths.run_json)
-    except (OSError, ValueError):
+    if info.start is None or info.ended_at is None:
         return None
-    if info.get("status") != RunStatus.AGENT_ERROR:
-        return None
-    start, ended = info.get("start"), info.get("ended_at")
-    if not isinstance(start, int | float) or not isinstance(ended, int | float):
-        return None
-    ran = ended - start
+    paths, ran = record.paths, info.ended_at - info.start
     if ran > QUICK_EXIT_S or _submissions(paths) > 0:
         return None
     usage = read_usage(paths.llm_usage)
     if any(not u.get("refused") and 0 < int(u.get("status") or 0) < 400 for u in usage):
         return None
-    code = info.get("agent_exit_code")
+    code = info.agent_exit_code
     if code in EXEC_FAILURE_CODES or _exec_failed(paths.agent_log):
         return f"the agent's command could not be executed (exit status {code}; see agent.log)"
     upstream = [u for u in usage if not u.get("refused") and _upstream_failure(u.get("status"))]
@@ -79,7 +74,7 @@ def infrastructure_failure(run_dir: Path | None) -> str | None:
             f"{len(upstream)} request(s) and the agent exited after {ran:.0f}s"
             + (f": {last[:200]}" if last else "")
         )
-    if info.get("driver") and not usage:
+    if info.driver and not usage:
         return (
             f"the agent exited after {ran:.0f}s with status {code} before any LLM request "
             "(a broken install or configuration? see agent.log)"
@@ -90,7 +85,7 @@ def infrastructure_failure(run_dir: Path | None) -> str | None:
 def _submissions(paths: RunPaths) -> int:
     """Submissions the report counted (0 when there is no report)."""
     try:
-        n = read_json(paths.report / "metrics.json").get("submissions")
+        n = read_json(paths.metrics_json).get("submissions")
     except (OSError, ValueError):
         return 0
     return n if isinstance(n, int) else 0

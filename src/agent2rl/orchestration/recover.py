@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 from agent2rl.grading.final import describe_grade, grade_final
-from agent2rl.grading.ledger import SETTLED_STATUSES, Ledger, SubmissionStatus
+from agent2rl.grading.ledger import Ledger
 from agent2rl.orchestration.guard import start_ticks
+from agent2rl.run_record import RunRecord
 from agent2rl.rundir import LIVE_RUN_STATUSES, RunInfo, RunPaths, RunStatus
 
 
@@ -44,23 +45,14 @@ def harness_alive(info: RunInfo) -> bool | None:
 
 
 def fail_in_flight(ledger_path: Path, reason: str) -> int:
-    """Mark every submission of the ledger that is not graded or failed as failed, the
-    harness's fault (``failure_kind='harness'``), with ``reason``; returns how many. Only for
-    a run whose grading service is gone (nothing else will finish those rows). A run with no
-    ledger yet has none."""
+    """Mark every submission of the ledger still being graded as failed, the harness's fault
+    (:meth:`Ledger.fail_unfinished`), with ``reason``; returns how many. Only for a run whose
+    grading service is gone (nothing else will finish those rows). A run with no ledger yet
+    has none (and is given none)."""
     if not ledger_path.exists():
         return 0
     with Ledger(ledger_path) as ledger:
-        left = [s for s in ledger.submissions() if s.status not in SETTLED_STATUSES]
-        for sub in left:
-            ledger.update_submission(
-                sub.id,
-                status=SubmissionStatus.FAILED,
-                error=reason,
-                failure_kind="harness",
-                finished_at=time.time(),
-            )
-    return len(left)
+        return len(ledger.fail_unfinished(reason))
 
 
 def close_dead_run(paths: RunPaths) -> str | None:
@@ -90,8 +82,8 @@ def complete_final_grade(paths: RunPaths) -> str | None:
     idempotent) and return a sentence saying what the grade is; None for a live run or a
     run of the ``private`` protocol. The grading service is gone: nothing else writes the
     ledger."""
-    info = RunInfo.load(paths)
-    if info.status in LIVE_RUN_STATUSES or info.feedback != "validation":
+    info = RunRecord(paths.root).info()
+    if info is None or info.status in LIVE_RUN_STATUSES or info.feedback != "validation":
         return None
     grade = grade_final(paths)
     return describe_grade(grade) if grade is not None else None

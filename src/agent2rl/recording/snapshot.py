@@ -1,4 +1,6 @@
-"""Code snapshots of the agent's workspace, committed into a bare git repository.
+"""Code snapshots of the agent's workspace, committed into a bare git repository, and the one
+reader of that repository, :class:`SnapshotReader` (the report, the dashboard and the viewer
+read through it).
 
 The repository (``record/code.git``) lives outside the workspace, so the agent can neither see
 nor rewrite its own history, and the agent's own ``.git`` (if it makes one) is never touched:
@@ -17,14 +19,16 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import stat
 import subprocess
 import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,10 @@ ANYWHERE_EXCLUDES = frozenset({".git", "__pycache__", ".venv", "venv", ".cache",
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """git's well-known id of the empty tree (every sha1 repository knows it without storing it)."""
+
+#: a snapshot id must look like a commit id before it reaches git: a bad ledger value can
+#: neither be read as an option nor name an arbitrary ref
+COMMIT_ID = re.compile(r"[0-9a-fA-F]{4,64}")
 
 LOCK_NAME = "agent2rl-snapshot.lock"
 _BRANCH = "main"
@@ -102,18 +110,12 @@ class CodeRecorder:
     # ----------------------------------------------------------------------------- git plumbing
 
     def _env(self, index_file: str | None = None) -> dict[str, str]:
-        # Drop inherited GIT_* variables (a GIT_WORK_TREE or GIT_INDEX_FILE from the caller
-        # would redirect us) and ignore user/system config, so behaviour never depends on the host.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env = _git_env(self.git_dir)
         env.update(
-            GIT_DIR=str(self.git_dir),
-            GIT_CONFIG_NOSYSTEM="1",
-            GIT_CONFIG_GLOBAL=os.devnull,
             GIT_AUTHOR_NAME="agent2rl recorder",
             GIT_AUTHOR_EMAIL="recorder@agent2rl.invalid",
             GIT_COMMITTER_NAME="agent2rl recorder",
             GIT_COMMITTER_EMAIL="recorder@agent2rl.invalid",
-            GIT_TERMINAL_PROMPT="0",
         )
         if index_file is not None:
             env["GIT_INDEX_FILE"] = index_file
@@ -241,6 +243,126 @@ class CodeRecorder:
             Path(tmp).unlink(missing_ok=True)
             raise
         return sha
+
+
+def _git_env(git_dir: Path) -> dict[str, str]:
+    # Drop inherited GIT_* variables (a GIT_WORK_TREE or GIT_INDEX_FILE from the caller would
+    # redirect us) and ignore user/system config, so behaviour never depends on the host.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_DIR=str(git_dir),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        LC_ALL="C",
+    )
+    return env
+
+
+def is_commit_id(value: Any) -> bool:
+    """Whether ``value`` looks like a (possibly abbreviated) commit id."""
+    return isinstance(value, str) and COMMIT_ID.fullmatch(value) is not None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One snapshot commit: id, parent's id (None for the first), commit time (epoch seconds),
+    message and git's ``--shortstat`` line ("" when it changed nothing)."""
+
+    sha: str
+    parent: str | None
+    t: float
+    message: str
+    stat: str = ""
+
+
+class SnapshotReader:
+    """Reads the snapshot repository ``git_dir`` without writing it (``GIT_OPTIONAL_LOCKS=0``),
+    with no user or system config and no external diff drivers or text conversions (a file of
+    the agent's can never make git run anything). Each method answers None for a missing or
+    unreadable repository or an id that does not look like a commit id, never raises; diffs
+    detect renames and summarise binary files.
+    ``limit``: the most bytes of one output kept (a longer one is cut with a note)."""
+
+    def __init__(self, git_dir: Path, *, timeout_s: float = 120.0) -> None:
+        self.git_dir = Path(git_dir)
+        self.timeout_s = timeout_s
+
+    def _git(self, *args: str, data: bytes | None = None, limit: int | None = None) -> str | None:
+        # ``args``: options, ``--``, then the ids they name, each of which must look like a
+        # commit id (a ledger value can never become an option or a ref expression).
+        cut = args.index("--")
+        if not self.git_dir.is_dir() or not all(map(is_commit_id, args[cut + 1 :])):
+            return None
+        argv = ["git", *args[:cut], *args[cut + 1 :]]
+        env = {**_git_env(self.git_dir), "GIT_OPTIONAL_LOCKS": "0"}
+        try:
+            proc = subprocess.run(
+                argv, input=data, capture_output=True, env=env, timeout=self.timeout_s
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        out = proc.stdout
+        if limit is not None and len(out) > limit:
+            out = out[:limit] + b"\n... (diff cut at %d bytes)\n" % limit
+        return out.decode("utf-8", "replace") if proc.returncode == 0 else None
+
+    def log(self) -> list[Snapshot]:
+        """Every snapshot, oldest first (``[]``: no repository, or nothing committed)."""
+        out = self._git("log", "--all", "--format=%H%x09%P%x09%ct%x09%s", "--shortstat", "--")
+        snaps: list[Snapshot] = []
+        for line in (out or "").splitlines():
+            parts = line.split("\t")
+            if len(parts) == 4 and is_commit_id(parts[0]):
+                sha, parents, ct, subject = parts
+                snaps.append(Snapshot(sha, parents.split(" ")[0] or None, float(ct), subject))
+            elif snaps and line.strip():
+                snaps[-1] = Snapshot(*astuple(snaps[-1])[:4], stat=line.strip())
+        return snaps[::-1]
+
+    def show(self, sha: str, *, limit: int | None = None) -> str | None:
+        """The change snapshot ``sha`` made (against its parent; the whole tree for the
+        first): its id and message, a stat and the unified diff."""
+        return self._git(
+            "show", "--format=%H %s%n", "--stat", "--patch", *_DIFF, "--", sha, limit=limit
+        )
+
+    def diff(self, old: str, new: str) -> str | None:
+        """The unified diff between two commits (or trees); "" when they hold the same code."""
+        return self._git("diff", *_DIFF, "--", old, new)
+
+    def numstat(self, old: str, new: str) -> tuple[int, int] | None:
+        """(lines added, lines removed) between two commits (or trees); binary files are not
+        counted, a moved file counts only its edits."""
+        out = self._git("diff", "--numstat", *_DIFF, "--", old, new)
+        if out is None:
+            return None
+        rows = [ln.split("\t", 2) for ln in out.splitlines()]
+        counted = [
+            (int(r[0]), int(r[1]))
+            for r in rows
+            if len(r) == 3 and r[0].isdigit() and r[1].isdigit()
+        ]
+        return sum(a for a, _ in counted), sum(d for _, d in counted)
+
+    def files_text(self, sha: str, under: str, suffixes: tuple[str, ...]) -> str | None:
+        """The text of the files under ``under/`` in snapshot ``sha`` whose names end in one
+        of ``suffixes``, concatenated ("" when there are none)."""
+        names = self._git("ls-tree", "-r", "--name-only", "--", sha)
+        files = [
+            n
+            for n in (names or "").splitlines()
+            if n.startswith(f"{under}/") and n.endswith(suffixes)
+        ]
+        if names is None or not files:
+            return None if names is None else ""
+        return self._git(
+            "cat-file", "--batch", "--", data="".join(f"{sha}:{f}\n" for f in files).encode()
+        )
+
+
+#: how every diff is made: renames detected, no colour, no external drivers or text filters
+_DIFF = ("-M", "--no-color", "--no-ext-diff", "--no-textconv")
 
 
 def _walk(workspace: Path) -> Iterator[tuple[str, str, str, str]]:

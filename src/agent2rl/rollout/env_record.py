@@ -93,10 +93,19 @@ class EnvLedger:
     """A connection to one run's rollout record; thread-safe (one connection behind one
     lock, :class:`~agent2rl.sqlite_store.SQLiteStore`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, store: SQLiteStore | None = None) -> None:
         self.path = Path(path)
         # A lost last step on a power cut is acceptable; a slow commit per step is not.
-        self._db = SQLiteStore(self.path, schema=SCHEMA, migrate=_add_kind, synchronous="NORMAL")
+        self._db = store or SQLiteStore(
+            self.path, schema=SCHEMA, migrate=_add_kind, synchronous="NORMAL"
+        )
+
+    @classmethod
+    def reader(cls, path: Path, *, settled: bool = False) -> EnvLedger | None:
+        """The record ``path`` opened only to read, None when there is none (as
+        :meth:`agent2rl.grading.ledger.Ledger.reader`)."""
+        store = SQLiteStore.reader(path, settled=settled)
+        return None if store is None else cls(path, store=store)
 
     def close(self) -> None:
         self._db.close()
@@ -198,15 +207,16 @@ class EnvLedger:
 
 
 def summarize_env(path: Path, t0: float, buckets: int = 30) -> dict[str, Any] | None:
-    """The rollout record of a run as report figures, or None if there is no record.
+    """The rollout record of a finished run as report figures, or None if there is no
+    record (read-only, see :meth:`EnvLedger.reader`).
 
     Times are seconds since ``t0`` (the budget clock). ``timeline`` splits the span from
     ``t0`` to the last step into at most ``buckets`` equal bins: ``[start_s, steps]`` each.
     """
-    path = Path(path)
-    if not path.is_file():
+    led = EnvLedger.reader(path, settled=True)
+    if led is None:
         return None
-    with EnvLedger(path) as led:
+    with led:
         sessions = led.sessions()
         steps = led.step_times()
         kinds = led.step_kinds()

@@ -38,7 +38,8 @@ from typing import Any
 
 from agent2rl.child_process import kill_group, spawn_child
 from agent2rl.files import read_json, write_json_atomic
-from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
+from agent2rl.run_record import RunRecord
+from agent2rl.rundir import RunStatus
 
 REQUEST, STARTED, RESULT, CONSOLE = "request.json", "started.json", "result.json", "console.log"
 #: written by the driver to stop an attempt (works wherever the study directory is shared)
@@ -152,12 +153,9 @@ def _stop(proc: subprocess.Popen) -> int:
 def _status_of(run_dir: Path | None) -> str | None:
     if run_dir is None:
         return None
-    try:
-        status = read_json(run_dir / "run.json").get("status")
-    except (OSError, ValueError):
-        return None
+    record = RunRecord(run_dir)
     # A run.json left "running"/"preparing" belongs to a run process that died mid-run.
-    return status if status not in LIVE_RUN_STATUSES else None
+    return record.status() if record.settled() else None
 
 
 def find_run_dir(request: dict[str, Any]) -> Path | None:
@@ -172,21 +170,19 @@ def find_run_dir(request: dict[str, Any]) -> Path | None:
     since = float(request["queued_at"]) - 1.0
     found: list[tuple[float, Path]] = []
     for run_json in Path(request["study_dir"]).glob("*/run.json"):
-        try:
-            info = read_json(run_json)
-        except (OSError, ValueError):
-            continue
+        info = RunRecord(run_json.parent).info()
         same = (
-            info.get("task") == req["task"]
-            and info.get("model") == req["model"]
-            and info.get("seed") == req["seed"]
-            and (agent is None or info.get("agent") == agent)
-            and (driver is _UNKNOWN or info.get("driver") == driver)
-            and (req.get("mode") is None or info.get("mode") == req["mode"])
-            and float(info.get("created_at") or 0) >= since
+            info is not None
+            and info.task == req["task"]
+            and info.model == req["model"]
+            and info.seed == req["seed"]
+            and (agent is None or info.agent == agent)
+            and (driver is _UNKNOWN or info.driver == driver)
+            and (req.get("mode") is None or info.mode == req["mode"])
+            and float(info.created_at or 0) >= since
         )
         if same:
-            found.append((float(info["created_at"]), run_json.parent))
+            found.append((float(info.created_at), run_json.parent))  # type: ignore[union-attr]
     return min(found)[1] if found else None
 
 

@@ -70,7 +70,8 @@ from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.orchestration.infra import INFRASTRUCTURE, infrastructure_failure
-from agent2rl.rundir import LIVE_RUN_STATUSES, RunStatus
+from agent2rl.run_record import RunRecord
+from agent2rl.rundir import RunStatus
 from agent2rl.study.attempt import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_dir
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
@@ -303,12 +304,9 @@ def classify(result: dict[str, Any]) -> dict[str, Any]:
 def _final_status(run_dir: Path | None) -> str | None:
     if run_dir is None:
         return None
-    try:
-        status = read_json(run_dir / "run.json").get("status")
-    except (OSError, ValueError):
-        return None
-    finished_report = (run_dir / "report" / "metrics.json").is_file()
-    return status if status not in LIVE_RUN_STATUSES and finished_report else None
+    record = RunRecord(run_dir)
+    finished_report = record.paths.metrics_json.is_file()
+    return record.status() if record.settled() and finished_report else None
 
 
 class _StopRequested(KeyboardInterrupt):

@@ -1,12 +1,13 @@
 """What the viewer reads: run directories, study directories and their files, read-only.
 
-Everything here only reads. SQLite files (a run's ledger, its rollout record, a study's
-state) are opened with ``mode=ro`` URIs: a reader never takes a write lock, so the grader,
-the rollout service and the study driver are never blocked (their databases are in WAL
-mode, where readers and the writer do not wait for each other). Git is run with
-``GIT_OPTIONAL_LOCKS=0``. JSON-lines files that live writers append to (the transcript, the
-usage file, the resource timeline) are read up to their last complete line, incrementally:
-a page refreshed during a 10,000-call run parses only the lines added since.
+Everything here only reads, a run through its :class:`~agent2rl.run_record.RunRecord`. SQLite
+files (a run's ledger, its rollout record, a study's state) are opened read-only
+(:meth:`~agent2rl.sqlite_store.SQLiteStore.reader`): the grader, the rollout service and the
+study driver are never blocked, and a finished run's directory is left as it was. Git is read
+through :class:`~agent2rl.recording.snapshot.SnapshotReader`. JSON-lines files that live
+writers append to (the transcript, the usage file, the resource timeline) are read up to
+their last complete line, incrementally: a page refreshed during a 10,000-call run parses
+only the lines added since.
 
 Run ids and study names are looked up in the scanned index (:class:`Index`), never joined
 onto a path from a request, so no request can name a file outside the viewed directory.
@@ -15,33 +16,33 @@ onto a path from a request, so no request can name a file outside the viewed dir
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from agent2rl.grading.ledger import SubmissionStatus
+from agent2rl.run_record import JsonlTail, RunRecord
+from agent2rl.rundir import LIVE_RUN_STATUSES, RunPaths, RunStatus
+from agent2rl.sqlite_store import SQLiteStore
+from agent2rl.study.state import STATE_DB
 
 #: statuses of run.json after which nothing in the run changes
-FINAL_STATUSES = frozenset(
-    {"completed", "deadline", "agent_error", "oom", "disk_quota", "interrupted", "harness_error"}
-)
+FINAL_STATUSES = frozenset(RunStatus) - LIVE_RUN_STATUSES
 #: final statuses that mean a resource cap stopped the agent, and the cap's name
-CAP_STATUSES = {"oom": "memory", "disk_quota": "disk"}
+CAP_STATUSES = {RunStatus.OOM: "memory", RunStatus.DISK_QUOTA: "disk"}
 #: how long a directory scan is reused (a new run shows within this many seconds)
 SCAN_TTL_S = 2.0
 #: the most characters of one text shown in a timeline row (the whole is one click away)
 PREVIEW_CHARS = 240
 #: the largest diff served (bytes); a larger one is cut with a note
 MAX_DIFF_BYTES = 2 << 20
+#: a snapshot the diff page names: at least git's default abbreviation (a shorter prefix
+#: could name several)
 _SHA = re.compile(r"[0-9a-f]{7,64}")
 
 
@@ -63,61 +64,41 @@ def _is_budget(error: Any) -> bool:
     return isinstance(error, str) and "token budget" in error
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def connect_ro(path: Path, *, settled: bool = False) -> sqlite3.Connection | None:
-    """A read-only connection to the SQLite file ``path`` (None when it does not exist or
-    cannot be opened). ``mode=ro``: no write lock is ever taken; a short busy timeout, so a
-    checkpointing writer delays a page rather than failing it.
-
-    ``settled``: the database's writer is gone for good (a finished run's ledger). When it
-    also left no ``-wal`` file, the file is opened ``immutable``: no locks and no ``-shm`` or
-    ``-wal`` files created beside it, so viewing a finished run leaves its directory exactly
-    as it was (a live database is always read through WAL, as its writer expects)."""
-    if not path.is_file():
-        return None
-    immutable = settled and not path.with_name(path.name + "-wal").exists()
-    uri = f"file:{quote(str(path))}?mode=ro" + ("&immutable=1" if immutable else "")
-    try:
-        con = sqlite3.connect(uri, uri=True, timeout=2, check_same_thread=False)
-        con.row_factory = sqlite3.Row
-        return con
-    except sqlite3.Error:
-        return None
-
-
-def _query(
-    path: Path, sql: str, args: tuple[Any, ...] = (), *, settled: bool = False
-) -> list[dict[str, Any]]:
-    """Rows of ``sql`` on the read-only database ``path``; ``[]`` when it (or the table)
-    is missing or unreadable — a run that has not created it yet."""
-    return _queries(path, [sql], settled=settled)[0]
-
-
-def _queries(path: Path, sqls: list[str], *, settled: bool = False) -> list[list[dict[str, Any]]]:
-    """The rows of each of ``sqls`` on one read-only connection, in one read transaction
-    (a consistent snapshot); a failing query gives ``[]``."""
+def _study_rows(path: Path, sqls: list[str]) -> list[list[dict[str, Any]]]:
+    """The rows of each of ``sqls`` on the study database ``path``, read-only
+    (:meth:`SQLiteStore.reader`) in one read transaction (a consistent snapshot); ``[]`` for
+    a query that fails and for every query when the file is missing or unreadable."""
     out: list[list[dict[str, Any]]] = [[] for _ in sqls]
-    con = connect_ro(path, settled=settled)
-    if con is None:
+    store = SQLiteStore.reader(path)
+    if store is None:
         return out
-    with closing(con):
+    with store:
         try:
-            con.execute("BEGIN")
+            with store.read() as con:
+                for i, sql in enumerate(sqls):
+                    try:
+                        out[i] = [dict(r) for r in con.execute(sql)]
+                    except sqlite3.Error:
+                        out[i] = []
         except sqlite3.Error:
-            return out
-        for i, sql in enumerate(sqls):
-            try:
-                out[i] = [dict(r) for r in con.execute(sql)]
-            except sqlite3.Error:
-                out[i] = []
+            pass
     return out
+
+
+def study_run_dirs(study_dir: Path) -> list[Path]:
+    """The run directories a study's slots name (relative ones under ``study_dir``), in
+    slot order; those without a ``run.json`` are left out."""
+    (rows,) = _study_rows(
+        study_dir / STATE_DB,
+        ["SELECT run_dir FROM slots WHERE run_dir IS NOT NULL ORDER BY id"],
+    )
+    dirs = []
+    for row in rows:
+        d = Path(row["run_dir"])
+        d = d if d.is_absolute() else study_dir / d
+        if RunPaths(d).run_json.is_file():
+            dirs.append(d)
+    return dirs
 
 
 class _Memo:
@@ -136,71 +117,6 @@ class _Memo:
         with self._lock:
             self._data[key] = (stamp, value)
         return value
-
-
-# --------------------------------------------------------------------------------------------
-# JSON lines, read incrementally
-
-
-class JsonlTail:
-    """A JSON-lines file read incrementally: complete lines only (a line being written is
-    read on the next refresh), each parsed once, with its byte offset kept for random
-    access. ``summarize`` turns a parsed line into what is kept in memory."""
-
-    def __init__(self, path: Path, summarize: Callable[[dict[str, Any]], Any]) -> None:
-        self.path = path
-        self.summarize = summarize
-        self.items: list[Any] = []
-        self.offsets: list[int] = []
-        self._pos = 0
-        self._ino: int | None = None
-        self._lock = threading.Lock()
-
-    def refresh(self) -> list[Any]:
-        with self._lock:
-            try:
-                st = self.path.stat()
-            except OSError:
-                return self.items
-            if st.st_ino != self._ino or st.st_size < self._pos:
-                # A replaced or truncated file: read it again from the start.
-                self.items, self.offsets, self._pos, self._ino = [], [], 0, st.st_ino
-            if st.st_size == self._pos:
-                return self.items
-            with open(self.path, "rb") as f:
-                f.seek(self._pos)
-                data = f.read(st.st_size - self._pos)
-            end = data.rfind(b"\n")
-            if end < 0:
-                return self.items
-            start = 0
-            for raw in data[: end + 1].split(b"\n")[:-1]:
-                offset = self._pos + start
-                start += len(raw) + 1
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(obj, dict):
-                    self.items.append(self.summarize(obj))
-                    self.offsets.append(offset)
-            self._pos += end + 1
-            return self.items
-
-    def line(self, index: int) -> dict[str, Any] | None:
-        """The whole parsed line ``index`` (as counted in :attr:`items`)."""
-        with self._lock:
-            if not 0 <= index < len(self.offsets):
-                return None
-            offset = self.offsets[index]
-        with open(self.path, "rb") as f:
-            f.seek(offset)
-            raw = f.readline()
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            return None
-        return obj if isinstance(obj, dict) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,22 +206,23 @@ def response_text(response: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def request_items(request: Any) -> list[Any]:
+    """The conversation items of a transcript line's request, in any provider's shape (a
+    bare string prompt as one user item)."""
+    for name in ("messages", "input", "contents") if isinstance(request, dict) else ():
+        if isinstance(request.get(name), list):
+            return request[name]
+        if isinstance(request.get(name), str):
+            return [{"role": "user", "content": request[name]}]
+    return []
+
+
 def new_items(request: Any) -> list[dict[str, str]]:
     """The conversation items a transcript line's request adds (role and text each): the
     user's prompt and tool results; the assistant's own earlier turns, which a client sends
     back as context, are left out (they are the previous exchange's response)."""
-    if not isinstance(request, dict):
-        return []
-    items = None
-    for name in ("messages", "input", "contents"):
-        if isinstance(request.get(name), list):
-            items = request[name]
-            break
-        if isinstance(request.get(name), str):
-            items = [{"role": "user", "content": request[name]}]
-            break
     out = []
-    for item in items or []:
+    for item in request_items(request):
         if not isinstance(item, dict):
             continue
         role = str(item.get("role") or item.get("type") or "item")
@@ -373,23 +290,17 @@ def summarize_usage_line(line: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # One run
 
-
-def _git(git_dir: Path, *args: str, limit: int = MAX_DIFF_BYTES) -> str:
-    """Output of a read-only git command on the bare repository ``git_dir`` ("" on error)."""
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_DIR": str(git_dir), "LC_ALL": "C"}
-    try:
-        proc = subprocess.run(["git", *args], capture_output=True, env=env, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    out = proc.stdout
-    if len(out) > limit:
-        out = out[:limit] + b"\n... (diff cut at %d bytes)\n" % limit
-    return out.decode("utf-8", "replace") if proc.returncode == 0 else ""
+#: the submission columns a timeline row shows
+_SUBMISSION_FIELDS = (
+    "id", "submitted_at", "finished_at", "path", "status", "score", "n_items", "eval_seconds",
+    "error", "snapshot", "is_copy", "duplicate_of", "failure_kind",
+)  # fmt: skip
 
 
 @dataclass
 class RunView:
-    """Reads one run directory; one per run, shared by requests (its caches are locked)."""
+    """Reads one run directory through its :class:`RunRecord`, as the pages show it; one per
+    run, shared by requests (its caches are locked)."""
 
     root: Path
     _memo: _Memo = field(default_factory=_Memo)
@@ -398,50 +309,44 @@ class RunView:
     _resources: JsonlTail | None = None
 
     def __post_init__(self) -> None:
-        rec = self.root / "record"
-        self._transcript = JsonlTail(rec / "transcript.jsonl", summarize_exchange)
-        self._usage = JsonlTail(rec / "llm_usage.jsonl", summarize_usage_line)
-        self._resources = JsonlTail(rec / "resources.jsonl", lambda d: d)
+        self.record = RunRecord(self.root)
+        paths = self.record.paths
+        self._transcript = JsonlTail(paths.transcript, summarize_exchange)
+        self._usage = JsonlTail(paths.llm_usage, summarize_usage_line)
+        self._resources = JsonlTail(paths.resources)
 
     # -- pieces
 
     def info(self) -> dict[str, Any]:
-        path = self.root / "run.json"
-        return self._memo.get("info", _stamp(path), lambda: _read_json(path) or {})
+        """``run.json`` as a dict (``{}`` when the run has none readable yet)."""
+        path = self.record.paths.run_json
+
+        def read() -> dict[str, Any]:
+            info = self.record.info()
+            return dict(vars(info)) if info is not None else {}
+
+        return self._memo.get("info", _stamp(path), read)
 
     def ledger(self) -> dict[str, Any]:
-        db = self.root / "ledger.db"
-        wal = db.with_name("ledger.db-wal")
-        stamp = (_stamp(db, wal), self.settled())
-        return self._memo.get("ledger", stamp, lambda: self._read_ledger(db))
+        db = self.record.paths.ledger
+        stamp = (_stamp(db, db.with_name(db.name + "-wal")), self.settled())
+        return self._memo.get("ledger", stamp, self._read_ledger)
 
     def settled(self) -> bool:
         """Whether the run ended (its databases have no writer any more)."""
         return self.info().get("status") in FINAL_STATUSES
 
-    def _read_ledger(self, db: Path) -> dict[str, Any]:
-        subs, rejections, meta_rows = _queries(
-            db,
-            [
-                "SELECT id, submitted_at, finished_at, path, status, score, n_items,"
-                " eval_seconds, error, snapshot, is_copy, duplicate_of, failure_kind"
-                " FROM submissions ORDER BY id",
-                "SELECT id, at, path, http_status, reason FROM rejections ORDER BY id",
-                "SELECT key, value FROM meta",
+    def _read_ledger(self) -> dict[str, Any]:
+        led = self.record.ledger()
+        best = led.best
+        return {
+            "submissions": [
+                {k: getattr(s, k) for k in _SUBMISSION_FIELDS} for s in led.submissions
             ],
-            settled=self.settled(),
-        )
-        meta = {r["key"]: r["value"] for r in meta_rows}
-        baseline = None
-        try:
-            baseline = (json.loads(meta.get("baseline") or "null") or {}).get("score")
-        except (ValueError, AttributeError):
-            baseline = None
-        graded = [
-            s for s in subs if s["status"] == SubmissionStatus.GRADED and s["score"] is not None
-        ]
-        best = max((s["score"] for s in graded), default=None)
-        return {"submissions": subs, "rejections": rejections, "baseline": baseline, "best": best}
+            "rejections": [asdict(r) for r in led.rejections],
+            "baseline": (led.baseline or {}).get("score"),
+            "best": best.score if best is not None else None,
+        }
 
     def llm(self) -> list[dict[str, Any]]:
         """Every LLM exchange (transcript; the usage file for a run without one)."""
@@ -457,39 +362,17 @@ class RunView:
         return self._transcript.line(index)
 
     def snapshots(self) -> list[dict[str, Any]]:
-        git_dir = self.root / "record" / "code.git"
+        git_dir = self.record.paths.code_git
         stamp = _stamp(git_dir / "refs" / "heads", git_dir / "packed-refs", git_dir / "HEAD")
         # refs/heads/* files change on every commit; their directory's mtime may not.
         heads = git_dir / "refs" / "heads"
         if heads.is_dir():
             stamp += _stamp(*sorted(heads.iterdir()))
-        return self._memo.get("snapshots", stamp, lambda: self._read_snapshots(git_dir))
-
-    def _read_snapshots(self, git_dir: Path) -> list[dict[str, Any]]:
-        if not git_dir.is_dir():
-            return []
-        out = _git(git_dir, "log", "--all", "--format=%H%x09%P%x09%ct%x09%s", "--shortstat")
-        snaps: list[dict[str, Any]] = []
-        for line in out.splitlines():
-            if not line.strip():
-                continue
-            parts = line.split("\t")
-            if len(parts) == 4 and _SHA.fullmatch(parts[0]):
-                sha, parents, ct, subject = parts
-                snaps.append(
-                    {
-                        "kind": "snapshot",
-                        "sha": sha,
-                        "parent": parents.split(" ")[0] if parents else None,
-                        "t": float(ct),
-                        "message": subject,
-                        "stat": "",
-                    }
-                )
-            elif snaps:
-                snaps[-1]["stat"] = line.strip()
-        snaps.reverse()
-        return snaps
+        return self._memo.get(
+            "snapshots",
+            stamp,
+            lambda: [{"kind": "snapshot", **asdict(s)} for s in self.record.git.log()],
+        )
 
     def diff(self, sha: str) -> str | None:
         """The change a snapshot made (against its parent; the whole tree for the first), as
@@ -500,28 +383,16 @@ class RunView:
         snap = known.get(sha) or next((s for k, s in known.items() if k.startswith(sha)), None)
         if snap is None:
             return None
-        git_dir = self.root / "record" / "code.git"
-        return _git(
-            git_dir, "show", "--format=%H %s%n", "--stat", "--patch", "--no-color", snap["sha"]
-        )
+        return self.record.git.show(snap["sha"], limit=MAX_DIFF_BYTES) or ""
 
     def env_activity(self) -> dict[str, Any]:
-        db = self.root / "record" / "env.db"
-        return self._memo.get(
-            "env", _stamp(db, db.with_name("env.db-wal")), lambda: self._read_env(db)
-        )
+        db = self.record.paths.env_db
+        return self._memo.get("env", _stamp(db, db.with_name(db.name + "-wal")), self._read_env)
 
-    def _read_env(self, db: Path) -> dict[str, Any]:
-        sessions, steps = _queries(
-            db,
-            [
-                "SELECT id, game_id, task_type, opened_at, closed_at, steps, reward, won, done"
-                " FROM sessions ORDER BY id",
-                "SELECT COUNT(*) AS n FROM steps",
-            ],
-            settled=self.settled(),
-        )
-        return {"sessions": sessions, "steps": steps[0]["n"] if steps else 0}
+    def _read_env(self) -> dict[str, Any]:
+        env = self.record.env()
+        sessions = [{**asdict(s), "task_type": s.group} for s in env.sessions]
+        return {"sessions": sessions, "steps": env.steps}
 
     def resources(self) -> list[dict[str, Any]]:
         assert self._resources is not None
@@ -706,7 +577,7 @@ class RunView:
                 refused[0].get("error"),
             )
         if status in FINAL_STATUSES:
-            bad = status not in ("completed", "deadline")
+            bad = status not in (RunStatus.COMPLETED, RunStatus.DEADLINE)
             add(
                 "ended",
                 info.get("ended_at"),
@@ -758,9 +629,8 @@ class RunView:
 def read_study(study_dir: Path, *, counts_only: bool = False) -> dict[str, Any]:
     """A study directory's state, read-only: its name, the count of slots per status, their
     ``total`` and (unless ``counts_only``) the slots (status, attempts, run)."""
-    db = study_dir / "study.db"
-    meta_rows, count_rows, slots = _queries(
-        db,
+    meta_rows, count_rows, slots = _study_rows(
+        study_dir / STATE_DB,
         [
             "SELECT key, value FROM meta WHERE key = 'name'",
             "SELECT status, COUNT(*) AS n FROM slots GROUP BY status",
@@ -811,28 +681,23 @@ class Index:
 
             def add_study(d: Path) -> None:
                 studies.setdefault(d.name, d)
-                for s in _query(
-                    d / "study.db", "SELECT run_dir FROM slots WHERE run_dir IS NOT NULL"
-                ):
-                    p = Path(s["run_dir"])
-                    p = p if p.is_absolute() else d / p
-                    if (p / "run.json").is_file():
-                        add_run(p)
+                for p in study_run_dirs(d):
+                    add_run(p)
 
             def add(d: Path) -> bool:
                 """List ``d`` if it is a run or a study; whether it was one."""
-                if (d / "run.json").is_file():
+                if RunPaths(d).run_json.is_file():
                     add_run(d)
-                elif (d / "study.db").is_file():
+                elif (d / STATE_DB).is_file():
                     add_study(d)
                 else:
                     return False
                 return True
 
             root = self.root
-            if (root / "run.json").is_file():
+            if RunPaths(root).run_json.is_file():
                 add_run(root)
-            if (root / "study.db").is_file():
+            if (root / STATE_DB).is_file():
                 add_study(root)
             for d in _subdirs(root):
                 if not add(d):  # a directory of runs or studies, one level down

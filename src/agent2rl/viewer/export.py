@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,15 @@ from typing import Any
 from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic
 from agent2rl.metering.transcript import full_requests, read_transcript
-from agent2rl.viewer.data import RunView, _query, response_text, tool_calls_of
+from agent2rl.rundir import RunPaths
+from agent2rl.study.state import STATE_DB
+from agent2rl.viewer.data import (
+    RunView,
+    request_items,
+    response_text,
+    study_run_dirs,
+    tool_calls_of,
+)
 
 ATIF_VERSION = "ATIF-v1.4"
 EXPORT_FORMAT = "agent2rl-trajectory"
@@ -156,20 +165,68 @@ def _reasoning(response: Any) -> str | None:
     return "\n".join(p for p in parts if p) or None
 
 
-def run_trajectory(run_dir: Path) -> dict[str, Any]:
-    """The ATIF trajectory of one run directory (see the module docstring)."""
-    from agent2rl import __version__
+#: the run.json fields ``extra.agent2rl.run`` carries
+_RUN_FIELDS = (
+    "run_id", "task", "task_version", "level", "agent", "model", "driver", "mode", "budget_s",
+    "seed", "status", "start", "deadline", "ended_at", "eval_hash",
+)  # fmt: skip
 
-    view = RunView(Path(run_dir))
-    info = view.info()
-    if not info:
-        raise UserError(f"{run_dir} is not a run directory (no readable run.json)")
-    lines = read_transcript(Path(run_dir) / "record" / "transcript.jsonl")
-    bodies = full_requests(lines)
-    led = view.ledger()
-    timed: list[tuple[float, int, dict[str, Any]]] = []
-    models: dict[str, int] = {}
-    totals = {"prompt": 0, "completion": 0, "cached": 0, "cost": 0.0}
+#: (time, order, step): steps sort by time, then by the order they were made in
+_Timed = tuple[float, int, dict[str, Any]]
+
+
+def _failed_step(line: dict[str, Any]) -> dict[str, Any]:
+    """A failed LLM request as a ``system`` step."""
+    return {
+        "source": "system",
+        "message": f"LLM request failed: {line.get('error') or line.get('status')}",
+        "extra": {
+            "llm_request": {k: line.get(k) for k in ("seq", "api", "endpoint", "model", "status")}
+        },
+    }
+
+
+def _agent_step(line: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """One LLM answer as an ``agent`` step: text, reasoning, tool calls, token metrics."""
+    metrics: dict[str, Any] = {
+        "prompt_tokens": line.get("input_tokens") or 0,
+        "completion_tokens": line.get("output_tokens") or 0,
+        "cached_tokens": line.get("cached_tokens") or 0,
+    }
+    if line.get("cost_usd") is not None:
+        metrics["cost_usd"] = line["cost_usd"]
+    metrics["extra"] = {
+        "latency_s": line.get("latency_s"),
+        "cache_write_tokens": line.get("cache_write_tokens") or 0,
+        "transcript_seq": line.get("seq"),
+        "api": line.get("api"),
+        "endpoint": line.get("endpoint"),
+    }
+    step: dict[str, Any] = {
+        "source": "agent",
+        "model_name": line.get("model"),
+        "message": response_text(response),
+        "metrics": metrics,
+    }
+    if reasoning := _reasoning(response):
+        step["reasoning_content"] = reasoning
+    if calls := tool_calls_of(response):
+        step["tool_calls"] = [
+            {
+                "tool_call_id": str(c.get("id") or f"call_{line.get('seq')}_{i}"),
+                "function_name": str(c.get("name")),
+                "arguments": _args(c.get("arguments")),
+            }
+            for i, c in enumerate(calls)
+        ]
+    return step
+
+
+def _llm_steps(lines: list[dict[str, Any]], bodies: list[Any]) -> list[_Timed]:
+    """The steps of the LLM transcript: the system prompt once, the user's messages, each
+    answer (an agent step, timed at its end) with the tool results the next request carried
+    as its observation, and failed requests."""
+    timed: list[_Timed] = []
     seen_system = False
     last_agent: dict[str, Any] | None = None
     order = 0
@@ -177,22 +234,7 @@ def run_trajectory(run_dir: Path) -> dict[str, Any]:
         t = line.get("time") or 0.0
         order += 1
         if line.get("status") != 200 or line.get("error"):
-            timed.append(
-                (
-                    t,
-                    order,
-                    {
-                        "source": "system",
-                        "message": f"LLM request failed: {line.get('error') or line.get('status')}",
-                        "extra": {
-                            "llm_request": {
-                                k: line.get(k)
-                                for k in ("seq", "api", "endpoint", "model", "status")
-                            }
-                        },
-                    },
-                )
-            )
+            timed.append((t, order, _failed_step(line)))
             continue
         response = line.get("response")
         if not isinstance(body, dict) or not isinstance(response, dict):
@@ -200,123 +242,83 @@ def run_trajectory(run_dir: Path) -> dict[str, Any]:
         if not seen_system and (sp := _system_prompt(body)):
             timed.append((t, order, {"source": "system", "message": sp}))
             seen_system = True
-        new = line.get("request") or {}
-        items = next(
-            (new[k] for k in ("messages", "input", "contents") if isinstance(new.get(k), list)),
-            [{"role": "user", "content": new["input"]}]
-            if isinstance(new.get("input"), str)
-            else [],
-        )
-        users, results = _split_items(items)
+        users, results = _split_items(request_items(line.get("request")))
         if results and last_agent is not None:
             last_agent.setdefault("observation", {"results": []})["results"].extend(results)
         for u in users:
             order += 1
             timed.append((t, order, {"source": "user", "message": u}))
-        calls = tool_calls_of(response)
-        tokens = {
-            "prompt_tokens": line.get("input_tokens") or 0,
-            "completion_tokens": line.get("output_tokens") or 0,
-            "cached_tokens": line.get("cached_tokens") or 0,
-        }
-        metrics: dict[str, Any] = dict(tokens)
-        if line.get("cost_usd") is not None:
-            metrics["cost_usd"] = line["cost_usd"]
-        metrics["extra"] = {
-            "latency_s": line.get("latency_s"),
-            "cache_write_tokens": line.get("cache_write_tokens") or 0,
-            "transcript_seq": line.get("seq"),
-            "api": line.get("api"),
-            "endpoint": line.get("endpoint"),
-        }
-        totals["prompt"] += tokens["prompt_tokens"]
-        totals["completion"] += tokens["completion_tokens"]
-        totals["cached"] += tokens["cached_tokens"]
-        totals["cost"] += line.get("cost_usd") or 0.0
-        step: dict[str, Any] = {
-            "source": "agent",
-            "model_name": line.get("model"),
-            "message": response_text(response),
-            "metrics": metrics,
-        }
-        if reasoning := _reasoning(response):
-            step["reasoning_content"] = reasoning
-        if calls:
-            step["tool_calls"] = [
-                {
-                    "tool_call_id": str(c.get("id") or f"call_{line.get('seq')}_{i}"),
-                    "function_name": str(c.get("name")),
-                    "arguments": _args(c.get("arguments")),
-                }
-                for i, c in enumerate(calls)
-            ]
-        if line.get("model"):
-            models[line["model"]] = models.get(line["model"], 0) + 1
         order += 1
-        timed.append((t + (line.get("latency_s") or 0.0), order, step))
-        last_agent = step
-    for s in led["submissions"]:
+        last_agent = _agent_step(line, response)
+        timed.append((t + (line.get("latency_s") or 0.0), order, last_agent))
+    return timed
+
+
+def _submission_steps(subs: list[dict[str, Any]], order: int) -> list[_Timed]:
+    """Each submission as a ``system`` step (``extra.submission``: its ledger row)."""
+    out = []
+    for s in subs:
         score = "–" if s["score"] is None else f"{s['score']:.4f}"
         order += 1
-        timed.append(
-            (
-                s["submitted_at"],
-                order,
-                {
-                    "source": "system",
-                    "message": f"submission #{s['id']} {s['path']}: {s['status']}, score {score}"
-                    + (f" ({s['error']})" if s["error"] else ""),
-                    "extra": {"submission": s},
-                },
-            )
-        )
+        message = f"submission #{s['id']} {s['path']}: {s['status']}, score {score}"
+        step = {
+            "source": "system",
+            "message": message + (f" ({s['error']})" if s["error"] else ""),
+            "extra": {"submission": s},
+        }
+        out.append((s["submitted_at"], order, step))
+    return out
+
+
+def _final_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Token and cost totals over the agent steps (the answered LLM requests)."""
+    metrics = [s["metrics"] for s in steps if s["source"] == "agent"]
+    return {
+        "total_prompt_tokens": sum(m["prompt_tokens"] for m in metrics),
+        "total_completion_tokens": sum(m["completion_tokens"] for m in metrics),
+        "total_cached_tokens": sum(m["cached_tokens"] for m in metrics),
+        "total_cost_usd": round(sum(m.get("cost_usd") or 0.0 for m in metrics), 6),
+        "total_steps": len(steps),
+    }
+
+
+def run_trajectory(run_dir: Path) -> dict[str, Any]:
+    """The ATIF trajectory of one run directory (see the module docstring), read through
+    its :class:`~agent2rl.run_record.RunRecord`. Raises UserError for a directory without a
+    readable ``run.json``."""
+    from agent2rl import __version__
+
+    view = RunView(Path(run_dir))
+    info = view.info()
+    if not info:
+        raise UserError(f"{run_dir} is not a run directory (no readable run.json)")
+    lines = read_transcript(view.record.paths.transcript)
+    bodies = full_requests(lines)
+    led = view.ledger()
+    timed = _llm_steps(lines, bodies)
+    # submissions after the LLM steps of the same time
+    timed += _submission_steps(led["submissions"], max((o for _, o, _ in timed), default=0))
     timed.sort(key=lambda x: (x[0], x[1]))
-    steps = []
-    for i, (t, _, step) in enumerate(timed, start=1):
-        steps.append(
-            {"step_id": i, "timestamp": _iso(t), **{k: v for k, v in step.items() if v is not None}}
-        )
+    steps = [
+        {"step_id": i, "timestamp": _iso(t), **{k: v for k, v in step.items() if v is not None}}
+        for i, (t, _, step) in enumerate(timed, start=1)
+    ]
+    models = Counter(
+        s["model_name"] for s in steps if s["source"] == "agent" and s.get("model_name")
+    )
     model = max(models, key=lambda m: models[m]) if models else info.get("driver")
+    agent = {"name": str(info.get("agent")), "version": f"agent2rl-{__version__}"}
     trajectory: dict[str, Any] = {
         "schema_version": ATIF_VERSION,
         "session_id": info.get("run_id") or Path(run_dir).name,
-        "agent": {
-            "name": str(info.get("agent")),
-            "version": f"agent2rl-{__version__}",
-            **({"model_name": model} if model else {}),
-        },
+        "agent": {**agent, **({"model_name": model} if model else {})},
         "steps": steps,
-        "final_metrics": {
-            "total_prompt_tokens": totals["prompt"],
-            "total_completion_tokens": totals["completion"],
-            "total_cached_tokens": totals["cached"],
-            "total_cost_usd": round(totals["cost"], 6),
-            "total_steps": len(steps),
-        },
+        "final_metrics": _final_metrics(steps),
         "extra": {
             "agent2rl": {
                 "format": EXPORT_FORMAT,
                 "version": EXPORT_VERSION,
-                "run": {
-                    k: info.get(k)
-                    for k in (
-                        "run_id",
-                        "task",
-                        "task_version",
-                        "level",
-                        "agent",
-                        "model",
-                        "driver",
-                        "mode",
-                        "budget_s",
-                        "seed",
-                        "status",
-                        "start",
-                        "deadline",
-                        "ended_at",
-                        "eval_hash",
-                    )
-                },
+                "run": {k: info.get(k) for k in _RUN_FIELDS},
                 "baseline": led["baseline"],
                 "best": led["best"],
                 "submissions": led["submissions"],
@@ -337,18 +339,10 @@ def export_dirs(path: Path) -> list[Path]:
     run directories), or every run directly under a runs directory. Raises UserError when it
     holds none."""
     path = Path(path).expanduser()
-    if (path / "run.json").is_file():
+    if RunPaths(path).run_json.is_file():
         return [path]
-    if (path / "study.db").is_file():
-        dirs = []
-        for s in _query(
-            path / "study.db", "SELECT run_dir FROM slots WHERE run_dir IS NOT NULL ORDER BY id"
-        ):
-            d = Path(s["run_dir"])
-            d = d if d.is_absolute() else path / d
-            if (d / "run.json").is_file():
-                dirs.append(d)
-        return dirs
+    if (path / STATE_DB).is_file():
+        return study_run_dirs(path)
     dirs = sorted(p.parent for p in path.glob("*/run.json"))
     if not dirs:
         raise UserError(

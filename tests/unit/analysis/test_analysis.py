@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.charts import chart_specs
+from support.rundirs import write_run
 
 from agent2rl.analysis import (
     RunMetrics,
@@ -24,7 +25,7 @@ from agent2rl.analysis.report.charts import MARKERS
 from agent2rl.grading.ledger import Ledger
 from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rollout.env_record import EnvLedger
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.rundir import RunPaths
 from agent2rl.statistics import load_item_scores
 
 START = 1_000_000.0
@@ -107,25 +108,17 @@ def make_run(
 ) -> RunPaths:
     """A finished run directory: run.json, ledger.db, per-item files under grading/. A
     ``baseline_hash`` of None records the baseline without one (an older ledger)."""
-    paths = RunPaths(root)
-    root.mkdir(parents=True, exist_ok=True)
-    RunInfo(
-        run_id=root.name,
-        task="arith-lite",
-        task_version="1",
-        level=1,
+    paths = write_run(
+        root,
         agent="scripted",
-        model="tiny",
         budget_s=BUDGET,
-        seed=0,
-        sandbox="none",
         created_at=START - 50,
         driver="reference",
         start=START,
         deadline=START + BUDGET,
         ended_at=START + ended_after,
         status="completed",
-    ).save(paths)
+    )
     if not with_ledger:
         return paths
     with Ledger(paths.ledger) as ledger:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from support.cli import run_cli
+from support.rundirs import write_run
 
 from agent2rl.grading.ledger import Ledger
 from agent2rl.orchestration.guard import start_ticks
@@ -17,25 +18,17 @@ from agent2rl.rundir import RunInfo, RunPaths
 
 
 def _run(tmp_path, harness: dict | None, status: str = "running") -> RunPaths:
-    paths = RunPaths(tmp_path / "run")
-    paths.root.mkdir()
     now = time.time()
-    RunInfo(
+    paths = write_run(
+        tmp_path / "run",
         run_id="run",
-        task="arith-lite",
-        task_version="1",
-        level=1,
-        agent="test",
-        model="tiny",
         budget_s=60,
-        seed=0,
-        sandbox="none",
         created_at=now - 30,
         start=now - 20,
         deadline=now + 40,
         status=status,
         harness=harness,
-    ).save(paths)
+    )
     with Ledger(paths.ledger) as ledger:
         done = ledger.add_submission("output/v1", "h1", "e")
         ledger.update_submission(done, status="graded", score=1.0, finished_at=now - 10)

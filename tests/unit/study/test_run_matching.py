@@ -6,16 +6,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent2rl.files import write_json_atomic
+from support.rundirs import write_run
+
 from agent2rl.study.attempt import find_run_dir
 from agent2rl.study.spec import RunSlot
 
 
 def _run(study: Path, name: str, created_at: float, **fields) -> Path:
-    info = {"task": "arith-lite", "model": "tiny", "seed": 0, "agent": "claude-code"}
-    info |= {"mode": "free", "created_at": created_at, **fields}
-    write_json_atomic(study / name / "run.json", info)
-    return study / name
+    info = {"agent": "claude-code", "mode": "free", "created_at": created_at, **fields}
+    return write_run(study / name, **info).root
 
 
 def _request(study: Path, slot: RunSlot, queued_at: float) -> dict:

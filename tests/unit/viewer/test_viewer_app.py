@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 import pytest
 from support.cli import agent2rl_cmd, run_cli
+from support.rundirs import snapshot, write_run
 
 from agent2rl.grading.ledger import Ledger
 from agent2rl.metering.transcript import TranscriptWriter
-from agent2rl.recording.snapshot import CodeRecorder
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.rundir import RunPaths
 
 pytestmark = pytest.mark.timeout(120)
 RUN_ID = "20261125-120000-arith-lite-test-0001"
@@ -34,30 +34,11 @@ TOKEN = "t0ken-for-the-viewer-tests-123"
 def make_run(root: Path) -> RunPaths:
     """A run in progress: two snapshots, one graded submission, an anthropic conversation
     of two exchanges (the second with a tool result)."""
-    paths = RunPaths(root / RUN_ID)
-    (paths.code).mkdir(parents=True)
-    paths.record.mkdir()
     now = time.time()
-    RunInfo(
-        run_id=RUN_ID,
-        task="arith-lite",
-        task_version="2",
-        level=1,
-        agent="test",
-        model="tiny",
-        budget_s=600,
-        seed=0,
-        sandbox="none",
-        created_at=now - 60,
-        start=now - 50,
-        deadline=now + 550,
-        status="running",
-    ).save(paths)
-    rec = CodeRecorder(paths.code_git, paths.workspace)
-    (paths.code / "train.py").write_text("LR = 0.001\n")
-    rec.snapshot("start")
-    (paths.code / "train.py").write_text("LR = 0.01\n")
-    sha = rec.snapshot("submission: output/v1")
+    paths = write_run(root / RUN_ID, task_version="2")
+    snapshot(paths, {"train.py": "LR = 0.001\n"}, "start")
+    sha = snapshot(paths, {"train.py": "LR = 0.01\n"}, "submission: output/v1")
+    paths.record.mkdir(exist_ok=True)
     with Ledger(paths.ledger) as led:
         led.set_meta("baseline", {"score": 0.25})
         sid = led.add_submission("output/v1", "w1", None, snapshot=sha, at=now - 20)
@@ -393,19 +374,10 @@ def test_timeline_shows_the_harness_caps_and_kills(tmp_path: Path) -> None:
     from agent2rl.metering.budget import Estimate, TokenBudget
     from agent2rl.viewer.data import RunView
 
-    paths = RunPaths(tmp_path / "capped")
-    paths.record.mkdir(parents=True)
     t0 = 1_000_000.0
-    RunInfo(
-        run_id="capped",
-        task="arith-lite",
+    paths = write_run(
+        tmp_path / "capped",
         task_version="2",
-        level=1,
-        agent="test",
-        model="tiny",
-        budget_s=600,
-        seed=0,
-        sandbox="none",
         created_at=t0 - 10,
         start=t0,
         deadline=t0 + 600,
@@ -413,7 +385,8 @@ def test_timeline_shows_the_harness_caps_and_kills(tmp_path: Path) -> None:
         status="oom",
         agent_exit_code=-9,
         error="memory cap of 2.0 GiB reached (2.1 GiB in use)",
-    ).save(paths)
+    )
+    paths.record.mkdir()
     refusal = TokenBudget(100, used=100).reserve(Estimate(50, 10))
     assert refusal is not None
     lines = [

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,6 +36,8 @@ from agent2rl.analysis.report.run_metrics import (
     TrajectoryPoint,
 )
 from agent2rl.files import read_jsonl_tolerant
+from agent2rl.run_record import RunRecord
+from agent2rl.rundir import RunPaths
 
 _CODE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".toml", ".json", ".cfg")
 _STAMP = re.compile(r"^\[(\d{1,2}):(\d{2}):(\d{2})\]")
@@ -55,45 +56,19 @@ def families(methods: Iterable[str]) -> frozenset[str]:
     return frozenset(f for f in ("sft", "rl") if f in found)
 
 
-def _git(git_dir: Path, *args: str, data: bytes | None = None) -> bytes | None:
-    try:
-        done = subprocess.run(
-            ["git", "--git-dir", str(git_dir), *args],
-            input=data,
-            capture_output=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def snapshot_code(git_dir: Path, snapshot: str) -> str | None:
-    """The text of the code files under ``code/`` in ``snapshot`` (None: unreadable)."""
-    names = _git(git_dir, "ls-tree", "-r", "--name-only", snapshot, "--", "code")
-    if names is None:
-        return None
-    files = [n for n in names.decode(errors="replace").splitlines() if n.endswith(_CODE_SUFFIXES)]
-    if not files:
-        return ""
-    batch = "".join(f"{snapshot}:{f}\n" for f in files).encode()
-    out = _git(git_dir, "cat-file", "--batch", data=batch)
-    return out.decode(errors="replace") if out is not None else None
-
-
 def code_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
     """Methods in the code at each submission (when they change) and at the end."""
-    git_dir = run_dir / "record" / "code.git"
+    record = RunRecord(run_dir)
     snapshots = {c.id: c.snapshot for c in m.code_changes if c.snapshot}
     out: list[Evidence] = []
     seen: dict[str, frozenset[str]] = {}
     last: frozenset[str] | None = None
     for p in m.trajectory:
         snap = snapshots.get(p.id)
-        if not snap or not git_dir.is_dir():
+        if not snap or not record.paths.code_git.is_dir():
             continue
         if snap not in seen:
-            text = snapshot_code(git_dir, snap)
+            text = record.git.files_text(snap, "code", _CODE_SUFFIXES)
             seen[snap] = families(detect_methods(text)) if text is not None else frozenset()
         fam = seen[snap]
         if fam != last:
@@ -108,11 +83,7 @@ def code_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
                 )
             )
             last = fam
-    final = (
-        m.methods
-        if m.methods is not None
-        else sorted(detect_methods(run_dir / "workspace" / "code"))
-    )
+    final = m.methods if m.methods is not None else sorted(detect_methods(record.paths.code))
     fam = families(final)
     if fam:
         out.append(
@@ -132,7 +103,7 @@ def log_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
     and each switch between them. Lines that say a method was not run (``no``, ``not``,
     ``skip``...) are left out. A ``[HH:MM:SS]`` prefix is read as local time on the run's
     day (the reference agents' format) and becomes ``t``; other lines have no time."""
-    path = run_dir / "agent.log"
+    path = RunPaths(run_dir).agent_log
     if not path.is_file():
         return []
     start = datetime.fromtimestamp(m.start) if m.start is not None else None
@@ -189,7 +160,7 @@ def token_timeline(run_dir: Path, m: RunMetrics) -> tuple[tuple[float, int], ...
     """``(t, cumulative tokens)`` per metered request in time order, t in seconds since the
     start; input + output tokens, as a token budget counts them. Lines without a time (none
     the proxy writes) are left out."""
-    path = run_dir / "record" / "llm_usage.jsonl"
+    path = RunPaths(run_dir).llm_usage
     if not path.is_file() or m.start is None:
         return ()
     requests: list[tuple[float, int]] = []
@@ -256,7 +227,7 @@ def load_run(
     """A run directory as a :class:`StudyRun`; None when it has no readable
     ``report/metrics.json`` (a run whose report was never written)."""
     run_dir = Path(run_dir)
-    m = read_metrics(run_dir / "report" / "metrics.json")
+    m = read_metrics(RunPaths(run_dir).metrics_json)
     if m is None:
         return None
     evidence = code_evidence(run_dir, m) + log_evidence(run_dir, m) + rollout_evidence(m)
@@ -298,6 +269,5 @@ __all__ = [
     "log_evidence",
     "rollout_evidence",
     "run_dirs",
-    "snapshot_code",
     "token_timeline",
 ]

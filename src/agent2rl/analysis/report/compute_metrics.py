@@ -1,6 +1,7 @@
 """Per-run metrics, computed only from a finished run directory (never from live state).
 
-Reads ``run.json``, ``ledger.db``, the per-item result files the grader wrote, the code
+Reads, through the run's :class:`~agent2rl.run_record.RunRecord`, ``run.json``, ``ledger.db``
+(read-only), the per-item result files the grader wrote, the code
 snapshots in ``record/code.git`` and, if present, ``record/resources.jsonl``,
 ``record/llm_usage.jsonl``, ``record/agent.json``, ``record/contamination.json`` and the
 rollout record. The result is a
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,49 +43,20 @@ from agent2rl.analysis.report.searching import search_summary
 from agent2rl.files import read_jsonl_tolerant
 from agent2rl.grading.comparison import best as best_of
 from agent2rl.grading.comparison import comparable, improvement
-from agent2rl.grading.final import FinalGrade, GradeStatus, read_final_grade
-from agent2rl.grading.ledger import Ledger, Rejection, Submission, SubmissionStatus
+from agent2rl.grading.final import GradeStatus
+from agent2rl.grading.ledger import Rejection, Submission, SubmissionStatus
 from agent2rl.integrity.contamination import read_contamination
 from agent2rl.integrity.identity import identity_flags
 from agent2rl.metering import summarize_usage
 from agent2rl.rollout.env_record import summarize_env
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.run_record import LedgerRecord, RunRecord
+from agent2rl.rundir import RunPaths
 from agent2rl.scoring.metrics import metric_for
 from agent2rl.statistics import Intervals, compare_items, load_item_records
 
 
 # -- inputs ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Graded:
-    """What the run's ledger holds; empty for a run that failed before grading."""
-
-    submissions: list[Submission]
-    rejections: list[Rejection]
-    baseline: dict[str, Any] | None
-    """The baseline record (score, n_items, items_path, eval_seconds, eval_hash)."""
-    validation_baseline: dict[str, Any] | None = None
-    """The validation feedback protocol's baseline record, on the validation split."""
-    final_grade: FinalGrade | None = None
-    """The validation feedback protocol's end-of-run grade on the private split."""
-
-    @classmethod
-    def read(cls, paths: RunPaths) -> _Graded:
-        # Opening a missing ledger would create one: a run without one stays without.
-        if not paths.ledger.is_file():
-            return cls([], [], None)
-        with Ledger(paths.ledger) as ledger:
-            baseline = ledger.get_meta("baseline")
-            validation = ledger.get_meta("validation_baseline")
-            return cls(
-                ledger.submissions(),
-                ledger.rejections(),
-                baseline if isinstance(baseline, dict) else None,
-                validation if isinstance(validation, dict) else None,
-                read_final_grade(ledger),
-            )
-
-
-def _final_pick(graded: _Graded) -> Submission | None:
+def _final_pick(graded: LedgerRecord) -> Submission | None:
     """The validation protocol's end-of-run grade as a graded submission on the private split
     (the selected submission's row with the private score, files and settings); None when it
     was not graded."""
@@ -412,8 +384,192 @@ def _egress(paths: RunPaths) -> dict[str, Any] | None:
     return egress if isinstance(egress, dict) else None
 
 
+class _Run:
+    """What the metrics are computed from: the run's record and the figures several metrics
+    share (``seen``: the baseline the agent's scores compare with, the validation split's
+    under the validation protocol; ``top``/``last``: the best's and the final's intervals).
+    Raises FileNotFoundError when the run has no readable ``run.json``."""
+
+    def __init__(self, paths: RunPaths) -> None:
+        record = RunRecord(paths.root)
+        info = record.info()
+        if info is None:
+            raise FileNotFoundError(f"{paths.run_json}: no readable run.json")
+        self.paths, self.info, self.git = paths, info, record.git
+        self.graded = graded = record.ledger()
+        subs, baseline = graded.submissions, graded.baseline
+        self.t0 = info.start if info.start is not None else info.created_at
+        ended = info.ended_at is not None and info.start is not None
+        self.duration = info.ended_at - info.start if ended else None  # type: ignore[operator]
+        self.base_score = _finite(baseline.get("score")) if baseline else None
+        self.base_hash = baseline.get("eval_hash") if baseline else None
+        # Under the validation feedback protocol the submissions' scores (the trajectory) are
+        # on the validation split and compare with its baseline; the run's score is the
+        # end-of-run grade on the private split (agent2rl.grading.final), never a maximum.
+        self.by_validation = info.feedback == "validation"
+        self.seen = graded.record("validation_baseline") if self.by_validation else baseline
+        pick = _final_pick(graded) if self.by_validation else None
+        self.valid = [s for s in subs if s.valid]
+        self.best = pick if self.by_validation else best_of(subs)
+        self.intervals = _intervals(paths, self.seen, subs)
+        self.top = self.intervals.get(self.best.id, Intervals()) if self.best else Intervals()
+        self.final = self.valid[-1] if self.valid else None
+        self.last = self.intervals.get(self.final.id, Intervals()) if self.final else Intervals()
+        if self.by_validation:  # one submission has a private score: both best and final
+            self.top = _intervals(paths, baseline, [pick])[pick.id] if pick else Intervals()
+            self.final, self.last = pick, self.top
+
+    def gain(self, sub: Submission | None) -> float | None:
+        """``sub``'s improvement over the baseline (None: no submission, not comparable)."""
+        if sub is None:
+            return None
+        return improvement(sub.score, self.base_score, comparable(sub.eval_hash, self.base_hash))
+
+
+def _run_fields(r: _Run) -> dict[str, Any]:
+    """The run's own record: identity, settings, clock, confinement."""
+    info = r.info
+    return {
+        **info.identity().model_dump(),
+        "task_options": info.task_options,
+        "decoding": _decoding_text(info.backend),
+        "level": info.level,
+        "status": info.status,
+        "error": info.error,
+        "budget_s": info.budget_s,
+        "start": info.start,
+        "deadline": info.deadline,
+        "ended_at": info.ended_at,
+        "duration_s": r.duration,
+        "agent_uid": info.agent_uid,  # sandbox and network: the identity's
+        "egress": _egress(r.paths),
+        "caps": info.caps,
+        "cap_mechanism": info.cap_mechanism,
+        "token_budget": info.token_budget,
+    }
+
+
+def _score_fields(r: _Run) -> dict[str, Any]:
+    """The baseline, the best and final submissions and the validation protocol's grade."""
+    best, final, grade = r.best, r.final, r.graded.final_grade
+    seen_score = _finite(r.seen.get("score")) if r.seen else None
+    seen_hash = r.seen.get("eval_hash") if r.seen else None
+    first_better = _first_improvement(r.valid, seen_score, seen_hash)
+    chosen = grade if r.by_validation else None
+    return {
+        "baseline": r.base_score,
+        "baseline_n_items": r.graded.baseline.get("n_items") if r.graded.baseline else None,
+        "best_score": best.score if best else None,
+        "best_submission_id": best.id if best else None,
+        "eval_hash": r.base_hash,
+        # A best graded under other evaluation settings than the baseline has no improvement.
+        "improvement": r.gain(best),
+        "improvement_ci95": r.top.improvement_ci95,
+        "best_score_ci95": r.top.score_ci95,
+        "within_noise": r.top.within_noise,
+        "n_items_paired": r.top.n_items_paired,
+        "final_submission_id": final.id if final else None,
+        "final_score": final.score if final else None,
+        "final_improvement": r.gain(final),
+        "final_improvement_ci95": r.last.improvement_ci95,
+        "time_to_first_improvement": first_better.submitted_at - r.t0 if first_better else None,
+        "time_to_best": best.submitted_at - r.t0 if best else None,
+        "validation_baseline": seen_score if r.by_validation else None,
+        "selected_validation_score": chosen.validation_score if chosen else None,
+        "selected_by": chosen.selected_by if chosen else None,
+        "final_grade_status": grade.status if grade else None,
+        "final_grade_note": (grade.error or grade.note) if grade else None,
+    }
+
+
+def _submission_fields(r: _Run) -> dict[str, Any]:
+    """Counts, rates and timing of the submissions, by the reference's rules and ours."""
+    subs, valid, t0, info = r.graded.submissions, r.valid, r.t0, r.info
+    budget = info.budget_s if info.budget_s and info.budget_s > 0 else None
+    used = r.duration / budget if r.duration is not None and budget else None
+    last_at = subs[-1].submitted_at if subs else None
+    return {
+        "submissions": len(subs),
+        "valid_submissions": len(valid),
+        "valid_submission_rate": (
+            sum(1 for s in subs if _reference_valid(s)) / len(subs) if subs else None
+        ),
+        "first_valid_idx": next((i for i, s in enumerate(subs, 1) if _reference_valid(s)), None),
+        "graded_submission_rate": len(valid) / len(subs) if subs else None,
+        "first_graded_idx": next((i for i, s in enumerate(subs, 1) if s.valid), None),
+        # The reference's runs over every submission's score (a failed one as 0) ...
+        "monotonic_ratio": monotonic_ratio(
+            [s.score if s.valid and s.score is not None else 0.0 for s in subs]
+        ),
+        # ... agent2rl's over the graded scores only.
+        "non_decreasing_ratio": non_decreasing_ratio([s.score for s in valid]),  # type: ignore[misc]
+        "copy_model_count": sum(1 for s in subs if s.is_copy),
+        "duplicate_count": sum(1 for s in subs if s.duplicate_of is not None),
+        "rejected_attempts": len(r.graded.rejections),
+        "first_valid_delay": next((s.submitted_at - t0 for s in subs if _reference_valid(s)), None),
+        # The reference's ratio is not clipped (core/metrics.py); agent2rl's clipped variant
+        # has its own name.
+        "time_used_ratio": used,
+        "budget_used_ratio": min(1.0, max(0.0, used)) if used is not None else None,
+        "last_submit_gap": (
+            info.ended_at - last_at if last_at is not None and info.ended_at is not None else None
+        ),
+        "last_submit_to_deadline": (
+            info.deadline - last_at if last_at is not None and info.deadline is not None else None
+        ),
+        "rejections": [_rejected(rej, t0) for rej in r.graded.rejections],
+    }
+
+
+def _record_fields(r: _Run) -> dict[str, Any]:
+    """What the run's record adds: code changes, the trajectory, resources, LLM and
+    environment use, judge and search figures, the agent's own view and integrity."""
+    paths, subs, best, baseline = r.paths, r.graded.submissions, r.best, r.graded.baseline
+    changes = code_changes(r.git, subs)
+    env = summarize_env(paths.env_db, r.t0)
+    agent_log, methods, mode_flags = _agent_view(paths)
+    trajectory = _trajectory(subs, r.t0, r.seen.get("eval_hash") if r.seen else None, r.intervals)
+    contamination = _contamination(paths)
+    return {
+        "code_changes": changes,
+        "total_lines_changed": sum(
+            c.added + c.removed for c in changes if c.added is not None and c.removed is not None
+        ),
+        "trajectory": trajectory,
+        "resources": resource_summary(paths.resources),
+        # Tokens the agent's LLM used, as the metering proxy recorded them (None: no proxy).
+        "llm_usage": (
+            LLMUsage.model_validate(summarize_usage(paths.llm_usage))
+            if paths.llm_usage.is_file()
+            else None
+        ),
+        # Interactive tasks: what the agent played through the rollout service (None: none).
+        "env_usage": EnvUsage.model_validate(env) if env is not None else None,
+        "group_scores": _breakdown(paths, baseline, best, subs),
+        "judge": judge_summary(
+            paths,
+            _rel(paths, (baseline or {}).get("items_path")),
+            _items_for(paths, best, {s.id: s for s in subs}) if best else None,
+        ),
+        "search": search_summary(paths, env),
+        "agent_log": agent_log,
+        "methods": methods,
+        "mode_flags": mode_flags,
+        "not_derived_submissions": [
+            tr.id for tr in trajectory if tr.identity and tr.identity.derived is False
+        ],
+        "chat_template_submissions": [
+            tr.id for tr in trajectory if tr.identity and tr.identity.chat_template_changed
+        ],
+        "contamination": contamination,
+        "integrity_flags": _integrity_flags(trajectory, contamination, mode_flags),
+    }
+
+
 def compute_metrics(paths: RunPaths) -> RunMetrics:
-    """All per-run metrics of a finished run directory.
+    """All per-run metrics of a finished run directory, read through its
+    :class:`~agent2rl.run_record.RunRecord` (the ledger read-only: never migrated, never
+    created).
 
     Times are seconds since ``start`` (the budget clock); a run that never started uses
     ``created_at`` as the origin. Scores are 0-100. Edge cases:
@@ -444,161 +600,9 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
     - integrity: a submission without an identity report (an older ledger) has ``identity``
       None and raises no flag; no ``record/contamination.json`` gives ``contamination`` None
       (the check did not run), never "clean". Neither ever changes a score.
+
     """
-    info = RunInfo.load(paths)
-    graded = _Graded.read(paths)
-    subs, baseline = graded.submissions, graded.baseline
-    base_score = _finite(baseline.get("score")) if baseline else None
-    base_hash = baseline.get("eval_hash") if baseline else None
-    # Under the validation feedback protocol the submissions' scores (the trajectory) are on
-    # the validation split and compare with its baseline; the run's score is the end-of-run
-    # grade on the private split (agent2rl.grading.final), never a maximum over them.
-    by_validation = info.feedback == "validation"
-    seen = graded.validation_baseline if by_validation else baseline
-    seen_score = _finite(seen.get("score")) if seen else None
-    seen_hash = seen.get("eval_hash") if seen else None
-    pick = _final_pick(graded) if by_validation else None
-
-    t0 = info.start if info.start is not None else info.created_at
-    valid = [s for s in subs if s.valid]
-    best = pick if by_validation else best_of(subs)
-    first_better = _first_improvement(valid, seen_score, seen_hash)
-    duration = (
-        info.ended_at - info.start if info.ended_at is not None and info.start is not None else None
-    )
-    changes = code_changes(paths.code_git, subs)
-    intervals = _intervals(paths, seen, subs)
-    top = intervals.get(best.id, Intervals()) if best is not None else Intervals()
-    final = valid[-1] if valid else None
-    last = intervals.get(final.id, Intervals()) if final is not None else Intervals()
-    if by_validation:  # one submission has a private score: it is both the best and final
-        top = _intervals(paths, baseline, [pick])[pick.id] if pick is not None else Intervals()
-        final, last = pick, top
-    env = summarize_env(paths.env_db, t0)
-    agent_log, methods, mode_flags = _agent_view(paths)
-    trajectory = _trajectory(subs, t0, seen_hash, intervals)
-    contamination = _contamination(paths)
-
+    r = _Run(paths)
     return RunMetrics(
-        **info.identity().model_dump(),
-        task_options=info.task_options,
-        decoding=_decoding_text(info.backend),
-        level=info.level,
-        status=info.status,
-        error=info.error,
-        budget_s=info.budget_s,
-        start=info.start,
-        deadline=info.deadline,
-        ended_at=info.ended_at,
-        duration_s=duration,
-        agent_uid=info.agent_uid,  # sandbox and network: the identity's
-        egress=_egress(paths),
-        caps=info.caps,
-        cap_mechanism=info.cap_mechanism,
-        baseline=base_score,
-        baseline_n_items=baseline.get("n_items") if baseline else None,
-        best_score=best.score if best else None,
-        best_submission_id=best.id if best else None,
-        eval_hash=base_hash,
-        # A best graded under other evaluation settings than the baseline has no improvement.
-        improvement=(
-            improvement(best.score, base_score, comparable(best.eval_hash, base_hash))
-            if best is not None
-            else None
-        ),
-        improvement_ci95=top.improvement_ci95,
-        best_score_ci95=top.score_ci95,
-        within_noise=top.within_noise,
-        n_items_paired=top.n_items_paired,
-        final_submission_id=final.id if final else None,
-        final_score=final.score if final else None,
-        final_improvement=(
-            improvement(final.score, base_score, comparable(final.eval_hash, base_hash))
-            if final is not None
-            else None
-        ),
-        final_improvement_ci95=last.improvement_ci95,
-        submissions=len(subs),
-        valid_submissions=len(valid),
-        valid_submission_rate=(
-            sum(1 for s in subs if _reference_valid(s)) / len(subs) if subs else None
-        ),
-        first_valid_idx=next((i for i, s in enumerate(subs, 1) if _reference_valid(s)), None),
-        graded_submission_rate=len(valid) / len(subs) if subs else None,
-        first_graded_idx=next((i for i, s in enumerate(subs, 1) if s.valid), None),
-        time_to_first_improvement=first_better.submitted_at - t0 if first_better else None,
-        time_to_best=best.submitted_at - t0 if best else None,
-        validation_baseline=seen_score if by_validation else None,
-        selected_validation_score=(
-            graded.final_grade.validation_score if by_validation and graded.final_grade else None
-        ),
-        selected_by=(
-            graded.final_grade.selected_by if by_validation and graded.final_grade else None
-        ),
-        final_grade_status=graded.final_grade.status if graded.final_grade else None,
-        final_grade_note=(
-            (graded.final_grade.error or graded.final_grade.note) if graded.final_grade else None
-        ),
-        # The reference's runs over every submission's score (a failed one as 0) ...
-        monotonic_ratio=monotonic_ratio(
-            [s.score if s.valid and s.score is not None else 0.0 for s in subs]
-        ),
-        # ... agent2rl's over the graded scores only.
-        non_decreasing_ratio=non_decreasing_ratio([s.score for s in valid]),  # type: ignore[misc]
-        copy_model_count=sum(1 for s in subs if s.is_copy),
-        duplicate_count=sum(1 for s in subs if s.duplicate_of is not None),
-        rejected_attempts=len(graded.rejections),
-        first_valid_delay=next((s.submitted_at - t0 for s in subs if _reference_valid(s)), None),
-        # The reference's ratio is not clipped (core/metrics.py); agent2rl's clipped variant
-        # has its own name.
-        time_used_ratio=(
-            duration / info.budget_s
-            if duration is not None and info.budget_s and info.budget_s > 0
-            else None
-        ),
-        budget_used_ratio=(
-            min(1.0, max(0.0, duration / info.budget_s))
-            if duration is not None and info.budget_s and info.budget_s > 0
-            else None
-        ),
-        last_submit_gap=(
-            info.ended_at - subs[-1].submitted_at if subs and info.ended_at is not None else None
-        ),
-        last_submit_to_deadline=(
-            info.deadline - subs[-1].submitted_at if subs and info.deadline is not None else None
-        ),
-        code_changes=changes,
-        total_lines_changed=sum(
-            c.added + c.removed for c in changes if c.added is not None and c.removed is not None
-        ),
-        trajectory=trajectory,
-        rejections=[_rejected(r, t0) for r in graded.rejections],
-        resources=resource_summary(paths.resources),
-        # Tokens the agent's LLM used, as the metering proxy recorded them (None: no proxy).
-        llm_usage=(
-            LLMUsage.model_validate(summarize_usage(paths.llm_usage))
-            if paths.llm_usage.is_file()
-            else None
-        ),
-        token_budget=info.token_budget,
-        # Interactive tasks: what the agent played through the rollout service (None: none).
-        env_usage=EnvUsage.model_validate(env) if env is not None else None,
-        group_scores=_breakdown(paths, baseline, best, subs),
-        judge=judge_summary(
-            paths,
-            _rel(paths, (baseline or {}).get("items_path")),
-            _items_for(paths, best, {s.id: s for s in subs}) if best else None,
-        ),
-        search=search_summary(paths, env),
-        agent_log=agent_log,
-        methods=methods,
-        mode_flags=mode_flags,
-        not_derived_submissions=[
-            tr.id for tr in trajectory if tr.identity and tr.identity.derived is False
-        ],
-        chat_template_submissions=[
-            tr.id for tr in trajectory if tr.identity and tr.identity.chat_template_changed
-        ],
-        contamination=contamination,
-        integrity_flags=_integrity_flags(trajectory, contamination, mode_flags),
+        **_run_fields(r), **_score_fields(r), **_submission_fields(r), **_record_fields(r)
     )
