@@ -1,5 +1,5 @@
 """What the harness's HTTP services (grading, rollout, viewer) share: one refusal, one token
-check, JSON errors and a request-body limit.
+check, JSON errors and a request-body limit. The name proxies (http.server) share the refusal.
 
 Every error a service answers is ``{"error": "..."}`` naming the fix, never a traceback:
 
@@ -20,12 +20,12 @@ import hmac
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
+# FastAPI is imported where used: the name proxy shares Refused and starts without it.
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
 
 
 class Refused(Exception):
@@ -37,6 +37,8 @@ class Refused(Exception):
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    from fastapi.responses import JSONResponse
+
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -56,7 +58,7 @@ def require_bearer(request: Request, token: str, variable: str) -> None:
         )
 
 
-OnRefused = Callable[[Request, Refused], Awaitable[JSONResponse]]
+OnRefused = Callable[["Request", Refused], Awaitable["JSONResponse"]]
 
 
 def install_errors(
@@ -67,6 +69,8 @@ def install_errors(
 ) -> None:
     """Answer every error of ``app`` as JSON (the module docstring); ``service`` names it in
     a 500's message. Without ``bad_body`` an invalid body is a plain 400."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     async def refused(request: Request, exc: Refused) -> JSONResponse:
         return error(exc.status, exc.message, exc.headers)

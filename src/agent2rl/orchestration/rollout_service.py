@@ -20,7 +20,7 @@ from pathlib import Path
 
 from agent2rl.child_process import ServiceHandle, serve_on_free_port, start_announcing
 from agent2rl.files import write_json_atomic
-from agent2rl.rollout import EnvLedger, RolloutLimits, create_app
+from agent2rl.rollout import EnvLedger, RolloutLimits, RolloutService, create_app
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import load_settings
 from agent2rl.tasks import get_task, prepare_task
@@ -37,18 +37,9 @@ def start_rollout_service(
     """Start the rollout service for the run in ``paths`` and wait until it serves (loading
     the games can take a while on a big split)."""
     limits = limits or RolloutLimits()
-    cmd = [
-        sys.executable,
-        "-m",
-        __name__,
-        str(paths.root),
-        "--max-sessions",
-        str(limits.max_sessions),
-        "--steps-per-s",
-        str(limits.steps_per_s),
-        "--idle-timeout",
-        str(limits.idle_timeout_s),
-    ]
+    cmd = [sys.executable, "-m", __name__, str(paths.root)]
+    cmd += ["--max-sessions", str(limits.max_sessions), "--steps-per-s", str(limits.steps_per_s)]
+    cmd += ["--idle-timeout", str(limits.idle_timeout_s)]
     proc, port = start_announcing(
         cmd,
         env={**os.environ, TOKEN_ENV: token, "TOKENIZERS_PARALLELISM": "false"},
@@ -79,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     source = task.environment(prepare_task(task, load_settings().task_store), "public")
     limits = RolloutLimits(args.max_sessions, args.steps_per_s, args.idle_timeout)
-    app = create_app(source, token, EnvLedger(paths.env_db), limits)
+    app = create_app(RolloutService(source, EnvLedger(paths.env_db), limits), token)
     ready = paths.env_service / "service.json"
     serve_on_free_port(
         app, lambda port: write_json_atomic(ready, {"port": port, "pid": os.getpid()})

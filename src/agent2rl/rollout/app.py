@@ -1,4 +1,5 @@
-"""The rollout service's HTTP API (FastAPI): agents play the public games for online RL.
+"""The rollout service (:class:`RolloutService`) and its HTTP API (FastAPI,
+:func:`create_app`): agents play the public games for online RL.
 
 One instance per interactive run, on 127.0.0.1, serving only the task's public split (it is
 never given the private games). Every endpoint but ``/health`` needs
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 
@@ -46,6 +47,7 @@ from agent2rl.rollout.env import (
     MAX_ACTION_CHARS,
     EnvironmentUnavailable,
     Episode,
+    GameInfo,
     GameSource,
     StepResult,
     check_action,
@@ -79,8 +81,9 @@ class StepRequest(BaseModel):
 class _Slot:
     id: int
     episode: Episode
+    #: on the service's clock (a test's own one too)
+    last_used: float
     lock: threading.Lock = field(default_factory=threading.Lock)
-    last_used: float = field(default_factory=time.monotonic)
     closed: bool = False
 
 
@@ -103,177 +106,91 @@ class _Bucket:
             return (1.0 - self.tokens) / self.rate
 
 
-def create_app(
-    source: GameSource,
-    token: str,
-    ledger: EnvLedger,
-    limits: RolloutLimits | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> FastAPI:
-    """The rollout API over ``source`` (see the module docstring)."""
-    limits = limits or RolloutLimits()
-    app = FastAPI(title="agent2rl rollout service", docs_url=None, redoc_url=None, openapi_url=None)
-    slots: dict[int, _Slot] = {}
-    slots_lock = threading.Lock()
-    bucket = _Bucket(limits.steps_per_s)
-    pending = [0]  # sessions being started: they count against max_sessions
+class RolloutService:
+    """The open sessions over ``source``, recorded in ``ledger``: one method per endpoint
+    (the module docstring), a refusal raised as :class:`~agent2rl.http_api.Refused` with its
+    status; anything else the environment raises propagates. Thread-safe."""
 
-    def authorize(request: Request) -> None:
-        require_bearer(request, token, "ENV_TOKEN")
+    def __init__(
+        self,
+        source: GameSource,
+        ledger: EnvLedger,
+        limits: RolloutLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source, self.ledger, self.clock = source, ledger, clock
+        self.limits = limits or RolloutLimits()
+        self._slots: dict[int, _Slot] = {}
+        self._lock = threading.Lock()
+        self._bucket = _Bucket(self.limits.steps_per_s)
+        self._pending = 0  # sessions being started: they count against max_sessions
 
-    async def _bad_body(request: Request) -> JSONResponse:
-        if request.url.path.endswith("/step"):
-            return error(
-                400, 'request body must be JSON like {"action": "go to desk 1"} (a string)'
-            )
-        return error(
-            400,
-            'request body must be JSON like {"game_id": "...", "seed": 0, "max_steps": 20}'
-            " (every field optional)",
-        )
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "games": len(self.source.games)}
 
-    install_errors(app, "rollout service", bad_body=_bad_body)
-
-    @app.middleware("http")
-    async def _environment_failed(request: Request, call_next: Any) -> Any:
-        # Anything else an environment raises (a game engine's bug, a close that fails) is
-        # answered in the API's own shape, not as a plain-text 500; the service goes on.
-        try:
-            return await call_next(request)
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-            return error(500, f"the environment failed: {message}; start a new session")
-
-    def close_slot(slot: _Slot) -> None:
-        """Close ``slot`` and free its place, even when the environment's ``close`` raises
-        (the error is re-raised afterwards: the caller answers it as a 500): a session
-        whose close failed must not hold one of ``max_sessions`` forever."""
-        with slot.lock:
-            if slot.closed:
-                return
-            slot.closed = True
-            try:
-                slot.episode.close()
-            finally:
-                with slots_lock:
-                    slots.pop(slot.id, None)
-                ledger.close_session(slot.id)
-
-    def reap_idle() -> None:
-        now = clock()
-        with slots_lock:
-            idle = [s for s in slots.values() if now - s.last_used > limits.idle_timeout_s]
-        for s in idle:
-            try:
-                close_slot(s)
-            except Exception:  # freed anyway; an idle session's close error is no one's answer
-                pass
-
-    def slot_for(session_id: int) -> _Slot:
-        with slots_lock:
-            slot = slots.get(session_id)
-        if slot is None:
-            raise Refused(404, f"no open session {session_id}: start one with POST /sessions")
-        return slot
-
-    def view(slot: _Slot, result: StepResult) -> dict[str, Any]:
-        ep = slot.episode
+    def games(self) -> dict[str, Any]:
         return {
-            "session_id": slot.id,
-            "game_id": ep.game.game_id,
-            "group": ep.game.group,
-            "goal": ep.goal,
-            "observation": result.observation,
-            "admissible_actions": result.admissible_actions,
-            "reward": result.reward,
-            "done": result.done,
-            "won": result.won,
-            "steps": result.steps,
-            "max_steps": ep.max_steps,
-            "kind": result.kind,
+            "games": [{"game_id": g.game_id, "group": g.group} for g in self.source.games],
+            "max_steps": self.source.max_steps,
         }
 
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "games": len(source.games)}
+    def sessions(self) -> dict[str, Any]:
+        with self._lock:
+            open_slots = list(self._slots.values())
+        rows = [
+            {
+                "session_id": s.id,
+                "game_id": s.episode.game.game_id,
+                "steps": s.episode.last.steps,
+                "done": s.episode.done,
+            }
+            for s in open_slots
+        ]
+        return {"sessions": rows, "max_sessions": self.limits.max_sessions}
 
-    @app.get("/games")
-    def games(request: Request) -> dict[str, Any]:
-        authorize(request)
-        return {
-            "games": [{"game_id": g.game_id, "group": g.group} for g in source.games],
-            "max_steps": source.max_steps,
-        }
-
-    @app.get("/sessions")
-    def list_sessions(request: Request) -> dict[str, Any]:
-        authorize(request)
-        with slots_lock:
-            open_slots = list(slots.values())
-        return {
-            "sessions": [
-                {
-                    "session_id": s.id,
-                    "game_id": s.episode.game.game_id,
-                    "steps": s.episode.last.steps,
-                    "done": s.episode.done,
-                }
-                for s in open_slots
-            ],
-            "max_sessions": limits.max_sessions,
-        }
-
-    @app.post("/sessions")
-    def new_session(req: NewSession, request: Request) -> dict[str, Any]:
-        authorize(request)
-        if req.game_id is not None:
-            game = source.by_id.get(req.game_id)
-            if game is None:
-                raise Refused(
-                    404,
-                    f"unknown game {req.game_id!r}: this service plays the public training "
-                    "games only; GET /games lists them",
-                )
-        else:
-            rng = random.Random(req.seed) if req.seed is not None else random.SystemRandom()
-            game = rng.choice(source.games)
-        max_steps = source.max_steps if req.max_steps is None else req.max_steps
-        if not 1 <= max_steps <= source.step_cap:
-            raise Refused(400, f"max_steps must be between 1 and {source.step_cap}")
-        reap_idle()
+    def open(
+        self, game_id: str | None = None, seed: int | None = None, max_steps: int | None = None
+    ) -> dict[str, Any]:
+        """Start an episode (idle sessions reaped first); a place is reserved while the game
+        starts, and given back if starting it raises."""
+        game = self._game(game_id, seed)
+        max_steps = self.source.max_steps if max_steps is None else max_steps
+        if not 1 <= max_steps <= self.source.step_cap:
+            raise Refused(400, f"max_steps must be between 1 and {self.source.step_cap}")
+        self._reap_idle()
         # Reserve a place first: starting a game takes a while and must not hold the lock.
-        with slots_lock:
-            if len(slots) + pending[0] >= limits.max_sessions:
+        with self._lock:
+            if len(self._slots) + self._pending >= self.limits.max_sessions:
                 raise Refused(
                     429,
-                    f"too many open sessions ({limits.max_sessions}): close finished ones "
+                    f"too many open sessions ({self.limits.max_sessions}): close finished ones "
                     "with DELETE /sessions/{id}",
                 )
-            pending[0] += 1
+            self._pending += 1
         slot = None
         try:
-            episode = source.open(game, max_steps)
-            slot = _Slot(ledger.open_session(game.game_id, game.group), episode)
+            episode = self.source.open(game, max_steps)
+            slot = _Slot(self.ledger.open_session(game.game_id, game.group), episode, self.clock())
         finally:
-            with slots_lock:
-                pending[0] -= 1
+            with self._lock:
+                self._pending -= 1
                 if slot is not None:
-                    slots[slot.id] = slot
-        return view(slot, episode.last)
+                    self._slots[slot.id] = slot
+        return _view(slot, episode.last)
 
-    @app.post("/sessions/{session_id}/step")
-    def step(session_id: int, req: StepRequest, request: Request) -> dict[str, Any]:
-        authorize(request)
-        slot = slot_for(session_id)
+    def step(self, session_id: int, action: str) -> dict[str, Any]:
+        """Play ``action`` and record the step; a refused one leaves the episode as it was
+        (a 503's search query is recorded all the same)."""
+        slot = self._slot(session_id)
         try:
-            action = check_action(req.action)
+            action = check_action(action)
         except ValueError as err:
             raise Refused(400, str(err)) from None
-        wait = bucket.take()
+        wait = self._bucket.take()
         if wait > 0:
             raise Refused(
                 429,
-                f"more than {limits.steps_per_s:g} steps per second: retry after {wait:.2f}s",
+                f"more than {self.limits.steps_per_s:g} steps per second: retry after {wait:.2f}s",
                 {"Retry-After": f"{max(1, round(wait + 0.5))}"},
             )
         with slot.lock:
@@ -292,26 +209,133 @@ def create_app(
             except ValueError as err:  # refused by the environment; the episode is unchanged
                 raise Refused(400, str(err)) from None
             except EnvironmentUnavailable as err:  # not played; the episode is unchanged
-                slot.last_used = clock()
+                slot.last_used = self.clock()
                 if err.search is not None:
-                    ledger.record_search(slot.id, ep.last.steps + 1, err.search)
+                    self.ledger.record_search(slot.id, ep.last.steps + 1, err.search)
                 raise Refused(
                     503,
                     f"{err}; the step was not played: send it again later",
                     {"Retry-After": str(UNAVAILABLE_RETRY_S)},
                 ) from None
-            slot.last_used = clock()
-            ledger.record_step(
+            slot.last_used = self.clock()
+            self.ledger.record_step(
                 slot.id, admissible, result.reward, result.won, result.done, result.kind,
                 search=result.search, step=result.steps,
             )  # fmt: skip
-        return view(slot, result)
+        return _view(slot, result)
 
-    @app.delete("/sessions/{session_id}")
-    def delete(session_id: int, request: Request) -> dict[str, Any]:
-        authorize(request)
-        close_slot(slot_for(session_id))
+    def close(self, session_id: int) -> dict[str, Any]:
+        """End a session; its place is freed even when the environment's close raises."""
+        self._close(self._slot(session_id))
         return {"session_id": session_id, "closed": True}
+
+    def _game(self, game_id: str | None, seed: int | None) -> GameInfo:
+        if game_id is None:
+            rng = random.Random(seed) if seed is not None else random.SystemRandom()
+            return rng.choice(self.source.games)
+        game = self.source.by_id.get(game_id)
+        if game is None:
+            raise Refused(
+                404,
+                f"unknown game {game_id!r}: this service plays the public training "
+                "games only; GET /games lists them",
+            )
+        return game
+
+    def _slot(self, session_id: int) -> _Slot:
+        with self._lock:
+            slot = self._slots.get(session_id)
+        if slot is None:
+            raise Refused(404, f"no open session {session_id}: start one with POST /sessions")
+        return slot
+
+    def _close(self, slot: _Slot) -> None:
+        # A session whose close failed must not hold one of max_sessions forever: its place
+        # is freed and its end recorded before the error is re-raised.
+        with slot.lock:
+            if slot.closed:
+                return
+            slot.closed = True
+            try:
+                slot.episode.close()
+            finally:
+                with self._lock:
+                    self._slots.pop(slot.id, None)
+                self.ledger.close_session(slot.id)
+
+    def _reap_idle(self) -> None:
+        oldest = self.clock() - self.limits.idle_timeout_s
+        with self._lock:
+            idle = [s for s in self._slots.values() if s.last_used < oldest]
+        for s in idle:
+            try:
+                self._close(s)
+            except Exception:  # freed anyway; an idle session's close error is no one's answer
+                pass
+
+
+def _view(slot: _Slot, result: StepResult) -> dict[str, Any]:
+    ep = slot.episode
+    return {
+        "session_id": slot.id,
+        "game_id": ep.game.game_id,
+        "group": ep.game.group,
+        "goal": ep.goal,
+        "observation": result.observation,
+        "admissible_actions": result.admissible_actions,
+        "reward": result.reward,
+        "done": result.done,
+        "won": result.won,
+        "steps": result.steps,
+        "max_steps": ep.max_steps,
+        "kind": result.kind,
+    }
+
+
+async def _bad_body(request: Request) -> JSONResponse:
+    if request.url.path.endswith("/step"):
+        return error(400, 'request body must be JSON like {"action": "go to desk 1"} (a string)')
+    return error(
+        400,
+        'request body must be JSON like {"game_id": "...", "seed": 0, "max_steps": 20}'
+        " (every field optional)",
+    )
+
+
+async def _environment_failed(request: Request, call_next: Any) -> Any:
+    # Anything else an environment raises (a game engine's bug, a close that fails) is
+    # answered in the API's own shape, not as a plain-text 500; the service goes on.
+    try:
+        return await call_next(request)
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        return error(500, f"the environment failed: {message}; start a new session")
+
+
+def create_app(service: RolloutService, token: str) -> FastAPI:
+    """The rollout API over ``service``, every route but ``/health`` behind ``token`` (see
+    the module docstring)."""
+    app = FastAPI(title="agent2rl rollout service", docs_url=None, redoc_url=None, openapi_url=None)
+    install_errors(app, "rollout service", bad_body=_bad_body)
+    app.middleware("http")(_environment_failed)
+
+    def authorize(request: Request) -> None:
+        require_bearer(request, token, "ENV_TOKEN")
+
+    authorized = [Depends(authorize)]
+
+    app.get("/health")(service.health)
+    app.get("/games", dependencies=authorized)(service.games)
+    app.get("/sessions", dependencies=authorized)(service.sessions)
+    app.delete("/sessions/{session_id}", dependencies=authorized)(service.close)
+
+    @app.post("/sessions", dependencies=authorized)
+    def open_session(req: NewSession) -> dict[str, Any]:
+        return service.open(req.game_id, req.seed, req.max_steps)
+
+    @app.post("/sessions/{session_id}/step", dependencies=authorized)
+    def step(session_id: int, req: StepRequest) -> dict[str, Any]:
+        return service.step(session_id, req.action)
 
     return app
 

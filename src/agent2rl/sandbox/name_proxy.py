@@ -61,6 +61,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -71,6 +72,7 @@ import httpx
 
 from agent2rl.child_process import ServiceHandle, start_announcing
 from agent2rl.files import append_jsonl_line, write_json_atomic
+from agent2rl.http_api import Refused
 
 #: the logs' names under the run's ``record/``
 PACKAGE_LOG = "packages.jsonl"
@@ -328,15 +330,11 @@ def default_hub_url(env: dict[str, str] | None = None) -> str:
 # --- the server ------------------------------------------------------------------------------
 
 
-class Refused(Exception):
-    """An answer the proxy gives itself: ``status`` and a message (a JSON error body)."""
+class Denied(Refused):
+    """A 403 by the deny list (logged ``allowed: false``)."""
 
-    def __init__(self, status: int, message: str, *, denied: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        #: refused by the deny list (logged ``allowed: false``)
-        self.denied = denied
+    def __init__(self, reason: str) -> None:
+        super().__init__(403, reason)
 
 
 @dataclass
@@ -376,8 +374,20 @@ class _Proxy:
         )
         self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
 
-    def log(self, entry: _Entry) -> None:
-        append_jsonl_line(self.log_path, entry.row())
+    @contextmanager
+    def answering(self, h: _Handler, entry: _Entry, upstream: str) -> Iterator[None]:
+        """Serve a request: a :class:`Refused` raised inside is answered (a :class:`Denied`
+        logged ``allowed: false``), an upstream failure is a 502 naming ``upstream``; either
+        way ``entry`` is logged at the end."""
+        try:
+            yield
+        except Refused as err:
+            entry.allowed = not isinstance(err, Denied)
+            h.refuse(err.status, err.message, entry)
+        except httpx.HTTPError as err:
+            h.refuse(502, f"the {upstream} failed: {type(err).__name__}", entry)
+        finally:
+            append_jsonl_line(self.log_path, entry.row())
 
     def handle(self, h: _Handler) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -515,9 +525,9 @@ class PackageIndexProxy(_Proxy):
     def page(self, h: _Handler, name: str) -> None:
         project = normalize_project(name)
         entry = _Entry("page", {"project": project})
-        try:
+        with self.answering(h, entry, "upstream index"):
             if reason := self.deny.package_reason(project):
-                raise Refused(403, reason, denied=True)
+                raise Denied(reason)
             headers = {k: v for k, v in h.client_headers().items() if k.lower() != "range"}
             url = self.upstream + quote(project) + "/"
             resp = self._get(url, headers)
@@ -534,13 +544,6 @@ class PackageIndexProxy(_Proxy):
             h.end_headers()
             if h.command != "HEAD":
                 h.wfile.write(body)
-        except Refused as err:
-            entry.allowed = not err.denied
-            h.refuse(err.status, err.message, entry)
-        except httpx.HTTPError as err:
-            h.refuse(502, f"the upstream index failed: {type(err).__name__}", entry)
-        finally:
-            self.log(entry)
 
     def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
         """GET a page (redirects followed, boundedly), read whole within MAX_PAGE_BYTES."""
@@ -580,7 +583,7 @@ class PackageIndexProxy(_Proxy):
         dist, version = parse_dist_filename(fname)
         kind = "metadata" if fname.endswith(".metadata") else "file"
         entry = _Entry(kind, {"project": project, "version": version, "file": fname})
-        try:
+        with self.answering(h, entry, "upstream file"):
             try:
                 url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
             except ValueError:
@@ -596,7 +599,7 @@ class PackageIndexProxy(_Proxy):
                 raise Refused(404, "not a file link this package index proxy handed out")
             for who in (project, dist):
                 if who and (reason := self.deny.package_reason(who)):
-                    raise Refused(403, reason, denied=True)
+                    raise Denied(reason)
             headers = h.client_headers()
             headers["Accept-Encoding"] = "identity"  # the bytes relayed are the file's
             digest = hashlib.sha256()
@@ -607,13 +610,6 @@ class PackageIndexProxy(_Proxy):
                 h.relay(resp, entry, out, digest=digest)
             if entry.nbytes:
                 entry.fields["sha256"] = digest.hexdigest()
-        except Refused as err:
-            entry.allowed = not err.denied
-            h.refuse(err.status, err.message, entry)
-        except httpx.HTTPError as err:
-            h.refuse(502, f"the upstream file failed: {type(err).__name__}", entry)
-        finally:
-            self.log(entry)
 
 
 class _follow:
@@ -742,7 +738,7 @@ class HubProxy(_Proxy):
         if target.revision is not None:
             fields.update(revision=target.revision, file=target.file)
         entry = _Entry(target.route, fields)
-        try:
+        with self.answering(h, entry, "upstream hub"):
             if h.command == "POST" and "/paths-info/" not in split.path:
                 raise Refused(405, "POST is relayed only for paths-info: the proxy only downloads")
             self.check(target)
@@ -777,17 +773,10 @@ class HubProxy(_Proxy):
                 h.relay(resp, entry, out, status=status, digest=digest)
             if digest is not None and entry.nbytes:
                 entry.fields["sha256"] = digest.hexdigest()
-        except Refused as err:
-            entry.allowed = not err.denied
-            h.refuse(err.status, err.message, entry)
-        except httpx.HTTPError as err:
-            h.refuse(502, f"the upstream hub failed: {type(err).__name__}", entry)
-        finally:
-            self.log(entry)
 
     def check(self, target: HubTarget) -> None:
         if target.repo and (reason := self.deny.hub_reason(target.repo_type, target.repo)):
-            raise Refused(403, reason, denied=True)
+            raise Denied(reason)
 
     def check_content(self, resp: httpx.Response) -> None:
         """A file the hub names by a denied content digest (``X-Linked-Etag``: an LFS
@@ -795,7 +784,7 @@ class HubProxy(_Proxy):
         name, before any of its bytes are relayed."""
         for header in ("x-linked-etag", "etag"):
             if reason := self.deny.content_reason(resp.headers.get(header)):
-                raise Refused(403, reason, denied=True)
+                raise Denied(reason)
 
     def check_url(self, url: str) -> None:
         """A redirect on the hub itself (a renamed or moved repo) is judged by its new name."""

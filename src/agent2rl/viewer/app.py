@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 
 from agent2rl.analysis.rendering import UPLOT_CSS, UPLOT_JS, UPLOT_LICENSE, uplot_asset
 from agent2rl.grading.ledger import SubmissionStatus
-from agent2rl.http_api import error, install_errors, token_matches
+from agent2rl.http_api import Refused, error, install_errors, token_matches
 from agent2rl.viewer.data import Index, RunView, read_study
 
 STATIC = Path(str(resources.files("agent2rl.viewer") / "static"))
@@ -68,131 +69,76 @@ class _Guard(BaseHTTPMiddleware):
         return response
 
 
-def create_app(root: Path, *, token: str) -> FastAPI:
-    """The viewer over ``root`` (a runs directory, a study directory, or a directory of
-    them). ``token``: required on every request (at least 16 characters; ValueError else)."""
-    if len(token) < 16:
-        raise ValueError("the viewer's token must be at least 16 characters")
-    index = Index(root)
+class ViewerService:
+    """What the viewer answers about ``root`` (a runs directory, a study directory, or a
+    directory of them), one method per API route, each a JSON-ready dict. A run or study
+    that is not there, or a bad page, raises :class:`~agent2rl.http_api.Refused` (404, 400).
+    Reads only: the data layer opens nothing for writing."""
 
-    def warm() -> None:
-        # Read every run once in the background, newest first, so that the first look at a
-        # long run does not wait for its whole transcript to be parsed.
-        index.scan()
-        views = [v for r in list(index.runs) if (v := index.run(r)) is not None]
-        views.sort(key=lambda v: v.info().get("created_at") or 0, reverse=True)
-        for view in views:
+    def __init__(self, root: Path) -> None:
+        self.index = Index(root)
+
+    def warm(self) -> None:
+        """Read every run once, newest first, so that the first look at a long run does
+        not wait for its whole transcript to be parsed; a run unreadable now is skipped."""
+        for view in self._views():
             try:
                 view.summary()
             except Exception:  # noqa: BLE001 - a run unreadable now is read on request
                 continue
 
-    threading.Thread(target=warm, name="viewer-warm-up", daemon=True).start()
-    app = FastAPI(
-        title="agent2rl viewer",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        default_response_class=FastJSON,
-    )
-    app.add_middleware(_Guard, token=token)
-
-    install_errors(app, "viewer")
-
-    def page(name: str) -> FileResponse:
-        return FileResponse(
-            STATIC / name, media_type="text/html", headers={"cache-control": "no-store"}
-        )
-
-    def run_or_404(run_id: str) -> RunView | JSONResponse:
-        view = index.run(run_id)
-        if view is None:
-            return error(404, f"no run {run_id!r} under {index.root}")
-        return view
-
-    @app.get("/")
-    def home() -> FileResponse:
-        return page("index.html")
-
-    @app.get("/run/{run_id}")
-    def run_page(run_id: str) -> FileResponse:
-        return page("run.html")
-
-    @app.get("/study/{name}")
-    def study_page(name: str) -> FileResponse:
-        return page("study.html")
-
-    @app.get("/favicon.ico")
-    def favicon() -> Response:
-        # Browsers ask for it whatever the page says; a 404 would be a console error.
-        return Response(status_code=204)
-
-    @app.get("/static/{name}")
-    def static(name: str) -> Response:
-        files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
-        # the charting library is the one the static report and dashboard inline
-        files.update({n: uplot_asset(n) for n in (UPLOT_JS, UPLOT_CSS, UPLOT_LICENSE)})
-        if name not in files:
-            return error(404, f"no static file {name!r}")
-        return FileResponse(files[name])
-
-    @app.get("/api/runs")
-    def runs(offset: int = 0, limit: int = PAGE) -> Any:
-        if offset < 0 or not 0 < limit <= 1000:
-            return error(400, "offset must be >= 0 and limit between 1 and 1000")
-        index.scan()
-        views = [v for run_id in index.runs if (v := index.run(run_id)) is not None]
-        # Newest first, from run.json alone; the full summary only for the page shown.
-        views.sort(key=lambda v: v.info().get("created_at") or 0, reverse=True)
-        rows = [v.summary() for v in views[offset : offset + limit]]
+    def runs(self, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
+        """A page of runs, newest first, and every study's counts."""
+        _check_page(offset, limit)
+        views = self._views()
         studies = []
-        for name, path in sorted(index.studies.items()):
+        for name, path in sorted(self.index.studies.items()):
             st = read_study(path, counts_only=True)
             studies.append(
                 {"id": name, "name": st["name"], "counts": st["counts"], "slots": st["total"]}
             )
         return {
-            "root": str(index.root),
-            "runs": rows,
+            "root": str(self.index.root),
+            "runs": [v.summary() for v in views[offset : offset + limit]],
             "total": len(views),
             "offset": offset,
             "studies": studies,
         }
 
-    @app.get("/api/run/{run_id}/summary")
-    def summary(run_id: str) -> Any:
-        view = run_or_404(run_id)
-        return view if isinstance(view, JSONResponse) else view.summary()
+    def run(self, run_id: str) -> RunView:
+        view = self.index.run(run_id)
+        if view is None:
+            raise Refused(404, f"no run {run_id!r} under {self.index.root}")
+        return view
 
-    @app.get("/api/run/{run_id}/timeline")
-    def timeline(run_id: str) -> Any:
-        view = run_or_404(run_id)
-        if isinstance(view, JSONResponse):
-            return view
+    def summary(self, run_id: str) -> dict[str, Any]:
+        return self.run(run_id).summary()
+
+    def timeline(self, run_id: str) -> dict[str, Any]:
+        """The newest :data:`MAX_EVENTS` events, how many older ones were dropped, and the
+        run's summary."""
+        view = self.run(run_id)
         events = view.timeline()
         dropped = max(0, len(events) - MAX_EVENTS)
-        return FastJSON({"events": events[dropped:], "dropped": dropped, "summary": view.summary()})
+        return {"events": events[dropped:], "dropped": dropped, "summary": view.summary()}
 
-    @app.get("/api/run/{run_id}/charts")
-    def charts(run_id: str) -> Any:
-        view = run_or_404(run_id)
-        if isinstance(view, JSONResponse):
-            return view
-        subs = view.ledger()["submissions"]
-        llm = view.llm()
+    def charts(self, run_id: str) -> dict[str, Any]:
+        """Graded scores, cumulative LLM tokens and resource samples, each series thinned
+        to about 2,000 points (a 12-hour run samples every 5 s); the last token point kept."""
+        view = self.run(run_id)
+        ledger = view.ledger()
         tokens, total = [], 0
-        for e in llm:
+        for e in view.llm():
             total += (e.get("input_tokens") or 0) + (e.get("output_tokens") or 0)
             tokens.append([e.get("t"), total])
         res = view.resources()
-        # Thinned to at most ~2,000 points a series: a 12-hour run samples every 5 s.
         step = max(1, len(res) // 2000)
         tstep = max(1, len(tokens) // 2000)
         return {
-            "baseline": view.ledger()["baseline"],
+            "baseline": ledger["baseline"],
             "scores": [
                 [s["submitted_at"], s["score"], s["id"]]
-                for s in subs
+                for s in ledger["submissions"]
                 if s["status"] == SubmissionStatus.GRADED and s["score"] is not None
             ],
             "tokens": tokens[::tstep] + ([tokens[-1]] if tokens and len(tokens) % tstep else []),
@@ -202,66 +148,106 @@ def create_app(root: Path, *, token: str) -> FastAPI:
             ],
         }
 
-    @app.get("/api/run/{run_id}/llm/{index_}")
-    def exchange(run_id: str, index_: int) -> Any:
-        view = run_or_404(run_id)
-        if isinstance(view, JSONResponse):
-            return view
-        line = view.exchange(index_)
+    def exchange(self, run_id: str, index: int) -> dict[str, Any]:
+        line = self.run(run_id).exchange(index)
         if line is None:
-            return error(404, f"no LLM exchange #{index_} in run {run_id!r}")
+            raise Refused(404, f"no LLM exchange #{index} in run {run_id!r}")
         return line
 
-    @app.get("/api/run/{run_id}/diff/{sha}")
-    def diff(run_id: str, sha: str) -> Any:
-        view = run_or_404(run_id)
-        if isinstance(view, JSONResponse):
-            return view
-        text = view.diff(sha)
+    def diff(self, run_id: str, sha: str) -> str:
+        text = self.run(run_id).diff(sha)
         if text is None:
-            return error(404, f"no code snapshot {sha!r} in run {run_id!r}")
-        return PlainTextResponse(text)
+            raise Refused(404, f"no code snapshot {sha!r} in run {run_id!r}")
+        return text
 
-    @app.get("/api/run/{run_id}/search")
-    def search(run_id: str, q: str = "") -> Any:
-        view = run_or_404(run_id)
-        if isinstance(view, JSONResponse):
-            return view
+    def search(self, run_id: str, q: str = "") -> dict[str, Any]:
+        view = self.run(run_id)
         if len(q) > 500:
-            return error(400, "search text is limited to 500 characters")
+            raise Refused(400, "search text is limited to 500 characters")
         return {"q": q, "ids": view.search(q)}
 
-    @app.get("/api/study/{name}")
-    def study(name: str, offset: int = 0, limit: int = PAGE) -> Any:
-        if offset < 0 or not 0 < limit <= 1000:
-            return error(400, "offset must be >= 0 and limit between 1 and 1000")
-        path = index.study(name)
+    def study(self, name: str, offset: int = 0, limit: int = PAGE) -> dict[str, Any]:
+        """A page of study ``name``'s slots, each with its run's best score, submissions
+        and progress (None where the slot has no run yet)."""
+        _check_page(offset, limit)
+        path = self.index.study(name)
         if path is None:
-            return error(404, f"no study {name!r} under {index.root}")
+            raise Refused(404, f"no study {name!r} under {self.index.root}")
         st = read_study(path)
-        rows = []
         keys = ("id", "key", "task", "model", "agent", "status", "attempts", "run_status", "error")
+        rows = []
         for s in st["slots"][offset : offset + limit]:
-            run_id = index.run_id_of(s.get("run_dir"))
-            view = index.run(run_id) if run_id else None
+            run_id = self.index.run_id_of(s.get("run_dir"))
+            view = self.index.run(run_id) if run_id else None
             info = view.brief() if view is not None else None
-            rows.append(
-                {
-                    **{k: s[k] for k in keys},
-                    "run_id": run_id,
-                    "best": info["best"] if info else None,
-                    "submissions": info["submissions"] if info else None,
-                    "progress": _progress(info),
-                }
-            )
-        return {
-            "name": st["name"],
-            "counts": st["counts"],
-            "total": st["total"],
-            "offset": offset,
-            "slots": rows,
-        }
+            row = {k: s[k] for k in keys} | {"run_id": run_id, "progress": _progress(info)}
+            rows.append(row | {k: info[k] if info else None for k in ("best", "submissions")})
+        keep = ("name", "counts", "total")
+        return {**{k: st[k] for k in keep}, "offset": offset, "slots": rows}
 
+    def _views(self) -> list[RunView]:
+        # Newest first, from run.json alone: the full summary is read only where needed.
+        self.index.scan()
+        views = [v for run_id in list(self.index.runs) if (v := self.index.run(run_id))]
+        views.sort(key=lambda v: v.info().get("created_at") or 0, reverse=True)
+        return views
+
+
+def _check_page(offset: int, limit: int) -> None:
+    if offset < 0 or not 0 < limit <= 1000:
+        raise Refused(400, "offset must be >= 0 and limit between 1 and 1000")
+
+
+def _static_file(name: str) -> FileResponse:
+    """The viewer's static file ``name``, or the charting library's (the one the static
+    report and dashboard inline); 404 for any other name (no path is ever joined)."""
+    files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
+    files.update({n: uplot_asset(n) for n in (UPLOT_JS, UPLOT_CSS, UPLOT_LICENSE)})
+    if name not in files:
+        raise Refused(404, f"no static file {name!r}")
+    return FileResponse(files[name])
+
+
+def _page(name: str) -> FileResponse:
+    headers = {"cache-control": "no-store"}
+    return FileResponse(STATIC / name, media_type="text/html", headers=headers)
+
+
+def create_app(root: Path, *, token: str) -> FastAPI:
+    """The viewer over ``root`` (:class:`ViewerService`), warmed up in the background.
+    ``token``: required on every request (at least 16 characters; ValueError else)."""
+    if len(token) < 16:
+        raise ValueError("the viewer's token must be at least 16 characters")
+    service = ViewerService(root)
+    threading.Thread(target=service.warm, name="viewer-warm-up", daemon=True).start()
+    app = FastAPI(
+        title="agent2rl viewer",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        default_response_class=FastJSON,
+    )
+    app.add_middleware(_Guard, token=token)
+    install_errors(app, "viewer")
+    # Routes call the service's methods as they are; no response model: their dicts are
+    # encoded as they are (FastAPI would otherwise validate every timeline event).
+    get = partial(app.get, response_model=None)
+    for path, name in (("/", "index"), ("/run/{run_id}", "run"), ("/study/{name}", "study")):
+        get(path)(partial(_page, f"{name}.html"))
+    # Browsers ask for it whatever the page says; a 404 would be a console error.
+    get("/favicon.ico")(lambda: Response(status_code=204))
+    get("/static/{name}")(_static_file)
+    get("/api/runs")(service.runs)
+    get("/api/run/{run_id}/summary")(service.summary)
+    # Straight to FastJSON: FastAPI's own encoding of a long timeline takes seconds.
+    get("/api/run/{run_id}/timeline")(lambda run_id: FastJSON(service.timeline(run_id)))
+    get("/api/run/{run_id}/charts")(service.charts)
+    get("/api/run/{run_id}/llm/{index}")(service.exchange)
+    get("/api/run/{run_id}/diff/{sha}")(
+        lambda run_id, sha: PlainTextResponse(service.diff(run_id, sha))
+    )
+    get("/api/run/{run_id}/search")(service.search)
+    get("/api/study/{name}")(service.study)
     return app
 
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import uvicorn
 
-from agent2rl.rollout import EnvLedger, RolloutLimits, create_app
+from agent2rl.rollout import EnvLedger, RolloutLimits, RolloutService, create_app
 from agent2rl.rollout.env import GameInfo, StepResult
 
 
@@ -59,7 +59,7 @@ class _Source:
 def service(tmp_path: Path) -> Iterator[tuple[httpx.Client, EnvLedger]]:
     token = secrets.token_urlsafe(16)
     ledger = EnvLedger(tmp_path / "env.db")
-    app = create_app(_Source(), token, ledger, RolloutLimits(max_sessions=1))
+    app = create_app(RolloutService(_Source(), ledger, RolloutLimits(max_sessions=1)), token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
