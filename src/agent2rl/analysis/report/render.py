@@ -3,9 +3,10 @@
 ``report.html`` is one self-contained file (inline CSS, interactive charts of
 :mod:`agent2rl.analysis.report.charts` drawn by the inlined uPlot, each with a ``<noscript>``
 table of its values, a few lines of inline JS; nothing fetched), so it can be mailed, archived
-or opened from a sweep's result folder as is. Every string that could have come from
-the agent (paths, error messages, rejection reasons, diffs) is escaped before it reaches
-Markdown or HTML.
+or opened from a sweep's result folder as is. Both files render one model,
+:func:`build_report`'s :class:`~agent2rl.analysis.report.document.Report`, built here once from
+the metrics; :mod:`agent2rl.analysis.report.document` renders it and escapes every string that
+could have come from the agent (paths, error messages, rejection reasons, diffs).
 """
 
 from __future__ import annotations
@@ -13,10 +14,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agent2rl.analysis.rendering import chart_html, chart_runtime, chart_style, esc, md_cell
 from agent2rl.analysis.report.charts import env_steps_chart, score_chart
 from agent2rl.analysis.report.code_changes import snapshot_diff
 from agent2rl.analysis.report.compute_metrics import compute_metrics
+from agent2rl.analysis.report.document import (
+    Block,
+    Card,
+    Cards,
+    Column,
+    Details,
+    Diff,
+    Figure,
+    Inline,
+    Items,
+    Lines,
+    Link,
+    Paragraph,
+    Report,
+    Row,
+    Section,
+    Table,
+    Verbatim,
+    to_html,
+    to_markdown,
+)
 from agent2rl.analysis.report.judging import judge_text
 from agent2rl.analysis.report.run_metrics import (
     CodeChange,
@@ -318,7 +339,6 @@ def _delta_text(tr: TrajectoryPoint, baseline: float | None) -> str:
     return text
 
 
-# -- Markdown ----------------------------------------------------------------------------------
 def task_options_text(m: RunMetrics) -> str:
     """The task's options as ``name=value`` pairs, the evaluation protocol first; a dash when
     the run recorded none."""
@@ -354,107 +374,6 @@ def confinement_text(m: RunMetrics) -> str:
     return ", ".join(parts)
 
 
-def render_markdown(m: RunMetrics) -> str:
-    """The Markdown report of a run's metrics."""
-    res = m.resources
-    best_id = m.best_submission_id
-    lines = [
-        f"# agent2rl run {md_cell(m.run_id)}",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| Task | {md_cell(m.task)} (v{md_cell(m.task_version)}) |",
-        f"| Task options | {md_cell(task_options_text(m))} |",
-        f"| Decoding | {md_cell(m.decoding or DASH)} |",
-        f"| Agent | {md_cell(m.agent)}"
-        + (f" via {md_cell(m.driver)}" if m.driver else "")
-        + (f", mode {md_cell(m.mode)}" if m.mode else "")
-        + " |",
-        f"| Model | {md_cell(m.model)} |",
-        f"| Status | {md_cell(m.status)}" + (f": {md_cell(m.error)}" if m.error else "") + " |",
-        f"| Confinement | {md_cell(confinement_text(m))} |",
-        f"| Budget | {format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)} |",
-        f"| Feedback protocol | {md_cell(feedback_text(m))} |",
-        f"| Score | baseline {format_number(m.baseline)} → best {format_number(m.best_score)}"
-        + (
-            f" ({selected_text(m)}: submission #{best_id}, 95% CI "
-            f"{_ci(m.best_score_ci95, signed=False)} computed as if it were the only one)"
-            if best_id
-            else ""
-        )
-        + " |",
-        f"| Improvement | {md_cell(_improvement_text(m))} |",
-        f"| Final submission | {md_cell(final_text(m))} |",
-        f"| Submissions | {m.submissions} (valid {m.valid_submissions}, "
-        f"copies {m.copy_model_count}, duplicates {m.duplicate_count}); "
-        f"rejected attempts {m.rejected_attempts} |",
-        f"| Time to first improvement | {format_duration(m.time_to_first_improvement)} |",
-        f"| Time to best | {format_duration(m.time_to_best)} |",
-        f"| Last submission before deadline | {format_duration(m.last_submit_to_deadline)} |",
-        f"| Monotonic ratio (strict increases) | {format_number(m.monotonic_ratio)} |",
-        f"| Code changed | {m.total_lines_changed} lines |",
-        f"| Integrity | {md_cell(integrity_text(m))} |",
-        "",
-        "## Submissions",
-        "",
-    ]
-    if m.trajectory:
-        changes = _changes_by_id(m)
-        lines += [
-            "| # | t | status | score | Δ baseline [95% CI] | best so far | lines | path | notes |",
-            "|---:|---:|---|---:|---:|---:|---:|---|---|",
-        ]
-        for tr in m.trajectory:
-            lines.append(
-                f"| {tr.id} | {format_duration(tr.t)} | {md_cell(tr.status)} "
-                f"| {format_number(tr.score)} "
-                f"| {_delta_text(tr, m.baseline)} "
-                f"| {format_number(tr.best_so_far)} | {_lines_text(changes.get(tr.id))} "
-                f"| {md_cell(tr.path)} | {md_cell('; '.join(_notes(tr, m)))} |"
-            )
-        lines.append("")
-        lines.append("Code diffs per submission: `diffs/<id>.diff`.")
-    else:
-        lines.append("No submissions.")
-    lines += _grading_md(m)
-    lines += ["", "## Integrity", ""]
-    lines += [f"{'**Flagged:** ' if run_flags(m) else ''}{md_cell(integrity_text(m), 2000)}", ""]
-    lines += [f"- {md_cell(p, 2000)}" for p in _integrity_details(m)]
-    lines += ["", "## Rejected attempts", ""]
-    if m.rejections:
-        lines += ["| t | HTTP | path | reason |", "|---:|---:|---|---|"]
-        for r in m.rejections[:MAX_REJECTION_ROWS]:
-            lines.append(
-                f"| {format_duration(r.t)} | {r.http_status} | {md_cell(r.path)} "
-                f"| {md_cell(r.reason)} |"
-            )
-        if len(m.rejections) > MAX_REJECTION_ROWS:
-            lines.append(f"\n… and {len(m.rejections) - MAX_REJECTION_ROWS} more.")
-    else:
-        lines.append("None.")
-    lines += ["", "## Resources", ""]
-    if res:
-        lines.append(
-            f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU "
-            f"{format_number(res.mean_cpu_percent, 1)}%, at most {res.max_procs or DASH} "
-            f"processes ({res.n_samples} samples)."
-        )
-    else:
-        lines.append("No resource samples recorded.")
-    if m.group_scores:
-        lines += ["", "## Scores by task type", "", *_groups_md(m.group_scores)]
-    if m.env_usage is not None:
-        lines += ["", "## Environment rollouts", "", _env_text(m.env_usage)]
-    if m.search is not None:
-        lines += ["", "## Search", "", search_text(m.search)]
-    if m.judge is not None:
-        lines += ["", "## Judge", "", judge_text(m.judge)]
-    lines += ["", "## LLM usage", "", _usage_text(m)]
-    for flag in m.mode_flags or []:
-        lines.append(f"\n**Mode check:** {md_cell(flag)}")
-    return "\n".join(lines) + "\n"
-
-
 #: The grading latency table's columns: (timings key, header).
 _LATENCY_COLUMNS = (
     ("queue_wait_s", "queue"),
@@ -483,63 +402,12 @@ def _latency_cells(tr: TrajectoryPoint) -> list[str] | None:
     t = tr.timings
     if not t or not t.get("evaluated"):
         return None
-    cells = [md_cell(t.get("grader")), md_cell(t.get("load"))]
+    cells = [str(t.get("grader") or ""), str(t.get("load") or "")]
     for key, _ in _LATENCY_COLUMNS:
         value = t.get(key)
         cells.append(format_number(value, 2) if isinstance(value, int | float) else DASH)
     cells.append(format_number(grading_overhead_s(t), 2))
     return cells
-
-
-def _grading_md(m: RunMetrics) -> list[str]:
-    """The report's grading latency section: the budget share and one row per evaluated
-    submission (duplicates and copies of the base were not evaluated)."""
-    spent, share = grading_share(m)
-    lines = ["", "## Grading latency", ""]
-    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
-    lines.append(f"Grading took {format_duration(spent)}{share_text}.")
-    rows = [(tr.id, c) for tr in m.trajectory if (c := _latency_cells(tr)) is not None]
-    if rows:
-        heads = ["grader", "load", *(h for _, h in _LATENCY_COLUMNS), "overhead"]
-        lines += [
-            "",
-            "Seconds per evaluated submission; overhead is everything but generation, scoring"
-            " and waits behind other evaluations.",
-            "",
-            "| # | " + " | ".join(heads) + " |",
-            "|---:|" + "---|" * 2 + "---:|" * (len(heads) - 2),
-        ]
-        lines += [f"| {i} | " + " | ".join(c) + " |" for i, c in rows]
-    return lines
-
-
-def _grading_html(m: RunMetrics) -> str:
-    spent, share = grading_share(m)
-    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
-    took = esc(f"Grading took {format_duration(spent)}{share_text}.")
-    out = f"<h2>Grading latency</h2>\n<p>{took}</p>"
-    rows = [(tr.id, c) for tr in m.trajectory if (c := _latency_cells(tr)) is not None]
-    if rows:
-        heads = ["#", "grader", "load", *(h for _, h in _LATENCY_COLUMNS), "overhead"]
-        head = "".join(f"<th>{esc(h)}</th>" for h in heads)
-        body = "".join(
-            f"<tr><td>{i}</td>" + "".join(f"<td>{esc(x)}</td>" for x in c) + "</tr>"
-            for i, c in rows
-        )
-        out += f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    return out + "\n"
-
-
-def _search_html(m: RunMetrics) -> str:
-    if m.search is None:
-        return ""
-    return f"<h2>Search</h2>\n<p>{esc(search_text(m.search))}</p>\n"
-
-
-def _judge_html(m: RunMetrics) -> str:
-    if m.judge is None:
-        return ""
-    return f"<h2>Judge</h2>\n<p>{esc(judge_text(m.judge))}</p>\n"
 
 
 def _usage_text(m: RunMetrics) -> str:
@@ -584,12 +452,6 @@ def _group_rows(groups: GroupScores) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def _groups_md(groups: GroupScores) -> list[str]:
-    out = ["| task type | items | baseline | best |", "|---|---:|---:|---:|"]
-    out += [f"| {md_cell(g)} | {n} | {b} | {t} |" for g, n, b, t in _group_rows(groups)]
-    return out
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -617,291 +479,290 @@ def _kinds_text(u: EnvUsage) -> str:
     return " Steps by kind: " + ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items())) + "."
 
 
-# -- HTML --------------------------------------------------------------------------------------
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2430;
- margin:0;background:#f6f7f9}
-main{max-width:1100px;margin:0 auto;padding:24px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px}
-.sub{color:#5b6573;margin-bottom:16px}
-.cards{display:flex;flex-wrap:wrap;gap:10px}
-.card{background:#fff;border:1px solid #dde2e8;border-radius:8px;padding:10px 14px;min-width:150px}
-.card b{display:block;font-size:19px}.card span{color:#5b6573;font-size:12px}
-.tag{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;background:#e8edf3}
-.tag.noise{background:#fff1c2}.tag.real{background:#d5f5dc}
-table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #dde2e8}
-th,td{padding:5px 8px;border-bottom:1px solid #eef1f4;text-align:left;vertical-align:top}
-th{background:#f0f3f6;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.path{font-family:ui-monospace,Menlo,monospace;font-size:12px;word-break:break-all}
-tr.failed td{color:#9b1c1c}tr.best td{background:#eefbf1}
-details{background:#fff;border:1px solid #dde2e8;border-radius:6px;margin:6px 0}
-summary{cursor:pointer;padding:6px 10px;font-weight:600}
-details:target{outline:2px solid #2563eb}
-pre.diff{margin:0;padding:8px 10px;overflow:auto;max-height:600px;font-size:12px;
- border-top:1px solid #eef1f4;background:#fbfcfd}
-pre.diff .a{color:#116329;background:#e6ffec}pre.diff .d{color:#82071e;background:#ffebe9}
-pre.diff .h{color:#6f42c1}pre.diff .f{font-weight:700}
-.muted{color:#5b6573}
-.flag{background:#ffe4e1;border:1px solid #e8a39c;border-radius:8px;padding:8px 12px;margin:10px 0}
-"""
-
-# Following a #diff-<id> link should show the diff, so open the targeted <details>.
-_JS = """
-function openTarget(){var h=location.hash.slice(1);if(!h)return;
-var el=document.getElementById(h);if(el&&el.tagName==='DETAILS')el.open=true;}
-window.addEventListener('hashchange',openTarget);window.addEventListener('load',openTarget);
-"""
-
-
-def _card(value: str, label: str) -> str:
-    return f'<div class="card"><b>{value}</b><span>{esc(label)}</span></div>'
-
-
-def _headline_html(m: RunMetrics) -> str:
-    imp = m.improvement
-    label = _noise_label(m.within_noise)
-    tag = ""
-    if label:
-        cls = "noise" if m.within_noise else "real"
-        tag = f' <span class="tag {cls}">{esc(label)}</span>'
-    imp_value = (
-        esc(format_number(imp, signed=True)) + tag if imp is not None else esc(_improvement_text(m))
+# -- the report's sections ---------------------------------------------------------------------
+def _facts_section(m: RunMetrics) -> Section:
+    """The Markdown header: every headline fact of the run, one table row each."""
+    best_id = m.best_submission_id
+    score = f"baseline {format_number(m.baseline)} → best {format_number(m.best_score)}" + (
+        f" ({selected_text(m)}: submission #{best_id}, 95% CI "
+        f"{_ci(m.best_score_ci95, signed=False)} computed as if it were the only one)"
+        if best_id
+        else ""
     )
-    ci = m.improvement_ci95
-    final = (
-        format_number(m.final_improvement, signed=True) if m.final_improvement is not None else DASH
+    facts: list[tuple[str, Inline]] = [
+        ("Task", f"{m.task} (v{m.task_version})"),
+        ("Task options", task_options_text(m)),
+        ("Decoding", m.decoding or DASH),
+        ("Agent", _agent_text(m)),
+        ("Model", m.model),
+        ("Status", m.status + (f": {m.error}" if m.error else "")),
+        ("Confinement", confinement_text(m)),
+        ("Budget", f"{format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)}"),
+        ("Feedback protocol", feedback_text(m)),
+        ("Score", Verbatim(score)),  # harness text whose "#" and "[lo, hi]" read as written
+        ("Improvement", _improvement_text(m)),
+        ("Final submission", final_text(m)),
+        (
+            "Submissions",
+            f"{m.submissions} (valid {m.valid_submissions}, copies {m.copy_model_count}, "
+            f"duplicates {m.duplicate_count}); rejected attempts {m.rejected_attempts}",
+        ),
+        ("Time to first improvement", format_duration(m.time_to_first_improvement)),
+        ("Time to best", format_duration(m.time_to_best)),
+        ("Last submission before deadline", format_duration(m.last_submit_to_deadline)),
+        ("Monotonic ratio (strict increases)", format_number(m.monotonic_ratio)),
+        ("Code changed", f"{m.total_lines_changed} lines"),
+        ("Integrity", integrity_text(m)),
+    ]
+    rows = tuple(Row((label, value)) for label, value in facts)
+    return Section(None, (Table((Column(""), Column("")), rows),), only="md")
+
+
+def _agent_text(m: RunMetrics) -> str:
+    return (
+        m.agent + (f" via {m.driver}" if m.driver else "") + (f", mode {m.mode}" if m.mode else "")
     )
-    cards = [
-        _card(
-            f"{esc(format_number(m.baseline))} → {esc(format_number(m.best_score))}",
+
+
+def _glance_section(m: RunMetrics) -> Section:
+    """The HTML header: the run's identity in three lines, the integrity banner when the run
+    is flagged, and the headline figures as cards."""
+    status = m.status + (f": {m.error}" if m.error else "")
+    ident = (
+        f"run {m.run_id} · task version {m.task_version} · agent {_agent_text(m)}"
+        f" · model {m.model} · status {status}"
+    )
+    lines = [ident, confinement_text(m), f"task options: {task_options_text(m)}"]
+    blocks: list[Block] = [Paragraph(line, style="sub") for line in lines]
+    if run_flags(m):
+        blocks.append(Paragraph(integrity_text(m), lead="Integrity:", style="flag"))
+    return Section(None, (*blocks, Cards(_headline_cards(m))), only="html")
+
+
+def _headline_cards(m: RunMetrics) -> tuple[Card, ...]:
+    ci, label = m.improvement_ci95, _noise_label(m.within_noise)
+    about = f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best"
+    final = DASH if m.final_improvement is None else format_number(m.final_improvement, signed=True)
+    feedback = [Card(m.feedback, f"feedback protocol: {feedback_text(m)}")]
+    return (
+        Card(
+            f"{format_number(m.baseline)} → {format_number(m.best_score)}",
             f"baseline → best ({selected_text(m)})",
         ),
-        _card(
-            imp_value,
-            f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best",
+        Card(_improvement_text(m), about)
+        if m.improvement is None
+        else Card(
+            format_number(m.improvement, signed=True),
+            about,
+            label,
+            "noise" if m.within_noise else "real",
         ),
-        _card(
-            f"{esc(format_number(m.final_score))} ({esc(final)})",
+        Card(
+            f"{format_number(m.final_score)} ({final})",
             "final submission (not selected): score (improvement)",
         ),
-        _card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
-        *(
-            [_card(esc(m.feedback), f"feedback protocol: {feedback_text(m)}")]
-            if m.feedback == "validation"
-            else []
-        ),
-        _card(esc(format_duration(m.time_to_first_improvement)), "time to first improvement"),
-        _card(esc(format_duration(m.time_to_best)), "time to best"),
-        _card(
-            esc(format_percent(m.time_used_ratio)), f"of {format_duration(m.budget_s)} budget used"
-        ),
-        _card(str(m.total_lines_changed), "lines of code changed"),
-        _card(str(m.rejected_attempts), "rejected attempts"),
-    ]
-    return '<div class="cards">' + "".join(cards) + "</div>"
+        Card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
+        *(feedback if m.feedback == "validation" else []),
+        Card(format_duration(m.time_to_first_improvement), "time to first improvement"),
+        Card(format_duration(m.time_to_best), "time to best"),
+        Card(format_percent(m.time_used_ratio), f"of {format_duration(m.budget_s)} budget used"),
+        Card(str(m.total_lines_changed), "lines of code changed"),
+        Card(str(m.rejected_attempts), "rejected attempts"),
+    )
 
 
-def _submissions_html(m: RunMetrics) -> str:
+def _submissions_section(m: RunMetrics) -> Section:
     if not m.trajectory:
-        return '<p class="muted">No submissions.</p>'
+        return Section("Submissions", (_NONE_SUBMITTED,))
+    columns = (
+        *(Column(t, "n") for t in ("#", "t")),
+        Column("status"),
+        *(Column(t, "n") for t in ("score", "Δ baseline [95% CI]", "best so far", "lines +/−")),
+        Column("path", "path"),
+        Column("notes"),
+    )
     changes = _changes_by_id(m)
-    rows = [
-        "<table><thead><tr><th>#</th><th>t</th><th>status</th><th>score</th>"
-        "<th>Δ baseline [95% CI]</th><th>best so far</th><th>lines +/−</th><th>path</th>"
-        "<th>notes</th>"
-        "</tr></thead><tbody>"
-    ]
-    for tr in m.trajectory:
-        sid = tr.id
-        cls = "best" if sid == m.best_submission_id else ""
-        cls = "failed" if tr.status == "failed" else cls
-        rows.append(
-            f'<tr class="{cls}"><td><a href="#diff-{sid}">#{sid}</a></td>'
-            f'<td class="n">{esc(format_duration(tr.t))}</td><td>{esc(tr.status)}</td>'
-            f'<td class="n">{esc(format_number(tr.score))}</td>'
-            f'<td class="n">{esc(_delta_text(tr, m.baseline))}</td>'
-            f'<td class="n">{esc(format_number(tr.best_so_far))}</td>'
-            f'<td class="n">{esc(_lines_text(changes.get(sid)))}</td>'
-            f'<td class="path">{esc(tr.path)}</td>'
-            f"<td>{'<br>'.join(esc(n) for n in _notes(tr, m))}</td></tr>"
+    rows = tuple(
+        Row(
+            (
+                Link(str(tr.id), f"#diff-{tr.id}"),
+                format_duration(tr.t),
+                tr.status,
+                format_number(tr.score),
+                Verbatim(_delta_text(tr, m.baseline)),  # harness text: "[lo, hi]" as written
+                format_number(tr.best_so_far),
+                _lines_text(changes.get(tr.id)),
+                tr.path,
+                Lines(tuple(_notes(tr, m))),
+            ),
+            "failed" if tr.status == "failed" else "best" if tr.id == m.best_submission_id else "",
         )
-    rows.append("</tbody></table>")
-    return "".join(rows)
+        for tr in m.trajectory
+    )
+    return Section("Submissions", (Table(columns, rows),))
 
 
-def _rejections_html(m: RunMetrics) -> str:
-    rejections = m.rejections
-    if not rejections:
-        return '<p class="muted">None.</p>'
-    rows = [
-        "<table><thead><tr><th>t</th><th>HTTP</th><th>path</th><th>reason</th></tr></thead><tbody>"
-    ]
-    for r in rejections[:MAX_REJECTION_ROWS]:
-        rows.append(
-            f'<tr><td class="n">{esc(format_duration(r.t))}</td><td class="n">{r.http_status}</td>'
-            f'<td class="path">{esc(r.path)}</td><td>{esc(r.reason)}</td></tr>'
+_NONE_SUBMITTED = Paragraph("No submissions.", style="muted")
+
+
+def _integrity_section(m: RunMetrics) -> Section:
+    flagged = bool(run_flags(m))
+    head = Paragraph(
+        integrity_text(m), lead="Flagged:" if flagged else "", style="flag" if flagged else "muted"
+    )
+    return Section("Integrity", (head, Items(tuple(_integrity_details(m)))))
+
+
+def _grading_section(m: RunMetrics) -> Section:
+    """The budget share of grading and one row per evaluated submission (duplicates and
+    copies of the base were not evaluated)."""
+    spent, share = grading_share(m)
+    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
+    blocks: list[Block] = [Paragraph(f"Grading took {format_duration(spent)}{share_text}.")]
+    rows = tuple(Row((str(tr.id), *cells)) for tr in m.trajectory if (cells := _latency_cells(tr)))
+    if rows:
+        columns = (
+            Column("#", "n"),
+            Column("grader"),
+            Column("load"),
+            *(Column(h, "n") for h in (*(h for _, h in _LATENCY_COLUMNS), "overhead")),
         )
-    rows.append("</tbody></table>")
-    if len(rejections) > MAX_REJECTION_ROWS:
-        rows.append(f'<p class="muted">… and {len(rejections) - MAX_REJECTION_ROWS} more.</p>')
-    return "".join(rows)
+        blocks += [
+            Paragraph(
+                "Seconds per evaluated submission; overhead is everything but generation, "
+                "scoring and waits behind other evaluations."
+            ),
+            Table(columns, rows),
+        ]
+    return Section("Grading latency", tuple(blocks))
 
 
-def _resources_html(m: RunMetrics) -> str:
+def _rejections_section(m: RunMetrics) -> Section:
+    if not m.rejections:
+        return Section("Rejected attempts", (Paragraph("None.", style="muted"),))
+    columns = (Column("t", "n"), Column("HTTP", "n"), Column("path", "path"), Column("reason"))
+    rows = tuple(
+        Row((format_duration(r.t), str(r.http_status), r.path or "", r.reason))
+        for r in m.rejections[:MAX_REJECTION_ROWS]
+    )
+    more = len(m.rejections) - MAX_REJECTION_ROWS
+    tail = (Paragraph(f"… and {more} more.", style="muted"),) if more > 0 else ()
+    return Section("Rejected attempts", (Table(columns, rows), *tail))
+
+
+def _resources_section(m: RunMetrics) -> Section:
     res = m.resources
     if not res:
-        return '<p class="muted">No resource samples recorded.</p>'
-    return (
-        '<div class="cards">'
-        + "".join(
-            [
-                _card(esc(format_bytes(res.peak_rss_bytes)), "peak RSS"),
-                _card(esc(format_number(res.mean_cpu_percent, 1)) + "%", "mean CPU"),
-                _card(esc(res.max_procs if res.max_procs is not None else DASH), "max processes"),
-                _card(str(res.n_samples), "samples"),
-            ]
-        )
-        + "</div>"
+        return Section("Resources", (Paragraph("No resource samples recorded.", style="muted"),))
+    cpu = format_number(res.mean_cpu_percent, 1)
+    cards = (
+        Card(format_bytes(res.peak_rss_bytes), "peak RSS"),
+        Card(f"{cpu}%", "mean CPU"),
+        Card(str(res.max_procs if res.max_procs is not None else DASH), "max processes"),
+        Card(str(res.n_samples), "samples"),
     )
-
-
-def _groups_html(m: RunMetrics) -> str:
-    if not m.group_scores:
-        return ""
-    rows = "".join(
-        f'<tr><td>{esc(g)}</td><td class="n">{esc(n)}</td><td class="n">{esc(b)}</td>'
-        f'<td class="n">{esc(t)}</td></tr>'
-        for g, n, b, t in _group_rows(m.group_scores)
+    text = (
+        f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU {cpu}%, at most "
+        f"{res.max_procs or DASH} processes ({res.n_samples} samples)."
     )
-    return (
-        "<h2>Scores by task type</h2><table><thead><tr><th>task type</th><th>items</th>"
-        f"<th>baseline</th><th>best</th></tr></thead><tbody>{rows}</tbody></table>\n"
+    return Section("Resources", (Cards(cards), Paragraph(text)))
+
+
+def _groups_section(groups: GroupScores) -> Section:
+    columns = (
+        Column("task type"),
+        Column("items", "n"),
+        Column("baseline", "n"),
+        Column("best", "n"),
     )
+    return Section("Scores by task type", (Table(columns, tuple(map(Row, _group_rows(groups)))),))
 
 
-def _env_html(m: RunMetrics) -> str:
-    u = m.env_usage
-    if u is None:
-        return ""
-    cards = "".join(
-        [
-            _card(str(u.episodes), "episodes"),
-            _card(f"{u.steps:,}", "environment steps"),
-            _card(str(u.won_episodes), "episodes won"),
-            _card(str(u.games), "games played"),
-        ]
+def _env_section(u: EnvUsage) -> Section:
+    cards = (
+        Card(str(u.episodes), "episodes"),
+        Card(f"{u.steps:,}", "environment steps"),
+        Card(str(u.won_episodes), "episodes won"),
+        Card(str(u.games), "games played"),
     )
-    return (
-        f'<h2>Environment rollouts</h2><div class="cards">{cards}</div>'
-        f"<p>{esc(_env_text(u))}</p>{_env_chart(u)}\n"
-    )
-
-
-def _env_chart(u: EnvUsage) -> str:
     chart = env_steps_chart(u)
-    return chart_html(chart) if chart is not None else ""
+    figure = (Figure(chart),) if chart is not None else ()
+    return Section("Environment rollouts", (Cards(cards), Paragraph(_env_text(u)), *figure))
 
 
-def _diff_body(text: str) -> str:
-    """Escaped diff text with added/removed/hunk lines wrapped in spans for colour."""
-    out = []
-    for line in text.splitlines():
-        text_line = esc(line)
-        if line.startswith("diff --git"):
-            out.append(f'<span class="f">{text_line}</span>')
-        elif line.startswith("@@"):
-            out.append(f'<span class="h">{text_line}</span>')
-        elif line.startswith("+") and not line.startswith("+++"):
-            out.append(f'<span class="a">{text_line}</span>')
-        elif line.startswith("-") and not line.startswith("---"):
-            out.append(f'<span class="d">{text_line}</span>')
-        else:
-            out.append(text_line)
-    return "\n".join(out)
+def _usage_section(m: RunMetrics) -> Section:
+    flags = (Paragraph(f, lead="Mode check:", style="tag noise") for f in m.mode_flags or [])
+    return Section("LLM usage", (Paragraph(_usage_text(m)), *flags))
 
 
-def _diffs_html(m: RunMetrics, diffs: Mapping[int, str | None]) -> str:
+def _code_section(m: RunMetrics, diffs: Mapping[int, str | None]) -> Section:
+    """A pointer to ``diffs/`` and, in HTML, each submission's diff, collapsed, with the id
+    ``diff-<id>`` that the submissions table and the score chart link to."""
+    if not m.trajectory:
+        return Section("Code changes", (_NONE_SUBMITTED,))
     changes = _changes_by_id(m)
-    out = []
+    blocks: list[Block] = [Paragraph("Code diffs per submission: diffs/<id>.diff.")]
     for tr in m.trajectory:
-        sid = tr.id
-        change = changes.get(sid)
-        text = diffs.get(sid)
+        change, text = changes.get(tr.id), diffs.get(tr.id)
         base = change.base if change is not None else None
-        vs = "the empty tree" if base == EMPTY_TREE else f"{str(base)[:10]}"
+        vs = "the empty tree" if base == EMPTY_TREE else str(base)[:10]
+        summary = f"#{tr.id} · {_lines_text(change)} lines vs {vs}"
+        body: tuple[Block, ...]
         if text is None:
-            summary = f"#{sid} · no code snapshot"
-            body = '<p class="muted" style="padding:0 10px">No readable code snapshot.</p>'
+            summary, body = f"#{tr.id} · no code snapshot", (_muted("No readable code snapshot."),)
+        elif not text:
+            body = (_muted("No code change."),)
+        elif len(text) > DIFF_EMBED_LIMIT:
+            link = Link(f"diffs/{tr.id}.diff", f"diffs/{tr.id}.diff")
+            note = Paragraph(("Truncated; the full diff is in ", link, "."), style="muted")
+            body = (Diff(text[:DIFF_EMBED_LIMIT]), note)
         else:
-            summary = f"#{sid} · {_lines_text(change)} lines vs {vs}"
-            if not text:
-                body = '<p class="muted" style="padding:0 10px">No code change.</p>'
-            else:
-                note = ""
-                if len(text) > DIFF_EMBED_LIMIT:
-                    text = text[:DIFF_EMBED_LIMIT]
-                    note = (
-                        f'<p class="muted" style="padding:0 10px">Truncated; the full diff '
-                        f'is in <a href="diffs/{sid}.diff">diffs/{sid}.diff</a>.</p>'
-                    )
-                body = f'<pre class="diff">{_diff_body(text)}</pre>{note}'
-        out.append(f'<details id="diff-{sid}"><summary>{esc(summary)}</summary>{body}</details>')
-    return "".join(out) or '<p class="muted">No submissions.</p>'
+            body = (Diff(text),)
+        blocks.append(Details(f"diff-{tr.id}", summary, body))
+    return Section("Code changes", tuple(blocks))
 
 
-def _integrity_banner(m: RunMetrics) -> str:
-    if not run_flags(m):
-        return ""
-    return f'<div class="flag"><b>Integrity:</b> {esc(integrity_text(m))}</div>\n'
+def _muted(text: str) -> Paragraph:
+    return Paragraph(text, style="muted")
 
 
-def _integrity_html(m: RunMetrics) -> str:
-    items = "".join(f"<li>{esc(p)}</li>" for p in _integrity_details(m))
-    head = f'<p class="{"flag" if run_flags(m) else "muted"}">{esc(integrity_text(m))}</p>'
-    return f"<h2>Integrity</h2>{head}<ul>{items}</ul>"
+def build_report(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) -> Report:
+    """The report of a run's metrics as one :class:`~agent2rl.analysis.report.document.Report`,
+    which :func:`render_markdown` and :func:`render_html` render.
+
+    ``diffs`` maps submission id to diff text (None: no snapshot); omitted, every submission
+    is shown without code. Sections without data (task types, rollouts, search, judge) are
+    left out; every anchor ``#diff-<id>`` has its ``Details`` block.
+    """
+    optional = [
+        _groups_section(m.group_scores) if m.group_scores else None,
+        _env_section(m.env_usage) if m.env_usage is not None else None,
+        Section("Search", (Paragraph(search_text(m.search)),)) if m.search is not None else None,
+        Section("Judge", (Paragraph(judge_text(m.judge)),)) if m.judge is not None else None,
+    ]
+    sections = [
+        _facts_section(m),
+        _glance_section(m),
+        Section("Score over time", (Figure(score_chart(m), "no scores to plot"),)),
+        _submissions_section(m),
+        _integrity_section(m),
+        _grading_section(m),
+        _rejections_section(m),
+        _resources_section(m),
+        *(s for s in optional if s is not None),
+        _usage_section(m),
+        _code_section(m, diffs or {}),
+    ]
+    heading = f"{m.task} · {m.agent} · run {m.run_id}"
+    return Report(f"agent2rl · {heading}", heading, tuple(sections))
+
+
+def render_markdown(m: RunMetrics) -> str:
+    """The Markdown report of a run's metrics (no diffs: they are files in ``diffs/``)."""
+    return to_markdown(build_report(m))
 
 
 def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) -> str:
-    """The self-contained HTML report of a run's metrics and its submissions' diffs.
-
-    ``diffs`` maps submission id to diff text (None: no snapshot); omitted, every submission
-    is shown without code. Every anchor ``#diff-<id>`` in the table and the plot has a matching
-    ``<details id="diff-<id>">``.
-    """
-    diffs = diffs or {}
-    title = f"agent2rl · {m.task} · {m.agent} · {m.run_id}"
-    status = esc(m.status) + (f": {esc(m.error)}" if m.error else "")
-    driver = f" via {esc(m.driver)}" if m.driver else ""
-    driver += f", mode {esc(m.mode)}" if m.mode else ""
-    flags = "".join(f'<p class="tag noise">Mode check: {esc(f)}</p>' for f in m.mode_flags or [])
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{esc(title)}</title>
-<style>{_CSS}</style>
-{chart_style()}
-</head><body><main>
-<h1>{esc(m.task)} · {esc(m.agent)}</h1>
-<div class="sub">run <b>{esc(m.run_id)}</b> · task version {esc(m.task_version)}
- · agent {esc(m.agent)}{driver} · model <b>{esc(m.model)}</b> · status <b>{status}</b></div>
-<div class="sub">{esc(confinement_text(m))}</div>
-<div class="sub">task options: {esc(task_options_text(m))}</div>
-{_integrity_banner(m)}{_headline_html(m)}
-<h2>Score over time</h2>
-{chart_html(score_chart(m), empty_note="no scores to plot")}
-<h2>Submissions</h2>
-{_submissions_html(m)}
-{_integrity_html(m)}
-{_grading_html(m)}<h2>Rejected attempts</h2>
-{_rejections_html(m)}
-<h2>Resources</h2>
-{_resources_html(m)}
-{_groups_html(m)}{_env_html(m)}{_search_html(m)}{_judge_html(m)}<h2>LLM usage</h2>
-<p>{esc(_usage_text(m))}</p>{flags}
-<h2>Code changes</h2>
-{_diffs_html(m, diffs)}
-</main>
-<script>{_JS}</script>
-{chart_runtime()}
-</body></html>
-"""
+    """The self-contained HTML report of a run's metrics and its submissions' diffs
+    (:func:`build_report` says what ``diffs`` holds)."""
+    return to_html(build_report(m, diffs))
