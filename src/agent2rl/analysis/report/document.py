@@ -151,9 +151,8 @@ class Section:
 
 @dataclass(frozen=True)
 class Report:
-    """The whole report: ``heading`` (the ``<h1>``), the HTML ``title``, the sections."""
+    """The whole report: ``heading`` (the ``<h1>``; the HTML title adds ``agent2rl · ``)."""
 
-    title: str
     heading: str
     sections: tuple[Section, ...]
 
@@ -310,7 +309,7 @@ def to_html(report: Report) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{esc(report.title)}</title>
+<title>agent2rl · {esc(report.heading)}</title>
 <style>{_CSS}</style>
 {chart_style()}
 </head><body><main>

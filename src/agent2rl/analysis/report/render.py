@@ -573,7 +573,7 @@ def _headline_cards(m: RunMetrics) -> tuple[Card, ...]:
 
 def _submissions_section(m: RunMetrics) -> Section:
     if not m.trajectory:
-        return Section("Submissions", (_NONE_SUBMITTED,))
+        return Section("Submissions", (_muted("No submissions."),))
     columns = (
         *(Column(t, "n") for t in ("#", "t")),
         Column("status"),
@@ -600,9 +600,6 @@ def _submissions_section(m: RunMetrics) -> Section:
         for tr in m.trajectory
     )
     return Section("Submissions", (Table(columns, rows),))
-
-
-_NONE_SUBMITTED = Paragraph("No submissions.", style="muted")
 
 
 def _integrity_section(m: RunMetrics) -> Section:
@@ -639,21 +636,21 @@ def _grading_section(m: RunMetrics) -> Section:
 
 def _rejections_section(m: RunMetrics) -> Section:
     if not m.rejections:
-        return Section("Rejected attempts", (Paragraph("None.", style="muted"),))
+        return Section("Rejected attempts", (_muted("None."),))
     columns = (Column("t", "n"), Column("HTTP", "n"), Column("path", "path"), Column("reason"))
     rows = tuple(
         Row((format_duration(r.t), str(r.http_status), r.path or "", r.reason))
         for r in m.rejections[:MAX_REJECTION_ROWS]
     )
     more = len(m.rejections) - MAX_REJECTION_ROWS
-    tail = (Paragraph(f"… and {more} more.", style="muted"),) if more > 0 else ()
+    tail = (_muted(f"… and {more} more."),) if more > 0 else ()
     return Section("Rejected attempts", (Table(columns, rows), *tail))
 
 
 def _resources_section(m: RunMetrics) -> Section:
     res = m.resources
     if not res:
-        return Section("Resources", (Paragraph("No resource samples recorded.", style="muted"),))
+        return Section("Resources", (_muted("No resource samples recorded."),))
     cpu = format_number(res.mean_cpu_percent, 1)
     cards = (
         Card(format_bytes(res.peak_rss_bytes), "peak RSS"),
@@ -699,7 +696,7 @@ def _code_section(m: RunMetrics, diffs: Mapping[int, str | None]) -> Section:
     """A pointer to ``diffs/`` and, in HTML, each submission's diff, collapsed, with the id
     ``diff-<id>`` that the submissions table and the score chart link to."""
     if not m.trajectory:
-        return Section("Code changes", (_NONE_SUBMITTED,))
+        return Section("Code changes", (_muted("No submissions."),))
     changes = _changes_by_id(m)
     blocks: list[Block] = [Paragraph("Code diffs per submission: diffs/<id>.diff.")]
     for tr in m.trajectory:
@@ -714,15 +711,17 @@ def _code_section(m: RunMetrics, diffs: Mapping[int, str | None]) -> Section:
             body = (_muted("No code change."),)
         elif len(text) > DIFF_EMBED_LIMIT:
             link = Link(f"diffs/{tr.id}.diff", f"diffs/{tr.id}.diff")
-            note = Paragraph(("Truncated; the full diff is in ", link, "."), style="muted")
-            body = (Diff(text[:DIFF_EMBED_LIMIT]), note)
+            body = (
+                Diff(text[:DIFF_EMBED_LIMIT]),
+                _muted(("Truncated; the full diff is in ", link, ".")),
+            )
         else:
             body = (Diff(text),)
         blocks.append(Details(f"diff-{tr.id}", summary, body))
     return Section("Code changes", tuple(blocks))
 
 
-def _muted(text: str) -> Paragraph:
+def _muted(text: Inline) -> Paragraph:
     return Paragraph(text, style="muted")
 
 
@@ -753,8 +752,7 @@ def build_report(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) -
         _usage_section(m),
         _code_section(m, diffs or {}),
     ]
-    heading = f"{m.task} · {m.agent} · run {m.run_id}"
-    return Report(f"agent2rl · {heading}", heading, tuple(sections))
+    return Report(f"{m.task} · {m.agent} · run {m.run_id}", tuple(sections))
 
 
 def render_markdown(m: RunMetrics) -> str:
