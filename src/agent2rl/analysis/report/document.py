@@ -7,7 +7,7 @@ every string (:func:`~agent2rl.analysis.rendering.md_cell` for Markdown,
 :func:`~agent2rl.analysis.rendering.esc` for HTML), because any of it may have come from the
 agent. The one exception is :class:`Verbatim`, harness-written text that Markdown takes as is.
 
-Markdown has no cards, charts or collapsible blocks: it leaves out :class:`Cards`,
+Markdown has no cards, charts or collapsible blocks: it leaves out ``Cards``,
 :class:`Figure` and :class:`Details` (a section then says the same figures in words), and a
 section left with nothing is left out whole. A section with ``only`` set is for that format
 alone (the header: a facts table in Markdown, the at-a-glance lines and cards in HTML).
@@ -106,11 +106,8 @@ class Card:
     tag_style: str = ""
 
 
-@dataclass(frozen=True)
-class Cards:
-    """Headline figures side by side (HTML only)."""
-
-    cards: tuple[Card, ...]
+#: Headline figures side by side (HTML only).
+Cards = tuple[Card, ...]
 
 
 @dataclass(frozen=True)
@@ -281,8 +278,8 @@ def _html_block(b: Block) -> str:
             for r in b.rows
         )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-    if isinstance(b, Cards):
-        return '<div class="cards">' + "".join(_card_html(c) for c in b.cards) + "</div>"
+    if isinstance(b, tuple):
+        return '<div class="cards">' + "".join(_card_html(c) for c in b) + "</div>"
     if isinstance(b, Figure):
         return chart_html(b.chart, empty_note=b.empty_note)
     if isinstance(b, Diff):

@@ -20,7 +20,6 @@ from agent2rl.analysis.report.compute_metrics import compute_metrics
 from agent2rl.analysis.report.document import (
     Block,
     Card,
-    Cards,
     Column,
     Details,
     Diff,
@@ -536,7 +535,7 @@ def _glance_section(m: RunMetrics) -> Section:
     blocks: list[Block] = [Paragraph(line, style="sub") for line in lines]
     if run_flags(m):
         blocks.append(Paragraph(integrity_text(m), lead="Integrity:", style="flag"))
-    return Section(None, (*blocks, Cards(_headline_cards(m))), only="html")
+    return Section(None, (*blocks, _headline_cards(m)), only="html")
 
 
 def _headline_cards(m: RunMetrics) -> tuple[Card, ...]:
@@ -662,7 +661,7 @@ def _resources_section(m: RunMetrics) -> Section:
         f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU {cpu}%, at most "
         f"{res.max_procs or DASH} processes ({res.n_samples} samples)."
     )
-    return Section("Resources", (Cards(cards), Paragraph(text)))
+    return Section("Resources", (cards, Paragraph(text)))
 
 
 def _groups_section(groups: GroupScores) -> Section:
@@ -684,7 +683,7 @@ def _env_section(u: EnvUsage) -> Section:
     )
     chart = env_steps_chart(u)
     figure = (Figure(chart),) if chart is not None else ()
-    return Section("Environment rollouts", (Cards(cards), Paragraph(_env_text(u)), *figure))
+    return Section("Environment rollouts", (cards, Paragraph(_env_text(u)), *figure))
 
 
 def _usage_section(m: RunMetrics) -> Section:
