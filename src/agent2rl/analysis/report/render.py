@@ -4,36 +4,29 @@
 :mod:`agent2rl.analysis.report.charts` drawn by the inlined uPlot, each with a ``<noscript>``
 table of its values, a few lines of inline JS; nothing fetched), so it can be mailed, archived
 or opened from a sweep's result folder as is. Both files render one model,
-:func:`build_report`'s :class:`~agent2rl.analysis.report.document.Report`, built here once from
-the metrics; :mod:`agent2rl.analysis.report.document` renders it and escapes every string that
-could have come from the agent (paths, error messages, rejection reasons, diffs).
+:func:`report_sections`, built here once from the metrics, which
+:mod:`agent2rl.analysis.report.document` renders, escaping every string that could have come
+from the agent (paths, error messages, rejection reasons, diffs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from agent2rl.analysis.rendering import chart_html, esc, md_cell
 from agent2rl.analysis.report.charts import env_steps_chart, score_chart
 from agent2rl.analysis.report.code_changes import snapshot_diff
 from agent2rl.analysis.report.compute_metrics import compute_metrics
 from agent2rl.analysis.report.document import (
-    Block,
-    Card,
     Column,
-    Details,
-    Diff,
-    Figure,
-    Inline,
-    Items,
-    Lines,
-    Link,
-    Paragraph,
-    Report,
+    Raw,
     Row,
     Section,
-    Table,
-    Verbatim,
+    bullets,
+    paragraph,
+    table,
     to_html,
     to_markdown,
 )
@@ -132,13 +125,16 @@ def _incomparable(eval_hash: str | None, baseline_hash: str | None, subject: str
     return f"not comparable: {subject} was graded under other evaluation settings"
 
 
+def _eval_hash(m: RunMetrics, sid: int | None) -> str | None:
+    return next((tr.eval_hash for tr in m.trajectory if tr.id == sid), None)
+
+
 def _improvement_text(m: RunMetrics) -> str:
     if m.improvement is None:
         if not m.valid_submissions:
             return "no valid submission"
         if m.baseline is not None:
-            best = next((tr for tr in m.trajectory if tr.id == m.best_submission_id), None)
-            return _incomparable(best.eval_hash if best else None, m.eval_hash, "the best")
+            return _incomparable(_eval_hash(m, m.best_submission_id), m.eval_hash, "the best")
         return "no baseline"
     text = f"{m.improvement:+.2f} points"
     if m.improvement_ci95:
@@ -195,8 +191,7 @@ def final_text(m: RunMetrics) -> str:
         if m.final_improvement_ci95:
             text += f" (95% CI {_ci(m.final_improvement_ci95)})"
     elif m.baseline is not None:
-        final = next((tr for tr in m.trajectory if tr.id == m.final_submission_id), None)
-        text += ", " + _incomparable(final.eval_hash if final else None, m.eval_hash, "it")
+        text += ", " + _incomparable(_eval_hash(m, m.final_submission_id), m.eval_hash, "it")
     return text
 
 
@@ -215,11 +210,8 @@ def _notes(tr: TrajectoryPoint, m: RunMetrics) -> list[str]:
         notes.append(f"retry of #{tr.retry_of} (failed by the harness)")
     if tr.error:
         kind = {"model": "the model's fault", "harness": "the harness's fault, retryable"}
-        notes.append(
-            f"error ({kind[tr.failure_kind]}): {tr.error}"
-            if tr.failure_kind in kind
-            else f"error: {tr.error}"
-        )
+        why = f" ({kind[tr.failure_kind]})" if tr.failure_kind in kind else ""
+        notes.append(f"error{why}: {tr.error}")
     if tr.identity is not None and tr.identity.derived is False:
         notes.append("NOT DERIVED from the base model: " + "; ".join(tr.identity.reasons))
     if tr.identity is not None and tr.identity.chat_template_changed:
@@ -255,16 +247,11 @@ def integrity_text(m: RunMetrics) -> str:
         parts.append("UNCHECKED: the contamination check could not read everything")
     elif "unchecked" in m.integrity_flags:
         parts.append("UNCHECKED: an identity check could not run on a graded submission")
-    flagged = bool(run_flags(m))
+    if not run_flags(m):
+        return "; ".join(parts)
     return (
-        ("flagged: " if flagged else "")
-        + "; ".join(parts)
-        + (
-            " (scores here as graded; cross-run aggregates count this run as its base model"
-            " unless --raw)"
-            if flagged
-            else ""
-        )
+        f"flagged: {'; '.join(parts)} (scores here as graded; cross-run aggregates count this"
+        " run as its base model unless --raw)"
     )
 
 
@@ -304,11 +291,8 @@ def _integrity_details(m: RunMetrics) -> list[str]:
     if c.flagged_urls:
         out.append(f"Fetched addresses naming the task's data: {', '.join(c.flagged_urls)}.")
     if c.unchecked:
-        out.append(
-            "The check is incomplete (unchecked), so the run counts as flagged: "
-            + "; ".join(c.unchecked_reasons)
-            + "."
-        )
+        reasons = "; ".join(c.unchecked_reasons)
+        out.append(f"The check is incomplete (unchecked), so the run counts as flagged: {reasons}.")
     out += c.notes
     out.append(
         "The scores in this report are as graded: integrity flags never change them. A"
@@ -397,11 +381,12 @@ def grading_share(m: RunMetrics) -> tuple[float, float | None]:
     return spent, (spent / m.budget_s if m.budget_s and m.budget_s > 0 else None)
 
 
-def _latency_cells(tr: TrajectoryPoint) -> list[str] | None:
+def _latency_cells(tr: TrajectoryPoint) -> list[str | Raw] | None:
     t = tr.timings
     if not t or not t.get("evaluated"):
         return None
-    cells = [str(t.get("grader") or ""), str(t.get("load") or "")]
+    # escaped for Markdown in both formats, as the page has always shown them
+    cells: list[str | Raw] = [_text(md_cell(t.get("grader"))), _text(md_cell(t.get("load")))]
     for key, _ in _LATENCY_COLUMNS:
         value = t.get(key)
         cells.append(format_number(value, 2) if isinstance(value, int | float) else DASH)
@@ -420,35 +405,16 @@ def _usage_text(m: RunMetrics) -> str:
         else ""
     )
     budget = f" of a budget of {m.token_budget:,}" if m.token_budget else ""
+    tools = (
+        " Provider-side tools (web search, URL fetches run by the provider) were allowed"
+        " in this run; each use is in record/provider_tools.jsonl."
+    )
     return (
         f"{u.requests} requests ({u.refused} refused, {u.errors} errors), "
         f"{u.input_tokens:,} input tokens ({u.cached_tokens:,} cached) and "
         f"{u.output_tokens:,} output tokens{budget}; estimated cost {cost}. "
-        f"Models: {', '.join(sorted(u.by_model)) or DASH}."
-        + (
-            " Provider-side tools (web search, URL fetches run by the provider) were allowed"
-            " in this run; each use is in record/provider_tools.jsonl."
-            if m.provider_tools
-            else ""
-        )
+        f"Models: {', '.join(sorted(u.by_model)) or DASH}." + (tools if m.provider_tools else "")
     )
-
-
-def _group_rows(groups: GroupScores) -> list[tuple[str, str, str, str]]:
-    """(group, items, baseline score, best score) rows of a ``group_scores`` metric."""
-    base, best = groups.baseline or {}, groups.best or {}
-    rows = []
-    for g in sorted(set(base) | set(best)):
-        either = best.get(g) or base.get(g)
-        rows.append(
-            (
-                g,
-                str(either.n) if either is not None else DASH,
-                format_number(base[g].score if g in base else None),
-                format_number(best[g].score if g in best else None),
-            )
-        )
-    return rows
 
 
 def _count(n: int, noun: str) -> str:
@@ -479,8 +445,42 @@ def _kinds_text(u: EnvUsage) -> str:
 
 
 # -- the report's sections ---------------------------------------------------------------------
-def _facts_section(m: RunMetrics) -> Section:
-    """The Markdown header: every headline fact of the run, one table row each."""
+def _agent_text(m: RunMetrics, e: Callable[[object], str]) -> str:
+    """``agent via driver, mode m``, each name escaped by ``e`` (``md_cell`` or ``esc``)."""
+    return (
+        e(m.agent)
+        + (f" via {e(m.driver)}" if m.driver else "")
+        + (f", mode {e(m.mode)}" if m.mode else "")
+    )
+
+
+def _status_text(m: RunMetrics, e: Callable[[object], str]) -> str:
+    return e(m.status) + (f": {e(m.error)}" if m.error else "")
+
+
+def _text(text: str) -> Raw:
+    """Harness text that Markdown takes as is, so that its ``#`` and ``[lo, hi]`` read as
+    written; HTML escapes it. Never for text the agent could influence."""
+    return Raw(text, esc(text))
+
+
+def _muted(text: str) -> Raw:
+    return paragraph(text, "muted")
+
+
+def _cards(*cards: tuple[str, str]) -> str:
+    """HTML cards of (value, label): the value is markup its caller escaped, the label text."""
+    return (
+        '<div class="cards">'
+        + "".join(f'<div class="card"><b>{v}</b><span>{esc(k)}</span></div>' for v, k in cards)
+        + "</div>"
+    )
+
+
+def _head(m: RunMetrics) -> Raw:
+    """The report's head, different by design: in Markdown its heading and a table of every
+    headline fact; in HTML the run's identity in three lines, the integrity banner when the
+    run is flagged, and the headline figures as cards."""
     best_id = m.best_submission_id
     score = f"baseline {format_number(m.baseline)} → best {format_number(m.best_score)}" + (
         f" ({selected_text(m)}: submission #{best_id}, 95% CI "
@@ -488,125 +488,124 @@ def _facts_section(m: RunMetrics) -> Section:
         if best_id
         else ""
     )
-    facts: list[tuple[str, Inline]] = [
-        ("Task", f"{m.task} (v{m.task_version})"),
-        ("Task options", task_options_text(m)),
-        ("Decoding", m.decoding or DASH),
-        ("Agent", _agent_text(m)),
-        ("Model", m.model),
-        ("Status", m.status + (f": {m.error}" if m.error else "")),
-        ("Confinement", confinement_text(m)),
-        ("Budget", f"{format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)}"),
-        ("Feedback protocol", feedback_text(m)),
-        ("Score", Verbatim(score)),  # harness text whose "#" and "[lo, hi]" read as written
-        ("Improvement", _improvement_text(m)),
-        ("Final submission", final_text(m)),
-        (
-            "Submissions",
-            f"{m.submissions} (valid {m.valid_submissions}, copies {m.copy_model_count}, "
-            f"duplicates {m.duplicate_count}); rejected attempts {m.rejected_attempts}",
-        ),
-        ("Time to first improvement", format_duration(m.time_to_first_improvement)),
-        ("Time to best", format_duration(m.time_to_best)),
-        ("Last submission before deadline", format_duration(m.last_submit_to_deadline)),
-        ("Monotonic ratio (strict increases)", format_number(m.monotonic_ratio)),
-        ("Code changed", f"{m.total_lines_changed} lines"),
-        ("Integrity", integrity_text(m)),
-    ]
-    rows = tuple(Row((label, value)) for label, value in facts)
-    return Section(None, (Table((Column(""), Column("")), rows),), only="md")
+    facts = {
+        "Task": f"{md_cell(m.task)} (v{md_cell(m.task_version)})",
+        "Task options": md_cell(task_options_text(m)),
+        "Decoding": md_cell(m.decoding or DASH),
+        "Agent": _agent_text(m, md_cell),
+        "Model": md_cell(m.model),
+        "Status": _status_text(m, md_cell),
+        "Confinement": md_cell(confinement_text(m)),
+        "Budget": f"{format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)}",
+        "Feedback protocol": md_cell(feedback_text(m)),
+        "Score": score,
+        "Improvement": md_cell(_improvement_text(m)),
+        "Final submission": md_cell(final_text(m)),
+        "Submissions": f"{m.submissions} (valid {m.valid_submissions}, copies "
+        f"{m.copy_model_count}, duplicates {m.duplicate_count}); rejected attempts "
+        f"{m.rejected_attempts}",
+        "Time to first improvement": format_duration(m.time_to_first_improvement),
+        "Time to best": format_duration(m.time_to_best),
+        "Last submission before deadline": format_duration(m.last_submit_to_deadline),
+        "Monotonic ratio (strict increases)": format_number(m.monotonic_ratio),
+        "Code changed": f"{m.total_lines_changed} lines",
+        "Integrity": md_cell(integrity_text(m)),
+    }
+    rows = "\n".join(f"| {k} | {v} |" for k, v in facts.items())
+    flag = esc(integrity_text(m))
+    banner = f'<div class="flag"><b>Integrity:</b> {flag}</div>\n' if run_flags(m) else ""
+    status = _status_text(m, esc)
+    html = f"""<h1>{esc(m.task)} · {esc(m.agent)}</h1>
+<div class="sub">run <b>{esc(m.run_id)}</b> · task version {esc(m.task_version)}
+ · agent {_agent_text(m, esc)} · model <b>{esc(m.model)}</b> · status <b>{status}</b></div>
+<div class="sub">{esc(confinement_text(m))}</div>
+<div class="sub">task options: {esc(task_options_text(m))}</div>
+{banner}{_headline_cards(m)}"""
+    return Raw(f"# agent2rl run {md_cell(m.run_id)}\n\n| | |\n|---|---|\n{rows}", html)
 
 
-def _agent_text(m: RunMetrics) -> str:
-    return (
-        m.agent + (f" via {m.driver}" if m.driver else "") + (f", mode {m.mode}" if m.mode else "")
+def _headline_cards(m: RunMetrics) -> str:
+    label = _noise_label(m.within_noise)
+    tag = f' <span class="tag {"noise" if m.within_noise else "real"}">{label}</span>'
+    imp = m.improvement
+    imp_value = (
+        esc(format_number(imp, signed=True)) + (tag if label else "")
+        if imp is not None
+        else esc(_improvement_text(m))
     )
-
-
-def _glance_section(m: RunMetrics) -> Section:
-    """The HTML header: the run's identity in three lines, the integrity banner when the run
-    is flagged, and the headline figures as cards."""
-    status = m.status + (f": {m.error}" if m.error else "")
-    ident = (
-        f"run {m.run_id} · task version {m.task_version} · agent {_agent_text(m)}"
-        f" · model {m.model} · status {status}"
-    )
-    lines = [ident, confinement_text(m), f"task options: {task_options_text(m)}"]
-    blocks: list[Block] = [Paragraph(line, style="sub") for line in lines]
-    if run_flags(m):
-        blocks.append(Paragraph(integrity_text(m), lead="Integrity:", style="flag"))
-    return Section(None, (*blocks, _headline_cards(m)), only="html")
-
-
-def _headline_cards(m: RunMetrics) -> tuple[Card, ...]:
-    ci, label = m.improvement_ci95, _noise_label(m.within_noise)
-    about = f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best"
+    ci = m.improvement_ci95
     final = DASH if m.final_improvement is None else format_number(m.final_improvement, signed=True)
-    feedback = [Card(m.feedback, f"feedback protocol: {feedback_text(m)}")]
-    return (
-        Card(
-            f"{format_number(m.baseline)} → {format_number(m.best_score)}",
+    feedback = (esc(m.feedback), f"feedback protocol: {feedback_text(m)}")
+    return _cards(
+        (
+            f"{esc(format_number(m.baseline))} → {esc(format_number(m.best_score))}",
             f"baseline → best ({selected_text(m)})",
         ),
-        Card(_improvement_text(m), about)
-        if m.improvement is None
-        else Card(
-            format_number(m.improvement, signed=True),
-            about,
-            label,
-            "noise" if m.within_noise else "real",
+        (
+            imp_value,
+            f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best",
         ),
-        Card(
-            f"{format_number(m.final_score)} ({final})",
+        (
+            f"{esc(format_number(m.final_score))} ({esc(final)})",
             "final submission (not selected): score (improvement)",
         ),
-        Card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
-        *(feedback if m.feedback == "validation" else []),
-        Card(format_duration(m.time_to_first_improvement), "time to first improvement"),
-        Card(format_duration(m.time_to_best), "time to best"),
-        Card(format_percent(m.time_used_ratio), f"of {format_duration(m.budget_s)} budget used"),
-        Card(str(m.total_lines_changed), "lines of code changed"),
-        Card(str(m.rejected_attempts), "rejected attempts"),
+        (f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
+        *([feedback] if m.feedback == "validation" else []),
+        (esc(format_duration(m.time_to_first_improvement)), "time to first improvement"),
+        (esc(format_duration(m.time_to_best)), "time to best"),
+        (esc(format_percent(m.time_used_ratio)), f"of {format_duration(m.budget_s)} budget used"),
+        (str(m.total_lines_changed), "lines of code changed"),
+        (str(m.rejected_attempts), "rejected attempts"),
     )
+
+
+_SUBMISSION_COLUMNS = (
+    Column("#", right=True),
+    Column("t", True, "n"),
+    Column("status"),
+    *(Column(t, True, "n") for t in ("score", "Δ baseline [95% CI]", "best so far")),
+    Column(Raw("lines", "lines +/−"), True, "n"),
+    Column("path", style="path"),
+    Column("notes"),
+)
 
 
 def _submissions_section(m: RunMetrics) -> Section:
     if not m.trajectory:
         return Section("Submissions", (_muted("No submissions."),))
-    columns = (
-        *(Column(t, "n") for t in ("#", "t")),
-        Column("status"),
-        *(Column(t, "n") for t in ("score", "Δ baseline [95% CI]", "best so far", "lines +/−")),
-        Column("path", "path"),
-        Column("notes"),
-    )
     changes = _changes_by_id(m)
     rows = tuple(
         Row(
             (
-                Link(str(tr.id), f"#diff-{tr.id}"),
+                Raw(str(tr.id), f'<a href="#diff-{tr.id}">#{tr.id}</a>'),
                 format_duration(tr.t),
                 tr.status,
                 format_number(tr.score),
-                Verbatim(_delta_text(tr, m.baseline)),  # harness text: "[lo, hi]" as written
+                _text(_delta_text(tr, m.baseline)),
                 format_number(tr.best_so_far),
                 _lines_text(changes.get(tr.id)),
                 tr.path,
-                Lines(tuple(_notes(tr, m))),
+                Raw(md_cell("; ".join(notes)), "<br>".join(esc(n) for n in notes)),
             ),
             "failed" if tr.status == "failed" else "best" if tr.id == m.best_submission_id else "",
         )
         for tr in m.trajectory
+        for notes in [_notes(tr, m)]
     )
-    return Section("Submissions", (Table(columns, rows),))
+    # Markdown has no room for the diffs themselves: it points at their files
+    pointer = Raw("Code diffs per submission: `diffs/<id>.diff`.", "")
+    return Section("Submissions", (table(_SUBMISSION_COLUMNS, rows), pointer))
 
 
 def _integrity_section(m: RunMetrics) -> Section:
     flagged = bool(run_flags(m))
-    head = Paragraph(
-        integrity_text(m), lead="Flagged:" if flagged else "", style="flag" if flagged else "muted"
+    head = paragraph(
+        integrity_text(m),
+        "flag" if flagged else "muted",
+        "Flagged:" if flagged else "",
+        md_limit=2000,
     )
-    return Section("Integrity", (head, Items(tuple(_integrity_details(m)))))
+    return Section("Integrity", (head, bullets(_integrity_details(m))), newline=False)
 
 
 def _grading_section(m: RunMetrics) -> Section:
@@ -614,36 +613,35 @@ def _grading_section(m: RunMetrics) -> Section:
     copies of the base were not evaluated)."""
     spent, share = grading_share(m)
     share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
-    blocks: list[Block] = [Paragraph(f"Grading took {format_duration(spent)}{share_text}.")]
+    blocks: list[Raw] = [paragraph(f"Grading took {format_duration(spent)}{share_text}.")]
     rows = tuple(Row((str(tr.id), *cells)) for tr in m.trajectory if (cells := _latency_cells(tr)))
     if rows:
+        heads = (*(h for _, h in _LATENCY_COLUMNS), "overhead")
         columns = (
-            Column("#", "n"),
+            Column("#", True),
             Column("grader"),
             Column("load"),
-            *(Column(h, "n") for h in (*(h for _, h in _LATENCY_COLUMNS), "overhead")),
+            *(Column(h, True) for h in heads),
         )
-        blocks += [
-            Paragraph(
-                "Seconds per evaluated submission; overhead is everything but generation, "
-                "scoring and waits behind other evaluations."
-            ),
-            Table(columns, rows),
-        ]
+        note = (
+            "Seconds per evaluated submission; overhead is everything but generation, scoring"
+            " and waits behind other evaluations."
+        )
+        blocks += [Raw(note, ""), table(columns, rows)]
     return Section("Grading latency", tuple(blocks))
 
 
 def _rejections_section(m: RunMetrics) -> Section:
     if not m.rejections:
         return Section("Rejected attempts", (_muted("None."),))
-    columns = (Column("t", "n"), Column("HTTP", "n"), Column("path", "path"), Column("reason"))
+    columns = (Column("t", True, "n"), Column("HTTP", True, "n"), Column("path", style="path"))
     rows = tuple(
         Row((format_duration(r.t), str(r.http_status), r.path or "", r.reason))
         for r in m.rejections[:MAX_REJECTION_ROWS]
     )
     more = len(m.rejections) - MAX_REJECTION_ROWS
     tail = (_muted(f"… and {more} more."),) if more > 0 else ()
-    return Section("Rejected attempts", (Table(columns, rows), *tail))
+    return Section("Rejected attempts", (table((*columns, Column("reason")), rows), *tail))
 
 
 def _resources_section(m: RunMetrics) -> Section:
@@ -651,115 +649,141 @@ def _resources_section(m: RunMetrics) -> Section:
     if not res:
         return Section("Resources", (_muted("No resource samples recorded."),))
     cpu = format_number(res.mean_cpu_percent, 1)
-    cards = (
-        Card(format_bytes(res.peak_rss_bytes), "peak RSS"),
-        Card(f"{cpu}%", "mean CPU"),
-        Card(str(res.max_procs if res.max_procs is not None else DASH), "max processes"),
-        Card(str(res.n_samples), "samples"),
-    )
     text = (
         f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU {cpu}%, at most "
         f"{res.max_procs or DASH} processes ({res.n_samples} samples)."
     )
-    return Section("Resources", (cards, Paragraph(text)))
+    cards = _cards(
+        (esc(format_bytes(res.peak_rss_bytes)), "peak RSS"),
+        (esc(cpu) + "%", "mean CPU"),
+        (esc(res.max_procs if res.max_procs is not None else DASH), "max processes"),
+        (str(res.n_samples), "samples"),
+    )
+    return Section("Resources", (Raw(text, cards),))
 
 
 def _groups_section(groups: GroupScores) -> Section:
-    columns = (
-        Column("task type"),
-        Column("items", "n"),
-        Column("baseline", "n"),
-        Column("best", "n"),
-    )
-    return Section("Scores by task type", (Table(columns, tuple(map(Row, _group_rows(groups)))),))
+    """Per item group: items, baseline and best score (a dash where one side lacks it)."""
+    base, best = groups.baseline or {}, groups.best or {}
+    rows = [
+        Row(
+            (
+                g,
+                str((best.get(g) or base[g]).n),
+                *(format_number(s[g].score if g in s else None) for s in (base, best)),
+            )
+        )
+        for g in sorted(set(base) | set(best))
+    ]
+    columns = (Column("task type"), *(Column(t, True, "n") for t in ("items", "baseline", "best")))
+    return Section("Scores by task type", (table(columns, rows),), newline=False)
 
 
 def _env_section(u: EnvUsage) -> Section:
-    cards = (
-        Card(str(u.episodes), "episodes"),
-        Card(f"{u.steps:,}", "environment steps"),
-        Card(str(u.won_episodes), "episodes won"),
-        Card(str(u.games), "games played"),
+    cards = _cards(
+        (str(u.episodes), "episodes"),
+        (f"{u.steps:,}", "environment steps"),
+        (str(u.won_episodes), "episodes won"),
+        (str(u.games), "games played"),
     )
     chart = env_steps_chart(u)
-    figure = (Figure(chart),) if chart is not None else ()
-    return Section("Environment rollouts", (cards, Paragraph(_env_text(u)), *figure))
+    figure = Raw("", chart_html(chart) if chart is not None else "")
+    blocks = (Raw("", cards), paragraph(_env_text(u)), figure)
+    return Section("Environment rollouts", blocks, newline=False)
 
 
 def _usage_section(m: RunMetrics) -> Section:
-    flags = (Paragraph(f, lead="Mode check:", style="tag noise") for f in m.mode_flags or [])
-    return Section("LLM usage", (Paragraph(_usage_text(m)), *flags))
+    flags = (
+        Raw(f"**Mode check:** {md_cell(f)}", f'<p class="tag noise">Mode check: {esc(f)}</p>')
+        for f in m.mode_flags or []
+    )
+    return Section("LLM usage", (paragraph(_usage_text(m)), *flags))
 
 
-def _code_section(m: RunMetrics, diffs: Mapping[int, str | None]) -> Section:
-    """A pointer to ``diffs/`` and, in HTML, each submission's diff, collapsed, with the id
-    ``diff-<id>`` that the submissions table and the score chart link to."""
-    if not m.trajectory:
-        return Section("Code changes", (_muted("No submissions."),))
+def _diff_body(text: str) -> str:
+    """Escaped diff text with added/removed/hunk lines wrapped in spans for colour."""
+    out = []
+    for line in text.splitlines():
+        cls = next((c for start, c in _DIFF_CLASSES if line.startswith(start)), "")
+        out.append(f'<span class="{cls}">{esc(line)}</span>' if cls else esc(line))
+    return "\n".join(out)
+
+
+#: A diff line's class by its start, first match wins (``+++``/``---`` are file names).
+_DIFF_CLASSES = (("diff --git", "f"), ("@@", "h"), ("+++", ""), ("---", ""), ("+", "a"), ("-", "d"))
+
+
+def _diffs_html(m: RunMetrics, diffs: Mapping[int, str | None]) -> str:
+    """Each submission's diff, collapsed, with the id ``diff-<id>`` that the submissions
+    table and the score chart link to; cut at :data:`DIFF_EMBED_LIMIT`."""
     changes = _changes_by_id(m)
-    blocks: list[Block] = [Paragraph("Code diffs per submission: diffs/<id>.diff.")]
+    out = []
     for tr in m.trajectory:
-        change, text = changes.get(tr.id), diffs.get(tr.id)
+        sid, change, text = tr.id, changes.get(tr.id), diffs.get(tr.id)
         base = change.base if change is not None else None
         vs = "the empty tree" if base == EMPTY_TREE else str(base)[:10]
-        summary = f"#{tr.id} · {_lines_text(change)} lines vs {vs}"
-        body: tuple[Block, ...]
+        summary = f"#{sid} · {_lines_text(change)} lines vs {vs}"
+        note = ""
         if text is None:
-            summary, body = f"#{tr.id} · no code snapshot", (_muted("No readable code snapshot."),)
+            summary, body = f"#{sid} · no code snapshot", _padded("No readable code snapshot.")
         elif not text:
-            body = (_muted("No code change."),)
-        elif len(text) > DIFF_EMBED_LIMIT:
-            link = Link(f"diffs/{tr.id}.diff", f"diffs/{tr.id}.diff")
-            body = (
-                Diff(text[:DIFF_EMBED_LIMIT]),
-                _muted(("Truncated; the full diff is in ", link, ".")),
-            )
+            body = _padded("No code change.")
         else:
-            body = (Diff(text),)
-        blocks.append(Details(f"diff-{tr.id}", summary, body))
-    return Section("Code changes", tuple(blocks))
+            if len(text) > DIFF_EMBED_LIMIT:
+                text = text[:DIFF_EMBED_LIMIT]
+                link = f'<a href="diffs/{sid}.diff">diffs/{sid}.diff</a>'
+                note = _padded(f"Truncated; the full diff is in {link}.")
+            body = f'<pre class="diff">{_diff_body(text)}</pre>'
+        out.append(
+            f'<details id="diff-{sid}"><summary>{esc(summary)}</summary>{body}{note}</details>'
+        )
+    return "".join(out) or '<p class="muted">No submissions.</p>'
 
 
-def _muted(text: Inline) -> Paragraph:
-    return Paragraph(text, style="muted")
+def _padded(markup: str) -> str:
+    return f'<p class="muted" style="padding:0 10px">{markup}</p>'
 
 
-def build_report(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) -> Report:
-    """The report of a run's metrics as one :class:`~agent2rl.analysis.report.document.Report`,
+def report_sections(
+    m: RunMetrics, diffs: Mapping[int, str | None] | None = None
+) -> tuple[Section, ...]:
+    """The report of a run's metrics as :class:`~agent2rl.analysis.report.document.Section` s,
     which :func:`render_markdown` and :func:`render_html` render.
 
     ``diffs`` maps submission id to diff text (None: no snapshot); omitted, every submission
     is shown without code. Sections without data (task types, rollouts, search, judge) are
-    left out; every anchor ``#diff-<id>`` has its ``Details`` block.
+    left out; every anchor ``#diff-<id>`` has its ``<details>``.
     """
+    grading = _grading_section(m)
     optional = [
         _groups_section(m.group_scores) if m.group_scores else None,
         _env_section(m.env_usage) if m.env_usage is not None else None,
-        Section("Search", (Paragraph(search_text(m.search)),)) if m.search is not None else None,
-        Section("Judge", (Paragraph(judge_text(m.judge)),)) if m.judge is not None else None,
+        Section("Search", (paragraph(search_text(m.search)),)) if m.search is not None else None,
+        Section("Judge", (paragraph(judge_text(m.judge)),)) if m.judge is not None else None,
     ]
-    sections = [
-        _facts_section(m),
-        _glance_section(m),
-        Section("Score over time", (Figure(score_chart(m), "no scores to plot"),)),
+    chart = chart_html(score_chart(m), empty_note="no scores to plot")
+    return (
+        Section(None, (_head(m),)),
+        Section("Score over time", (Raw("", chart),)),
         _submissions_section(m),
+        # Markdown has always listed grading before integrity, the page after it
+        replace(grading, only="md"),
         _integrity_section(m),
-        _grading_section(m),
+        replace(grading, only="html"),
         _rejections_section(m),
         _resources_section(m),
         *(s for s in optional if s is not None),
         _usage_section(m),
-        _code_section(m, diffs or {}),
-    ]
-    return Report(f"{m.task} · {m.agent} · run {m.run_id}", tuple(sections))
+        Section("Code changes", (Raw("", _diffs_html(m, diffs or {})),)),
+    )
 
 
 def render_markdown(m: RunMetrics) -> str:
     """The Markdown report of a run's metrics (no diffs: they are files in ``diffs/``)."""
-    return to_markdown(build_report(m))
+    return to_markdown(report_sections(m))
 
 
 def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) -> str:
     """The self-contained HTML report of a run's metrics and its submissions' diffs
-    (:func:`build_report` says what ``diffs`` holds)."""
-    return to_html(build_report(m, diffs))
+    (:func:`report_sections` says what ``diffs`` holds)."""
+    return to_html(report_sections(m, diffs), f"agent2rl · {m.task} · {m.agent} · {m.run_id}")
