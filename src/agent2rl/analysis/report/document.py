@@ -11,7 +11,7 @@ for (cards, charts and diffs in HTML; the facts table in Markdown); its builder 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,15 +35,6 @@ class Column:
 
     title: str | Raw
     right: bool = False
-    style: str = ""
-
-
-@dataclass(frozen=True)
-class Row:
-    """A table row; ``style`` is its HTML class (``best``, ``failed``; ``""`` gives an empty
-    class attribute, None none). A plain-string cell is escaped in both formats."""
-
-    cells: Sequence[str | Raw]
     style: str | None = None
 
 
@@ -62,12 +53,14 @@ def _cls(style: str | None) -> str:
     return "" if style is None else f' class="{esc(style)}"'
 
 
-def paragraph(text: str, style: str = "", md_lead: str = "", md_limit: int | None = None) -> Raw:
+def paragraph(
+    text: str, style: str | None = None, md_lead: str = "", md_limit: int | None = None
+) -> Raw:
     """``text`` in a ``<p>`` of class ``style`` (``muted``, ``flag``); Markdown has no classes
     and bolds ``md_lead`` before the text instead. Markdown takes the text as the harness
     wrote it, or, given ``md_limit``, escaped by ``md_cell`` and cut at that length."""
     md = text if md_limit is None else md_cell(text, md_limit)
-    return Raw(f"**{md_lead}** {md}" if md_lead else md, f"<p{_cls(style or None)}>{esc(text)}</p>")
+    return Raw(f"**{md_lead}** {md}" if md_lead else md, f"<p{_cls(style)}>{esc(text)}</p>")
 
 
 def bullets(items: Sequence[str]) -> Raw:
@@ -78,32 +71,30 @@ def bullets(items: Sequence[str]) -> Raw:
     )
 
 
-def table(columns: Sequence[Column], rows: Sequence[Row]) -> Raw:
-    """Rows under columns: a pipe table in Markdown, a ``<table>`` in HTML."""
+def table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str | Raw]],
+    row_styles: Sequence[str | None] | None = None,
+) -> Raw:
+    """Rows under columns: a pipe table in Markdown, a ``<table>`` in HTML, its rows of class
+    ``row_styles`` (``best``, ``failed``; ``""`` an empty class; None: no class at all). A
+    plain-string cell is escaped in both formats; a :class:`Raw` one is taken as is."""
 
-    def md(x: str | Raw) -> str:
-        return x.md if isinstance(x, Raw) else md_cell(x)
+    def cell(x: str | Raw, md: Callable[[str], str] = md_cell) -> Raw:
+        return x if isinstance(x, Raw) else Raw(md(x), esc(x))
 
-    def html(x: str | Raw) -> str:
-        return x.html if isinstance(x, Raw) else esc(x)
-
-    titles = [c.title.md if isinstance(c.title, Raw) else c.title for c in columns]
-    md_rows = [
-        "| " + " | ".join(cells) + " |" for cells in [titles, *([*map(md, r.cells)] for r in rows)]
-    ]
+    heads, cells = [cell(c.title, str) for c in columns], [[*map(cell, r)] for r in rows]
+    lines = ["| " + " | ".join(x.md for x in row) + " |" for row in [heads, *cells]]
     rule = "|" + "".join("---:|" if c.right else "---|" for c in columns)
-    head = "".join(f"<th>{html(c.title)}</th>" for c in columns)
     body = "".join(
-        f"<tr{_cls(r.style)}>"
-        + "".join(
-            f"<td{_cls(c.style or None)}>{html(x)}</td>"
-            for c, x in zip(columns, r.cells, strict=True)
-        )
+        f"<tr{_cls(style)}>"
+        + "".join(f"<td{_cls(c.style)}>{x.html}</td>" for c, x in zip(columns, row, strict=True))
         + "</tr>"
-        for r in rows
+        for row, style in zip(cells, row_styles or [None] * len(rows), strict=True)
     )
+    head = "".join(f"<th>{x.html}</th>" for x in heads)
     return Raw(
-        "\n".join([md_rows[0], rule, *md_rows[1:]]),
+        "\n".join([lines[0], rule, *lines[1:]]),
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
     )
 

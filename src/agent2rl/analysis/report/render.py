@@ -1,12 +1,9 @@
 """The per-run report: ``report/metrics.json``, ``report.md``, ``report.html`` and ``diffs/``.
 
+Both files render one model, :func:`report_sections`, built here once from the metrics.
 ``report.html`` is one self-contained file (inline CSS, interactive charts of
-:mod:`agent2rl.analysis.report.charts` drawn by the inlined uPlot, each with a ``<noscript>``
-table of its values, a few lines of inline JS; nothing fetched), so it can be mailed, archived
-or opened from a sweep's result folder as is. Both files render one model,
-:func:`report_sections`, built here once from the metrics, which
-:mod:`agent2rl.analysis.report.document` renders, escaping every string that could have come
-from the agent (paths, error messages, rejection reasons, diffs).
+:mod:`agent2rl.analysis.report.charts`, each with a ``<noscript>`` table of its values;
+nothing fetched), so it can be mailed, archived or opened from a sweep's folder as is.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from agent2rl.analysis.report.compute_metrics import compute_metrics
 from agent2rl.analysis.report.document import (
     Column,
     Raw,
-    Row,
     Section,
     bullets,
     paragraph,
@@ -110,9 +106,7 @@ def _ci(ci: Sequence[float] | None, signed: bool = True) -> str:
 
 
 def _noise_label(within_noise: bool | None) -> str:
-    if within_noise is None:
-        return ""
-    return "within noise" if within_noise else "beyond noise"
+    return {True: "within noise", False: "beyond noise"}.get(within_noise, "")
 
 
 def _incomparable(eval_hash: str | None, baseline_hash: str | None, subject: str) -> str:
@@ -261,11 +255,10 @@ def _integrity_details(m: RunMetrics) -> list[str]:
     for tr in m.trajectory:
         if tr.identity is not None and tr.identity.derived is False:
             share = tr.identity.related_share
+            related = f" (related share {share:.2f})" if share is not None else ""
+            reasons = "; ".join(tr.identity.reasons)
             out.append(
-                f"Submission #{tr.id} does not derive from the base model: "
-                + "; ".join(tr.identity.reasons)
-                + (f" (related share {share:.2f})" if share is not None else "")
-                + "."
+                f"Submission #{tr.id} does not derive from the base model: {reasons}{related}."
             )
     if m.chat_template_submissions:
         out.append(
@@ -303,9 +296,9 @@ def _integrity_details(m: RunMetrics) -> list[str]:
 
 
 def _lines_text(change: CodeChange | None) -> str:
-    if change is None or change.added is None:
-        return DASH
-    return f"+{change.added} / -{change.removed}"
+    return (
+        DASH if change is None or change.added is None else f"+{change.added} / -{change.removed}"
+    )
 
 
 def _changes_by_id(m: RunMetrics) -> dict[int, CodeChange]:
@@ -327,9 +320,8 @@ def task_options_text(m: RunMetrics) -> str:
     the run recorded none."""
     if not m.task_options:
         return DASH
-    opts = dict(m.task_options)
-    first = {"protocol": opts.pop("protocol")} if "protocol" in opts else {}
-    return ", ".join(f"{k}={v}" for k, v in {**first, **opts}.items())
+    opts = sorted(m.task_options.items(), key=lambda kv: kv[0] != "protocol")  # stable
+    return ", ".join(f"{k}={v}" for k, v in opts)
 
 
 def confinement_text(m: RunMetrics) -> str:
@@ -337,24 +329,20 @@ def confinement_text(m: RunMetrics) -> str:
     if m.sandbox is None:
         return DASH
     user = DASH if m.agent_uid is None else ("root" if m.agent_uid == 0 else f"uid {m.agent_uid}")
-    caps = m.caps or {}
-    parts = [
-        f"sandbox {m.sandbox}",
-        f"agent user {user}",
-        f"network {m.network or DASH}",
-        f"memory cap {format_bytes(caps.get('memory_bytes'))}",
-        f"process cap {caps.get('max_pids') or DASH}",
-        f"workspace quota {format_bytes(caps.get('disk_bytes'))}",
-        f"enforced by {m.cap_mechanism or DASH}",
-    ]
-    if m.egress is not None:
-        e = m.egress
-        hosts = ", ".join(h["host"] for h in e.get("hosts", [])[:5]) or "none"
-        parts.append(
-            f"egress {e.get('requests', 0)} requests ({e.get('denied', 0)} denied, "
-            f"{format_bytes(e.get('bytes_down', 0))} down; hosts: {hosts})"
-        )
-    return ", ".join(parts)
+    caps, e = m.caps or {}, m.egress
+    text = (
+        f"sandbox {m.sandbox}, agent user {user}, network {m.network or DASH}, memory cap "
+        f"{format_bytes(caps.get('memory_bytes'))}, process cap {caps.get('max_pids') or DASH}, "
+        f"workspace quota {format_bytes(caps.get('disk_bytes'))}, enforced by "
+        f"{m.cap_mechanism or DASH}"
+    )
+    if e is None:
+        return text
+    hosts = ", ".join(h["host"] for h in e.get("hosts", [])[:5]) or "none"
+    return text + (
+        f", egress {e.get('requests', 0)} requests ({e.get('denied', 0)} denied, "
+        f"{format_bytes(e.get('bytes_down', 0))} down; hosts: {hosts})"
+    )
 
 
 #: The grading latency table's columns: (timings key, header).
@@ -381,77 +369,11 @@ def grading_share(m: RunMetrics) -> tuple[float, float | None]:
     return spent, (spent / m.budget_s if m.budget_s and m.budget_s > 0 else None)
 
 
-def _latency_cells(tr: TrajectoryPoint) -> list[str | Raw] | None:
-    t = tr.timings
-    if not t or not t.get("evaluated"):
-        return None
-    # escaped for Markdown in both formats, as the page has always shown them
-    cells: list[str | Raw] = [_text(md_cell(t.get("grader"))), _text(md_cell(t.get("load")))]
-    for key, _ in _LATENCY_COLUMNS:
-        value = t.get(key)
-        cells.append(format_number(value, 2) if isinstance(value, int | float) else DASH)
-    cells.append(format_number(grading_overhead_s(t), 2))
-    return cells
-
-
-def _usage_text(m: RunMetrics) -> str:
-    """One paragraph on the tokens the agent's LLM used (through the metering proxy)."""
-    u = m.llm_usage
-    if not u:
-        return "No LLM traffic recorded (not an LLM agent, or no metering proxy)."
-    cost = f"${u.cost_usd:.4f}" + (
-        f" (lower bound: {u.unpriced_requests} requests on unpriced models)"
-        if u.unpriced_requests
-        else ""
-    )
-    budget = f" of a budget of {m.token_budget:,}" if m.token_budget else ""
-    tools = (
-        " Provider-side tools (web search, URL fetches run by the provider) were allowed"
-        " in this run; each use is in record/provider_tools.jsonl."
-    )
-    return (
-        f"{u.requests} requests ({u.refused} refused, {u.errors} errors), "
-        f"{u.input_tokens:,} input tokens ({u.cached_tokens:,} cached) and "
-        f"{u.output_tokens:,} output tokens{budget}; estimated cost {cost}. "
-        f"Models: {', '.join(sorted(u.by_model)) or DASH}." + (tools if m.provider_tools else "")
-    )
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _env_text(u: EnvUsage) -> str:
-    """One paragraph on the episodes and steps the agent played through the rollout service."""
-    if not u.episodes:
-        return "The rollout service ran, but the agent played no episode through it."
-    share = u.admissible_steps / u.steps if u.steps else None
-    return (
-        f"{_count(u.episodes, 'episode')} on {_count(u.games, 'game')} "
-        f"({u.finished_episodes} finished, "
-        f"{u.won_episodes} won), {u.steps:,} environment steps "
-        f"({format_percent(share)} admissible actions), from {format_duration(u.first_step_t)} to "
-        f"{format_duration(u.last_step_t)} into the budget.{_kinds_text(u)}"
-    )
-
-
-def _kinds_text(u: EnvUsage) -> str:
-    """`` Steps by kind: 40 click, 8 purchase, 12 search.`` for a task whose steps have kinds
-    (WebShop's searches, clicks and purchases); empty where every step is a plain ``step``."""
-    kinds = (u.model_extra or {}).get("by_kind") or {}
-    if not kinds or set(kinds) == {"step"}:
-        return ""
-    return " Steps by kind: " + ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items())) + "."
-
-
 # -- the report's sections ---------------------------------------------------------------------
 def _agent_text(m: RunMetrics, e: Callable[[object], str]) -> str:
     """``agent via driver, mode m``, each name escaped by ``e`` (``md_cell`` or ``esc``)."""
-    return (
-        e(m.agent)
-        + (f" via {e(m.driver)}" if m.driver else "")
-        + (f", mode {e(m.mode)}" if m.mode else "")
-    )
+    via = f" via {e(m.driver)}" if m.driver else ""
+    return e(m.agent) + via + (f", mode {e(m.mode)}" if m.mode else "")
 
 
 def _status_text(m: RunMetrics, e: Callable[[object], str]) -> str:
@@ -464,17 +386,10 @@ def _text(text: str) -> Raw:
     return Raw(text, esc(text))
 
 
-def _muted(text: str) -> Raw:
-    return paragraph(text, "muted")
-
-
 def _cards(*cards: tuple[str, str]) -> str:
     """HTML cards of (value, label): the value is markup its caller escaped, the label text."""
-    return (
-        '<div class="cards">'
-        + "".join(f'<div class="card"><b>{v}</b><span>{esc(k)}</span></div>' for v, k in cards)
-        + "</div>"
-    )
+    card = '<div class="card"><b>{}</b><span>{}</span></div>'
+    return '<div class="cards">' + "".join(card.format(v, esc(k)) for v, k in cards) + "</div>"
 
 
 def _head(m: RunMetrics) -> Raw:
@@ -527,28 +442,19 @@ def _head(m: RunMetrics) -> Raw:
 def _headline_cards(m: RunMetrics) -> str:
     label = _noise_label(m.within_noise)
     tag = f' <span class="tag {"noise" if m.within_noise else "real"}">{label}</span>'
-    imp = m.improvement
-    imp_value = (
-        esc(format_number(imp, signed=True)) + (tag if label else "")
-        if imp is not None
-        else esc(_improvement_text(m))
-    )
+    imp_value = esc(_improvement_text(m))
+    if m.improvement is not None:
+        imp_value = esc(format_number(m.improvement, signed=True)) + (tag if label else "")
     ci = m.improvement_ci95
+    about = f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best"
+    best = f"{esc(format_number(m.baseline))} → {esc(format_number(m.best_score))}"
     final = DASH if m.final_improvement is None else format_number(m.final_improvement, signed=True)
+    final = f"{esc(format_number(m.final_score))} ({esc(final)})"
     feedback = (esc(m.feedback), f"feedback protocol: {feedback_text(m)}")
     return _cards(
-        (
-            f"{esc(format_number(m.baseline))} → {esc(format_number(m.best_score))}",
-            f"baseline → best ({selected_text(m)})",
-        ),
-        (
-            imp_value,
-            f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best",
-        ),
-        (
-            f"{esc(format_number(m.final_score))} ({esc(final)})",
-            "final submission (not selected): score (improvement)",
-        ),
+        (best, f"baseline → best ({selected_text(m)})"),
+        (imp_value, about),
+        (final, "final submission (not selected): score (improvement)"),
         (f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
         *([feedback] if m.feedback == "validation" else []),
         (esc(format_duration(m.time_to_first_improvement)), "time to first improvement"),
@@ -572,10 +478,11 @@ _SUBMISSION_COLUMNS = (
 
 def _submissions_section(m: RunMetrics) -> Section:
     if not m.trajectory:
-        return Section("Submissions", (_muted("No submissions."),))
-    changes = _changes_by_id(m)
-    rows = tuple(
-        Row(
+        return Section("Submissions", (paragraph("No submissions.", "muted"),))
+    changes, rows, styles = _changes_by_id(m), [], []
+    for tr in m.trajectory:
+        notes = _notes(tr, m)
+        rows.append(
             (
                 Raw(str(tr.id), f'<a href="#diff-{tr.id}">#{tr.id}</a>'),
                 format_duration(tr.t),
@@ -586,25 +493,19 @@ def _submissions_section(m: RunMetrics) -> Section:
                 _lines_text(changes.get(tr.id)),
                 tr.path,
                 Raw(md_cell("; ".join(notes)), "<br>".join(esc(n) for n in notes)),
-            ),
-            "failed" if tr.status == "failed" else "best" if tr.id == m.best_submission_id else "",
+            )
         )
-        for tr in m.trajectory
-        for notes in [_notes(tr, m)]
-    )
+        best = "best" if tr.id == m.best_submission_id else ""
+        styles.append("failed" if tr.status == "failed" else best)
     # Markdown has no room for the diffs themselves: it points at their files
     pointer = Raw("Code diffs per submission: `diffs/<id>.diff`.", "")
-    return Section("Submissions", (table(_SUBMISSION_COLUMNS, rows), pointer))
+    return Section("Submissions", (table(_SUBMISSION_COLUMNS, rows, styles), pointer))
 
 
 def _integrity_section(m: RunMetrics) -> Section:
     flagged = bool(run_flags(m))
-    head = paragraph(
-        integrity_text(m),
-        "flag" if flagged else "muted",
-        "Flagged:" if flagged else "",
-        md_limit=2000,
-    )
+    style, lead = ("flag", "Flagged:") if flagged else ("muted", "")
+    head = paragraph(integrity_text(m), style, lead, md_limit=2000)
     return Section("Integrity", (head, bullets(_integrity_details(m))), newline=False)
 
 
@@ -614,7 +515,21 @@ def _grading_section(m: RunMetrics) -> Section:
     spent, share = grading_share(m)
     share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
     blocks: list[Raw] = [paragraph(f"Grading took {format_duration(spent)}{share_text}.")]
-    rows = tuple(Row((str(tr.id), *cells)) for tr in m.trajectory if (cells := _latency_cells(tr)))
+    rows = []
+    for tr in m.trajectory:
+        t = tr.timings
+        if t and t.get("evaluated"):  # duplicates and copies of the base were not evaluated
+            # grader and load escaped for Markdown in both formats, as the page always had them
+            names = (_text(md_cell(t.get("grader"))), _text(md_cell(t.get("load"))))
+            seconds = [t.get(key) for key, _ in _LATENCY_COLUMNS]
+            rows.append(
+                (
+                    str(tr.id),
+                    *names,
+                    *(format_number(x, 2) if isinstance(x, int | float) else DASH for x in seconds),
+                    format_number(grading_overhead_s(t), 2),
+                )
+            )
     if rows:
         heads = (*(h for _, h in _LATENCY_COLUMNS), "overhead")
         columns = (
@@ -633,21 +548,21 @@ def _grading_section(m: RunMetrics) -> Section:
 
 def _rejections_section(m: RunMetrics) -> Section:
     if not m.rejections:
-        return Section("Rejected attempts", (_muted("None."),))
+        return Section("Rejected attempts", (paragraph("None.", "muted"),))
     columns = (Column("t", True, "n"), Column("HTTP", True, "n"), Column("path", style="path"))
-    rows = tuple(
-        Row((format_duration(r.t), str(r.http_status), r.path or "", r.reason))
+    rows = [
+        (format_duration(r.t), str(r.http_status), r.path or "", r.reason)
         for r in m.rejections[:MAX_REJECTION_ROWS]
-    )
+    ]
     more = len(m.rejections) - MAX_REJECTION_ROWS
-    tail = (_muted(f"… and {more} more."),) if more > 0 else ()
+    tail = (paragraph(f"… and {more} more.", "muted"),) if more > 0 else ()
     return Section("Rejected attempts", (table((*columns, Column("reason")), rows), *tail))
 
 
 def _resources_section(m: RunMetrics) -> Section:
     res = m.resources
     if not res:
-        return Section("Resources", (_muted("No resource samples recorded."),))
+        return Section("Resources", (paragraph("No resource samples recorded.", "muted"),))
     cpu = format_number(res.mean_cpu_percent, 1)
     text = (
         f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU {cpu}%, at most "
@@ -666,12 +581,10 @@ def _groups_section(groups: GroupScores) -> Section:
     """Per item group: items, baseline and best score (a dash where one side lacks it)."""
     base, best = groups.baseline or {}, groups.best or {}
     rows = [
-        Row(
-            (
-                g,
-                str((best.get(g) or base[g]).n),
-                *(format_number(s[g].score if g in s else None) for s in (base, best)),
-            )
+        (
+            g,
+            str((best.get(g) or base[g]).n),
+            *(format_number(s[g].score) if g in s else DASH for s in (base, best)),
         )
         for g in sorted(set(base) | set(best))
     ]
@@ -688,25 +601,53 @@ def _env_section(u: EnvUsage) -> Section:
     )
     chart = env_steps_chart(u)
     figure = Raw("", chart_html(chart) if chart is not None else "")
-    blocks = (Raw("", cards), paragraph(_env_text(u)), figure)
-    return Section("Environment rollouts", blocks, newline=False)
+    text = "The rollout service ran, but the agent played no episode through it."
+    if u.episodes:
+        share = u.admissible_steps / u.steps if u.steps else None
+        # steps of kinds (WebShop's searches, clicks and purchases), not all a plain "step"
+        kinds = (u.model_extra or {}).get("by_kind") or {}
+        by_kind = ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items()))
+        text = (
+            f"{u.episodes} episode{'s' * (u.episodes != 1)} on {u.games} "
+            f"game{'s' * (u.games != 1)} ({u.finished_episodes} finished, {u.won_episodes} won), "
+            f"{u.steps:,} environment steps ({format_percent(share)} admissible actions), from "
+            f"{format_duration(u.first_step_t)} to {format_duration(u.last_step_t)} into the "
+            "budget." + (f" Steps by kind: {by_kind}." if kinds and set(kinds) != {"step"} else "")
+        )
+    return Section("Environment rollouts", (Raw("", cards), paragraph(text), figure), newline=False)
 
 
 def _usage_section(m: RunMetrics) -> Section:
+    """The tokens the agent's LLM used (through the metering proxy), and the mode check's
+    findings."""
     flags = (
         Raw(f"**Mode check:** {md_cell(f)}", f'<p class="tag noise">Mode check: {esc(f)}</p>')
         for f in m.mode_flags or []
     )
-    return Section("LLM usage", (paragraph(_usage_text(m)), *flags))
+    u = m.llm_usage
+    if not u:
+        text = "No LLM traffic recorded (not an LLM agent, or no metering proxy)."
+        return Section("LLM usage", (paragraph(text), *flags))
+    unpriced = f" (lower bound: {u.unpriced_requests} requests on unpriced models)"
+    cost = f"${u.cost_usd:.4f}" + (unpriced if u.unpriced_requests else "")
+    budget = f" of a budget of {m.token_budget:,}" if m.token_budget else ""
+    tools = (
+        " Provider-side tools (web search, URL fetches run by the provider) were allowed"
+        " in this run; each use is in record/provider_tools.jsonl."
+    )
+    text = (
+        f"{u.requests} requests ({u.refused} refused, {u.errors} errors), "
+        f"{u.input_tokens:,} input tokens ({u.cached_tokens:,} cached) and "
+        f"{u.output_tokens:,} output tokens{budget}; estimated cost {cost}. "
+        f"Models: {', '.join(sorted(u.by_model)) or DASH}." + (tools if m.provider_tools else "")
+    )
+    return Section("LLM usage", (paragraph(text), *flags))
 
 
-def _diff_body(text: str) -> str:
-    """Escaped diff text with added/removed/hunk lines wrapped in spans for colour."""
-    out = []
-    for line in text.splitlines():
-        cls = next((c for start, c in _DIFF_CLASSES if line.startswith(start)), "")
-        out.append(f'<span class="{cls}">{esc(line)}</span>' if cls else esc(line))
-    return "\n".join(out)
+def _diff_line(line: str) -> str:
+    """A diff line, escaped, in a span that colours it as added, removed, hunk or file line."""
+    cls = next((c for start, c in _DIFF_CLASSES if line.startswith(start)), "")
+    return f'<span class="{cls}">{esc(line)}</span>' if cls else esc(line)
 
 
 #: A diff line's class by its start, first match wins (``+++``/``---`` are file names).
@@ -733,7 +674,7 @@ def _diffs_html(m: RunMetrics, diffs: Mapping[int, str | None]) -> str:
                 text = text[:DIFF_EMBED_LIMIT]
                 link = f'<a href="diffs/{sid}.diff">diffs/{sid}.diff</a>'
                 note = _padded(f"Truncated; the full diff is in {link}.")
-            body = f'<pre class="diff">{_diff_body(text)}</pre>'
+            body = '<pre class="diff">' + "\n".join(map(_diff_line, text.splitlines())) + "</pre>"
         out.append(
             f'<details id="diff-{sid}"><summary>{esc(summary)}</summary>{body}{note}</details>'
         )
