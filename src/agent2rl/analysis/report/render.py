@@ -396,13 +396,11 @@ def _head(m: RunMetrics) -> Raw:
     """The report's head, different by design: in Markdown its heading and a table of every
     headline fact; in HTML the run's identity in three lines, the integrity banner when the
     run is flagged, and the headline figures as cards."""
-    best_id = m.best_submission_id
-    score = f"baseline {format_number(m.baseline)} → best {format_number(m.best_score)}" + (
-        f" ({selected_text(m)}: submission #{best_id}, 95% CI "
-        f"{_ci(m.best_score_ci95, signed=False)} computed as if it were the only one)"
-        if best_id
-        else ""
-    )
+    score = f"baseline {format_number(m.baseline)} → best {format_number(m.best_score)}"
+    if m.best_submission_id:
+        ci = _ci(m.best_score_ci95, signed=False)
+        score += f" ({selected_text(m)}: submission #{m.best_submission_id}, 95% CI {ci}"
+        score += " computed as if it were the only one)"
     facts = {
         "Task": f"{md_cell(m.task)} (v{md_cell(m.task_version)})",
         "Task options": md_cell(task_options_text(m)),
