@@ -15,8 +15,10 @@ Modules:
     a judge's cost over the run's gradings; a search task's backend and query counts.
 ``charts``
     the report's figures as chart data (score over time, environment steps over time).
+``document``
+    the report's section model and its two renderings, Markdown and one self-contained page.
 ``render``
-    ``report.md`` and the self-contained ``report.html``; :func:`write_report` writes them all.
+    the sections of ``report.md`` and ``report.html``; :func:`write_report` writes them all.
 """
 
 from agent2rl.analysis.report.code_changes import code_changes, diff_numstat, snapshot_diff

@@ -1,22 +1,31 @@
 """The per-run report: ``report/metrics.json``, ``report.md``, ``report.html`` and ``diffs/``.
 
+Both files render one model, :func:`report_sections`, built here once from the metrics.
 ``report.html`` is one self-contained file (inline CSS, interactive charts of
-:mod:`agent2rl.analysis.report.charts` drawn by the inlined uPlot, each with a ``<noscript>``
-table of its values, a few lines of inline JS; nothing fetched), so it can be mailed, archived
-or opened from a sweep's result folder as is. Every string that could have come from
-the agent (paths, error messages, rejection reasons, diffs) is escaped before it reaches
-Markdown or HTML.
+:mod:`agent2rl.analysis.report.charts`, each with a ``<noscript>`` table of its values;
+nothing fetched), so it can be mailed, archived or opened from a sweep's folder as is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from agent2rl.analysis.rendering import chart_html, chart_runtime, chart_style, esc, md_cell
+from agent2rl.analysis.rendering import chart_html, esc, md_cell
 from agent2rl.analysis.report.charts import env_steps_chart, score_chart
 from agent2rl.analysis.report.code_changes import snapshot_diff
 from agent2rl.analysis.report.compute_metrics import compute_metrics
+from agent2rl.analysis.report.document import (
+    Column,
+    Raw,
+    Section,
+    bullets,
+    paragraph,
+    table,
+    to_html,
+    to_markdown,
+)
 from agent2rl.analysis.report.judging import judge_text
 from agent2rl.analysis.report.run_metrics import (
     CodeChange,
@@ -97,9 +106,7 @@ def _ci(ci: Sequence[float] | None, signed: bool = True) -> str:
 
 
 def _noise_label(within_noise: bool | None) -> str:
-    if within_noise is None:
-        return ""
-    return "within noise" if within_noise else "beyond noise"
+    return {True: "within noise", False: "beyond noise"}.get(within_noise, "")
 
 
 def _incomparable(eval_hash: str | None, baseline_hash: str | None, subject: str) -> str:
@@ -112,13 +119,16 @@ def _incomparable(eval_hash: str | None, baseline_hash: str | None, subject: str
     return f"not comparable: {subject} was graded under other evaluation settings"
 
 
+def _eval_hash(m: RunMetrics, sid: int | None) -> str | None:
+    return next((tr.eval_hash for tr in m.trajectory if tr.id == sid), None)
+
+
 def _improvement_text(m: RunMetrics) -> str:
     if m.improvement is None:
         if not m.valid_submissions:
             return "no valid submission"
         if m.baseline is not None:
-            best = next((tr for tr in m.trajectory if tr.id == m.best_submission_id), None)
-            return _incomparable(best.eval_hash if best else None, m.eval_hash, "the best")
+            return _incomparable(_eval_hash(m, m.best_submission_id), m.eval_hash, "the best")
         return "no baseline"
     text = f"{m.improvement:+.2f} points"
     if m.improvement_ci95:
@@ -175,8 +185,7 @@ def final_text(m: RunMetrics) -> str:
         if m.final_improvement_ci95:
             text += f" (95% CI {_ci(m.final_improvement_ci95)})"
     elif m.baseline is not None:
-        final = next((tr for tr in m.trajectory if tr.id == m.final_submission_id), None)
-        text += ", " + _incomparable(final.eval_hash if final else None, m.eval_hash, "it")
+        text += ", " + _incomparable(_eval_hash(m, m.final_submission_id), m.eval_hash, "it")
     return text
 
 
@@ -195,11 +204,8 @@ def _notes(tr: TrajectoryPoint, m: RunMetrics) -> list[str]:
         notes.append(f"retry of #{tr.retry_of} (failed by the harness)")
     if tr.error:
         kind = {"model": "the model's fault", "harness": "the harness's fault, retryable"}
-        notes.append(
-            f"error ({kind[tr.failure_kind]}): {tr.error}"
-            if tr.failure_kind in kind
-            else f"error: {tr.error}"
-        )
+        why = f" ({kind[tr.failure_kind]})" if tr.failure_kind in kind else ""
+        notes.append(f"error{why}: {tr.error}")
     if tr.identity is not None and tr.identity.derived is False:
         notes.append("NOT DERIVED from the base model: " + "; ".join(tr.identity.reasons))
     if tr.identity is not None and tr.identity.chat_template_changed:
@@ -235,16 +241,11 @@ def integrity_text(m: RunMetrics) -> str:
         parts.append("UNCHECKED: the contamination check could not read everything")
     elif "unchecked" in m.integrity_flags:
         parts.append("UNCHECKED: an identity check could not run on a graded submission")
-    flagged = bool(run_flags(m))
+    if not run_flags(m):
+        return "; ".join(parts)
     return (
-        ("flagged: " if flagged else "")
-        + "; ".join(parts)
-        + (
-            " (scores here as graded; cross-run aggregates count this run as its base model"
-            " unless --raw)"
-            if flagged
-            else ""
-        )
+        f"flagged: {'; '.join(parts)} (scores here as graded; cross-run aggregates count this"
+        " run as its base model unless --raw)"
     )
 
 
@@ -254,11 +255,10 @@ def _integrity_details(m: RunMetrics) -> list[str]:
     for tr in m.trajectory:
         if tr.identity is not None and tr.identity.derived is False:
             share = tr.identity.related_share
+            related = f" (related share {share:.2f})" if share is not None else ""
+            reasons = "; ".join(tr.identity.reasons)
             out.append(
-                f"Submission #{tr.id} does not derive from the base model: "
-                + "; ".join(tr.identity.reasons)
-                + (f" (related share {share:.2f})" if share is not None else "")
-                + "."
+                f"Submission #{tr.id} does not derive from the base model: {reasons}{related}."
             )
     if m.chat_template_submissions:
         out.append(
@@ -284,11 +284,8 @@ def _integrity_details(m: RunMetrics) -> list[str]:
     if c.flagged_urls:
         out.append(f"Fetched addresses naming the task's data: {', '.join(c.flagged_urls)}.")
     if c.unchecked:
-        out.append(
-            "The check is incomplete (unchecked), so the run counts as flagged: "
-            + "; ".join(c.unchecked_reasons)
-            + "."
-        )
+        reasons = "; ".join(c.unchecked_reasons)
+        out.append(f"The check is incomplete (unchecked), so the run counts as flagged: {reasons}.")
     out += c.notes
     out.append(
         "The scores in this report are as graded: integrity flags never change them. A"
@@ -299,9 +296,9 @@ def _integrity_details(m: RunMetrics) -> list[str]:
 
 
 def _lines_text(change: CodeChange | None) -> str:
-    if change is None or change.added is None:
-        return DASH
-    return f"+{change.added} / -{change.removed}"
+    return (
+        DASH if change is None or change.added is None else f"+{change.added} / -{change.removed}"
+    )
 
 
 def _changes_by_id(m: RunMetrics) -> dict[int, CodeChange]:
@@ -318,15 +315,13 @@ def _delta_text(tr: TrajectoryPoint, baseline: float | None) -> str:
     return text
 
 
-# -- Markdown ----------------------------------------------------------------------------------
 def task_options_text(m: RunMetrics) -> str:
     """The task's options as ``name=value`` pairs, the evaluation protocol first; a dash when
     the run recorded none."""
     if not m.task_options:
         return DASH
-    opts = dict(m.task_options)
-    first = {"protocol": opts.pop("protocol")} if "protocol" in opts else {}
-    return ", ".join(f"{k}={v}" for k, v in {**first, **opts}.items())
+    opts = sorted(m.task_options.items(), key=lambda kv: kv[0] != "protocol")  # stable
+    return ", ".join(f"{k}={v}" for k, v in opts)
 
 
 def confinement_text(m: RunMetrics) -> str:
@@ -334,125 +329,20 @@ def confinement_text(m: RunMetrics) -> str:
     if m.sandbox is None:
         return DASH
     user = DASH if m.agent_uid is None else ("root" if m.agent_uid == 0 else f"uid {m.agent_uid}")
-    caps = m.caps or {}
-    parts = [
-        f"sandbox {m.sandbox}",
-        f"agent user {user}",
-        f"network {m.network or DASH}",
-        f"memory cap {format_bytes(caps.get('memory_bytes'))}",
-        f"process cap {caps.get('max_pids') or DASH}",
-        f"workspace quota {format_bytes(caps.get('disk_bytes'))}",
-        f"enforced by {m.cap_mechanism or DASH}",
-    ]
-    if m.egress is not None:
-        e = m.egress
-        hosts = ", ".join(h["host"] for h in e.get("hosts", [])[:5]) or "none"
-        parts.append(
-            f"egress {e.get('requests', 0)} requests ({e.get('denied', 0)} denied, "
-            f"{format_bytes(e.get('bytes_down', 0))} down; hosts: {hosts})"
-        )
-    return ", ".join(parts)
-
-
-def render_markdown(m: RunMetrics) -> str:
-    """The Markdown report of a run's metrics."""
-    res = m.resources
-    best_id = m.best_submission_id
-    lines = [
-        f"# agent2rl run {md_cell(m.run_id)}",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| Task | {md_cell(m.task)} (v{md_cell(m.task_version)}) |",
-        f"| Task options | {md_cell(task_options_text(m))} |",
-        f"| Decoding | {md_cell(m.decoding or DASH)} |",
-        f"| Agent | {md_cell(m.agent)}"
-        + (f" via {md_cell(m.driver)}" if m.driver else "")
-        + (f", mode {md_cell(m.mode)}" if m.mode else "")
-        + " |",
-        f"| Model | {md_cell(m.model)} |",
-        f"| Status | {md_cell(m.status)}" + (f": {md_cell(m.error)}" if m.error else "") + " |",
-        f"| Confinement | {md_cell(confinement_text(m))} |",
-        f"| Budget | {format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)} |",
-        f"| Feedback protocol | {md_cell(feedback_text(m))} |",
-        f"| Score | baseline {format_number(m.baseline)} → best {format_number(m.best_score)}"
-        + (
-            f" ({selected_text(m)}: submission #{best_id}, 95% CI "
-            f"{_ci(m.best_score_ci95, signed=False)} computed as if it were the only one)"
-            if best_id
-            else ""
-        )
-        + " |",
-        f"| Improvement | {md_cell(_improvement_text(m))} |",
-        f"| Final submission | {md_cell(final_text(m))} |",
-        f"| Submissions | {m.submissions} (valid {m.valid_submissions}, "
-        f"copies {m.copy_model_count}, duplicates {m.duplicate_count}); "
-        f"rejected attempts {m.rejected_attempts} |",
-        f"| Time to first improvement | {format_duration(m.time_to_first_improvement)} |",
-        f"| Time to best | {format_duration(m.time_to_best)} |",
-        f"| Last submission before deadline | {format_duration(m.last_submit_to_deadline)} |",
-        f"| Monotonic ratio (strict increases) | {format_number(m.monotonic_ratio)} |",
-        f"| Code changed | {m.total_lines_changed} lines |",
-        f"| Integrity | {md_cell(integrity_text(m))} |",
-        "",
-        "## Submissions",
-        "",
-    ]
-    if m.trajectory:
-        changes = _changes_by_id(m)
-        lines += [
-            "| # | t | status | score | Δ baseline [95% CI] | best so far | lines | path | notes |",
-            "|---:|---:|---|---:|---:|---:|---:|---|---|",
-        ]
-        for tr in m.trajectory:
-            lines.append(
-                f"| {tr.id} | {format_duration(tr.t)} | {md_cell(tr.status)} "
-                f"| {format_number(tr.score)} "
-                f"| {_delta_text(tr, m.baseline)} "
-                f"| {format_number(tr.best_so_far)} | {_lines_text(changes.get(tr.id))} "
-                f"| {md_cell(tr.path)} | {md_cell('; '.join(_notes(tr, m)))} |"
-            )
-        lines.append("")
-        lines.append("Code diffs per submission: `diffs/<id>.diff`.")
-    else:
-        lines.append("No submissions.")
-    lines += _grading_md(m)
-    lines += ["", "## Integrity", ""]
-    lines += [f"{'**Flagged:** ' if run_flags(m) else ''}{md_cell(integrity_text(m), 2000)}", ""]
-    lines += [f"- {md_cell(p, 2000)}" for p in _integrity_details(m)]
-    lines += ["", "## Rejected attempts", ""]
-    if m.rejections:
-        lines += ["| t | HTTP | path | reason |", "|---:|---:|---|---|"]
-        for r in m.rejections[:MAX_REJECTION_ROWS]:
-            lines.append(
-                f"| {format_duration(r.t)} | {r.http_status} | {md_cell(r.path)} "
-                f"| {md_cell(r.reason)} |"
-            )
-        if len(m.rejections) > MAX_REJECTION_ROWS:
-            lines.append(f"\n… and {len(m.rejections) - MAX_REJECTION_ROWS} more.")
-    else:
-        lines.append("None.")
-    lines += ["", "## Resources", ""]
-    if res:
-        lines.append(
-            f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU "
-            f"{format_number(res.mean_cpu_percent, 1)}%, at most {res.max_procs or DASH} "
-            f"processes ({res.n_samples} samples)."
-        )
-    else:
-        lines.append("No resource samples recorded.")
-    if m.group_scores:
-        lines += ["", "## Scores by task type", "", *_groups_md(m.group_scores)]
-    if m.env_usage is not None:
-        lines += ["", "## Environment rollouts", "", _env_text(m.env_usage)]
-    if m.search is not None:
-        lines += ["", "## Search", "", search_text(m.search)]
-    if m.judge is not None:
-        lines += ["", "## Judge", "", judge_text(m.judge)]
-    lines += ["", "## LLM usage", "", _usage_text(m)]
-    for flag in m.mode_flags or []:
-        lines.append(f"\n**Mode check:** {md_cell(flag)}")
-    return "\n".join(lines) + "\n"
+    caps, e = m.caps or {}, m.egress
+    text = (
+        f"sandbox {m.sandbox}, agent user {user}, network {m.network or DASH}, memory cap "
+        f"{format_bytes(caps.get('memory_bytes'))}, process cap {caps.get('max_pids') or DASH}, "
+        f"workspace quota {format_bytes(caps.get('disk_bytes'))}, enforced by "
+        f"{m.cap_mechanism or DASH}"
+    )
+    if e is None:
+        return text
+    hosts = ", ".join(h["host"] for h in e.get("hosts", [])[:5]) or "none"
+    return text + (
+        f", egress {e.get('requests', 0)} requests ({e.get('denied', 0)} denied, "
+        f"{format_bytes(e.get('bytes_down', 0))} down; hosts: {hosts})"
+    )
 
 
 #: The grading latency table's columns: (timings key, header).
@@ -479,429 +369,360 @@ def grading_share(m: RunMetrics) -> tuple[float, float | None]:
     return spent, (spent / m.budget_s if m.budget_s and m.budget_s > 0 else None)
 
 
-def _latency_cells(tr: TrajectoryPoint) -> list[str] | None:
-    t = tr.timings
-    if not t or not t.get("evaluated"):
-        return None
-    cells = [md_cell(t.get("grader")), md_cell(t.get("load"))]
-    for key, _ in _LATENCY_COLUMNS:
-        value = t.get(key)
-        cells.append(format_number(value, 2) if isinstance(value, int | float) else DASH)
-    cells.append(format_number(grading_overhead_s(t), 2))
-    return cells
+# -- the report's sections ---------------------------------------------------------------------
+def _agent_text(m: RunMetrics, e: Callable[[object], str]) -> str:
+    """``agent via driver, mode m``, each name escaped by ``e`` (``md_cell`` or ``esc``)."""
+    via = f" via {e(m.driver)}" if m.driver else ""
+    return e(m.agent) + via + (f", mode {e(m.mode)}" if m.mode else "")
 
 
-def _grading_md(m: RunMetrics) -> list[str]:
-    """The report's grading latency section: the budget share and one row per evaluated
-    submission (duplicates and copies of the base were not evaluated)."""
-    spent, share = grading_share(m)
-    lines = ["", "## Grading latency", ""]
-    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
-    lines.append(f"Grading took {format_duration(spent)}{share_text}.")
-    rows = [(tr.id, c) for tr in m.trajectory if (c := _latency_cells(tr)) is not None]
-    if rows:
-        heads = ["grader", "load", *(h for _, h in _LATENCY_COLUMNS), "overhead"]
-        lines += [
-            "",
-            "Seconds per evaluated submission; overhead is everything but generation, scoring"
-            " and waits behind other evaluations.",
-            "",
-            "| # | " + " | ".join(heads) + " |",
-            "|---:|" + "---|" * 2 + "---:|" * (len(heads) - 2),
-        ]
-        lines += [f"| {i} | " + " | ".join(c) + " |" for i, c in rows]
-    return lines
+def _status_text(m: RunMetrics, e: Callable[[object], str]) -> str:
+    return e(m.status) + (f": {e(m.error)}" if m.error else "")
 
 
-def _grading_html(m: RunMetrics) -> str:
-    spent, share = grading_share(m)
-    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
-    took = esc(f"Grading took {format_duration(spent)}{share_text}.")
-    out = f"<h2>Grading latency</h2>\n<p>{took}</p>"
-    rows = [(tr.id, c) for tr in m.trajectory if (c := _latency_cells(tr)) is not None]
-    if rows:
-        heads = ["#", "grader", "load", *(h for _, h in _LATENCY_COLUMNS), "overhead"]
-        head = "".join(f"<th>{esc(h)}</th>" for h in heads)
-        body = "".join(
-            f"<tr><td>{i}</td>" + "".join(f"<td>{esc(x)}</td>" for x in c) + "</tr>"
-            for i, c in rows
+def _text(text: str) -> Raw:
+    """Harness text that Markdown takes as is, so that its ``#`` and ``[lo, hi]`` read as
+    written; HTML escapes it. Never for text the agent could influence."""
+    return Raw(text, esc(text))
+
+
+def _cards(*cards: tuple[str, str]) -> str:
+    """HTML cards of (value, label): the value is markup its caller escaped, the label text."""
+    card = '<div class="card"><b>{}</b><span>{}</span></div>'
+    return '<div class="cards">' + "".join(card.format(v, esc(k)) for v, k in cards) + "</div>"
+
+
+def _head(m: RunMetrics) -> Raw:
+    """The report's head, different by design: in Markdown its heading and a table of every
+    headline fact; in HTML the run's identity in three lines, the integrity banner when the
+    run is flagged, and the headline figures as cards."""
+    score = f"baseline {format_number(m.baseline)} → best {format_number(m.best_score)}"
+    if m.best_submission_id:
+        ci = _ci(m.best_score_ci95, signed=False)
+        score += f" ({selected_text(m)}: submission #{m.best_submission_id}, 95% CI {ci}"
+        score += " computed as if it were the only one)"
+    facts = {
+        "Task": f"{md_cell(m.task)} (v{md_cell(m.task_version)})",
+        "Task options": md_cell(task_options_text(m)),
+        "Decoding": md_cell(m.decoding or DASH),
+        "Agent": _agent_text(m, md_cell),
+        "Model": md_cell(m.model),
+        "Status": _status_text(m, md_cell),
+        "Confinement": md_cell(confinement_text(m)),
+        "Budget": f"{format_duration(m.budget_s)}, used {format_percent(m.time_used_ratio)}",
+        "Feedback protocol": md_cell(feedback_text(m)),
+        "Score": score,
+        "Improvement": md_cell(_improvement_text(m)),
+        "Final submission": md_cell(final_text(m)),
+        "Submissions": f"{m.submissions} (valid {m.valid_submissions}, copies "
+        f"{m.copy_model_count}, duplicates {m.duplicate_count}); rejected attempts "
+        f"{m.rejected_attempts}",
+        "Time to first improvement": format_duration(m.time_to_first_improvement),
+        "Time to best": format_duration(m.time_to_best),
+        "Last submission before deadline": format_duration(m.last_submit_to_deadline),
+        "Monotonic ratio (strict increases)": format_number(m.monotonic_ratio),
+        "Code changed": f"{m.total_lines_changed} lines",
+        "Integrity": md_cell(integrity_text(m)),
+    }
+    rows = "\n".join(f"| {k} | {v} |" for k, v in facts.items())
+    flag = esc(integrity_text(m))
+    banner = f'<div class="flag"><b>Integrity:</b> {flag}</div>\n' if run_flags(m) else ""
+    status = _status_text(m, esc)
+    html = f"""<h1>{esc(m.task)} · {esc(m.agent)}</h1>
+<div class="sub">run <b>{esc(m.run_id)}</b> · task version {esc(m.task_version)}
+ · agent {_agent_text(m, esc)} · model <b>{esc(m.model)}</b> · status <b>{status}</b></div>
+<div class="sub">{esc(confinement_text(m))}</div>
+<div class="sub">task options: {esc(task_options_text(m))}</div>
+{banner}{_headline_cards(m)}"""
+    return Raw(f"# agent2rl run {md_cell(m.run_id)}\n\n| | |\n|---|---|\n{rows}", html)
+
+
+def _headline_cards(m: RunMetrics) -> str:
+    label = _noise_label(m.within_noise)
+    tag = f' <span class="tag {"noise" if m.within_noise else "real"}">{label}</span>'
+    imp_value = esc(_improvement_text(m))
+    if m.improvement is not None:
+        imp_value = esc(format_number(m.improvement, signed=True)) + (tag if label else "")
+    ci = m.improvement_ci95
+    about = f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best"
+    best = f"{esc(format_number(m.baseline))} → {esc(format_number(m.best_score))}"
+    final = DASH if m.final_improvement is None else format_number(m.final_improvement, signed=True)
+    final = f"{esc(format_number(m.final_score))} ({esc(final)})"
+    feedback = (esc(m.feedback), f"feedback protocol: {feedback_text(m)}")
+    return _cards(
+        (best, f"baseline → best ({selected_text(m)})"),
+        (imp_value, about),
+        (final, "final submission (not selected): score (improvement)"),
+        (f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
+        *([feedback] if m.feedback == "validation" else []),
+        (esc(format_duration(m.time_to_first_improvement)), "time to first improvement"),
+        (esc(format_duration(m.time_to_best)), "time to best"),
+        (esc(format_percent(m.time_used_ratio)), f"of {format_duration(m.budget_s)} budget used"),
+        (str(m.total_lines_changed), "lines of code changed"),
+        (str(m.rejected_attempts), "rejected attempts"),
+    )
+
+
+_SUBMISSION_COLUMNS = (
+    Column("#", right=True),
+    Column("t", True, "n"),
+    Column("status"),
+    *(Column(t, True, "n") for t in ("score", "Δ baseline [95% CI]", "best so far")),
+    Column(Raw("lines", "lines +/−"), True, "n"),
+    Column("path", style="path"),
+    Column("notes"),
+)
+
+
+def _submissions_section(m: RunMetrics) -> Section:
+    if not m.trajectory:
+        return Section("Submissions", (paragraph("No submissions.", "muted"),))
+    changes, rows, styles = _changes_by_id(m), [], []
+    for tr in m.trajectory:
+        notes = _notes(tr, m)
+        rows.append(
+            (
+                Raw(str(tr.id), f'<a href="#diff-{tr.id}">#{tr.id}</a>'),
+                format_duration(tr.t),
+                tr.status,
+                format_number(tr.score),
+                _text(_delta_text(tr, m.baseline)),
+                format_number(tr.best_so_far),
+                _lines_text(changes.get(tr.id)),
+                tr.path,
+                Raw(md_cell("; ".join(notes)), "<br>".join(esc(n) for n in notes)),
+            )
         )
-        out += f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    return out + "\n"
+        best = "best" if tr.id == m.best_submission_id else ""
+        styles.append("failed" if tr.status == "failed" else best)
+    # Markdown has no room for the diffs themselves: it points at their files
+    pointer = Raw("Code diffs per submission: `diffs/<id>.diff`.", "")
+    return Section("Submissions", (table(_SUBMISSION_COLUMNS, rows, styles), pointer))
 
 
-def _search_html(m: RunMetrics) -> str:
-    if m.search is None:
-        return ""
-    return f"<h2>Search</h2>\n<p>{esc(search_text(m.search))}</p>\n"
+def _integrity_section(m: RunMetrics) -> Section:
+    flagged = bool(run_flags(m))
+    style, lead = ("flag", "Flagged:") if flagged else ("muted", "")
+    head = paragraph(integrity_text(m), style, lead, md_limit=2000)
+    return Section("Integrity", (head, bullets(_integrity_details(m))), newline=False)
 
 
-def _judge_html(m: RunMetrics) -> str:
-    if m.judge is None:
-        return ""
-    return f"<h2>Judge</h2>\n<p>{esc(judge_text(m.judge))}</p>\n"
+def _grading_section(m: RunMetrics) -> Section:
+    """The budget share of grading and one row per evaluated submission (duplicates and
+    copies of the base were not evaluated)."""
+    spent, share = grading_share(m)
+    share_text = f" ({100 * share:.1f}% of the budget)" if share is not None else ""
+    blocks: list[Raw] = [paragraph(f"Grading took {format_duration(spent)}{share_text}.")]
+    rows = []
+    for tr in m.trajectory:
+        t = tr.timings
+        if t and t.get("evaluated"):  # duplicates and copies of the base were not evaluated
+            # grader and load escaped for Markdown in both formats, as the page always had them
+            names = (_text(md_cell(t.get("grader"))), _text(md_cell(t.get("load"))))
+            seconds = [t.get(key) for key, _ in _LATENCY_COLUMNS]
+            rows.append(
+                (
+                    str(tr.id),
+                    *names,
+                    *(format_number(x, 2) if isinstance(x, int | float) else DASH for x in seconds),
+                    format_number(grading_overhead_s(t), 2),
+                )
+            )
+    if rows:
+        heads = (*(h for _, h in _LATENCY_COLUMNS), "overhead")
+        columns = (
+            Column("#", True),
+            Column("grader"),
+            Column("load"),
+            *(Column(h, True) for h in heads),
+        )
+        note = (
+            "Seconds per evaluated submission; overhead is everything but generation, scoring"
+            " and waits behind other evaluations."
+        )
+        blocks += [Raw(note, ""), table(columns, rows)]
+    return Section("Grading latency", tuple(blocks))
 
 
-def _usage_text(m: RunMetrics) -> str:
-    """One paragraph on the tokens the agent's LLM used (through the metering proxy)."""
+def _rejections_section(m: RunMetrics) -> Section:
+    if not m.rejections:
+        return Section("Rejected attempts", (paragraph("None.", "muted"),))
+    columns = (Column("t", True, "n"), Column("HTTP", True, "n"), Column("path", style="path"))
+    rows = [
+        (format_duration(r.t), str(r.http_status), r.path or "", r.reason)
+        for r in m.rejections[:MAX_REJECTION_ROWS]
+    ]
+    more = len(m.rejections) - MAX_REJECTION_ROWS
+    tail = (paragraph(f"… and {more} more.", "muted"),) if more > 0 else ()
+    return Section("Rejected attempts", (table((*columns, Column("reason")), rows), *tail))
+
+
+def _resources_section(m: RunMetrics) -> Section:
+    res = m.resources
+    if not res:
+        return Section("Resources", (paragraph("No resource samples recorded.", "muted"),))
+    cpu = format_number(res.mean_cpu_percent, 1)
+    text = (
+        f"Peak RSS {format_bytes(res.peak_rss_bytes)}, mean CPU {cpu}%, at most "
+        f"{res.max_procs or DASH} processes ({res.n_samples} samples)."
+    )
+    cards = _cards(
+        (esc(format_bytes(res.peak_rss_bytes)), "peak RSS"),
+        (esc(cpu) + "%", "mean CPU"),
+        (esc(res.max_procs if res.max_procs is not None else DASH), "max processes"),
+        (str(res.n_samples), "samples"),
+    )
+    return Section("Resources", (Raw(text, cards),))
+
+
+def _groups_section(groups: GroupScores) -> Section:
+    """Per item group: items, baseline and best score (a dash where one side lacks it)."""
+    base, best = groups.baseline or {}, groups.best or {}
+    rows = [
+        (
+            g,
+            str((best.get(g) or base[g]).n),
+            *(format_number(s[g].score) if g in s else DASH for s in (base, best)),
+        )
+        for g in sorted(set(base) | set(best))
+    ]
+    columns = (Column("task type"), *(Column(t, True, "n") for t in ("items", "baseline", "best")))
+    return Section("Scores by task type", (table(columns, rows),), newline=False)
+
+
+def _env_section(u: EnvUsage) -> Section:
+    cards = _cards(
+        (str(u.episodes), "episodes"),
+        (f"{u.steps:,}", "environment steps"),
+        (str(u.won_episodes), "episodes won"),
+        (str(u.games), "games played"),
+    )
+    chart = env_steps_chart(u)
+    figure = Raw("", chart_html(chart) if chart is not None else "")
+    text = "The rollout service ran, but the agent played no episode through it."
+    if u.episodes:
+        share = u.admissible_steps / u.steps if u.steps else None
+        # steps of kinds (WebShop's searches, clicks and purchases), not all a plain "step"
+        kinds = (u.model_extra or {}).get("by_kind") or {}
+        by_kind = ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items()))
+        text = (
+            f"{u.episodes} episode{'s' * (u.episodes != 1)} on {u.games} "
+            f"game{'s' * (u.games != 1)} ({u.finished_episodes} finished, {u.won_episodes} won), "
+            f"{u.steps:,} environment steps ({format_percent(share)} admissible actions), from "
+            f"{format_duration(u.first_step_t)} to {format_duration(u.last_step_t)} into the "
+            "budget." + (f" Steps by kind: {by_kind}." if kinds and set(kinds) != {"step"} else "")
+        )
+    return Section("Environment rollouts", (Raw("", cards), paragraph(text), figure), newline=False)
+
+
+def _usage_section(m: RunMetrics) -> Section:
+    """The tokens the agent's LLM used (through the metering proxy), and the mode check's
+    findings."""
+    flags = (
+        Raw(f"**Mode check:** {md_cell(f)}", f'<p class="tag noise">Mode check: {esc(f)}</p>')
+        for f in m.mode_flags or []
+    )
     u = m.llm_usage
     if not u:
-        return "No LLM traffic recorded (not an LLM agent, or no metering proxy)."
-    cost = f"${u.cost_usd:.4f}" + (
-        f" (lower bound: {u.unpriced_requests} requests on unpriced models)"
-        if u.unpriced_requests
-        else ""
-    )
+        text = "No LLM traffic recorded (not an LLM agent, or no metering proxy)."
+        return Section("LLM usage", (paragraph(text), *flags))
+    unpriced = f" (lower bound: {u.unpriced_requests} requests on unpriced models)"
+    cost = f"${u.cost_usd:.4f}" + (unpriced if u.unpriced_requests else "")
     budget = f" of a budget of {m.token_budget:,}" if m.token_budget else ""
-    return (
+    tools = (
+        " Provider-side tools (web search, URL fetches run by the provider) were allowed"
+        " in this run; each use is in record/provider_tools.jsonl."
+    )
+    text = (
         f"{u.requests} requests ({u.refused} refused, {u.errors} errors), "
         f"{u.input_tokens:,} input tokens ({u.cached_tokens:,} cached) and "
         f"{u.output_tokens:,} output tokens{budget}; estimated cost {cost}. "
-        f"Models: {', '.join(sorted(u.by_model)) or DASH}."
-        + (
-            " Provider-side tools (web search, URL fetches run by the provider) were allowed"
-            " in this run; each use is in record/provider_tools.jsonl."
-            if m.provider_tools
-            else ""
-        )
+        f"Models: {', '.join(sorted(u.by_model)) or DASH}." + (tools if m.provider_tools else "")
     )
+    return Section("LLM usage", (paragraph(text), *flags))
 
 
-def _group_rows(groups: GroupScores) -> list[tuple[str, str, str, str]]:
-    """(group, items, baseline score, best score) rows of a ``group_scores`` metric."""
-    base, best = groups.baseline or {}, groups.best or {}
-    rows = []
-    for g in sorted(set(base) | set(best)):
-        either = best.get(g) or base.get(g)
-        rows.append(
-            (
-                g,
-                str(either.n) if either is not None else DASH,
-                format_number(base[g].score if g in base else None),
-                format_number(best[g].score if g in best else None),
-            )
-        )
-    return rows
+def _diff_line(line: str) -> str:
+    """A diff line, escaped, in a span that colours it as added, removed, hunk or file line."""
+    cls = next((c for start, c in _DIFF_CLASSES if line.startswith(start)), "")
+    return f'<span class="{cls}">{esc(line)}</span>' if cls else esc(line)
 
 
-def _groups_md(groups: GroupScores) -> list[str]:
-    out = ["| task type | items | baseline | best |", "|---|---:|---:|---:|"]
-    out += [f"| {md_cell(g)} | {n} | {b} | {t} |" for g, n, b, t in _group_rows(groups)]
-    return out
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _env_text(u: EnvUsage) -> str:
-    """One paragraph on the episodes and steps the agent played through the rollout service."""
-    if not u.episodes:
-        return "The rollout service ran, but the agent played no episode through it."
-    share = u.admissible_steps / u.steps if u.steps else None
-    return (
-        f"{_count(u.episodes, 'episode')} on {_count(u.games, 'game')} "
-        f"({u.finished_episodes} finished, "
-        f"{u.won_episodes} won), {u.steps:,} environment steps "
-        f"({format_percent(share)} admissible actions), from {format_duration(u.first_step_t)} to "
-        f"{format_duration(u.last_step_t)} into the budget.{_kinds_text(u)}"
-    )
-
-
-def _kinds_text(u: EnvUsage) -> str:
-    """`` Steps by kind: 40 click, 8 purchase, 12 search.`` for a task whose steps have kinds
-    (WebShop's searches, clicks and purchases); empty where every step is a plain ``step``."""
-    kinds = (u.model_extra or {}).get("by_kind") or {}
-    if not kinds or set(kinds) == {"step"}:
-        return ""
-    return " Steps by kind: " + ", ".join(f"{n:,} {k}" for k, n in sorted(kinds.items())) + "."
-
-
-# -- HTML --------------------------------------------------------------------------------------
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2430;
- margin:0;background:#f6f7f9}
-main{max-width:1100px;margin:0 auto;padding:24px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px}
-.sub{color:#5b6573;margin-bottom:16px}
-.cards{display:flex;flex-wrap:wrap;gap:10px}
-.card{background:#fff;border:1px solid #dde2e8;border-radius:8px;padding:10px 14px;min-width:150px}
-.card b{display:block;font-size:19px}.card span{color:#5b6573;font-size:12px}
-.tag{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;background:#e8edf3}
-.tag.noise{background:#fff1c2}.tag.real{background:#d5f5dc}
-table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #dde2e8}
-th,td{padding:5px 8px;border-bottom:1px solid #eef1f4;text-align:left;vertical-align:top}
-th{background:#f0f3f6;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.path{font-family:ui-monospace,Menlo,monospace;font-size:12px;word-break:break-all}
-tr.failed td{color:#9b1c1c}tr.best td{background:#eefbf1}
-details{background:#fff;border:1px solid #dde2e8;border-radius:6px;margin:6px 0}
-summary{cursor:pointer;padding:6px 10px;font-weight:600}
-details:target{outline:2px solid #2563eb}
-pre.diff{margin:0;padding:8px 10px;overflow:auto;max-height:600px;font-size:12px;
- border-top:1px solid #eef1f4;background:#fbfcfd}
-pre.diff .a{color:#116329;background:#e6ffec}pre.diff .d{color:#82071e;background:#ffebe9}
-pre.diff .h{color:#6f42c1}pre.diff .f{font-weight:700}
-.muted{color:#5b6573}
-.flag{background:#ffe4e1;border:1px solid #e8a39c;border-radius:8px;padding:8px 12px;margin:10px 0}
-"""
-
-# Following a #diff-<id> link should show the diff, so open the targeted <details>.
-_JS = """
-function openTarget(){var h=location.hash.slice(1);if(!h)return;
-var el=document.getElementById(h);if(el&&el.tagName==='DETAILS')el.open=true;}
-window.addEventListener('hashchange',openTarget);window.addEventListener('load',openTarget);
-"""
-
-
-def _card(value: str, label: str) -> str:
-    return f'<div class="card"><b>{value}</b><span>{esc(label)}</span></div>'
-
-
-def _headline_html(m: RunMetrics) -> str:
-    imp = m.improvement
-    label = _noise_label(m.within_noise)
-    tag = ""
-    if label:
-        cls = "noise" if m.within_noise else "real"
-        tag = f' <span class="tag {cls}">{esc(label)}</span>'
-    imp_value = (
-        esc(format_number(imp, signed=True)) + tag if imp is not None else esc(_improvement_text(m))
-    )
-    ci = m.improvement_ci95
-    final = (
-        format_number(m.final_improvement, signed=True) if m.final_improvement is not None else DASH
-    )
-    cards = [
-        _card(
-            f"{esc(format_number(m.baseline))} → {esc(format_number(m.best_score))}",
-            f"baseline → best ({selected_text(m)})",
-        ),
-        _card(
-            imp_value,
-            f"improvement of the best, 95% CI {_ci(ci)}" if ci else "improvement of the best",
-        ),
-        _card(
-            f"{esc(format_number(m.final_score))} ({esc(final)})",
-            "final submission (not selected): score (improvement)",
-        ),
-        _card(f"{m.valid_submissions} / {m.submissions}", "valid / submissions"),
-        *(
-            [_card(esc(m.feedback), f"feedback protocol: {feedback_text(m)}")]
-            if m.feedback == "validation"
-            else []
-        ),
-        _card(esc(format_duration(m.time_to_first_improvement)), "time to first improvement"),
-        _card(esc(format_duration(m.time_to_best)), "time to best"),
-        _card(
-            esc(format_percent(m.time_used_ratio)), f"of {format_duration(m.budget_s)} budget used"
-        ),
-        _card(str(m.total_lines_changed), "lines of code changed"),
-        _card(str(m.rejected_attempts), "rejected attempts"),
-    ]
-    return '<div class="cards">' + "".join(cards) + "</div>"
-
-
-def _submissions_html(m: RunMetrics) -> str:
-    if not m.trajectory:
-        return '<p class="muted">No submissions.</p>'
-    changes = _changes_by_id(m)
-    rows = [
-        "<table><thead><tr><th>#</th><th>t</th><th>status</th><th>score</th>"
-        "<th>Δ baseline [95% CI]</th><th>best so far</th><th>lines +/−</th><th>path</th>"
-        "<th>notes</th>"
-        "</tr></thead><tbody>"
-    ]
-    for tr in m.trajectory:
-        sid = tr.id
-        cls = "best" if sid == m.best_submission_id else ""
-        cls = "failed" if tr.status == "failed" else cls
-        rows.append(
-            f'<tr class="{cls}"><td><a href="#diff-{sid}">#{sid}</a></td>'
-            f'<td class="n">{esc(format_duration(tr.t))}</td><td>{esc(tr.status)}</td>'
-            f'<td class="n">{esc(format_number(tr.score))}</td>'
-            f'<td class="n">{esc(_delta_text(tr, m.baseline))}</td>'
-            f'<td class="n">{esc(format_number(tr.best_so_far))}</td>'
-            f'<td class="n">{esc(_lines_text(changes.get(sid)))}</td>'
-            f'<td class="path">{esc(tr.path)}</td>'
-            f"<td>{'<br>'.join(esc(n) for n in _notes(tr, m))}</td></tr>"
-        )
-    rows.append("</tbody></table>")
-    return "".join(rows)
-
-
-def _rejections_html(m: RunMetrics) -> str:
-    rejections = m.rejections
-    if not rejections:
-        return '<p class="muted">None.</p>'
-    rows = [
-        "<table><thead><tr><th>t</th><th>HTTP</th><th>path</th><th>reason</th></tr></thead><tbody>"
-    ]
-    for r in rejections[:MAX_REJECTION_ROWS]:
-        rows.append(
-            f'<tr><td class="n">{esc(format_duration(r.t))}</td><td class="n">{r.http_status}</td>'
-            f'<td class="path">{esc(r.path)}</td><td>{esc(r.reason)}</td></tr>'
-        )
-    rows.append("</tbody></table>")
-    if len(rejections) > MAX_REJECTION_ROWS:
-        rows.append(f'<p class="muted">… and {len(rejections) - MAX_REJECTION_ROWS} more.</p>')
-    return "".join(rows)
-
-
-def _resources_html(m: RunMetrics) -> str:
-    res = m.resources
-    if not res:
-        return '<p class="muted">No resource samples recorded.</p>'
-    return (
-        '<div class="cards">'
-        + "".join(
-            [
-                _card(esc(format_bytes(res.peak_rss_bytes)), "peak RSS"),
-                _card(esc(format_number(res.mean_cpu_percent, 1)) + "%", "mean CPU"),
-                _card(esc(res.max_procs if res.max_procs is not None else DASH), "max processes"),
-                _card(str(res.n_samples), "samples"),
-            ]
-        )
-        + "</div>"
-    )
-
-
-def _groups_html(m: RunMetrics) -> str:
-    if not m.group_scores:
-        return ""
-    rows = "".join(
-        f'<tr><td>{esc(g)}</td><td class="n">{esc(n)}</td><td class="n">{esc(b)}</td>'
-        f'<td class="n">{esc(t)}</td></tr>'
-        for g, n, b, t in _group_rows(m.group_scores)
-    )
-    return (
-        "<h2>Scores by task type</h2><table><thead><tr><th>task type</th><th>items</th>"
-        f"<th>baseline</th><th>best</th></tr></thead><tbody>{rows}</tbody></table>\n"
-    )
-
-
-def _env_html(m: RunMetrics) -> str:
-    u = m.env_usage
-    if u is None:
-        return ""
-    cards = "".join(
-        [
-            _card(str(u.episodes), "episodes"),
-            _card(f"{u.steps:,}", "environment steps"),
-            _card(str(u.won_episodes), "episodes won"),
-            _card(str(u.games), "games played"),
-        ]
-    )
-    return (
-        f'<h2>Environment rollouts</h2><div class="cards">{cards}</div>'
-        f"<p>{esc(_env_text(u))}</p>{_env_chart(u)}\n"
-    )
-
-
-def _env_chart(u: EnvUsage) -> str:
-    chart = env_steps_chart(u)
-    return chart_html(chart) if chart is not None else ""
-
-
-def _diff_body(text: str) -> str:
-    """Escaped diff text with added/removed/hunk lines wrapped in spans for colour."""
-    out = []
-    for line in text.splitlines():
-        text_line = esc(line)
-        if line.startswith("diff --git"):
-            out.append(f'<span class="f">{text_line}</span>')
-        elif line.startswith("@@"):
-            out.append(f'<span class="h">{text_line}</span>')
-        elif line.startswith("+") and not line.startswith("+++"):
-            out.append(f'<span class="a">{text_line}</span>')
-        elif line.startswith("-") and not line.startswith("---"):
-            out.append(f'<span class="d">{text_line}</span>')
-        else:
-            out.append(text_line)
-    return "\n".join(out)
+#: A diff line's class by its start, first match wins (``+++``/``---`` are file names).
+_DIFF_CLASSES = (("diff --git", "f"), ("@@", "h"), ("+++", ""), ("---", ""), ("+", "a"), ("-", "d"))
 
 
 def _diffs_html(m: RunMetrics, diffs: Mapping[int, str | None]) -> str:
+    """Each submission's diff, collapsed, with the id ``diff-<id>`` that the submissions
+    table and the score chart link to; cut at :data:`DIFF_EMBED_LIMIT`."""
     changes = _changes_by_id(m)
     out = []
     for tr in m.trajectory:
-        sid = tr.id
-        change = changes.get(sid)
-        text = diffs.get(sid)
+        sid, change, text = tr.id, changes.get(tr.id), diffs.get(tr.id)
         base = change.base if change is not None else None
-        vs = "the empty tree" if base == EMPTY_TREE else f"{str(base)[:10]}"
+        vs = "the empty tree" if base == EMPTY_TREE else str(base)[:10]
+        summary = f"#{sid} · {_lines_text(change)} lines vs {vs}"
+        note = ""
         if text is None:
-            summary = f"#{sid} · no code snapshot"
-            body = '<p class="muted" style="padding:0 10px">No readable code snapshot.</p>'
+            summary, body = f"#{sid} · no code snapshot", _padded("No readable code snapshot.")
+        elif not text:
+            body = _padded("No code change.")
         else:
-            summary = f"#{sid} · {_lines_text(change)} lines vs {vs}"
-            if not text:
-                body = '<p class="muted" style="padding:0 10px">No code change.</p>'
-            else:
-                note = ""
-                if len(text) > DIFF_EMBED_LIMIT:
-                    text = text[:DIFF_EMBED_LIMIT]
-                    note = (
-                        f'<p class="muted" style="padding:0 10px">Truncated; the full diff '
-                        f'is in <a href="diffs/{sid}.diff">diffs/{sid}.diff</a>.</p>'
-                    )
-                body = f'<pre class="diff">{_diff_body(text)}</pre>{note}'
-        out.append(f'<details id="diff-{sid}"><summary>{esc(summary)}</summary>{body}</details>')
+            if len(text) > DIFF_EMBED_LIMIT:
+                text = text[:DIFF_EMBED_LIMIT]
+                link = f'<a href="diffs/{sid}.diff">diffs/{sid}.diff</a>'
+                note = _padded(f"Truncated; the full diff is in {link}.")
+            body = '<pre class="diff">' + "\n".join(map(_diff_line, text.splitlines())) + "</pre>"
+        out.append(
+            f'<details id="diff-{sid}"><summary>{esc(summary)}</summary>{body}{note}</details>'
+        )
     return "".join(out) or '<p class="muted">No submissions.</p>'
 
 
-def _integrity_banner(m: RunMetrics) -> str:
-    if not run_flags(m):
-        return ""
-    return f'<div class="flag"><b>Integrity:</b> {esc(integrity_text(m))}</div>\n'
+def _padded(markup: str) -> str:
+    return f'<p class="muted" style="padding:0 10px">{markup}</p>'
 
 
-def _integrity_html(m: RunMetrics) -> str:
-    items = "".join(f"<li>{esc(p)}</li>" for p in _integrity_details(m))
-    head = f'<p class="{"flag" if run_flags(m) else "muted"}">{esc(integrity_text(m))}</p>'
-    return f"<h2>Integrity</h2>{head}<ul>{items}</ul>"
+def report_sections(
+    m: RunMetrics, diffs: Mapping[int, str | None] | None = None
+) -> tuple[Section, ...]:
+    """The report of a run's metrics as :class:`~agent2rl.analysis.report.document.Section` s,
+    which :func:`render_markdown` and :func:`render_html` render.
+
+    ``diffs`` maps submission id to diff text (None: no snapshot); omitted, every submission
+    is shown without code. Sections without data (task types, rollouts, search, judge) are
+    left out; every anchor ``#diff-<id>`` has its ``<details>``.
+    """
+    grading = _grading_section(m)
+    optional = [
+        _groups_section(m.group_scores) if m.group_scores else None,
+        _env_section(m.env_usage) if m.env_usage is not None else None,
+        Section("Search", (paragraph(search_text(m.search)),)) if m.search is not None else None,
+        Section("Judge", (paragraph(judge_text(m.judge)),)) if m.judge is not None else None,
+    ]
+    chart = chart_html(score_chart(m), empty_note="no scores to plot")
+    return (
+        Section(None, (_head(m),)),
+        Section("Score over time", (Raw("", chart),)),
+        _submissions_section(m),
+        # Markdown has always listed grading before integrity, the page after it
+        replace(grading, only="md"),
+        _integrity_section(m),
+        replace(grading, only="html"),
+        _rejections_section(m),
+        _resources_section(m),
+        *(s for s in optional if s is not None),
+        _usage_section(m),
+        Section("Code changes", (Raw("", _diffs_html(m, diffs or {})),)),
+    )
+
+
+def render_markdown(m: RunMetrics) -> str:
+    """The Markdown report of a run's metrics (no diffs: they are files in ``diffs/``)."""
+    return to_markdown(report_sections(m))
 
 
 def render_html(m: RunMetrics, diffs: Mapping[int, str | None] | None = None) -> str:
-    """The self-contained HTML report of a run's metrics and its submissions' diffs.
-
-    ``diffs`` maps submission id to diff text (None: no snapshot); omitted, every submission
-    is shown without code. Every anchor ``#diff-<id>`` in the table and the plot has a matching
-    ``<details id="diff-<id>">``.
-    """
-    diffs = diffs or {}
-    title = f"agent2rl · {m.task} · {m.agent} · {m.run_id}"
-    status = esc(m.status) + (f": {esc(m.error)}" if m.error else "")
-    driver = f" via {esc(m.driver)}" if m.driver else ""
-    driver += f", mode {esc(m.mode)}" if m.mode else ""
-    flags = "".join(f'<p class="tag noise">Mode check: {esc(f)}</p>' for f in m.mode_flags or [])
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{esc(title)}</title>
-<style>{_CSS}</style>
-{chart_style()}
-</head><body><main>
-<h1>{esc(m.task)} · {esc(m.agent)}</h1>
-<div class="sub">run <b>{esc(m.run_id)}</b> · task version {esc(m.task_version)}
- · agent {esc(m.agent)}{driver} · model <b>{esc(m.model)}</b> · status <b>{status}</b></div>
-<div class="sub">{esc(confinement_text(m))}</div>
-<div class="sub">task options: {esc(task_options_text(m))}</div>
-{_integrity_banner(m)}{_headline_html(m)}
-<h2>Score over time</h2>
-{chart_html(score_chart(m), empty_note="no scores to plot")}
-<h2>Submissions</h2>
-{_submissions_html(m)}
-{_integrity_html(m)}
-{_grading_html(m)}<h2>Rejected attempts</h2>
-{_rejections_html(m)}
-<h2>Resources</h2>
-{_resources_html(m)}
-{_groups_html(m)}{_env_html(m)}{_search_html(m)}{_judge_html(m)}<h2>LLM usage</h2>
-<p>{esc(_usage_text(m))}</p>{flags}
-<h2>Code changes</h2>
-{_diffs_html(m, diffs)}
-</main>
-<script>{_JS}</script>
-{chart_runtime()}
-</body></html>
-"""
+    """The self-contained HTML report of a run's metrics and its submissions' diffs
+    (:func:`report_sections` says what ``diffs`` holds)."""
+    return to_html(report_sections(m, diffs), f"agent2rl · {m.task} · {m.agent} · {m.run_id}")
