@@ -40,6 +40,7 @@ from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import DASH, format_bytes, format_duration, format_number, format_percent
 from agent2rl.grading.comparison import improvement
 from agent2rl.grading.evaluator import grading_overhead_s
+from agent2rl.grading.ledger import SubmissionStatus
 from agent2rl.recording.snapshot import EMPTY_TREE
 from agent2rl.rundir import RunPaths
 from agent2rl.workspace.instructions import read_agent_summary, summary_html, summary_markdown
@@ -494,7 +495,7 @@ def _submissions_section(m: RunMetrics) -> Section:
             )
         )
         best = "best" if tr.id == m.best_submission_id else ""
-        styles.append("failed" if tr.status == "failed" else best)
+        styles.append("failed" if tr.status == SubmissionStatus.FAILED else best)
     # Markdown has no room for the diffs themselves: it points at their files
     pointer = Raw("Code diffs per submission: `diffs/<id>.diff`.", "")
     return Section("Submissions", (table(_SUBMISSION_COLUMNS, rows, styles), pointer))
