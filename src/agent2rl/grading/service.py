@@ -6,6 +6,12 @@ The orchestrator starts it (one per run) with the run token in the environment v
 serves until SIGTERM. :func:`start_service` is the orchestrator's side of that handshake
 (:mod:`agent2rl.child_process`).
 
+The clock: the service takes the run's start and deadline from run.json once, when it starts
+(a service restarted on a running run), and is then *told* them by the orchestrator when the
+run starts (:func:`tell_clock`): one JSON line ``{"start": ..., "deadline": ...}`` on its
+stdin, a pipe only the orchestrator holds (the agent holds the grading token, so an HTTP
+endpoint would let it move its own deadline). The service never reads run.json again.
+
 The run's end, so that every accepted submission is settled or says why not: while the
 agent is gone but the service runs, :func:`wait_for_in_flight` waits for rows still
 ``evaluating`` (queued ones included, as long as each keeps settling within a per-row
@@ -16,11 +22,16 @@ timeout); once the service is stopped, :func:`close_unfinished` ends any row lef
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from agent2rl.child_process import ServiceHandle, serve_on_free_port, start_announcing
 from agent2rl.errors import UserError
@@ -28,6 +39,9 @@ from agent2rl.files import write_json_atomic
 from agent2rl.grading.ledger import Ledger
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import load_settings
+
+if TYPE_CHECKING:
+    from agent2rl.grading.app import GradingService
 
 TOKEN_ENV = "AGENT2RL_GRADING_TOKEN"
 
@@ -69,12 +83,54 @@ def start_service(
         log_file=paths.service_log,
         name="grading service",
         ready_timeout=ready_timeout,
+        stdin=subprocess.PIPE,  # the clock's channel (tell_clock)
     )
     return ServiceHandle(proc, port)
 
 
+def tell_clock(
+    handle: ServiceHandle, token: str, start: float, deadline: float, timeout_s: float = 30.0
+) -> None:
+    """Tell the service ``handle`` (started by :func:`start_service`) the run's clock, and
+    return once it answers ``GET /time`` with it (the agent, started next, must not find a
+    service that has not heard yet). Raises RuntimeError when the service is gone or does not
+    take it within ``timeout_s``."""
+    pipe = handle.proc.stdin
+    assert pipe is not None, "start the service with start_service"
+    try:
+        pipe.write(json.dumps({"start": start, "deadline": deadline}).encode() + b"\n")
+        pipe.flush()
+    except OSError as err:
+        raise RuntimeError(f"the grading service cannot be told the clock ({err})") from None
+    request = urllib.request.Request(
+        f"{handle.url}/time", headers={"Authorization": f"Bearer {token}"}
+    )
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            if json.load(answer)["deadline"] == deadline:  # a float survives JSON exactly
+                return
+        time.sleep(0.02)
+    raise RuntimeError(f"the grading service did not take the clock in {timeout_s:.0f}s")
+
+
+def _listen_for_clock(service: GradingService, pipe: IO[bytes]) -> None:
+    """Pass every clock line on ``pipe`` to ``service`` (in a daemon thread, until EOF);
+    a malformed line is logged and ignored."""
+
+    def listen() -> None:
+        for line in pipe:
+            try:
+                told = json.loads(line)
+                service.tell_clock(float(told["start"]), float(told["deadline"]))
+            except (ValueError, KeyError, TypeError) as err:
+                print(f"grading service: ignored a clock line ({err!r})", file=sys.stderr)
+
+    threading.Thread(target=listen, name="clock", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
-    from agent2rl.grading.app import GradingContext, create_app
+    from agent2rl.grading.app import GradingContext, GradingService, create_app
     from agent2rl.grading.evaluator import EvalSpec
     from agent2rl.grading.submission import SubmissionLimits
     from agent2rl.inference.backend import BackendConfig
@@ -122,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         grader=args.grader,
         feedback=info.feedback,
     )
-    app = create_app(ctx)
+    service = GradingService(ctx)
+    _listen_for_clock(service, sys.stdin.buffer)
+    app = create_app(service)
     _warm_up_staging(args.base_model)
     serve_on_free_port(
         app,
@@ -169,7 +227,7 @@ def close_unfinished(ledger: Ledger) -> list[int]:
     """After the service has stopped: every row still ``evaluating`` ends ``failed`` as a
     ``harness`` failure, "the run ended before it was graded"; returns their ids. A service
     stopped by SIGTERM has done this already for its own rows; this covers one killed."""
-    from agent2rl.grading.app import RUN_ENDED
+    from agent2rl.grading.submission import RUN_ENDED
 
     return ledger.fail_unfinished(RUN_ENDED)
 
