@@ -472,7 +472,7 @@ def create_app(service: GradingService) -> FastAPI:
         try:
             yield
         finally:
-            ctx.workers.stop()  # at once: the threads below may wait on the evaluation
+            ctx.workers.stop()  # at once, not when a thread is free for close()
             await run_in_threadpool(service.close)
             restore()
 

@@ -44,6 +44,14 @@ if TYPE_CHECKING:
     from agent2rl.grading.app import GradingService
 
 TOKEN_ENV = "AGENT2RL_GRADING_TOKEN"
+#: The :class:`~agent2rl.grading.app.GradingContext` settings ``start_service`` may pass.
+OPTIONS = {
+    "eval_lock_wait_s": float,
+    "disk_margin_bytes": int,
+    "rejections_per_minute": int,
+    "staging_slots": int,
+    "grader": str,  # warm: one worker kept up between submissions; cold: one per submission
+}
 
 
 def start_service(
@@ -58,10 +66,7 @@ def start_service(
 ) -> ServiceHandle:
     """Start the service for the run in ``paths`` and wait until it answers.
 
-    ``options``: :class:`~agent2rl.grading.app.GradingContext` settings by field name
-    (``eval_lock_wait_s``, ``disk_margin_bytes``, ``rejections_per_minute``, ``staging_slots``,
-    ``grader``: ``warm`` or ``cold``);
-    unset ones keep their defaults."""
+    ``options``: :data:`OPTIONS` by name; unset ones keep their defaults."""
     cmd = [
         sys.executable,
         "-m",
@@ -95,22 +100,21 @@ def tell_clock(
     return once it answers ``GET /time`` with it (the agent, started next, must not find a
     service that has not heard yet). Raises RuntimeError when the service is gone or does not
     take it within ``timeout_s``."""
-    pipe = handle.proc.stdin
-    assert pipe is not None, "start the service with start_service"
+    assert handle.proc.stdin is not None, "start the service with start_service"
     try:
-        pipe.write(json.dumps({"start": start, "deadline": deadline}).encode() + b"\n")
-        pipe.flush()
-    except OSError as err:
-        raise RuntimeError(f"the grading service cannot be told the clock ({err})") from None
-    request = urllib.request.Request(
-        f"{handle.url}/time", headers={"Authorization": f"Bearer {token}"}
-    )
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-            if json.load(answer)["deadline"] == deadline:  # a float survives JSON exactly
-                return
-        time.sleep(0.02)
+        handle.proc.stdin.write(json.dumps({"start": start, "deadline": deadline}).encode() + b"\n")
+        handle.proc.stdin.flush()
+        ask = urllib.request.Request(
+            f"{handle.url}/time", headers={"Authorization": f"Bearer {token}"}
+        )
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            with urllib.request.urlopen(ask, timeout=timeout_s) as answer:
+                if json.load(answer)["deadline"] == deadline:  # a float survives JSON exactly
+                    return
+            time.sleep(0.02)
+    except OSError as err:  # the service is gone (a broken pipe, a refused connection)
+        raise RuntimeError(f"the grading service could not be told the clock: {err}") from None
     raise RuntimeError(f"the grading service did not take the clock in {timeout_s:.0f}s")
 
 
@@ -141,16 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-timeout", type=float, required=True)
     ap.add_argument("--max-bytes", type=int, required=True)
     ap.add_argument("--base-model", type=Path, required=True)
-    ap.add_argument("--eval-lock-wait-s", type=float, default=None)
-    ap.add_argument("--disk-margin-bytes", type=int, default=256 * 2**20)
-    ap.add_argument("--rejections-per-minute", type=int, default=120)
-    ap.add_argument("--staging-slots", type=int, default=1)
-    ap.add_argument(
-        "--grader",
-        choices=("warm", "cold"),
-        default="warm",
-        help="warm: one evaluation worker kept up between submissions; cold: one per submission",
-    )
+    for name, kind in OPTIONS.items():  # unset: GradingContext's default
+        ap.add_argument("--" + name.replace("_", "-"), type=kind, dest=name)
     args = ap.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
@@ -171,12 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         base_model_dir=args.base_model,
         eval_spec=spec,
         snapshot=recorder.snapshot,
-        eval_lock_wait_s=args.eval_lock_wait_s,
-        disk_margin_bytes=args.disk_margin_bytes,
-        rejections_per_minute=args.rejections_per_minute,
-        staging_slots=args.staging_slots,
-        grader=args.grader,
         feedback=info.feedback,
+        **{name: value for name in OPTIONS if (value := getattr(args, name)) is not None},
     )
     service = GradingService(ctx)
     _listen_for_clock(service, sys.stdin.buffer)

@@ -188,19 +188,10 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
             for p in (Path(os.path.abspath(workspace)), real_ws)
         )
     )
-    raw = PurePosixPath(model_path)
-    if raw.is_absolute():
-        parts = _beneath_output(PurePosixPath(os.path.normpath(raw)), outputs)
-    else:
-        rel = PurePosixPath(os.path.normpath(raw))
-        parts = list(rel.parts[1:]) if rel.parts[:1] == ("output",) else None
-    if parts is None:
-        raise _outside(model_path)
-
+    pending = deque(_output_parts(model_path, outputs))  # before output/ is opened: text only
     out_fd = _open_output(workspace)
     stack: list[tuple[str, int]] = []  # the directories walked so far below output/
     try:
-        pending = deque(parts)
         links = 0
         while pending:
             part = pending.popleft()
@@ -227,19 +218,7 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
                         f"model_path {model_path!r} goes through more than {MAX_SYMLINKS}"
                         " symlinks: submit the model directory itself"
                     )
-                try:
-                    target = PurePosixPath(os.readlink(part, dir_fd=here))
-                except OSError:
-                    raise _changed(f"model_path {model_path!r}") from None
-                if target.is_absolute():
-                    inside = _beneath_output(PurePosixPath(os.path.normpath(target)), outputs)
-                    if inside is None:
-                        raise _outside(model_path)
-                    while stack:
-                        os.close(stack.pop()[1])
-                    pending.extendleft(reversed(inside))
-                else:
-                    pending.extendleft(reversed(target.parts))
+                pending.extendleft(reversed(_link_parts(model_path, part, here, outputs, stack)))
                 continue
             if not stat.S_ISDIR(st.st_mode):
                 raise SubmissionError(
@@ -257,6 +236,39 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
         for _, fd in stack:
             os.close(fd)
         os.close(out_fd)
+
+
+def _output_parts(model_path: str, outputs: list[PurePosixPath]) -> list[str]:
+    """The components of ``model_path`` below ``output/``, from its text alone (403 when it
+    is not beneath one of ``outputs``, the spellings of ``output/``, or ``output/...``)."""
+    raw = PurePosixPath(os.path.normpath(model_path))
+    if raw.is_absolute():
+        parts = _beneath_output(raw, outputs)
+    else:
+        parts = list(raw.parts[1:]) if raw.parts[:1] == ("output",) else None
+    if parts is None:
+        raise _outside(model_path)
+    return parts
+
+
+def _link_parts(
+    model_path: str, link: str, dir_fd: int, outputs: list[PurePosixPath], stack: list
+) -> list[str]:
+    """The components that replace symlink ``link`` (in ``dir_fd``) in :func:`resolve_submission`'s
+    walk. An absolute target must lie beneath ``output/`` (403 otherwise), and the walk
+    restarts there: the directories walked so far (``stack``) are closed and emptied."""
+    try:
+        target = PurePosixPath(os.readlink(link, dir_fd=dir_fd))
+    except OSError:
+        raise _changed(f"model_path {model_path!r}") from None
+    if not target.is_absolute():
+        return list(target.parts)
+    inside = _beneath_output(PurePosixPath(os.path.normpath(target)), outputs)
+    if inside is None:
+        raise _outside(model_path)
+    while stack:
+        os.close(stack.pop()[1])
+    return inside
 
 
 def submission_roots(workspace: Path, base_model_dir: Path) -> list[Path]:
@@ -767,23 +779,7 @@ def check_weights_match_config(
         raise SubmissionError(
             "config.json has no model_type: submit the config save_pretrained wrote"
         )
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
-        with torch.device("meta"):
-            # dtype given: from_config would otherwise set torch's process-wide default
-            # dtype to the config's for the duration, under the other threads' feet.
-            model = AutoModelForCausalLM.from_config(
-                cfg, trust_remote_code=False, dtype=torch.float32
-            )
-    except Exception as err:  # any error of transformers on a config we do not control
-        first = next((ln for ln in str(err).splitlines() if ln.strip()), "")[:300]
-        raise SubmissionError(
-            f"config.json does not describe a causal LM transformers can build"
-            f" ({type(err).__name__}: {first}): submit the config save_pretrained wrote"
-        ) from None
+    model = _meta_model(model_dir)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     if _converts_checkpoints(model):
         _check_element_count(model, tensors)
@@ -824,6 +820,28 @@ def check_weights_match_config(
             + "): the loader would build layers at random or fail; submit the config.json"
             " saved together with these weights"
         )
+
+
+def _meta_model(model_dir: Path) -> Any:
+    """The model ``model_dir``'s config describes, built on the ``meta`` device (no memory,
+    no custom code) with the class the evaluator loads; 400 when transformers cannot."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+        with torch.device("meta"):
+            # dtype given: from_config would otherwise set torch's process-wide default
+            # dtype to the config's for the duration, under the other threads' feet.
+            return AutoModelForCausalLM.from_config(
+                cfg, trust_remote_code=False, dtype=torch.float32
+            )
+    except Exception as err:  # any error of transformers on a config we do not control
+        first = next((ln for ln in str(err).splitlines() if ln.strip()), "")[:300]
+        raise SubmissionError(
+            f"config.json does not describe a causal LM transformers can build"
+            f" ({type(err).__name__}: {first}): submit the config save_pretrained wrote"
+        ) from None
 
 
 def _patterns(model: Any, *attrs: str) -> list[re.Pattern[str]]:
@@ -970,7 +988,7 @@ class SubmissionPipeline:
                     507,
                 )
             partial = sub_dir / "model.partial"
-            roots = [ctx.paths.output.resolve(), ctx.base_model_dir.resolve()]
+            roots = submission_roots(ctx.paths.workspace, ctx.base_model_dir)
             try:
                 stage_submission(model_dir, partial, roots, ctx.limits, ctx.base_model_dir)
             except OSError as err:
