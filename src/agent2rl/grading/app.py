@@ -15,10 +15,8 @@ submission's life (``POST /submit``), so that none can vanish, is one
 :class:`~agent2rl.grading.submission.SubmissionPipeline`: recorded before anything slow, then
 withdrawn as a rejection if refused, else ended graded or failed with a reason.
 
-The clock: the service is *told* the run's start and deadline (:meth:`GradingService.tell_clock`,
-by the orchestrator through :mod:`agent2rl.grading.service`'s pipe) and never reads run.json
-for them after it starts. Until it is told (a run.json without a deadline at start), every
-submission is refused "the run has not started yet" and ``/time`` answers no deadline.
+The clock is told, never read from run.json after the start (:mod:`agent2rl.grading.service`):
+until then every submission is refused "the run has not started yet".
 
 When the service is stopped (SIGTERM) it kills its running evaluation worker at once (the
 worker also dies with the service on SIGKILL, :func:`agent2rl.grading.evaluator.run_evaluation`),
@@ -90,8 +88,6 @@ from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.scoring.metrics import metric_for
 from agent2rl.settings import Settings
 from agent2rl.statistics import Intervals, compare_items, load_item_records
-
-__all__ = ["RUN_ENDED", "GradingContext", "GradingService", "create_app"]
 
 #: The longest ``model_path`` accepted; a longer one is a malformed request (400).
 MAX_MODEL_PATH_CHARS = 4096
