@@ -164,6 +164,7 @@ def start_announcing(
     log_file: Path,
     name: str,
     ready_timeout: float = 60.0,
+    stdin: int | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """Start ``cmd`` in its own session with output appended to ``log_file`` and wait until
     it writes ``{"port": ...}`` to ``ready_file``; returns (process, port).
@@ -174,12 +175,13 @@ def start_announcing(
 
     A stale ``ready_file`` is removed first. Raises RuntimeError naming ``name`` and the log
     when the child exits early or is not ready within ``ready_timeout`` seconds. Whatever
-    ends the wait early (that error, ``KeyboardInterrupt``) stops the child first.
+    ends the wait early (that error, ``KeyboardInterrupt``) stops the child first. ``stdin``:
+    as :func:`spawn_child` takes it (``subprocess.PIPE``: a channel only the caller holds).
     """
     ready_file.unlink(missing_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
-        proc = spawn_child(cmd, env=env, stdout=log)
+        proc = spawn_child(cmd, env=env, stdout=log, stdin=stdin)
     deadline = time.time() + ready_timeout
     try:
         while time.time() < deadline:

@@ -6,6 +6,12 @@ The orchestrator starts it (one per run) with the run token in the environment v
 serves until SIGTERM. :func:`start_service` is the orchestrator's side of that handshake
 (:mod:`agent2rl.child_process`).
 
+The clock: the service takes the run's start and deadline from run.json once, when it starts
+(a service restarted on a running run), and is then *told* them by the orchestrator when the
+run starts (:func:`tell_clock`): one JSON line ``{"start": ..., "deadline": ...}`` on its
+stdin, a pipe only the orchestrator holds (the agent holds the grading token, so an HTTP
+endpoint would let it move its own deadline). The service never reads run.json again.
+
 The run's end, so that every accepted submission is settled or says why not: while the
 agent is gone but the service runs, :func:`wait_for_in_flight` waits for rows still
 ``evaluating`` (queued ones included, as long as each keeps settling within a per-row
@@ -16,11 +22,16 @@ timeout); once the service is stopped, :func:`close_unfinished` ends any row lef
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from agent2rl.child_process import ServiceHandle, serve_on_free_port, start_announcing
 from agent2rl.errors import UserError
@@ -29,7 +40,18 @@ from agent2rl.grading.ledger import Ledger
 from agent2rl.rundir import RunInfo, RunPaths
 from agent2rl.settings import load_settings
 
+if TYPE_CHECKING:
+    from agent2rl.grading.app import GradingService
+
 TOKEN_ENV = "AGENT2RL_GRADING_TOKEN"
+#: The :class:`~agent2rl.grading.app.GradingContext` settings ``start_service`` may pass.
+OPTIONS = {
+    "eval_lock_wait_s": float,
+    "disk_margin_bytes": int,
+    "rejections_per_minute": int,
+    "staging_slots": int,
+    "grader": str,  # warm: one worker kept up between submissions; cold: one per submission
+}
 
 
 def start_service(
@@ -44,10 +66,7 @@ def start_service(
 ) -> ServiceHandle:
     """Start the service for the run in ``paths`` and wait until it answers.
 
-    ``options``: :class:`~agent2rl.grading.app.GradingContext` settings by field name
-    (``eval_lock_wait_s``, ``disk_margin_bytes``, ``rejections_per_minute``, ``staging_slots``,
-    ``grader``: ``warm`` or ``cold``);
-    unset ones keep their defaults."""
+    ``options``: :data:`OPTIONS` by name; unset ones keep their defaults."""
     cmd = [
         sys.executable,
         "-m",
@@ -69,12 +88,53 @@ def start_service(
         log_file=paths.service_log,
         name="grading service",
         ready_timeout=ready_timeout,
+        stdin=subprocess.PIPE,  # the clock's channel (tell_clock)
     )
     return ServiceHandle(proc, port)
 
 
+def tell_clock(
+    handle: ServiceHandle, token: str, start: float, deadline: float, timeout_s: float = 30.0
+) -> None:
+    """Tell the service ``handle`` (started by :func:`start_service`) the run's clock, and
+    return once it answers ``GET /time`` with it (the agent, started next, must not find a
+    service that has not heard yet). Raises RuntimeError when the service is gone or does not
+    take it within ``timeout_s``."""
+    assert handle.proc.stdin is not None, "start the service with start_service"
+    try:
+        handle.proc.stdin.write(json.dumps({"start": start, "deadline": deadline}).encode() + b"\n")
+        handle.proc.stdin.flush()
+        ask = urllib.request.Request(
+            f"{handle.url}/time", headers={"Authorization": f"Bearer {token}"}
+        )
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            with urllib.request.urlopen(ask, timeout=timeout_s) as answer:
+                if json.load(answer)["deadline"] == deadline:  # a float survives JSON exactly
+                    return
+            time.sleep(0.02)
+    except OSError as err:  # the service is gone (a broken pipe, a refused connection)
+        raise RuntimeError(f"the grading service could not be told the clock: {err}") from None
+    raise RuntimeError(f"the grading service did not take the clock in {timeout_s:.0f}s")
+
+
+def _listen_for_clock(service: GradingService, pipe: IO[bytes]) -> None:
+    """Pass every clock line on ``pipe`` to ``service`` (in a daemon thread, until EOF);
+    a malformed line is logged and ignored."""
+
+    def listen() -> None:
+        for line in pipe:
+            try:
+                told = json.loads(line)
+                service.tell_clock(float(told["start"]), float(told["deadline"]))
+            except (ValueError, KeyError, TypeError) as err:
+                print(f"grading service: ignored a clock line ({err!r})", file=sys.stderr)
+
+    threading.Thread(target=listen, name="clock", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
-    from agent2rl.grading.app import GradingContext, create_app
+    from agent2rl.grading.app import GradingContext, GradingService, create_app
     from agent2rl.grading.evaluator import EvalSpec
     from agent2rl.grading.submission import SubmissionLimits
     from agent2rl.inference.backend import BackendConfig
@@ -85,16 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-timeout", type=float, required=True)
     ap.add_argument("--max-bytes", type=int, required=True)
     ap.add_argument("--base-model", type=Path, required=True)
-    ap.add_argument("--eval-lock-wait-s", type=float, default=None)
-    ap.add_argument("--disk-margin-bytes", type=int, default=256 * 2**20)
-    ap.add_argument("--rejections-per-minute", type=int, default=120)
-    ap.add_argument("--staging-slots", type=int, default=1)
-    ap.add_argument(
-        "--grader",
-        choices=("warm", "cold"),
-        default="warm",
-        help="warm: one evaluation worker kept up between submissions; cold: one per submission",
-    )
+    for name, kind in OPTIONS.items():  # unset: GradingContext's default
+        ap.add_argument("--" + name.replace("_", "-"), type=kind, dest=name)
     args = ap.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
@@ -115,14 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         base_model_dir=args.base_model,
         eval_spec=spec,
         snapshot=recorder.snapshot,
-        eval_lock_wait_s=args.eval_lock_wait_s,
-        disk_margin_bytes=args.disk_margin_bytes,
-        rejections_per_minute=args.rejections_per_minute,
-        staging_slots=args.staging_slots,
-        grader=args.grader,
         feedback=info.feedback,
+        **{name: value for name in OPTIONS if (value := getattr(args, name)) is not None},
     )
-    app = create_app(ctx)
+    service = GradingService(ctx)
+    _listen_for_clock(service, sys.stdin.buffer)
+    app = create_app(service)
     _warm_up_staging(args.base_model)
     serve_on_free_port(
         app,
@@ -169,7 +219,7 @@ def close_unfinished(ledger: Ledger) -> list[int]:
     """After the service has stopped: every row still ``evaluating`` ends ``failed`` as a
     ``harness`` failure, "the run ended before it was graded"; returns their ids. A service
     stopped by SIGTERM has done this already for its own rows; this covers one killed."""
-    from agent2rl.grading.app import RUN_ENDED
+    from agent2rl.grading.submission import RUN_ENDED
 
     return ledger.fail_unfinished(RUN_ENDED)
 

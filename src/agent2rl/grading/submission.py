@@ -1,4 +1,6 @@
-"""Checks on a submitted model directory, and the private copy the grader evaluates.
+"""A submission's way through the grader (:class:`SubmissionPipeline`: from the path the
+agent sent to a settled ledger row), the checks on a submitted model directory, and the
+private copy the grader evaluates.
 
 A submission is untrusted data, and so is the workspace it sits in: the agent owns
 ``workspace/output`` and may replace it, or anything under it, with a symlink at any moment.
@@ -33,19 +35,33 @@ import os
 import re
 import shutil
 import stat
+import sys
+import threading
+import time
+import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agent2rl.grading.evaluator import WarmWorker, run_evaluation
+from agent2rl.grading.ledger import Ledger, SubmissionStatus
+from agent2rl.http_api import Refused
+from agent2rl.integrity.identity import check_identity
 from agent2rl.models.weights import (
     MODEL_FILE_PATTERNS,
     MalformedWeights,
     TensorInfo,
     loads_json,
     model_files,
+    model_fingerprint,
     read_safetensors_header,
+    weights_hash,
 )
+
+if TYPE_CHECKING:
+    from agent2rl.grading.app import GradingContext
 
 # Weights formats that unpickle (run code) when loaded.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -69,12 +85,16 @@ _MODULE_COUNTS = re.compile(
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class SubmissionError(Exception):
-    """A refused submission: ``status`` is the HTTP status, the message says what to fix."""
+class SubmissionError(Refused):
+    """A refused submission: ``status`` is the HTTP status, the message says what to fix.
+    For the rejection the service records: ``path``, the submitted path, and ``sub_id``, the
+    row to withdraw when the refusal came after the submission was recorded (else None)."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+    def __init__(
+        self, message: str, status: int = 400, path: str | None = None, sub_id: int | None = None
+    ) -> None:
+        super().__init__(status, message)
+        self.path, self.sub_id = path, sub_id
 
 
 @dataclass(frozen=True)
@@ -168,19 +188,10 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
             for p in (Path(os.path.abspath(workspace)), real_ws)
         )
     )
-    raw = PurePosixPath(model_path)
-    if raw.is_absolute():
-        parts = _beneath_output(PurePosixPath(os.path.normpath(raw)), outputs)
-    else:
-        rel = PurePosixPath(os.path.normpath(raw))
-        parts = list(rel.parts[1:]) if rel.parts[:1] == ("output",) else None
-    if parts is None:
-        raise _outside(model_path)
-
+    pending = deque(_output_parts(model_path, outputs))  # before output/ is opened: text only
     out_fd = _open_output(workspace)
     stack: list[tuple[str, int]] = []  # the directories walked so far below output/
     try:
-        pending = deque(parts)
         links = 0
         while pending:
             part = pending.popleft()
@@ -207,19 +218,7 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
                         f"model_path {model_path!r} goes through more than {MAX_SYMLINKS}"
                         " symlinks: submit the model directory itself"
                     )
-                try:
-                    target = PurePosixPath(os.readlink(part, dir_fd=here))
-                except OSError:
-                    raise _changed(f"model_path {model_path!r}") from None
-                if target.is_absolute():
-                    inside = _beneath_output(PurePosixPath(os.path.normpath(target)), outputs)
-                    if inside is None:
-                        raise _outside(model_path)
-                    while stack:
-                        os.close(stack.pop()[1])
-                    pending.extendleft(reversed(inside))
-                else:
-                    pending.extendleft(reversed(target.parts))
+                pending.extendleft(reversed(_link_parts(model_path, part, here, outputs, stack)))
                 continue
             if not stat.S_ISDIR(st.st_mode):
                 raise SubmissionError(
@@ -237,6 +236,39 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
         for _, fd in stack:
             os.close(fd)
         os.close(out_fd)
+
+
+def _output_parts(model_path: str, outputs: list[PurePosixPath]) -> list[str]:
+    """The components of ``model_path`` below ``output/``, from its text alone (403 when it
+    is not beneath one of ``outputs``, the spellings of ``output/``, or ``output/...``)."""
+    raw = PurePosixPath(os.path.normpath(model_path))
+    if raw.is_absolute():
+        parts = _beneath_output(raw, outputs)
+    else:
+        parts = list(raw.parts[1:]) if raw.parts[:1] == ("output",) else None
+    if parts is None:
+        raise _outside(model_path)
+    return parts
+
+
+def _link_parts(
+    model_path: str, link: str, dir_fd: int, outputs: list[PurePosixPath], stack: list
+) -> list[str]:
+    """The components that replace symlink ``link`` (in ``dir_fd``) in :func:`resolve_submission`'s
+    walk. An absolute target must lie beneath ``output/`` (403 otherwise), and the walk
+    restarts there: the directories walked so far (``stack``) are closed and emptied."""
+    try:
+        target = PurePosixPath(os.readlink(link, dir_fd=dir_fd))
+    except OSError:
+        raise _changed(f"model_path {model_path!r}") from None
+    if not target.is_absolute():
+        return list(target.parts)
+    inside = _beneath_output(PurePosixPath(os.path.normpath(target)), outputs)
+    if inside is None:
+        raise _outside(model_path)
+    while stack:
+        os.close(stack.pop()[1])
+    return inside
 
 
 def submission_roots(workspace: Path, base_model_dir: Path) -> list[Path]:
@@ -747,23 +779,7 @@ def check_weights_match_config(
         raise SubmissionError(
             "config.json has no model_type: submit the config save_pretrained wrote"
         )
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
-        with torch.device("meta"):
-            # dtype given: from_config would otherwise set torch's process-wide default
-            # dtype to the config's for the duration, under the other threads' feet.
-            model = AutoModelForCausalLM.from_config(
-                cfg, trust_remote_code=False, dtype=torch.float32
-            )
-    except Exception as err:  # any error of transformers on a config we do not control
-        first = next((ln for ln in str(err).splitlines() if ln.strip()), "")[:300]
-        raise SubmissionError(
-            f"config.json does not describe a causal LM transformers can build"
-            f" ({type(err).__name__}: {first}): submit the config save_pretrained wrote"
-        ) from None
+    model = _meta_model(model_dir)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     if _converts_checkpoints(model):
         _check_element_count(model, tensors)
@@ -806,6 +822,28 @@ def check_weights_match_config(
         )
 
 
+def _meta_model(model_dir: Path) -> Any:
+    """The model ``model_dir``'s config describes, built on the ``meta`` device (no memory,
+    no custom code) with the class the evaluator loads; 400 when transformers cannot."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+        with torch.device("meta"):
+            # dtype given: from_config would otherwise set torch's process-wide default
+            # dtype to the config's for the duration, under the other threads' feet.
+            return AutoModelForCausalLM.from_config(
+                cfg, trust_remote_code=False, dtype=torch.float32
+            )
+    except Exception as err:  # any error of transformers on a config we do not control
+        first = next((ln for ln in str(err).splitlines() if ln.strip()), "")[:300]
+        raise SubmissionError(
+            f"config.json does not describe a causal LM transformers can build"
+            f" ({type(err).__name__}: {first}): submit the config save_pretrained wrote"
+        ) from None
+
+
 def _patterns(model: Any, *attrs: str) -> list[re.Pattern[str]]:
     out: list[re.Pattern[str]] = []
     for attr in attrs:
@@ -840,3 +878,300 @@ def _check_element_count(model: Any, tensors: dict[str, TensorInfo]) -> None:
             f"the weights hold {have} parameters but config.json's architecture has"
             f" {distinct}: submit the config.json saved together with these weights"
         )
+
+
+#: The reason of every row the run's end (or a stopping service) leaves unsettled.
+RUN_ENDED = (
+    "the run ended before this submission was graded (the grading service stopped): "
+    "not the model's fault"
+)
+
+
+class SubmissionPipeline:
+    """One submission, from the path the agent sent to a settled ledger row:
+    resolve -> check -> snapshot -> stage -> hash -> identity -> evaluate.
+
+    The ledger is written at these points and no others (each a single row update):
+
+    1. **recorded**: the row, ``evaluating``, right after the token and the clock are
+       checked and before anything slow (the run's end waits for such rows);
+    2. **resolved**: its ``path`` relative to the workspace, once resolved and prechecked;
+    3. **snapshot**: the code snapshot's commit (a failure goes to meta ``snapshot_errors``
+       and never fails the submission);
+    4. **hashed**: ``weights_hash``, ``fingerprint``, ``is_copy`` and the staging timings,
+       once the files the model needs are copied into ``grading/submissions/<id>/model``
+       (``ctx.staging_slots`` at a time, only when the disk has room for them plus
+       ``ctx.disk_margin_bytes``);
+    5. **identity**: the identity report, just before the evaluation (one at a time per run);
+    6. **settled**: ``graded`` or ``failed`` with its outcome, or at once from a known
+       outcome, without queueing (the base model itself, the same files graded before).
+
+    A refusal up to staging (bad files, too big, no room, a full disk) raises
+    :class:`SubmissionError` carrying the row's id, and the caller *withdraws* the row: in
+    one transaction it is deleted and a rejection recorded; a refused attempt is never a
+    submission. Anything else that goes wrong ends the row ``failed`` with a reason
+    (``harness`` for the grader's own errors): no row is left ``evaluating`` by an exception.
+    """
+
+    def __init__(
+        self,
+        ctx: GradingContext,
+        ledger: Ledger,
+        baseline: dict[str, Any],
+        warm: WarmWorker | None,
+    ) -> None:
+        self.ctx, self.ledger, self.baseline, self.warm = ctx, ledger, baseline, warm
+        self.base_hash: str | None = ledger.get_meta("base_weights_hash")
+        self.base_fingerprint: str | None = ledger.get_meta("base_fingerprint")
+        self.slots = threading.BoundedSemaphore(max(1, ctx.staging_slots))
+        self.meta_lock = threading.Lock()
+        #: rows this pipeline recorded (settled or not), for the service's stop
+        self.recorded: set[int] = set()
+        # Under the validation protocol a copy may be graded on the private split at the
+        # end: its weights are pruned by the service instead of after the evaluation.
+        self.keep_weights = ctx.feedback == "validation"
+
+    def run(self, model_path: str, on_recorded: Callable[[int], None]) -> int:
+        """Record, stage and grade ``model_path``; returns the row's id once it is settled.
+        ``on_recorded(id)`` is called as soon as the row exists (before anything slow)."""
+        sub_id = self.ledger.add_submission(
+            capped(model_path) or "", None, None, None, split=self.ctx.eval_spec.split
+        )
+        self.recorded.add(sub_id)
+        on_recorded(sub_id)
+        staging = time.time()
+        try:
+            copy = self._take_in(sub_id, model_path)
+        except SubmissionError as err:  # refused: nothing of it is kept, the row withdrawn
+            shutil.rmtree(self.ctx.paths.submission_dir(sub_id), ignore_errors=True)
+            err.path, err.sub_id = model_path, sub_id
+            raise
+        except Exception as err:  # the grader's own failure: recorded on the row
+            traceback.print_exc(file=sys.stderr)
+            self._fail(
+                sub_id, f"the grader could not copy the submission ({describe(err)}): submit again"
+            )
+        else:
+            self._grade(sub_id, copy, time.time() - staging)
+        return sub_id
+
+    def _fail(self, sub_id: int, error: str, kind: str = "harness") -> None:
+        self.ledger.update_submission(
+            sub_id,
+            status=SubmissionStatus.FAILED,
+            error=error,
+            failure_kind=kind,
+            finished_at=time.time(),
+        )
+
+    def _take_in(self, sub_id: int, model_path: str) -> Path:
+        """Resolve and check the path and files, snapshot the code, copy the model privately;
+        raises :class:`SubmissionError` for a refusal."""
+        ctx = self.ctx
+        model_dir = resolve_submission(model_path, ctx.paths.workspace)
+        precheck_submission(model_dir)
+        rel = str(model_dir.relative_to(ctx.paths.workspace.resolve()))
+        self.ledger.update_submission(sub_id, path=rel)
+        self._snapshot(sub_id, rel)
+        sub_dir = ctx.paths.submission_dir(sub_id)
+        with self.slots:
+            # Checked under the slot: concurrent copies cannot all pass one free-space reading.
+            need = sum(_size(f) for f in needed_files(model_dir))
+            check_declared_size(need, ctx.limits)  # over the limit is a 413, never a 507
+            sub_dir.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(sub_dir).free
+            if free < need + ctx.disk_margin_bytes:
+                raise SubmissionError(
+                    f"the grader's disk is too full to copy this submission ({free / 2**20:.0f} "
+                    f"MiB free, it needs {need / 2**20:.0f} MiB plus "
+                    f"{ctx.disk_margin_bytes / 2**20:.0f} MiB to spare): submit again later",
+                    507,
+                )
+            partial = sub_dir / "model.partial"
+            roots = submission_roots(ctx.paths.workspace, ctx.base_model_dir)
+            try:
+                stage_submission(model_dir, partial, roots, ctx.limits, ctx.base_model_dir)
+            except OSError as err:
+                if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise SubmissionError(
+                    "the grader's disk filled up while copying this submission (no space left"
+                    " on device): it was not accepted; submit again later",
+                    507,
+                ) from None
+            copy = sub_dir / "model"
+            partial.rename(copy)
+        return copy
+
+    def _snapshot(self, sub_id: int, rel: str) -> None:
+        """The code snapshot for this submission; a failure is logged, never fatal."""
+        if not self.ctx.snapshot:
+            return
+        try:
+            self.ledger.update_submission(sub_id, snapshot=self.ctx.snapshot(f"submission: {rel}"))
+        except Exception as err:  # a recording failure must not cost the agent its submission
+            traceback.print_exc(file=sys.stderr)
+            with self.meta_lock:
+                errors = self.ledger.get_meta("snapshot_errors") or {}
+                errors[str(sub_id)] = describe(err)[:500]
+                self.ledger.set_meta("snapshot_errors", errors)
+
+    def _grade(self, sub_id: int, copy: Path, staging_s: float) -> None:
+        """Grade the private copy; never raises: any exception ends the row failed
+        (``harness``) with the reason, and the weights copy is removed unless kept.
+        ``staging_s``: the time spent checking and copying it (for the row's ``timings``)."""
+        try:
+            timings = {"staging_s": staging_s, "grader": self.ctx.grader}
+            hashed = self._hash(sub_id, copy, timings)
+            if hashed is not None:
+                self._evaluate(sub_id, copy, *hashed, timings)
+        except Exception as err:
+            traceback.print_exc(file=sys.stderr)
+            self._fail(sub_id, f"the grader failed while grading ({describe(err)}): submit again")
+        finally:
+            if not self.keep_weights:  # only needed while evaluating
+                for f in copy.glob("*.safetensors"):
+                    f.unlink(missing_ok=True)
+
+    def _hash(self, sub_id: int, copy: Path, timings: dict[str, Any]) -> tuple[str, bool] | None:
+        """Hash the copy and record it (``timings``: staging so far, hashing added); the
+        fingerprint and whether it is the base's weights, or None when the row was settled
+        failed (unreadable weights)."""
+        clock = time.time()
+        try:
+            digest = weights_hash(copy)
+            fingerprint = model_fingerprint(copy, digest)
+        except (OSError, ValueError) as err:
+            # Malformed safetensors are the model's; an I/O error on our copy is ours.
+            self._fail(
+                sub_id,
+                f"could not read the submission: {err}",
+                "model" if isinstance(err, ValueError) else "harness",
+            )
+            return None
+        is_copy = bool(self.base_hash) and digest == self.base_hash
+        timings["staging_s"] += time.time() - clock  # hashing is part of taking the files in
+        self.ledger.update_submission(
+            sub_id,
+            weights_hash=digest,
+            fingerprint=fingerprint,
+            is_copy=is_copy,
+            timings={**timings, "evaluated": False},
+        )
+        return fingerprint, is_copy
+
+    def _evaluate(
+        self, sub_id: int, copy: Path, fingerprint: str, is_copy: bool, timings: dict[str, Any]
+    ) -> None:
+        """Settle the row from a known outcome, or wait for this run's evaluation lock, check
+        the identity and evaluate; leaves the row graded or failed (with whose fault)."""
+        ctx, stopped = self.ctx, self.ctx.workers.stopped
+        if self._settle_known(sub_id, copy, is_copy, fingerprint):
+            return  # no evaluation needed: no waiting in the queue either
+        queued = time.time()
+        while not ctx.eval_lock.acquire(timeout=0.5):  # one evaluation at a time for this run
+            if stopped.is_set():
+                return self._fail(sub_id, RUN_ENDED)
+            # The same files graded meanwhile (they were ahead in the queue): done, without
+            # waiting behind other evaluations for the lock.
+            if self._settle_known(sub_id, copy, is_copy, fingerprint):
+                return
+        try:
+            if stopped.is_set():
+                return self._fail(sub_id, RUN_ENDED)
+            # The same files may have been graded while this one waited: evaluated once.
+            if self._settle_known(sub_id, copy, is_copy, fingerprint):
+                return
+            # Before the weights copy is deleted; a report, never a change to the score.
+            identity = check_identity(copy, ctx.base_model_dir).to_dict()
+            self.ledger.update_submission(sub_id, identity=identity)
+            # The same files failed before through no fault of their own: evaluate them again.
+            retried = self.ledger.retryable_failure(fingerprint)
+            timings["queue_wait_s"] = time.time() - queued
+            outcome = run_evaluation(
+                ctx.eval_spec,
+                copy,
+                ctx.paths.submission_dir(sub_id),
+                ctx.settings,
+                timeout_s=ctx.eval_timeout_s,
+                lock_wait_s=ctx.eval_lock_wait_s,
+                workers=ctx.workers,
+                warm=self.warm,
+            )
+        finally:
+            ctx.eval_lock.release()
+        timings.update(outcome.timings or {})
+        timings.update(evaluated=True, eval_s=outcome.seconds)
+        items = str(outcome.items_path.relative_to(ctx.paths.root)) if outcome.items_path else None
+        self.ledger.update_submission(
+            sub_id,
+            status=SubmissionStatus.GRADED if outcome.error is None else SubmissionStatus.FAILED,
+            score=outcome.score,
+            n_items=outcome.n_items,
+            items_path=items,
+            eval_seconds=outcome.seconds,
+            eval_hash=outcome.eval_hash,
+            error=outcome.error,
+            failure_kind=outcome.failure if outcome.error is not None else None,
+            retry_of=retried.id if retried is not None else None,
+            timings=timings,
+            finished_at=time.time(),
+        )
+
+    def _settle_known(self, sub_id: int, copy: Path, is_copy: bool, fingerprint: str) -> bool:
+        """Settle the row without evaluating when its outcome is known: the base model
+        itself (the baseline's score) or the same files as an earlier graded or model-failed
+        row (that row's outcome). False when it must be evaluated."""
+        if is_copy and fingerprint == self.base_fingerprint:  # the base model: its baseline
+            base = self.baseline
+            self.ledger.update_submission(
+                sub_id,
+                identity=check_identity(copy, self.ctx.base_model_dir).to_dict(),
+                status=SubmissionStatus.GRADED,
+                is_copy=True,
+                score=base.get("score"),
+                n_items=base.get("n_items"),
+                items_path=base.get("items_path"),
+                eval_seconds=0.0,
+                eval_hash=base.get("eval_hash"),
+                finished_at=time.time(),
+            )
+            return True
+        earlier = self.ledger.graded_with_fingerprint(fingerprint)
+        if earlier is None or earlier.id == sub_id:
+            return False
+        self.ledger.update_submission(  # same files: same outcome
+            sub_id,
+            status=earlier.status,
+            duplicate_of=earlier.id,
+            score=earlier.score,
+            n_items=earlier.n_items,
+            items_path=earlier.items_path,
+            eval_seconds=0.0,
+            eval_hash=earlier.eval_hash,
+            error=earlier.error,
+            failure_kind=earlier.failure_kind,
+            identity=earlier.identity,
+            finished_at=time.time(),
+        )
+        return True
+
+
+def capped(text: str | None, limit: int = 1024) -> str | None:
+    """At most ``limit`` characters of agent-given text, for the ledger."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"...[{len(text)} characters]"
+
+
+def describe(err: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    first = next((line for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # vanished or unreadable: staging refuses it with a clear message
+        return 0

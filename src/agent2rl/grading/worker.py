@@ -297,17 +297,8 @@ def evaluate_to(
         "warm": warm is not None,
     }
     stage: Stage = "setup"
-    spec_json = spec.to_json()
     try:
-        if warm is not None and warm.spec_json == spec_json and warm.task is not None:
-            task, prepared = warm.task, warm.prepared
-        else:
-            task = get_task(spec.task, spec.task_options)
-            prepared = prepare_task(task, store)
-            if warm is not None:
-                warm.drop_task()
-                task.keep_environments = True  # its game workers serve the next evaluation
-                warm.spec_json, warm.task, warm.prepared = spec_json, task, prepared
+        task, prepared = _prepared_task(spec, store, warm)
         task.record_dir = out  # a scorer's private records (a judge's usage) land here
         # Imported before the device is held (seconds on a loaded host): the device lock
         # and the evaluation's timeout are for loading the model and evaluating, not this.
@@ -319,18 +310,7 @@ def evaluate_to(
         # Held for this evaluation only, also in a warm worker: between evaluations other
         # runs may use the device (a warm model stays in memory meanwhile).
         with contextlib.ExitStack() as held:
-            waited = time.time()
-            for name in names:  # sorted: two workers never hold one each and wait for the other
-                lock = held.enter_context(open(locks / f"eval-{name}.lock", "w"))
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            waited = time.time() - waited
-            timings["lock_wait_s"] = waited
-            # The parent's evaluation timeout starts now: waiting for a busy device is not
-            # the evaluation's time (see agent2rl.grading.evaluator.run_evaluation).
-            write_json_atomic(
-                out / STARTED_FILE,
-                {"pid": os.getpid(), "devices": names, "lock_wait_s": waited, "at": time.time()},
-            )
+            waited = timings["lock_wait_s"] = _hold_devices(held, locks, names, out)
             # Free GPU memory is measured for each submission (the agent's use changes): vLLM's
             # share sized to it, or transformers (devices.size_grader_memory). Still "setup":
             # a busy card is never the submission's fault.
@@ -340,21 +320,9 @@ def evaluate_to(
             backend = _load(spec, config, model_dir, warm, timings)
             timings["load_s"] = time.time() - clock
             stage = "evaluate"
-            check = TokenizerCheck.of(model_dir, getattr(backend, "tokenizer", None))
-            timed = _TimedBackend(backend, check)
-            clock = time.time()
-            try:
-                result = task.evaluate(timed, prepared, limit=spec.limit, split=spec.split)
-                eval_hash = task.eval_hash(backend.describe())
-                # what the backend decoded with (None: agent2rl's greedy), samples per item
-                decoding = backend.describe().get("decoding")
-            finally:
-                if warm is None:
-                    backend.close()
-                elif hasattr(backend, "sleep"):
-                    backend.sleep()  # a warm vLLM engine gives the card back between evaluations
-            timings["generate_s"] = timed.generate_s
-            timings["score_s"] = max(0.0, time.time() - clock - timed.generate_s)
+            result, eval_hash, decoding = _evaluate_task(
+                task, prepared, spec, backend, model_dir, warm, timings
+            )
     except Exception as err:
         if warm is not None:
             warm.drop_backend()
@@ -374,6 +342,67 @@ def evaluate_to(
     }
     write_json_atomic(out / "result.json", summary)
     return summary
+
+
+def _evaluate_task(
+    task: Any,
+    prepared: Any,
+    spec: EvalSpec,
+    backend: Any,
+    model_dir: Path,
+    warm: WarmState | None,
+    timings: dict[str, Any],
+) -> tuple[Any, str, Any]:
+    """Run the task's evaluation on the loaded ``backend`` (closed after, or put to sleep
+    in a warm worker); the result, the eval hash and the decoding settings, and
+    ``generate_s``/``score_s`` added to ``timings``."""
+    check = TokenizerCheck.of(model_dir, getattr(backend, "tokenizer", None))
+    timed = _TimedBackend(backend, check)
+    clock = time.time()
+    try:
+        result = task.evaluate(timed, prepared, limit=spec.limit, split=spec.split)
+        eval_hash = task.eval_hash(backend.describe())
+        # what the backend decoded with (None: agent2rl's greedy), samples per item
+        decoding = backend.describe().get("decoding")
+    finally:
+        if warm is None:
+            backend.close()
+        elif hasattr(backend, "sleep"):
+            backend.sleep()  # a warm vLLM engine gives the card back between evaluations
+    timings["generate_s"] = timed.generate_s
+    timings["score_s"] = max(0.0, time.time() - clock - timed.generate_s)
+    return result, eval_hash, decoding
+
+
+def _prepared_task(spec: EvalSpec, store: Path, warm: WarmState | None) -> tuple[Any, Any]:
+    """The task and its prepared data: the warm worker's when it holds this spec's, else
+    made afresh (and then kept by a warm worker, its environments with it)."""
+    spec_json = spec.to_json()
+    if warm is not None and warm.spec_json == spec_json and warm.task is not None:
+        return warm.task, warm.prepared
+    task = get_task(spec.task, spec.task_options)
+    prepared = prepare_task(task, store)
+    if warm is not None:
+        warm.drop_task()
+        task.keep_environments = True  # its game workers serve the next evaluation
+        warm.spec_json, warm.task, warm.prepared = spec_json, task, prepared
+    return task, prepared
+
+
+def _hold_devices(held: contextlib.ExitStack, locks: Path, names: list[str], out: Path) -> float:
+    """Take the devices' locks (on ``held``) and say so in ``out``; the seconds waited."""
+    waited = time.time()
+    for name in names:  # sorted: two workers never hold one each and wait for the other
+        lock = held.enter_context(open(locks / f"eval-{name}.lock", "w"))
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    waited = time.time() - waited
+    # The parent's evaluation timeout starts now: waiting for a busy device is not
+    # the evaluation's time (see agent2rl.grading.evaluator.run_evaluation).
+    write_json_atomic(
+        out / STARTED_FILE,
+        {"pid": os.getpid(), "devices": names, "lock_wait_s": waited, "at": time.time()},
+    )
+    return waited
 
 
 def sized_backend(

@@ -56,7 +56,7 @@ from agent2rl.files import write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.grading.final import check_feedback, finish_feedback
 from agent2rl.grading.ledger import Ledger
-from agent2rl.grading.service import start_service, wait_for_in_flight
+from agent2rl.grading.service import start_service, tell_clock, wait_for_in_flight
 from agent2rl.integrity import check_run
 from agent2rl.integrity.contamination import record_check_failure
 from agent2rl.metering import PROVIDERS, MeteringProxy, Upstream, start_metering_proxy
@@ -507,6 +507,7 @@ def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
     info.deadline = info.start + req.budget_s
     info.status = RunStatus.RUNNING
     info.save(paths)
+    tell_clock(ctx.grading, ctx.grading_token, info.start, info.deadline)  # once: never polled
     write_instructions(paths, info, ctx.grading.url, ctx.grading_token,
                        rollout=bool(ctx.env_vars), style=req.instructions)  # fmt: skip
     if req.gpu_note:  # the GPU layout (agent2rl.devices): what GPU memory the agent may use

@@ -26,7 +26,6 @@ from safetensors.torch import load_file, save_file
 from support.rundirs import make_run
 
 from agent2rl.child_process import ServiceHandle, start_announcing
-from agent2rl.grading.app import RUN_ENDED
 from agent2rl.grading.ledger import Ledger
 from agent2rl.grading.service import (
     TOKEN_ENV,
@@ -34,6 +33,7 @@ from agent2rl.grading.service import (
     start_service,
     wait_for_in_flight,
 )
+from agent2rl.grading.submission import RUN_ENDED
 from agent2rl.recording.snapshot import LOCK_NAME
 
 
