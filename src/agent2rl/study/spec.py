@@ -42,13 +42,23 @@ import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent2rl.errors import UserError
 from agent2rl.formatting import format_duration
 from agent2rl.settings import parse_duration
+
+if TYPE_CHECKING:
+    from agent2rl.orchestration.request import RunRequest
 
 
 class AgentCells(BaseModel):
@@ -62,7 +72,9 @@ class AgentCells(BaseModel):
 
 class StudySpec(BaseModel):
     """A study file, validated. Unknown keys are an error (a misspelt key must not be
-    silently ignored); see the module docstring for each key."""
+    silently ignored); see the module docstring for each key. The settings its runs share
+    are checked by the run request (:meth:`request`), with its messages; the grader's
+    ``backend`` and ``protocol`` here, since a run checks them only where it runs (vLLM)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -75,11 +87,11 @@ class StudySpec(BaseModel):
     repeats: int = Field(default=1, ge=1, le=1000)
     budget: str
     seed: int = 0
-    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    sandbox: str = "auto"
     backend: Literal["auto", "vllm", "transformers"] = "auto"
     protocol: Literal["auto", "reference", "agent2rl"] = "auto"
-    feedback: Literal["private", "validation"] = "private"
-    instructions: Literal["neutral", "reference"] = "neutral"
+    feedback: str = "private"
+    instructions: str = "neutral"
     allow_provider_tools: bool = False
     token_budget: int | None = Field(default=None, gt=0)
     cpus_per_run: float = Field(default=1.0, gt=0)
@@ -108,6 +120,27 @@ class StudySpec(BaseModel):
     @property
     def budget_s(self) -> float:
         return parse_duration(self.budget)
+
+    @model_validator(mode="after")
+    def _run_settings(self) -> StudySpec:
+        first = RunSlot(self.tasks[0], self.models[0], self.agents[0], None, None, 0, self.seed)
+        self.request(first, Path())  # a UserError naming the bad setting
+        return self
+
+    def request(self, slot: RunSlot, study_dir: Path) -> RunRequest:
+        """The run request of ``slot``, its run directory under ``study_dir``. An agent
+        without an LLM (``slot.mode`` None) runs in the default mode with no token budget."""
+        from agent2rl.orchestration.request import RunRequest
+
+        return RunRequest(
+            task=slot.task, agent=slot.agent, model=slot.model, budget_s=self.budget_s,
+            runs_dir=study_dir, seed=slot.seed, sandbox=self.sandbox, backend=self.backend,
+            protocol=self.protocol, feedback=self.feedback, instructions=self.instructions,
+            allow_provider_tools=self.allow_provider_tools,
+            task_options=self.options_for(slot.task), driver=slot.driver,
+            mode=slot.mode or "free",
+            token_budget=self.token_budget if slot.mode is not None else None,
+        )  # fmt: skip
 
     def options_for(self, task: str) -> dict[str, str]:
         """The ``--task-opt`` values of ``task`` as strings (TOML numbers and booleans too)."""
@@ -194,6 +227,8 @@ def load_study(path: Path) -> StudySpec:
         raw["agents"] = [_agent_ref(a, path.parent) for a in agents]
     try:
         return StudySpec.model_validate(raw)
+    except UserError as err:  # a run setting, refused by the run request
+        raise UserError(f"bad study file {path}: {err}") from None
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}" for e in err.errors()
