@@ -213,7 +213,7 @@ def run(
     protocol: str = _PROTOCOL,
     instructions: str = _INSTRUCTIONS,
     memory: str | None = _MEMORY,
-    max_procs: int | None = _MAX_PROCS,
+    max_pids: int | None = _MAX_PROCS,
     disk_quota: str | None = _DISK_QUOTA,
     network: str = _NETWORK,
     allow_host: list[str] = _ALLOW_HOST,
@@ -230,7 +230,6 @@ def run(
         "budget_s": parse_duration(budget),
         "task_options": _parse_task_opts(task_opt),
         "memory": parse_size(memory) if memory else None,
-        "max_pids": max_procs,
         "disk_quota": parse_size(disk_quota) if disk_quota else None,
         "egress_allow": _parse_allow_hosts(allow_host),
     })  # fmt: skip
@@ -250,13 +249,8 @@ def _apply_gpu_layout(req: Any, grader_gpus: str | None, agent_gpus: str | None)
     if not gpus and grader_gpus is None and agent_gpus is None:
         return req
     utilization = req.gpu_memory_utilization
-    layout = plan_layout(
-        gpus,
-        grader_gpus,
-        agent_gpus,
-        req.tensor_parallel_size,
-        dedicated_fraction=utilization if utilization is not None else 0.85,
-    )
+    dedicated = utilization if utilization is not None else 0.85
+    layout = plan_layout(gpus, grader_gpus, agent_gpus, req.tensor_parallel_size, dedicated)
     update: dict[str, Any] = {}
     if utilization is None and layout.grader_memory_fraction:
         update["gpu_memory_utilization"] = layout.grader_memory_fraction
@@ -612,16 +606,9 @@ def compare(
         raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
     groups = aggregate(rows, raw=raw)  # raises when the rows are not comparable
     table = Table(
-        "run",
-        "task",
-        "agent",
-        "baseline",
-        "best",
-        "improvement [95% CI]",
-        "noise",
-        "LLM tokens",
-        "integrity",
-    )
+        "run", "task", "agent", "baseline", "best",
+        "improvement [95% CI]", "noise", "LLM tokens", "integrity",
+    )  # fmt: skip
     for r in rows:
         lo, hi = r["ci_lo"], r["ci_hi"]
         ci = f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else ""
@@ -644,15 +631,9 @@ def compare(
         )
     console.print(table)
     summary = Table(
-        "task",
-        "agent",
-        "driver",
-        "runs",
-        "mean best",
-        "mean improvement",
-        "beyond noise",
-        "flagged",
-    )
+        "task", "agent", "driver", "runs",
+        "mean best", "mean improvement", "beyond noise", "flagged",
+    )  # fmt: skip
     for g in groups:
         summary.add_row(
             g["task"] or "-",

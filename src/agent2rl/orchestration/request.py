@@ -1,18 +1,14 @@
-"""The one run request: what ``agent2rl run``, :func:`agent2rl.run`, a study's spec and a
-study's attempt all build and read (a study writes it as JSON, its attempt reads it back).
-
-Every flag a user can get wrong without touching the machine (sandbox, network, mode, agent,
-feedback, instructions, token budget, process cap) is checked when the request is built, with
-the flag's own :class:`~agent2rl.errors.UserError` (pydantic lets it through unwrapped); what
-needs the machine or the task (bubblewrap, the model, a validation split) is checked by
-:func:`~agent2rl.orchestration.run.resolve_run`.
-"""
+"""The one run request, built by ``agent2rl run``, :func:`agent2rl.run` and a study's spec
+(its attempt reads it back from JSON). A flag wrong on any machine is a
+:class:`~agent2rl.errors.UserError` when it is built (pydantic lets it through unwrapped);
+what needs this machine or the task (bubblewrap, the model, a validation split) is checked
+by :func:`~agent2rl.orchestration.run.resolve_run`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agent2rl.errors import UserError
 from agent2rl.inference.backend import BackendConfig
@@ -23,18 +19,11 @@ NETWORK_MODES = ("auto", "host", "services")
 
 
 class RunRequest(BaseModel):
-    """One run, as asked for. Timing knobs exist for tests and slow machines.
-
-    The grading backend's fields are flat (``backend`` is its kind, as ``--backend``), so the
-    JSON form of a request is the CLI's flags; :meth:`backend_config` builds the
-    :class:`~agent2rl.inference.backend.BackendConfig`. ``gpu_memory_utilization`` None: the
-    GPU layout's share (0.85 without one). ``memory``, ``max_pids``, ``disk_quota`` and
-    ``max_files`` cap the agent (None: the defaults of
-    :func:`~agent2rl.orchestration.run.default_caps`); ``network`` is ``host``, ``services``
-    (only the run's own services and an allowlisted egress proxy) or ``auto`` (``services``
-    where bubblewrap can make a network namespace); ``egress_allow`` None is
-    :data:`~agent2rl.sandbox.egress.DEFAULT_ALLOWLIST`, empty is no egress at all.
-    """
+    """One run, as asked for: its fields are the flags of ``agent2rl run`` (the grader's
+    flat, ``backend`` being ``--backend``; :meth:`backend_config` builds its config); the
+    timing knobs exist for tests and slow machines. The agent's caps (``memory``,
+    ``max_pids``, ``disk_quota``, ``max_files``) None: the defaults of ``run.default_caps``;
+    ``egress_allow`` None: the default allowlist, empty: no egress at all."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -66,6 +55,8 @@ class RunRequest(BaseModel):
     max_pids: int | None = None
     disk_quota: int | None = None
     max_files: int | None = None
+    #: the share of this machine the caps' defaults are of (a study's run on a shared node)
+    machine_share: float = 1.0
     network: str = "auto"
     egress_allow: tuple[str, ...] | None = None
     grace_s: float = 10.0
@@ -82,66 +73,37 @@ class RunRequest(BaseModel):
     #: agent2rl.grading.final)
     feedback: str = "private"
 
-    @field_validator("sandbox")
+    @field_validator("sandbox", "network", "feedback")
     @classmethod
-    def _sandbox(cls, mode: str) -> str:
-        if mode not in SANDBOX_MODES:
-            raise UserError(f"bad --sandbox {mode!r}: use auto, bwrap or none")
-        return mode
-
-    @field_validator("network")
-    @classmethod
-    def _network(cls, mode: str) -> str:
-        if mode not in NETWORK_MODES:
-            raise UserError(f"bad --network {mode!r}: use auto, host or services")
-        return mode
-
-    @field_validator("agent")
-    @classmethod
-    def _agent(cls, agent: str) -> str:
-        from agent2rl.agents.spec import get_agent
-
-        get_agent(agent)  # the agent Registry's message, or a spec file that cannot be read
-        return agent
-
-    @field_validator("mode")
-    @classmethod
-    def _mode(cls, mode: str) -> str:
-        from agent2rl.agents.modes import get_mode
-
-        get_mode(mode)  # the mode Registry's message
-        return mode
-
-    @field_validator("instructions")
-    @classmethod
-    def _instructions(cls, style: str) -> str:
-        from agent2rl.workspace.builder import instructions_template
-
-        instructions_template(style)
-        return style
-
-    @field_validator("feedback")
-    @classmethod
-    def _feedback(cls, feedback: str) -> str:
+    def _choice(cls, value: str, field: ValidationInfo) -> str:
         from agent2rl.grading.final import FEEDBACK_PROTOCOLS
 
-        if feedback not in FEEDBACK_PROTOCOLS:
-            raise UserError(f"bad --feedback {feedback!r}: use {' or '.join(FEEDBACK_PROTOCOLS)}")
-        return feedback
+        flag = field.field_name
+        use = {"sandbox": SANDBOX_MODES, "network": NETWORK_MODES}.get(flag, FEEDBACK_PROTOCOLS)
+        if value not in use:
+            raise UserError(f"bad --{flag} {value!r}: use {', '.join(use[:-1])} or {use[-1]}")
+        return value
 
-    @field_validator("token_budget")
+    @field_validator("agent", "mode", "instructions")
     @classmethod
-    def _token_budget(cls, tokens: int | None) -> int | None:
-        if tokens is not None and tokens <= 0:
-            raise UserError(f"--token-budget {tokens} must be a positive token count")
-        return tokens
+    def _known(cls, value: str, field: ValidationInfo) -> str:
+        from agent2rl.agents.modes import get_mode
+        from agent2rl.agents.spec import get_agent
+        from agent2rl.workspace.builder import instructions_template
 
-    @field_validator("max_pids")
+        # the agent and mode Registries' messages (or an agent spec file that cannot be read)
+        check = {"agent": get_agent, "mode": get_mode, "instructions": instructions_template}
+        check[str(field.field_name)](value)
+        return value
+
+    @field_validator("token_budget", "max_pids")
     @classmethod
-    def _max_pids(cls, pids: int | None) -> int | None:
-        if pids is not None and pids < 16:
-            raise UserError(f"--max-procs {pids} is too small: an agent needs at least 16")
-        return pids
+    def _count(cls, n: int | None, field: ValidationInfo) -> int | None:
+        if n is not None and field.field_name == "token_budget" and n <= 0:
+            raise UserError(f"--token-budget {n} must be a positive token count")
+        if n is not None and field.field_name == "max_pids" and n < 16:
+            raise UserError(f"--max-procs {n} is too small: an agent needs at least 16")
+        return n
 
     def backend_config(self) -> BackendConfig:
         """The grader's backend as asked for (completed per run by ``for_run``)."""

@@ -143,9 +143,9 @@ def resolve_network(mode: str, sandbox: str) -> str:
 def default_caps(req: RunRequest, runs_dir: Path) -> ResourceCaps:
     """The agent's caps: the request's, else :func:`~agent2rl.sandbox.limits.machine_caps`
     (75% of this machine's memory, 4,096 processes and threads, half the free bytes and half
-    the free inodes of the filesystem the run directory is on). Runs that share a machine (a
-    study's) set the request's caps to their share."""
-    base = machine_caps(runs_dir)
+    the free inodes of the filesystem the run directory is on), of the request's
+    ``machine_share`` of it (a study's run on a node it shares)."""
+    base = machine_caps(runs_dir, req.machine_share)
     return ResourceCaps(
         memory_bytes=req.memory or base.memory_bytes,
         max_pids=req.max_pids or base.max_pids,
@@ -192,30 +192,15 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     paths = RunPaths(runs_dir / new_run_id(task.name, spec.name))
     user = agent_user(paths.root.name) if sandbox == "bwrap" else None
     info = RunInfo(
-        run_id=paths.root.name,
-        task=task.name,
-        task_version=task.version,
-        level=task.level,
-        agent=spec.name,
-        model=req.model,
-        budget_s=req.budget_s,
-        seed=req.seed,
-        sandbox=sandbox,
-        created_at=time.time(),
-        driver=llm.driver.name if llm else None,
-        mode=req.mode if llm else None,
-        token_budget=req.token_budget if llm else None,
+        run_id=paths.root.name, task=task.name, task_version=task.version, level=task.level,
+        agent=spec.name, model=req.model, budget_s=req.budget_s, seed=req.seed,
+        sandbox=sandbox, created_at=time.time(), driver=llm.driver.name if llm else None,
+        mode=req.mode if llm else None, token_budget=req.token_budget if llm else None,
         provider_tools=bool(llm) and (req.allow_provider_tools or spec.provider_tools),
-        model_path=str(model.path),
-        task_options=task.opts,
-        backend=backend.to_dict(),
-        agent_uid=user.uid if user else os.geteuid(),
-        network=network,
-        caps=caps.to_dict(),
-        cap_mechanism=probe(),
-        harness=harness_record(),
-        feedback=req.feedback,
-    )
+        model_path=str(model.path), task_options=task.opts, backend=backend.to_dict(),
+        agent_uid=user.uid if user else os.geteuid(), network=network, caps=caps.to_dict(),
+        cap_mechanism=probe(), harness=harness_record(), feedback=req.feedback,
+    )  # fmt: skip
     ctx = RunContext(
         req, settings, console, task, prepared, spec, model, backend, sandbox, network, caps,
         llm, paths, info, user,

@@ -235,10 +235,8 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
     from agent2rl.errors import UserError
     from agent2rl.orchestration.request import RunRequest
     from agent2rl.orchestration.run import execute_run
-    from agent2rl.sandbox.limits import machine_caps
 
     request = read_json(adir / REQUEST)
-    caps = machine_caps(Path(request["study_dir"]), 1 / max(1, share))
     extra_env = dict(request.get("agent_env", {}))
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         # The GPU(s) Ray assigned to this task: the agent trains on those only.
@@ -246,10 +244,8 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
     console = Console(file=sys.stdout, force_terminal=False, width=120, soft_wrap=True)
     try:  # a request this node refuses (an agent spec gone) is the attempt's error too
         req = RunRequest.model_validate(request["request"]).model_copy(
-            update={"extra_env": extra_env, "memory": caps.memory_bytes,
-                    "max_pids": caps.max_pids, "disk_quota": caps.disk_bytes,
-                    "max_files": caps.max_files}
-        )  # fmt: skip
+            update={"extra_env": extra_env, "machine_share": 1 / max(1, share)}
+        )
         outcome = execute_run(req, console)
     except (KeyboardInterrupt, UserError, Exception) as err:
         run_dir = find_run_dir(request)

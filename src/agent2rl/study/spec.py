@@ -42,23 +42,14 @@ import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent2rl.errors import UserError
 from agent2rl.formatting import format_duration
+from agent2rl.orchestration.request import RunRequest
 from agent2rl.settings import parse_duration
-
-if TYPE_CHECKING:
-    from agent2rl.orchestration.request import RunRequest
 
 
 class AgentCells(BaseModel):
@@ -73,8 +64,9 @@ class AgentCells(BaseModel):
 class StudySpec(BaseModel):
     """A study file, validated. Unknown keys are an error (a misspelt key must not be
     silently ignored); see the module docstring for each key. The settings its runs share
-    are checked by the run request (:meth:`request`), with its messages; the grader's
-    ``backend`` and ``protocol`` here, since a run checks them only where it runs (vLLM)."""
+    are checked by the run request (:meth:`request`, on :func:`load_study`) with its
+    messages; the grader's ``backend`` and ``protocol`` here (a run checks them where it
+    runs: vLLM)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -121,17 +113,9 @@ class StudySpec(BaseModel):
     def budget_s(self) -> float:
         return parse_duration(self.budget)
 
-    @model_validator(mode="after")
-    def _run_settings(self) -> StudySpec:
-        first = RunSlot(self.tasks[0], self.models[0], self.agents[0], None, None, 0, self.seed)
-        self.request(first, Path())  # a UserError naming the bad setting
-        return self
-
     def request(self, slot: RunSlot, study_dir: Path) -> RunRequest:
         """The run request of ``slot``, its run directory under ``study_dir``. An agent
         without an LLM (``slot.mode`` None) runs in the default mode with no token budget."""
-        from agent2rl.orchestration.request import RunRequest
-
         return RunRequest(
             task=slot.task, agent=slot.agent, model=slot.model, budget_s=self.budget_s,
             runs_dir=study_dir, seed=slot.seed, sandbox=self.sandbox, backend=self.backend,
@@ -226,8 +210,10 @@ def load_study(path: Path) -> StudySpec:
     if isinstance(agents, list):
         raw["agents"] = [_agent_ref(a, path.parent) for a in agents]
     try:
-        return StudySpec.model_validate(raw)
-    except UserError as err:  # a run setting, refused by the run request
+        spec = StudySpec.model_validate(raw)
+        spec.request(expand(spec)[0], path.parent)  # the settings the runs share
+        return spec
+    except UserError as err:  # refused by the run request, with its message
         raise UserError(f"bad study file {path}: {err}") from None
     except ValidationError as err:
         problems = "; ".join(
