@@ -268,8 +268,8 @@ def _apply_gpu_layout(req: Any, grader_gpus: str | None, agent_gpus: str | None)
 
 
 def _warn_if_experimental(agent: str) -> None:
-    """One warning line on stderr when ``agent``'s spec is experimental (not yet shown to work);
-    the run goes ahead. An unknown agent raises the same :class:`UserError` the run would."""
+    """One warning line on stderr when ``agent``'s spec is experimental (not yet shown to
+    work); the run goes ahead."""
     from agent2rl.agents import get_agent
 
     spec = get_agent(agent)
@@ -354,15 +354,8 @@ def demo(
         console.print(f"  {i}. {what}: {how_long}", highlight=False, soft_wrap=True)
     total = budget_s + sum(_DEMO_STEP_S.values()) + (_DEMO_FIRST_S if _demo_first_time() else 0)
     console.print(f"  expected in all: about {format_duration(10 * round(total / 10))}")
-    req = RunRequest(
-        task=DEMO_TASK,
-        agent=DEMO_AGENT,
-        model=DEMO_MODEL,
-        budget_s=budget_s,
-        runs_dir=runs_dir,
-        sandbox=sandbox,
-    )
-    _execute(req)
+    _execute(RunRequest(task=DEMO_TASK, agent=DEMO_AGENT, model=DEMO_MODEL, budget_s=budget_s,
+                        runs_dir=runs_dir, sandbox=sandbox))  # fmt: skip
 
 
 @app.command("eval")

@@ -1,13 +1,8 @@
-"""What the stages of one run share: :class:`RunContext`, what stage 1 resolved from the
-:class:`~agent2rl.orchestration.request.RunRequest` (task, agent, model, sandbox, caps...),
-and its :class:`Started`, handles to what the later stages started (the ledger, the grading
-and rollout services, the proxies, the agent's cgroup), so that each stage takes one
-argument instead of a dozen; starting and stopping those is the work of
-:class:`~agent2rl.orchestration.services.RunServices`.
-
-The types are only named here (imported for type checkers alone): typing the context costs
-no import of the packages behind them.
-"""
+"""What the stages of one run share, so that each takes one argument: :class:`RunContext`,
+what stage 1 resolved from the :class:`~agent2rl.orchestration.request.RunRequest`, and its
+:class:`Started`, handles to what the later stages started (stopping those is
+:class:`~agent2rl.orchestration.services.RunServices`'s work). The types are only named
+here: typing the context imports none of the packages behind them."""
 
 from __future__ import annotations
 

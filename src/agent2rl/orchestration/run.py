@@ -113,8 +113,7 @@ BWRAP_HINT = "install bubblewrap for the agent sandbox: apt-get install bubblewr
 
 
 def resolve_sandbox(mode: str) -> str:
-    """``auto`` -> ``bwrap`` when bubblewrap works here, else ``none`` (``mode`` is one
-    of :data:`~agent2rl.orchestration.request.SANDBOX_MODES`)."""
+    """``auto`` -> ``bwrap`` when bubblewrap works here, else ``none``."""
     if mode == "auto":
         return "bwrap" if bwrap_available() else "none"
     if mode == "bwrap" and not bwrap_available():
