@@ -66,6 +66,17 @@ class Started:
     #: under ``--network services``: the package index and model hub proxies
     names: NameProxies | None = None
 
+    def ports(self) -> dict[str, int]:
+        """The run's own services the agent may reach (name -> port on the host's loopback);
+        the grading service is started first, so it is always there."""
+        assert self.grading is not None
+        ports = {"grading": self.grading.port}
+        for name, handle in (("rollout", self.rollout), ("metering", self.metering),
+                             ("egress", self.egress)):  # fmt: skip
+            if handle is not None:
+                ports[name] = handle.port
+        return ports | (self.names.ports() if self.names is not None else {})
+
 
 @dataclass
 class RunContext:

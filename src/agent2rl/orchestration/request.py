@@ -36,7 +36,6 @@ class RunRequest(BaseModel):
     sandbox: str = "auto"
     backend: str = "auto"
     dtype: str = "auto"
-    #: ``--protocol``: how the grader decodes (:mod:`agent2rl.inference.decoding`)
     protocol: str = "auto"
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None

@@ -172,8 +172,7 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
         Allowlist(egress_allow)
     except ValueError as err:
         raise UserError(f"bad --allow-host: {err}") from None
-    requested = req.backend_config()
-    requested.validate()
+    requested = req.backend_config().validate()
     llm = _resolve_llm(req, spec)
     with console.status(f"resolving model {req.model}"):
         model = resolve_model(req.model, settings.model_store)
@@ -607,21 +606,6 @@ def _launch(
     return agent
 
 
-def _services(ctx: RunContext) -> dict[str, int]:
-    """The run's own services the agent may reach (name -> port on the host's loopback)."""
-    assert ctx.started.grading is not None
-    ports = {"grading": ctx.started.grading.port}
-    if ctx.started.rollout is not None:
-        ports["rollout"] = ctx.started.rollout.port
-    if ctx.started.metering is not None:
-        ports["metering"] = ctx.started.metering.port
-    if ctx.started.egress is not None:
-        ports["egress"] = ctx.started.egress.port
-    if ctx.started.names is not None:
-        ports.update(ctx.started.names.ports())
-    return ports
-
-
 def _confine(
     ctx: RunContext, spec: SandboxSpec, command: list[str], services: RunServices
 ) -> tuple[SandboxSpec, list[str]]:
@@ -648,7 +632,7 @@ def _confine(
             lambda: start_name_proxies(paths.record, paths.sandbox, deny),
             lambda proxies: proxies.stop(),
         )
-    bridge = ServiceBridge(paths.sandbox / "net", _services(ctx).values())
+    bridge = ServiceBridge(paths.sandbox / "net", ctx.started.ports().values())
     ctx.started.bridge = services.start(Named("service bridge", bridge)).part
     egress_port = ctx.started.egress.port if ctx.started.egress else None
     spec, command = confine(spec, ctx.started.bridge, command, egress_port=egress_port)
@@ -665,7 +649,7 @@ def _record_network(ctx: RunContext) -> None:
     bridge and the proxies, which outlive the agent, stopped)."""
     record = network_record(
         "services" if ctx.network == "services" else "host",
-        _services(ctx),
+        ctx.started.ports(),
         allowlist=_egress_allow(ctx) if ctx.network == "services" else (),
         egress_log=ctx.paths.egress_log if ctx.started.egress is not None else None,
     )
@@ -795,7 +779,6 @@ def _finalize(ctx: RunContext) -> RunMetrics | None:
 __all__ = [
     "RunInterrupted",
     "RunOutcome",
-    "RunRequest",
     "execute_run",
     "resolve_run",
     "resolve_sandbox",
