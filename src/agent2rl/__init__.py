@@ -62,9 +62,10 @@ from agent2rl.errors import UserError
 
 if TYPE_CHECKING:  # what a type checker sees; at run time, __getattr__ below
     from agent2rl.dataset import Sample
-    from agent2rl.orchestration.context import RunOutcome, RunRequest
+    from agent2rl.orchestration.context import RunOutcome
     from agent2rl.orchestration.evaluate import EvalReport, EvalRequest
     from agent2rl.orchestration.evaluate import evaluate_model as evaluate
+    from agent2rl.orchestration.request import RunRequest
     from agent2rl.orchestration.run import execute_run as run
     from agent2rl.registry import Registry, RegistryConflict
     from agent2rl.rundir import RunIdentity, RunStatus
@@ -90,7 +91,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ItemResult": ("agent2rl.scoring.base", "ItemResult"),
     # ``run``: the function behind ``agent2rl run`` (a RunRequest -> RunOutcome)
     "run": ("agent2rl.orchestration.run", "execute_run"),
-    "RunRequest": ("agent2rl.orchestration.context", "RunRequest"),
+    "RunRequest": ("agent2rl.orchestration.request", "RunRequest"),
     "RunOutcome": ("agent2rl.orchestration.context", "RunOutcome"),
     # ``evaluate``: the function behind ``agent2rl eval`` (an EvalRequest -> EvalReport)
     "evaluate": ("agent2rl.orchestration.evaluate", "evaluate_model"),

@@ -87,188 +87,189 @@ def _execute(req: Any) -> None:
         raise typer.Exit(1)
 
 
+# The flags of `run` (`eval` and `demo` share some): declarative, one per name.
+_TASK = typer.Option(..., "--task", "-t", help="Task name (see `agent2rl tasks`).")
+_AGENT = typer.Option(
+    ..., "--agent", "-a", help="Agent name (see `agent2rl agents`) or a spec .toml file."
+)
+_MODEL = typer.Option(
+    "tiny", "--model", "-m", help="'tiny', a local HF model directory, or a hub id."
+)
+_BUDGET = typer.Option("30m", "--budget", "-b", help="Time budget: 90s, 30m, 12h.")
+_RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go.")
+_SEED = typer.Option(0, "--seed", help="Seed recorded with the run.")
+_SANDBOX = typer.Option("auto", "--sandbox", help="auto | bwrap | none.")
+_BACKEND = typer.Option(
+    "auto", "--backend", help="Grading backend: auto (vllm if CUDA+vllm) | vllm | transformers."
+)
+_DTYPE = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16.")
+_GPU_MEMORY_UTILIZATION = typer.Option(
+    None,
+    "--gpu-memory-utilization",
+    help="vLLM: fraction of a GPU for grading (default 0.85 on the grader's own GPU, "
+    "0.30 on a GPU shared with the agent).",
+)
+_MAX_MODEL_LEN = typer.Option(
+    None, "--max-model-len", help="vLLM: context length (default: the model's)."
+)
+_TENSOR_PARALLEL_SIZE = typer.Option(
+    1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
+)
+_GRADER_GPUS = typer.Option(
+    None,
+    "--grader-gpus",
+    help="GPUs of the grader: nvidia-smi indices (0,1 or 4-7) or none (default: the last "
+    "GPU when there are several, else shared with the agent).",
+)
+_AGENT_GPUS = typer.Option(
+    None, "--agent-gpus", help="GPUs of the agent, as --grader-gpus (default: the others)."
+)
+_TASK_OPT = typer.Option(
+    [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks TASK`)."
+)
+_DRIVER = typer.Option(
+    None, "--driver", help="Driver LLM of an LLM agent, e.g. claude-sonnet-4-5, gpt-5."
+)
+_DRIVER_BASE_URL = typer.Option(
+    None, "--driver-base-url", help="OpenAI-compatible server for an openai/<model> driver."
+)
+_MODE = typer.Option(
+    "free", "--mode", help="Operating mode of an LLM agent: free|sft-only|rl-oriented|multi."
+)
+_TOKEN_BUDGET = typer.Option(
+    None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
+)
+_ALLOW_PROVIDER_TOOLS = typer.Option(
+    False,
+    "--allow-provider-tools",
+    help="Let the driver LLM's provider-side tools (web search, URL fetch, MCP) through "
+    "the metering proxy, each use recorded; refused by default (they reach the web past "
+    "the run's deny lists). The run's identity records it.",
+)
+_PROTOCOL = typer.Option(
+    "auto",
+    "--protocol",
+    help="How the grader decodes: auto (reference on the full tasks, agent2rl on the lite "
+    "ones) | reference (the paper's per-model table for the base model, seeded per item) | "
+    "agent2rl (greedy). See docs/paper-fidelity.md.",
+)
+_INSTRUCTIONS = typer.Option(
+    "neutral",
+    "--instructions",
+    help="The agent's instructions.md: neutral | reference (the paper's reference: "
+    "RL post-training framing, a required summary.md shown in the report).",
+)
+_MEMORY = typer.Option(
+    None, "--memory", help="Memory cap of the agent's processes, e.g. 16G (default 75% of RAM)."
+)
+_MAX_PROCS = typer.Option(
+    None, "--max-procs", help="Cap on the agent's processes and threads (default 4096)."
+)
+_DISK_QUOTA = typer.Option(
+    None, "--disk-quota", help="Workspace disk quota, e.g. 50G (default half the free space)."
+)
+_NETWORK = typer.Option(
+    "auto", "--network", help="auto | host | services (only the run's services, egress proxy)."
+)
+_ALLOW_HOST = typer.Option(
+    [],
+    "--allow-host",
+    help="HOST[:PORT] or *.SUFFIX the egress proxy allows under --network services, "
+    "repeatable; replaces the default list (package indexes, model hubs); 'none': no egress.",
+)
+_FEEDBACK = typer.Option(
+    "private",
+    "--feedback",
+    help="private (the paper's: /submit answers the private-split score, the result is the "
+    "best) | validation (MLE-bench's: /submit answers the validation-split score; at the end "
+    "the submission marked final, else the best on validation, is graded on the private "
+    "split).",
+)
+
+
 @app.command()
 @_user_errors
 def run(
-    task: str = typer.Option(..., "--task", "-t", help="Task name (see `agent2rl tasks`)."),
-    agent: str = typer.Option(
-        ..., "--agent", "-a", help="Agent name (see `agent2rl agents`) or a spec .toml file."
-    ),
-    model: str = typer.Option(
-        "tiny", "--model", "-m", help="'tiny', a local HF model directory, or a hub id."
-    ),
-    budget: str = typer.Option("30m", "--budget", "-b", help="Time budget: 90s, 30m, 12h."),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
-    seed: int = typer.Option(0, "--seed", help="Seed recorded with the run."),
-    sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none."),
-    backend: str = typer.Option(
-        "auto", "--backend", help="Grading backend: auto (vllm if CUDA+vllm) | vllm | transformers."
-    ),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
-    gpu_memory_utilization: float | None = typer.Option(
-        None,
-        "--gpu-memory-utilization",
-        help="vLLM: fraction of a GPU for grading (default 0.85 on the grader's own GPU, "
-        "0.30 on a GPU shared with the agent).",
-    ),
-    max_model_len: int | None = typer.Option(
-        None, "--max-model-len", help="vLLM: context length (default: the model's)."
-    ),
-    tensor_parallel_size: int = typer.Option(
-        1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
-    ),
-    grader_gpus: str | None = typer.Option(
-        None,
-        "--grader-gpus",
-        help="GPUs of the grader: nvidia-smi indices (0,1 or 4-7) or none (default: the last "
-        "GPU when there are several, else shared with the agent).",
-    ),
-    agent_gpus: str | None = typer.Option(
-        None, "--agent-gpus", help="GPUs of the agent, as --grader-gpus (default: the others)."
-    ),
-    task_opt: list[str] = typer.Option(
-        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks TASK`)."
-    ),
-    driver: str | None = typer.Option(
-        None, "--driver", help="Driver LLM of an LLM agent, e.g. claude-sonnet-4-5, gpt-5."
-    ),
-    driver_base_url: str | None = typer.Option(
-        None, "--driver-base-url", help="OpenAI-compatible server for an openai/<model> driver."
-    ),
-    mode: str = typer.Option(
-        "free", "--mode", help="Operating mode of an LLM agent: free|sft-only|rl-oriented|multi."
-    ),
-    token_budget: int | None = typer.Option(
-        None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
-    ),
-    allow_provider_tools: bool = typer.Option(
-        False,
-        "--allow-provider-tools",
-        help="Let the driver LLM's provider-side tools (web search, URL fetch, MCP) through "
-        "the metering proxy, each use recorded; refused by default (they reach the web past "
-        "the run's deny lists). The run's identity records it.",
-    ),
-    protocol: str = typer.Option(
-        "auto",
-        "--protocol",
-        help="How the grader decodes: auto (reference on the full tasks, agent2rl on the lite "
-        "ones) | reference (the paper's per-model table for the base model, seeded per item) | "
-        "agent2rl (greedy). See docs/paper-fidelity.md.",
-    ),
-    instructions: str = typer.Option(
-        "neutral",
-        "--instructions",
-        help="The agent's instructions.md: neutral | reference (the paper's reference: "
-        "RL post-training framing, a required summary.md shown in the report).",
-    ),
-    memory: str | None = typer.Option(
-        None, "--memory", help="Memory cap of the agent's processes, e.g. 16G (default 75% of RAM)."
-    ),
-    max_procs: int | None = typer.Option(
-        None, "--max-procs", help="Cap on the agent's processes and threads (default 4096)."
-    ),
-    disk_quota: str | None = typer.Option(
-        None, "--disk-quota", help="Workspace disk quota, e.g. 50G (default half the free space)."
-    ),
-    network: str = typer.Option(
-        "auto", "--network", help="auto | host | services (only the run's services, egress proxy)."
-    ),
-    allow_host: list[str] = typer.Option(
-        [],
-        "--allow-host",
-        help="HOST[:PORT] or *.SUFFIX the egress proxy allows under --network services, "
-        "repeatable; replaces the default list (package indexes, model hubs); 'none': no egress.",
-    ),
-    feedback: str = typer.Option(
-        "private",
-        "--feedback",
-        help="private (the paper's: /submit answers the private-split score, the result is the "
-        "best) | validation (MLE-bench's: /submit answers the validation-split score; at the end "
-        "the submission marked final, else the best on validation, is graded on the private "
-        "split).",
-    ),
+    task: str = _TASK,
+    agent: str = _AGENT,
+    model: str = _MODEL,
+    budget: str = _BUDGET,
+    runs_dir: Path = _RUNS_DIR,
+    seed: int = _SEED,
+    sandbox: str = _SANDBOX,
+    backend: str = _BACKEND,
+    dtype: str = _DTYPE,
+    gpu_memory_utilization: float | None = _GPU_MEMORY_UTILIZATION,
+    max_model_len: int | None = _MAX_MODEL_LEN,
+    tensor_parallel_size: int = _TENSOR_PARALLEL_SIZE,
+    grader_gpus: str | None = _GRADER_GPUS,
+    agent_gpus: str | None = _AGENT_GPUS,
+    task_opt: list[str] = _TASK_OPT,
+    driver: str | None = _DRIVER,
+    driver_base_url: str | None = _DRIVER_BASE_URL,
+    mode: str = _MODE,
+    token_budget: int | None = _TOKEN_BUDGET,
+    allow_provider_tools: bool = _ALLOW_PROVIDER_TOOLS,
+    protocol: str = _PROTOCOL,
+    instructions: str = _INSTRUCTIONS,
+    memory: str | None = _MEMORY,
+    max_pids: int | None = _MAX_PROCS,
+    disk_quota: str | None = _DISK_QUOTA,
+    network: str = _NETWORK,
+    allow_host: list[str] = _ALLOW_HOST,
+    feedback: str = _FEEDBACK,
 ) -> None:
     """Run one agent on one task within a budget, then write its report."""
-    from agent2rl.inference import BackendConfig
-    from agent2rl.orchestration.run import RunRequest
-    from agent2rl.workspace.builder import instructions_template
+    from agent2rl.orchestration.request import RunRequest
 
-    instructions_template(instructions)  # an unknown style: one error before anything runs
-    req = RunRequest(
-        task=task,
-        agent=agent,
-        model=model,
-        budget_s=parse_duration(budget),
-        runs_dir=runs_dir,
-        seed=seed,
-        sandbox=sandbox,
-        backend=BackendConfig(
-            kind=backend,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size,
-            protocol=protocol,
-        ),
-        task_options=_parse_task_opts(task_opt),
-        driver=driver,
-        driver_base_url=driver_base_url,
-        mode=mode,
-        instructions=instructions,
-        token_budget=token_budget,
-        allow_provider_tools=allow_provider_tools,
-        memory=parse_size(memory) if memory else None,
-        max_pids=max_procs,
-        disk_quota=parse_size(disk_quota) if disk_quota else None,
-        network=network,
-        egress_allow=_parse_allow_hosts(allow_host),
-        feedback=feedback,
-    )
-    _apply_gpu_layout(req, grader_gpus, agent_gpus, gpu_memory_utilization)
+    # The flags named as the request's fields go in as they are; the rest are parsed.
+    given = dict(locals())  # out here: a comprehension has locals of its own
+    flags = {k: v for k, v in given.items() if k in RunRequest.model_fields}
+    req = RunRequest(**{
+        **flags,
+        "budget_s": parse_duration(budget),
+        "task_options": _parse_task_opts(task_opt),
+        "memory": parse_size(memory) if memory else None,
+        "disk_quota": parse_size(disk_quota) if disk_quota else None,
+        "egress_allow": _parse_allow_hosts(allow_host),
+    })  # fmt: skip
+    req = _apply_gpu_layout(req, grader_gpus, agent_gpus)
     _warn_if_experimental(agent)
     _execute(req)
 
 
-def _apply_gpu_layout(
-    req: Any, grader_gpus: str | None, agent_gpus: str | None, utilization: float | None
-) -> None:
-    """Decide the run's GPU layout (:mod:`agent2rl.devices`) and apply it: the grader's cards
-    and vLLM share, the agent's cards and the memory its instructions allow. A machine
-    without a GPU (and no flag) is left as it is."""
-    from dataclasses import replace
-
+def _apply_gpu_layout(req: Any, grader_gpus: str | None, agent_gpus: str | None) -> Any:
+    """``req`` under the run's GPU layout (:mod:`agent2rl.devices`): the grader's cards and
+    vLLM share (the user's ``--gpu-memory-utilization`` wins, also on a shared card), the
+    agent's cards and the memory its instructions allow. A machine without a GPU (and no
+    flag) leaves ``req`` as it is."""
     from agent2rl.devices import list_gpus, plan_layout
 
     gpus = list_gpus()
     if not gpus and grader_gpus is None and agent_gpus is None:
-        if utilization is not None:
-            req.backend = replace(req.backend, gpu_memory_utilization=utilization)
-        return
-    layout = plan_layout(
-        gpus,
-        grader_gpus,
-        agent_gpus,
-        req.backend.tensor_parallel_size,
-        dedicated_fraction=utilization if utilization is not None else 0.85,
-    )
-    if utilization is not None:  # the user's word wins, also on a shared card
-        req.backend = replace(req.backend, gpu_memory_utilization=utilization)
-    elif layout.grader_memory_fraction:
-        req.backend = replace(req.backend, gpu_memory_utilization=layout.grader_memory_fraction)
-    elif layout.grader_memory_fraction == 0.0 and req.backend.kind == "auto":
-        req.backend = replace(req.backend, kind="transformers")
+        return req
+    utilization = req.gpu_memory_utilization
+    dedicated = utilization if utilization is not None else 0.85
+    layout = plan_layout(gpus, grader_gpus, agent_gpus, req.tensor_parallel_size, dedicated)
+    update: dict[str, Any] = {}
+    if utilization is None and layout.grader_memory_fraction:
+        update["gpu_memory_utilization"] = layout.grader_memory_fraction
+    elif utilization is None and layout.grader_memory_fraction == 0.0 and req.backend == "auto":
+        update["backend"] = "transformers"
     # The grading service, its evaluation workers and the baseline's inherit this process's
     # environment; the agent's is built from scratch, so its cards go in through extra_env.
     os.environ.update(layout.grader_env())
-    req.extra_env.update(layout.agent_env())
-    req.gpu_note = layout.instructions()
+    update["extra_env"] = {**req.extra_env, **layout.agent_env()}
+    update["gpu_note"] = layout.instructions()
     console.print(layout.summary(), highlight=False, soft_wrap=True)
     for note in layout.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    return req.model_copy(update=update)
 
 
 def _warn_if_experimental(agent: str) -> None:
-    """One warning line on stderr when ``agent``'s spec is experimental (not yet shown to work);
-    the run goes ahead. An unknown agent raises the same :class:`UserError` the run would."""
+    """One warning line on stderr when ``agent``'s spec is experimental (not yet shown to
+    work); the run goes ahead."""
     from agent2rl.agents import get_agent
 
     spec = get_agent(agent)
@@ -336,12 +337,12 @@ def demo_steps(budget_s: float) -> list[tuple[str, str]]:
 @app.command()
 @_user_errors
 def demo(
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    runs_dir: Path = _RUNS_DIR,
     budget: str = typer.Option(DEMO_BUDGET, "--budget", help="Time budget of the demo run."),
-    sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none."),
+    sandbox: str = _SANDBOX,
 ) -> None:
     """The embedded default: reference-grpo on arith-lite with the tiny model (~5 min)."""
-    from agent2rl.orchestration.run import RunRequest
+    from agent2rl.orchestration.request import RunRequest
 
     budget_s = parse_duration(budget)
     console.print(
@@ -353,21 +354,14 @@ def demo(
         console.print(f"  {i}. {what}: {how_long}", highlight=False, soft_wrap=True)
     total = budget_s + sum(_DEMO_STEP_S.values()) + (_DEMO_FIRST_S if _demo_first_time() else 0)
     console.print(f"  expected in all: about {format_duration(10 * round(total / 10))}")
-    req = RunRequest(
-        task=DEMO_TASK,
-        agent=DEMO_AGENT,
-        model=DEMO_MODEL,
-        budget_s=budget_s,
-        runs_dir=runs_dir,
-        sandbox=sandbox,
-    )
-    _execute(req)
+    _execute(RunRequest(task=DEMO_TASK, agent=DEMO_AGENT, model=DEMO_MODEL, budget_s=budget_s,
+                        runs_dir=runs_dir, sandbox=sandbox))  # fmt: skip
 
 
 @app.command("eval")
 @_user_errors
 def eval_(
-    task: str = typer.Option(..., "--task", "-t", help="Task name (see `agent2rl tasks`)."),
+    task: str = _TASK,
     model: str = typer.Option(
         ..., "--model", "-m", help="'tiny', a local HF model directory, or a hub id."
     ),
@@ -381,51 +375,32 @@ def eval_(
         Path("runs"), "--runs-dir", help="Results go to RUNS_DIR/evals/<id>/ unless --out."
     ),
     out: Path | None = typer.Option(None, "--out", help="Directory for the results (new)."),
-    backend: str = typer.Option(
-        "auto", "--backend", help="auto (vllm if CUDA+vllm) | vllm | transformers."
-    ),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
+    backend: str = _BACKEND,
+    dtype: str = _DTYPE,
     gpu_memory_utilization: float = typer.Option(
         0.85, "--gpu-memory-utilization", help="vLLM: fraction of GPU memory for grading."
     ),
-    max_model_len: int | None = typer.Option(
-        None, "--max-model-len", help="vLLM: context length (default: the model's)."
-    ),
-    tensor_parallel_size: int = typer.Option(
-        1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
-    ),
-    task_opt: list[str] = typer.Option(
-        [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks TASK`)."
-    ),
+    max_model_len: int | None = _MAX_MODEL_LEN,
+    tensor_parallel_size: int = _TENSOR_PARALLEL_SIZE,
+    task_opt: list[str] = _TASK_OPT,
     timeout: str | None = typer.Option(
         None, "--timeout", help="Kill the evaluation after this long (default: the task's)."
     ),
-    protocol: str = typer.Option(
-        "auto",
-        "--protocol",
-        help="How the grader decodes: auto (reference on the full tasks, agent2rl on the lite "
-        "ones) | reference (the paper's per-model table for the base model, seeded per item) | "
-        "agent2rl (greedy). See docs/paper-fidelity.md.",
-    ),
+    protocol: str = _PROTOCOL,
 ) -> None:
     """Grade a model on a task without an agent, through the grader's own code path: prints
     the score with its 95% interval and writes per-item results (items.jsonl)."""
-    from agent2rl.inference import BackendConfig
     from agent2rl.orchestration.evaluate import EvalRequest, evaluate_model
+    from agent2rl.orchestration.request import backend_config
 
     req = EvalRequest(
         task=task,
         model=model,
         split=split,
         limit=limit,
-        backend=BackendConfig(
-            kind=backend,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size,
-            protocol=protocol,
-        ),
+        backend=backend_config(
+            backend, dtype, protocol, gpu_memory_utilization, max_model_len, tensor_parallel_size
+        ),  # fmt: skip
         task_options=_parse_task_opts(task_opt),
         runs_dir=runs_dir,
         out=out,
@@ -446,7 +421,7 @@ def eval_(
 @app.command()
 @_user_errors
 def doctor(
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    runs_dir: Path = _RUNS_DIR,
 ) -> None:
     """Check this machine: bubblewrap, network namespace, cgroups, GPU, vLLM, LLM provider keys
     (names only) and free disk, and say what each missing piece costs. Exits 0 (nothing is
@@ -597,7 +572,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
 @app.command()
 @_user_errors
 def compare(
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    runs_dir: Path = _RUNS_DIR,
     task: str | None = typer.Option(None, "--task", help="Only runs of this task."),
     eval_hash: str | None = typer.Option(
         None, "--eval-hash", help="Only runs graded under these evaluation settings."
@@ -624,16 +599,9 @@ def compare(
         raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
     groups = aggregate(rows, raw=raw)  # raises when the rows are not comparable
     table = Table(
-        "run",
-        "task",
-        "agent",
-        "baseline",
-        "best",
-        "improvement [95% CI]",
-        "noise",
-        "LLM tokens",
-        "integrity",
-    )
+        "run", "task", "agent", "baseline", "best",
+        "improvement [95% CI]", "noise", "LLM tokens", "integrity",
+    )  # fmt: skip
     for r in rows:
         lo, hi = r["ci_lo"], r["ci_hi"]
         ci = f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else ""
@@ -656,15 +624,9 @@ def compare(
         )
     console.print(table)
     summary = Table(
-        "task",
-        "agent",
-        "driver",
-        "runs",
-        "mean best",
-        "mean improvement",
-        "beyond noise",
-        "flagged",
-    )
+        "task", "agent", "driver", "runs",
+        "mean best", "mean improvement", "beyond noise", "flagged",
+    )  # fmt: skip
     for g in groups:
         summary.add_row(
             g["task"] or "-",

@@ -303,7 +303,7 @@ def agent_sandbox_of_run(
     from agent2rl.agents.launch import build_launch
     from agent2rl.agents.prompt import render_prompt
     from agent2rl.files import write_text_atomic
-    from agent2rl.orchestration.context import RunRequest
+    from agent2rl.orchestration.request import RunRequest
     from agent2rl.orchestration.run import _launch, resolve_run
     from agent2rl.orchestration.services import RunServices
     from agent2rl.workspace import agent_env, write_instructions
@@ -327,7 +327,7 @@ def agent_sandbox_of_run(
     ctx = resolve_run(req, Console(file=io.StringIO()))
     paths, info = ctx.paths, ctx.info
     info.start = time.time()
-    info.deadline = info.start + req.budget_s
+    info.deadline = req.deadline(info.start)
     url, token = "http://127.0.0.1:9", "leak-scan-token"
     write_instructions(paths, info, url, token, rollout=ctx.task.interactive)
     env = agent_env(paths, info, ctx.model, url, token)

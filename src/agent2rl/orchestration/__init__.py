@@ -2,7 +2,8 @@
 
 ::
 
-    context.py          RunRequest, RunContext (what the stages share), RunOutcome
+    request.py          RunRequest: the one run request (CLI, Python API, studies)
+    context.py          RunContext (what the stages share), RunOutcome
     run.py              execute_run: resolve, prepare, workspace, baseline, services, agent,
                         supervise, finalize
     services.py         the run's services under one lifecycle: started in order, stopped

@@ -47,7 +47,6 @@ from agent2rl.agents.drivers import driver_for, real_key
 from agent2rl.agents.launch import build_launch
 from agent2rl.agents.logs import read_agent_log
 from agent2rl.agents.methods import detect_methods, mode_contradictions
-from agent2rl.agents.modes import get_mode
 from agent2rl.agents.prompt import render_prompt
 from agent2rl.agents.spec import DEFAULT_PROMPT, AgentSpec, get_agent, install_files
 from agent2rl.analysis import RunMetrics, record_run, write_report
@@ -63,17 +62,11 @@ from agent2rl.metering import PROVIDERS, MeteringProxy, Upstream, start_metering
 from agent2rl.models.resolve import ModelRef, resolve_model
 from agent2rl.orchestration.agent_process import AgentProcess
 from agent2rl.orchestration.baseline import measure_baseline, record_baseline
-from agent2rl.orchestration.context import (
-    NETWORK_MODES,
-    SANDBOX_MODES,
-    LlmAccess,
-    RunContext,
-    RunOutcome,
-    RunRequest,
-)
+from agent2rl.orchestration.context import LlmAccess, RunContext, RunOutcome
 from agent2rl.orchestration.guard import RunGuard
 from agent2rl.orchestration.infra import infrastructure_failure
 from agent2rl.orchestration.recover import fail_in_flight, harness_record
+from agent2rl.orchestration.request import RunRequest
 from agent2rl.orchestration.rollout_service import start_rollout_service
 from agent2rl.orchestration.services import (
     GuardService,
@@ -121,8 +114,6 @@ BWRAP_HINT = "install bubblewrap for the agent sandbox: apt-get install bubblewr
 
 def resolve_sandbox(mode: str) -> str:
     """``auto`` -> ``bwrap`` when bubblewrap works here, else ``none``."""
-    if mode not in SANDBOX_MODES:
-        raise UserError(f"bad --sandbox {mode!r}: use auto, bwrap or none")
     if mode == "auto":
         return "bwrap" if bwrap_available() else "none"
     if mode == "bwrap" and not bwrap_available():
@@ -137,8 +128,6 @@ def resolve_sandbox(mode: str) -> str:
 def resolve_network(mode: str, sandbox: str) -> str:
     """``auto`` -> ``services`` under bubblewrap where it can make a network namespace, else
     ``host``; ``services`` needs both (a :class:`UserError` otherwise)."""
-    if mode not in NETWORK_MODES:
-        raise UserError(f"bad --network {mode!r}: use auto, host or services")
     isolable = sandbox == "bwrap" and network_isolation_available()
     if mode == "auto":
         return "services" if isolable else "host"
@@ -153,12 +142,9 @@ def resolve_network(mode: str, sandbox: str) -> str:
 def default_caps(req: RunRequest, runs_dir: Path) -> ResourceCaps:
     """The agent's caps: the request's, else :func:`~agent2rl.sandbox.limits.machine_caps`
     (75% of this machine's memory, 4,096 processes and threads, half the free bytes and half
-    the free inodes of the filesystem the run directory is on). Runs that share a machine (a
-    study's) set the request's caps to their share. A process cap below 16 is a
-    :class:`UserError` (no agent starts with fewer)."""
-    if req.max_pids is not None and req.max_pids < 16:
-        raise UserError(f"--max-procs {req.max_pids} is too small: an agent needs at least 16")
-    base = machine_caps(runs_dir)
+    the free inodes of the filesystem the run directory is on), of the request's
+    ``machine_share`` of it (a study's run on a node it shares)."""
+    base = machine_caps(runs_dir, req.machine_share)
     return ResourceCaps(
         memory_bytes=req.memory or base.memory_bytes,
         max_pids=req.max_pids or base.max_pids,
@@ -186,7 +172,7 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
         Allowlist(egress_allow)
     except ValueError as err:
         raise UserError(f"bad --allow-host: {err}") from None
-    req.backend.validate()
+    requested = req.backend_config().validate()
     llm = _resolve_llm(req, spec)
     with console.status(f"resolving model {req.model}"):
         model = resolve_model(req.model, settings.model_store)
@@ -197,37 +183,22 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     # the decoding (--protocol); a submission's own generation config is never read.
     # An output limit the user set in the task's options wins over the protocol's table.
     limit = getattr(task.config, "max_new_tokens", 0)
-    backend = req.backend.for_run(task.name, req.model, model.path, limit)
+    backend = requested.for_run(task.name, req.model, model.path, limit)
 
     prepared = prepare_task(task, settings.task_store)
     check_feedback(req.feedback, task.name, prepared)
     paths = RunPaths(runs_dir / new_run_id(task.name, spec.name))
     user = agent_user(paths.root.name) if sandbox == "bwrap" else None
     info = RunInfo(
-        run_id=paths.root.name,
-        task=task.name,
-        task_version=task.version,
-        level=task.level,
-        agent=spec.name,
-        model=req.model,
-        budget_s=req.budget_s,
-        seed=req.seed,
-        sandbox=sandbox,
-        created_at=time.time(),
-        driver=llm.driver.name if llm else None,
-        mode=req.mode if llm else None,
-        token_budget=req.token_budget if llm else None,
+        run_id=paths.root.name, task=task.name, task_version=task.version, level=task.level,
+        agent=spec.name, model=req.model, budget_s=req.budget_s, seed=req.seed,
+        sandbox=sandbox, created_at=time.time(), driver=llm.driver.name if llm else None,
+        mode=req.mode if llm else None, token_budget=req.token_budget if llm else None,
         provider_tools=bool(llm) and (req.allow_provider_tools or spec.provider_tools),
-        model_path=str(model.path),
-        task_options=task.opts,
-        backend=backend.to_dict(),
-        agent_uid=user.uid if user else os.geteuid(),
-        network=network,
-        caps=caps.to_dict(),
-        cap_mechanism=probe(),
-        harness=harness_record(),
-        feedback=req.feedback,
-    )
+        model_path=str(model.path), task_options=task.opts, backend=backend.to_dict(),
+        agent_uid=user.uid if user else os.geteuid(), network=network, caps=caps.to_dict(),
+        cap_mechanism=probe(), harness=harness_record(), feedback=req.feedback,
+    )  # fmt: skip
     ctx = RunContext(
         req, settings, console, task, prepared, spec, model, backend, sandbox, network, caps,
         llm, paths, info, user,
@@ -406,11 +377,8 @@ def _close_run(ctx: RunContext, closed: list[RunMetrics | None]) -> None:
 
 def _resolve_llm(req: RunRequest, spec: AgentSpec) -> LlmAccess | None:
     """The driver and real key of an LLM agent, None for one without an LLM; every mistake
-    (unknown driver or mode, a missing key, a driver for an agent without LLM) is a
+    (unknown driver, a missing key, a driver for an agent without LLM) is a
     :class:`UserError` here, before anything is written."""
-    get_mode(req.mode)
-    if req.token_budget is not None and req.token_budget <= 0:
-        raise UserError(f"--token-budget {req.token_budget} must be a positive token count")
     if not spec.uses_llm:
         if req.driver or req.driver_base_url:
             raise UserError(f"agent {spec.name} uses no LLM: drop --driver")
@@ -425,13 +393,13 @@ def _start_grading(ctx: RunContext, services: RunServices) -> None:
     """Stage 2: the baseline (cached, before the budget starts), then the services."""
     with ctx.console.status("measuring the baseline (before the budget starts)"):
         baseline = measure_baseline(ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend)
-    ctx.ledger = Ledger(ctx.paths.ledger)
-    record_baseline(ctx.ledger, ctx.task, ctx.model, baseline)
+    ctx.started.ledger = Ledger(ctx.paths.ledger)
+    record_baseline(ctx.started.ledger, ctx.task, ctx.model, baseline)
     # how every graded item was decoded, and how many samples it got (--protocol)
-    ctx.ledger.set_meta("decoding", ctx.backend.decoding_settings().to_dict())
+    ctx.started.ledger.set_meta("decoding", ctx.backend.decoding_settings().to_dict())
     if ctx.info.feedback == "validation":  # what the agent's validation scores compare with
         with ctx.console.status("measuring the baseline on the validation split"):
-            ctx.ledger.set_meta(
+            ctx.started.ledger.set_meta(
                 "validation_baseline",
                 measure_baseline(
                     ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend, split="validation"
@@ -444,12 +412,12 @@ def _start_grading(ctx: RunContext, services: RunServices) -> None:
     )
     if url := run_page_url(ctx.paths.root):  # an `agent2rl view` serving this run's directory
         ctx.console.print(f"view: {url}")
-    ctx.grading_token = secrets.token_urlsafe(32)
-    ctx.grading = services.launch(
+    ctx.started.grading_token = secrets.token_urlsafe(32)
+    ctx.started.grading = services.launch(
         "grading service",
         lambda: start_service(
             ctx.paths,
-            ctx.grading_token,
+            ctx.started.grading_token,
             eval_timeout_s=ctx.task.eval_timeout_s,
             max_bytes=ctx.req.max_submission_bytes or _default_max_bytes(ctx.model),
             base_model_dir=ctx.model.path,
@@ -459,12 +427,12 @@ def _start_grading(ctx: RunContext, services: RunServices) -> None:
     if ctx.task.interactive:
         env_token = secrets.token_urlsafe(32)
         with ctx.console.status("starting the rollout service"):
-            ctx.rollout = services.launch(
+            ctx.started.rollout = services.launch(
                 "rollout service",
                 lambda: start_rollout_service(ctx.paths, env_token, ctx.req.rollout_limits),
                 lambda service: service.stop(timeout=_stop_timeout(ctx)),
             )
-        ctx.env_vars = {"ENV_SERVER_URL": ctx.rollout.url, "ENV_TOKEN": env_token}
+        ctx.started.env_vars = {"ENV_SERVER_URL": ctx.started.rollout.url, "ENV_TOKEN": env_token}
 
 
 def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
@@ -488,7 +456,7 @@ def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
         allow_provider_tools=ctx.info.provider_tools,
         # The agent holds its grading token: were it pasted into a prompt, the transcript
         # (which the viewer and the export show) must not keep it.
-        redact=(ctx.grading_token,),
+        redact=(ctx.started.grading_token,),
     )
 
 
@@ -502,19 +470,20 @@ def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
     """Stage 3: start the clock, write what the agent reads, launch and supervise it (the
     agent's processes made known to the run's ``guard``), its services on ``services``."""
     req, info, paths = ctx.req, ctx.info, ctx.paths
-    assert ctx.grading is not None
+    assert ctx.started.grading is not None
     info.start = time.time()
-    info.deadline = info.start + req.budget_s
+    info.deadline = req.deadline(info.start)
     info.status = RunStatus.RUNNING
     info.save(paths)
-    tell_clock(ctx.grading, ctx.grading_token, info.start, info.deadline)  # once: never polled
-    write_instructions(paths, info, ctx.grading.url, ctx.grading_token,
-                       rollout=bool(ctx.env_vars), style=req.instructions)  # fmt: skip
+    grading = ctx.started.grading
+    tell_clock(grading, ctx.started.grading_token, info.start, info.deadline)  # once: never polled
+    write_instructions(paths, info, grading.url, ctx.started.grading_token,
+                       rollout=bool(ctx.started.env_vars), style=req.instructions)  # fmt: skip
     if req.gpu_note:  # the GPU layout (agent2rl.devices): what GPU memory the agent may use
         instructions = paths.workspace / "instructions.md"
         write_text_atomic(instructions, instructions.read_text() + req.gpu_note)
-    env = agent_env(paths, info, ctx.model, ctx.grading.url, ctx.grading_token)
-    env.update(ctx.env_vars)
+    env = agent_env(paths, info, ctx.model, ctx.started.grading.url, ctx.started.grading_token)
+    env.update(ctx.started.env_vars)
     prompt_file = paths.workspace / "prompt.md"
     # The spec's own template when it has one; else the full prompt (listing, data sample).
     template = None if ctx.spec.prompt_template == DEFAULT_PROMPT else ctx.spec.prompt_template
@@ -529,7 +498,7 @@ def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
     # has stopped (every request it relayed written down).
     services.callback("reading the agent's log", _record_agent_view, ctx)
     llm = ctx.llm
-    proxy = ctx.metering = (
+    proxy = ctx.started.metering = (
         services.launch("metering proxy", lambda: _start_proxy(ctx, llm), MeteringProxy.stop)
         if llm
         else None
@@ -598,7 +567,7 @@ def _launch(
     user of its own, setting its process limit). The cgroup and, under ``--network
     services``, the network's services are started on ``services``."""
     paths = ctx.paths
-    cgroup = ctx.cgroup = services.start(
+    cgroup = ctx.started.cgroup = services.start(
         Launched(
             "agent's cgroup",
             lambda: Cgroup.create(f"agent2rl-{paths.root.name}", ctx.caps),
@@ -639,21 +608,6 @@ def _launch(
     return agent
 
 
-def _services(ctx: RunContext) -> dict[str, int]:
-    """The run's own services the agent may reach (name -> port on the host's loopback)."""
-    assert ctx.grading is not None
-    ports = {"grading": ctx.grading.port}
-    if ctx.rollout is not None:
-        ports["rollout"] = ctx.rollout.port
-    if ctx.metering is not None:
-        ports["metering"] = ctx.metering.port
-    if ctx.egress is not None:
-        ports["egress"] = ctx.egress.port
-    if ctx.names is not None:
-        ports.update(ctx.names.ports())
-    return ports
-
-
 def _confine(
     ctx: RunContext, spec: SandboxSpec, command: list[str], services: RunServices
 ) -> tuple[SandboxSpec, list[str]]:
@@ -662,7 +616,7 @@ def _confine(
     namespace on ``services``, and confine ``spec`` and ``command``."""
     paths, allow = ctx.paths, _egress_allow(ctx)
     if allow:
-        ctx.egress = services.launch(
+        ctx.started.egress = services.launch(
             "egress proxy",
             lambda: start_egress_proxy(
                 allow,
@@ -675,16 +629,16 @@ def _confine(
         # The package index and the model hub, by name: logged, the task's deny list refused.
         hashes = [h for f in ctx.task.denied_files() if f.is_file() for h in file_digests(f)]
         deny = DenyList(ctx.task.denied_packages, ctx.task.denied_hub_repos, tuple(hashes))
-        ctx.names = services.launch(
+        ctx.started.names = services.launch(
             "package index and model hub proxies",
             lambda: start_name_proxies(paths.record, paths.sandbox, deny),
             lambda proxies: proxies.stop(),
         )
-    bridge = ServiceBridge(paths.sandbox / "net", _services(ctx).values())
-    ctx.bridge = services.start(Named("service bridge", bridge)).part
-    egress_port = ctx.egress.port if ctx.egress else None
-    spec, command = confine(spec, ctx.bridge, command, egress_port=egress_port)
-    names_env = ctx.names.env() if ctx.names else {}
+    bridge = ServiceBridge(paths.sandbox / "net", ctx.started.ports().values())
+    ctx.started.bridge = services.start(Named("service bridge", bridge)).part
+    egress_port = ctx.started.egress.port if ctx.started.egress else None
+    spec, command = confine(spec, ctx.started.bridge, command, egress_port=egress_port)
+    names_env = ctx.started.names.env() if ctx.started.names else {}
     return replace(spec, env={**spec.env, **names_env}), command
 
 
@@ -697,9 +651,9 @@ def _record_network(ctx: RunContext) -> None:
     bridge and the proxies, which outlive the agent, stopped)."""
     record = network_record(
         "services" if ctx.network == "services" else "host",
-        _services(ctx),
+        ctx.started.ports(),
         allowlist=_egress_allow(ctx) if ctx.network == "services" else (),
-        egress_log=ctx.paths.egress_log if ctx.egress is not None else None,
+        egress_log=ctx.paths.egress_log if ctx.started.egress is not None else None,
     )
     write_json_atomic(ctx.paths.record / "network.json", record)
 
@@ -717,7 +671,7 @@ def _supervise(
     watches it are started on ``services``: whatever ends this early, they are stopped
     (the agent's whole tree killed) by the run's close."""
     req, info, paths, console = ctx.req, ctx.info, ctx.paths, ctx.console
-    assert ctx.ledger is not None
+    assert ctx.started.ledger is not None
     services.callback("recording the agent's network", _record_network, ctx)
     agent = _launch(ctx, command, env, services)
     recorder = CodeRecorder(paths.code_git, paths.workspace)
@@ -727,8 +681,8 @@ def _supervise(
         Named("code snapshotter", PeriodicSnapshotter(recorder, interval_s=req.snapshot_interval_s))
     )
     guard.watch_mark(agent.mark)
-    if ctx.cgroup is not None:
-        guard.watch_cgroup(ctx.cgroup.dirs.values())
+    if ctx.started.cgroup is not None:
+        guard.watch_cgroup(ctx.started.cgroup.dirs.values())
     seen: list[ResourceSampler] = []  # the sampler once it runs: the processes it saw
 
     def stop_agent(agent: AgentProcess) -> None:
@@ -743,13 +697,13 @@ def _supervise(
         paths.workspace,
         (paths.data, paths.base_model.parent),
         ctx.caps,
-        ctx.cgroup,
+        ctx.started.cgroup,
         agent.pid,
         on_breach=lambda kind, detail: None,  # the loop below polls watchdog.breach
         interval_s=req.watchdog_interval_s,
     )
     services.start(Named("watchdog", watchdog))
-    with StatusLine(console, info, ctx.ledger) as status:
+    with StatusLine(console, info, ctx.started.ledger) as status:
         told = 0.0  # when the guard was last told the sampler's processes
         while agent.poll() is None and time.time() < info.deadline and watchdog.breach is None:
             status.update()
@@ -778,7 +732,7 @@ def _supervise(
         # Each queued evaluation gets its own time: a run ends with every accepted
         # submission graded, or failed with the reason (close_unfinished, after the stop).
         wait_for_in_flight(
-            ctx.ledger,
+            ctx.started.ledger,
             ctx.task.eval_timeout_s + 30,
             lambda n: status.update(note=f"grading {n} in-flight submission(s)"),
         )
@@ -827,7 +781,6 @@ def _finalize(ctx: RunContext) -> RunMetrics | None:
 __all__ = [
     "RunInterrupted",
     "RunOutcome",
-    "RunRequest",
     "execute_run",
     "resolve_run",
     "resolve_sandbox",

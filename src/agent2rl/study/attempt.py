@@ -6,7 +6,7 @@ study driver and the run, so it works the same on this machine and on a cluster 
 shares the study directory:
 
 ``request.json``
-    written by the driver: the :class:`~agent2rl.orchestration.context.RunRequest` fields,
+    written by the driver: the :class:`~agent2rl.orchestration.request.RunRequest` (JSON),
     the environment to forward, the agent's thread count, the resources a run asks for
     (from which the node works out the run's share of it, :func:`runs_per_node`);
 ``started.json``
@@ -167,6 +167,8 @@ def find_run_dir(request: dict[str, Any]) -> Path | None:
     driver they could take each other's run). None when the run never got that far."""
     req = request["request"]
     agent, driver = _identity(req["agent"], req.get("driver"))
+    # a run of an agent without an LLM records no mode (its request has the default one)
+    mode = req.get("mode") if driver not in (None, _UNKNOWN) else None
     since = float(request["queued_at"]) - 1.0
     found: list[tuple[float, Path]] = []
     for run_json in Path(request["study_dir"]).glob("*/run.json"):
@@ -178,7 +180,7 @@ def find_run_dir(request: dict[str, Any]) -> Path | None:
             and info.seed == req["seed"]
             and (agent is None or info.agent == agent)
             and (driver is _UNKNOWN or info.driver == driver)
-            and (req.get("mode") is None or info.mode == req["mode"])
+            and (mode is None or info.mode == mode)
             and float(info.created_at or 0) >= since
         )
         if same:
@@ -231,42 +233,19 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
     from rich.console import Console
 
     from agent2rl.errors import UserError
-    from agent2rl.inference import BackendConfig
-    from agent2rl.orchestration.run import RunRequest, execute_run
-    from agent2rl.sandbox.limits import machine_caps
+    from agent2rl.orchestration.request import RunRequest
+    from agent2rl.orchestration.run import execute_run
 
     request = read_json(adir / REQUEST)
-    r = request["request"]
-    caps = machine_caps(Path(request["study_dir"]), 1 / max(1, share))
     extra_env = dict(request.get("agent_env", {}))
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         # The GPU(s) Ray assigned to this task: the agent trains on those only.
         extra_env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
-    req = RunRequest(
-        task=r["task"],
-        agent=r["agent"],
-        model=r["model"],
-        budget_s=float(r["budget_s"]),
-        runs_dir=Path(request["study_dir"]),
-        seed=int(r["seed"]),
-        sandbox=r["sandbox"],
-        # .get: a request queued by an older version lacks the later keys
-        backend=BackendConfig(kind=r["backend"], protocol=r.get("protocol", "auto")),
-        feedback=r.get("feedback", "private"),
-        instructions=r.get("instructions", "neutral"),
-        allow_provider_tools=bool(r.get("allow_provider_tools", False)),
-        task_options=dict(r["task_options"]),
-        driver=r.get("driver"),
-        mode=r.get("mode") or "free",
-        token_budget=r.get("token_budget"),
-        extra_env=extra_env,
-        memory=caps.memory_bytes,
-        max_pids=caps.max_pids,
-        disk_quota=caps.disk_bytes,
-        max_files=caps.max_files,
-    )
     console = Console(file=sys.stdout, force_terminal=False, width=120, soft_wrap=True)
-    try:
+    try:  # a request this node refuses (an agent spec gone) is the attempt's error too
+        req = RunRequest.model_validate(request["request"]).model_copy(
+            update={"extra_env": extra_env, "machine_share": 1 / max(1, share)}
+        )
         outcome = execute_run(req, console)
     except (KeyboardInterrupt, UserError, Exception) as err:
         run_dir = find_run_dir(request)

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent2rl.errors import UserError
 from agent2rl.formatting import format_duration
+from agent2rl.orchestration.request import RunRequest
 from agent2rl.settings import parse_duration
 
 
@@ -62,7 +63,10 @@ class AgentCells(BaseModel):
 
 class StudySpec(BaseModel):
     """A study file, validated. Unknown keys are an error (a misspelt key must not be
-    silently ignored); see the module docstring for each key."""
+    silently ignored); see the module docstring for each key. The settings its runs share
+    are checked by the run request (:meth:`request`, on :func:`load_study`) with its
+    messages; the grader's ``backend`` and ``protocol`` here (a run checks them where it
+    runs: vLLM)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -75,11 +79,11 @@ class StudySpec(BaseModel):
     repeats: int = Field(default=1, ge=1, le=1000)
     budget: str
     seed: int = 0
-    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    sandbox: str = "auto"
     backend: Literal["auto", "vllm", "transformers"] = "auto"
     protocol: Literal["auto", "reference", "agent2rl"] = "auto"
-    feedback: Literal["private", "validation"] = "private"
-    instructions: Literal["neutral", "reference"] = "neutral"
+    feedback: str = "private"
+    instructions: str = "neutral"
     allow_provider_tools: bool = False
     token_budget: int | None = Field(default=None, gt=0)
     cpus_per_run: float = Field(default=1.0, gt=0)
@@ -108,6 +112,19 @@ class StudySpec(BaseModel):
     @property
     def budget_s(self) -> float:
         return parse_duration(self.budget)
+
+    def request(self, slot: RunSlot, study_dir: Path) -> RunRequest:
+        """The run request of ``slot``, its run directory under ``study_dir``. An agent
+        without an LLM (``slot.mode`` None) runs in the default mode with no token budget."""
+        return RunRequest(
+            task=slot.task, agent=slot.agent, model=slot.model, budget_s=self.budget_s,
+            runs_dir=study_dir, seed=slot.seed, sandbox=self.sandbox, backend=self.backend,
+            protocol=self.protocol, feedback=self.feedback, instructions=self.instructions,
+            allow_provider_tools=self.allow_provider_tools,
+            task_options=self.options_for(slot.task), driver=slot.driver,
+            mode=slot.mode or "free",
+            token_budget=self.token_budget if slot.mode is not None else None,
+        )  # fmt: skip
 
     def options_for(self, task: str) -> dict[str, str]:
         """The ``--task-opt`` values of ``task`` as strings (TOML numbers and booleans too)."""
@@ -193,7 +210,11 @@ def load_study(path: Path) -> StudySpec:
     if isinstance(agents, list):
         raw["agents"] = [_agent_ref(a, path.parent) for a in agents]
     try:
-        return StudySpec.model_validate(raw)
+        spec = StudySpec.model_validate(raw)
+        spec.request(expand(spec)[0], path.parent)  # the settings the runs share
+        return spec
+    except UserError as err:  # refused by the run request, with its message
+        raise UserError(f"bad study file {path}: {err}") from None
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}" for e in err.errors()

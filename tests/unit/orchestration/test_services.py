@@ -22,7 +22,8 @@ from support.procs import processes_mentioning
 from agent2rl.child_process import ServiceHandle, start_announcing
 from agent2rl.orchestration import run as run_module
 from agent2rl.orchestration.guard import HARNESS_MARK_ENV
-from agent2rl.orchestration.run import RunRequest, execute_run
+from agent2rl.orchestration.request import RunRequest
+from agent2rl.orchestration.run import execute_run
 from agent2rl.orchestration.services import Launched, RunServices, ServiceNotReady
 from agent2rl.rundir import RunInfo, RunPaths, RunStatus
 from agent2rl.sandbox import bwrap_available, network_isolation_available
