@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from agent2rl.errors import UserError
 from agent2rl.inference.backend import BackendConfig
@@ -83,17 +83,25 @@ class RunRequest(BaseModel):
             raise UserError(f"bad --{flag} {value!r}: use {', '.join(use[:-1])} or {use[-1]}")
         return value
 
-    @field_validator("agent", "mode", "instructions")
+    @field_validator("mode", "instructions")
     @classmethod
     def _known(cls, value: str, field: ValidationInfo) -> str:
         from agent2rl.agents.modes import get_mode
-        from agent2rl.agents.spec import get_agent
         from agent2rl.workspace.builder import instructions_template
 
-        # the agent and mode Registries' messages (or an agent spec file that cannot be read)
-        check = {"agent": get_agent, "mode": get_mode, "instructions": instructions_template}
+        # the mode Registry's message, or the instruction styles'
+        check = {"mode": get_mode, "instructions": instructions_template}
         check[str(field.field_name)](value)
         return value
+
+    @model_validator(mode="after")
+    def _known_agent(self) -> RunRequest:
+        # After every flag's own check, as before the request model: a bad flag is named
+        # first, the agent (the Registry's message, or a spec file that cannot be read) last.
+        from agent2rl.agents.spec import get_agent
+
+        get_agent(self.agent)
+        return self
 
     @field_validator("token_budget", "max_pids")
     @classmethod
