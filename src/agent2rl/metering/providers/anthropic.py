@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fastapi import Request
-
 from agent2rl.metering.provider_tools import ToolUse, is_web_url, walk_dicts
 from agent2rl.metering.providers.base import Endpoint, Provider, requested_count
 from agent2rl.metering.stream import StreamMeter
@@ -57,6 +55,7 @@ class AnthropicProvider(Provider):
     default_base_url = "https://api.anthropic.com"
     base_url_env = "ANTHROPIC_BASE_URL"
     key_envs = ("ANTHROPIC_API_KEY",)
+    key_header = "x-api-key"
     # What Claude Code uses: Messages, token counting, and the model listing. Message
     # batches, files, skills and the admin API are refused.
     endpoints = (
@@ -164,15 +163,6 @@ class AnthropicProvider(Provider):
     def requested_output_tokens(self, payload: dict[str, Any]) -> int | None:
         """``max_tokens`` (required by the Messages API)."""
         return requested_count(payload.get("max_tokens"))
-
-    def given_keys(self, request: Request) -> list[str]:
-        keys = super().given_keys(request)
-        if "x-api-key" in request.headers:
-            keys.append(request.headers["x-api-key"].strip())
-        return keys
-
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"x-api-key": api_key} if api_key else {}
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         """``{"type": "error", "error": {"type", "message"}}``."""

@@ -124,17 +124,12 @@ class OpenAIProvider(Provider):
         ``prompt_tokens_details.cached_tokens``) or Responses (``input_tokens``,
         ``output_tokens``, ``input_tokens_details.cached_tokens``). Both prompt counts
         include the cached tokens already; OpenAI has no cache writes."""
-        if "prompt_tokens" in usage or "completion_tokens" in usage:
-            details = usage.get("prompt_tokens_details") or {}
-            return TokenCounts(
-                input=token_count(usage.get("prompt_tokens")),
-                output=token_count(usage.get("completion_tokens")),
-                cached=token_count(details.get("cached_tokens")),
-            )
-        details = usage.get("input_tokens_details") or {}
+        chat = "prompt_tokens" in usage or "completion_tokens" in usage
+        prompt, completion = ("prompt", "completion") if chat else ("input", "output")
+        details = usage.get(f"{prompt}_tokens_details") or {}
         return TokenCounts(
-            input=token_count(usage.get("input_tokens")),
-            output=token_count(usage.get("output_tokens")),
+            input=token_count(usage.get(f"{prompt}_tokens")),
+            output=token_count(usage.get(f"{completion}_tokens")),
             cached=token_count(details.get("cached_tokens")),
         )
 
@@ -185,9 +180,6 @@ class OpenAIProvider(Provider):
             return False
         payload["stream_options"] = {**options, "include_usage": True}
         return True
-
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
     def upstream_url(self, base_url: str, path: str, query: str) -> str:
         return f"{base_url.rstrip('/')}/{path}" + (f"?{query}" if query else "")

@@ -27,16 +27,13 @@ annotators.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Sequence
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from agent2rl.errors import UserError
 from agent2rl.scoring.judges import protocol
 from agent2rl.scoring.judges.base import Messages, NextToken, Pair
 from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
@@ -92,38 +89,15 @@ TOOL_CHOICE = {"type": "function", "function": {"name": FUNCTION}}
 
 @cache
 def template() -> str:
-    """The ``_fn`` prompt template from the installed package; :class:`UserError` when the
-    package is missing or ships another template."""
-    try:
-        path = Path(str(metadata.distribution("alpaca-eval").locate_file(TEMPLATE_PATH)))
-        text = path.read_text(encoding="utf-8")
-    except (metadata.PackageNotFoundError, OSError):
-        raise UserError(
-            f"the {NAME} judge needs the alpaca-eval package's prompt template: "
-            "pip install 'alpaca-eval>=0.6.6'"
-        ) from None
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    if digest != TEMPLATE_SHA256:
-        raise UserError(
-            f"the installed alpaca-eval ships another {NAME} template ({TEMPLATE_PATH}, sha256 "
-            f"{digest[:12]}): install alpaca-eval 0.6.6"
-        )
-    return text
+    """The ``_fn`` prompt template from the installed package
+    (:func:`~agent2rl.scoring.judges.protocol.read_template`)."""
+    return protocol.read_template(TEMPLATE_PATH, TEMPLATE_SHA256, NAME, NAME)
 
 
 def messages(instruction: str, output_1: str, output_2: str) -> Messages:
-    """The judge's chat messages for one pair as shown (template split first, then each
-    placeholder's first occurrence filled, so an output stays text whatever it holds)."""
-    parts = protocol.to_messages(template().strip())
-    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
-    contents = [m["content"] for m in parts]
-    for name in protocol.PLACEHOLDERS:
-        slot = "{" + name + "}"
-        for i, content in enumerate(contents):
-            if slot in content:
-                contents[i] = content.replace(slot, values[name], 1)
-                break
-    return [{"role": m["role"], "content": c} for m, c in zip(parts, contents, strict=True)]
+    """The judge's chat messages for one pair as shown (template split first, then filled:
+    :func:`~agent2rl.scoring.judges.protocol.fill`)."""
+    return protocol.fill(protocol.to_messages(template().strip()), instruction, output_1, output_2)
 
 
 def preference_from_ranking(arguments: str | None) -> float:
