@@ -79,11 +79,8 @@ class StreamMeter:
         return rest
 
     def _keep(self, event: bytes) -> bool:
-        data_lines = []
-        for raw in event.decode("utf-8", "replace").splitlines():
-            if raw.startswith("data:"):
-                data_lines.append(raw[5:].removeprefix(" "))
-        data = "\n".join(data_lines)
+        lines = event.decode("utf-8", "replace").splitlines()
+        data = "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
         if data == "[DONE]":
             self.ended = True
             return True

@@ -60,9 +60,11 @@ SAME_MIN_BYTES = 512
 #: The conversations remembered for prefix matching (several agents or sub-agents may
 #: alternate through one proxy); the oldest is forgotten first.
 MAX_CONVERSATIONS = 16
-#: The most stream events kept for reassembly (a longer stream is reassembled from its
-#: first ones and marked ``truncated``): bounds the proxy's memory per request.
-MAX_STREAM_EVENTS = 200_000
+#: The usage-line fields a transcript line starts with, in this order.
+USAGE_KEYS = (
+    "time api endpoint model stream status latency_s input_tokens output_tokens cached_tokens "
+    "cache_write_tokens cost_usd estimated retries refused error"
+).split()
 
 
 def transcript_path(usage_file: Path) -> Path:
@@ -117,11 +119,7 @@ class TranscriptWriter:
             convs = self._convs.setdefault((api, name), [])
             best_seq, best_n = -1, 0
             for prev_seq, prev in convs:
-                n = 0
-                for a, b in zip(prev, digests, strict=False):
-                    if a != b:
-                        break
-                    n += 1
+                n = len(os.path.commonprefix([prev, digests]))
                 # A partial match counts too: clients move cache markers along the last
                 # messages, so the newest items of an earlier request may differ.
                 if n > best_n:
@@ -165,25 +163,7 @@ class TranscriptWriter:
         Returns the line's ``seq``. Raises OSError when the file cannot be written."""
         seq = self.seq
         row: dict[str, Any] = {"v": TRANSCRIPT_VERSION, "seq": seq}
-        for key in (
-            "time",
-            "api",
-            "endpoint",
-            "model",
-            "stream",
-            "status",
-            "latency_s",
-            "input_tokens",
-            "output_tokens",
-            "cached_tokens",
-            "cache_write_tokens",
-            "cost_usd",
-            "estimated",
-            "retries",
-            "refused",
-            "error",
-        ):
-            row[key] = usage.get(key)
+        row.update({key: usage.get(key) for key in USAGE_KEYS})
         if request is not None:
             row.update(self._compact(str(usage.get("api")), request, seq))
         else:

@@ -372,9 +372,8 @@ class LLMClient:
             self._meter(200, answer.latency_s, error=err.note)
             raise self.unavailable(f"{self.where()} {err.message}") from None
         usage = answer.data.get("usage")
-        self._meter(
-            200, answer.latency_s, answer.tokens, usage if isinstance(usage, dict) else None
-        )
+        usage = usage if isinstance(usage, dict) else None
+        self._meter(200, answer.latency_s, tokens=answer.tokens, usage=usage)
         if self.cache is not None:
             self.cache.put(key, self.model, answer.data)
         return value
@@ -437,23 +436,10 @@ class LLMClient:
             f"{self.where()} unreachable after {self.max_attempts} attempts ({last})"
         )
 
-    def _meter(
-        self,
-        status: int,
-        latency_s: float,
-        tokens: TokenCounts | None = None,
-        usage: dict[str, Any] | None = None,
-        error: str | None = None,
-    ) -> None:
+    def _meter(self, status: int, latency_s: float, **fields: Any) -> None:
+        """One request's line (``fields``: :meth:`LLMMeter.record`'s tokens, usage, error)."""
         self.meter.record(
-            "openai",
-            "chat/completions",
-            self.model,
-            status=status,
-            latency_s=latency_s,
-            tokens=tokens,
-            usage=usage,
-            error=error,
+            "openai", "chat/completions", self.model, status=status, latency_s=latency_s, **fields
         )
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent2rl.scoring.judges import protocol
-from agent2rl.scoring.judges.base import LogprobJudgeBackend, Pair
+from agent2rl.scoring.judges.base import LogprobJudgeBackend, NextToken, Pair
 from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
 from agent2rl.scoring.llm_client import LLMMeter
 
@@ -54,6 +54,10 @@ class LogprobJudge:
     def totals(self) -> dict[str, Any]:
         return self.meter.totals()
 
+    def read(self, answer: NextToken) -> float:
+        """The preference over the shown order that one answer gives."""
+        return protocol.preference_from_logprobs(answer.top)
+
     def preferences(self, pairs: Sequence[Pair]) -> list[float]:
         """One preference per pair (see :class:`~agent2rl.scoring.judges.base.PairwiseJudge`).
 
@@ -91,13 +95,11 @@ class LogprobJudge:
                         strict=True,
                     )
                 )
-                prefs = [
-                    protocol.unswap(protocol.preference_from_logprobs(a.top), swap)
-                    for (_, swap, _), a in asked
-                ]
+                prefs = [protocol.unswap(self.read(a), swap) for (_, swap, _), a in asked]
                 pref = prefs[0] if views == 1 else protocol.combine_orders(prefs)
                 top = asked[0][1].top if views == 1 else [t for _, a in asked for t in a.top]
-                judged.append((pref, top))
+                # a protocol that asks for no candidates (a ranking) has none to keep
+                judged.append((pref, top if self.protocol.top_logprobs else None))
             return judged
 
         return judge_with_cache(

@@ -7,16 +7,13 @@ The key comes from the grader's environment — ``AGENT2RL_JUDGE_API_KEY``, else
 :func:`agent2rl.workspace.builder.agent_env`). A server without auth (a local vLLM) needs no
 key.
 
-Requests go through the harness's one LLM client (:class:`~agent2rl.scoring.llm_client.LLMClient`):
-a connection error, a timeout, a dropped connection, 429 or any 5xx is retried up to
-``max_attempts`` times with exponential backoff; any other status (401, 404: a wrong key or
-model) fails at once. A request that fails for good raises
-:class:`~agent2rl.scoring.judges.base.JudgeUnavailable`, one line, and the requests of its
-batch still queued are cancelled, so an outage fails an evaluation in about one request's
-retry time rather than 805 of them. The retry settings are the host's
-(``AGENT2RL_JUDGE_MAX_ATTEMPTS``, ``AGENT2RL_JUDGE_BACKOFF_S``, ``AGENT2RL_JUDGE_TIMEOUT_S``,
-``AGENT2RL_JUDGE_CONCURRENCY``): they change how long grading takes, never a preference. The
-client's response cache stays off: a judge caches whole judgments
+Requests go through the harness's one LLM client (:mod:`agent2rl.scoring.llm_client`: its
+retries, and the cancelling of a batch's queued requests once one fails for good, so an
+outage fails an evaluation in about one request's retry time rather than 805 of them); a
+request that fails for good raises :class:`~agent2rl.scoring.judges.base.JudgeUnavailable`.
+The retry settings are the host's (``AGENT2RL_JUDGE_MAX_ATTEMPTS``, ``..._BACKOFF_S``,
+``..._TIMEOUT_S``, ``..._CONCURRENCY``): they change how long grading takes, never a
+preference. The client's response cache stays off: a judge caches whole judgments
 (:class:`~agent2rl.scoring.judges.cache.JudgmentCache`), local judges' included.
 """
 
@@ -88,12 +85,9 @@ def judge_client(
         judge_api_key() if api_key is None else api_key,
         meter=meter,
         cache=ResponseCache(cache_path) if cache_path is not None else None,
-        max_attempts=int(options["max_attempts"]),
-        backoff_s=options["backoff_s"],
-        timeout_s=options["timeout_s"],
-        concurrency=int(options["concurrency"]),
         label="judge",
         unavailable=JudgeUnavailable,
+        **options,  # type: ignore[arg-type]  # LLMClient rounds the counts down itself
     )
 
 
@@ -133,21 +127,10 @@ class OpenAICompatibleBackend:
         **backend_options: Any,
     ) -> None:
         self.client = judge_client(model, base_url, api_key, meter, **backend_options)
+        self.model, self.base_url, self.meter = model, self.client.base_url, self.client.meter
         #: prompts per :meth:`next_tokens` call: a few rounds of the concurrency, so a batch
         #: keeps every connection busy and an outage loses at most one batch of work
         self.batch_size = 4 * self.client.concurrency
-
-    @property
-    def model(self) -> str:
-        return self.client.model
-
-    @property
-    def base_url(self) -> str:
-        return self.client.base_url
-
-    @property
-    def meter(self) -> LLMMeter:
-        return self.client.meter
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "openai-compatible", "model": self.model, "base_url": self.base_url}

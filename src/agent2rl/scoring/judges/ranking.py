@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from agent2rl.scoring.judges import protocol
-from agent2rl.scoring.judges.base import Messages, NextToken, Pair
-from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
+from agent2rl.scoring.judges.base import Messages, NextToken
+from agent2rl.scoring.judges.cache import JudgmentCache
+from agent2rl.scoring.judges.logprob import LogprobJudge
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL, OpenAICompatibleBackend
 from agent2rl.scoring.llm_client import Completion, LLMMeter, UnusableResponse
 
@@ -143,10 +143,15 @@ class FunctionCallBackend(OpenAICompatibleBackend):
         return NextToken(top=[], tokens=answer.tokens, raw={"arguments": args})
 
 
-class RankingJudge:
+#: the protocol's prompt and swap; the preference is read from the function call
+#: (:meth:`RankingJudge.read`), so no candidates are asked for
+RANKING = protocol.JudgeProtocol(NAME, messages, TEMPLATE_SHA256, top_logprobs=0)
+
+
+class RankingJudge(LogprobJudge):
     """A :class:`~agent2rl.scoring.judges.base.PairwiseJudge` that asks for a ranking by
     function call; preferences are 1 or 2 (1.5 for identical outputs, NaN for an answer
-    that names neither). Cached and metered like :class:`LogprobJudge`."""
+    that names neither). Swapped, cached and metered like :class:`LogprobJudge`."""
 
     def __init__(
         self,
@@ -154,9 +159,7 @@ class RankingJudge:
         cache: JudgmentCache | None = None,
         meter: LLMMeter | None = None,
     ) -> None:
-        self.backend = backend
-        self.cache = cache
-        self.meter = meter or backend.meter
+        super().__init__(backend, cache, meter or backend.meter, RANKING)
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -168,35 +171,8 @@ class RankingJudge:
             "backend": self.backend.identity(),
         }
 
-    def totals(self) -> dict[str, Any]:
-        return self.meter.totals()
-
-    def preferences(self, pairs: Sequence[Pair]) -> list[float]:
-        """One preference per pair, in order; raises ``JudgeUnavailable`` from the backend.
-        Each chunk of ``backend.batch_size`` is cached as soon as it is judged
-        (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`)."""
-
-        def judge_chunk(chunk: list[int]) -> list[Judgment]:
-            swaps = [protocol.is_swapped(pairs[i].instruction) for i in chunk]
-            prompts = []
-            for i, swap in zip(chunk, swaps, strict=True):
-                p = pairs[i]
-                first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
-                prompts.append(messages(p.instruction, first, second))
-            answers = self.backend.next_tokens(prompts, 0)
-            return [
-                (protocol.unswap(preference_from_ranking(a.raw.get("arguments")), swap), None)
-                for swap, a in zip(swaps, answers, strict=True)
-            ]
-
-        return judge_with_cache(
-            pairs, self.identity(), self.cache, self.meter, self.backend.batch_size, judge_chunk
-        )
-
-    def close(self) -> None:
-        self.backend.close()
-        if self.cache is not None:
-            self.cache.close()
+    def read(self, answer: NextToken) -> float:
+        return preference_from_ranking(answer.raw.get("arguments"))
 
 
 def ranking_judge(

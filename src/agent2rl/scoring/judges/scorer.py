@@ -39,6 +39,7 @@ Either way ``correct`` is ``preference > 1.5`` (the judge preferred the model's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,7 +113,8 @@ class Judge:
             for s, o in zip(samples, outputs, strict=True)
         ]
         prefs = self.judge.preferences(pairs)
-        annotations = _annotations(samples, pairs, prefs)
+        indices = [s.metadata.get("index", i) for i, s in enumerate(samples)]
+        annotations = _annotations(pairs, prefs, indices)
         lc = self._lc_predictions(annotations)
         items = []
         for s, pair, pref, i in zip(samples, pairs, prefs, range(len(samples)), strict=True):
@@ -121,7 +123,7 @@ class Judge:
                 "preference": pref if judged else None,
                 "output_chars": len(pair.output_2),
                 "reference_chars": len(pair.output_1),
-                "index": annotations[i]["index"],
+                "index": indices[i],
             }
             if "group" in s.metadata:
                 meta["group"] = s.metadata["group"]
@@ -156,16 +158,12 @@ class Judge:
         LC win rate when declared), the average output length in characters against the
         reference's (the first sign of length gaming), ``unjudged`` items, the metric the
         score is, and the judge's totals (requests, cache hits, tokens, cost)."""
-        annotations = [
-            {
-                "instruction": "",
-                "output_1": it.target,
-                "output_2": it.prediction,
-                "preference": (it.meta or {}).get("preference"),
-                "index": (it.meta or {}).get("index", i),
-            }
-            for i, it in enumerate(items)
-        ]
+        metas = [it.meta or {} for it in items]
+        annotations = _annotations(
+            [Pair("", it.target, it.prediction) for it in items],
+            [meta.get("preference") for meta in metas],
+            [meta.get("index", i) for i, meta in enumerate(metas)],
+        )
         stats = win_rates(annotations) if items else {}
         metric = RAW
         glm = LC_V1 if self.df_gamed is not None else self.lc_glm
@@ -182,7 +180,7 @@ class Judge:
         return {
             "metric": metric,
             **{k: _plain(v) for k, v in stats.items()},
-            "unjudged": sum(1 for it in items if (it.meta or {}).get("preference") is None),
+            "unjudged": sum(1 for meta in metas if meta.get("preference") is None),
             "avg_length": sum(len(it.prediction) for it in items) / n if n else None,
             "reference_avg_length": sum(len(str(it.target)) for it in items) / n if n else None,
             "judge": self.judge.totals(),
@@ -190,17 +188,12 @@ class Judge:
 
 
 def _annotations(
-    samples: Sequence[Sample], pairs: Sequence[Pair], prefs: Sequence[float]
+    pairs: Sequence[Pair], prefs: Sequence[float | None], indices: Sequence[Any]
 ) -> list[dict[str, Any]]:
+    """AlpacaEval's annotations (:mod:`~agent2rl.scoring.judges.win_rates`) of judged pairs."""
     return [
-        {
-            "instruction": p.instruction,
-            "output_1": p.output_1,
-            "output_2": p.output_2,
-            "preference": pref,
-            "index": s.metadata.get("index", i),
-        }
-        for i, (s, p, pref) in enumerate(zip(samples, pairs, prefs, strict=True))
+        {**dataclasses.asdict(p), "preference": pref, "index": index}
+        for p, pref, index in zip(pairs, prefs, indices, strict=True)
     ]
 
 
