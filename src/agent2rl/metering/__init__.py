@@ -13,25 +13,11 @@ agent's setting             value
                             Gemini ``x-goog-api-key`` / a ``?key=`` query parameter)
 ==========================  ============================================================
 
-Routes: an allowlist of what the driver CLIs use, each provider module declaring its own
-(``Provider.endpoints``). Anything else is a provider-shaped 404 that lists the allowed
-endpoints, so the real key cannot reach other endpoints (files, batches, fine-tuning)::
-
-    POST /openai/v1/chat/completions          metered
-    POST /openai/v1/responses                 metered
-    GET  /openai/v1/models[/{id}]
-    POST /anthropic/v1/messages               metered
-    POST /anthropic/v1/messages/count_tokens
-    GET  /anthropic/v1/models[/{id}]
-    POST /gemini/v1beta/models/{m}:generateContent        metered
-    POST /gemini/v1beta/models/{m}:streamGenerateContent  metered (``?alt=sse``: SSE events)
-    POST /gemini/v1beta/models/{m}:countTokens
-    GET  /gemini/v1beta/models[/{m}]
-    GET  /healthz                             no key needed
-
-Any other Gemini action (``:embedContent``, ``:batchGenerateContent``, cached contents, files)
-is a 404 too. A Gemini key given as ``?key=`` is checked and then removed from the query; the
-real key goes upstream only as ``x-goog-api-key``.
+Routes: an allowlist of what the driver CLIs use (chat completions, Responses, Messages,
+generateContent and its stream, token counting, the model listings), each provider module
+declaring its own (``Provider.endpoints``, metered or not). Anything else is a
+provider-shaped 404 that lists the allowed endpoints, so the real key cannot reach other
+endpoints (files, batches, fine-tuning). ``GET /healthz`` needs no key.
 
 Paths are checked as the client sent them (``proxy.path_problem``): a dot or empty segment,
 a backslash or an escaped ``.``/``/`` is a 400, or ``models/../files`` would match
@@ -51,18 +37,10 @@ Responses pass through to the client byte for byte (streamed or not) while the p
 the ``usage`` out of them, and every request — forwarded, refused or failed — appends one JSON
 line to the usage file (``record/llm_usage.jsonl`` in a run: ``RunPaths.llm_usage``).
 
-Token accounting, normalised across providers into :class:`TokenCounts` (one record's fields):
-
-- ``input_tokens``: every prompt token the provider processed. OpenAI's ``prompt_tokens`` /
-  ``input_tokens`` already include cached tokens; for Anthropic it is ``input_tokens +
-  cache_read_input_tokens + cache_creation_input_tokens``.
-- ``cached_tokens``: prompt tokens read from the provider's cache (a subset of input);
-  ``cache_write_tokens``: Anthropic's cache creation tokens (a subset of input; 0 for OpenAI).
-- ``output_tokens``: completion tokens (reasoning included).
-- Gemini: ``input`` is ``promptTokenCount`` (cached content included) plus
-  ``toolUsePromptTokenCount``; ``cached`` is ``cachedContentTokenCount``; ``output`` is
-  ``candidatesTokenCount + thoughtsTokenCount`` (thinking tokens are billed as output).
-- ``usage``: the provider's own usage object, unmodified, for anything not normalised here.
+Token accounting: each provider's ``normalize`` maps its usage object to a record's
+:class:`TokenCounts` fields (input with cache reads and writes included, output with
+reasoning; its docstring names the provider's fields); the line also keeps the provider's own
+``usage`` object, unmodified, for anything not normalised here.
 
 Streaming usage: each provider's ``observe`` reads it from its events. A Chat Completions
 stream carries it only when the request asks for ``stream_options.include_usage``; when the

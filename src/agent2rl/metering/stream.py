@@ -83,13 +83,10 @@ class StreamMeter:
         data = "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
         if data == "[DONE]":
             self.ended = True
-            return True
-        if not data:
-            return True
         try:
-            obj = json.loads(data)
-        except json.JSONDecodeError:
-            return True
+            obj = json.loads(data) if data else None
+        except json.JSONDecodeError:  # [DONE] too
+            obj = None
         if not isinstance(obj, dict):
             return True
         if len(self.events) < self.max_events:

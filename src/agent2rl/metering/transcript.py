@@ -315,6 +315,14 @@ def _responses(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# Anthropic's text-like deltas, by type -> the block field they extend.
+_ANTHROPIC_DELTAS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+}
+
+
 def _anthropic(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     msg: dict[str, Any] = {"type": "message", "role": "assistant", "content": []}
     partial: dict[int, str] = {}
@@ -323,23 +331,18 @@ def _anthropic(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if kind == "message_start":
             msg.update(ev.get("message") or {})
             msg["content"] = list(msg.get("content") or [])
-        elif kind == "content_block_start":
-            i = ev.get("index", len(msg["content"]))
-            while len(msg["content"]) <= i:
-                msg["content"].append({})
-            msg["content"][i] = dict(ev.get("content_block") or {})
-        elif kind == "content_block_delta":
-            i = ev.get("index", 0)
-            while len(msg["content"]) <= i:
-                msg["content"].append({})
-            block, delta = msg["content"][i], ev.get("delta") or {}
+        elif kind in ("content_block_start", "content_block_delta"):
+            blocks = msg["content"]
+            i = ev.get("index", len(blocks) if kind == "content_block_start" else 0)
+            blocks.extend({} for _ in range(i + 1 - len(blocks)))
+            if kind == "content_block_start":
+                blocks[i] = dict(ev.get("content_block") or {})
+                continue
+            block, delta = blocks[i], ev.get("delta") or {}
             dtype = delta.get("type")
-            if dtype == "text_delta":
-                block["text"] = block.get("text", "") + delta.get("text", "")
-            elif dtype == "thinking_delta":
-                block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-            elif dtype == "signature_delta":
-                block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            name = _ANTHROPIC_DELTAS.get(dtype)
+            if name is not None:
+                block[name] = block.get(name, "") + delta.get(name, "")
             elif dtype == "input_json_delta":
                 partial[i] = partial.get(i, "") + delta.get("partial_json", "")
         elif kind == "message_delta":

@@ -41,15 +41,14 @@ _STATUS_NAMES = {
 #: search and Maps grounding, each run by Google on the model's behalf.
 _SERVER_TOOLS = {
     "google_search": "google_search",
-    "googleSearch": "google_search",
     "google_search_retrieval": "google_search",
-    "googleSearchRetrieval": "google_search",
     "url_context": "url_context",
-    "urlContext": "url_context",
     "enterprise_web_search": "google_search",
-    "enterpriseWebSearch": "google_search",
     "google_maps": "google_maps",
-    "googleMaps": "google_maps",
+}
+_SERVER_TOOLS |= {
+    key.split("_")[0] + "".join(w.title() for w in key.split("_")[1:]): name
+    for key, name in _SERVER_TOOLS.items()
 }
 
 

@@ -24,16 +24,10 @@ class LogprobJudge:
     on ``backend``.
 
     ``cache`` (optional) answers pairs judged before by the same judge; ``meter`` counts the
-    cache hits (the backend records its own requests on the same meter).
-
-    Pairs are asked in chunks of ``backend.batch_size``; each chunk's judgments are cached
-    as soon as they arrive, so an outage halfway through keeps what was already paid for,
-    and grading again after it asks only for the rest.
-
-    ``judge_protocol`` is AlpacaEval's own by default; a variant
-    (:class:`~agent2rl.scoring.judges.protocol.JudgeProtocol`: another template, both
-    orders) keeps the labels, the preference, the swap and the cache, and has its own
-    identity.
+    cache hits (the backend records its own requests on the same meter). ``judge_protocol``
+    is AlpacaEval's own by default; a variant (:class:`~agent2rl.scoring.judges.protocol.
+    JudgeProtocol`: another template, both orders) keeps the labels, the preference, the swap
+    and the cache, and has its own identity.
     """
 
     def __init__(
@@ -59,14 +53,11 @@ class LogprobJudge:
         return protocol.preference_from_logprobs(answer.top)
 
     def preferences(self, pairs: Sequence[Pair]) -> list[float]:
-        """One preference per pair (see :class:`~agent2rl.scoring.judges.base.PairwiseJudge`).
-
-        Identical outputs are 1.5 without a request (AlpacaEval does the same); cached pairs
-        are answered from the cache; the rest go to the backend, displayed in the order
-        :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives
-        (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`). Raises
-        :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend.
-        """
+        """One preference per pair (see :class:`~agent2rl.scoring.judges.base.PairwiseJudge`),
+        asking only what the cache lacks, in chunks of ``backend.batch_size`` each cached as
+        soon as it is judged (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`), each
+        pair shown in the order :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives.
+        Raises :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend."""
         orders = 2 if self.protocol.both_orders else 1
         builds = self.protocol.builds()
         views = self.protocol.views

@@ -110,8 +110,7 @@ def top_logprobs(answer: Completion) -> NextToken:
 class OpenAICompatibleBackend:
     """Next-token logprobs from ``{base_url}/chat/completions``.
 
-    Each prompt is one request with AlpacaEval's settings (``max_tokens=1``,
-    ``temperature=1``, ``top_p=1``, ``logprobs=true``, ``top_logprobs``); up to
+    Each prompt is one request with AlpacaEval's settings (:meth:`request_body`); up to
     ``concurrency`` are in flight at once. Every request, failed ones included, is one line
     on ``meter``. ``backend_options`` (``max_attempts``, ``backoff_s``, ``timeout_s``,
     ``concurrency``) go to :func:`judge_client`. A subclass asks for something else by

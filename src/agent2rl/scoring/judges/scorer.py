@@ -13,11 +13,10 @@ The score is the first of the declared metrics, :attr:`Judge.metrics`
     when the task has the LC GLM's data (``df_gamed``), with ``win_rate`` beside it. The GLM
     is fitted once over the evaluation's items and each item's ``meta["lc_preference"]`` is
     its prediction at equal lengths; the metric is their mean (x 100, exactly the LC win
-    rate) and its interval the bootstrap of that mean over the items, the one behind
-    AlpacaEval's ``lc_standard_error``: it reflects how instructions differ, not the GLM
-    fit's own uncertainty, so it is narrower than the raw win rate's. When the GLM cannot be
-    fitted (fewer than two items, one length difference for all) it falls back to the raw
-    win rate, and the details' ``metric`` says so.
+    rate), its interval as :data:`~agent2rl.scoring.judges.win_rates.LC_WIN_RATE` says
+    (narrower than the raw win rate's). When the GLM cannot be fitted (fewer than two items,
+    one length difference for all) it falls back to the raw win rate, and the details'
+    ``metric`` says so.
 ``win_rate``
     otherwise: the mean preference ``p - 1``; an item the judge could not judge (no label
     among its top tokens) counts as a draw, 0.5 — AlpacaEval drops such items instead, so

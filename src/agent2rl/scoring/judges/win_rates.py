@@ -104,8 +104,7 @@ def win_rates(
     prefs = _preferences(annotations)
     out = _head2head(prefs)
     # ZeroOneScoringRule: 1.5 -> 0 (a draw), round, then 0 -> 1.5 again.
-    discrete = np.where(prefs == 1.5, 0.0, prefs)
-    discrete = np.round(discrete)
+    discrete = np.round(np.where(prefs == 1.5, 0.0, prefs))
     discrete[discrete == 0.0] = 1.5
     out["discrete_win_rate"] = _head2head(discrete)["win_rate"]
     if df_gamed is not None:
