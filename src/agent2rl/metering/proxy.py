@@ -33,6 +33,7 @@ from agent2rl.metering.provider_tools import (
     append_tool_uses,
     provider_tools_path,
     refusal_message,
+    text,
 )
 from agent2rl.metering.providers import PROVIDERS, Endpoint, Provider, Upstream
 from agent2rl.metering.providers.base import json_array, safe_rest
@@ -87,9 +88,8 @@ class ProxyConfig:
     allows every model. ``denied_prompts``: model (``"*"``: any) -> texts a metered request
     to it may not carry (compared case-folded, whitespace collapsed, over every string of the
     request body): a task's judge prompt sent to its judge model is a 403 too.
-    ``transcript_file``: where every exchange's request and response are appended
-    (:mod:`agent2rl.metering.transcript`; default ``transcript.jsonl`` beside the usage
-    file); ``record_transcript=False`` writes none. ``allow_provider_tools``: relay requests
+    Every exchange's request and response are appended to ``transcript.jsonl`` beside the
+    usage file (:mod:`agent2rl.metering.transcript`). ``allow_provider_tools``: relay requests
     that carry provider-side tools (web search, URL fetches, MCP servers:
     :mod:`agent2rl.metering.provider_tools`); False refuses them with a provider-shaped 403
     naming the run flag. Either way each one is a line of ``provider_tools.jsonl`` beside the
@@ -110,8 +110,6 @@ class ProxyConfig:
     retry_after_cap_s: float = 8.0
     allowed_models: tuple[str, ...] | None = None
     denied_prompts: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    transcript_file: Path | None = None
-    record_transcript: bool = True
     allow_provider_tools: bool = False
 
     def upstream(self, provider: Provider) -> Upstream:
@@ -146,12 +144,9 @@ class _Proxy:
         # A restarted proxy keeps counting from what the run already used.
         used = summarize_usage(cfg.usage_file)["total_tokens"]
         self.budget = TokenBudget(cfg.max_total_tokens, used)
-        self.transcript: TranscriptWriter | None = None
-        if cfg.record_transcript:
-            # Every key the proxy holds is redacted from the transcript, wherever it appears.
-            keys = [cfg.proxy_key, *(u.api_key for u in cfg.upstreams.values())]
-            path = cfg.transcript_file or transcript_path(cfg.usage_file)
-            self.transcript = TranscriptWriter(path, secrets=keys)
+        # Every key the proxy holds is redacted from the transcript, wherever it appears.
+        keys = [cfg.proxy_key, *(u.api_key for u in cfg.upstreams.values())]
+        self.transcript = TranscriptWriter(transcript_path(cfg.usage_file), secrets=keys)
 
     def record(self, ex: _Exchange) -> None:
         """Write the exchange's usage line and settle its reservation to what it was charged;
@@ -167,13 +162,12 @@ class _Proxy:
         self.budget.settle(ex.estimate, rec.tokens.total)
         append_record(self.cfg.usage_file, rec)
         self.record_tools(ex)
-        if self.transcript is not None:
-            try:
-                self.transcript.write(dataclasses.asdict(rec), ex.request, ex.response)
-            except (OSError, TypeError, ValueError) as exc:
-                # The transcript is a record, not the meter: a full disk must not fail the
-                # agent's request, whose usage line is already written.
-                print(f"transcript not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        try:
+            self.transcript.write(dataclasses.asdict(rec), ex.request, ex.response)
+        except (OSError, TypeError, ValueError) as exc:
+            # The transcript is a record, not the meter: a full disk must not fail the
+            # agent's request, whose usage line is already written.
+            print(f"transcript not written: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def record_tools(self, ex: _Exchange) -> None:
         """Append the provider-side tools the exchange declared and those its answer shows
@@ -209,11 +203,8 @@ class _Proxy:
         if est is None:
             return
         seen = rec.tokens
-        charged = TokenCounts(
-            input=seen.input or est.prompt,
-            output=max(seen.output, est.output),
-            cached=seen.cached,
-            cache_write=seen.cache_write,
+        charged = dataclasses.replace(
+            seen, input=seen.input or est.prompt, output=max(seen.output, est.output)
         )
         rec.set_usage(rec.usage, charged, estimate_cost(rec.model, charged))
         rec.estimated = True
@@ -319,7 +310,7 @@ class _Proxy:
         if inject:
             body = json.dumps(payload).encode()
         try:
-            return await self._relay(request, provider, path, body, ex, route.metered, inject)
+            return await self._relay(request, path, body, ex, inject)
         except BaseException:
             # Cancelled or broken in the proxy itself: the provider may have the request.
             self.charge_estimate(ex, "the proxy failed while relaying the request")
@@ -327,12 +318,12 @@ class _Proxy:
             raise
 
     async def _send(
-        self, request: Request, provider: Provider, path: str, body: bytes, ex: _Exchange
+        self, request: Request, path: str, body: bytes, ex: _Exchange
     ) -> httpx.Response | httpx.HTTPError:
         """Send upstream, retrying (bounded) a refused connection or a 429/5xx answer — all
         before the client got a byte. The response to relay, or the error that ended it."""
         assert self.client is not None
-        cfg = self.cfg
+        cfg, provider = self.cfg, ex.provider
         url = provider.upstream_url(cfg.upstream(provider).base_url, path, request.url.query)
         headers = self.upstream_headers(request, provider)
         attempt = 0
@@ -380,19 +371,13 @@ class _Proxy:
         return asked if asked <= cfg.retry_after_cap_s else None
 
     async def _relay(
-        self,
-        request: Request,
-        provider: Provider,
-        path: str,
-        body: bytes,
-        ex: _Exchange,
-        metered: bool,
-        inject: bool,
+        self, request: Request, path: str, body: bytes, ex: _Exchange, inject: bool
     ) -> Response:
-        rec = ex.rec
-        resp = await self._send(request, provider, path, body, ex)
+        rec, provider = ex.rec, ex.provider
+        metered = ex.estimate is not None  # every metered request holds a reservation
+        resp = await self._send(request, path, body, ex)
         if isinstance(resp, httpx.HTTPError):
-            return self._failed(ex, provider, resp)
+            return self._failed(ex, resp)
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
         rec.status = resp.status_code
         if resp.headers.get("content-type", "").startswith("text/event-stream"):
@@ -421,7 +406,7 @@ class _Proxy:
         try:
             content = await resp.aread()
         except httpx.HTTPError as exc:
-            return self._failed(ex, provider, exc)
+            return self._failed(ex, exc)
         finally:
             await resp.aclose()
         data = _json_object(content)
@@ -435,23 +420,23 @@ class _Proxy:
                 # server that reports none) did work upstream: it costs its reservation,
                 # never 0, or such requests would spend nothing of the budget.
                 self.charge_estimate(ex, "the answer reported no token usage")
-        rec.model = rec.model or (data.get("model") if isinstance(data.get("model"), str) else None)
+        rec.model = rec.model or text(data.get("model"))
         if resp.status_code >= 400:
             rec.error = _error_message(data, content)
         self.record(ex)
         return Response(content=content, status_code=resp.status_code, headers=headers)
 
-    def _failed(self, ex: _Exchange, provider: Provider, exc: httpx.HTTPError) -> Response:
+    def _failed(self, ex: _Exchange, exc: httpx.HTTPError) -> Response:
         timeout = isinstance(exc, httpx.TimeoutException)
         status = 504 if timeout else 502
         what = "timed out" if timeout else "could not be reached"
-        msg = f"upstream {provider.name} API {what}: {type(exc).__name__}: {exc}".rstrip(": ")
+        msg = f"upstream {ex.provider.name} API {what}: {type(exc).__name__}: {exc}".rstrip(": ")
         ex.rec.status, ex.rec.error = status, msg[:500]
         if not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             # The request went out: the provider may be generating (and billing) the answer.
             self.charge_estimate(ex, msg[:500])
         self.record(ex)
-        return provider.error_response(status, msg)
+        return ex.provider.error_response(status, msg)
 
 
 def _backoff(cfg: ProxyConfig, attempt: int) -> float:

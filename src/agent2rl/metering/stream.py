@@ -126,11 +126,9 @@ class Relay:
     async def body(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self.resp.aiter_bytes():
-                out = self.meter.feed(chunk)
-                if out:
+                if out := self.meter.feed(chunk):
                     yield out
-            tail = self.meter.flush()
-            if tail:
+            if tail := self.meter.flush():
                 yield tail
             if not (self.meter.ended or self.meter.final):
                 # A clean end of the body but not of the stream: the client would take the

@@ -306,9 +306,9 @@ def _responses(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 ev.get("output_index", 0),
                 {"type": "message", "role": "assistant", "content": [{"text": ""}]},
             )
-            if item.get("content") and "text" in item["content"][0]:
-                if item.get("status") != "completed":
-                    item["content"][0]["text"] += ev.get("delta", "")
+            content = item.get("content")
+            if content and "text" in content[0] and item.get("status") != "completed":
+                content[0]["text"] += ev.get("delta", "")
     out = dict(final or {"object": "response"})
     if not out.get("output") and items:
         out["output"] = [items[i] for i in sorted(items)]

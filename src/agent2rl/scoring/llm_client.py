@@ -2,16 +2,8 @@
 AlpacaEval judges (:mod:`agent2rl.scoring.judges.openai_compatible`,
 :mod:`~agent2rl.scoring.judges.ranking`), DeepSearchQA's judge
 (:mod:`agent2rl.tasks.deepsearch.judge`) and the dashboard's run summaries
-(:mod:`agent2rl.analysis.summary`). (The agent's own LLM calls go through the metering proxy,
-:mod:`agent2rl.metering`, never through this.)
-
-::
-
-    LLMClient      chat completions with retries, timeouts, concurrency, metering, a cache
-    LLMMeter       one usage line per request sent (metering's format), and running totals
-    ResponseCache  SQLite: a response by its full request (endpoint and JSON body)
-    Completion     one answer: the response's JSON, its tokens, whether it came from the cache
-    LLMUnavailable the endpoint could not answer (one line); callers pass their own subclass
+(:mod:`agent2rl.analysis.dashboard.summary`). (The agent's own LLM calls go through the
+metering proxy, :mod:`agent2rl.metering`, never through this.)
 
 Retries: a connection error, a timeout, a dropped connection, 408/409/425/429 or any 5xx is
 retried up to ``max_attempts`` times in all, waiting ``backoff_s`` doubled after each failure

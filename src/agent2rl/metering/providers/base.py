@@ -66,19 +66,17 @@ class Endpoint:
     ``path`` may end in ``{rest:path}`` (a route parameter: one or more model-id segments,
     checked by :func:`safe_rest` before anything is forwarded). ``metered``: whether the proxy
     reads usage from the response and reserves and charges the token budget for it; a
-    provider may decide per request instead (see :meth:`Provider.route`). ``shown``: how the
-    route reads in the list of allowed endpoints (default: ``path`` with its parameter shown
-    as ``{model}``).
+    provider may decide per request instead (see :meth:`Provider.route`).
     """
 
     path: str
     methods: tuple[str, ...]
     metered: bool
-    shown: str | None = None
 
     def describe(self, prefix: str) -> list[str]:
-        """``METHOD /prefix/path`` for each method, as the allowed-endpoints list shows it."""
-        path = self.shown or self.path.replace("{rest:path}", "{model}")
+        """``METHOD /prefix/path`` for each method, as the allowed-endpoints list shows it
+        (the route parameter as ``{model}``)."""
+        path = self.path.replace("{rest:path}", "{model}")
         return [f"{m} {prefix}/{path}" for m in self.methods]
 
 

@@ -257,11 +257,8 @@ def combine_orders(preferences: list[float]) -> float:
     if not found:
         return math.nan
     eps = 1e-6
-    logits = []
-    for p in found:
-        q = min(max(p - 1.0, eps), 1.0 - eps)
-        logits.append(math.log(q / (1.0 - q)))
-    mean = sum(logits) / len(logits)
+    clipped = [min(max(p - 1.0, eps), 1.0 - eps) for p in found]
+    mean = sum(math.log(q / (1.0 - q)) for q in clipped) / len(clipped)
     return 1.0 + 1.0 / (1.0 + math.exp(-mean))
 
 
