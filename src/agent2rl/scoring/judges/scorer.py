@@ -128,16 +128,9 @@ class Judge:
                 meta["group"] = s.metadata["group"]
             if lc is not None:
                 meta["lc_preference"] = float(lc[i])  # what LC_WIN_RATE averages
-            items.append(
-                ItemResult(
-                    id=s.id,
-                    prediction=pair.output_2,
-                    target=pair.output_1,
-                    correct=judged and pref > 1.5,
-                    score=pref - 1.0 if judged else 0.5,
-                    meta=meta,
-                )
-            )
+            correct = judged and pref > 1.5  # the judge preferred the model's output
+            score = pref - 1.0 if judged else 0.5
+            items.append(ItemResult(s.id, pair.output_2, pair.output_1, correct, score, meta))
         return items
 
     def _lc_predictions(self, annotations: list[dict[str, Any]]) -> np.ndarray | None:
