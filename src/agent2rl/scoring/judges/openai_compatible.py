@@ -91,22 +91,6 @@ def judge_client(
     )
 
 
-def top_logprobs(answer: Completion) -> NextToken:
-    """The first token's top candidates of a chat completion; :class:`UnusableResponse`
-    when it has none."""
-    try:
-        logprobs = answer.data["choices"][0].get("logprobs") or {}
-        first = (logprobs.get("content") or [None])[0]
-        top = [(str(t["token"]), float(t["logprob"])) for t in first["top_logprobs"]]
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise UnusableResponse(
-            "answered without top logprobs: the judge needs a server that supports logprobs "
-            "and top_logprobs on chat completions",
-            "no logprobs in the response",
-        ) from None
-    return NextToken(top=top, tokens=answer.tokens)
-
-
 class OpenAICompatibleBackend:
     """Next-token logprobs from ``{base_url}/chat/completions``.
 
@@ -147,8 +131,19 @@ class OpenAICompatibleBackend:
         }
 
     def read(self, answer: Completion) -> NextToken:
-        """What the judge reads from one answer (:class:`UnusableResponse` when it cannot)."""
-        return top_logprobs(answer)
+        """What the judge reads from one answer, the first token's top candidates;
+        :class:`UnusableResponse` when it has none."""
+        try:
+            logprobs = answer.data["choices"][0].get("logprobs") or {}
+            first = (logprobs.get("content") or [None])[0]
+            top = [(str(t["token"]), float(t["logprob"])) for t in first["top_logprobs"]]
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise UnusableResponse(
+                "answered without top logprobs: the judge needs a server that supports "
+                "logprobs and top_logprobs on chat completions",
+                "no logprobs in the response",
+            ) from None
+        return NextToken(top=top, tokens=answer.tokens)
 
     def next_tokens(self, prompts: Sequence[Messages], top_logprobs: int) -> list[NextToken]:
         bodies = [self.request_body(p, top_logprobs) for p in prompts]
