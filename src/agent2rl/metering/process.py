@@ -84,15 +84,11 @@ def start_metering_proxy(
     the key the agent gets (a fresh random one when None). ``ready_file`` (default
     ``llm_proxy.json`` beside the usage file) receives ``{"port", "pid"}`` once the proxy
     accepts connections; ``log_file`` (default ``llm_proxy.log`` beside it) gets its output.
-    ``allowed_models``: the only models a metered request may name (a run's driver models;
-    see :class:`~agent2rl.metering.proxy.ProxyConfig`); None allows every model.
-    ``denied_prompts``: model -> texts its requests may not carry (a task's judge prompt for
-    its judge model), handed over in ``llm_proxy_denied.json`` beside the usage file.
-    ``allow_provider_tools``: relay provider-side tools (web search, URL fetches; see
-    :mod:`agent2rl.metering.provider_tools`), each use recorded; False refuses them.
-    ``redact``: the run's other secrets (its grading token), never written to the transcript
-    (handed over in the environment, as the keys are:
-    :data:`~agent2rl.metering.transcript.REDACT_ENV`).
+    ``allowed_models`` (None: every model), ``denied_prompts`` (handed over in
+    ``llm_proxy_denied.json`` beside the usage file) and ``allow_provider_tools``: as in
+    :class:`~agent2rl.metering.proxy.ProxyConfig`. ``redact``: the run's other secrets (its
+    grading token), never written to the transcript (handed over in the environment, as the
+    keys are: :data:`~agent2rl.metering.transcript.REDACT_ENV`).
     Raises RuntimeError, naming the log, if the process exits or is not ready in time.
     """
     usage_file = Path(usage_file).resolve()

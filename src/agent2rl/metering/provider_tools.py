@@ -69,6 +69,11 @@ def is_web_url(value: Any) -> bool:
     return isinstance(value, str) and value[:8].lower().startswith(("http://", "https://"))
 
 
+def text(value: Any) -> str | None:
+    """``value`` when it is a string (a field of untrusted JSON), else None."""
+    return value if isinstance(value, str) else None
+
+
 def walk_dicts(value: Any) -> Iterable[dict[str, Any]]:
     """Every JSON object inside ``value`` (``value`` itself first), depth first."""
     stack = [value]

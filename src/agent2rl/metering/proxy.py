@@ -33,9 +33,10 @@ from agent2rl.metering.provider_tools import (
     append_tool_uses,
     provider_tools_path,
     refusal_message,
+    text,
 )
 from agent2rl.metering.providers import PROVIDERS, Endpoint, Provider, Upstream
-from agent2rl.metering.providers.base import safe_rest
+from agent2rl.metering.providers.base import json_array, safe_rest
 from agent2rl.metering.stream import Relay, RelayResponse, StreamMeter
 from agent2rl.metering.transcript import TranscriptWriter, reassemble, transcript_path
 from agent2rl.metering.usage import TokenCounts, UsageRecord, append_record, summarize_usage
@@ -87,9 +88,8 @@ class ProxyConfig:
     allows every model. ``denied_prompts``: model (``"*"``: any) -> texts a metered request
     to it may not carry (compared case-folded, whitespace collapsed, over every string of the
     request body): a task's judge prompt sent to its judge model is a 403 too.
-    ``transcript_file``: where every exchange's request and response are appended
-    (:mod:`agent2rl.metering.transcript`; default ``transcript.jsonl`` beside the usage
-    file); ``record_transcript=False`` writes none. ``allow_provider_tools``: relay requests
+    Every exchange's request and response are appended to ``transcript.jsonl`` beside the
+    usage file (:mod:`agent2rl.metering.transcript`). ``allow_provider_tools``: relay requests
     that carry provider-side tools (web search, URL fetches, MCP servers:
     :mod:`agent2rl.metering.provider_tools`); False refuses them with a provider-shaped 403
     naming the run flag. Either way each one is a line of ``provider_tools.jsonl`` beside the
@@ -110,8 +110,6 @@ class ProxyConfig:
     retry_after_cap_s: float = 8.0
     allowed_models: tuple[str, ...] | None = None
     denied_prompts: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    transcript_file: Path | None = None
-    record_transcript: bool = True
     allow_provider_tools: bool = False
 
     def upstream(self, provider: Provider) -> Upstream:
@@ -120,12 +118,14 @@ class ProxyConfig:
 
 @dataclass
 class _Exchange:
-    """One client request on its way through: its usage line, when it began, its budget
-    reservation (metered routes only), the tokens of failed attempts that reported usage, and
-    whether it was recorded (exactly once, however it ends)."""
+    """One client request on its way through: its usage line, when it began, its provider
+    (to read what its tools did from the answer), its budget reservation (metered routes
+    only), the tokens of failed attempts that reported usage, and whether it was recorded
+    (exactly once, however it ends)."""
 
     rec: UsageRecord
     started: float
+    provider: Provider
     estimate: Estimate | None = None
     failed_attempts: TokenCounts = field(default_factory=TokenCounts)
     done: bool = False
@@ -133,9 +133,7 @@ class _Exchange:
     #: stream, or text)
     request: dict[str, Any] | None = None
     response: Any = None
-    #: the provider (to read what its tools did from the answer), and the provider-side
-    #: tools the request declared (relayed only when the run allows them)
-    provider: Provider | None = None
+    #: the provider-side tools the request declared (relayed only when the run allows them)
     tools: list[ToolUse] = field(default_factory=list)
 
 
@@ -146,12 +144,9 @@ class _Proxy:
         # A restarted proxy keeps counting from what the run already used.
         used = summarize_usage(cfg.usage_file)["total_tokens"]
         self.budget = TokenBudget(cfg.max_total_tokens, used)
-        self.transcript: TranscriptWriter | None = None
-        if cfg.record_transcript:
-            # Every key the proxy holds is redacted from the transcript, wherever it appears.
-            keys = [cfg.proxy_key, *(u.api_key for u in cfg.upstreams.values())]
-            path = cfg.transcript_file or transcript_path(cfg.usage_file)
-            self.transcript = TranscriptWriter(path, secrets=keys)
+        # Every key the proxy holds is redacted from the transcript, wherever it appears.
+        keys = [cfg.proxy_key, *(u.api_key for u in cfg.upstreams.values())]
+        self.transcript = TranscriptWriter(transcript_path(cfg.usage_file), secrets=keys)
 
     def record(self, ex: _Exchange) -> None:
         """Write the exchange's usage line and settle its reservation to what it was charged;
@@ -167,22 +162,21 @@ class _Proxy:
         self.budget.settle(ex.estimate, rec.tokens.total)
         append_record(self.cfg.usage_file, rec)
         self.record_tools(ex)
-        if self.transcript is not None:
-            try:
-                self.transcript.write(dataclasses.asdict(rec), ex.request, ex.response)
-            except (OSError, TypeError, ValueError) as exc:
-                # The transcript is a record, not the meter: a full disk must not fail the
-                # agent's request, whose usage line is already written.
-                print(f"transcript not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        try:
+            self.transcript.write(dataclasses.asdict(rec), ex.request, ex.response)
+        except (OSError, TypeError, ValueError) as exc:
+            # The transcript is a record, not the meter: a full disk must not fail the
+            # agent's request, whose usage line is already written.
+            print(f"transcript not written: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def record_tools(self, ex: _Exchange) -> None:
         """Append the provider-side tools the exchange declared and those its answer shows
         the provider used (a search query, a fetched URL) to the provider-tool log."""
         response = ex.response
         if isinstance(response, str):  # a JSON array (Gemini's stream without alt=sse)
-            response = _json_array(response.encode())
+            response = json_array(response.encode())
         try:
-            done = ex.provider.server_tool_uses(response) if ex.provider is not None else []
+            done = ex.provider.server_tool_uses(response)
         except (TypeError, AttributeError, ValueError):  # an answer of a shape never seen
             done = []
         if not ex.tools and not done:
@@ -209,11 +203,8 @@ class _Proxy:
         if est is None:
             return
         seen = rec.tokens
-        charged = TokenCounts(
-            input=seen.input or est.prompt,
-            output=max(seen.output, est.output),
-            cached=seen.cached,
-            cache_write=seen.cache_write,
+        charged = dataclasses.replace(
+            seen, input=seen.input or est.prompt, output=max(seen.output, est.output)
         )
         rec.set_usage(rec.usage, charged, estimate_cost(rec.model, charged))
         rec.estimated = True
@@ -233,6 +224,43 @@ class _Proxy:
         headers.update(provider.auth_headers(self.cfg.upstream(provider).api_key))
         return headers
 
+    def refuse(
+        self, ex: _Exchange, status: int, msg: str, *, retry: bool = False, note: str = ""
+    ) -> Response:
+        """Record ``ex`` as refused (its line's error: ``note``, else ``msg``) and answer
+        ``msg`` in the provider's error shape."""
+        ex.rec.status, ex.rec.refused, ex.rec.error = status, True, note or msg
+        self.record(ex)
+        return ex.provider.error_response(status, msg, retry=retry)
+
+    def policy_refusal(
+        self, ex: _Exchange, path: str, payload: dict[str, Any]
+    ) -> tuple[int, str] | None:
+        """Why the run refuses a metered request, as ``(status, message)``, or None: a model
+        it does not allow, the task's judge prompt, a mode the budget could not meter, or
+        provider-side tools (which it notes in ``ex.tools``) when the run does not allow them."""
+        provider, model = ex.provider, ex.rec.model
+        allowed = self.cfg.allowed_models
+        if allowed is not None and model not in allowed:
+            named = f"model {model!r}" if model else "a request that names no model"
+            return 403, (
+                f"{named} is not allowed in this run; the metering proxy relays only "
+                f"{', '.join(allowed) or '(no model)'} (the run's driver)"
+            )
+        denied = denied_prompt(self.cfg.denied_prompts, model, payload)
+        if denied is not None:
+            return 403, (
+                f"this request carries the task's judge prompt ({denied[:60]!r}...) for "
+                f"{model or 'its model'}: the agent may not ask the grader's own judge"
+            )
+        mode = provider.refused_mode(path, payload)
+        if mode is not None:
+            return 400, mode
+        ex.tools = provider.server_tools(path, payload)
+        if ex.tools and not self.cfg.allow_provider_tools:
+            return 403, refusal_message(ex.tools)
+        return None
+
     async def forward(self, request: Request, provider: Provider, ep: Endpoint) -> Response:
         started = time.monotonic()
         rest = request.path_params.get("rest")
@@ -246,68 +274,34 @@ class _Proxy:
         route = provider.route(request.method, path, ep)
         if route is None:
             return refuse_path(request, provider, 404, None)
-        ex = _Exchange(UsageRecord(api=provider.name, endpoint=path.rstrip("/")), started)
-        ex.provider = provider
-        rec = ex.rec
+        rec = UsageRecord(api=provider.name, endpoint=path.rstrip("/"))
+        ex = _Exchange(rec, started, provider)
         if not provider.authorized(request, self.cfg.proxy_key):
-            rec.status, rec.refused, rec.error = 401, True, "invalid or missing proxy key"
-            self.record(ex)
-            return provider.error_response(
-                401, "Invalid API key for the agent2rl metering proxy (use the run's key)."
-            )
+            msg = "Invalid API key for the agent2rl metering proxy (use the run's key)."
+            return self.refuse(ex, 401, msg, retry=True, note="invalid or missing proxy key")
         body = await _read_body(request, self.cfg.max_body_bytes)
         if body is None:
-            msg = (
+            return self.refuse(
+                ex,
+                413,
                 f"request body larger than the metering proxy's limit of "
-                f"{self.cfg.max_body_bytes} bytes; send a shorter conversation"
+                f"{self.cfg.max_body_bytes} bytes; send a shorter conversation",
             )
-            rec.status, rec.refused, rec.error = 413, True, msg
-            self.record(ex)
-            return provider.error_response(413, msg, retry=False)
         payload = _json_object(body)
         # A copy: asking a stream for usage changes the payload (the transcript keeps what
         # the client sent). Only a JSON-object body is kept; a bare GET has none.
         ex.request = dict(payload) if payload else None
         rec.model, rec.stream = provider.model_and_stream(route, payload)
-        allowed = self.cfg.allowed_models
-        if route.metered and allowed is not None and rec.model not in allowed:
-            named = f"model {rec.model!r}" if rec.model else "a request that names no model"
-            msg = (
-                f"{named} is not allowed in this run; the metering proxy relays only "
-                f"{', '.join(allowed) or '(no model)'} (the run's driver)"
-            )
-            rec.status, rec.refused, rec.error = 403, True, msg
-            self.record(ex)
-            return provider.error_response(403, msg, retry=False)
-        denied = denied_prompt(self.cfg.denied_prompts, rec.model, payload)
-        if route.metered and denied is not None:
-            msg = (
-                f"this request carries the task's judge prompt ({denied[:60]!r}...) for "
-                f"{rec.model or 'its model'}: the agent may not ask the grader's own judge"
-            )
-            rec.status, rec.refused, rec.error = 403, True, msg
-            self.record(ex)
-            return provider.error_response(403, msg, retry=False)
-        mode = provider.refused_mode(path, payload) if route.metered else None
-        if mode is not None:
-            rec.status, rec.refused, rec.error = 400, True, mode
-            self.record(ex)
-            return provider.error_response(400, mode, retry=False)
-        ex.tools = provider.server_tools(path, payload) if route.metered else []
-        if ex.tools and not self.cfg.allow_provider_tools:
-            msg = refusal_message(ex.tools)
-            rec.status, rec.refused, rec.error = 403, True, msg
-            self.record(ex)
-            return provider.error_response(403, msg, retry=False)
         if route.metered:
+            refused = self.policy_refusal(ex, path, payload)
+            if refused is not None:
+                return self.refuse(ex, *refused)
             estimate = estimate_request(
                 body, provider.requested_output_tokens(payload), self.cfg.output_reserve_tokens
             )
             refusal = self.budget.reserve(estimate)
             if refusal is not None:
-                rec.status, rec.refused, rec.error = 429, True, refusal.message
-                self.record(ex)
-                resp = provider.error_response(429, refusal.message, retry=not refusal.final)
+                resp = self.refuse(ex, 429, refusal.message, retry=not refusal.final)
                 if not refusal.final:
                     resp.headers["retry-after"] = "1"
                 return resp
@@ -316,7 +310,7 @@ class _Proxy:
         if inject:
             body = json.dumps(payload).encode()
         try:
-            return await self._relay(request, provider, path, body, ex, route.metered, inject)
+            return await self._relay(request, path, body, ex, inject)
         except BaseException:
             # Cancelled or broken in the proxy itself: the provider may have the request.
             self.charge_estimate(ex, "the proxy failed while relaying the request")
@@ -324,12 +318,12 @@ class _Proxy:
             raise
 
     async def _send(
-        self, request: Request, provider: Provider, path: str, body: bytes, ex: _Exchange
+        self, request: Request, path: str, body: bytes, ex: _Exchange
     ) -> httpx.Response | httpx.HTTPError:
         """Send upstream, retrying (bounded) a refused connection or a 429/5xx answer — all
         before the client got a byte. The response to relay, or the error that ended it."""
         assert self.client is not None
-        cfg = self.cfg
+        cfg, provider = self.cfg, ex.provider
         url = provider.upstream_url(cfg.upstream(provider).base_url, path, request.url.query)
         headers = self.upstream_headers(request, provider)
         attempt = 0
@@ -377,19 +371,13 @@ class _Proxy:
         return asked if asked <= cfg.retry_after_cap_s else None
 
     async def _relay(
-        self,
-        request: Request,
-        provider: Provider,
-        path: str,
-        body: bytes,
-        ex: _Exchange,
-        metered: bool,
-        inject: bool,
+        self, request: Request, path: str, body: bytes, ex: _Exchange, inject: bool
     ) -> Response:
-        rec = ex.rec
-        resp = await self._send(request, provider, path, body, ex)
+        rec, provider = ex.rec, ex.provider
+        metered = ex.estimate is not None  # every metered request holds a reservation
+        resp = await self._send(request, path, body, ex)
         if isinstance(resp, httpx.HTTPError):
-            return self._failed(ex, provider, resp)
+            return self._failed(ex, resp)
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
         rec.status = resp.status_code
         if resp.headers.get("content-type", "").startswith("text/event-stream"):
@@ -418,11 +406,12 @@ class _Proxy:
         try:
             content = await resp.aread()
         except httpx.HTTPError as exc:
-            return self._failed(ex, provider, exc)
+            return self._failed(ex, exc)
         finally:
             await resp.aclose()
         data = _json_object(content)
-        ex.response = data or _text_of(content)
+        # A non-JSON answer goes to the transcript as text, cut to 64 KiB.
+        ex.response = data or (content[:65536].decode("utf-8", "replace") if content else None)
         if metered:
             usage = provider.response_usage(content, data)
             provider.meter(rec, usage)
@@ -431,23 +420,23 @@ class _Proxy:
                 # server that reports none) did work upstream: it costs its reservation,
                 # never 0, or such requests would spend nothing of the budget.
                 self.charge_estimate(ex, "the answer reported no token usage")
-        rec.model = rec.model or (data.get("model") if isinstance(data.get("model"), str) else None)
+        rec.model = rec.model or text(data.get("model"))
         if resp.status_code >= 400:
             rec.error = _error_message(data, content)
         self.record(ex)
         return Response(content=content, status_code=resp.status_code, headers=headers)
 
-    def _failed(self, ex: _Exchange, provider: Provider, exc: httpx.HTTPError) -> Response:
+    def _failed(self, ex: _Exchange, exc: httpx.HTTPError) -> Response:
         timeout = isinstance(exc, httpx.TimeoutException)
         status = 504 if timeout else 502
         what = "timed out" if timeout else "could not be reached"
-        msg = f"upstream {provider.name} API {what}: {type(exc).__name__}: {exc}".rstrip(": ")
+        msg = f"upstream {ex.provider.name} API {what}: {type(exc).__name__}: {exc}".rstrip(": ")
         ex.rec.status, ex.rec.error = status, msg[:500]
         if not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             # The request went out: the provider may be generating (and billing) the answer.
             self.charge_estimate(ex, msg[:500])
         self.record(ex)
-        return provider.error_response(status, msg)
+        return ex.provider.error_response(status, msg)
 
 
 def _backoff(cfg: ProxyConfig, attempt: int) -> float:
@@ -573,22 +562,6 @@ def _json_object(body: bytes) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return obj if isinstance(obj, dict) else {}
-
-
-def _json_array(content: bytes) -> list[Any] | None:
-    """A JSON-array answer (Gemini's ``:streamGenerateContent`` without ``alt=sse``)."""
-    if not content.lstrip().startswith(b"["):
-        return None
-    try:
-        value = json.loads(content)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, list) else None
-
-
-def _text_of(content: bytes, limit: int = 65536) -> str | None:
-    """A non-JSON answer for the transcript: its text, cut to ``limit`` characters."""
-    return content[:limit].decode("utf-8", "replace") if content else None
 
 
 def _error_message(data: dict[str, Any], content: bytes) -> str:

@@ -79,20 +79,14 @@ class StreamMeter:
         return rest
 
     def _keep(self, event: bytes) -> bool:
-        data_lines = []
-        for raw in event.decode("utf-8", "replace").splitlines():
-            if raw.startswith("data:"):
-                data_lines.append(raw[5:].removeprefix(" "))
-        data = "\n".join(data_lines)
+        lines = event.decode("utf-8", "replace").splitlines()
+        data = "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
         if data == "[DONE]":
             self.ended = True
-            return True
-        if not data:
-            return True
         try:
-            obj = json.loads(data)
-        except json.JSONDecodeError:
-            return True
+            obj = json.loads(data) if data else None
+        except json.JSONDecodeError:  # [DONE] too
+            obj = None
         if not isinstance(obj, dict):
             return True
         if len(self.events) < self.max_events:
@@ -132,11 +126,9 @@ class Relay:
     async def body(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self.resp.aiter_bytes():
-                out = self.meter.feed(chunk)
-                if out:
+                if out := self.meter.feed(chunk):
                     yield out
-            tail = self.meter.flush()
-            if tail:
+            if tail := self.meter.flush():
                 yield tail
             if not (self.meter.ended or self.meter.final):
                 # A clean end of the body but not of the stream: the client would take the

@@ -60,9 +60,11 @@ SAME_MIN_BYTES = 512
 #: The conversations remembered for prefix matching (several agents or sub-agents may
 #: alternate through one proxy); the oldest is forgotten first.
 MAX_CONVERSATIONS = 16
-#: The most stream events kept for reassembly (a longer stream is reassembled from its
-#: first ones and marked ``truncated``): bounds the proxy's memory per request.
-MAX_STREAM_EVENTS = 200_000
+#: The usage-line fields a transcript line starts with, in this order.
+USAGE_KEYS = (
+    "time api endpoint model stream status latency_s input_tokens output_tokens cached_tokens "
+    "cache_write_tokens cost_usd estimated retries refused error"
+).split()
 
 
 def transcript_path(usage_file: Path) -> Path:
@@ -117,11 +119,7 @@ class TranscriptWriter:
             convs = self._convs.setdefault((api, name), [])
             best_seq, best_n = -1, 0
             for prev_seq, prev in convs:
-                n = 0
-                for a, b in zip(prev, digests, strict=False):
-                    if a != b:
-                        break
-                    n += 1
+                n = len(os.path.commonprefix([prev, digests]))
                 # A partial match counts too: clients move cache markers along the last
                 # messages, so the newest items of an earlier request may differ.
                 if n > best_n:
@@ -165,25 +163,7 @@ class TranscriptWriter:
         Returns the line's ``seq``. Raises OSError when the file cannot be written."""
         seq = self.seq
         row: dict[str, Any] = {"v": TRANSCRIPT_VERSION, "seq": seq}
-        for key in (
-            "time",
-            "api",
-            "endpoint",
-            "model",
-            "stream",
-            "status",
-            "latency_s",
-            "input_tokens",
-            "output_tokens",
-            "cached_tokens",
-            "cache_write_tokens",
-            "cost_usd",
-            "estimated",
-            "retries",
-            "refused",
-            "error",
-        ):
-            row[key] = usage.get(key)
+        row.update({key: usage.get(key) for key in USAGE_KEYS})
         if request is not None:
             row.update(self._compact(str(usage.get("api")), request, seq))
         else:
@@ -326,13 +306,21 @@ def _responses(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 ev.get("output_index", 0),
                 {"type": "message", "role": "assistant", "content": [{"text": ""}]},
             )
-            if item.get("content") and "text" in item["content"][0]:
-                if item.get("status") != "completed":
-                    item["content"][0]["text"] += ev.get("delta", "")
+            content = item.get("content")
+            if content and "text" in content[0] and item.get("status") != "completed":
+                content[0]["text"] += ev.get("delta", "")
     out = dict(final or {"object": "response"})
     if not out.get("output") and items:
         out["output"] = [items[i] for i in sorted(items)]
     return out
+
+
+# Anthropic's text-like deltas, by type -> the block field they extend.
+_ANTHROPIC_DELTAS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+}
 
 
 def _anthropic(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -343,23 +331,18 @@ def _anthropic(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if kind == "message_start":
             msg.update(ev.get("message") or {})
             msg["content"] = list(msg.get("content") or [])
-        elif kind == "content_block_start":
-            i = ev.get("index", len(msg["content"]))
-            while len(msg["content"]) <= i:
-                msg["content"].append({})
-            msg["content"][i] = dict(ev.get("content_block") or {})
-        elif kind == "content_block_delta":
-            i = ev.get("index", 0)
-            while len(msg["content"]) <= i:
-                msg["content"].append({})
-            block, delta = msg["content"][i], ev.get("delta") or {}
+        elif kind in ("content_block_start", "content_block_delta"):
+            blocks = msg["content"]
+            i = ev.get("index", len(blocks) if kind == "content_block_start" else 0)
+            blocks.extend({} for _ in range(i + 1 - len(blocks)))
+            if kind == "content_block_start":
+                blocks[i] = dict(ev.get("content_block") or {})
+                continue
+            block, delta = blocks[i], ev.get("delta") or {}
             dtype = delta.get("type")
-            if dtype == "text_delta":
-                block["text"] = block.get("text", "") + delta.get("text", "")
-            elif dtype == "thinking_delta":
-                block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-            elif dtype == "signature_delta":
-                block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            name = _ANTHROPIC_DELTAS.get(dtype)
+            if name is not None:
+                block[name] = block.get(name, "") + delta.get(name, "")
             elif dtype == "input_json_delta":
                 partial[i] = partial.get(i, "") + delta.get("partial_json", "")
         elif kind == "message_delta":

@@ -12,6 +12,7 @@ provider usage, a usage line's token fields and what an agent's own log reports.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,10 +55,7 @@ class TokenCounts:
 
     def __add__(self, other: TokenCounts) -> TokenCounts:
         return TokenCounts(
-            self.input + other.input,
-            self.output + other.output,
-            self.cached + other.cached,
-            self.cache_write + other.cache_write,
+            *map(operator.add, dataclasses.astuple(self), dataclasses.astuple(other))
         )
 
     @classmethod
@@ -68,8 +66,7 @@ class TokenCounts:
 
     def as_fields(self) -> dict[str, int]:
         """The counts under the usage file's names (:data:`TOKEN_FIELDS`)."""
-        values = (self.input, self.output, self.cached, self.cache_write)
-        return dict(zip(TOKEN_FIELDS, values, strict=True))
+        return dict(zip(TOKEN_FIELDS, dataclasses.astuple(self), strict=True))
 
 
 @dataclass

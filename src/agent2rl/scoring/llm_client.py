@@ -2,16 +2,8 @@
 AlpacaEval judges (:mod:`agent2rl.scoring.judges.openai_compatible`,
 :mod:`~agent2rl.scoring.judges.ranking`), DeepSearchQA's judge
 (:mod:`agent2rl.tasks.deepsearch.judge`) and the dashboard's run summaries
-(:mod:`agent2rl.analysis.summary`). (The agent's own LLM calls go through the metering proxy,
-:mod:`agent2rl.metering`, never through this.)
-
-::
-
-    LLMClient      chat completions with retries, timeouts, concurrency, metering, a cache
-    LLMMeter       one usage line per request sent (metering's format), and running totals
-    ResponseCache  SQLite: a response by its full request (endpoint and JSON body)
-    Completion     one answer: the response's JSON, its tokens, whether it came from the cache
-    LLMUnavailable the endpoint could not answer (one line); callers pass their own subclass
+(:mod:`agent2rl.analysis.dashboard.summary`). (The agent's own LLM calls go through the
+metering proxy, :mod:`agent2rl.metering`, never through this.)
 
 Retries: a connection error, a timeout, a dropped connection, 408/409/425/429 or any 5xx is
 retried up to ``max_attempts`` times in all, waiting ``backoff_s`` doubled after each failure
@@ -372,9 +364,8 @@ class LLMClient:
             self._meter(200, answer.latency_s, error=err.note)
             raise self.unavailable(f"{self.where()} {err.message}") from None
         usage = answer.data.get("usage")
-        self._meter(
-            200, answer.latency_s, answer.tokens, usage if isinstance(usage, dict) else None
-        )
+        usage = usage if isinstance(usage, dict) else None
+        self._meter(200, answer.latency_s, tokens=answer.tokens, usage=usage)
         if self.cache is not None:
             self.cache.put(key, self.model, answer.data)
         return value
@@ -437,23 +428,10 @@ class LLMClient:
             f"{self.where()} unreachable after {self.max_attempts} attempts ({last})"
         )
 
-    def _meter(
-        self,
-        status: int,
-        latency_s: float,
-        tokens: TokenCounts | None = None,
-        usage: dict[str, Any] | None = None,
-        error: str | None = None,
-    ) -> None:
+    def _meter(self, status: int, latency_s: float, **fields: Any) -> None:
+        """One request's line (``fields``: :meth:`LLMMeter.record`'s tokens, usage, error)."""
         self.meter.record(
-            "openai",
-            "chat/completions",
-            self.model,
-            status=status,
-            latency_s=latency_s,
-            tokens=tokens,
-            usage=usage,
-            error=error,
+            "openai", "chat/completions", self.model, status=status, latency_s=latency_s, **fields
         )
 
     def close(self) -> None:

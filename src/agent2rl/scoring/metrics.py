@@ -33,7 +33,6 @@ names it in its ``settings()`` (the eval hash), as :class:`~agent2rl.scoring.Jud
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -92,12 +91,6 @@ def declared_metrics(scorer: Any) -> list[Metric]:
     return metrics
 
 
-def metric_values(metrics: Sequence[Metric], records: Sequence[Record]) -> dict[str, float]:
-    """``{name: value}`` of each metric over ``records``, in declaration order (the score's
-    first): what ``result.json``'s ``metrics`` holds."""
-    return {m.name: float(m.value(records)) for m in metrics}
-
-
 def metric_for(items_path: Path | None) -> Metric | None:
     """The metric the score of the evaluation that wrote ``items_path`` is, read from the
     ``result.json`` beside it.
@@ -134,5 +127,4 @@ __all__ = [
     "metric",
     "metric_for",
     "metric_named",
-    "metric_values",
 ]

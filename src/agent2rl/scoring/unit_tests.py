@@ -3,12 +3,9 @@ it defines, judged as OpenAI's human-eval harness judges HumanEval, but with the
 and the tests in two sandboxed processes (:mod:`agent2rl.sandbox.two_process`), so that the
 code cannot forge the verdict.
 
-Each completion becomes one :class:`~agent2rl.sandbox.two_process.FunctionUnderTest` (see
-:func:`build_item`): the model's program, ``prompt + completion``, runs in one process; the
-dataset's prompt (for its helpers), ``test`` and ``check(candidate)`` run in the other. Base
-models continue the raw function prompt; chat models answer with a fenced code block, which
-:func:`extract_code` takes out. :func:`build_program` is the classic one-process program, kept
-for comparison (``benchmarks/humaneval_grading.py``) and for tests that show what it lets through.
+Each completion becomes one :class:`~agent2rl.sandbox.two_process.FunctionUnderTest`
+(:func:`build_item`). :func:`build_program` is the classic one-process program, kept for
+comparison (``benchmarks/humaneval_grading.py``) and for tests that show what it lets through.
 """
 
 from __future__ import annotations

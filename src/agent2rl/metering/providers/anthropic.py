@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fastapi import Request
-
-from agent2rl.metering.provider_tools import ToolUse, is_web_url, walk_dicts
+from agent2rl.metering.provider_tools import ToolUse, is_web_url, text, walk_dicts
 from agent2rl.metering.providers.base import Endpoint, Provider, requested_count
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, token_count
@@ -57,6 +55,7 @@ class AnthropicProvider(Provider):
     default_base_url = "https://api.anthropic.com"
     base_url_env = "ANTHROPIC_BASE_URL"
     key_envs = ("ANTHROPIC_API_KEY",)
+    key_header = "x-api-key"
     # What Claude Code uses: Messages, token counting, and the model listing. Message
     # batches, files, skills and the admin API are refused.
     endpoints = (
@@ -98,13 +97,13 @@ class AnthropicProvider(Provider):
             if kind == "mcp_toolset":
                 uses.append(ToolUse("mcp", query=str(tool.get("mcp_server_name") or "")))
         for server in payload.get("mcp_servers") or []:
-            url = server.get("url") if isinstance(server, dict) else None
-            uses.append(ToolUse("mcp", url=url if isinstance(url, str) else None))
+            uses.append(
+                ToolUse("mcp", url=text(server.get("url")) if isinstance(server, dict) else None)
+            )
         for block in walk_dicts([payload.get("system"), payload.get("messages")]):
             source = block.get("source")
             if isinstance(source, dict) and source.get("type") == "url":
-                url = source.get("url")
-                uses.append(ToolUse("url_source", url=url if isinstance(url, str) else None))
+                uses.append(ToolUse("url_source", url=text(source.get("url"))))
             elif is_web_url(block.get("url")) and block.get("type") in ("document", "image"):
                 uses.append(ToolUse("url_source", url=block["url"]))
         return uses
@@ -120,14 +119,8 @@ class AnthropicProvider(Provider):
                 continue
             args = block.get("input") if isinstance(block.get("input"), dict) else {}
             if block.get("type") == "server_tool_use":
-                query, url = args.get("query"), args.get("url")
-                uses.append(
-                    ToolUse(
-                        str(block.get("name") or "server_tool"),
-                        query=query if isinstance(query, str) else None,
-                        url=url if isinstance(url, str) else None,
-                    )
-                )
+                name = str(block.get("name") or "server_tool")
+                uses.append(ToolUse(name, query=text(args.get("query")), url=text(args.get("url"))))
             elif block.get("type") == "mcp_tool_use":
                 uses.append(ToolUse("mcp", query=f"{block.get('server_name')}:{block.get('name')}"))
         return uses
@@ -164,15 +157,6 @@ class AnthropicProvider(Provider):
     def requested_output_tokens(self, payload: dict[str, Any]) -> int | None:
         """``max_tokens`` (required by the Messages API)."""
         return requested_count(payload.get("max_tokens"))
-
-    def given_keys(self, request: Request) -> list[str]:
-        keys = super().given_keys(request)
-        if "x-api-key" in request.headers:
-            keys.append(request.headers["x-api-key"].strip())
-        return keys
-
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"x-api-key": api_key} if api_key else {}
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         """``{"type": "error", "error": {"type", "message"}}``."""

@@ -47,6 +47,18 @@ def safe_rest(rest: str) -> bool:
     return all(SAFE_SEGMENT.fullmatch(seg) for seg in rest.split("/"))
 
 
+def json_array(content: bytes) -> list[Any] | None:
+    """A JSON-array answer (Gemini's ``:streamGenerateContent`` without ``alt=sse``), or
+    None for any other body."""
+    if not content.lstrip().startswith(b"["):
+        return None
+    try:
+        value = json.loads(content)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, list) else None
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """A proxied route: ``/{provider}/{version}/{path}`` -> the same path on the upstream.
@@ -54,19 +66,17 @@ class Endpoint:
     ``path`` may end in ``{rest:path}`` (a route parameter: one or more model-id segments,
     checked by :func:`safe_rest` before anything is forwarded). ``metered``: whether the proxy
     reads usage from the response and reserves and charges the token budget for it; a
-    provider may decide per request instead (see :meth:`Provider.route`). ``shown``: how the
-    route reads in the list of allowed endpoints (default: ``path`` with its parameter shown
-    as ``{model}``).
+    provider may decide per request instead (see :meth:`Provider.route`).
     """
 
     path: str
     methods: tuple[str, ...]
     metered: bool
-    shown: str | None = None
 
     def describe(self, prefix: str) -> list[str]:
-        """``METHOD /prefix/path`` for each method, as the allowed-endpoints list shows it."""
-        path = self.shown or self.path.replace("{rest:path}", "{model}")
+        """``METHOD /prefix/path`` for each method, as the allowed-endpoints list shows it
+        (the route parameter as ``{model}``)."""
+        path = self.path.replace("{rest:path}", "{model}")
         return [f"{m} {prefix}/{path}" for m in self.methods]
 
 
@@ -92,9 +102,9 @@ class Upstream:
 
 class Provider(ABC):
     """One provider API as the proxy relays it. Subclasses set the class attributes and
-    implement :meth:`normalize`, :meth:`observe`, :meth:`auth_headers` and
-    :meth:`error_body`; the other methods are the common behaviour, overridden where an API
-    differs. Instances hold no state: one per API (in ``PROVIDERS``) serves every request."""
+    implement :meth:`normalize`, :meth:`observe` and :meth:`error_body`; the other methods
+    are the common behaviour, overridden where an API differs. Instances hold no state:
+    one per API (in ``PROVIDERS``) serves every request."""
 
     #: The route prefix (``/openai/...``), a usage record's ``api`` and a driver's API.
     name: ClassVar[str]
@@ -116,6 +126,9 @@ class Provider(ABC):
     #: Request headers of this API forwarded upstream besides :data:`COMMON_HEADERS` (lower
     #: case); :meth:`forward_header` may still filter their values.
     forwarded_headers: ClassVar[frozenset[str]] = frozenset()
+    #: The header a client may put the key in besides ``Authorization: Bearer``, and the one
+    #: that carries the real key upstream; None: the bearer token alone.
+    key_header: ClassVar[str | None] = None
 
     @property
     def prefix(self) -> str:
@@ -193,18 +206,27 @@ class Provider(ABC):
         return False
 
     def given_keys(self, request: Request) -> list[str]:
-        """The keys a client presented: ``Authorization: Bearer`` for every API."""
+        """The keys a client presented: ``Authorization: Bearer`` for every API, then the
+        API's :attr:`key_header`."""
         auth = request.headers.get("authorization", "")
-        return [auth[7:].strip()] if auth[:7].lower() == "bearer " else []
+        keys = [auth[7:].strip()] if auth[:7].lower() == "bearer " else []
+        if self.key_header is not None and self.key_header in request.headers:
+            keys.append(request.headers[self.key_header].strip())
+        return keys
 
     def authorized(self, request: Request, proxy_key: str) -> bool:
         """Whether any key the client presented is the proxy key (in constant time)."""
         want = proxy_key.encode()
         return any(hmac.compare_digest(g.encode(), want) for g in self.given_keys(request))
 
-    @abstractmethod
     def auth_headers(self, api_key: str) -> dict[str, str]:
-        """The headers that carry the real key upstream (none for an empty key)."""
+        """The header that carries the real key upstream (none for an empty key):
+        :attr:`key_header`, else a bearer token."""
+        if not api_key:
+            return {}
+        if self.key_header is None:
+            return {"authorization": f"Bearer {api_key}"}
+        return {self.key_header: api_key}
 
     def upstream_url(self, base_url: str, path: str, query: str) -> str:
         """The upstream URL of ``path`` (below the API version) with the client's ``query``;

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -14,6 +13,7 @@ from agent2rl.metering.providers.base import (
     Endpoint,
     Provider,
     Route,
+    json_array,
     requested_count,
 )
 from agent2rl.metering.stream import StreamMeter
@@ -41,15 +41,14 @@ _STATUS_NAMES = {
 #: search and Maps grounding, each run by Google on the model's behalf.
 _SERVER_TOOLS = {
     "google_search": "google_search",
-    "googleSearch": "google_search",
     "google_search_retrieval": "google_search",
-    "googleSearchRetrieval": "google_search",
     "url_context": "url_context",
-    "urlContext": "url_context",
     "enterprise_web_search": "google_search",
-    "enterpriseWebSearch": "google_search",
     "google_maps": "google_maps",
-    "googleMaps": "google_maps",
+}
+_SERVER_TOOLS |= {
+    key.split("_")[0] + "".join(w.title() for w in key.split("_")[1:]): name
+    for key, name in _SERVER_TOOLS.items()
 }
 
 
@@ -95,6 +94,7 @@ class GeminiProvider(Provider):
     default_base_url = "https://generativelanguage.googleapis.com"
     base_url_env = "GOOGLE_GEMINI_BASE_URL"
     key_envs = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    key_header = "x-goog-api-key"
     # What Gemini CLI uses: generateContent, streamGenerateContent, countTokens and the model
     # listing. Embeddings, batches, cached contents, files and tuned models are refused.
     endpoints = (
@@ -174,13 +174,9 @@ class GeminiProvider(Provider):
         array of responses, whose last element carrying ``usageMetadata`` counts."""
         if isinstance(data.get("usageMetadata"), dict):
             return data["usageMetadata"]
-        try:
-            items = json.loads(content) if content.lstrip().startswith(b"[") else []
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None
         found = [
             i["usageMetadata"]
-            for i in items
+            for i in json_array(content) or []
             if isinstance(i, dict) and isinstance(i.get("usageMetadata"), dict)
         ]
         return found[-1] if found else None
@@ -219,13 +215,9 @@ class GeminiProvider(Provider):
         return route.model, route.stream
 
     def given_keys(self, request: Request) -> list[str]:
-        keys = super().given_keys(request)
-        if "x-goog-api-key" in request.headers:
-            keys.append(request.headers["x-goog-api-key"].strip())
-        return keys + [v.strip() for v in request.query_params.getlist("key")]
-
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"x-goog-api-key": api_key} if api_key else {}
+        return super().given_keys(request) + [
+            v.strip() for v in request.query_params.getlist("key")
+        ]
 
     def upstream_url(self, base_url: str, path: str, query: str) -> str:
         """The version is added to the root; the query loses its ``key`` (the proxy key)."""

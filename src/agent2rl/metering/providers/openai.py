@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent2rl.metering.provider_tools import ToolUse, is_web_url, walk_dicts
+from agent2rl.metering.provider_tools import ToolUse, is_web_url, text, walk_dicts
 from agent2rl.metering.providers.base import Endpoint, Provider, requested_count
 from agent2rl.metering.stream import StreamMeter
 from agent2rl.metering.usage import TokenCounts, token_count
@@ -13,10 +13,6 @@ from agent2rl.metering.usage import TokenCounts, token_count
 # Chat Completions models that search the web whatever the request says
 # (gpt-4o-search-preview, gpt-5-search-api).
 _SEARCH_MODEL = re.compile(r"-search-(preview|api)\b")
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 class OpenAIProvider(Provider):
@@ -53,26 +49,26 @@ class OpenAIProvider(Provider):
         fetches them)."""
         uses: list[ToolUse] = []
         for tool in payload.get("tools") or []:
-            kind = _text(tool.get("type")) if isinstance(tool, dict) else None
+            kind = text(tool.get("type")) if isinstance(tool, dict) else None
             if kind is None:
                 continue
             if kind.startswith("web_search"):
                 uses.append(ToolUse("web_search"))
             elif kind == "mcp":
-                where = _text(tool.get("server_url")) or _text(tool.get("connector_id"))
+                where = text(tool.get("server_url")) or text(tool.get("connector_id"))
                 uses.append(ToolUse("mcp", url=where))
         if "web_search_options" in payload:
             uses.append(ToolUse("web_search"))
-        model = _text(payload.get("model")) or ""
+        model = text(payload.get("model")) or ""
         if _SEARCH_MODEL.search(model):
             uses.append(ToolUse("web_search", query=f"model {model}"))
         for part in walk_dicts([payload.get("input"), payload.get("messages")]):
             kind = part.get("type")
             if kind == "input_file" and part.get("file_url") is not None:
-                uses.append(ToolUse("file_url", url=_text(part.get("file_url"))))
+                uses.append(ToolUse("file_url", url=text(part.get("file_url"))))
             elif kind == "file" and isinstance(part.get("file"), dict):
                 if part["file"].get("file_url") is not None:
-                    uses.append(ToolUse("file_url", url=_text(part["file"]["file_url"])))
+                    uses.append(ToolUse("file_url", url=text(part["file"]["file_url"])))
             elif kind == "input_image" and is_web_url(part.get("image_url")):
                 uses.append(ToolUse("image_url", url=part["image_url"]))
             elif kind == "image_url" and isinstance(part.get("image_url"), dict):
@@ -93,7 +89,7 @@ class OpenAIProvider(Provider):
                 action = item.get("action") if isinstance(item.get("action"), dict) else {}
                 queries = [action.get("query"), *(action.get("queries") or [])]
                 found = [ToolUse("web_search", query=q) for q in dict.fromkeys(queries) if q]
-                if _text(action.get("url")):
+                if text(action.get("url")):
                     found.append(ToolUse("web_search", url=action["url"]))
                 uses += found or [ToolUse("web_search")]
             elif item.get("type") == "mcp_call":
@@ -103,7 +99,7 @@ class OpenAIProvider(Provider):
             notes = message.get("annotations") if isinstance(message, dict) else None
             for note in notes if isinstance(notes, list) else []:
                 cite = note.get("url_citation") if isinstance(note, dict) else None
-                if isinstance(cite, dict) and _text(cite.get("url")):
+                if isinstance(cite, dict) and text(cite.get("url")):
                     uses.append(ToolUse("web_search", url=cite["url"]))
         return uses
 
@@ -124,17 +120,12 @@ class OpenAIProvider(Provider):
         ``prompt_tokens_details.cached_tokens``) or Responses (``input_tokens``,
         ``output_tokens``, ``input_tokens_details.cached_tokens``). Both prompt counts
         include the cached tokens already; OpenAI has no cache writes."""
-        if "prompt_tokens" in usage or "completion_tokens" in usage:
-            details = usage.get("prompt_tokens_details") or {}
-            return TokenCounts(
-                input=token_count(usage.get("prompt_tokens")),
-                output=token_count(usage.get("completion_tokens")),
-                cached=token_count(details.get("cached_tokens")),
-            )
-        details = usage.get("input_tokens_details") or {}
+        chat = "prompt_tokens" in usage or "completion_tokens" in usage
+        prompt, completion = ("prompt", "completion") if chat else ("input", "output")
+        details = usage.get(f"{prompt}_tokens_details") or {}
         return TokenCounts(
-            input=token_count(usage.get("input_tokens")),
-            output=token_count(usage.get("output_tokens")),
+            input=token_count(usage.get(f"{prompt}_tokens")),
+            output=token_count(usage.get(f"{completion}_tokens")),
             cached=token_count(details.get("cached_tokens")),
         )
 
@@ -185,9 +176,6 @@ class OpenAIProvider(Provider):
             return False
         payload["stream_options"] = {**options, "include_usage": True}
         return True
-
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
     def upstream_url(self, base_url: str, path: str, query: str) -> str:
         return f"{base_url.rstrip('/')}/{path}" + (f"?{query}" if query else "")

@@ -20,11 +20,8 @@
     cache.py              JudgmentCache: judgments (not requests) in SQLite under
                           AGENT2RL_HOME, shared across runs and by local judges
 
-A local model judge is one more :class:`LogprobJudgeBackend` (a ``next_tokens`` that runs a
-forward pass and returns the top-k of the last position: :class:`TransformersJudgeBackend`)
-handed to :class:`LogprobJudge`; the scorer (:class:`agent2rl.scoring.judges.scorer.Judge`)
-takes any :class:`PairwiseJudge`. :func:`smollm2_judge` is imported from its module (it is not
-re-exported here, so importing the package never touches transformers).
+:func:`smollm2_judge` is imported from its module (it is not re-exported here, so importing
+the package never touches transformers).
 """
 
 from agent2rl.scoring.judges.base import (

@@ -1,13 +1,8 @@
-"""The judge interfaces: a pairwise judge, and the logprob backend a judge runs on.
-
-:class:`PairwiseJudge` is what a scorer holds: it turns (instruction, reference output, model
-output) triples into preferences in AlpacaEval's convention. :class:`LogprobJudgeBackend` is
-what a logprob judge (:class:`~agent2rl.scoring.judges.logprob.LogprobJudge`) asks: the most
-likely next tokens of a chat prompt with their log-probabilities. An OpenAI-compatible HTTP
-server is one backend (:mod:`agent2rl.scoring.judges.openai_compatible`); a local model
-(transformers: apply the chat template, one forward pass, the top-k of the last position)
-is another, and plugs into the same :class:`LogprobJudge` — protocol, position swap, cache
-and metering included — without any change to the judge or the scorer.
+"""The judge interfaces: :class:`PairwiseJudge`, what a scorer holds, and
+:class:`LogprobJudgeBackend`, what a logprob judge
+(:class:`~agent2rl.scoring.judges.logprob.LogprobJudge`) runs on: an OpenAI-compatible HTTP
+server (:mod:`~agent2rl.scoring.judges.openai_compatible`) or a local model
+(:mod:`~agent2rl.scoring.judges.local`), with no change to the judge or the scorer.
 """
 
 from __future__ import annotations

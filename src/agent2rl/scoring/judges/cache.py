@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -106,18 +104,6 @@ class JudgmentCache:
         self.path = Path(path)
         # Opened on first use: a judge built only for its identity touches no file.
         self._store = SQLiteStore(self.path, schema=_SCHEMA, timeout=60.0, lazy=True)
-
-    @property
-    def _lock(self) -> threading.RLock:
-        """The store's lock, for subclasses that use :attr:`_db` directly."""
-        return self._store.lock
-
-    @property
-    def _db(self) -> sqlite3.Connection:
-        """The connection, opened if need be; callers hold :attr:`_lock`. It autocommits
-        (``isolation_level=None``): a batch of writes belongs in ``self._store.transaction()``."""
-        with self._store.read() as conn:  # opens the file on first use
-            return conn
 
     def get_many(self, judge: str, pairs: Sequence[Pair]) -> list[float | None]:
         """The cached preference of each pair (NaN for a cached unusable answer), None where

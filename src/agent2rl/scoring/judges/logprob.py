@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent2rl.scoring.judges import protocol
-from agent2rl.scoring.judges.base import LogprobJudgeBackend, Pair
+from agent2rl.scoring.judges.base import LogprobJudgeBackend, NextToken, Pair
 from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
 from agent2rl.scoring.llm_client import LLMMeter
 
@@ -24,16 +24,10 @@ class LogprobJudge:
     on ``backend``.
 
     ``cache`` (optional) answers pairs judged before by the same judge; ``meter`` counts the
-    cache hits (the backend records its own requests on the same meter).
-
-    Pairs are asked in chunks of ``backend.batch_size``; each chunk's judgments are cached
-    as soon as they arrive, so an outage halfway through keeps what was already paid for,
-    and grading again after it asks only for the rest.
-
-    ``judge_protocol`` is AlpacaEval's own by default; a variant
-    (:class:`~agent2rl.scoring.judges.protocol.JudgeProtocol`: another template, both
-    orders) keeps the labels, the preference, the swap and the cache, and has its own
-    identity.
+    cache hits (the backend records its own requests on the same meter). ``judge_protocol``
+    is AlpacaEval's own by default; a variant (:class:`~agent2rl.scoring.judges.protocol.
+    JudgeProtocol`: another template, both orders) keeps the labels, the preference, the swap
+    and the cache, and has its own identity.
     """
 
     def __init__(
@@ -54,15 +48,16 @@ class LogprobJudge:
     def totals(self) -> dict[str, Any]:
         return self.meter.totals()
 
-    def preferences(self, pairs: Sequence[Pair]) -> list[float]:
-        """One preference per pair (see :class:`~agent2rl.scoring.judges.base.PairwiseJudge`).
+    def read(self, answer: NextToken) -> float:
+        """The preference over the shown order that one answer gives."""
+        return protocol.preference_from_logprobs(answer.top)
 
-        Identical outputs are 1.5 without a request (AlpacaEval does the same); cached pairs
-        are answered from the cache; the rest go to the backend, displayed in the order
-        :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives
-        (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`). Raises
-        :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend.
-        """
+    def preferences(self, pairs: Sequence[Pair]) -> list[float]:
+        """One preference per pair (see :class:`~agent2rl.scoring.judges.base.PairwiseJudge`),
+        asking only what the cache lacks, in chunks of ``backend.batch_size`` each cached as
+        soon as it is judged (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`), each
+        pair shown in the order :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives.
+        Raises :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend."""
         orders = 2 if self.protocol.both_orders else 1
         builds = self.protocol.builds()
         views = self.protocol.views
@@ -91,13 +86,11 @@ class LogprobJudge:
                         strict=True,
                     )
                 )
-                prefs = [
-                    protocol.unswap(protocol.preference_from_logprobs(a.top), swap)
-                    for (_, swap, _), a in asked
-                ]
+                prefs = [protocol.unswap(self.read(a), swap) for (_, swap, _), a in asked]
                 pref = prefs[0] if views == 1 else protocol.combine_orders(prefs)
                 top = asked[0][1].top if views == 1 else [t for _, a in asked for t in a.top]
-                judged.append((pref, top))
+                # a protocol that asks for no candidates (a ranking) has none to keep
+                judged.append((pref, top if self.protocol.top_logprobs else None))
             return judged
 
         return judge_with_cache(

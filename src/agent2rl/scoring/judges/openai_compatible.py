@@ -7,16 +7,13 @@ The key comes from the grader's environment — ``AGENT2RL_JUDGE_API_KEY``, else
 :func:`agent2rl.workspace.builder.agent_env`). A server without auth (a local vLLM) needs no
 key.
 
-Requests go through the harness's one LLM client (:class:`~agent2rl.scoring.llm_client.LLMClient`):
-a connection error, a timeout, a dropped connection, 429 or any 5xx is retried up to
-``max_attempts`` times with exponential backoff; any other status (401, 404: a wrong key or
-model) fails at once. A request that fails for good raises
-:class:`~agent2rl.scoring.judges.base.JudgeUnavailable`, one line, and the requests of its
-batch still queued are cancelled, so an outage fails an evaluation in about one request's
-retry time rather than 805 of them. The retry settings are the host's
-(``AGENT2RL_JUDGE_MAX_ATTEMPTS``, ``AGENT2RL_JUDGE_BACKOFF_S``, ``AGENT2RL_JUDGE_TIMEOUT_S``,
-``AGENT2RL_JUDGE_CONCURRENCY``): they change how long grading takes, never a preference. The
-client's response cache stays off: a judge caches whole judgments
+Requests go through the harness's one LLM client (:mod:`agent2rl.scoring.llm_client`: its
+retries, and the cancelling of a batch's queued requests once one fails for good, so an
+outage fails an evaluation in about one request's retry time rather than 805 of them); a
+request that fails for good raises :class:`~agent2rl.scoring.judges.base.JudgeUnavailable`.
+The retry settings are the host's (``AGENT2RL_JUDGE_MAX_ATTEMPTS``, ``..._BACKOFF_S``,
+``..._TIMEOUT_S``, ``..._CONCURRENCY``): they change how long grading takes, never a
+preference. The client's response cache stays off: a judge caches whole judgments
 (:class:`~agent2rl.scoring.judges.cache.JudgmentCache`), local judges' included.
 """
 
@@ -88,36 +85,16 @@ def judge_client(
         judge_api_key() if api_key is None else api_key,
         meter=meter,
         cache=ResponseCache(cache_path) if cache_path is not None else None,
-        max_attempts=int(options["max_attempts"]),
-        backoff_s=options["backoff_s"],
-        timeout_s=options["timeout_s"],
-        concurrency=int(options["concurrency"]),
         label="judge",
         unavailable=JudgeUnavailable,
+        **options,  # type: ignore[arg-type]  # LLMClient rounds the counts down itself
     )
-
-
-def top_logprobs(answer: Completion) -> NextToken:
-    """The first token's top candidates of a chat completion; :class:`UnusableResponse`
-    when it has none."""
-    try:
-        logprobs = answer.data["choices"][0].get("logprobs") or {}
-        first = (logprobs.get("content") or [None])[0]
-        top = [(str(t["token"]), float(t["logprob"])) for t in first["top_logprobs"]]
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise UnusableResponse(
-            "answered without top logprobs: the judge needs a server that supports logprobs "
-            "and top_logprobs on chat completions",
-            "no logprobs in the response",
-        ) from None
-    return NextToken(top=top, tokens=answer.tokens)
 
 
 class OpenAICompatibleBackend:
     """Next-token logprobs from ``{base_url}/chat/completions``.
 
-    Each prompt is one request with AlpacaEval's settings (``max_tokens=1``,
-    ``temperature=1``, ``top_p=1``, ``logprobs=true``, ``top_logprobs``); up to
+    Each prompt is one request with AlpacaEval's settings (:meth:`request_body`); up to
     ``concurrency`` are in flight at once. Every request, failed ones included, is one line
     on ``meter``. ``backend_options`` (``max_attempts``, ``backoff_s``, ``timeout_s``,
     ``concurrency``) go to :func:`judge_client`. A subclass asks for something else by
@@ -133,21 +110,10 @@ class OpenAICompatibleBackend:
         **backend_options: Any,
     ) -> None:
         self.client = judge_client(model, base_url, api_key, meter, **backend_options)
+        self.model, self.base_url, self.meter = model, self.client.base_url, self.client.meter
         #: prompts per :meth:`next_tokens` call: a few rounds of the concurrency, so a batch
         #: keeps every connection busy and an outage loses at most one batch of work
         self.batch_size = 4 * self.client.concurrency
-
-    @property
-    def model(self) -> str:
-        return self.client.model
-
-    @property
-    def base_url(self) -> str:
-        return self.client.base_url
-
-    @property
-    def meter(self) -> LLMMeter:
-        return self.client.meter
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "openai-compatible", "model": self.model, "base_url": self.base_url}
@@ -165,8 +131,19 @@ class OpenAICompatibleBackend:
         }
 
     def read(self, answer: Completion) -> NextToken:
-        """What the judge reads from one answer (:class:`UnusableResponse` when it cannot)."""
-        return top_logprobs(answer)
+        """What the judge reads from one answer, the first token's top candidates;
+        :class:`UnusableResponse` when it has none."""
+        try:
+            logprobs = answer.data["choices"][0].get("logprobs") or {}
+            first = (logprobs.get("content") or [None])[0]
+            top = [(str(t["token"]), float(t["logprob"])) for t in first["top_logprobs"]]
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise UnusableResponse(
+                "answered without top logprobs: the judge needs a server that supports "
+                "logprobs and top_logprobs on chat completions",
+                "no logprobs in the response",
+            ) from None
+        return NextToken(top=top, tokens=answer.tokens)
 
     def next_tokens(self, prompts: Sequence[Messages], top_logprobs: int) -> list[NextToken]:
         bodies = [self.request_body(p, top_logprobs) for p in prompts]

@@ -73,27 +73,34 @@ SWITCH_SEED = 0
 PLACEHOLDERS = ("instruction", "output_1", "output_2")
 
 
-@cache
-def template() -> str:
-    """The prompt template from the installed ``alpaca-eval`` package.
+def read_template(path: str, sha256: str, judge: str, kind: str) -> str:
+    """The prompt template at ``path`` inside the installed ``alpaca-eval`` distribution.
 
-    Raises :class:`UserError` when the package is missing or ships another template.
+    Raises :class:`UserError` (naming the ``judge`` and the template's ``kind``) when the
+    package is missing or ships another template (a sha256 other than ``sha256``).
     """
     try:
-        path = Path(str(metadata.distribution("alpaca-eval").locate_file(TEMPLATE_PATH)))
-        text = path.read_text(encoding="utf-8")
+        text = Path(str(metadata.distribution("alpaca-eval").locate_file(path))).read_text(
+            encoding="utf-8"
+        )
     except (metadata.PackageNotFoundError, OSError):
         raise UserError(
-            "the AlpacaEval judge needs the alpaca-eval package's prompt template: "
+            f"the {judge} judge needs the alpaca-eval package's prompt template: "
             "pip install 'alpaca-eval>=0.6.6'"
         ) from None
     digest = hashlib.sha256(text.encode()).hexdigest()
-    if digest != TEMPLATE_SHA256:
+    if digest != sha256:
         raise UserError(
-            f"the installed alpaca-eval ships another judge template ({TEMPLATE_PATH}, sha256 "
+            f"the installed alpaca-eval ships another {kind} template ({path}, sha256 "
             f"{digest[:12]}): install alpaca-eval 0.6.6, whose template this judge implements"
         )
     return text
+
+
+@cache
+def template() -> str:
+    """The prompt template from the installed ``alpaca-eval`` package (:func:`read_template`)."""
+    return read_template(TEMPLATE_PATH, TEMPLATE_SHA256, "AlpacaEval", "judge")
 
 
 def is_swapped(instruction: str) -> bool:
@@ -127,9 +134,23 @@ def to_messages(text: str) -> Messages:
 
 
 @cache
-def _template_messages() -> tuple[tuple[str, str], ...]:
-    """The template split into ``(role, content)`` chat messages, before any value is in."""
-    return tuple((m["role"], m["content"]) for m in to_messages(template().strip()))
+def _template_messages() -> Messages:
+    """The template split into chat messages, before any value is in (never mutated)."""
+    return to_messages(template().strip())
+
+
+def fill(parts: Messages, instruction: str, output_1: str, output_2: str) -> Messages:
+    """A template's chat messages ``parts`` with each placeholder's first occurrence (in the
+    first message that has it) replaced in turn, so an output stays text whatever it holds."""
+    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
+    contents = [m["content"] for m in parts]
+    for name in PLACEHOLDERS:
+        slot = "{" + name + "}"
+        for i, content in enumerate(contents):
+            if slot in content:
+                contents[i] = content.replace(slot, values[name], 1)
+                break
+    return [{"role": m["role"], "content": c} for m, c in zip(parts, contents, strict=True)]
 
 
 def messages(instruction: str, output_1: str, output_2: str) -> Messages:
@@ -140,18 +161,9 @@ def messages(instruction: str, output_1: str, output_2: str) -> Messages:
     the template is split into messages *before* the values go in. The package splits the
     filled prompt, so a model output holding ``<|im_end|>`` or ``<|im_start|>assistant`` could
     end the user's message early or write turns of its own, the judge's answer included.
-    Here an output stays text inside the user message, whatever it holds.
+    Here an output stays text inside the user message, whatever it holds (:func:`fill`).
     """
-    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
-    roles = [role for role, _ in _template_messages()]
-    contents = [content for _, content in _template_messages()]
-    for name in PLACEHOLDERS:
-        slot = "{" + name + "}"
-        for i, content in enumerate(contents):
-            if slot in content:
-                contents[i] = content.replace(slot, values[name], 1)
-                break
-    return [{"role": role, "content": c} for role, c in zip(roles, contents, strict=True)]
+    return fill(_template_messages(), instruction, output_1, output_2)
 
 
 def preference_from_logprobs(top: list[tuple[str, float]]) -> float:
@@ -245,11 +257,8 @@ def combine_orders(preferences: list[float]) -> float:
     if not found:
         return math.nan
     eps = 1e-6
-    logits = []
-    for p in found:
-        q = min(max(p - 1.0, eps), 1.0 - eps)
-        logits.append(math.log(q / (1.0 - q)))
-    mean = sum(logits) / len(logits)
+    clipped = [min(max(p - 1.0, eps), 1.0 - eps) for p in found]
+    mean = sum(math.log(q / (1.0 - q)) for q in clipped) / len(clipped)
     return 1.0 + 1.0 / (1.0 + math.exp(-mean))
 
 

@@ -27,19 +27,16 @@ annotators.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from collections.abc import Sequence
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from agent2rl.errors import UserError
 from agent2rl.scoring.judges import protocol
-from agent2rl.scoring.judges.base import Messages, NextToken, Pair
-from agent2rl.scoring.judges.cache import Judgment, JudgmentCache, judge_with_cache
+from agent2rl.scoring.judges.base import Messages, NextToken
+from agent2rl.scoring.judges.cache import JudgmentCache
+from agent2rl.scoring.judges.logprob import LogprobJudge
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL, OpenAICompatibleBackend
 from agent2rl.scoring.llm_client import Completion, LLMMeter, UnusableResponse
 
@@ -92,38 +89,15 @@ TOOL_CHOICE = {"type": "function", "function": {"name": FUNCTION}}
 
 @cache
 def template() -> str:
-    """The ``_fn`` prompt template from the installed package; :class:`UserError` when the
-    package is missing or ships another template."""
-    try:
-        path = Path(str(metadata.distribution("alpaca-eval").locate_file(TEMPLATE_PATH)))
-        text = path.read_text(encoding="utf-8")
-    except (metadata.PackageNotFoundError, OSError):
-        raise UserError(
-            f"the {NAME} judge needs the alpaca-eval package's prompt template: "
-            "pip install 'alpaca-eval>=0.6.6'"
-        ) from None
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    if digest != TEMPLATE_SHA256:
-        raise UserError(
-            f"the installed alpaca-eval ships another {NAME} template ({TEMPLATE_PATH}, sha256 "
-            f"{digest[:12]}): install alpaca-eval 0.6.6"
-        )
-    return text
+    """The ``_fn`` prompt template from the installed package
+    (:func:`~agent2rl.scoring.judges.protocol.read_template`)."""
+    return protocol.read_template(TEMPLATE_PATH, TEMPLATE_SHA256, NAME, NAME)
 
 
 def messages(instruction: str, output_1: str, output_2: str) -> Messages:
-    """The judge's chat messages for one pair as shown (template split first, then each
-    placeholder's first occurrence filled, so an output stays text whatever it holds)."""
-    parts = protocol.to_messages(template().strip())
-    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
-    contents = [m["content"] for m in parts]
-    for name in protocol.PLACEHOLDERS:
-        slot = "{" + name + "}"
-        for i, content in enumerate(contents):
-            if slot in content:
-                contents[i] = content.replace(slot, values[name], 1)
-                break
-    return [{"role": m["role"], "content": c} for m, c in zip(parts, contents, strict=True)]
+    """The judge's chat messages for one pair as shown (template split first, then filled:
+    :func:`~agent2rl.scoring.judges.protocol.fill`)."""
+    return protocol.fill(protocol.to_messages(template().strip()), instruction, output_1, output_2)
 
 
 def preference_from_ranking(arguments: str | None) -> float:
@@ -169,10 +143,15 @@ class FunctionCallBackend(OpenAICompatibleBackend):
         return NextToken(top=[], tokens=answer.tokens, raw={"arguments": args})
 
 
-class RankingJudge:
+#: the protocol's prompt and swap; the preference is read from the function call
+#: (:meth:`RankingJudge.read`), so no candidates are asked for
+RANKING = protocol.JudgeProtocol(NAME, messages, TEMPLATE_SHA256, top_logprobs=0)
+
+
+class RankingJudge(LogprobJudge):
     """A :class:`~agent2rl.scoring.judges.base.PairwiseJudge` that asks for a ranking by
     function call; preferences are 1 or 2 (1.5 for identical outputs, NaN for an answer
-    that names neither). Cached and metered like :class:`LogprobJudge`."""
+    that names neither). Swapped, cached and metered like :class:`LogprobJudge`."""
 
     def __init__(
         self,
@@ -180,9 +159,7 @@ class RankingJudge:
         cache: JudgmentCache | None = None,
         meter: LLMMeter | None = None,
     ) -> None:
-        self.backend = backend
-        self.cache = cache
-        self.meter = meter or backend.meter
+        super().__init__(backend, cache, meter or backend.meter, RANKING)
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -194,35 +171,8 @@ class RankingJudge:
             "backend": self.backend.identity(),
         }
 
-    def totals(self) -> dict[str, Any]:
-        return self.meter.totals()
-
-    def preferences(self, pairs: Sequence[Pair]) -> list[float]:
-        """One preference per pair, in order; raises ``JudgeUnavailable`` from the backend.
-        Each chunk of ``backend.batch_size`` is cached as soon as it is judged
-        (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`)."""
-
-        def judge_chunk(chunk: list[int]) -> list[Judgment]:
-            swaps = [protocol.is_swapped(pairs[i].instruction) for i in chunk]
-            prompts = []
-            for i, swap in zip(chunk, swaps, strict=True):
-                p = pairs[i]
-                first, second = (p.output_2, p.output_1) if swap else (p.output_1, p.output_2)
-                prompts.append(messages(p.instruction, first, second))
-            answers = self.backend.next_tokens(prompts, 0)
-            return [
-                (protocol.unswap(preference_from_ranking(a.raw.get("arguments")), swap), None)
-                for swap, a in zip(swaps, answers, strict=True)
-            ]
-
-        return judge_with_cache(
-            pairs, self.identity(), self.cache, self.meter, self.backend.batch_size, judge_chunk
-        )
-
-    def close(self) -> None:
-        self.backend.close()
-        if self.cache is not None:
-            self.cache.close()
+    def read(self, answer: NextToken) -> float:
+        return preference_from_ranking(answer.raw.get("arguments"))
 
 
 def ranking_judge(

@@ -13,11 +13,10 @@ The score is the first of the declared metrics, :attr:`Judge.metrics`
     when the task has the LC GLM's data (``df_gamed``), with ``win_rate`` beside it. The GLM
     is fitted once over the evaluation's items and each item's ``meta["lc_preference"]`` is
     its prediction at equal lengths; the metric is their mean (x 100, exactly the LC win
-    rate) and its interval the bootstrap of that mean over the items, the one behind
-    AlpacaEval's ``lc_standard_error``: it reflects how instructions differ, not the GLM
-    fit's own uncertainty, so it is narrower than the raw win rate's. When the GLM cannot be
-    fitted (fewer than two items, one length difference for all) it falls back to the raw
-    win rate, and the details' ``metric`` says so.
+    rate), its interval as :data:`~agent2rl.scoring.judges.win_rates.LC_WIN_RATE` says
+    (narrower than the raw win rate's). When the GLM cannot be fitted (fewer than two items,
+    one length difference for all) it falls back to the raw win rate, and the details'
+    ``metric`` says so.
 ``win_rate``
     otherwise: the mean preference ``p - 1``; an item the judge could not judge (no label
     among its top tokens) counts as a draw, 0.5 — AlpacaEval drops such items instead, so
@@ -39,6 +38,7 @@ Either way ``correct`` is ``preference > 1.5`` (the judge preferred the model's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,7 +112,8 @@ class Judge:
             for s, o in zip(samples, outputs, strict=True)
         ]
         prefs = self.judge.preferences(pairs)
-        annotations = _annotations(samples, pairs, prefs)
+        indices = [s.metadata.get("index", i) for i, s in enumerate(samples)]
+        annotations = _annotations(pairs, prefs, indices)
         lc = self._lc_predictions(annotations)
         items = []
         for s, pair, pref, i in zip(samples, pairs, prefs, range(len(samples)), strict=True):
@@ -121,22 +122,15 @@ class Judge:
                 "preference": pref if judged else None,
                 "output_chars": len(pair.output_2),
                 "reference_chars": len(pair.output_1),
-                "index": annotations[i]["index"],
+                "index": indices[i],
             }
             if "group" in s.metadata:
                 meta["group"] = s.metadata["group"]
             if lc is not None:
                 meta["lc_preference"] = float(lc[i])  # what LC_WIN_RATE averages
-            items.append(
-                ItemResult(
-                    id=s.id,
-                    prediction=pair.output_2,
-                    target=pair.output_1,
-                    correct=judged and pref > 1.5,
-                    score=pref - 1.0 if judged else 0.5,
-                    meta=meta,
-                )
-            )
+            correct = judged and pref > 1.5  # the judge preferred the model's output
+            score = pref - 1.0 if judged else 0.5
+            items.append(ItemResult(s.id, pair.output_2, pair.output_1, correct, score, meta))
         return items
 
     def _lc_predictions(self, annotations: list[dict[str, Any]]) -> np.ndarray | None:
@@ -156,16 +150,12 @@ class Judge:
         LC win rate when declared), the average output length in characters against the
         reference's (the first sign of length gaming), ``unjudged`` items, the metric the
         score is, and the judge's totals (requests, cache hits, tokens, cost)."""
-        annotations = [
-            {
-                "instruction": "",
-                "output_1": it.target,
-                "output_2": it.prediction,
-                "preference": (it.meta or {}).get("preference"),
-                "index": (it.meta or {}).get("index", i),
-            }
-            for i, it in enumerate(items)
-        ]
+        metas = [it.meta or {} for it in items]
+        annotations = _annotations(
+            [Pair("", it.target, it.prediction) for it in items],
+            [meta.get("preference") for meta in metas],
+            [meta.get("index", i) for i, meta in enumerate(metas)],
+        )
         stats = win_rates(annotations) if items else {}
         metric = RAW
         glm = LC_V1 if self.df_gamed is not None else self.lc_glm
@@ -182,7 +172,7 @@ class Judge:
         return {
             "metric": metric,
             **{k: _plain(v) for k, v in stats.items()},
-            "unjudged": sum(1 for it in items if (it.meta or {}).get("preference") is None),
+            "unjudged": sum(1 for meta in metas if meta.get("preference") is None),
             "avg_length": sum(len(it.prediction) for it in items) / n if n else None,
             "reference_avg_length": sum(len(str(it.target)) for it in items) / n if n else None,
             "judge": self.judge.totals(),
@@ -190,17 +180,12 @@ class Judge:
 
 
 def _annotations(
-    samples: Sequence[Sample], pairs: Sequence[Pair], prefs: Sequence[float]
+    pairs: Sequence[Pair], prefs: Sequence[float | None], indices: Sequence[Any]
 ) -> list[dict[str, Any]]:
+    """AlpacaEval's annotations (:mod:`~agent2rl.scoring.judges.win_rates`) of judged pairs."""
     return [
-        {
-            "instruction": p.instruction,
-            "output_1": p.output_1,
-            "output_2": p.output_2,
-            "preference": pref,
-            "index": s.metadata.get("index", i),
-        }
-        for i, (s, p, pref) in enumerate(zip(samples, pairs, prefs, strict=True))
+        {**dataclasses.asdict(p), "preference": pref, "index": index}
+        for p, pref, index in zip(pairs, prefs, indices, strict=True)
     ]
 
 

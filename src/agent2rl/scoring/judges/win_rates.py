@@ -104,8 +104,7 @@ def win_rates(
     prefs = _preferences(annotations)
     out = _head2head(prefs)
     # ZeroOneScoringRule: 1.5 -> 0 (a draw), round, then 0 -> 1.5 again.
-    discrete = np.where(prefs == 1.5, 0.0, prefs)
-    discrete = np.round(discrete)
+    discrete = np.round(np.where(prefs == 1.5, 0.0, prefs))
     discrete[discrete == 0.0] = 1.5
     out["discrete_win_rate"] = _head2head(discrete)["win_rate"]
     if df_gamed is not None:
@@ -208,15 +207,13 @@ def length_controlled(
     if len(annotations) < 2:
         raise ValueError("the LC GLM needs at least two annotations")
     index = [a.get("index", i) for i, a in enumerate(annotations)]
-    len_1 = pd.Series([len(a["output_1"]) for a in annotations], dtype=float)
-    len_2 = pd.Series([len(a["output_2"]) for a in annotations], dtype=float)
-    delta = len_1 - len_2
+    delta = pd.Series([len(a["output_1"]) - len(a["output_2"]) for a in annotations], dtype=float)
     if not delta.std() > 0:
         raise ValueError("the LC GLM needs outputs of different length differences")
-    prefs = _preferences(annotations)
     df = pd.DataFrame(
         {
-            "preference": prefs - 1.0,  # [0, 1]: the probability that the model's output wins
+            # [0, 1]: the probability that the model's output wins
+            "preference": _preferences(annotations) - 1.0,
             "index": index,
             "std_delta_len": delta / delta.std(),
             "not_gamed_baseline": True,
