@@ -62,9 +62,23 @@ SAME_MIN_BYTES = 512
 MAX_CONVERSATIONS = 16
 #: The usage-line fields a transcript line starts with, in this order.
 USAGE_KEYS = (
-    "time api endpoint model stream status latency_s input_tokens output_tokens cached_tokens "
-    "cache_write_tokens cost_usd estimated retries refused error"
-).split()
+    "time",
+    "api",
+    "endpoint",
+    "model",
+    "stream",
+    "status",
+    "latency_s",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cost_usd",
+    "estimated",
+    "retries",
+    "refused",
+    "error",
+)
 
 
 def transcript_path(usage_file: Path) -> Path:
