@@ -102,6 +102,20 @@ def finish(text: str, settings: GenerationSettings, decoding: Decoding) -> str:
     return text
 
 
+def release(template: ChatTemplate | None) -> None:
+    """What a backend's ``close`` does once it has dropped its model: stop the chat template's
+    renderer, collect the model's memory and hand CUDA's cached blocks back."""
+    import gc
+
+    import torch
+
+    if template is not None:
+        template.close()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
     """Cut ``text`` before the earliest occurrence of any stop string."""
     cut = len(text)
@@ -146,8 +160,6 @@ def backend_kinds() -> tuple[str, ...]:
     return ("auto", *BACKENDS)
 
 
-#: the built-in kinds (:func:`backend_kinds` adds installed ones)
-BACKEND_KINDS = ("auto", "vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

@@ -13,6 +13,7 @@ from agent2rl.inference.backend import (
     apply_chat_template,
     finish,
     max_new_tokens,
+    release,
 )
 from agent2rl.inference.chat_template import ChatTemplate
 from agent2rl.inference.decoding import GREEDY, Decoding, item_seed
@@ -299,13 +300,5 @@ class TransformersBackend:
         return out
 
     def close(self) -> None:
-        import gc
-
-        import torch
-
-        if self.chat_template is not None:
-            self.chat_template.close()
         del self.model
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release(self.chat_template)

@@ -19,6 +19,7 @@ from agent2rl.inference.backend import (
     apply_chat_template,
     finish,
     max_new_tokens,
+    release,
 )
 from agent2rl.inference.chat_template import ChatTemplate
 from agent2rl.inference.decoding import Decoding, item_seed
@@ -243,13 +244,5 @@ class VllmBackend:
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        import gc
-
-        import torch
-
-        if self.chat_template is not None:
-            self.chat_template.close()
         del self.llm
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release(self.chat_template)
