@@ -71,6 +71,38 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class TemplatedBackend:
+    """What the built-in backends share: the checked chat template, the stop ids and the
+    settings that go into the evaluation hash. A subclass calls :meth:`_prepare` once its
+    tokenizer is loaded."""
+
+    name: str
+    _dtype: str
+    decoding: Decoding
+    chat_template: ChatTemplate | None
+
+    def _prepare(self, tokenizer: Any, stop_token_ids: tuple[int, ...]) -> set[int]:
+        """Load the tokenizer's chat template and return the ids that end a completion: the
+        run's ``stop_token_ids`` and the tokenizer's end-of-sequence token."""
+        self.chat_template = ChatTemplate.of_tokenizer(tokenizer)
+        if self.chat_template is not None and self.decoding.enable_thinking:
+            # OpenCompass's chat_template_kwargs=dict(enable_thinking=True)
+            self.chat_template.variables["enable_thinking"] = True
+        eos = set(stop_token_ids)
+        if tokenizer.eos_token_id is not None:
+            eos.add(tokenizer.eos_token_id)
+        return eos
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
+        if not self.decoding.is_default:
+            out["decoding"] = self.decoding.to_dict()
+        return out
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
+        return apply_chat_template(self.chat_template, messages)
+
+
 def apply_chat_template(
     template: ChatTemplate | None, messages: list[dict[str, str]]
 ) -> str | None:
