@@ -71,6 +71,38 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class TemplatedBackend:
+    """What the built-in backends share: the checked chat template, the stop ids and the
+    settings that go into the evaluation hash. A subclass calls :meth:`_prepare` once its
+    tokenizer is loaded."""
+
+    name: str
+    _dtype: str
+    decoding: Decoding
+    chat_template: ChatTemplate | None
+
+    def _prepare(self, tokenizer: Any, stop_token_ids: tuple[int, ...]) -> set[int]:
+        """Load the tokenizer's chat template and return the ids that end a completion: the
+        run's ``stop_token_ids`` and the tokenizer's end-of-sequence token."""
+        self.chat_template = ChatTemplate.of_tokenizer(tokenizer)
+        if self.chat_template is not None and self.decoding.enable_thinking:
+            # OpenCompass's chat_template_kwargs=dict(enable_thinking=True)
+            self.chat_template.variables["enable_thinking"] = True
+        eos = set(stop_token_ids)
+        if tokenizer.eos_token_id is not None:
+            eos.add(tokenizer.eos_token_id)
+        return eos
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
+        if not self.decoding.is_default:
+            out["decoding"] = self.decoding.to_dict()
+        return out
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
+        return apply_chat_template(self.chat_template, messages)
+
+
 def apply_chat_template(
     template: ChatTemplate | None, messages: list[dict[str, str]]
 ) -> str | None:
@@ -100,6 +132,20 @@ def finish(text: str, settings: GenerationSettings, decoding: Decoding) -> str:
     if decoding.strip_reasoning and ("<think>" in text or "</think>" in text):
         text = strip_reasoning(text)
     return text
+
+
+def release(template: ChatTemplate | None) -> None:
+    """What a backend's ``close`` does once it has dropped its model: stop the chat template's
+    renderer, collect the model's memory and hand CUDA's cached blocks back."""
+    import gc
+
+    import torch
+
+    if template is not None:
+        template.close()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
@@ -146,8 +192,6 @@ def backend_kinds() -> tuple[str, ...]:
     return ("auto", *BACKENDS)
 
 
-#: the built-in kinds (:func:`backend_kinds` adds installed ones)
-BACKEND_KINDS = ("auto", "vllm", "transformers")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

@@ -40,6 +40,7 @@ kept on the exception (``detail``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -173,20 +174,13 @@ class TemplateRenderer:
     def close(self) -> None:
         """Stop the child (idempotent); a later :meth:`render` starts a new one."""
         with self._lock:
-            proc, self._proc = self._proc, None
-            if proc is not None:
-                if proc.stdin is not None:
-                    try:
-                        proc.stdin.close()  # the child exits at end of input
-                    except OSError:
-                        pass
-                try:
+            proc = self._proc
+            if proc is not None and proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()  # the child exits at end of input
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                if proc.stdout is not None:
-                    proc.stdout.close()
+            self._kill()
 
     def __enter__(self) -> TemplateRenderer:
         return self
@@ -253,10 +247,8 @@ class TemplateRenderer:
         code = proc.wait()
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
-                try:
+                with contextlib.suppress(OSError):
                     pipe.close()
-                except OSError:
-                    pass
         return code
 
 
@@ -396,7 +388,8 @@ def _limit_memory(extra: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters of it)."""
     first = next((line for line in str(err).splitlines() if line.strip()), "")
     return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
 
@@ -432,7 +425,7 @@ def _serve() -> int:
                 reply = {"rendered": rendered}
         except jinja2.TemplateSyntaxError as err:
             # Raised by the parser, from the template's source alone: safe to show.
-            reply = {"error": _one_line(err), "syntax": True}
+            reply = {"error": one_line(err), "syntax": True}
         except Exception as err:  # noqa: BLE001 - any failure is the template's, reported
             reply = {
                 "error": f"{type(err).__name__} raised while rendering a graded prompt (its "

@@ -51,6 +51,7 @@ from typing import Any
 
 from agent2rl.child_process import die_with_parent
 from agent2rl.errors import ModelFault
+from agent2rl.inference.chat_template import one_line
 
 #: The sections of ``tokenizer.json`` that run on text, in the order they run.
 PIPELINE = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
@@ -115,13 +116,8 @@ def _check_template_syntax(tokenizer: Any) -> None:
             _compile_jinja_template(source)
         except Exception as err:  # noqa: BLE001 - jinja's syntax and parser errors
             raise TokenizerUnloadable(
-                f"the chat template does not parse ({_one_line(err)})"
+                f"the chat template does not parse ({one_line(err)})"
             ) from None
-
-
-def _one_line(err: BaseException) -> str:
-    first = next((ln for ln in str(err).splitlines() if ln.strip()), "")
-    return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
 
 
 def compare(sub_dir: Path, base_dir: Path) -> dict[str, Any]:
@@ -135,7 +131,7 @@ def compare(sub_dir: Path, base_dir: Path) -> dict[str, Any]:
         if isinstance(err, (KeyboardInterrupt, SystemExit, GeneratorExit)):
             raise
         # Without the grader's own path to the copy (transformers names the file it failed on)
-        message = _one_line(err).replace(f"{os.path.abspath(sub_dir)}/", "")
+        message = one_line(err).replace(f"{os.path.abspath(sub_dir)}/", "")
         raise TokenizerUnloadable(f"transformers cannot load the tokenizer ({message})") from None
     _check_template_syntax(sub)
     base = pipeline(_load(base_dir))

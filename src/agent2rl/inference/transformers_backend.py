@@ -10,11 +10,11 @@ from typing import Any, Literal
 
 from agent2rl.inference.backend import (
     GenerationSettings,
-    apply_chat_template,
+    TemplatedBackend,
     finish,
     max_new_tokens,
+    release,
 )
-from agent2rl.inference.chat_template import ChatTemplate
 from agent2rl.inference.decoding import GREEDY, Decoding, item_seed
 
 #: the largest static key/value cache :meth:`TransformersBackend.cache_for` allows (bytes)
@@ -94,7 +94,7 @@ def sampling_processors(decoding: Decoding, prompts: list[str]) -> list[Any]:
     return procs
 
 
-class TransformersBackend:
+class TransformersBackend(TemplatedBackend):
     """Generation with left padding, stop strings and max-new-tokens, decoded as ``decoding``
     says (greedy by default; sampled: :func:`sampling_processors`, seeded per item).
 
@@ -146,10 +146,7 @@ class TransformersBackend:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.decoding = decoding
-        self.chat_template = ChatTemplate.of_tokenizer(self.tokenizer)
-        if self.chat_template is not None and decoding.enable_thinking:
-            # OpenCompass's chat_template_kwargs=dict(enable_thinking=True)
-            self.chat_template.variables["enable_thinking"] = True
+        eos = self._prepare(self.tokenizer, stop_token_ids)
         if dtype == "auto":
             dtype = "bfloat16" if self.device == "cuda" else "float32"
         dtype = getattr(torch, dtype)
@@ -157,9 +154,6 @@ class TransformersBackend:
             model_dir, trust_remote_code=False, use_safetensors=True, dtype=dtype
         ).to(self.device)
         self.model.eval()
-        eos = set(stop_token_ids)
-        if self.tokenizer.eos_token_id is not None:
-            eos.add(self.tokenizer.eos_token_id)
         self._stop_ids = frozenset(eos)
         # Every field a submission's generation_config.json could set is reset here: generate()
         # fills the fields left unset from model.generation_config, so replacing it (rather
@@ -222,15 +216,6 @@ class TransformersBackend:
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         size = rows * length * cfg.num_hidden_layers * 2 * heads * head_dim
         return size * self.model.dtype.itemsize
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
-        if not self.decoding.is_default:
-            out["decoding"] = self.decoding.to_dict()
-        return out
-
-    def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
-        return apply_chat_template(self.chat_template, messages)
 
     def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
         import torch
@@ -299,13 +284,5 @@ class TransformersBackend:
         return out
 
     def close(self) -> None:
-        import gc
-
-        import torch
-
-        if self.chat_template is not None:
-            self.chat_template.close()
         del self.model
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release(self.chat_template)

@@ -16,11 +16,11 @@ from typing import Any
 from agent2rl.inference.backend import (
     BackendConfig,
     GenerationSettings,
-    apply_chat_template,
+    TemplatedBackend,
     finish,
     max_new_tokens,
+    release,
 )
-from agent2rl.inference.chat_template import ChatTemplate
 from agent2rl.inference.decoding import Decoding, item_seed
 
 
@@ -106,7 +106,7 @@ def cpu_kv_cache_bytes(model_dir: Path, max_model_len: int | None, dtype: str) -
     return max(CPU_KV_MIN_BYTES, min(CPU_KV_MAX_BYTES, need))
 
 
-class VllmBackend:
+class VllmBackend(TemplatedBackend):
     """Decoding through ``vllm.LLM`` with the same contract as the transformers backend.
 
     Prompts are tokenized here without special tokens (as the transformers backend does) and
@@ -168,24 +168,9 @@ class VllmBackend:
         self.tokenizer = self.llm.get_tokenizer()
         # Prompts are rendered here, never by vLLM's own chat path: the same checked rendering
         # as the transformers backend's.
-        self.chat_template = ChatTemplate.of_tokenizer(self.tokenizer)
-        if self.chat_template is not None and self.decoding.enable_thinking:
-            self.chat_template.variables["enable_thinking"] = True
-        eos = set(config.stop_token_ids)
-        if self.tokenizer.eos_token_id is not None:
-            eos.add(self.tokenizer.eos_token_id)
-        self.stop_token_ids = sorted(eos)
+        self.stop_token_ids = sorted(self._prepare(self.tokenizer, config.stop_token_ids))
         self.max_len = self.llm.llm_engine.model_config.max_model_len
         self.weight_layout = weight_layout(model_dir)
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
-        if not self.decoding.is_default:
-            out["decoding"] = self.decoding.to_dict()
-        return out
-
-    def chat_prompt(self, messages: list[dict[str, str]]) -> str | None:
-        return apply_chat_template(self.chat_template, messages)
 
     def generate(self, prompts: list[str], settings: GenerationSettings) -> list[str]:
         from vllm import SamplingParams
@@ -243,13 +228,5 @@ class VllmBackend:
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        import gc
-
-        import torch
-
-        if self.chat_template is not None:
-            self.chat_template.close()
         del self.llm
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release(self.chat_template)

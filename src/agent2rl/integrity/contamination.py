@@ -68,6 +68,7 @@ from agent2rl.integrity.ngrams import (
     is_container,
     match_content,
     scan_file,
+    snippet,
 )
 from agent2rl.metering.provider_tools import PROVIDER_TOOLS_LOG, read_tool_uses
 from agent2rl.rundir import RunPaths
@@ -293,10 +294,7 @@ def scan_repository(git_dir: Path, index: PrivateIndex, max_bytes: int) -> FileS
             block = b"\n\n".join(batch)
             for item, span in index.match_block(block).items():
                 owner = names[bisect.bisect_right(starts, span[0]) - 1]
-                snippet = " ".join(
-                    block[span[0] : min(span[1], span[0] + 160)].decode("utf-8", "replace").split()
-                )
-                scan.hits.setdefault(item, (owner, snippet))
+                scan.hits.setdefault(item, (owner, snippet(block, span)))
         batch.clear()
         starts.clear()
         names.clear()
@@ -398,9 +396,9 @@ def scan_workspace(
         if scan.truncated:
             report.truncated_files.append(rel)
         report.notes.extend(f"{rel}: {note}" for note in scan.notes[:5])
-        for item, (member, snippet) in scan.hits.items():
+        for item, (member, text) in scan.hits.items():
             at = f"{rel}!{member}" if member else rel
-            match = found.setdefault(item, ItemMatch(item, [], snippet))
+            match = found.setdefault(item, ItemMatch(item, [], text))
             if len(match.files) < MAX_FILES_PER_ITEM:
                 match.files.append(at)
 

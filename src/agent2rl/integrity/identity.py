@@ -336,14 +336,11 @@ def _compare_tensor(
         pairs = zip(_blocks(base, base_name, blocks), _blocks(sub, sub_name, blocks), strict=True)
     else:  # a scalar: nothing to slice
         sampled = False
-        pairs = iter(
-            [
-                (
-                    base.get_tensor(base_name).to(torch.float64).flatten(),
-                    sub.get_tensor(sub_name).to(torch.float64).flatten(),
-                )
-            ]
+        w0, w = (
+            h.get_tensor(n).to(torch.float64).flatten()
+            for h, n in ((base, base_name), (sub, sub_name))
         )
+        pairs = iter([(w0, w)])
     dot = nb = ns = nd = 0.0
     lo, hi = math.inf, -math.inf
     for w0, w in pairs:

@@ -362,15 +362,18 @@ def _blocks_of(data: bytes, size: int = BLOCK_BYTES) -> Iterator[bytes]:
     while start < len(data):
         end = min(len(data), start + size)
         if end < len(data):
-            cut = data.rfind(b" ", start + size // 2, end)
-            cut = max(cut, data.rfind(b"\n", start + size // 2, end))
+            cut = _last_space(data, start + size // 2, end)
             end = cut + 1 if cut > start else end
         yield data[start:end]
         if end >= len(data):
             return
-        back = data.rfind(b" ", end - _OVERLAP, end - 1)
-        back = max(back, data.rfind(b"\n", end - _OVERLAP, end - 1))
+        back = _last_space(data, end - _OVERLAP, end - 1)
         start = back + 1 if back > start else end
+
+
+def _last_space(data: bytes, lo: int, hi: int) -> int:
+    """The position of the last space or newline in ``data[lo:hi]``; -1 without one."""
+    return max(data.rfind(b" ", lo, hi), data.rfind(b"\n", lo, hi))
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -415,7 +418,8 @@ class FileScan:
     read is matched, and the scan is incomplete."""
 
 
-def _snippet(block: bytes, span: tuple[int, int], limit: int = 160) -> str:
+def snippet(block: bytes, span: tuple[int, int], limit: int = 160) -> str:
+    """The matched text at ``span`` in ``block`` (its first ``limit`` bytes), whitespace folded."""
     start, end = span
     text = block[start : min(end, start + limit)].decode("utf-8", "replace")
     return " ".join(text.split())
@@ -630,7 +634,7 @@ def match_content(scan: FileScan, member: str, data: bytes, index: PrivateIndex)
         text = _columnar_text(data, "arrow")
     for block in _blocks_of(text if text is not None else _text_of(data)):
         for item, span in index.match_block(block).items():
-            scan.hits.setdefault(item, (member, _snippet(block, span)))
+            scan.hits.setdefault(item, (member, snippet(block, span)))
 
 
 def file_texts(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Iterator[tuple[str, bytes, bool]]:
