@@ -133,14 +133,3 @@ def scaling_curves(
         xs_out = [float(x) for x in xs]
         out.append(Curve(key, axis, xs_out, list(mean), lo, hi, len(curves), len(flagged)))
     return out
-
-
-__all__ = [
-    "AXES",
-    "Axis",
-    "Curve",
-    "best_so_far_steps",
-    "scaling_curves",
-    "step_value",
-    "tokens_at",
-]

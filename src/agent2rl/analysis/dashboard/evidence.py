@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -174,12 +175,8 @@ def token_timeline(run_dir: Path, m: RunMetrics) -> tuple[tuple[float, int], ...
             if isinstance(line.get(k), int | float)
         )
         requests.append((float(t) - m.start, max(tokens, 0)))
-    total = 0
-    out: list[tuple[float, int]] = []
-    for t, tokens in sorted(requests):
-        total += tokens
-        out.append((t, total))
-    return tuple(out)
+    requests.sort()
+    return tuple(zip((t for t, _ in requests), accumulate(n for _, n in requests), strict=True))
 
 
 def _known(data: Any, model: type[BaseModel]) -> Any:
@@ -258,16 +255,3 @@ def load_runs_dir(runs_dir: Path) -> list[StudyRun]:
         counter[k] = counter.get(k, -1) + 1
         out.append(StudyRun(r.metrics, r.run_dir, counter[k], r.evidence, r.token_timeline))
     return out
-
-
-__all__ = [
-    "code_evidence",
-    "families",
-    "load_run",
-    "load_runs_dir",
-    "read_metrics",
-    "log_evidence",
-    "rollout_evidence",
-    "run_dirs",
-    "token_timeline",
-]

@@ -103,6 +103,3 @@ def mode_task_heatmap(runs: Sequence[StudyRun], *, raw: bool = False) -> Heatmap
                 )
             )
     return Heatmap(rows, columns, cells, kind)
-
-
-__all__ = ["Cell", "Heatmap", "mode_task_heatmap"]

@@ -138,6 +138,3 @@ def leaderboard(
         return (row.key.task, row.key.eval_hash or "", mean is None, -(mean or 0.0))
 
     return sorted(rows, key=order)
-
-
-__all__ = ["LeaderboardRow", "Stat", "leaderboard", "stat"]

@@ -40,6 +40,3 @@ def pass_at_k(runs: Sequence[StudyRun], *, raw: bool = False) -> list[PassAtK]:
             flagged = sum(1 for o in outs if o.flagged)
             out.append(PassAtK(key, len(values), pass_at_k_curve(values), flagged))
     return out
-
-
-__all__ = ["PassAtK", "pass_at_k"]

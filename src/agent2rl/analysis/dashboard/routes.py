@@ -115,10 +115,3 @@ def run_route(run: StudyRun) -> RunRoute:
     best_t = m.time_to_best
     best = classify(m, run.evidence, until=best_t) if best_t is not None else route
     return RunRoute(m.run_id, route, best)
-
-
-def routes(runs: Sequence[StudyRun]) -> list[RunRoute]:
-    return [run_route(r) for r in runs]
-
-
-__all__ = ["ROUTES", "Route", "RunRoute", "classify", "routes", "run_route"]
