@@ -5,9 +5,8 @@ order); columns are tasks, in the same order, split by eval hash where a task wa
 several settings (:func:`~agent2rl.analysis.dashboard.runset.column_label`). A cell counts its
 stack's runs of the task: ``runs`` (all), ``graded`` (with a baseline), ``improved`` (best of
 budget above the baseline: counted improvement > 0), ``beyond_noise`` (improved and the
-improvement's 95% interval excludes 0), and the best counted improvement. A flagged run counts
-as its base model (improvement 0) unless ``raw``, as in every aggregate
-(:mod:`agent2rl.analysis.dashboard.counting`).
+improvement's 95% interval excludes 0), and the best counted improvement, a flagged run as its
+base model unless ``raw`` (:mod:`agent2rl.analysis.dashboard.counting`).
 
 A stack *covers* a task when at least one of its runs improved it; :meth:`Coverage.covered`
 counts the tasks each stack covers and the stacks that cover each task, the two margins of

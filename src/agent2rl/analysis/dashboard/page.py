@@ -230,10 +230,7 @@ _AXIS_TEXT = {
 
 
 def _curves(
-    runs: Sequence[StudyRun],
-    colors: dict[str, str],
-    mixed: dict[str, list[str]],
-    raw: bool = False,
+    runs: Sequence[StudyRun], colors: dict[str, str], mixed: dict[str, list[str]], raw: bool = False
 ) -> str:
     blocks = []
     for axis in AXES:
@@ -536,30 +533,18 @@ def render_dashboard(
         if raw
         else "as their base model (improvement 0); --raw shows them as graded.</p>"
     )
+    passk = _passk(pass_at_k(runs, raw=raw), colors, mixed)
+    heatmap = _heatmap(mode_task_heatmap(runs, raw=raw))
+    coverage = _coverage(task_coverage(runs, raw=raw))
+    plots = _trajectories(trajectories(runs), colors, links)
     sections = [
         ("overview", "Overview", f'<dl class="overview">{lines}</dl>{note_html}{_GLOSSARY}'),
         ("leaderboard", "Leaderboard", counting + _leaderboard(leaderboard(runs, raw=raw), mixed)),
-        (
-            "passk",
-            "pass@k: expected best improvement",
-            counting + _passk(pass_at_k(runs, raw=raw), colors, mixed),
-        ),
-        (
-            "heatmap",
-            "Mode × task heatmap (mean improvement)",
-            counting + _heatmap(mode_task_heatmap(runs, raw=raw)),
-        ),
-        (
-            "coverage",
-            "Task coverage: which stacks improved which tasks",
-            counting + _coverage(task_coverage(runs, raw=raw)),
-        ),
+        ("passk", "pass@k: expected best improvement", counting + passk),
+        ("heatmap", "Mode × task heatmap (mean improvement)", counting + heatmap),
+        ("coverage", "Task coverage: which stacks improved which tasks", counting + coverage),
         ("curves", "Scaling curves", counting + _curves(runs, colors, mixed, raw)),
-        (
-            "trajectories",
-            "Submission trajectories",
-            _trajectories(trajectories(runs), colors, links),
-        ),
+        ("trajectories", "Submission trajectories", plots),
         ("routes", "Routes", _routes(runs, links)),
         ("failures", "Failures", _failures(runs, links)),
         ("summaries", "Post-hoc summaries", _summaries(summaries)),

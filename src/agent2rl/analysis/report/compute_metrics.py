@@ -1,12 +1,11 @@
 """Per-run metrics, computed only from a finished run directory (never from live state).
 
 Reads, through the run's :class:`~agent2rl.run_record.RunRecord`, ``run.json``, ``ledger.db``
-(read-only), the per-item result files the grader wrote, the code
-snapshots in ``record/code.git`` and, if present, ``record/resources.jsonl``,
-``record/llm_usage.jsonl``, ``record/agent.json``, ``record/contamination.json`` and the
-rollout record. The result is a
-:class:`~agent2rl.analysis.report.run_metrics.RunMetrics` and deterministic: the bootstrap uses a
-fixed seed, so computing the metrics twice gives byte-identical ``metrics.json``.
+(read-only), the per-item result files the grader wrote, the code snapshots in
+``record/code.git`` and, if present, ``record/resources.jsonl``, ``record/llm_usage.jsonl``,
+``record/agent.json``, ``record/contamination.json`` and the rollout record. The result is a
+:class:`~agent2rl.analysis.report.run_metrics.RunMetrics` and deterministic: the bootstrap uses
+a fixed seed, so computing the metrics twice gives byte-identical ``metrics.json``.
 
 Scores are compared with the baseline only through :mod:`agent2rl.grading.comparison`, the
 rule the grading service answered the agent with during the run.
@@ -577,21 +576,14 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
       gives ``improvement`` None, and it cannot be the first improvement;
     - missing per-item files: the intervals and ``within_noise`` are None; only items present
       in both the baseline's and the best's files are paired;
-    - ``monotonic_ratio`` (the reference's: strict increases over every submission, a failed
-      one as 0) needs two submissions, ``non_decreasing_ratio`` (agent2rl's) two valid ones;
-      ``valid_submission_rate``/``first_valid_idx`` use the reference's validity (score > 0),
-      ``graded_submission_rate``/``first_graded_idx`` agent2rl's (graded with a score);
-      ``last_submit_gap`` runs to ``ended_at`` (None while the run has not ended),
-      ``last_submit_to_deadline`` to the deadline; ``first_valid_delay`` (the reference's)
-      is the first submission with a score > 0's time; ``time_used_ratio`` (the
-      reference's, unclipped) and ``budget_used_ratio`` (agent2rl's, clipped to [0, 1]) need
-      ``start``, ``ended_at`` and a positive budget;
+    - the submission sequence's metrics (the reference's formulas under its names, agent2rl's
+      variants under their own) are as :class:`RunMetrics` documents each; ``time_used_ratio``
+      and ``budget_used_ratio`` need ``start``, ``ended_at`` and a positive budget;
     - ``code_changes`` entries have None counts where a snapshot is missing or unreadable;
       ``total_lines_changed`` sums the known ones (added + removed);
     - integrity: a submission without an identity report (an older ledger) has ``identity``
       None and raises no flag; no ``record/contamination.json`` gives ``contamination`` None
       (the check did not run), never "clean". Neither ever changes a score.
-
     """
     r = _Run(paths)
     return RunMetrics(
