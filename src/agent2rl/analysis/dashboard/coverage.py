@@ -69,16 +69,14 @@ def task_coverage(runs: Sequence[StudyRun], *, raw: bool = False) -> Coverage:
     baseline counts in ``runs`` only."""
     runs = assign_hashes(runs)
     mixed = mixed_tasks(runs)
-    stacks: list[str] = []
-    tasks: list[str] = []
+    stacks: dict[str, None] = {}  # in first-seen order
+    tasks: dict[str, None] = {}
     acc: dict[tuple[str, str], dict[str, Any]] = {}
     for r in runs:
         stack = r.stack.label
         task = column_label(r.metrics.task, r.metrics.eval_hash, mixed)
-        if stack not in stacks:
-            stacks.append(stack)
-        if task not in tasks:
-            tasks.append(task)
+        stacks[stack] = None
+        tasks[task] = None
         a = acc.setdefault(
             (stack, task), {"runs": 0, "graded": 0, "improved": 0, "noise": 0, "best": None}
         )
@@ -99,7 +97,7 @@ def task_coverage(runs: Sequence[StudyRun], *, raw: bool = False) -> Coverage:
         for t in tasks
         if (a := acc.get((s, t))) is not None
     ]
-    return Coverage(stacks, tasks, cells)
+    return Coverage(list(stacks), list(tasks), cells)
 
 
 def coverage_rows(cov: Coverage) -> list[dict[str, Any]]:

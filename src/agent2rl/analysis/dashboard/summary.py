@@ -273,20 +273,17 @@ def _merge(run: StudyRun, base: RunSummary, content: str, model: str) -> RunSumm
     except (ValueError, AttributeError):
         return _with_note(base, "the LLM's answer was not the JSON asked for; rules shown")
     known = artifacts(run)
-    kept: list[Claim] = []
-    dropped = 0
-    for d in raw if isinstance(raw, list) else []:
-        refs = d.get("refs") if isinstance(d, dict) else None
-        text_ = d.get("text") if isinstance(d, dict) else None
-        if (
-            isinstance(text_, str)
-            and isinstance(refs, list)
-            and refs
-            and all(isinstance(r, str) and r in known for r in refs)
-        ):
-            kept.append(Claim(text_, list(refs)))
-        else:
-            dropped += 1
+    candidates = raw if isinstance(raw, list) else []
+    kept = [
+        Claim(d["text"], list(d["refs"]))
+        for d in candidates
+        if isinstance(d, dict)
+        and isinstance(d.get("text"), str)
+        and isinstance(d.get("refs"), list)
+        and d["refs"]
+        and all(isinstance(r, str) and r in known for r in d["refs"])
+    ]
+    dropped = len(candidates) - len(kept)
     notes = [f"{dropped} LLM claim(s) dropped: no ref to a recorded artifact"] if dropped else []
     if not kept:
         return _with_note(base, "no LLM claim cited a recorded artifact; rules shown", *notes)

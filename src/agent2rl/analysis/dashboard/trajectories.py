@@ -1,5 +1,5 @@
 """Submission trajectories (the paper's Fig. 5): each run's scores by submission, with its
-baseline. Plain data for the dashboard's per-run plots and the export."""
+baseline. Plain data for the dashboard's per-run plots."""
 
 from __future__ import annotations
 

@@ -105,8 +105,7 @@ def judge_summary(
     ``baseline_items`` / ``best_items`` are the per-item files of the baseline and the best
     submission (their ``result.json`` lies beside them)."""
     dirs = grading_dirs(paths)
-    judged = [(d, _details(d / "result.json")) for d in dirs]
-    judged = [(d, det) for d, det in judged if det is not None]
+    judged = [(d, det) for d in dirs if (det := _details(d / "result.json")) is not None]
     usage_files = [d / USAGE_FILE for d in dirs if (d / USAGE_FILE).is_file()]
     if not judged and not usage_files:
         return None

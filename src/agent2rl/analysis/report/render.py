@@ -191,10 +191,7 @@ def final_text(m: RunMetrics) -> str:
 
 
 def _notes(tr: TrajectoryPoint, m: RunMetrics) -> list[str]:
-    notes = []
-    label = _noise_label(tr.within_noise)
-    if label:
-        notes.append(label)
+    notes = [label] if (label := _noise_label(tr.within_noise)) else []
     if tr.comparable is False and m.baseline is not None:  # no baseline: nothing to compare
         notes.append(_incomparable(tr.eval_hash, m.eval_hash, "this submission"))
     if tr.is_copy:
