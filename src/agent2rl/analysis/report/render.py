@@ -69,7 +69,7 @@ def write_report(paths: RunPaths, metrics: RunMetrics | None = None) -> RunMetri
     out.mkdir(parents=True, exist_ok=True)
     diffs = collect_diffs(paths, metrics)
     _write_diffs(out / "diffs", diffs)
-    write_json_atomic(out / "metrics.json", metrics.to_json())
+    write_json_atomic(paths.metrics_json, metrics.to_json())
     # the agent's summary.md, when it wrote one, labelled as its own account (unchecked)
     summary = read_agent_summary(paths.workspace)
     write_text_atomic(out / "report.md", render_markdown(metrics) + summary_markdown(summary))
