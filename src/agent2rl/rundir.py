@@ -205,6 +205,16 @@ class RunPaths:
         return self.record / "llm_usage.jsonl"
 
     @property
+    def agent_json(self) -> Path:
+        """The agent's own view, written after it stops: log summary, methods, mode flags."""
+        return self.record / "agent.json"
+
+    @property
+    def network_json(self) -> Path:
+        """The agent's network as it ran, with the egress proxy's summary (``services``)."""
+        return self.record / "network.json"
+
+    @property
     def transcript(self) -> Path:
         """Every LLM exchange the metering proxy relayed (JSON lines)."""
         return self.record / "transcript.jsonl"

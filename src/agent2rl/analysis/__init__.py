@@ -38,33 +38,17 @@ if TYPE_CHECKING:
         write_report,
     )
 
-#: the public API, name -> the subpackage that defines it. Imported on first use (PEP 562):
-#: ``agent2rl.analysis.rendering`` alone (the viewer's, the docs build's) must not load the
-#: report's dependencies (tasks, integrity checks), which take seconds to import.
-_EXPORTS = {
-    **dict.fromkeys(("ResultsRow", "list_runs", "record_run", "results_db_path"), "dashboard"),
-    **dict.fromkeys(
-        (
-            "RunMetrics",
-            "code_changes",
-            "collect_diffs",
-            "compute_metrics",
-            "diff_numstat",
-            "render_html",
-            "render_markdown",
-            "resource_summary",
-            "snapshot_diff",
-            "write_report",
-        ),
-        "report",
-    ),
-}
+#: The public API (:data:`__all__`) is imported on first use (PEP 562), from ``dashboard`` for
+#: these names and ``report`` for the rest: ``agent2rl.analysis.rendering`` alone (the
+#: viewer's, the docs build's) must not load the report's dependencies (tasks, integrity
+#: checks), which take seconds to import.
+_FROM_DASHBOARD = frozenset({"ResultsRow", "list_runs", "record_run", "results_db_path"})
 
 
 def __getattr__(name: str) -> Any:
-    sub = _EXPORTS.get(name)
-    if sub is None:
+    if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    sub = "dashboard" if name in _FROM_DASHBOARD else "report"
     return getattr(importlib.import_module(f"{__name__}.{sub}"), name)
 
 

@@ -12,7 +12,8 @@ from agent2rl.analysis.dashboard.compare import aggregate
 from agent2rl.analysis.dashboard.runset import StudyRun, group_runs
 from agent2rl.grading.final import FinalGrade
 from agent2rl.grading.ledger import Ledger
-from agent2rl.rundir import RunInfo, RunPaths
+from agent2rl.rundir import RunPaths
+from tests.support.rundirs import write_run
 
 START = 1_700_000_000.0
 
@@ -28,14 +29,11 @@ def _items(path: Path, scores: list[float]) -> str:
 def _run(root: Path, feedback: str, grade: FinalGrade | None) -> RunPaths:
     """A finished run: private baseline 50, validation baseline 40, submissions scoring 60 and
     70 (on validation under ``validation``), and the end-of-run ``grade``."""
-    paths = RunPaths(root)
-    root.mkdir(parents=True)
-    RunInfo(
-        run_id=root.name, task="arith-lite", task_version="2", level=1, agent="reference-sft",
-        model="tiny", budget_s=600.0, seed=0, sandbox="none", created_at=START - 10,
+    paths = write_run(
+        root, task_version="2", agent="reference-sft", budget_s=600.0, created_at=START - 10,
         start=START, deadline=START + 600, ended_at=START + 600, status="deadline",
         feedback=feedback,
-    ).save(paths)  # fmt: skip
+    )  # fmt: skip
     split = "validation" if feedback == "validation" else "private"
     with Ledger(paths.ledger) as ledger:
         _items(root / "grading/baseline/items.jsonl", [1.0, 0.0] * 10)

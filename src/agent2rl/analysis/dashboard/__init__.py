@@ -4,24 +4,14 @@ Reads only finished run directories (``report/metrics.json`` and the records bes
 ``results.db``, never live state. Everything that consumes :class:`StudyRun`\\ s is a pure
 function, so tests build them by hand with known answers.
 
-Modules:
-
-``results``
-    ``results.db``: one row per run (:class:`ResultsRow`), written when a run is finalised.
-``compare``
-    cross-run tables over those rows; refuses runs graded under different settings.
-``runset``, ``evidence``
-    :class:`StudyRun` (one run as the analyses see it) and the shared rules (stack, group,
-    best of budget), and the evidence read from a run directory to build one.
-``counting``
-    how a run counts in any aggregate: a flagged run counts as its base model unless raw.
-``leaderboard``, ``passk``, ``heatmap``, ``curves``, ``trajectories``
-    the aggregates (the paper's tables and figures); intervals and pass@k math are
-    :mod:`agent2rl.statistics`'.
-``routes``, ``failures``, ``summary``
-    which training route a run took, what failed, and post-hoc summaries citing artifacts.
-``page``
-    the self-contained ``dashboard.html`` over all of them.
+Modules: ``results`` (``results.db``, one :class:`ResultsRow` per finalised run), ``compare``
+(tables over those rows; refuses runs graded under different settings), ``runset`` and
+``evidence`` (:class:`StudyRun` and the shared rules: stack, group, best of budget; the evidence
+read from a run directory), ``counting`` (a flagged run counts as its base model unless raw),
+``leaderboard``, ``passk``, ``heatmap``, ``coverage``, ``curves``, ``trajectories`` (the paper's
+tables and figures; the statistics are :mod:`agent2rl.statistics`'), ``routes``, ``failures``,
+``summary`` (the training route, what failed, post-hoc summaries citing artifacts) and ``page``
+(the self-contained ``dashboard.html``).
 """
 
 from agent2rl.analysis.dashboard.page import (

@@ -3,12 +3,10 @@
 Scores are comparable only when they were graded under the same evaluation settings (task
 version, data, prompt, generation settings, backend), which every run records as its
 ``eval_hash``. Comparing or averaging runs of one task with different hashes is refused with
-an error that names the runs and the way out, rather than printing a misleading table.
-
-A flagged run (its ``integrity_flags`` column holds a flag that counts:
-:func:`~agent2rl.analysis.dashboard.counting.counts_as_flagged`) counts in the means as its base
-model, best = baseline and improvement 0, unless ``raw`` (the policy of
-:mod:`agent2rl.analysis.dashboard.counting`); each group counts its flagged runs either way.
+an error that names the runs and the way out, rather than printing a misleading table. A
+flagged run (:func:`is_flagged`) counts in the means as its base model, best = baseline and
+improvement 0, unless ``raw`` (:mod:`agent2rl.analysis.dashboard.counting`); each group counts
+its flagged runs either way.
 """
 
 from __future__ import annotations

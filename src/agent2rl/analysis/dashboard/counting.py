@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from agent2rl.analysis.dashboard.runset import outcome
-from agent2rl.analysis.report.run_metrics import MODE_VIOLATION, RunMetrics, run_flags
+from agent2rl.analysis.report.run_metrics import RunMetrics, run_flags
 
 #: Flags that are recorded but do not make a run flagged: a submission's own chat template
 #: passed the renderer rule when it was graded (a template that computes the answer from the
@@ -103,14 +103,3 @@ def counted(m: RunMetrics, *, raw: bool = False) -> Counted | None:
     return Counted(
         o.baseline, o.best, o.improvement, final, final_gain, o.has_valid, flagged, False
     )
-
-
-__all__ = [
-    "MODE_VIOLATION",
-    "RECORDED_ONLY",
-    "Counted",
-    "counted",
-    "counts_as_flagged",
-    "final_of",
-    "run_flags",
-]

@@ -5,9 +5,8 @@ order); columns are tasks, in the same order, split by eval hash where a task wa
 several settings (:func:`~agent2rl.analysis.dashboard.runset.column_label`). A cell counts its
 stack's runs of the task: ``runs`` (all), ``graded`` (with a baseline), ``improved`` (best of
 budget above the baseline: counted improvement > 0), ``beyond_noise`` (improved and the
-improvement's 95% interval excludes 0), and the best counted improvement. A flagged run counts
-as its base model (improvement 0) unless ``raw``, as in every aggregate
-(:mod:`agent2rl.analysis.dashboard.counting`).
+improvement's 95% interval excludes 0), and the best counted improvement, a flagged run as its
+base model unless ``raw`` (:mod:`agent2rl.analysis.dashboard.counting`).
 
 A stack *covers* a task when at least one of its runs improved it; :meth:`Coverage.covered`
 counts the tasks each stack covers and the stacks that cover each task, the two margins of
@@ -70,16 +69,14 @@ def task_coverage(runs: Sequence[StudyRun], *, raw: bool = False) -> Coverage:
     baseline counts in ``runs`` only."""
     runs = assign_hashes(runs)
     mixed = mixed_tasks(runs)
-    stacks: list[str] = []
-    tasks: list[str] = []
+    stacks: dict[str, None] = {}  # in first-seen order
+    tasks: dict[str, None] = {}
     acc: dict[tuple[str, str], dict[str, Any]] = {}
     for r in runs:
         stack = r.stack.label
         task = column_label(r.metrics.task, r.metrics.eval_hash, mixed)
-        if stack not in stacks:
-            stacks.append(stack)
-        if task not in tasks:
-            tasks.append(task)
+        stacks[stack] = None
+        tasks[task] = None
         a = acc.setdefault(
             (stack, task), {"runs": 0, "graded": 0, "improved": 0, "noise": 0, "best": None}
         )
@@ -100,7 +97,7 @@ def task_coverage(runs: Sequence[StudyRun], *, raw: bool = False) -> Coverage:
         for t in tasks
         if (a := acc.get((s, t))) is not None
     ]
-    return Coverage(stacks, tasks, cells)
+    return Coverage(list(stacks), list(tasks), cells)
 
 
 def coverage_rows(cov: Coverage) -> list[dict[str, Any]]:
@@ -132,6 +129,10 @@ def cell_state(c: CoverageCell | None) -> str:
     return "improved" if c.improved else "none"
 
 
+def _text(x: float, y: float, body: str, attrs: str = 'text-anchor="middle"') -> str:
+    return f'<text x="{x:.0f}" y="{y:.0f}" {attrs}>{body}</text>'
+
+
 def coverage_svg(cov: Coverage, title: str = "Task coverage") -> str:
     """The chart as a standalone SVG: a grid of stacks (rows) by tasks (columns), each cell
     coloured by :func:`cell_state` and labelled ``improved/graded``, the tasks a stack covers
@@ -147,23 +148,17 @@ def coverage_svg(cov: Coverage, title: str = "Task coverage") -> str:
     width = max(left + cw * (len(cov.tasks) + 1), 10 + legend_w) + 10
     height = top + ch * (len(cov.stacks) + 1) + 40
     per_stack, per_task = cov.covered()
+    margin_x = left + cw * len(cov.tasks) + cw / 2  # the column of the stacks' margins
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'font-family="sans-serif" font-size="12">',
-        f'<text x="10" y="20" font-size="15" font-weight="bold">{escape(title)}</text>',
+        _text(10, 20, escape(title), 'font-size="15" font-weight="bold"'),
+        *(_text(left + cw * j + cw / 2, top - 8, escape(t)) for j, t in enumerate(cov.tasks)),
+        _text(margin_x, top - 8, "tasks covered", 'text-anchor="middle" font-style="italic"'),
     ]
-    for j, t in enumerate(cov.tasks):
-        x = left + cw * j + cw / 2
-        out.append(f'<text x="{x:.0f}" y="{top - 8}" text-anchor="middle">{escape(t)}</text>')
-    out.append(
-        f'<text x="{left + cw * len(cov.tasks) + cw / 2:.0f}" y="{top - 8}" '
-        'text-anchor="middle" font-style="italic">tasks covered</text>'
-    )
     for i, s in enumerate(cov.stacks):
         y = top + ch * i
-        out.append(
-            f'<text x="{left - 6}" y="{y + ch / 2 + 4:.0f}" text-anchor="end">{escape(s)}</text>'
-        )
+        out.append(_text(left - 6, y + ch / 2 + 4, escape(s), 'text-anchor="end"'))
         for j, t in enumerate(cov.tasks):
             c = cov.cell(s, t)
             x = left + cw * j
@@ -173,25 +168,18 @@ def coverage_svg(cov: Coverage, title: str = "Task coverage") -> str:
             )
             if c is not None:
                 colour = ' fill="#ffffff"' if cell_state(c) == "noise" else ""
+                label = f"{c.improved}/{c.graded}"
                 out.append(
-                    f'<text x="{x + cw / 2:.0f}" y="{y + ch / 2 + 4:.0f}" '
-                    f'text-anchor="middle"{colour}>{c.improved}/{c.graded}</text>'
+                    _text(x + cw / 2, y + ch / 2 + 4, label, f'text-anchor="middle"{colour}')
                 )
-        x = left + cw * len(cov.tasks) + cw / 2
-        out.append(
-            f'<text x="{x:.0f}" y="{y + ch / 2 + 4:.0f}" text-anchor="middle" '
-            f'font-weight="bold">{per_stack[s]}/{len(cov.tasks)}</text>'
-        )
+        bold = 'text-anchor="middle" font-weight="bold"'
+        out.append(_text(margin_x, y + ch / 2 + 4, f"{per_stack[s]}/{len(cov.tasks)}", bold))
     y = top + ch * len(cov.stacks) + ch / 2 + 4
-    out.append(
-        f'<text x="{left - 6}" y="{y:.0f}" text-anchor="end" font-style="italic">'
-        "stacks covering</text>"
-    )
+    out.append(_text(left - 6, y, "stacks covering", 'text-anchor="end" font-style="italic"'))
     for j, t in enumerate(cov.tasks):
-        x = left + cw * j + cw / 2
+        label = f"{per_task[t]}/{len(cov.stacks)}"
         out.append(
-            f'<text x="{x:.0f}" y="{y:.0f}" text-anchor="middle" font-weight="bold">'
-            f"{per_task[t]}/{len(cov.stacks)}</text>"
+            _text(left + cw * j + cw / 2, y, label, 'text-anchor="middle" font-weight="bold"')
         )
     x = 10
     for state, text in legend:
@@ -203,13 +191,3 @@ def coverage_svg(cov: Coverage, title: str = "Task coverage") -> str:
         x += 36 + 7 * len(text)
     out.append("</svg>")
     return "\n".join(out) + "\n"
-
-
-__all__ = [
-    "Coverage",
-    "CoverageCell",
-    "cell_state",
-    "coverage_rows",
-    "coverage_svg",
-    "task_coverage",
-]

@@ -8,11 +8,8 @@ driver LLM's cumulative input+output tokens when the submission was made (runs w
 metering record have no tokens curve); on ``submissions`` it is the submission's position
 (1, 2, ...; invalid ones count, they used the budget too). Runs are evaluated on a common
 grid and averaged; a run keeps its last value after its end. The band is mean ± one sample
-standard deviation over the runs (none for a single run).
-
-A flagged run (:func:`~agent2rl.analysis.dashboard.counting.counts_as_flagged`) counts as its
-base model, a flat 0, unless ``raw``, as in every other aggregate; each curve counts its
-flagged runs either way.
+standard deviation over the runs (none for a single run). A flagged run is a flat 0 (its base
+model) unless ``raw`` (:mod:`agent2rl.analysis.dashboard.counting`); each curve counts them.
 """
 
 from __future__ import annotations
@@ -133,14 +130,3 @@ def scaling_curves(
         xs_out = [float(x) for x in xs]
         out.append(Curve(key, axis, xs_out, list(mean), lo, hi, len(curves), len(flagged)))
     return out
-
-
-__all__ = [
-    "AXES",
-    "Axis",
-    "Curve",
-    "best_so_far_steps",
-    "scaling_curves",
-    "step_value",
-    "tokens_at",
-]

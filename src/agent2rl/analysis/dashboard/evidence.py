@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -72,29 +73,16 @@ def code_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
             seen[snap] = families(detect_methods(text)) if text is not None else frozenset()
         fam = seen[snap]
         if fam != last:
-            shown = ", ".join(sorted(fam)) or "no training method"
+            detail = f"code at submission #{p.id}: {', '.join(sorted(fam)) or 'no training method'}"
             out.append(
-                Evidence(
-                    "code",
-                    p.t,
-                    fam,
-                    f"code at submission #{p.id}: {shown}",
-                    f"snapshot {snap[:10]} (submission #{p.id})",
-                )
+                Evidence("code", p.t, fam, detail, f"snapshot {snap[:10]} (submission #{p.id})")
             )
             last = fam
     final = m.methods if m.methods is not None else sorted(detect_methods(record.paths.code))
     fam = families(final)
     if fam:
-        out.append(
-            Evidence(
-                "code",
-                m.duration_s,
-                fam,
-                f"code at the end: {', '.join(sorted(final))}",
-                "workspace/code/",
-            )
-        )
+        detail = f"code at the end: {', '.join(sorted(final))}"
+        out.append(Evidence("code", m.duration_s, fam, detail, "workspace/code/"))
     return out
 
 
@@ -144,16 +132,11 @@ def rollout_evidence(m: RunMetrics) -> list[Evidence]:
     env = m.env_usage
     if env is None or env.steps <= 0:
         return []
-    return [
-        Evidence(
-            "rollout",
-            env.first_step_t,
-            frozenset({"rl"}),
-            f"{env.steps} environment steps in {env.episodes} episodes "
-            f"({env.won_episodes} won) through the rollout service",
-            "record/env.db",
-        )
-    ]
+    detail = (
+        f"{env.steps} environment steps in {env.episodes} episodes "
+        f"({env.won_episodes} won) through the rollout service"
+    )
+    return [Evidence("rollout", env.first_step_t, frozenset({"rl"}), detail, "record/env.db")]
 
 
 def token_timeline(run_dir: Path, m: RunMetrics) -> tuple[tuple[float, int], ...]:
@@ -174,12 +157,8 @@ def token_timeline(run_dir: Path, m: RunMetrics) -> tuple[tuple[float, int], ...
             if isinstance(line.get(k), int | float)
         )
         requests.append((float(t) - m.start, max(tokens, 0)))
-    total = 0
-    out: list[tuple[float, int]] = []
-    for t, tokens in sorted(requests):
-        total += tokens
-        out.append((t, total))
-    return tuple(out)
+    requests.sort()
+    return tuple(zip((t for t, _ in requests), accumulate(n for _, n in requests), strict=True))
 
 
 def _known(data: Any, model: type[BaseModel]) -> Any:
@@ -232,12 +211,7 @@ def load_run(
         return None
     evidence = code_evidence(run_dir, m) + log_evidence(run_dir, m) + rollout_evidence(m)
     return StudyRun(
-        m,
-        run_dir,
-        repeat,
-        tuple(evidence),
-        token_timeline(run_dir, m),
-        dict(labels or {}),
+        m, run_dir, repeat, tuple(evidence), token_timeline(run_dir, m), dict(labels or {})
     )
 
 
@@ -258,16 +232,3 @@ def load_runs_dir(runs_dir: Path) -> list[StudyRun]:
         counter[k] = counter.get(k, -1) + 1
         out.append(StudyRun(r.metrics, r.run_dir, counter[k], r.evidence, r.token_timeline))
     return out
-
-
-__all__ = [
-    "code_evidence",
-    "families",
-    "load_run",
-    "load_runs_dir",
-    "read_metrics",
-    "log_evidence",
-    "rollout_evidence",
-    "run_dirs",
-    "token_timeline",
-]

@@ -14,9 +14,6 @@ Kinds (:data:`KINDS`), several per run possible:
 ``grader failure``    an evaluation failed as the harness's fault (the grader or a judge)
 ``integrity``         a copy of the base model submitted, a mode contradicted, a model not
                       derived from the base, a changed chat template, contamination
-
-Integrity fields that :class:`RunMetrics` may not have in an older ``metrics.json`` are read
-when present.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent2rl.analysis.dashboard.runset import StudyRun
-from agent2rl.analysis.report.run_metrics import RunMetrics
+from agent2rl.analysis.report.run_metrics import RunMetrics, TrajectoryPoint
 from agent2rl.rundir import RunStatus
 
 KINDS = (
@@ -52,43 +49,37 @@ class Failure:
     """The artifact: ``run.json``, ``agent.log``, ``submission #3``, ``rejection #1``..."""
 
 
-def _failed_kind(point: object) -> str:
+def _failed_kind(point: TrajectoryPoint) -> str:
     """``model`` or ``harness`` for a failed submission: the ledger's own verdict when the
     metrics carry it, else ``harness`` for an evaluation that timed out or crashed the
     grader, ``model`` otherwise."""
-    kind = getattr(point, "failure_kind", None)
-    if kind in ("model", "harness"):
-        return kind
-    error = (getattr(point, "error", None) or "").lower()
-    return (
-        "harness"
-        if any(w in error for w in ("timeout", "timed out", "harness", "judge"))
-        else "model"
-    )
+    if point.failure_kind in ("model", "harness"):
+        return point.failure_kind
+    error = (point.error or "").lower()
+    harness = any(w in error for w in ("timeout", "timed out", "harness", "judge"))
+    return "harness" if harness else "model"
+
+
+#: a run status that is a failure: (kind, detail when the run recorded no error, artifact)
+_STATUS_FAILURES: dict[str, tuple[str, str, str]] = {
+    RunStatus.AGENT_ERROR: ("crash", "the agent exited with an error", "agent.log"),
+    RunStatus.HARNESS_ERROR: ("harness", "the harness failed", "run.json"),
+    RunStatus.OOM: ("oom", "over the memory cap", "run.json"),
+    RunStatus.DISK_QUOTA: ("disk quota", "over the disk quota", "run.json"),
+    RunStatus.INTERRUPTED: ("interrupted", "stopped", "run.json"),
+}
 
 
 def run_failures(m: RunMetrics) -> list[Failure]:
     """Every failure of one run (an empty list for a clean run)."""
     out: list[Failure] = []
     status = m.status
-    if status == RunStatus.AGENT_ERROR:
-        out.append(Failure("crash", m.error or "the agent exited with an error", "agent.log"))
-    elif status == RunStatus.HARNESS_ERROR:
-        out.append(Failure("harness", m.error or "the harness failed", "run.json"))
-    elif status == RunStatus.OOM:
-        out.append(Failure("oom", m.error or "over the memory cap", "run.json"))
-    elif status == RunStatus.DISK_QUOTA:
-        out.append(Failure("disk quota", m.error or "over the disk quota", "run.json"))
-    elif status == RunStatus.INTERRUPTED:
-        out.append(Failure("interrupted", m.error or "stopped", "run.json"))
-    if m.valid_submissions == 0:
-        kind = (
-            "deadline, no valid submission"
-            if status == RunStatus.DEADLINE
-            else "no valid submission"
-        )
-        if status in (RunStatus.DEADLINE, RunStatus.COMPLETED):
-            out.append(Failure(kind, f"{m.submissions} submission(s), none valid", "ledger.db"))
+    if status in _STATUS_FAILURES:
+        kind, detail, ref = _STATUS_FAILURES[status]
+        out.append(Failure(kind, m.error or detail, ref))
+    if m.valid_submissions == 0 and status in (RunStatus.DEADLINE, RunStatus.COMPLETED):
+        kind = ("deadline, " if status == RunStatus.DEADLINE else "") + "no valid submission"
+        out.append(Failure(kind, f"{m.submissions} submission(s), none valid", "ledger.db"))
     for r in m.rejections:
         out.append(
             Failure("format error", f"refused ({r.http_status}): {r.reason}", f"rejection #{r.id}")
@@ -98,49 +89,21 @@ def run_failures(m: RunMetrics) -> list[Failure]:
             continue
         kind = "grader failure" if _failed_kind(p) == "harness" else "format error"
         out.append(Failure(kind, p.error or "evaluation failed", f"submission #{p.id}"))
-    for p in m.trajectory:
-        if p.is_copy:
-            out.append(
-                Failure(
-                    "integrity", "a copy of the base model was submitted", f"submission #{p.id}"
-                )
-            )
+    copied = "a copy of the base model was submitted"
+    out += [Failure("integrity", copied, f"submission #{p.id}") for p in m.trajectory if p.is_copy]
     for flag in m.mode_flags or []:
         out.append(Failure("integrity", flag, "record/agent.json"))
-    for sid in getattr(m, "not_derived_submissions", None) or []:
-        out.append(
-            Failure(
-                "integrity", "the model does not derive from the base model", f"submission #{sid}"
-            )
-        )
-    for sid in getattr(m, "chat_template_submissions", None) or []:
-        out.append(Failure("integrity", "the chat template was changed", f"submission #{sid}"))
-    contamination = getattr(m, "contamination", None)
-    if contamination is not None and getattr(contamination, "flagged", False):
-        out.append(
-            Failure(
-                "integrity",
-                f"contamination: {contamination.matched_items} of {contamination.items_total} "
-                "private items found in the workspace",
-                "record/contamination.json",
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class FailureRow:
-    run_id: str
-    stack: str
-    task: str
-    failures: list[Failure]
-
-
-def failures(runs: Sequence[StudyRun]) -> list[FailureRow]:
-    """Each run's failures, in the given order."""
-    return [
-        FailureRow(r.run_id, r.stack.label, r.metrics.task, run_failures(r.metrics)) for r in runs
+    not_derived = "the model does not derive from the base model"
+    out += [
+        Failure("integrity", not_derived, f"submission #{i}") for i in m.not_derived_submissions
     ]
+    changed = "the chat template was changed"
+    out += [Failure("integrity", changed, f"submission #{i}") for i in m.chat_template_submissions]
+    c = m.contamination
+    if c is not None and c.flagged:
+        found = f"contamination: {c.matched_items} of {c.items_total} private items found"
+        out.append(Failure("integrity", f"{found} in the workspace", "record/contamination.json"))
+    return out
 
 
 def failure_counts(runs: Sequence[StudyRun]) -> dict[str, Counter]:
@@ -150,6 +113,3 @@ def failure_counts(runs: Sequence[StudyRun]) -> dict[str, Counter]:
         kinds = {f.kind for f in run_failures(r.metrics)}
         out.setdefault(r.stack.label, Counter()).update(kinds)
     return out
-
-
-__all__ = ["KINDS", "Failure", "FailureRow", "failure_counts", "failures", "run_failures"]

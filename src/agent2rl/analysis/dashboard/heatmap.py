@@ -3,11 +3,10 @@
 Rows are operating modes when every LLM run shares one agent and driver (the paper's Claude
 Code modes), else agent stacks; agents without an LLM are rows of their own. Columns are
 tasks (split by eval hash where a task was graded under several settings, see
-:mod:`agent2rl.analysis.dashboard.runset`). A cell is the mean improvement (best of budget rule) of
-its runs with an outcome, with their count and how many of them are flagged (a flagged
-run counts as improvement 0 unless ``raw``: :mod:`agent2rl.analysis.dashboard.counting`); per column
-the best and the worst cell are marked (all of them on a tie; a column with one filled cell
-marks it best only).
+:mod:`agent2rl.analysis.dashboard.runset`). A cell is the mean counted improvement
+(:mod:`agent2rl.analysis.dashboard.counting`) of its runs with an outcome, with their count and
+how many are flagged; per column the best and the worst cell are marked (all of them on a tie;
+a column with one filled cell marks it best only).
 """
 
 from __future__ import annotations
@@ -103,6 +102,3 @@ def mode_task_heatmap(runs: Sequence[StudyRun], *, raw: bool = False) -> Heatmap
                 )
             )
     return Heatmap(rows, columns, cells, kind)
-
-
-__all__ = ["Cell", "Heatmap", "mode_task_heatmap"]

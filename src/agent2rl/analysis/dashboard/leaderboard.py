@@ -6,11 +6,9 @@ repeats, for the baseline, the best score and the improvement (the best of budge
 :func:`~agent2rl.analysis.dashboard.runset.outcome`: selected over every graded submission, so
 optimistic), the final submission's score and improvement beside them, plus the
 valid-submission rate and what the driver LLM cost. A task graded under more than one
-evaluation setting gets one block of rows per setting, never a pooled one.
-
-A flagged run (:func:`~agent2rl.analysis.dashboard.counting.counts_as_flagged`) counts as its
-base model (improvement 0) unless ``raw``; each row counts its flagged runs either way
-(:mod:`agent2rl.analysis.dashboard.counting`).
+evaluation setting gets one block of rows per setting, never a pooled one. A flagged run counts
+as its base model unless ``raw`` (:mod:`agent2rl.analysis.dashboard.counting`); each row counts
+its flagged runs either way.
 """
 
 from __future__ import annotations
@@ -138,6 +136,3 @@ def leaderboard(
         return (row.key.task, row.key.eval_hash or "", mean is None, -(mean or 0.0))
 
     return sorted(rows, key=order)
-
-
-__all__ = ["LeaderboardRow", "Stat", "leaderboard", "stat"]

@@ -16,7 +16,7 @@ Markup the browser test relies on: leaderboard rows are ``tr.lb-row``, heatmap c
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from agent2rl.analysis.report.render import grading_share
 from agent2rl.analysis.report.run_metrics import RunMetrics
 from agent2rl.files import write_text_atomic
 from agent2rl.formatting import format_duration, format_number
+from agent2rl.rundir import RunPaths
 
 DASHBOARD = "dashboard.html"
 PALETTE = (
@@ -229,10 +230,7 @@ _AXIS_TEXT = {
 
 
 def _curves(
-    runs: Sequence[StudyRun],
-    colors: dict[str, str],
-    mixed: dict[str, list[str]],
-    raw: bool = False,
+    runs: Sequence[StudyRun], colors: dict[str, str], mixed: dict[str, list[str]], raw: bool = False
 ) -> str:
     blocks = []
     for axis in AXES:
@@ -260,13 +258,10 @@ def _curves(
                 for c in mine
             ]
             label, title = _AXIS_TEXT[axis]
+            how = "as graded" if raw else "as base"
             ns = ", ".join(
                 f"{c.key.stack.label} n={c.n}"
-                + (
-                    f" ({c.flagged} flagged, {'as graded' if raw else 'as base'})"
-                    if c.flagged
-                    else ""
-                )
+                + (f" ({c.flagged} flagged, {how})" if c.flagged else "")
                 for c in mine
             )
             chart = Chart(
@@ -303,10 +298,6 @@ def _trajectories(ts: list[Trajectory], colors: dict[str, str], links: dict[str,
         caption = f"{len(t.steps)} submission(s)" + (
             f", {failed} without a score" if failed else ""
         )
-        link = links.get(t.run_id)
-        name = (
-            f'<a class="run-link" href="{esc(link)}">{esc(t.run_id)}</a>' if link else esc(t.run_id)
-        )
         chart = Chart(
             id=f"trajectory-{len(charts)}",
             title=f"{t.task} · {t.stack} · r{t.repeat}",
@@ -321,9 +312,19 @@ def _trajectories(ts: list[Trajectory], colors: dict[str, str], links: dict[str,
         charts.append(
             '<figure class="trajectory">'
             + chart_html(chart, empty_note="no scored submission")
-            + f"<figcaption>{name}: {esc(caption)}</figcaption></figure>"
+            + f"<figcaption>{_run_cell(t.run_id, links)}: {esc(caption)}</figcaption></figure>"
         )
     return f'<div class="charts">{"".join(charts)}</div>'
+
+
+def _count_table(counts: Mapping[str, Mapping[str, int]], kinds: Sequence[str]) -> str:
+    """Counts per stack: a row per stack (sorted), a column per kind."""
+    head = "".join(f"<th>{esc(k)}</th>" for k in kinds)
+    rows = "".join(
+        f"<tr><td>{esc(stack)}</td>" + "".join(f"<td>{c.get(k, 0)}</td>" for k in kinds) + "</tr>"
+        for stack, c in sorted(counts.items())
+    )
+    return f"<table><tr><th>stack</th>{head}</tr>{rows}</table>"
 
 
 def _routes(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
@@ -338,18 +339,13 @@ def _routes(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
             for e in rr.route.evidence
         )
         rows.append(
-            f'<tr class="route-row"><td>{_run_cell(r, links)}</td><td>{esc(r.stack.label)}</td>'
+            f'<tr class="route-row"><td>{_run_cell(r.run_id, links)}</td>'
+            f"<td>{esc(r.stack.label)}</td>"
             f"<td><b>{esc(rr.route.label)}</b><br><small>{esc(rr.route.reason)}</small></td>"
             f"<td>{esc(rr.best_route.label)}</td><td><ul>{ev or '<li>none</li>'}</ul></td></tr>"
         )
-    summary = "".join(
-        f"<tr><td>{esc(stack)}</td>" + "".join(f"<td>{n}</td>" for n in c.values()) + "</tr>"
-        for stack, c in sorted(counts.items())
-    )
     return (
-        "<h3>Best route per stack (runs)</h3><table><tr><th>stack</th>"
-        + "".join(f"<th>{esc(x)}</th>" for x in ROUTES)
-        + f"</tr>{summary}</table>"
+        f"<h3>Best route per stack (runs)</h3>{_count_table(counts, ROUTES)}"
         "<h3>Per run, with the evidence</h3><table><tr><th>run</th><th>stack</th>"
         "<th>route</th><th>best route</th><th>evidence [artifact]</th></tr>"
         + "".join(rows)
@@ -360,11 +356,6 @@ def _routes(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
 def _failures(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
     counts = failure_counts(runs)
     kinds = sorted({k for c in counts.values() for k in c})
-    head = "".join(f"<th>{esc(k)}</th>" for k in kinds)
-    summary = "".join(
-        f"<tr><td>{esc(stack)}</td>" + "".join(f"<td>{c.get(k, 0)}</td>" for k in kinds) + "</tr>"
-        for stack, c in sorted(counts.items())
-    )
     rows = []
     for r in runs:
         fs = run_failures(r.metrics)
@@ -374,12 +365,12 @@ def _failures(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
                 f'<span class="ref">[{esc(f.ref)}]</span></li>'
                 for f in fs
             )
-            rows.append(f"<tr><td>{_run_cell(r, links)}</td><td><ul>{items}</ul></td></tr>")
+            rows.append(f"<tr><td>{_run_cell(r.run_id, links)}</td><td><ul>{items}</ul></td></tr>")
     if not kinds:
         return "<p>No failures recorded.</p>"
     return (
-        f"<table><tr><th>stack</th>{head}</tr>{summary}</table>"
-        "<h3>Per run</h3><table><tr><th>run</th><th>failures [artifact]</th></tr>"
+        _count_table(counts, kinds)
+        + "<h3>Per run</h3><table><tr><th>run</th><th>failures [artifact]</th></tr>"
         + "".join(rows)
         + "</table>"
     )
@@ -410,9 +401,9 @@ def _summaries(summaries: Sequence[RunSummary]) -> str:
     return "".join(out)
 
 
-def _run_cell(r: StudyRun, links: dict[str, str]) -> str:
-    link = links.get(r.run_id)
-    return f'<a class="run-link" href="{esc(link)}">{esc(r.run_id)}</a>' if link else esc(r.run_id)
+def _run_cell(run_id: str, links: dict[str, str]) -> str:
+    link = links.get(run_id)
+    return f'<a class="run-link" href="{esc(link)}">{esc(run_id)}</a>' if link else esc(run_id)
 
 
 def _grading_cell(m: RunMetrics) -> str:
@@ -428,7 +419,7 @@ def _runs_table(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
         m, o = r.metrics, counted(r.metrics, raw=True)
         flags = ", ".join(run_flags(m)) or "-"
         rows.append(
-            f'<tr class="run-row"><td>{_run_cell(r, links)}</td><td>{esc(m.task)}</td>'
+            f'<tr class="run-row"><td>{_run_cell(r.run_id, links)}</td><td>{esc(m.task)}</td>'
             f"<td>{esc(r.stack.label)}</td><td>{esc(m.model)}</td>"
             f"<td>{'-' if r.repeat is None else r.repeat}</td><td>{esc(m.status)}</td>"
             f"<td>{_num(m.baseline)}</td><td>{_num(m.best_score)}</td>"
@@ -508,7 +499,7 @@ def report_links(runs: Sequence[StudyRun], base: Path) -> dict[str, str]:
     for r in runs:
         if r.run_dir is None:
             continue
-        report = Path(r.run_dir) / "report" / "report.html"
+        report = RunPaths(r.run_dir).report / "report.html"
         if report.is_file():
             out[r.run_id] = Path(os.path.relpath(report, base)).as_posix()
     return out
@@ -542,30 +533,18 @@ def render_dashboard(
         if raw
         else "as their base model (improvement 0); --raw shows them as graded.</p>"
     )
+    passk = _passk(pass_at_k(runs, raw=raw), colors, mixed)
+    heatmap = _heatmap(mode_task_heatmap(runs, raw=raw))
+    coverage = _coverage(task_coverage(runs, raw=raw))
+    plots = _trajectories(trajectories(runs), colors, links)
     sections = [
         ("overview", "Overview", f'<dl class="overview">{lines}</dl>{note_html}{_GLOSSARY}'),
         ("leaderboard", "Leaderboard", counting + _leaderboard(leaderboard(runs, raw=raw), mixed)),
-        (
-            "passk",
-            "pass@k: expected best improvement",
-            counting + _passk(pass_at_k(runs, raw=raw), colors, mixed),
-        ),
-        (
-            "heatmap",
-            "Mode × task heatmap (mean improvement)",
-            counting + _heatmap(mode_task_heatmap(runs, raw=raw)),
-        ),
-        (
-            "coverage",
-            "Task coverage: which stacks improved which tasks",
-            counting + _coverage(task_coverage(runs, raw=raw)),
-        ),
+        ("passk", "pass@k: expected best improvement", counting + passk),
+        ("heatmap", "Mode × task heatmap (mean improvement)", counting + heatmap),
+        ("coverage", "Task coverage: which stacks improved which tasks", counting + coverage),
         ("curves", "Scaling curves", counting + _curves(runs, colors, mixed, raw)),
-        (
-            "trajectories",
-            "Submission trajectories",
-            _trajectories(trajectories(runs), colors, links),
-        ),
+        ("trajectories", "Submission trajectories", plots),
         ("routes", "Routes", _routes(runs, links)),
         ("failures", "Failures", _failures(runs, links)),
         ("summaries", "Post-hoc summaries", _summaries(summaries)),
@@ -599,12 +578,3 @@ def write_dashboard(
     path = out_dir / DASHBOARD
     write_text_atomic(path, html_text)
     return path
-
-
-__all__ = [
-    "DASHBOARD",
-    "Overview",
-    "render_dashboard",
-    "report_links",
-    "write_dashboard",
-]

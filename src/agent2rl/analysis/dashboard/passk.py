@@ -2,10 +2,8 @@
 
 With ``n`` repeated runs of a stack on a task, the expected maximum improvement of ``k`` runs
 drawn without replacement from them (:func:`agent2rl.statistics.expected_max_of_k`, the
-unbiased estimator; ``k = 1`` gives the mean, ``k = n`` the maximum). Improvements follow
-the best of budget rule of :func:`~agent2rl.analysis.dashboard.runset.outcome`; a flagged run
-counts as improvement 0 unless ``raw`` (:mod:`agent2rl.analysis.dashboard.counting`), and
-each curve counts its flagged runs.
+unbiased estimator; ``k = 1`` gives the mean, ``k = n`` the maximum), improvements as
+:mod:`agent2rl.analysis.dashboard.counting` counts them; each curve counts its flagged runs.
 """
 
 from __future__ import annotations
@@ -40,6 +38,3 @@ def pass_at_k(runs: Sequence[StudyRun], *, raw: bool = False) -> list[PassAtK]:
             flagged = sum(1 for o in outs if o.flagged)
             out.append(PassAtK(key, len(values), pass_at_k_curve(values), flagged))
     return out
-
-
-__all__ = ["PassAtK", "pass_at_k"]

@@ -24,7 +24,8 @@ RESULTS_DB = "results.db"
 
 
 class ResultsRow(TypedDict):
-    """One row of the ``runs`` table, as :func:`list_runs` returns it (a plain dict).
+    """One row of the ``runs`` table, as :func:`list_runs` returns it (a plain dict). A new
+    column goes at the end (:data:`ADDED_COLUMNS`).
 
     The columns ``run_id``, ``task``, ``task_version``, ``agent``, ``driver``, ``mode``,
     ``model``, ``feedback``, ``provider_tools``, ``sandbox`` and ``network`` are the run's
@@ -108,26 +109,9 @@ SCHEMA = (
     + "\n);\n"
 )
 
-# Columns added after the first release: an older results.db gains them on open.
-ADDED_COLUMNS = {
-    name: COLUMN_TYPES[name]
-    for name in (
-        "eval_hash",
-        "within_noise",
-        "mode",
-        "total_tokens",
-        "cost_usd",
-        "integrity_flags",
-        "not_derived",
-        "contaminated",
-        "contaminated_items",
-        "feedback",
-        "validation_score",
-        "provider_tools",
-        "sandbox",
-        "network",
-    )
-}
+# Columns added after the first release, ``eval_hash`` and every one after it (a new column
+# goes at the end of ResultsRow): an older results.db gains them on open.
+ADDED_COLUMNS = dict(list(COLUMN_TYPES.items())[COLUMNS.index("eval_hash") :])
 
 
 def results_db_path(runs_dir: Path) -> Path:

@@ -1,25 +1,17 @@
 """Route classification: which training route a run took, from recorded evidence.
 
-Labels (:data:`ROUTES`):
-
-``failed``
-    no valid submission: the run produced no gradable model;
-``no training``
-    valid submissions, but every one is a copy of the base model, or no SFT or RL
-    evidence was recorded at all (e.g. weights edited by hand, or only prompt changes);
-``SFT only`` / ``RL only``
-    evidence of one family only;
-``SFT then RL``
-    both, and the first SFT evidence is earlier than the first RL evidence;
-``SFT and RL``
-    both, with RL first or with no timed evidence that orders them (the reason says which).
+Labels (:data:`ROUTES`): ``failed`` (no valid submission: no gradable model); ``no training``
+(valid submissions, but every one a copy of the base model, or no SFT or RL evidence recorded
+at all, e.g. weights edited by hand, or only prompt changes); ``SFT only`` / ``RL only``
+(evidence of one family only); ``SFT then RL`` (both, the first SFT evidence earlier than the
+first RL evidence); ``SFT and RL`` (both, with RL first or no timed evidence that orders them:
+the reason says which).
 
 Evidence (:class:`~agent2rl.analysis.dashboard.runset.Evidence`) comes from the code at each
 submission and at the end, the agent's own progress lines, and environment steps through the
 rollout service (see :mod:`agent2rl.analysis.dashboard.evidence`). What ran outranks what was
-written:
-when a run has runtime evidence (its log lines, its rollout steps), the families come from
-that alone, and the code (which may hold methods it never calls, e.g. shared helpers) is
+written: when a run has runtime evidence (its log lines, its rollout steps), the families come
+from that alone, and the code (which may hold methods it never calls, e.g. shared helpers) is
 shown beside it; a run without runtime evidence is classified from its code. Only timed
 evidence orders the families; untimed evidence only says that a family was used.
 
@@ -115,10 +107,3 @@ def run_route(run: StudyRun) -> RunRoute:
     best_t = m.time_to_best
     best = classify(m, run.evidence, until=best_t) if best_t is not None else route
     return RunRoute(m.run_id, route, best)
-
-
-def routes(runs: Sequence[StudyRun]) -> list[RunRoute]:
-    return [run_route(r) for r in runs]
-
-
-__all__ = ["ROUTES", "Route", "RunRoute", "classify", "routes", "run_route"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -157,21 +157,26 @@ def outcome(m: RunMetrics) -> Outcome | None:
     return Outcome(m.baseline, m.baseline, 0.0, False)
 
 
+def _task_hashes(runs: Iterable[StudyRun]) -> dict[str, set[str]]:
+    """Task -> the eval hashes its runs were graded under."""
+    hashes: dict[str, set[str]] = defaultdict(set)
+    for r in runs:
+        if r.metrics.eval_hash:
+            hashes[r.metrics.task].add(r.metrics.eval_hash)
+    return hashes
+
+
 def assign_hashes(runs: Iterable[StudyRun]) -> list[StudyRun]:
     """Runs without an eval hash (they failed before their baseline) join their task's only
     hash when it has exactly one, so that they count in that group's ``n``; with several
     hashes they stay apart (hash None)."""
     runs = list(runs)
-    hashes: dict[str, set[str]] = defaultdict(set)
-    for r in runs:
-        if r.metrics.eval_hash:
-            hashes[r.metrics.task].add(r.metrics.eval_hash)
+    hashes = _task_hashes(runs)
     out = []
     for r in runs:
         known = hashes.get(r.metrics.task, set())
         if r.metrics.eval_hash is None and len(known) == 1:
-            m = r.metrics.model_copy(update={"eval_hash": next(iter(known))})
-            r = StudyRun(m, r.run_dir, r.repeat, r.evidence, r.token_timeline, r.labels)
+            r = replace(r, metrics=r.metrics.model_copy(update={"eval_hash": next(iter(known))}))
         out.append(r)
     return out
 
@@ -179,11 +184,7 @@ def assign_hashes(runs: Iterable[StudyRun]) -> list[StudyRun]:
 def mixed_tasks(runs: Iterable[StudyRun]) -> dict[str, list[str]]:
     """Tasks whose runs were graded under more than one evaluation setting: task -> sorted
     eval hashes. Each analysis splits such a task by hash; the dashboard says so."""
-    hashes: dict[str, set[str]] = defaultdict(set)
-    for r in runs:
-        if r.metrics.eval_hash:
-            hashes[r.metrics.task].add(r.metrics.eval_hash)
-    return {t: sorted(h) for t, h in sorted(hashes.items()) if len(h) > 1}
+    return {t: sorted(h) for t, h in sorted(_task_hashes(runs).items()) if len(h) > 1}
 
 
 def column_label(task: str, eval_hash: str | None, mixed: dict[str, list[str]]) -> str:
@@ -205,17 +206,3 @@ def group_runs(runs: Sequence[StudyRun]) -> dict[GroupKey, list[StudyRun]]:
             key=lambda kv: (kv[0].task, kv[0].eval_hash or "", kv[0].model, kv[0].stack.label),
         )
     )
-
-
-__all__ = [
-    "Evidence",
-    "GroupKey",
-    "Outcome",
-    "Stack",
-    "StudyRun",
-    "assign_hashes",
-    "column_label",
-    "group_runs",
-    "mixed_tasks",
-    "outcome",
-]

@@ -26,9 +26,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from agent2rl.analysis.dashboard.failures import run_failures
 from agent2rl.analysis.dashboard.routes import RunRoute, run_route
@@ -69,9 +68,6 @@ class RunSummary:
     def claims(self) -> list[Claim]:
         return [self.route_claim, *self.decisions, *self.failures, *self.timeline]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def artifacts(run: StudyRun) -> set[str]:
     """Every artifact ref a claim about ``run`` may cite."""
@@ -87,7 +83,7 @@ def artifacts(run: StudyRun) -> set[str]:
         refs.add("record/env.db")
     if m.llm_usage is not None:
         refs.add("record/llm_usage.jsonl")
-    if getattr(m, "contamination", None) is not None:
+    if m.contamination is not None:
         refs.add("record/contamination.json")
     return refs
 
@@ -114,9 +110,7 @@ def rule_summary(run: StudyRun, route: RunRoute | None = None) -> RunSummary:
         f"{route.best_route.label}.",
         ev_refs,
     )
-    decisions: list[Claim] = []
-    for e in route.route.evidence:
-        decisions.append(Claim(f"At {_fmt_t(e.t)}: {e.detail}.", [e.ref]))
+    decisions = [Claim(f"At {_fmt_t(e.t)}: {e.detail}.", [e.ref]) for e in route.route.evidence]
     valid = [p for p in m.trajectory if p.score is not None]
     if valid:
         first = valid[0]
@@ -279,48 +273,25 @@ def _merge(run: StudyRun, base: RunSummary, content: str, model: str) -> RunSumm
     except (ValueError, AttributeError):
         return _with_note(base, "the LLM's answer was not the JSON asked for; rules shown")
     known = artifacts(run)
-    kept: list[Claim] = []
-    dropped = 0
-    for d in raw if isinstance(raw, list) else []:
-        refs = d.get("refs") if isinstance(d, dict) else None
-        text_ = d.get("text") if isinstance(d, dict) else None
-        if (
-            isinstance(text_, str)
-            and isinstance(refs, list)
-            and refs
-            and all(isinstance(r, str) and r in known for r in refs)
-        ):
-            kept.append(Claim(text_, list(refs)))
-        else:
-            dropped += 1
+    candidates = raw if isinstance(raw, list) else []
+    kept = [
+        Claim(d["text"], list(d["refs"]))
+        for d in candidates
+        if isinstance(d, dict)
+        and isinstance(d.get("text"), str)
+        and isinstance(d.get("refs"), list)
+        and d["refs"]
+        and all(isinstance(r, str) and r in known for r in d["refs"])
+    ]
+    dropped = len(candidates) - len(kept)
     notes = [f"{dropped} LLM claim(s) dropped: no ref to a recorded artifact"] if dropped else []
     if not kept:
         return _with_note(base, "no LLM claim cited a recorded artifact; rules shown", *notes)
-    return RunSummary(
-        base.run_id,
-        base.route,
-        base.best_route,
-        base.route_claim,
-        kept,
-        base.failures,
-        base.timeline,
-        f"llm:{model}",
-        notes,
-    )
+    return replace(base, decisions=kept, source=f"llm:{model}", notes=notes)
 
 
 def _with_note(base: RunSummary, *notes: str) -> RunSummary:
-    return RunSummary(
-        base.run_id,
-        base.route,
-        base.best_route,
-        base.route_claim,
-        base.decisions,
-        base.failures,
-        base.timeline,
-        base.source,
-        [*base.notes, *notes],
-    )
+    return replace(base, notes=[*base.notes, *notes])
 
 
 def summarize(
@@ -335,14 +306,3 @@ def summarize(
     if endpoint is None or cache_dir is None or usage_path is None:
         return [rule_summary(r) for r in runs]
     return [llm_summary(r, endpoint, cache_dir=cache_dir, usage_path=usage_path) for r in runs]
-
-
-__all__ = [
-    "Claim",
-    "RunSummary",
-    "SummaryEndpoint",
-    "artifacts",
-    "llm_summary",
-    "rule_summary",
-    "summarize",
-]

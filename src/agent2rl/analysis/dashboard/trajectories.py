@@ -1,5 +1,5 @@
 """Submission trajectories (the paper's Fig. 5): each run's scores by submission, with its
-baseline. Plain data for the dashboard's per-run plots and the export."""
+baseline. Plain data for the dashboard's per-run plots."""
 
 from __future__ import annotations
 
@@ -46,6 +46,3 @@ def trajectories(runs: Sequence[StudyRun]) -> list[Trajectory]:
     """Every run's trajectory, ordered by task, stack and repeat."""
     ts = [trajectory(r) for r in runs]
     return sorted(ts, key=lambda t: (t.task, t.stack, t.repeat if t.repeat is not None else 0))
-
-
-__all__ = ["Trajectory", "TrajectoryStep", "trajectories", "trajectory"]

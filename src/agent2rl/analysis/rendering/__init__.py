@@ -2,17 +2,10 @@
 
 Shared by the per-run report (:mod:`agent2rl.analysis.report`) and the cross-run dashboard
 (:mod:`agent2rl.analysis.dashboard`); it imports neither. Numbers, durations and sizes are
-formatted by :mod:`agent2rl.formatting`, the one format of the CLI and the pages.
-
-Modules:
-
-``text``
-    :func:`esc` (HTML, attributes included) and :func:`md_cell` (one Markdown table cell):
-    every string that could have come from an agent passes through one of them.
-``charts``
-    :class:`Chart` / :class:`Series` -> HTML: uPlot (bundled under ``vendor/``, inlined into
-    the page, nothing fetched) draws them with hover values, drag-to-zoom and series toggles;
-    each chart's data is also a ``<noscript>`` table, readable without JavaScript.
+formatted by :mod:`agent2rl.formatting`, the one format of the CLI and the pages. ``text``:
+:func:`esc` and :func:`md_cell`, which every string that could have come from an agent passes
+through; ``charts``: :class:`Chart` / :class:`Series` -> HTML drawn by uPlot (bundled, inlined,
+nothing fetched), each chart's data also a ``<noscript>`` table.
 """
 
 from agent2rl.analysis.rendering.charts import (

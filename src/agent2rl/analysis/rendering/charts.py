@@ -269,14 +269,3 @@ def chart_runtime() -> str:
     """The ``<script>`` a page with charts puts before ``</body>``: uPlot, then the lines
     that draw each placeholder."""
     return f"<script>{_uplot_js()}\n{_INIT_JS}</script>"
-
-
-__all__ = [
-    "Chart",
-    "Series",
-    "chart_data",
-    "chart_html",
-    "chart_runtime",
-    "chart_style",
-    "uplot_asset",
-]

@@ -24,6 +24,3 @@ def md_cell(value: Any, limit: int = 300) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
-
-
-__all__ = ["esc", "md_cell"]

@@ -1,24 +1,12 @@
 """The per-run report: a finished run directory -> ``report/metrics.json``, ``report.md``,
 ``report.html`` and ``diffs/``.
 
-Modules:
-
-``run_metrics``
-    :class:`RunMetrics`, the typed per-run metrics (``metrics.json`` is its JSON dump), its
-    parts (trajectory points, code changes, rejected attempts, resources, LLM and environment
-    usage, scores per item group) and :func:`run_flags`.
-``compute_metrics``
-    :func:`compute_metrics`: a finished run directory -> :class:`RunMetrics`.
-``code_changes``
-    lines changed per submission and the diffs between code snapshots (``record/code.git``).
-``judging``, ``searching``
-    a judge's cost over the run's gradings; a search task's backend and query counts.
-``charts``
-    the report's figures as chart data (score over time, environment steps over time).
-``document``
-    the report's section model and its two renderings, Markdown and one self-contained page.
-``render``
-    the sections of ``report.md`` and ``report.html``; :func:`write_report` writes them all.
+Modules: ``run_metrics`` (:class:`RunMetrics`, the typed metrics that ``metrics.json`` dumps,
+and :func:`run_flags`), ``compute_metrics`` (a run directory -> :class:`RunMetrics`),
+``code_changes`` (lines changed per submission, diffs between code snapshots), ``judging`` and
+``searching`` (a judge's cost, a search task's query counts), ``charts`` (the figures as chart
+data), ``document`` (the section model and its two renderings) and ``render`` (the report's
+sections; :func:`write_report` writes every file).
 """
 
 from agent2rl.analysis.report.code_changes import code_changes, diff_numstat, snapshot_diff

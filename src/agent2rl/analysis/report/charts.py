@@ -111,6 +111,3 @@ def env_steps_chart(u: EnvUsage) -> Chart | None:
         width=760,
         height=200,
     )
-
-
-__all__ = ["MARKERS", "env_steps_chart", "marker_kind", "score_chart"]

@@ -31,8 +31,7 @@ def code_changes(git: SnapshotReader, submissions: Sequence[Submission]) -> list
 
     The first snapshot is compared with the empty tree. A submission without a snapshot (or
     whose snapshot git cannot read) gets ``added``/``removed`` None and does not become the next
-    comparison base. Each entry: ``id``, ``snapshot``, ``base`` (the id compared against, or
-    None), ``added``, ``removed``.
+    comparison base.
     """
     out: list[CodeChange] = []
     base = EMPTY_TREE

@@ -1,12 +1,11 @@
 """Per-run metrics, computed only from a finished run directory (never from live state).
 
 Reads, through the run's :class:`~agent2rl.run_record.RunRecord`, ``run.json``, ``ledger.db``
-(read-only), the per-item result files the grader wrote, the code
-snapshots in ``record/code.git`` and, if present, ``record/resources.jsonl``,
-``record/llm_usage.jsonl``, ``record/agent.json``, ``record/contamination.json`` and the
-rollout record. The result is a
-:class:`~agent2rl.analysis.report.run_metrics.RunMetrics` and deterministic: the bootstrap uses a
-fixed seed, so computing the metrics twice gives byte-identical ``metrics.json``.
+(read-only), the per-item result files the grader wrote, the code snapshots in
+``record/code.git`` and, if present, ``record/resources.jsonl``, ``record/llm_usage.jsonl``,
+``record/agent.json``, ``record/contamination.json`` and the rollout record. The result is a
+:class:`~agent2rl.analysis.report.run_metrics.RunMetrics` and deterministic: the bootstrap uses
+a fixed seed, so computing the metrics twice gives byte-identical ``metrics.json``.
 
 Scores are compared with the baseline only through :mod:`agent2rl.grading.comparison`, the
 rule the grading service answered the agent with during the run.
@@ -16,8 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,15 @@ def _str_list(value: Any) -> list[str] | None:
     return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _agent_view(
     paths: RunPaths,
 ) -> tuple[dict[str, Any] | None, list[str] | None, list[str] | None]:
@@ -163,12 +173,7 @@ def _agent_view(
     (events, the CLI's own token counts), the training methods found in its code and where
     they contradict its mode. Each is None when the file is missing or unreadable, or when
     its value is not of the expected kind (a dict, lists of strings)."""
-    try:
-        view = json.loads((paths.record / "agent.json").read_text())
-    except (OSError, ValueError):
-        view = {}
-    if not isinstance(view, dict):
-        view = {}
+    view = _json_object(paths.agent_json)
     log = view.get("log")
     return (
         log if isinstance(log, dict) else None,
@@ -216,22 +221,24 @@ def _first_improvement(
     return None
 
 
+def _pair_share(scores: Sequence[float], rise: Callable[[float, float], bool]) -> float | None:
+    """The share of consecutive pairs ``(prev, cur)`` with ``rise(prev, cur)``; None for
+    fewer than two scores."""
+    if len(scores) < 2:
+        return None
+    return sum(1 for prev, cur in pairwise(scores) if rise(prev, cur)) / (len(scores) - 1)
+
+
 def monotonic_ratio(scores: Sequence[float]) -> float | None:
     """The reference's ``monotonic_ratio``: the share of consecutive pairs where the score
     strictly increases (a tie is not an increase). None for fewer than two scores."""
-    if len(scores) < 2:
-        return None
-    ups = sum(1 for prev, cur in zip(scores, scores[1:], strict=False) if cur > prev)
-    return ups / (len(scores) - 1)
+    return _pair_share(scores, operator.lt)
 
 
 def non_decreasing_ratio(scores: Sequence[float]) -> float | None:
     """agent2rl's variant: the share of consecutive pairs where the score did not go down
     (a tie counts). None for fewer than two scores."""
-    if len(scores) < 2:
-        return None
-    ups = sum(1 for prev, cur in zip(scores, scores[1:], strict=False) if cur >= prev)
-    return ups / (len(scores) - 1)
+    return _pair_share(scores, operator.le)
 
 
 def _reference_valid(s: Submission) -> bool:
@@ -286,13 +293,14 @@ def _identity(s: Submission) -> IdentityFlags | None:
     return IdentityFlags.model_validate(
         {
             **flags,
-            "related_share": _finite_or_none(s.identity.get("related_share")),
-            "median_cosine": _finite_or_none(s.identity.get("median_cosine")),
+            "related_share": _finite(s.identity.get("related_share")),
+            "median_cosine": _finite(s.identity.get("median_cosine")),
         }
     )
 
 
-def _finite_or_none(x: Any) -> float | None:
+def _finite(x: Any) -> float | None:
+    """``x`` as a float when it is a finite number (not a bool); None otherwise."""
     ok = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
     return float(x) if ok else None
 
@@ -302,9 +310,7 @@ def _contamination(paths: RunPaths) -> ContaminationSummary | None:
     report = read_contamination(paths)
     if report is None:
         return None
-    files: list[str] = []
-    for match in report.matches:
-        files += [f for f in match.files if f not in files]
+    files = list(dict.fromkeys(f for match in report.matches for f in match.files))
     return ContaminationSummary(
         flagged=report.flagged,
         matched_items=report.matched_items,
@@ -355,32 +361,10 @@ def _rejected(r: Rejection, t0: float) -> RejectedAttempt:
     )
 
 
-def _breakdown(
-    paths: RunPaths,
-    baseline: dict[str, Any] | None,
-    best: Submission | None,
-    subs: Sequence[Submission],
-) -> GroupScores | None:
-    """The baseline's and the best submission's scores per item group (None: no groups)."""
-    base = group_scores(_rel(paths, (baseline or {}).get("items_path")))
-    top = group_scores(_items_for(paths, best, {s.id: s for s in subs})) if best else None
-    if base is None and top is None:
-        return None
-    return GroupScores(baseline=base, best=top)
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
 # -- metrics -----------------------------------------------------------------------------------
 def _egress(paths: RunPaths) -> dict[str, Any] | None:
     """The egress summary of ``record/network.json`` (None: no file, or a ``host`` run)."""
-    try:
-        record = json.loads((paths.record / "network.json").read_text())
-    except (OSError, ValueError):
-        return None
-    egress = record.get("egress") if isinstance(record, dict) else None
+    egress = _json_object(paths.network_json).get("egress")
     return egress if isinstance(egress, dict) else None
 
 
@@ -418,6 +402,10 @@ class _Run:
         if self.by_validation:  # one submission has a private score: both best and final
             self.top = _intervals(paths, baseline, [pick])[pick.id] if pick else Intervals()
             self.final, self.last = pick, self.top
+        # the per-item files of the (private) baseline and the best
+        self.base_items = _rel(paths, (baseline or {}).get("items_path"))
+        by_id = {s.id: s for s in subs}
+        self.best_items = _items_for(paths, self.best, by_id) if self.best else None
 
     def gain(self, sub: Submission | None) -> float | None:
         """``sub``'s improvement over the baseline (None: no submission, not comparable)."""
@@ -524,12 +512,14 @@ def _submission_fields(r: _Run) -> dict[str, Any]:
 def _record_fields(r: _Run) -> dict[str, Any]:
     """What the run's record adds: code changes, the trajectory, resources, LLM and
     environment use, judge and search figures, the agent's own view and integrity."""
-    paths, subs, best, baseline = r.paths, r.graded.submissions, r.best, r.graded.baseline
+    paths, subs = r.paths, r.graded.submissions
     changes = code_changes(r.git, subs)
     env = summarize_env(paths.env_db, r.t0)
     agent_log, methods, mode_flags = _agent_view(paths)
     trajectory = _trajectory(subs, r.t0, r.seen.get("eval_hash") if r.seen else None, r.intervals)
     contamination = _contamination(paths)
+    # the baseline's and the best's scores per item group (None: no groups)
+    base_groups, best_groups = group_scores(r.base_items), group_scores(r.best_items)
     return {
         "code_changes": changes,
         "total_lines_changed": sum(
@@ -545,12 +535,12 @@ def _record_fields(r: _Run) -> dict[str, Any]:
         ),
         # Interactive tasks: what the agent played through the rollout service (None: none).
         "env_usage": EnvUsage.model_validate(env) if env is not None else None,
-        "group_scores": _breakdown(paths, baseline, best, subs),
-        "judge": judge_summary(
-            paths,
-            _rel(paths, (baseline or {}).get("items_path")),
-            _items_for(paths, best, {s.id: s for s in subs}) if best else None,
+        "group_scores": (
+            GroupScores(baseline=base_groups, best=best_groups)
+            if base_groups is not None or best_groups is not None
+            else None
         ),
+        "judge": judge_summary(paths, r.base_items, r.best_items),
         "search": search_summary(paths, env),
         "agent_log": agent_log,
         "methods": methods,
@@ -586,21 +576,14 @@ def compute_metrics(paths: RunPaths) -> RunMetrics:
       gives ``improvement`` None, and it cannot be the first improvement;
     - missing per-item files: the intervals and ``within_noise`` are None; only items present
       in both the baseline's and the best's files are paired;
-    - ``monotonic_ratio`` (the reference's: strict increases over every submission, a failed
-      one as 0) needs two submissions, ``non_decreasing_ratio`` (agent2rl's) two valid ones;
-      ``valid_submission_rate``/``first_valid_idx`` use the reference's validity (score > 0),
-      ``graded_submission_rate``/``first_graded_idx`` agent2rl's (graded with a score);
-      ``last_submit_gap`` runs to ``ended_at`` (None while the run has not ended),
-      ``last_submit_to_deadline`` to the deadline; ``first_valid_delay`` (the reference's)
-      is the first submission with a score > 0's time; ``time_used_ratio`` (the
-      reference's, unclipped) and ``budget_used_ratio`` (agent2rl's, clipped to [0, 1]) need
-      ``start``, ``ended_at`` and a positive budget;
+    - the submission sequence's metrics (the reference's formulas under its names, agent2rl's
+      variants under their own) are as :class:`RunMetrics` documents each; ``time_used_ratio``
+      and ``budget_used_ratio`` need ``start``, ``ended_at`` and a positive budget;
     - ``code_changes`` entries have None counts where a snapshot is missing or unreadable;
       ``total_lines_changed`` sums the known ones (added + removed);
     - integrity: a submission without an identity report (an older ledger) has ``identity``
       None and raises no flag; no ``record/contamination.json`` gives ``contamination`` None
       (the check did not run), never "clean". Neither ever changes a score.
-
     """
     r = _Run(paths)
     return RunMetrics(

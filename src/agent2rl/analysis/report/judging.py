@@ -38,6 +38,17 @@ METRICS = (
     "reference_avg_length",
 )
 
+#: the usage summaries' counts that add up over the run's gradings
+_SUMMED = (
+    "requests",
+    "errors",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "total_tokens",
+    "unpriced_requests",
+)
+
 
 class JudgeSummary(BaseModel):
     """The judge's totals over every grading of the run (requests actually sent, failed ones
@@ -62,12 +73,23 @@ class JudgeSummary(BaseModel):
     best: dict[str, Any] | None = None
 
 
-def _details(result: Path) -> dict[str, Any] | None:
+def grading_dirs(paths: RunPaths) -> list[Path]:
+    """The run's grading directories: the baseline's, then each submission's."""
+    return [paths.baseline_dir, *sorted((paths.grading / "submissions").glob("*"))]
+
+
+def result_details(result: Path) -> dict[str, Any] | None:
+    """The ``details`` object of an evaluation's ``result.json`` (None: missing, unreadable)."""
     try:
         details = json.loads(result.read_text()).get("details")
     except (OSError, ValueError, AttributeError):
         return None
-    return details if isinstance(details, dict) and "judge" in details else None
+    return details if isinstance(details, dict) else None
+
+
+def _details(result: Path) -> dict[str, Any] | None:
+    details = result_details(result)
+    return details if details is not None and "judge" in details else None
 
 
 def _metrics(items: Path | None) -> dict[str, Any] | None:
@@ -82,26 +104,13 @@ def judge_summary(
 
     ``baseline_items`` / ``best_items`` are the per-item files of the baseline and the best
     submission (their ``result.json`` lies beside them)."""
-    dirs = [paths.baseline_dir, *sorted((paths.grading / "submissions").glob("*"))]
-    judged = [(d, _details(d / "result.json")) for d in dirs]
-    judged = [(d, det) for d, det in judged if det is not None]
+    dirs = grading_dirs(paths)
+    judged = [(d, det) for d in dirs if (det := _details(d / "result.json")) is not None]
     usage_files = [d / USAGE_FILE for d in dirs if (d / USAGE_FILE).is_file()]
     if not judged and not usage_files:
         return None
-    totals: dict[str, Any] = {"requests": 0, "errors": 0, "cost_usd": 0.0}
-    for path in usage_files:
-        part = summarize_usage(path)
-        for key in (
-            "requests",
-            "errors",
-            "input_tokens",
-            "output_tokens",
-            "cached_tokens",
-            "total_tokens",
-            "unpriced_requests",
-        ):
-            totals[key] = totals.get(key, 0) + part[key]
-        totals["cost_usd"] += part["cost_usd"]
+    parts = [summarize_usage(path) for path in usage_files]
+    totals = {key: sum(part[key] for part in parts) for key in _SUMMED}
     # a failed evaluation (a judge outage) has usage lines but no result.json
     evaluations = len({*(d for d, _ in judged), *(p.parent for p in usage_files if read_usage(p))})
     base = _metrics(baseline_items)
@@ -109,7 +118,8 @@ def judge_summary(
         metric=(base or {}).get("metric") or next((det.get("metric") for _, det in judged), None),
         evaluations=evaluations,
         cache_hits=sum(int((det.get("judge") or {}).get("cache_hits") or 0) for _, det in judged),
-        **{**totals, "cost_usd": round(totals["cost_usd"], 6)},
+        **totals,
+        cost_usd=round(sum((part["cost_usd"] for part in parts), 0.0), 6),
         baseline=base,
         best=_metrics(best_items),
     )

@@ -69,7 +69,7 @@ def write_report(paths: RunPaths, metrics: RunMetrics | None = None) -> RunMetri
     out.mkdir(parents=True, exist_ok=True)
     diffs = collect_diffs(paths, metrics)
     _write_diffs(out / "diffs", diffs)
-    write_json_atomic(out / "metrics.json", metrics.to_json())
+    write_json_atomic(paths.metrics_json, metrics.to_json())
     # the agent's summary.md, when it wrote one, labelled as its own account (unchecked)
     summary = read_agent_summary(paths.workspace)
     write_text_atomic(out / "report.md", render_markdown(metrics) + summary_markdown(summary))
@@ -191,10 +191,7 @@ def final_text(m: RunMetrics) -> str:
 
 
 def _notes(tr: TrajectoryPoint, m: RunMetrics) -> list[str]:
-    notes = []
-    label = _noise_label(tr.within_noise)
-    if label:
-        notes.append(label)
+    notes = [label] if (label := _noise_label(tr.within_noise)) else []
     if tr.comparable is False and m.baseline is not None:  # no baseline: nothing to compare
         notes.append(_incomparable(tr.eval_hash, m.eval_hash, "this submission"))
     if tr.is_copy:

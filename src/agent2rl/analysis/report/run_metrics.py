@@ -203,14 +203,12 @@ class GroupScores(_Closed):
 class RunMetrics(RunIdentity):
     """All per-run metrics of a finished run (see :func:`compute_metrics` for the edge cases).
 
-    The run's identity (:class:`~agent2rl.rundir.RunIdentity`: ``run_id``, ``task``,
-    ``task_version``, ``agent``, ``driver``, ``mode``, ``model``, ``feedback``,
-    ``provider_tools``, ``sandbox``, ``network``) is inherited, declared once
-    for run.json, metrics.json and the results ledger, and flat in the JSON as it always
-    was; it and the other run fields come from ``run.json``; the scores from the ledger,
-    compared with the baseline by :mod:`agent2rl.grading.comparison`'s one rule.
-    ``schema_version``: see :data:`~agent2rl.rundir.RUN_SCHEMA_VERSION` (a file without it
-    reads as 1: :meth:`read` and :func:`~agent2rl.analysis.dashboard.evidence.read_metrics`).
+    The run's identity (:class:`~agent2rl.rundir.RunIdentity`) is inherited, declared once for
+    run.json, metrics.json and the results ledger, and flat in the JSON as it always was; it
+    and the other run fields come from ``run.json``; the scores from the ledger, compared with
+    the baseline by :mod:`agent2rl.grading.comparison`'s one rule. ``schema_version``: see
+    :data:`~agent2rl.rundir.RUN_SCHEMA_VERSION` (a file without it reads as 1: :meth:`read`
+    and :func:`~agent2rl.analysis.dashboard.evidence.read_metrics`).
     """
 
     model_config = _Closed.model_config

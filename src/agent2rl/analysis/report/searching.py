@@ -12,12 +12,13 @@ summary.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from agent2rl.analysis.report.judging import grading_dirs, result_details
+from agent2rl.files import read_jsonl_tolerant
 from agent2rl.rundir import RunPaths
 
 #: the grader's query log in a grading directory (deepsearch's ``QUERY_LOG``)
@@ -45,33 +46,15 @@ class SearchSummary(BaseModel):
 
 
 def _backend_of(result: Path) -> str | None:
-    try:
-        details = json.loads(result.read_text()).get("details")
-    except (OSError, ValueError, AttributeError):
-        return None
-    backend = details.get("search_backend") if isinstance(details, dict) else None
+    backend = (result_details(result) or {}).get("search_backend")
     return str(backend) if backend else None
-
-
-def _read_log(path: Path) -> list[dict[str, Any]]:
-    """The log's rows; a torn last line (a grading killed mid-write) is skipped."""
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
 
 
 def search_summary(paths: RunPaths, env: dict[str, Any] | None) -> SearchSummary | None:
     """The run's :class:`SearchSummary` from its grading directories and ``env`` (the
     :func:`~agent2rl.rollout.env_record.summarize_env` summary, or None); None when nothing in
     the run searched and no grading names a search backend."""
-    dirs = [paths.baseline_dir, *sorted((paths.grading / "submissions").glob("*"))]
+    dirs = grading_dirs(paths)
     backends = {b for d in dirs if (b := _backend_of(d / "result.json"))}
     by_backend: dict[str, int] = {}
     failed = evaluations = 0
@@ -79,7 +62,7 @@ def search_summary(paths: RunPaths, env: dict[str, Any] | None) -> SearchSummary
         log = d / QUERY_LOG
         if not log.is_file():
             continue
-        rows = _read_log(log)
+        rows = read_jsonl_tolerant(log)  # a torn last line (a grading killed mid-write) is skipped
         evaluations += bool(rows)
         for row in rows:
             name = str(row.get("backend") or "?")
