@@ -60,3 +60,17 @@ def test_dashboard_shows_each_runs_grading_time_and_share() -> None:
     m = run.metrics.model_copy(update={"trajectory": [first], "budget_s": 110.0})
     page = render_dashboard([type(run)(metrics=m)], Overview("t"), [], {})
     assert "grading (budget share)" in page and "(10.0%)</td>" in page
+
+
+def test_grader_and_load_names_are_escaped_once_per_format() -> None:
+    # A name with Markdown's cell separator: escaped in the Markdown table, shown as it is
+    # (HTML-escaped only) in the HTML one. The HTML table once showed `transformers\|cpu`.
+    run = make_run(scores=[12.0])
+    timings = {**TIMINGS, "grader": "transformers|cpu", "load": "<fresh>"}
+    first = point(1, 5, 12.0).model_copy(update={"eval_seconds": 10.0, "timings": timings})
+    m = run.metrics.model_copy(update={"trajectory": [first], "budget_s": 110.0})
+    md = render_markdown(m).split("## Grading latency", 1)[1].split("\n## ", 1)[0]
+    assert "| 1 | transformers\\|cpu | &lt;fresh&gt; |" in md
+    html = render_html(m).split("Grading latency", 1)[1]
+    assert "<td>transformers|cpu</td><td>&lt;fresh&gt;</td>" in html
+    assert "\\|" not in html.split("</table>", 1)[0]

@@ -515,8 +515,7 @@ def _grading_section(m: RunMetrics) -> Section:
     for tr in m.trajectory:
         t = tr.timings
         if t and t.get("evaluated"):  # duplicates and copies of the base were not evaluated
-            # grader and load escaped for Markdown in both formats, as the page always had them
-            names = (_text(md_cell(t.get("grader"))), _text(md_cell(t.get("load"))))
+            names = (str(t.get("grader") or ""), str(t.get("load") or ""))
             seconds = [t.get(key) for key, _ in _LATENCY_COLUMNS]
             rows.append(
                 (
