@@ -542,10 +542,7 @@ def _install_refusals(app: FastAPI, service: GradingService) -> None:
         return error(status, message)
 
     async def bad_body(request: Request) -> JSONResponse:
-        status, message = 400, BAD_BODY
-        if request.url.path == "/submit":
-            status, message = await run_in_threadpool(service.record_refusal, None, 400, message)
-        return error(status, message)
+        return error(*await body_refused(request.url.path, 400, BAD_BODY))
 
     install_errors(app, "grading service", bad_body=bad_body, on_refused=refused)
 

@@ -114,10 +114,6 @@ class SubmissionStatus(StrEnum):
     FAILED = "failed"
 
 
-#: statuses that end a submission's evaluation (anything else is still in flight)
-SETTLED_STATUSES = frozenset({SubmissionStatus.GRADED, SubmissionStatus.FAILED})
-
-
 @dataclass
 class Submission:
     """One row of ``submissions``. ``score`` is None unless ``status == 'graded'``;
@@ -332,17 +328,8 @@ class Ledger:
         """Record a refused attempt and return its row id. ``path`` and ``reason`` are
         stored cut by :func:`cap_text` (at most :data:`MAX_REJECTION_FIELD_BYTES` each, the
         cut marked): the attempt may be unauthenticated and its values arbitrary."""
-        row = (
-            at if at is not None else time.time(),
-            None if path is None else cap_text(str(path)),
-            http_status,
-            cap_text(str(reason)),
-        )
         with self._db.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)", row
-            )
-            return int(cur.lastrowid)
+            return _insert_rejection(c, path, http_status, reason, at)
 
     def rejection_count(self, since: float | None = None) -> int:
         """How many rejections are recorded (at or after time ``since``, if given): an
@@ -372,16 +359,7 @@ class Ledger:
                 (submission_id, SubmissionStatus.EVALUATING),
             )
             if rejection is not None:
-                path, status, reason = rejection
-                c.execute(
-                    "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)",
-                    (
-                        time.time(),
-                        None if path is None else cap_text(str(path)),
-                        status,
-                        cap_text(str(reason)),
-                    ),
-                )
+                _insert_rejection(c, *rejection)
 
     def fail_unfinished(self, reason: str, ids: list[int] | None = None) -> list[int]:
         """End every row still ``evaluating`` (only those in ``ids``, if given) as
@@ -405,6 +383,21 @@ class Ledger:
                 (SubmissionStatus.FAILED, reason, time.time(), *params),
             )
         return found
+
+
+def _insert_rejection(
+    c: sqlite3.Connection, path: str | None, status: int, reason: str, at: float | None = None
+) -> int:
+    cur = c.execute(
+        "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)",
+        (
+            time.time() if at is None else at,
+            None if path is None else cap_text(str(path)),
+            status,
+            cap_text(str(reason)),
+        ),
+    )
+    return int(cur.lastrowid)
 
 
 def _to_sql(column: str, value: Any) -> Any:

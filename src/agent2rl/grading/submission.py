@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from agent2rl.grading.evaluator import WarmWorker, run_evaluation
+from agent2rl.grading.evaluator import WarmWorker, describe, run_evaluation
 from agent2rl.grading.ledger import Ledger, SubmissionStatus
 from agent2rl.http_api import Refused
 from agent2rl.integrity.identity import check_identity
@@ -83,6 +83,8 @@ _MODULE_COUNTS = re.compile(
     r"|num_local_experts|num_experts|n_routed_experts"
 )
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO swapped in must not hang the open (it is then refused as not regular).
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class SubmissionError(Refused):
@@ -415,9 +417,20 @@ def stage_submission(
         try:
             total = 0
             for name in _needed_names(src_fd):
-                total = _copy_checked(
-                    src_fd, model_dir, name, dest / name, roots, limits.max_bytes, total
-                )
+                with os.fdopen(_open_entry(src_fd, model_dir, name, roots), "rb") as fh:
+                    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                        raise SubmissionError(f"{name} is not a regular file")
+                    with (dest / name).open("wb") as out:
+                        while chunk := fh.read(1 << 20):
+                            total += len(chunk)
+                            if total > limits.max_bytes:
+                                raise SubmissionError(
+                                    "submission is over the size limit of"
+                                    f" {limits.max_bytes / 2**20:.0f} MiB: submit only the"
+                                    " merged model (no optimizer state or checkpoints)",
+                                    413,
+                                )
+                            out.write(chunk)
         finally:
             os.close(src_fd)
         if not (dest / "config.json").is_file() or not any(dest.glob("*.safetensors")):
@@ -466,32 +479,21 @@ def _open_beneath(real: Path, roots: list[Path], name: str) -> int:
             "into the submission instead",
             403,
         )
-    parts = real.relative_to(root).parts
     try:
-        fd = _open_dir_nofollow(root)
-    except OSError:
-        raise _changed(name) from None
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        fd = _open_dir_nofollow(real.parent)  # the root and each component below it
+        try:
+            return os.open(real.name, _FILE_FLAGS, dir_fd=fd)
+        finally:
             os.close(fd)
-            fd = next_fd
-        return os.open(
-            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
-        )
     except OSError:
         raise _changed(name) from None
-    finally:
-        os.close(fd)
 
 
 def _open_entry(src_fd: int, model_dir: Path, name: str, roots: list[Path]) -> int:
     """Open top-level file ``name`` of the submission: a plain file relative to the
     directory handle, a symlink only where it leads into ``roots``."""
     try:
-        return os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_fd
-        )
+        return os.open(name, _FILE_FLAGS, dir_fd=src_fd)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM):
             raise SubmissionError(
@@ -508,32 +510,6 @@ def _open_entry(src_fd: int, model_dir: Path, name: str, roots: list[Path]) -> i
     # whatever it resolves to is then opened from its root with O_NOFOLLOW.
     real = Path(os.path.realpath(model_dir / target))
     return _open_beneath(real, roots, name)
-
-
-def _copy_checked(
-    src_fd: int,
-    model_dir: Path,
-    name: str,
-    dst: Path,
-    roots: list[Path],
-    max_bytes: int,
-    total: int,
-) -> int:
-    fd = _open_entry(src_fd, model_dir, name, roots)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SubmissionError(f"{name} is not a regular file")
-        with dst.open("wb") as out:
-            while chunk := fh.read(1 << 20):
-                total += len(chunk)
-                if total > max_bytes:
-                    raise SubmissionError(
-                        f"submission is over the size limit of {max_bytes / 2**20:.0f} MiB: "
-                        "submit only the merged model (no optimizer state or checkpoints)",
-                        413,
-                    )
-                out.write(chunk)
-    return total
 
 
 # -- the checks on the private copy ---------------------------------------------------------
@@ -748,10 +724,6 @@ def _module_counts(config: Any) -> list[tuple[str, int]]:
     return found
 
 
-def _list(names: list[str], more: int) -> str:
-    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
-
-
 def check_weights_match_config(
     model_dir: Path, config: dict[str, Any], tensors: dict[str, TensorInfo]
 ) -> None:
@@ -806,13 +778,15 @@ def check_weights_match_config(
         for n in tensors
         if n in expected and tensors[n].shape != expected[n]
     ]
-    problems = []
-    if missing:
-        problems.append(f"missing {_list(missing[:3], len(missing) - 3)}")
-    if extra:
-        problems.append(f"not in the architecture {_list(extra[:3], len(extra) - 3)}")
-    if wrong:
-        problems.append(f"shapes differ: {_list(wrong[:3], len(wrong) - 3)}")
+    problems = [
+        f"{what}{', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        for what, names in (
+            ("missing ", missing),
+            ("not in the architecture ", extra),
+            ("shapes differ: ", wrong),
+        )
+        if names
+    ]
     if problems:
         raise SubmissionError(
             "the weights do not match config.json ("
@@ -1102,17 +1076,10 @@ class SubmissionPipeline:
             ctx.eval_lock.release()
         timings.update(outcome.timings or {})
         timings.update(evaluated=True, eval_s=outcome.seconds)
-        items = str(outcome.items_path.relative_to(ctx.paths.root)) if outcome.items_path else None
         self.ledger.update_submission(
             sub_id,
             status=SubmissionStatus.GRADED if outcome.error is None else SubmissionStatus.FAILED,
-            score=outcome.score,
-            n_items=outcome.n_items,
-            items_path=items,
-            eval_seconds=outcome.seconds,
-            eval_hash=outcome.eval_hash,
-            error=outcome.error,
-            failure_kind=outcome.failure if outcome.error is not None else None,
+            **outcome.recorded(ctx.paths.root),
             retry_of=retried.id if retried is not None else None,
             timings=timings,
             finished_at=time.time(),
@@ -1122,38 +1089,23 @@ class SubmissionPipeline:
         """Settle the row without evaluating when its outcome is known: the base model
         itself (the baseline's score) or the same files as an earlier graded or model-failed
         row (that row's outcome). False when it must be evaluated."""
+        scored = ("score", "n_items", "items_path", "eval_hash")
         if is_copy and fingerprint == self.base_fingerprint:  # the base model: its baseline
-            base = self.baseline
-            self.ledger.update_submission(
-                sub_id,
+            known = {name: self.baseline.get(name) for name in scored}
+            known.update(
                 identity=check_identity(copy, self.ctx.base_model_dir).to_dict(),
                 status=SubmissionStatus.GRADED,
                 is_copy=True,
-                score=base.get("score"),
-                n_items=base.get("n_items"),
-                items_path=base.get("items_path"),
-                eval_seconds=0.0,
-                eval_hash=base.get("eval_hash"),
-                finished_at=time.time(),
             )
-            return True
-        earlier = self.ledger.graded_with_fingerprint(fingerprint)
-        if earlier is None or earlier.id == sub_id:
-            return False
-        self.ledger.update_submission(  # same files: same outcome
-            sub_id,
-            status=earlier.status,
-            duplicate_of=earlier.id,
-            score=earlier.score,
-            n_items=earlier.n_items,
-            items_path=earlier.items_path,
-            eval_seconds=0.0,
-            eval_hash=earlier.eval_hash,
-            error=earlier.error,
-            failure_kind=earlier.failure_kind,
-            identity=earlier.identity,
-            finished_at=time.time(),
-        )
+        else:
+            earlier = self.ledger.graded_with_fingerprint(fingerprint)
+            if earlier is None or earlier.id == sub_id:
+                return False
+            # same files: same outcome
+            outcome = (*scored, "status", "error", "failure_kind", "identity")
+            known = {name: getattr(earlier, name) for name in outcome}
+            known["duplicate_of"] = earlier.id
+        self.ledger.update_submission(sub_id, eval_seconds=0.0, finished_at=time.time(), **known)
         return True
 
 
@@ -1162,12 +1114,6 @@ def capped(text: str | None, limit: int = 1024) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[:limit] + f"...[{len(text)} characters]"
-
-
-def describe(err: BaseException) -> str:
-    """An exception as one short line: its type and the first line of its message."""
-    first = next((line for line in str(err).splitlines() if line.strip()), "")
-    return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
 
 
 def _size(path: Path) -> int:

@@ -44,7 +44,7 @@ from typing import Any, Literal
 from agent2rl.devices import nvidia_smi
 from agent2rl.errors import ModelFault
 from agent2rl.files import write_json_atomic, write_jsonl
-from agent2rl.grading.evaluator import STARTED_FILE, EvalSpec, FailureKind
+from agent2rl.grading.evaluator import STARTED_FILE, EvalSpec, FailureKind, describe
 from agent2rl.inference import load_backend
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.inference.tokenizer_check import TokenizerCheck
@@ -95,15 +95,6 @@ def device_locks(backend: BackendConfig) -> list[str]:
 
 
 Stage = Literal["setup", "load", "evaluate"]
-
-
-class StageFailure(Exception):
-    """An exception of :func:`evaluate_to`, tagged with the stage it happened in."""
-
-    def __init__(self, stage: Stage, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.stage, self.cause = stage, cause
-
 
 #: Messages of exceptions that are the machine's state, not the model's (CUDA raises plain
 #: RuntimeErrors for both kinds).
@@ -277,9 +268,10 @@ def evaluate_to(
     locks: Path,
     warm: WarmState | None = None,
     requested_at: float | None = None,
-) -> dict:
-    """Evaluate and write results into ``out``; returns the result dict. Any exception comes
-    out as :class:`StageFailure` naming the stage it happened in.
+) -> dict | None:
+    """Evaluate and write results into ``out``; returns the result dict. An exception is
+    logged and written to ``out/error.json`` instead (see the module docstring; whose fault
+    it was, :func:`failure_kind`, follows from the stage it happened in): None.
 
     ``warm``: a warm worker's state, reused and updated (the prepared task when the spec is
     the same; the loaded model when the submission's structure is the same, its weights then
@@ -326,7 +318,10 @@ def evaluate_to(
     except Exception as err:
         if warm is not None:
             warm.drop_backend()
-        raise StageFailure(stage, err) from err
+        traceback.print_exc()
+        failure = {"error": describe(err, 500), "failure": failure_kind(stage, err), "stage": stage}
+        write_json_atomic(out / "error.json", failure)
+        return None
     write_jsonl(out / "items.jsonl", [i.to_dict() for i in result.items])
     summary = {
         "score": result.score,
@@ -476,19 +471,6 @@ def _load(
     return warm.backend
 
 
-def _write_error(out: Path, failed: StageFailure) -> None:
-    err = failed.cause
-    first = next((line for line in str(err).splitlines() if line.strip()), "")
-    write_json_atomic(
-        out / "error.json",
-        {
-            "error": f"{type(err).__name__}: {first[:500]}" if first else type(err).__name__,
-            "failure": failure_kind(failed.stage, err),
-            "stage": failed.stage,
-        },
-    )
-
-
 def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
     """The warm worker's loop: one JSON request a line on ``requests`` (``{"spec": EvalSpec
     JSON, "model": dir, "out": dir, "at": time sent}``), each answered by one line on
@@ -499,24 +481,17 @@ def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
         if not line.strip():
             continue
         req = json.loads(line)
-        out = Path(req["out"])
-        rc = 0
-        try:
-            evaluate_to(
-                EvalSpec.from_json(req["spec"]),
-                Path(req["model"]),
-                out,
-                store,
-                locks,
-                warm,
-                req.get("at"),
-            )
-        except StageFailure as failed:
-            traceback.print_exc()
-            _write_error(out, failed)
-            rc = 1
+        summary = evaluate_to(
+            EvalSpec.from_json(req["spec"]),
+            Path(req["model"]),
+            Path(req["out"]),
+            store,
+            locks,
+            warm,
+            req.get("at"),
+        )
         print(f"warm worker: loads={warm.loads} reloads={warm.reloads}", flush=True)
-        replies.write(json.dumps({"rc": rc}) + "\n")
+        replies.write(json.dumps({"rc": 0 if summary is not None else 1}) + "\n")
         replies.flush()
     warm.drop_task()
     return 0
@@ -542,18 +517,15 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.store, args.locks, sys.stdin, replies)
     if args.spec is None or args.model is None or args.out is None:
         ap.error("--spec, --model and --out are required without --serve")
-    try:
-        summary = evaluate_to(
-            EvalSpec.from_json(args.spec),
-            args.model,
-            args.out,
-            args.store,
-            args.locks,
-            requested_at=args.requested_at,
-        )
-    except StageFailure as failed:  # the parent reads error.json and records the failure
-        traceback.print_exc()
-        _write_error(args.out, failed)
+    summary = evaluate_to(
+        EvalSpec.from_json(args.spec),
+        args.model,
+        args.out,
+        args.store,
+        args.locks,
+        requested_at=args.requested_at,
+    )
+    if summary is None:  # the parent reads error.json and records the failure
         return 1
     print(json.dumps(summary), flush=True)
     return 0

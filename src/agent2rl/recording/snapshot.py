@@ -212,12 +212,8 @@ class CodeRecorder:
             return set()
         query = "".join(sha + "\n" for sha in sorted(shas)).encode()
         out = self._git("cat-file", "--batch-check=%(objectname) %(objecttype)", input=query)
-        present = set()
-        for line in out.stdout.decode().splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1] == "blob":
-                present.add(parts[0])
-        return present
+        rows = (line.split() for line in out.stdout.decode().splitlines())
+        return {parts[0] for parts in rows if len(parts) == 2 and parts[1] == "blob"}
 
     def _store_blob(self, data: bytes) -> str:
         """Write ``data`` as a loose git object and return its id.
