@@ -200,9 +200,7 @@ def run_evaluation(
     ``error.json`` (or with an unknown kind in it) is ``harness``.
 
     ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead of a new
-    process, with the same two clocks, the same files in ``out`` and the same failure kinds;
-    a timeout or a crash kills the warm worker's group and the next evaluation starts a new
-    one.
+    process, with the same two clocks, the same files in ``out`` and the same failure kinds.
     """
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STARTED_FILE, "result.json", "error.json"):
@@ -280,10 +278,8 @@ def _outcome(returncode: int | None, out: Path, seconds: float) -> EvalOutcome:
 
 
 class WarmWorker:
-    """A run's long-lived evaluation worker (``agent2rl.grading.worker --serve``): it keeps
-    the imports, the prepared task and the loaded model between submissions and reloads each
-    submission's weights into that model when its config and tokenizer are the same
-    (:func:`agent2rl.grading.worker.reload_weights`), else loads it afresh.
+    """A run's long-lived evaluation worker (``agent2rl.grading.worker --serve``, which keeps
+    the imports, the prepared task and the loaded model between submissions).
 
     Started lazily by the first :meth:`evaluate`, in its own session, registered with the
     service's :class:`EvalWorkers` for its whole life (a stopping service kills it), and

@@ -130,10 +130,9 @@ def select_final(
     with the highest validation score, the *latest* on a tie (the agent's most recent of
     equally good models); ``(None, None)`` when none was graded."""
     valid = [s for s in subs if s.valid]
-    if marked is not None:
-        for s in valid:
-            if s.id == marked:
-                return s, "marked"
+    chosen = next((s for s in valid if s.id == marked), None)
+    if chosen is not None:
+        return chosen, "marked"
     if not valid:
         return None, None
     return max(valid, key=lambda s: (s.score, s.id)), "best_validation"
@@ -166,25 +165,12 @@ def prune_weights(paths: RunPaths, subs: Sequence[Submission], keep: set[int]) -
     return pruned
 
 
-def mark_pending(paths: RunPaths, note: str) -> FinalGrade | None:
-    """Record the end-of-run grade as not done, saying why (``note``), unless one is
-    already settled; None for a run that is not under the ``validation`` protocol."""
-    if not paths.ledger.exists():
-        return None
-    with Ledger(paths.ledger) as ledger:
-        if ledger.get_meta("feedback") != "validation":
-            return None
-        done = read_final_grade(ledger)
-        if done is not None and (done.status in SETTLED or done.status == GradeStatus.FAILED):
-            return done
-        return _record(ledger, FinalGrade(status=GradeStatus.PENDING, note=note))
-
-
 def grade_final(
     paths: RunPaths,
     *,
     timeout_s: float | None = None,
     settings: Settings | None = None,
+    pending: str | None = None,
 ) -> FinalGrade | None:
     """Grade on the private split the submission :func:`select_final` picks, record it in
     the ledger (meta ``final_grade``) and return it; None for a run that is not under the
@@ -196,6 +182,9 @@ def grade_final(
     harness-``failed`` one is done again. Once settled, every private copy's weights are
     deleted. ``timeout_s``: the evaluation's timeout (default: the task's). Never raises for
     a failed evaluation: the grade is then ``failed`` with the reason.
+
+    ``pending``: instead of grading, record the grade as not done, saying why, unless one is
+    already settled or ``failed`` (whoever's fault).
     """
     if not paths.ledger.exists():
         return None
@@ -205,9 +194,14 @@ def grade_final(
         done = read_final_grade(ledger)
         if done is not None and (
             done.status in SETTLED
-            or (done.status == GradeStatus.FAILED and done.failure_kind == "model")
+            or (
+                done.status == GradeStatus.FAILED
+                and (pending is not None or done.failure_kind == "model")
+            )
         ):
             return done
+        if pending is not None:
+            return _record(ledger, FinalGrade(status=GradeStatus.PENDING, note=pending))
         subs = ledger.submissions()
         chosen, how = select_final(subs, marked_final(ledger))
         if chosen is None:
@@ -287,16 +281,16 @@ def finish_feedback(paths: RunPaths, status: str, say: Callable[[str], Any] = pr
     recorded, the run's report is still written."""
     try:
         if status == RunStatus.INTERRUPTED:
-            grade = mark_pending(
+            grade = grade_final(
                 paths,
-                "the run was interrupted before its end-of-run grade on the private split: "
-                f"`agent2rl report {paths.root}` does it",
+                pending="the run was interrupted before its end-of-run grade on the private"
+                f" split: `agent2rl report {paths.root}` does it",
             )
         else:
             grade = grade_final(paths)
     except Exception as err:  # noqa: BLE001 - the report must still be written
         say(f"[red]the end-of-run grade on the private split failed: {err}[/]")
-        mark_pending(paths, f"the end-of-run grade failed ({type(err).__name__}: {err})")
+        grade_final(paths, pending=f"the end-of-run grade failed ({type(err).__name__}: {err})")
         return
     if grade is not None:
         say(describe_grade(grade))

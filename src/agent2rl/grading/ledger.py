@@ -21,13 +21,9 @@ service starts, and the analysis reads it afterwards. Tables:
     ``identity`` is the model-identity report (:mod:`agent2rl.integrity.identity`) as JSON.
     ``timings`` is where the grading time went, as JSON seconds: ``queue_wait_s`` (behind
     the run's other evaluations), ``staging_s`` (checking, copying and hashing the files),
-    ``process_start_s``, ``setup_s``, ``lock_wait_s`` (the device, held by other runs),
-    ``load_s``, ``generate_s``, ``score_s``, plus ``grader`` (``warm`` | ``cold``) and
-    ``load`` (``fresh`` | ``reload``); None for a row settled without an evaluation whose
-    staging was not timed (an older ledger).
-    ``split`` is the split ``score`` is on: ``private`` (the default protocol) or
-    ``validation`` (the ``validation`` feedback protocol); NULL in an older ledger, read as
-    ``private``.
+    the worker's own (:func:`~agent2rl.grading.worker.evaluate_to`) and ``grader``
+    (``warm`` | ``cold``); None for a row settled without an evaluation in an older ledger.
+    ``split`` is the split ``score`` is on; NULL in an older ledger, read as ``private``.
 ``rejections``
     one row per refused attempt (bad path, bad files, bad token...), for the report. The
     attempt is untrusted and may come before any authentication: its ``path`` and ``reason``

@@ -29,6 +29,7 @@ no malformed input raises anything else.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import os
@@ -112,14 +113,6 @@ def _outside(model_path: str) -> SubmissionError:
     )
 
 
-def _missing(model_path: str) -> SubmissionError:
-    return SubmissionError(
-        f"model_path {model_path!r} does not exist: save the model under "
-        "output/ first (e.g. output/v1)",
-        404,
-    )
-
-
 def _changed(what: str) -> SubmissionError:
     return SubmissionError(
         f"{what} changed while it was being read: submit again once the model is fully written"
@@ -158,7 +151,7 @@ def _open_output(workspace: Path) -> int:
 def _beneath_output(path: PurePosixPath, outputs: list[PurePosixPath]) -> list[str] | None:
     """The components of absolute ``path`` below one of ``outputs`` (lexically), or None."""
     for out in outputs:
-        if path == out or path.is_relative_to(out):
+        if path.is_relative_to(out):
             return list(path.relative_to(out).parts)
     return None
 
@@ -208,7 +201,11 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
             try:
                 st = os.stat(part, dir_fd=here, follow_symlinks=False)
             except FileNotFoundError:
-                raise _missing(model_path) from None
+                raise SubmissionError(
+                    f"model_path {model_path!r} does not exist: save the model under "
+                    "output/ first (e.g. output/v1)",
+                    404,
+                ) from None
             except OSError as err:  # ENAMETOOLONG, EACCES, ENOTDIR: inside output/, agent-made
                 raise SubmissionError(
                     f"model_path {model_path!r} cannot be opened ({os.strerror(err.errno)})"
@@ -323,20 +320,19 @@ def precheck_submission(model_dir: Path) -> None:
         while todo:
             fd = todo.pop()
             try:
-                for entry in _entries(fd):
-                    seen += 1
-                    if seen > MAX_ENTRIES:
-                        raise SubmissionError(
-                            f"the submission holds more than {MAX_ENTRIES} files: submit only"
-                            " the model directory written by save_pretrained"
-                        )
-                    if entry.name.endswith(PICKLE_SUFFIXES):
-                        pickles.append(entry.name)
+                entries = _entries(fd)
+                seen += len(entries)
+                if seen > MAX_ENTRIES:
+                    raise SubmissionError(
+                        f"the submission holds more than {MAX_ENTRIES} files: submit only"
+                        " the model directory written by save_pretrained"
+                    )
+                pickles += [e.name for e in entries if e.name.endswith(PICKLE_SUFFIXES)]
+                for entry in entries:
+                    # one that vanished or is unreadable: nothing in it is copied anyway
                     if entry.is_dir(follow_symlinks=False):
-                        try:
+                        with contextlib.suppress(OSError):
                             todo.append(os.open(entry.name, _DIR_FLAGS, dir_fd=fd))
-                        except OSError:
-                            pass  # vanished or unreadable: nothing in it is copied anyway
             finally:
                 if fd != top:
                     os.close(fd)
@@ -361,18 +357,13 @@ def precheck_submission(model_dir: Path) -> None:
         )
 
 
-def _is_needed(name: str) -> bool:
-    return fnmatch.fnmatchcase(name, "*.safetensors") or any(
-        fnmatch.fnmatchcase(name, p) for p in MODEL_FILE_PATTERNS
-    )
-
-
 def _needed_names(dir_fd: int) -> list[str]:
     # Regular files and symlinks (checked when copied); directories are never copied.
     return sorted(
         e.name
         for e in _entries(dir_fd)
-        if _is_needed(e.name) and (e.is_file(follow_symlinks=False) or e.is_symlink())
+        if any(fnmatch.fnmatchcase(e.name, p) for p in ("*.safetensors", *MODEL_FILE_PATTERNS))
+        and (e.is_file(follow_symlinks=False) or e.is_symlink())
     )
 
 
@@ -396,19 +387,14 @@ def stage_submission(
 ) -> Path:
     """Copy the files a model needs into ``dest`` (private), then check the copy.
 
-    ``model_dir`` is opened component by component with ``O_NOFOLLOW`` and its files are
-    opened relative to that handle, so nothing outside can be smuggled in by swapping a
-    symlink in. A file that is itself a symlink must lead into ``allowed_roots`` (best
-    from :func:`submission_roots`: the workspace's output/ and the base model; the one
-    holding ``model_dir`` is narrowed to its real ``output/``, see :func:`_narrowed_roots`)
-    and is opened from its root without following any symlink (see :func:`_open_beneath`).
-    The size bound is enforced on the bytes actually copied. The copy is then checked by
-    :func:`check_model_files` (strict JSON and safetensors, no ``auto_map``, weights that
-    match the config exactly). With ``base_model_dir``, the copy's tokenizer is then loaded
-    as the evaluator loads it and compared with the base's (:func:`check_tokenizer_pipeline`),
-    which writes what the evaluation checks next to ``dest``. On any refusal ``dest`` is removed and
-    :class:`SubmissionError` raised; ``OSError`` comes out only for the grader's own I/O
-    failures (a full disk).
+    Files are opened relative to an ``O_NOFOLLOW`` handle on ``model_dir``; one that is a
+    symlink must lead into ``allowed_roots`` (best from :func:`submission_roots`, narrowed by
+    :func:`_narrowed_roots`) and is opened from its root by :func:`_open_beneath`. The size
+    bound counts the bytes actually copied. The copy is then checked (:func:`check_model_files`)
+    and, with ``base_model_dir``, its tokenizer compared with the base's
+    (:func:`check_tokenizer_pipeline`, which writes what the evaluation checks next to
+    ``dest``). On any refusal ``dest`` is removed and :class:`SubmissionError` raised;
+    ``OSError`` comes out only for the grader's own I/O failures (a full disk).
     """
     try:
         dest.mkdir(parents=True, exist_ok=False)
@@ -643,19 +629,6 @@ def _same_tokenizer_files(model_dir: Path, base_model_dir: Path) -> bool:
         )
     except OSError:
         return False
-
-
-def check_declared_size(size: int, limits: SubmissionLimits) -> None:
-    """Refuse (413) a submission whose files declare more bytes than the size limit, before
-    any disk-space check or copy (a sparse 200 GB file is a submission over the limit, not a
-    grader short of disk)."""
-    if size > limits.max_bytes:
-        raise SubmissionError(
-            f"submission is over the size limit of {limits.max_bytes / 2**20:.0f} MiB (its"
-            f" files hold {size / 2**20:.0f} MiB): submit only the merged model (no optimizer"
-            " state or checkpoints)",
-            413,
-        )
 
 
 def _loaded_tensors(
@@ -951,7 +924,15 @@ class SubmissionPipeline:
         with self.slots:
             # Checked under the slot: concurrent copies cannot all pass one free-space reading.
             need = sum(_size(f) for f in needed_files(model_dir))
-            check_declared_size(need, ctx.limits)  # over the limit is a 413, never a 507
+            # Before the disk check: a sparse 200 GB file is a submission over the limit (413),
+            # not a grader short of disk (507).
+            if need > ctx.limits.max_bytes:
+                raise SubmissionError(
+                    f"submission is over the size limit of {ctx.limits.max_bytes / 2**20:.0f}"
+                    f" MiB (its files hold {need / 2**20:.0f} MiB): submit only the merged"
+                    " model (no optimizer state or checkpoints)",
+                    413,
+                )
             sub_dir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(sub_dir).free
             if free < need + ctx.disk_margin_bytes:

@@ -9,17 +9,13 @@ Evaluations on one device are serialised across runs by a file lock per physical
 (:func:`device_lock_names`); the worker writes ``started.json`` once it holds them.
 
 ``--serve`` (the warm grader, :class:`agent2rl.grading.evaluator.WarmWorker`) keeps one such
-process for a run: it reads one request a line on stdin (spec, model, out), writes the same
-files as a cold worker, and answers on stdout; it keeps the prepared task (with what the task
-keeps between evaluations: ALFWorld's game worker processes, see
-:attr:`~agent2rl.tasks.base.Task.keep_environments`) and the loaded model between requests
-and reloads a submission's weights in place when its config, generation
-config and tokenizer files are byte-identical to the loaded model's
-(:func:`structure_fingerprint`, :func:`reload_weights`), else loads afresh; a vLLM engine
-sleeps between evaluations and is kept under the rules of :mod:`agent2rl.inference.warm`.
-Before each load the free GPU memory is measured and vLLM's share sized to it
-(:func:`sized_backend`). The device lock is taken per evaluation, not for the
-worker's life. Each ``result.json`` carries the evaluation's ``timings``.
+process for a run (:func:`serve`): the prepared task (with what the task keeps between
+evaluations, :attr:`~agent2rl.tasks.base.Task.keep_environments`) and the loaded model,
+whose weights are reloaded in place for a submission of the same structure
+(:func:`structure_fingerprint`, :func:`reload_weights`); a vLLM engine sleeps between
+evaluations under the rules of :mod:`agent2rl.inference.warm`. Before each load vLLM's
+share of the GPU is sized to the memory free (:func:`sized_backend`). The device lock is
+taken per evaluation, not for the worker's life.
 
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
 "harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
@@ -82,16 +78,6 @@ def gpu_uuids() -> dict[str, str]:
     """``nvidia-smi``'s index -> UUID map ({} when it is missing or fails)."""
     rows = nvidia_smi("--query-gpu=index,uuid") or []
     return {r[0]: r[1] for r in rows if len(r) == 2}
-
-
-def device_locks(backend: BackendConfig) -> list[str]:
-    """:func:`device_lock_names` for this process's environment."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    return device_lock_names(
-        backend, os.environ.get("CUDA_VISIBLE_DEVICES"), cuda, gpu_uuids() if cuda else None
-    )
 
 
 Stage = Literal["setup", "load", "evaluate"]
@@ -249,14 +235,12 @@ def reload_weights(backend: Any, model_dir: Path) -> bool:
 
 def _tied_names(model: Any) -> set[str]:
     """State-dict names that share storage with an earlier name (tied parameters)."""
-    seen: dict[int, str] = {}
+    seen: set[int] = set()
     tied: set[str] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
-        ptr = tensor.data_ptr()
-        if ptr in seen:
+        if tensor.data_ptr() in seen:
             tied.add(name)
-        else:
-            seen[ptr] = name
+        seen.add(tensor.data_ptr())
     return tied
 
 
@@ -297,12 +281,10 @@ def evaluate_to(
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
         timings["setup_s"] = time.time() - begun
-        locks.mkdir(parents=True, exist_ok=True)
-        names = device_locks(spec.backend)
         # Held for this evaluation only, also in a warm worker: between evaluations other
         # runs may use the device (a warm model stays in memory meanwhile).
         with contextlib.ExitStack() as held:
-            waited = timings["lock_wait_s"] = _hold_devices(held, locks, names, out)
+            waited = timings["lock_wait_s"] = _hold_devices(held, locks, spec.backend, out)
             # Free GPU memory is measured for each submission (the agent's use changes): vLLM's
             # share sized to it, or transformers (devices.size_grader_memory). Still "setup":
             # a busy card is never the submission's fault.
@@ -384,8 +366,17 @@ def _prepared_task(spec: EvalSpec, store: Path, warm: WarmState | None) -> tuple
     return task, prepared
 
 
-def _hold_devices(held: contextlib.ExitStack, locks: Path, names: list[str], out: Path) -> float:
-    """Take the devices' locks (on ``held``) and say so in ``out``; the seconds waited."""
+def _hold_devices(
+    held: contextlib.ExitStack, locks: Path, backend: BackendConfig, out: Path
+) -> float:
+    """Take the locks of the devices ``backend`` uses here (:func:`device_lock_names`) on
+    ``held`` and say so in ``out``; the seconds waited."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = device_lock_names(backend, visible, cuda, gpu_uuids() if cuda else None)
+    locks.mkdir(parents=True, exist_ok=True)
     waited = time.time()
     for name in names:  # sorted: two workers never hold one each and wait for the other
         lock = held.enter_context(open(locks / f"eval-{name}.lock", "w"))
