@@ -52,7 +52,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -474,34 +474,29 @@ def create_app(service: GradingService) -> FastAPI:
     )
     _install_refusals(app, service)
 
-    def authorize(request: Request, path: str | None = None) -> None:
-        try:
-            require_bearer(request, ctx.token, "GRADING_TOKEN")
-        except Refused as refused:
-            raise SubmissionError(refused.message, refused.status, path) from None
+    def authorize(request: Request) -> None:
+        require_bearer(request, ctx.token, "GRADING_TOKEN")
+
+    authorized = [Depends(authorize)]
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "task": ctx.info.task}
 
-    @app.get("/time")
-    def get_time(request: Request) -> dict[str, Any]:
-        authorize(request)
-        return service.time_view()
+    app.get("/time", dependencies=authorized)(service.time_view)
+    app.get("/submissions", dependencies=authorized)(service.submissions_view)
 
-    @app.get("/submissions")
-    def list_submissions(request: Request) -> dict[str, Any]:
-        authorize(request)
-        return service.submissions_view()
-
-    @app.post("/final")
+    @app.post("/final")  # the token checked after the body, as for /submit
     def mark_final(req: FinalRequest, request: Request) -> dict[str, Any]:
         authorize(request)
         return service.mark_final(req.submission_id)
 
     @app.post("/submit")
     async def submit(req: SubmitRequest, request: Request) -> dict[str, Any]:
-        authorize(request, req.model_path)
+        try:
+            authorize(request)
+        except Refused as refused:  # recorded with the path it was for
+            raise SubmissionError(refused.message, refused.status, req.model_path) from None
         return await anyio.to_thread.run_sync(
             service.submit, req.model_path, req.final, limiter=threads.get("submit")
         )

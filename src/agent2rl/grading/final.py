@@ -26,10 +26,8 @@ submissions does not fill the grader's disk. An agent that marks an older submis
 copy was dropped is told to submit the same directory again with ``"final": true``.
 
 The end-of-run grade is the harness's work, not the agent's: it happens however the agent
-ended (exited, killed at the deadline, over a cap), and a run whose harness died is graded
-by ``agent2rl report`` (:func:`grade_final` is idempotent: a grade already recorded is
-returned as it is). An interrupted run (Ctrl-C, SIGTERM) records the grade ``pending`` with
-the reason, and ``agent2rl report`` does it.
+ended (exited, killed at the deadline, over a cap); a run interrupted (Ctrl-C, SIGTERM) or
+whose harness died is graded by ``agent2rl report`` (:func:`grade_final` is idempotent).
 """
 
 from __future__ import annotations

@@ -329,8 +329,8 @@ def precheck_submission(model_dir: Path) -> None:
                     )
                 pickles += [e.name for e in entries if e.name.endswith(PICKLE_SUFFIXES)]
                 for entry in entries:
-                    # one that vanished or is unreadable: nothing in it is copied anyway
                     if entry.is_dir(follow_symlinks=False):
+                        # vanished or unreadable: nothing in it is copied anyway
                         with contextlib.suppress(OSError):
                             todo.append(os.open(entry.name, _DIR_FLAGS, dir_fd=fd))
             finally:
@@ -795,10 +795,8 @@ def _patterns(model: Any, *attrs: str) -> list[re.Pattern[str]]:
     out: list[re.Pattern[str]] = []
     for attr in attrs:
         for pattern in getattr(model, attr, None) or []:
-            try:
+            with contextlib.suppress(re.error, TypeError):
                 out.append(re.compile(pattern))
-            except (re.error, TypeError):
-                continue
     return out
 
 
