@@ -23,24 +23,17 @@ worker also dies with the service on SIGKILL, :func:`agent2rl.grading.evaluator.
 and every row it created that is not settled ends ``failed``/``harness`` saying the run ended
 before it was graded.
 
-A submission's answer (and its row in ``GET /submissions``) says, besides the score:
+A submission's answer (and its row in ``GET /submissions``) says, besides the score, whose
+fault a failure was (``failure_kind``, :mod:`agent2rl.grading.evaluator`; ``retry_of`` names
+the harness failure it evaluates again), ``identity`` (whether the model derives from the
+base model, :mod:`agent2rl.integrity.identity`; checked before the evaluation, it never
+changes the score) and the ``split`` its score is on.
 
-- ``failure_kind`` for a failed evaluation: ``model`` (the submission's own fault, cached: the
-  same files submitted again get the same failure as a duplicate) or ``harness`` (a timeout,
-  an outage, the grader's own error: the same files submitted again are evaluated again, and
-  that submission's ``retry_of`` names the failed one);
-- ``identity``: whether the model derives from the base model (:mod:`agent2rl.integrity.
-  identity`), with the reasons when it does not, and whether it brings its own chat template.
-  The check runs before the evaluation and never changes the score;
-- ``split``: the split its score is on.
-
-Under the ``validation`` feedback protocol (:mod:`agent2rl.grading.final`) every submission
-is graded on the validation split and every score, baseline and interval the API answers is
-a validation-split one (the private split is never graded while the service runs); the
-answers also name ``final_submission_id``, the submission the run's end will grade on the
-private split as things stand. ``POST /final {"submission_id": N}`` (or ``"final": true``
-in ``POST /submit``) marks a graded submission final. Under the ``private`` protocol both
-are refused (400/409): the run's result is its best submission.
+Under the ``validation`` feedback protocol (:mod:`agent2rl.grading.final`) every score,
+baseline and interval answered is on the validation split, and the answers name
+``final_submission_id``, the submission the run's end will grade on the private split as
+things stand (``POST /final`` or ``"final": true`` in ``POST /submit`` marks one). Under the
+``private`` protocol both are refused (400/409): the run's result is its best submission.
 """
 
 from __future__ import annotations
@@ -59,7 +52,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -481,34 +474,29 @@ def create_app(service: GradingService) -> FastAPI:
     )
     _install_refusals(app, service)
 
-    def authorize(request: Request, path: str | None = None) -> None:
-        try:
-            require_bearer(request, ctx.token, "GRADING_TOKEN")
-        except Refused as refused:
-            raise SubmissionError(refused.message, refused.status, path) from None
+    def authorize(request: Request) -> None:
+        require_bearer(request, ctx.token, "GRADING_TOKEN")
+
+    authorized = [Depends(authorize)]
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "task": ctx.info.task}
 
-    @app.get("/time")
-    def get_time(request: Request) -> dict[str, Any]:
-        authorize(request)
-        return service.time_view()
+    app.get("/time", dependencies=authorized)(service.time_view)
+    app.get("/submissions", dependencies=authorized)(service.submissions_view)
 
-    @app.get("/submissions")
-    def list_submissions(request: Request) -> dict[str, Any]:
-        authorize(request)
-        return service.submissions_view()
-
-    @app.post("/final")
+    @app.post("/final")  # the token checked after the body, as for /submit
     def mark_final(req: FinalRequest, request: Request) -> dict[str, Any]:
         authorize(request)
         return service.mark_final(req.submission_id)
 
     @app.post("/submit")
     async def submit(req: SubmitRequest, request: Request) -> dict[str, Any]:
-        authorize(request, req.model_path)
+        try:
+            authorize(request)
+        except Refused as refused:  # recorded with the path it was for
+            raise SubmissionError(refused.message, refused.status, req.model_path) from None
         return await anyio.to_thread.run_sync(
             service.submit, req.model_path, req.final, limiter=threads.get("submit")
         )
@@ -520,32 +508,32 @@ def _install_refusals(app: FastAPI, service: GradingService) -> None:
     """JSON errors for ``app``, and every refused ``/submit`` (a refusal, a malformed or
     oversized body) recorded through :meth:`GradingService.record_refusal`."""
 
-    async def body_refused(path: str | None, status: int, message: str) -> tuple[int, str]:
-        if path != "/submit":
+    async def recorded(
+        route: str | None,
+        status: int,
+        message: str,
+        path: str | None = None,
+        sub_id: int | None = None,
+    ) -> tuple[int, str]:
+        """The answer to a refusal on ``route``: a refused ``/submit`` is recorded (its
+        ``path`` and withdrawn row ``sub_id``, if any), or turned into a 429 over the limit."""
+        if route != "/submit":
             return status, message
-        return await run_in_threadpool(service.record_refusal, None, status, message)
+        return await run_in_threadpool(service.record_refusal, path, status, message, sub_id)
 
     app.add_middleware(
         BodyLimit,
         limit=MAX_BODY_BYTES,
         message="send only the JSON {model_path: ...}",
-        on_refusal=body_refused,
+        on_refusal=recorded,
     )
 
     async def refused(request: Request, exc: Refused) -> JSONResponse:
-        status, message = exc.status, exc.message
-        if request.url.path == "/submit":
-            path, sub_id = getattr(exc, "path", None), getattr(exc, "sub_id", None)
-            status, message = await run_in_threadpool(
-                service.record_refusal, capped(path), exc.status, exc.message, sub_id
-            )
-        return error(status, message)
+        path, sub_id = capped(getattr(exc, "path", None)), getattr(exc, "sub_id", None)
+        return error(*await recorded(request.url.path, exc.status, exc.message, path, sub_id))
 
     async def bad_body(request: Request) -> JSONResponse:
-        status, message = 400, BAD_BODY
-        if request.url.path == "/submit":
-            status, message = await run_in_threadpool(service.record_refusal, None, 400, message)
-        return error(status, message)
+        return error(*await recorded(request.url.path, 400, BAD_BODY))
 
     install_errors(app, "grading service", bad_body=bad_body, on_refused=refused)
 

@@ -27,14 +27,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from agent2rl.child_process import kill_group, signal_group, spawn_child, spawner
 from agent2rl.dataset import Split
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.settings import Settings
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,16 +59,7 @@ class EvalSpec:
     split: Split = "private"
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "task": self.task,
-                "task_options": self.task_options,
-                "backend": self.backend.to_dict(),
-                "limit": self.limit,
-                "split": self.split,
-            },
-            sort_keys=True,
-        )
+        return json.dumps({**vars(self), "backend": self.backend.to_dict()}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> EvalSpec:
@@ -98,6 +93,23 @@ class EvalOutcome:
     #: the worker's breakdown (see :func:`agent2rl.grading.worker.evaluate_to`); None when
     #: the worker wrote no result
     timings: dict[str, Any] | None = None
+
+    @classmethod
+    def harness_failure(cls, seconds: float, error: str) -> EvalOutcome:
+        return cls(None, None, None, seconds, None, error, "harness")
+
+    def recorded(self, root: Path) -> dict[str, Any]:
+        """The outcome as the ledger records it (a submission's row, the end-of-run grade):
+        ``items_path`` relative to the run directory ``root``, ``failure_kind`` on a failure."""
+        return {
+            "score": self.score,
+            "n_items": self.n_items,
+            "items_path": str(self.items_path.relative_to(root)) if self.items_path else None,
+            "eval_seconds": self.seconds,
+            "eval_hash": self.eval_hash,
+            "error": self.error,
+            "failure_kind": self.failure if self.error is not None else None,
+        }
 
 
 #: Written by the worker into its ``out`` directory once it holds the device lock(s): from
@@ -145,11 +157,6 @@ class EvalWorkers:
         with self._lock:
             self._procs.discard(proc)
 
-    def running(self) -> list[int]:
-        """Pids of the workers running now."""
-        with self._lock:
-            return [p.pid for p in self._procs if p.poll() is None]
-
     def stop(self) -> int:
         """Refuse new workers and SIGKILL the groups of running ones; returns how many were
         signalled. Safe to call from a signal handler (no waiting, no locks held for long)
@@ -193,46 +200,33 @@ def run_evaluation(
     ``error.json`` (or with an unknown kind in it) is ``harness``.
 
     ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead of a new
-    process, with the same two clocks, the same files in ``out`` and the same failure kinds;
-    a timeout or a crash kills the warm worker's group and the next evaluation starts a new
-    one.
+    process, with the same two clocks, the same files in ``out`` and the same failure kinds.
     """
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STARTED_FILE, "result.json", "error.json"):
         (out / stale).unlink(missing_ok=True)
     if lock_wait_s is None:
         lock_wait_s = max(600.0, 2 * timeout_s)
-    if warm is not None:
-        return warm.evaluate(spec, model_dir, out, settings, timeout_s, lock_wait_s, workers)
-    cmd = [
-        sys.executable,
-        "-m",
-        "agent2rl.grading.worker",
-        "--spec",
-        spec.to_json(),
-        "--model",
-        str(model_dir),
-        "--out",
-        str(out),
-        "--store",
-        str(settings.task_store),
-        "--locks",
-        str(settings.locks),
-        "--requested-at",
-        repr(time.time()),
-    ]
-    started = time.time()
     if workers is not None and workers.stopped.is_set():
         return _stopped_outcome(0.0)
-    env = _worker_env()
+    if warm is not None:
+        return warm.evaluate(spec, model_dir, out, settings, timeout_s, lock_wait_s, workers)
+    cmd = _worker_cmd(
+        settings,
+        *("--spec", spec.to_json(), "--model", str(model_dir), "--out", str(out)),
+        *("--requested-at", repr(time.time())),
+    )
+    started = time.time()
     with open(log_path or out / "eval.log", "ab") as log:
         # SIGKILL, not SIGTERM: a worker stuck in a CUDA call may ignore SIGTERM.
-        proc = spawn_child(cmd, env=env, stdout=log, death_signal=signal.SIGKILL)
+        proc = spawn_child(cmd, env=_worker_env(), stdout=log, death_signal=signal.SIGKILL)
     if workers is not None and not workers._add(proc):  # stopped while it was starting
         kill_group(proc)
         return _stopped_outcome(time.time() - started)
     try:
-        cut = _wait_in_two_phases(proc, out / STARTED_FILE, lock_wait_s, timeout_s)
+        cut, _ = _two_clocks(proc.wait, subprocess.TimeoutExpired, out, lock_wait_s, timeout_s)
+        if cut is not None:
+            kill_group(proc)
     finally:
         if workers is not None:
             workers._discard(proc)
@@ -240,8 +234,14 @@ def run_evaluation(
     if workers is not None and workers.stopped.is_set() and proc.returncode != 0:
         return _stopped_outcome(seconds)
     if cut is not None:
-        return EvalOutcome(None, None, None, seconds, None, cut, "harness")
+        return EvalOutcome.harness_failure(seconds, cut)
     return _outcome(proc.returncode, out, seconds)
+
+
+def _worker_cmd(settings: Settings, *args: str) -> list[str]:
+    """The evaluation worker's command line: ``args``, then the task store and the locks."""
+    paths = ["--store", str(settings.task_store), "--locks", str(settings.locks)]
+    return [sys.executable, "-m", "agent2rl.grading.worker", *args, *paths]
 
 
 def _worker_env() -> dict[str, str]:
@@ -278,10 +278,8 @@ def _outcome(returncode: int | None, out: Path, seconds: float) -> EvalOutcome:
 
 
 class WarmWorker:
-    """A run's long-lived evaluation worker (``agent2rl.grading.worker --serve``): it keeps
-    the imports, the prepared task and the loaded model between submissions and reloads each
-    submission's weights into that model when its config and tokenizer are the same
-    (:func:`agent2rl.grading.worker.reload_weights`), else loads it afresh.
+    """A run's long-lived evaluation worker (``agent2rl.grading.worker --serve``, which keeps
+    the imports, the prepared task and the loaded model between submissions).
 
     Started lazily by the first :meth:`evaluate`, in its own session, registered with the
     service's :class:`EvalWorkers` for its whole life (a stopping service kills it), and
@@ -298,29 +296,12 @@ class WarmWorker:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._replies: queue.Queue[str | None] = queue.Queue()
-        #: how many worker processes were started (1 while the first one lives)
-        self.starts = 0
-
-    @property
-    def pid(self) -> int | None:
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
 
     def _popen(self) -> subprocess.Popen:
-        cmd = [
-            sys.executable,
-            "-m",
-            "agent2rl.grading.worker",
-            "--serve",
-            "--store",
-            str(self._settings.task_store),
-            "--locks",
-            str(self._settings.locks),
-        ]
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "ab") as log:
             return spawn_child(
-                cmd,
+                _worker_cmd(self._settings, "--serve"),
                 env=_worker_env(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -343,7 +324,6 @@ class WarmWorker:
 
         threading.Thread(target=read, daemon=True).start()
         self._proc, self._replies = proc, replies
-        self.starts += 1
         return proc
 
     def _drop(self, workers: EvalWorkers | None) -> int | None:
@@ -371,10 +351,9 @@ class WarmWorker:
         lock_wait_s: float,
         workers: EvalWorkers | None,
     ) -> EvalOutcome:
-        """:func:`run_evaluation` in this worker (called by it: ``out`` is clean)."""
+        """:func:`run_evaluation` in this worker (called by it: ``out`` is clean, ``workers``
+        not stopped yet)."""
         started = time.time()
-        if workers is not None and workers.stopped.is_set():
-            return _stopped_outcome(0.0)
         with self._lock:
             proc = self._proc
             if proc is None or proc.poll() is not None:
@@ -392,7 +371,8 @@ class WarmWorker:
                 assert proc.stdin is not None
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
-                cut, rc = self._wait(proc, out / STARTED_FILE, lock_wait_s, timeout_s)
+                reply = partial(_next_reply, self._replies)
+                cut, rc = _two_clocks(reply, queue.Empty, out, lock_wait_s, timeout_s)
             except OSError:  # the pipe broke: it died before reading the request
                 cut, rc = None, None
             seconds = time.time() - started
@@ -401,36 +381,17 @@ class WarmWorker:
                 return _stopped_outcome(seconds)
             if cut is not None:
                 self._drop(workers)
-                return EvalOutcome(None, None, None, seconds, None, cut, "harness")
+                return EvalOutcome.harness_failure(seconds, cut)
             if rc is None:  # it died mid-evaluation: an exit status as a cold worker's
                 status = self._drop(workers)
                 return _outcome(status if status else -9, out, seconds)
             return _outcome(rc, out, seconds)
 
-    def _wait(
-        self, proc: subprocess.Popen, started_file: Path, lock_wait_s: float, timeout_s: float
-    ) -> tuple[str | None, int | None]:
-        """(why it was cut, None) past a limit (the two clocks of :func:`run_evaluation`);
-        (None, reply code) when it answered; (None, None) when it died first."""
-        wait_end = time.monotonic() + lock_wait_s
-        while not started_file.exists():
-            try:
-                return None, _reply_code(self._replies.get(timeout=0.05))
-            except queue.Empty:
-                if time.monotonic() > wait_end:
-                    return (
-                        f"evaluation did not get the device within {lock_wait_s:g}s (other "
-                        "evaluations held it): submit again",
-                        None,
-                    )
-        try:
-            return None, _reply_code(self._replies.get(timeout=timeout_s))
-        except queue.Empty:
-            return f"evaluation timed out after {timeout_s:g}s", None
 
-
-def _reply_code(line: str | None) -> int | None:
-    """A warm worker's reply line -> its code; None for end of output (it died)."""
+def _next_reply(replies: queue.Queue[str | None], seconds: float) -> int | None:
+    """The code of a warm worker's next reply line (waiting up to ``seconds``, else
+    ``queue.Empty``); None for end of output (it died)."""
+    line = replies.get(timeout=seconds)
     if line is None:
         return None
     try:
@@ -439,42 +400,47 @@ def _reply_code(line: str | None) -> int | None:
         return 1  # an unreadable reply: whatever the files say, not a success
 
 
-def _wait_in_two_phases(
-    proc: subprocess.Popen, started_file: Path, lock_wait_s: float, timeout_s: float
-) -> str | None:
-    """Wait for ``proc``: up to ``lock_wait_s`` until ``started_file`` appears, then up to
-    ``timeout_s`` more. Returns None when it exited by itself, else why it was killed."""
+def _two_clocks(
+    wait: Callable[[float], T],
+    empty: type[Exception],
+    out: Path,
+    lock_wait_s: float,
+    timeout_s: float,
+) -> tuple[str | None, T | None]:
+    """The two clocks of :func:`run_evaluation` over ``wait(seconds)``, which returns what
+    the worker answered or raises ``empty`` when nothing came in time: up to ``lock_wait_s``
+    until ``out/``:data:`STARTED_FILE` appears, then up to ``timeout_s`` more. ``(None,
+    answer)`` when it answered, ``(why it was cut, None)`` past a limit."""
     wait_end = time.monotonic() + lock_wait_s
-    while not started_file.exists():
+    while not (out / STARTED_FILE).exists():
         try:
-            proc.wait(timeout=0.05)
-            return None
-        except subprocess.TimeoutExpired:
+            return None, wait(0.05)
+        except empty:
             if time.monotonic() > wait_end:
-                kill_group(proc)
                 return (
                     f"evaluation did not get the device within {lock_wait_s:g}s (other "
-                    "evaluations held it): submit again"
+                    "evaluations held it): submit again",
+                    None,
                 )
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        return f"evaluation timed out after {timeout_s:g}s"
-    return None
+        return None, wait(timeout_s)
+    except empty:
+        return f"evaluation timed out after {timeout_s:g}s", None
 
 
 def _stopped_outcome(seconds: float) -> EvalOutcome:
-    return EvalOutcome(
-        None,
-        None,
-        None,
+    return EvalOutcome.harness_failure(
         seconds,
-        None,
         "the grading service stopped during the evaluation (the run ended): submit again "
         "in a later run",
-        "harness",
     )
+
+
+def describe(err: BaseException, limit: int = 300) -> str:
+    """An exception as one short line: its type and the first line of its message (at most
+    ``limit`` characters of it)."""
+    first = next((line for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first[:limit]}" if first else type(err).__name__
 
 
 def _read_error(path: Path) -> dict[str, Any]:

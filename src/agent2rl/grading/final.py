@@ -26,10 +26,8 @@ submissions does not fill the grader's disk. An agent that marks an older submis
 copy was dropped is told to submit the same directory again with ``"final": true``.
 
 The end-of-run grade is the harness's work, not the agent's: it happens however the agent
-ended (exited, killed at the deadline, over a cap), and a run whose harness died is graded
-by ``agent2rl report`` (:func:`grade_final` is idempotent: a grade already recorded is
-returned as it is). An interrupted run (Ctrl-C, SIGTERM) records the grade ``pending`` with
-the reason, and ``agent2rl report`` does it.
+ended (exited, killed at the deadline, over a cap); a run interrupted (Ctrl-C, SIGTERM) or
+whose harness died is graded by ``agent2rl report`` (:func:`grade_final` is idempotent).
 """
 
 from __future__ import annotations
@@ -37,9 +35,8 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Literal
 
 from agent2rl.dataset import PreparedTask
@@ -131,10 +128,9 @@ def select_final(
     with the highest validation score, the *latest* on a tie (the agent's most recent of
     equally good models); ``(None, None)`` when none was graded."""
     valid = [s for s in subs if s.valid]
-    if marked is not None:
-        for s in valid:
-            if s.id == marked:
-                return s, "marked"
+    chosen = next((s for s in valid if s.id == marked), None)
+    if chosen is not None:
+        return chosen, "marked"
     if not valid:
         return None, None
     return max(valid, key=lambda s: (s.score, s.id)), "best_validation"
@@ -143,14 +139,8 @@ def select_final(
 def kept_ids(subs: Sequence[Submission], marked: int | None) -> set[int]:
     """The submissions whose private copies must keep their weights: the ``marked`` one (if
     graded) and the best on validation (what :func:`select_final` picks without a mark)."""
-    keep = set()
-    chosen, _ = select_final(subs, marked)
-    if chosen is not None:
-        keep.add(chosen.id)
-    best, _ = select_final(subs, None)
-    if best is not None:
-        keep.add(best.id)
-    return keep
+    picked = (select_final(subs, marked)[0], select_final(subs, None)[0])
+    return {s.id for s in picked if s is not None}
 
 
 def weights_kept(paths: RunPaths, submission_id: int) -> bool:
@@ -173,27 +163,12 @@ def prune_weights(paths: RunPaths, subs: Sequence[Submission], keep: set[int]) -
     return pruned
 
 
-def mark_pending(paths: RunPaths, note: str) -> FinalGrade | None:
-    """Record the end-of-run grade as not done, saying why (``note``), unless one is
-    already settled; None for a run that is not under the ``validation`` protocol."""
-    if not paths.ledger.exists():
-        return None
-    with Ledger(paths.ledger) as ledger:
-        if ledger.get_meta("feedback") != "validation":
-            return None
-        done = read_final_grade(ledger)
-        if done is not None and (done.status in SETTLED or done.status == GradeStatus.FAILED):
-            return done
-        grade = FinalGrade(status=GradeStatus.PENDING, note=note)
-        ledger.set_meta("final_grade", grade.to_dict())
-        return grade
-
-
 def grade_final(
     paths: RunPaths,
     *,
     timeout_s: float | None = None,
     settings: Settings | None = None,
+    pending: str | None = None,
 ) -> FinalGrade | None:
     """Grade on the private split the submission :func:`select_final` picks, record it in
     the ledger (meta ``final_grade``) and return it; None for a run that is not under the
@@ -205,6 +180,9 @@ def grade_final(
     harness-``failed`` one is done again. Once settled, every private copy's weights are
     deleted. ``timeout_s``: the evaluation's timeout (default: the task's). Never raises for
     a failed evaluation: the grade is then ``failed`` with the reason.
+
+    ``pending``: instead of grading, record the grade as not done, saying why, unless one is
+    already settled or ``failed`` (whoever's fault).
     """
     if not paths.ledger.exists():
         return None
@@ -214,18 +192,19 @@ def grade_final(
         done = read_final_grade(ledger)
         if done is not None and (
             done.status in SETTLED
-            or (done.status == GradeStatus.FAILED and done.failure_kind == "model")
+            or (
+                done.status == GradeStatus.FAILED
+                and (pending is not None or done.failure_kind == "model")
+            )
         ):
             return done
+        if pending is not None:
+            return _record(ledger, FinalGrade(status=GradeStatus.PENDING, note=pending))
         subs = ledger.submissions()
         chosen, how = select_final(subs, marked_final(ledger))
         if chosen is None:
-            grade = FinalGrade(
-                status=GradeStatus.NO_SUBMISSION,
-                note="no submission was graded on the validation split",
-            )
-            ledger.set_meta("final_grade", grade.to_dict())
-            return grade
+            note = "no submission was graded on the validation split"
+            return _record(ledger, FinalGrade(status=GradeStatus.NO_SUBMISSION, note=note))
         grade = FinalGrade(
             status=GradeStatus.GRADING,
             submission_id=chosen.id,
@@ -238,29 +217,26 @@ def grade_final(
                 f"the weights of submission {chosen.id} were not kept, so it could not be "
                 "graded on the private split"
             )
-            ledger.set_meta("final_grade", grade.to_dict())
-            return grade
-        ledger.set_meta("final_grade", grade.to_dict())
+            return _record(ledger, grade)
+        _record(ledger, grade)
         outcome = _evaluate(paths, chosen.id, timeout_s, settings or load_settings())
-        grade.status = GradeStatus.GRADED if outcome.error is None else GradeStatus.FAILED
-        grade.score, grade.n_items = outcome.score, outcome.n_items
-        grade.items_path = (
-            str(outcome.items_path.relative_to(paths.root)) if outcome.items_path else None
+        grade = _record(
+            ledger,
+            replace(
+                grade,
+                status=GradeStatus.GRADED if outcome.error is None else GradeStatus.FAILED,
+                graded_at=time.time(),
+                **outcome.recorded(paths.root),
+            ),
         )
-        grade.eval_seconds, grade.eval_hash = outcome.seconds, outcome.eval_hash
-        grade.error = outcome.error
-        grade.failure_kind = outcome.failure if outcome.error is not None else None
-        grade.graded_at = time.time()
-        ledger.set_meta("final_grade", grade.to_dict())
         if grade.status == GradeStatus.GRADED or grade.failure_kind == "model":
             prune_weights(paths, subs, set())  # nothing will be graded again
         return grade
 
 
-def final_dir(paths: RunPaths) -> Path:
-    """Where the end-of-run grade writes its files (``items.jsonl``, ``result.json``,
-    ``eval.log``)."""
-    return paths.root / "grading" / "final"
+def _record(ledger: Ledger, grade: FinalGrade) -> FinalGrade:
+    ledger.set_meta("final_grade", grade.to_dict())
+    return grade
 
 
 def _evaluate(paths: RunPaths, sub_id: int, timeout_s: float | None, settings: Settings) -> Any:
@@ -277,7 +253,7 @@ def _evaluate(paths: RunPaths, sub_id: int, timeout_s: float | None, settings: S
         from agent2rl.tasks import get_task
 
         timeout_s = get_task(info.task, info.task_options).eval_timeout_s
-    out = final_dir(paths)
+    out = paths.root / "grading" / "final"  # items.jsonl, result.json, eval.log
     shutil.rmtree(out, ignore_errors=True)  # a retry starts clean
     out.mkdir(parents=True)
     return run_evaluation(spec, paths.submission_dir(sub_id) / "model", out, settings, timeout_s)
@@ -303,16 +279,16 @@ def finish_feedback(paths: RunPaths, status: str, say: Callable[[str], Any] = pr
     recorded, the run's report is still written."""
     try:
         if status == RunStatus.INTERRUPTED:
-            grade = mark_pending(
+            grade = grade_final(
                 paths,
-                "the run was interrupted before its end-of-run grade on the private split: "
-                f"`agent2rl report {paths.root}` does it",
+                pending="the run was interrupted before its end-of-run grade on the private"
+                f" split: `agent2rl report {paths.root}` does it",
             )
         else:
             grade = grade_final(paths)
     except Exception as err:  # noqa: BLE001 - the report must still be written
         say(f"[red]the end-of-run grade on the private split failed: {err}[/]")
-        mark_pending(paths, f"the end-of-run grade failed ({type(err).__name__}: {err})")
+        grade_final(paths, pending=f"the end-of-run grade failed ({type(err).__name__}: {err})")
         return
     if grade is not None:
         say(describe_grade(grade))
@@ -321,17 +297,14 @@ def finish_feedback(paths: RunPaths, status: str, say: Callable[[str], Any] = pr
 def describe_grade(grade: FinalGrade) -> str:
     """One line for the console and the report on the end-of-run grade."""
     if grade.status == GradeStatus.GRADED:
+        valid = grade.validation_score
         how = "marked final" if grade.selected_by == "marked" else "best on validation"
         return (
             f"final (submission {grade.submission_id}, {how}): {grade.score:.2f} on the private "
-            f"split (validation: {_num(grade.validation_score)})"
+            f"split (validation: {'-' if valid is None else f'{valid:.2f}'})"
         )
     if grade.status == "no_submission":
         return "final: none (no submission was graded on the validation split)"
     if grade.status == GradeStatus.FAILED:
         return f"final (submission {grade.submission_id}): not graded: {grade.error}"
     return f"final: not graded yet ({grade.note or grade.status})"
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"

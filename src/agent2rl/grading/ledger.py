@@ -21,13 +21,9 @@ service starts, and the analysis reads it afterwards. Tables:
     ``identity`` is the model-identity report (:mod:`agent2rl.integrity.identity`) as JSON.
     ``timings`` is where the grading time went, as JSON seconds: ``queue_wait_s`` (behind
     the run's other evaluations), ``staging_s`` (checking, copying and hashing the files),
-    ``process_start_s``, ``setup_s``, ``lock_wait_s`` (the device, held by other runs),
-    ``load_s``, ``generate_s``, ``score_s``, plus ``grader`` (``warm`` | ``cold``) and
-    ``load`` (``fresh`` | ``reload``); None for a row settled without an evaluation whose
-    staging was not timed (an older ledger).
-    ``split`` is the split ``score`` is on: ``private`` (the default protocol) or
-    ``validation`` (the ``validation`` feedback protocol); NULL in an older ledger, read as
-    ``private``.
+    the worker's own (:func:`~agent2rl.grading.worker.evaluate_to`) and ``grader``
+    (``warm`` | ``cold``); None for a row settled without an evaluation in an older ledger.
+    ``split`` is the split ``score`` is on; NULL in an older ledger, read as ``private``.
 ``rejections``
     one row per refused attempt (bad path, bad files, bad token...), for the report. The
     attempt is untrusted and may come before any authentication: its ``path`` and ``reason``
@@ -112,10 +108,6 @@ class SubmissionStatus(StrEnum):
     EVALUATING = "evaluating"
     GRADED = "graded"
     FAILED = "failed"
-
-
-#: statuses that end a submission's evaluation (anything else is still in flight)
-SETTLED_STATUSES = frozenset({SubmissionStatus.GRADED, SubmissionStatus.FAILED})
 
 
 @dataclass
@@ -332,17 +324,8 @@ class Ledger:
         """Record a refused attempt and return its row id. ``path`` and ``reason`` are
         stored cut by :func:`cap_text` (at most :data:`MAX_REJECTION_FIELD_BYTES` each, the
         cut marked): the attempt may be unauthenticated and its values arbitrary."""
-        row = (
-            at if at is not None else time.time(),
-            None if path is None else cap_text(str(path)),
-            http_status,
-            cap_text(str(reason)),
-        )
         with self._db.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)", row
-            )
-            return int(cur.lastrowid)
+            return _insert_rejection(c, path, http_status, reason, at)
 
     def rejection_count(self, since: float | None = None) -> int:
         """How many rejections are recorded (at or after time ``since``, if given): an
@@ -372,16 +355,7 @@ class Ledger:
                 (submission_id, SubmissionStatus.EVALUATING),
             )
             if rejection is not None:
-                path, status, reason = rejection
-                c.execute(
-                    "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)",
-                    (
-                        time.time(),
-                        None if path is None else cap_text(str(path)),
-                        status,
-                        cap_text(str(reason)),
-                    ),
-                )
+                _insert_rejection(c, *rejection)
 
     def fail_unfinished(self, reason: str, ids: list[int] | None = None) -> list[int]:
         """End every row still ``evaluating`` (only those in ``ids``, if given) as
@@ -405,6 +379,21 @@ class Ledger:
                 (SubmissionStatus.FAILED, reason, time.time(), *params),
             )
         return found
+
+
+def _insert_rejection(
+    c: sqlite3.Connection, path: str | None, status: int, reason: str, at: float | None = None
+) -> int:
+    cur = c.execute(
+        "INSERT INTO rejections(at, path, http_status, reason) VALUES (?, ?, ?, ?)",
+        (
+            time.time() if at is None else at,
+            None if path is None else cap_text(str(path)),
+            status,
+            cap_text(str(reason)),
+        ),
+    )
+    return int(cur.lastrowid)
 
 
 def _to_sql(column: str, value: Any) -> Any:

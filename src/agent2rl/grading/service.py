@@ -67,19 +67,9 @@ def start_service(
     """Start the service for the run in ``paths`` and wait until it answers.
 
     ``options``: :data:`OPTIONS` by name; unset ones keep their defaults."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "agent2rl.grading.service",
-        str(paths.root),
-        "--eval-timeout",
-        str(eval_timeout_s),
-        "--max-bytes",
-        str(max_bytes),
-        "--base-model",
-        str(base_model_dir),
-    ]
-    for name, value in (options or {}).items():
+    cmd = [sys.executable, "-m", "agent2rl.grading.service", str(paths.root)]
+    given = {"eval_timeout": eval_timeout_s, "max_bytes": max_bytes, "base_model": base_model_dir}
+    for name, value in {**given, **(options or {})}.items():
         cmd += ["--" + name.replace("_", "-"), str(value)]
     proc, port = start_announcing(
         cmd,

@@ -29,6 +29,7 @@ no malformed input raises anything else.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import os
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from agent2rl.grading.evaluator import WarmWorker, run_evaluation
+from agent2rl.grading.evaluator import WarmWorker, describe, run_evaluation
 from agent2rl.grading.ledger import Ledger, SubmissionStatus
 from agent2rl.http_api import Refused
 from agent2rl.integrity.identity import check_identity
@@ -83,6 +84,8 @@ _MODULE_COUNTS = re.compile(
     r"|num_local_experts|num_experts|n_routed_experts"
 )
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO swapped in must not hang the open (it is then refused as not regular).
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class SubmissionError(Refused):
@@ -107,14 +110,6 @@ def _outside(model_path: str) -> SubmissionError:
         f"model_path {model_path!r} is outside output/: submissions must be"
         " directories inside the workspace's output/ directory",
         403,
-    )
-
-
-def _missing(model_path: str) -> SubmissionError:
-    return SubmissionError(
-        f"model_path {model_path!r} does not exist: save the model under "
-        "output/ first (e.g. output/v1)",
-        404,
     )
 
 
@@ -156,7 +151,7 @@ def _open_output(workspace: Path) -> int:
 def _beneath_output(path: PurePosixPath, outputs: list[PurePosixPath]) -> list[str] | None:
     """The components of absolute ``path`` below one of ``outputs`` (lexically), or None."""
     for out in outputs:
-        if path == out or path.is_relative_to(out):
+        if path.is_relative_to(out):
             return list(path.relative_to(out).parts)
     return None
 
@@ -206,7 +201,11 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
             try:
                 st = os.stat(part, dir_fd=here, follow_symlinks=False)
             except FileNotFoundError:
-                raise _missing(model_path) from None
+                raise SubmissionError(
+                    f"model_path {model_path!r} does not exist: save the model under "
+                    "output/ first (e.g. output/v1)",
+                    404,
+                ) from None
             except OSError as err:  # ENAMETOOLONG, EACCES, ENOTDIR: inside output/, agent-made
                 raise SubmissionError(
                     f"model_path {model_path!r} cannot be opened ({os.strerror(err.errno)})"
@@ -321,20 +320,19 @@ def precheck_submission(model_dir: Path) -> None:
         while todo:
             fd = todo.pop()
             try:
-                for entry in _entries(fd):
-                    seen += 1
-                    if seen > MAX_ENTRIES:
-                        raise SubmissionError(
-                            f"the submission holds more than {MAX_ENTRIES} files: submit only"
-                            " the model directory written by save_pretrained"
-                        )
-                    if entry.name.endswith(PICKLE_SUFFIXES):
-                        pickles.append(entry.name)
+                entries = _entries(fd)
+                seen += len(entries)
+                if seen > MAX_ENTRIES:
+                    raise SubmissionError(
+                        f"the submission holds more than {MAX_ENTRIES} files: submit only"
+                        " the model directory written by save_pretrained"
+                    )
+                pickles += [e.name for e in entries if e.name.endswith(PICKLE_SUFFIXES)]
+                for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
-                        try:
+                        # vanished or unreadable: nothing in it is copied anyway
+                        with contextlib.suppress(OSError):
                             todo.append(os.open(entry.name, _DIR_FLAGS, dir_fd=fd))
-                        except OSError:
-                            pass  # vanished or unreadable: nothing in it is copied anyway
             finally:
                 if fd != top:
                     os.close(fd)
@@ -359,18 +357,13 @@ def precheck_submission(model_dir: Path) -> None:
         )
 
 
-def _is_needed(name: str) -> bool:
-    return fnmatch.fnmatchcase(name, "*.safetensors") or any(
-        fnmatch.fnmatchcase(name, p) for p in MODEL_FILE_PATTERNS
-    )
-
-
 def _needed_names(dir_fd: int) -> list[str]:
     # Regular files and symlinks (checked when copied); directories are never copied.
     return sorted(
         e.name
         for e in _entries(dir_fd)
-        if _is_needed(e.name) and (e.is_file(follow_symlinks=False) or e.is_symlink())
+        if any(fnmatch.fnmatchcase(e.name, p) for p in ("*.safetensors", *MODEL_FILE_PATTERNS))
+        and (e.is_file(follow_symlinks=False) or e.is_symlink())
     )
 
 
@@ -394,19 +387,14 @@ def stage_submission(
 ) -> Path:
     """Copy the files a model needs into ``dest`` (private), then check the copy.
 
-    ``model_dir`` is opened component by component with ``O_NOFOLLOW`` and its files are
-    opened relative to that handle, so nothing outside can be smuggled in by swapping a
-    symlink in. A file that is itself a symlink must lead into ``allowed_roots`` (best
-    from :func:`submission_roots`: the workspace's output/ and the base model; the one
-    holding ``model_dir`` is narrowed to its real ``output/``, see :func:`_narrowed_roots`)
-    and is opened from its root without following any symlink (see :func:`_open_beneath`).
-    The size bound is enforced on the bytes actually copied. The copy is then checked by
-    :func:`check_model_files` (strict JSON and safetensors, no ``auto_map``, weights that
-    match the config exactly). With ``base_model_dir``, the copy's tokenizer is then loaded
-    as the evaluator loads it and compared with the base's (:func:`check_tokenizer_pipeline`),
-    which writes what the evaluation checks next to ``dest``. On any refusal ``dest`` is removed and
-    :class:`SubmissionError` raised; ``OSError`` comes out only for the grader's own I/O
-    failures (a full disk).
+    Files are opened relative to an ``O_NOFOLLOW`` handle on ``model_dir``; one that is a
+    symlink must lead into ``allowed_roots`` (best from :func:`submission_roots`, narrowed by
+    :func:`_narrowed_roots`) and is opened from its root by :func:`_open_beneath`. The size
+    bound counts the bytes actually copied. The copy is then checked (:func:`check_model_files`)
+    and, with ``base_model_dir``, its tokenizer compared with the base's
+    (:func:`check_tokenizer_pipeline`, which writes what the evaluation checks next to
+    ``dest``). On any refusal ``dest`` is removed and :class:`SubmissionError` raised;
+    ``OSError`` comes out only for the grader's own I/O failures (a full disk).
     """
     try:
         dest.mkdir(parents=True, exist_ok=False)
@@ -415,9 +403,20 @@ def stage_submission(
         try:
             total = 0
             for name in _needed_names(src_fd):
-                total = _copy_checked(
-                    src_fd, model_dir, name, dest / name, roots, limits.max_bytes, total
-                )
+                with os.fdopen(_open_entry(src_fd, model_dir, name, roots), "rb") as fh:
+                    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                        raise SubmissionError(f"{name} is not a regular file")
+                    with (dest / name).open("wb") as out:
+                        while chunk := fh.read(1 << 20):
+                            total += len(chunk)
+                            if total > limits.max_bytes:
+                                raise SubmissionError(
+                                    "submission is over the size limit of"
+                                    f" {limits.max_bytes / 2**20:.0f} MiB: submit only the"
+                                    " merged model (no optimizer state or checkpoints)",
+                                    413,
+                                )
+                            out.write(chunk)
         finally:
             os.close(src_fd)
         if not (dest / "config.json").is_file() or not any(dest.glob("*.safetensors")):
@@ -466,32 +465,21 @@ def _open_beneath(real: Path, roots: list[Path], name: str) -> int:
             "into the submission instead",
             403,
         )
-    parts = real.relative_to(root).parts
     try:
-        fd = _open_dir_nofollow(root)
-    except OSError:
-        raise _changed(name) from None
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        fd = _open_dir_nofollow(real.parent)  # the root and each component below it
+        try:
+            return os.open(real.name, _FILE_FLAGS, dir_fd=fd)
+        finally:
             os.close(fd)
-            fd = next_fd
-        return os.open(
-            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
-        )
     except OSError:
         raise _changed(name) from None
-    finally:
-        os.close(fd)
 
 
 def _open_entry(src_fd: int, model_dir: Path, name: str, roots: list[Path]) -> int:
     """Open top-level file ``name`` of the submission: a plain file relative to the
     directory handle, a symlink only where it leads into ``roots``."""
     try:
-        return os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_fd
-        )
+        return os.open(name, _FILE_FLAGS, dir_fd=src_fd)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM):
             raise SubmissionError(
@@ -508,32 +496,6 @@ def _open_entry(src_fd: int, model_dir: Path, name: str, roots: list[Path]) -> i
     # whatever it resolves to is then opened from its root with O_NOFOLLOW.
     real = Path(os.path.realpath(model_dir / target))
     return _open_beneath(real, roots, name)
-
-
-def _copy_checked(
-    src_fd: int,
-    model_dir: Path,
-    name: str,
-    dst: Path,
-    roots: list[Path],
-    max_bytes: int,
-    total: int,
-) -> int:
-    fd = _open_entry(src_fd, model_dir, name, roots)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SubmissionError(f"{name} is not a regular file")
-        with dst.open("wb") as out:
-            while chunk := fh.read(1 << 20):
-                total += len(chunk)
-                if total > max_bytes:
-                    raise SubmissionError(
-                        f"submission is over the size limit of {max_bytes / 2**20:.0f} MiB: "
-                        "submit only the merged model (no optimizer state or checkpoints)",
-                        413,
-                    )
-                out.write(chunk)
-    return total
 
 
 # -- the checks on the private copy ---------------------------------------------------------
@@ -669,19 +631,6 @@ def _same_tokenizer_files(model_dir: Path, base_model_dir: Path) -> bool:
         return False
 
 
-def check_declared_size(size: int, limits: SubmissionLimits) -> None:
-    """Refuse (413) a submission whose files declare more bytes than the size limit, before
-    any disk-space check or copy (a sparse 200 GB file is a submission over the limit, not a
-    grader short of disk)."""
-    if size > limits.max_bytes:
-        raise SubmissionError(
-            f"submission is over the size limit of {limits.max_bytes / 2**20:.0f} MiB (its"
-            f" files hold {size / 2**20:.0f} MiB): submit only the merged model (no optimizer"
-            " state or checkpoints)",
-            413,
-        )
-
-
 def _loaded_tensors(
     headers: dict[str, dict[str, TensorInfo]], index: dict[str, Any] | None
 ) -> dict[str, TensorInfo]:
@@ -748,10 +697,6 @@ def _module_counts(config: Any) -> list[tuple[str, int]]:
     return found
 
 
-def _list(names: list[str], more: int) -> str:
-    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
-
-
 def check_weights_match_config(
     model_dir: Path, config: dict[str, Any], tensors: dict[str, TensorInfo]
 ) -> None:
@@ -806,13 +751,15 @@ def check_weights_match_config(
         for n in tensors
         if n in expected and tensors[n].shape != expected[n]
     ]
-    problems = []
-    if missing:
-        problems.append(f"missing {_list(missing[:3], len(missing) - 3)}")
-    if extra:
-        problems.append(f"not in the architecture {_list(extra[:3], len(extra) - 3)}")
-    if wrong:
-        problems.append(f"shapes differ: {_list(wrong[:3], len(wrong) - 3)}")
+    problems = [
+        f"{what}{', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        for what, names in (
+            ("missing ", missing),
+            ("not in the architecture ", extra),
+            ("shapes differ: ", wrong),
+        )
+        if names
+    ]
     if problems:
         raise SubmissionError(
             "the weights do not match config.json ("
@@ -848,10 +795,8 @@ def _patterns(model: Any, *attrs: str) -> list[re.Pattern[str]]:
     out: list[re.Pattern[str]] = []
     for attr in attrs:
         for pattern in getattr(model, attr, None) or []:
-            try:
+            with contextlib.suppress(re.error, TypeError):
                 out.append(re.compile(pattern))
-            except (re.error, TypeError):
-                continue
     return out
 
 
@@ -977,7 +922,15 @@ class SubmissionPipeline:
         with self.slots:
             # Checked under the slot: concurrent copies cannot all pass one free-space reading.
             need = sum(_size(f) for f in needed_files(model_dir))
-            check_declared_size(need, ctx.limits)  # over the limit is a 413, never a 507
+            # Before the disk check: a sparse 200 GB file is a submission over the limit (413),
+            # not a grader short of disk (507).
+            if need > ctx.limits.max_bytes:
+                raise SubmissionError(
+                    f"submission is over the size limit of {ctx.limits.max_bytes / 2**20:.0f}"
+                    f" MiB (its files hold {need / 2**20:.0f} MiB): submit only the merged"
+                    " model (no optimizer state or checkpoints)",
+                    413,
+                )
             sub_dir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(sub_dir).free
             if free < need + ctx.disk_margin_bytes:
@@ -1102,17 +1055,10 @@ class SubmissionPipeline:
             ctx.eval_lock.release()
         timings.update(outcome.timings or {})
         timings.update(evaluated=True, eval_s=outcome.seconds)
-        items = str(outcome.items_path.relative_to(ctx.paths.root)) if outcome.items_path else None
         self.ledger.update_submission(
             sub_id,
             status=SubmissionStatus.GRADED if outcome.error is None else SubmissionStatus.FAILED,
-            score=outcome.score,
-            n_items=outcome.n_items,
-            items_path=items,
-            eval_seconds=outcome.seconds,
-            eval_hash=outcome.eval_hash,
-            error=outcome.error,
-            failure_kind=outcome.failure if outcome.error is not None else None,
+            **outcome.recorded(ctx.paths.root),
             retry_of=retried.id if retried is not None else None,
             timings=timings,
             finished_at=time.time(),
@@ -1122,38 +1068,23 @@ class SubmissionPipeline:
         """Settle the row without evaluating when its outcome is known: the base model
         itself (the baseline's score) or the same files as an earlier graded or model-failed
         row (that row's outcome). False when it must be evaluated."""
+        scored = ("score", "n_items", "items_path", "eval_hash")
         if is_copy and fingerprint == self.base_fingerprint:  # the base model: its baseline
-            base = self.baseline
-            self.ledger.update_submission(
-                sub_id,
+            known = {name: self.baseline.get(name) for name in scored}
+            known.update(
                 identity=check_identity(copy, self.ctx.base_model_dir).to_dict(),
                 status=SubmissionStatus.GRADED,
                 is_copy=True,
-                score=base.get("score"),
-                n_items=base.get("n_items"),
-                items_path=base.get("items_path"),
-                eval_seconds=0.0,
-                eval_hash=base.get("eval_hash"),
-                finished_at=time.time(),
             )
-            return True
-        earlier = self.ledger.graded_with_fingerprint(fingerprint)
-        if earlier is None or earlier.id == sub_id:
-            return False
-        self.ledger.update_submission(  # same files: same outcome
-            sub_id,
-            status=earlier.status,
-            duplicate_of=earlier.id,
-            score=earlier.score,
-            n_items=earlier.n_items,
-            items_path=earlier.items_path,
-            eval_seconds=0.0,
-            eval_hash=earlier.eval_hash,
-            error=earlier.error,
-            failure_kind=earlier.failure_kind,
-            identity=earlier.identity,
-            finished_at=time.time(),
-        )
+        else:
+            earlier = self.ledger.graded_with_fingerprint(fingerprint)
+            if earlier is None or earlier.id == sub_id:
+                return False
+            # same files: same outcome
+            outcome = (*scored, "status", "error", "failure_kind", "identity")
+            known = {name: getattr(earlier, name) for name in outcome}
+            known["duplicate_of"] = earlier.id
+        self.ledger.update_submission(sub_id, eval_seconds=0.0, finished_at=time.time(), **known)
         return True
 
 
@@ -1162,12 +1093,6 @@ def capped(text: str | None, limit: int = 1024) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[:limit] + f"...[{len(text)} characters]"
-
-
-def describe(err: BaseException) -> str:
-    """An exception as one short line: its type and the first line of its message."""
-    first = next((line for line in str(err).splitlines() if line.strip()), "")
-    return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
 
 
 def _size(path: Path) -> int:

@@ -9,17 +9,13 @@ Evaluations on one device are serialised across runs by a file lock per physical
 (:func:`device_lock_names`); the worker writes ``started.json`` once it holds them.
 
 ``--serve`` (the warm grader, :class:`agent2rl.grading.evaluator.WarmWorker`) keeps one such
-process for a run: it reads one request a line on stdin (spec, model, out), writes the same
-files as a cold worker, and answers on stdout; it keeps the prepared task (with what the task
-keeps between evaluations: ALFWorld's game worker processes, see
-:attr:`~agent2rl.tasks.base.Task.keep_environments`) and the loaded model between requests
-and reloads a submission's weights in place when its config, generation
-config and tokenizer files are byte-identical to the loaded model's
-(:func:`structure_fingerprint`, :func:`reload_weights`), else loads afresh; a vLLM engine
-sleeps between evaluations and is kept under the rules of :mod:`agent2rl.inference.warm`.
-Before each load the free GPU memory is measured and vLLM's share sized to it
-(:func:`sized_backend`). The device lock is taken per evaluation, not for the
-worker's life. Each ``result.json`` carries the evaluation's ``timings``.
+process for a run (:func:`serve`): the prepared task (with what the task keeps between
+evaluations, :attr:`~agent2rl.tasks.base.Task.keep_environments`) and the loaded model,
+whose weights are reloaded in place for a submission of the same structure
+(:func:`structure_fingerprint`, :func:`reload_weights`); a vLLM engine sleeps between
+evaluations under the rules of :mod:`agent2rl.inference.warm`. Before each load vLLM's
+share of the GPU is sized to the memory free (:func:`sized_backend`). The device lock is
+taken per evaluation, not for the worker's life.
 
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
 "harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
@@ -44,7 +40,7 @@ from typing import Any, Literal
 from agent2rl.devices import nvidia_smi
 from agent2rl.errors import ModelFault
 from agent2rl.files import write_json_atomic, write_jsonl
-from agent2rl.grading.evaluator import STARTED_FILE, EvalSpec, FailureKind
+from agent2rl.grading.evaluator import STARTED_FILE, EvalSpec, FailureKind, describe
 from agent2rl.inference import load_backend
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.inference.tokenizer_check import TokenizerCheck
@@ -84,26 +80,7 @@ def gpu_uuids() -> dict[str, str]:
     return {r[0]: r[1] for r in rows if len(r) == 2}
 
 
-def device_locks(backend: BackendConfig) -> list[str]:
-    """:func:`device_lock_names` for this process's environment."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    return device_lock_names(
-        backend, os.environ.get("CUDA_VISIBLE_DEVICES"), cuda, gpu_uuids() if cuda else None
-    )
-
-
 Stage = Literal["setup", "load", "evaluate"]
-
-
-class StageFailure(Exception):
-    """An exception of :func:`evaluate_to`, tagged with the stage it happened in."""
-
-    def __init__(self, stage: Stage, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.stage, self.cause = stage, cause
-
 
 #: Messages of exceptions that are the machine's state, not the model's (CUDA raises plain
 #: RuntimeErrors for both kinds).
@@ -258,14 +235,12 @@ def reload_weights(backend: Any, model_dir: Path) -> bool:
 
 def _tied_names(model: Any) -> set[str]:
     """State-dict names that share storage with an earlier name (tied parameters)."""
-    seen: dict[int, str] = {}
+    seen: set[int] = set()
     tied: set[str] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
-        ptr = tensor.data_ptr()
-        if ptr in seen:
+        if tensor.data_ptr() in seen:
             tied.add(name)
-        else:
-            seen[ptr] = name
+        seen.add(tensor.data_ptr())
     return tied
 
 
@@ -277,9 +252,10 @@ def evaluate_to(
     locks: Path,
     warm: WarmState | None = None,
     requested_at: float | None = None,
-) -> dict:
-    """Evaluate and write results into ``out``; returns the result dict. Any exception comes
-    out as :class:`StageFailure` naming the stage it happened in.
+) -> dict | None:
+    """Evaluate and write results into ``out``; returns the result dict. An exception is
+    logged and written to ``out/error.json`` instead (see the module docstring; whose fault
+    it was, :func:`failure_kind`, follows from the stage it happened in): None.
 
     ``warm``: a warm worker's state, reused and updated (the prepared task when the spec is
     the same; the loaded model when the submission's structure is the same, its weights then
@@ -305,12 +281,10 @@ def evaluate_to(
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
         timings["setup_s"] = time.time() - begun
-        locks.mkdir(parents=True, exist_ok=True)
-        names = device_locks(spec.backend)
         # Held for this evaluation only, also in a warm worker: between evaluations other
         # runs may use the device (a warm model stays in memory meanwhile).
         with contextlib.ExitStack() as held:
-            waited = timings["lock_wait_s"] = _hold_devices(held, locks, names, out)
+            waited = timings["lock_wait_s"] = _hold_devices(held, locks, spec.backend, out)
             # Free GPU memory is measured for each submission (the agent's use changes): vLLM's
             # share sized to it, or transformers (devices.size_grader_memory). Still "setup":
             # a busy card is never the submission's fault.
@@ -326,7 +300,10 @@ def evaluate_to(
     except Exception as err:
         if warm is not None:
             warm.drop_backend()
-        raise StageFailure(stage, err) from err
+        traceback.print_exc()
+        failure = {"error": describe(err, 500), "failure": failure_kind(stage, err), "stage": stage}
+        write_json_atomic(out / "error.json", failure)
+        return None
     write_jsonl(out / "items.jsonl", [i.to_dict() for i in result.items])
     summary = {
         "score": result.score,
@@ -389,8 +366,17 @@ def _prepared_task(spec: EvalSpec, store: Path, warm: WarmState | None) -> tuple
     return task, prepared
 
 
-def _hold_devices(held: contextlib.ExitStack, locks: Path, names: list[str], out: Path) -> float:
-    """Take the devices' locks (on ``held``) and say so in ``out``; the seconds waited."""
+def _hold_devices(
+    held: contextlib.ExitStack, locks: Path, backend: BackendConfig, out: Path
+) -> float:
+    """Take the locks of the devices ``backend`` uses here (:func:`device_lock_names`) on
+    ``held`` and say so in ``out``; the seconds waited."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = device_lock_names(backend, visible, cuda, gpu_uuids() if cuda else None)
+    locks.mkdir(parents=True, exist_ok=True)
     waited = time.time()
     for name in names:  # sorted: two workers never hold one each and wait for the other
         lock = held.enter_context(open(locks / f"eval-{name}.lock", "w"))
@@ -476,19 +462,6 @@ def _load(
     return warm.backend
 
 
-def _write_error(out: Path, failed: StageFailure) -> None:
-    err = failed.cause
-    first = next((line for line in str(err).splitlines() if line.strip()), "")
-    write_json_atomic(
-        out / "error.json",
-        {
-            "error": f"{type(err).__name__}: {first[:500]}" if first else type(err).__name__,
-            "failure": failure_kind(failed.stage, err),
-            "stage": failed.stage,
-        },
-    )
-
-
 def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
     """The warm worker's loop: one JSON request a line on ``requests`` (``{"spec": EvalSpec
     JSON, "model": dir, "out": dir, "at": time sent}``), each answered by one line on
@@ -499,24 +472,17 @@ def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
         if not line.strip():
             continue
         req = json.loads(line)
-        out = Path(req["out"])
-        rc = 0
-        try:
-            evaluate_to(
-                EvalSpec.from_json(req["spec"]),
-                Path(req["model"]),
-                out,
-                store,
-                locks,
-                warm,
-                req.get("at"),
-            )
-        except StageFailure as failed:
-            traceback.print_exc()
-            _write_error(out, failed)
-            rc = 1
+        summary = evaluate_to(
+            EvalSpec.from_json(req["spec"]),
+            Path(req["model"]),
+            Path(req["out"]),
+            store,
+            locks,
+            warm,
+            req.get("at"),
+        )
         print(f"warm worker: loads={warm.loads} reloads={warm.reloads}", flush=True)
-        replies.write(json.dumps({"rc": rc}) + "\n")
+        replies.write(json.dumps({"rc": 0 if summary is not None else 1}) + "\n")
         replies.flush()
     warm.drop_task()
     return 0
@@ -542,18 +508,15 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.store, args.locks, sys.stdin, replies)
     if args.spec is None or args.model is None or args.out is None:
         ap.error("--spec, --model and --out are required without --serve")
-    try:
-        summary = evaluate_to(
-            EvalSpec.from_json(args.spec),
-            args.model,
-            args.out,
-            args.store,
-            args.locks,
-            requested_at=args.requested_at,
-        )
-    except StageFailure as failed:  # the parent reads error.json and records the failure
-        traceback.print_exc()
-        _write_error(args.out, failed)
+    summary = evaluate_to(
+        EvalSpec.from_json(args.spec),
+        args.model,
+        args.out,
+        args.store,
+        args.locks,
+        requested_at=args.requested_at,
+    )
+    if summary is None:  # the parent reads error.json and records the failure
         return 1
     print(json.dumps(summary), flush=True)
     return 0

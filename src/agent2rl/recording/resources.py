@@ -6,6 +6,7 @@ orchestrator kills those that survived, including ones that double-forked away f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -123,10 +124,8 @@ class ResourceSampler:
             known = dict(self._procs)
         roots = [p for p in known.values() if _is_running(p)]
         if self.root_pid not in known:
-            try:
+            with contextlib.suppress(*_GONE):
                 roots.append(psutil.Process(self.root_pid))
-            except _GONE:
-                pass
         found: dict[int, psutil.Process] = {}
         for root in roots:
             found.setdefault(root.pid, root)

@@ -27,6 +27,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +70,10 @@ class CodeRecorder:
     """Snapshots ``workspace`` into the bare git repository ``git_dir`` (created on first use).
 
     What is recorded: every regular file and symlink (the link itself, never its target) under
-    the workspace, except the top-level ``output/``, ``data/`` and ``models/`` dirs, anything named
-    ``.git``, ``__pycache__``, ``.venv``, ``venv``, ``.cache`` or ``.home`` at any depth, files
-    over 512 KiB, binary files (a NUL byte in the first 8 KiB), and anything odd: unreadable
-    files and dirs, files that vanish mid-walk, FIFOs/sockets/devices, and names that are not
-    valid UTF-8 or that git refuses to store. Odd files are skipped, never raised.
+    the workspace, except :data:`TOP_LEVEL_EXCLUDES`, :data:`ANYWHERE_EXCLUDES`, files over
+    :data:`MAX_FILE_BYTES`, binary files, and anything odd: unreadable files and dirs, files
+    that vanish mid-walk, FIFOs/sockets/devices, and names that are not valid UTF-8 or that
+    git refuses to store. Odd files are skipped, never raised.
     """
 
     def __init__(self, git_dir: Path, workspace: Path) -> None:
@@ -170,23 +170,13 @@ class CodeRecorder:
     def _write_tree(self, entries: list[_Entry]) -> str:
         with tempfile.TemporaryDirectory(prefix="index.", dir=self.git_dir) as tmp:
             index = os.path.join(tmp, "index")
-            info = b"".join(f"{e.mode} {e.sha}\t{e.path}".encode() + b"\0" for e in entries)
-            proc = self._git(
-                "update-index", "-z", "--index-info", input=info, index_file=index, check=False
-            )
-            if proc.returncode != 0:
+            add = partial(self._git, "update-index", "-z", "--index-info", index_file=index)
+            lines = [f"{e.mode} {e.sha}\t{e.path}".encode() + b"\0" for e in entries]
+            if add(input=b"".join(lines), check=False).returncode != 0:
                 # Some path was refused by git's own checks; add one by one, skipping refusals.
                 Path(index).unlink(missing_ok=True)
-                for e in entries:
-                    line = f"{e.mode} {e.sha}\t{e.path}".encode() + b"\0"
-                    self._git(
-                        "update-index",
-                        "-z",
-                        "--index-info",
-                        input=line,
-                        index_file=index,
-                        check=False,
-                    )
+                for line in lines:
+                    add(input=line, check=False)
             return self._git("write-tree", index_file=index).stdout.decode().strip()
 
     # ------------------------------------------------------------------------------ the walk
@@ -212,12 +202,8 @@ class CodeRecorder:
             return set()
         query = "".join(sha + "\n" for sha in sorted(shas)).encode()
         out = self._git("cat-file", "--batch-check=%(objectname) %(objecttype)", input=query)
-        present = set()
-        for line in out.stdout.decode().splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1] == "blob":
-                present.add(parts[0])
-        return present
+        rows = (line.split() for line in out.stdout.decode().splitlines())
+        return {parts[0] for parts in rows if len(parts) == 2 and parts[1] == "blob"}
 
     def _store_blob(self, data: bytes) -> str:
         """Write ``data`` as a loose git object and return its id.

@@ -31,6 +31,7 @@ The games come from a :class:`~agent2rl.rollout.env.GameSource`: this module kno
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -268,10 +269,9 @@ class RolloutService:
         with self._lock:
             idle = [s for s in self._slots.values() if s.last_used < oldest]
         for s in idle:
-            try:
+            # freed anyway; an idle session's close error is no one's answer
+            with contextlib.suppress(Exception):
                 self._close(s)
-            except Exception:  # freed anyway; an idle session's close error is no one's answer
-                pass
 
 
 def _view(slot: _Slot, result: StepResult) -> dict[str, Any]:

@@ -190,10 +190,7 @@ class EnvLedger:
 
     def sessions(self) -> list[SessionRow]:
         rows = self._db.fetchall("SELECT * FROM sessions ORDER BY id")
-        return [
-            SessionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), bool(r[8]))
-            for r in rows
-        ]
+        return [SessionRow(*r[:7], bool(r[7]), bool(r[8])) for r in rows]
 
     def step_times(self) -> list[tuple[float, bool]]:
         """(time, admissible) of every step, oldest first."""
@@ -221,8 +218,6 @@ def summarize_env(path: Path, t0: float, buckets: int = 30) -> dict[str, Any] | 
         steps = led.step_times()
         kinds = led.step_kinds()
         searches = led.search_counts()
-    n_steps = len(steps)
-    finished = [s for s in sessions if s.done]
     by_group: dict[str, dict[str, int]] = {}
     for s in sessions:
         entry = by_group.setdefault(s.group or "?", {"episodes": 0, "won": 0, "steps": 0})
@@ -239,9 +234,9 @@ def summarize_env(path: Path, t0: float, buckets: int = 30) -> dict[str, Any] | 
         timeline = [[round(i * width, 3), c] for i, c in enumerate(counts)]
     return {
         "episodes": len(sessions),
-        "finished_episodes": len(finished),
+        "finished_episodes": sum(1 for s in sessions if s.done),
         "won_episodes": sum(1 for s in sessions if s.won),
-        "steps": n_steps,
+        "steps": len(steps),
         "admissible_steps": sum(1 for _, ok in steps if ok),
         "games": len({s.game_id for s in sessions}),
         "first_step_t": steps[0][0] - t0 if steps else None,
