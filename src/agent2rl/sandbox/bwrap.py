@@ -97,7 +97,13 @@ def bwrap_available() -> bool:
     if exe is None:
         return False
     probe = [exe, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-    probe += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "true"]
+    return succeeds(
+        [*probe, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "true"]
+    )
+
+
+def succeeds(probe: list[str]) -> bool:
+    """Whether the command ``probe`` exits 0 within the probe timeout (False if it cannot run)."""
     try:
         proc = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
@@ -208,11 +214,7 @@ def _userns_lockable(run_as: bool) -> bool:
         probe += [exe, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", "true"]
     else:
         probe = [*base, "--unshare-user", "--disable-userns", "--", "true"]
-    try:
-        proc = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
+    return succeeds(probe)
 
 
 #: ``python -I -c DROP_PRIVILEGES UID GID CMD...``: become UID/GID (no supplementary

@@ -71,7 +71,7 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 import httpx
 
 from agent2rl.child_process import ServiceHandle, start_announcing
-from agent2rl.files import append_jsonl_line, write_json_atomic
+from agent2rl.files import append_jsonl_line, read_jsonl_tolerant, write_json_atomic
 from agent2rl.http_api import Refused
 
 #: the logs' names under the run's ``record/``
@@ -260,14 +260,9 @@ class DenyList:
         return None
 
     def to_args(self) -> list[str]:
-        out: list[str] = []
-        for p in self.packages:
-            out += ["--deny-package", p]
-        for r in self.hub_repos:
-            out += ["--deny-repo", r]
-        for h in self.file_hashes:
-            out += ["--deny-hash", h]
-        return out
+        flags = {"--deny-package": self.packages, "--deny-repo": self.hub_repos}
+        flags["--deny-hash"] = self.file_hashes
+        return [arg for flag, values in flags.items() for v in values for arg in (flag, v)]
 
 
 def parse_dist_filename(filename: str) -> tuple[str | None, str | None]:
@@ -612,61 +607,39 @@ class PackageIndexProxy(_Proxy):
                 entry.fields["sha256"] = digest.hexdigest()
 
 
-class _follow:
+@contextmanager
+def _follow(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    check: Any = None,
+    content: bytes | None = None,
+    stop_at_foreign: bool = False,
+    check_response: Any = None,
+) -> Iterator[httpx.Response]:
     """``client.stream(method, url)`` with redirects followed (at most MAX_REDIRECTS), each
-    hop first passed to ``check(url)`` (which raises :class:`Refused` to stop); a context
-    manager yielding the last response."""
-
-    def __init__(
-        self,
-        client: httpx.Client,
-        method: str,
-        url: str,
-        headers: dict[str, str],
-        check: Any = None,
-        content: bytes | None = None,
-        stop_at_foreign: bool = False,
-        check_response: Any = None,
-    ) -> None:
-        self.args = (client, method, url, headers, check, content, stop_at_foreign)
-        #: called with every response, redirects included, before its body is read (raises
-        #: :class:`Refused` to stop)
-        self.check_response = check_response
-        self.ctx: Any = None
-
-    def __enter__(self) -> httpx.Response:
-        client, method, url, headers, check, content, stop_at_foreign = self.args
-        origin = urlsplit(url).netloc
-        for _ in range(MAX_REDIRECTS + 1):
-            self.ctx = client.stream(method, url, headers=headers, content=content)
-            resp = self.ctx.__enter__()
-            if self.check_response is not None:
-                try:
-                    self.check_response(resp)
-                except BaseException:
-                    self.ctx.__exit__(None, None, None)
-                    self.ctx = None
-                    raise
+    hop first passed to ``check(url)`` (which raises :class:`Refused` to stop); yields the last
+    response. ``check_response`` is called with every response, redirects included, before
+    its body is read (raises :class:`Refused` to stop)."""
+    origin = urlsplit(url).netloc
+    for _ in range(MAX_REDIRECTS + 1):
+        with client.stream(method, url, headers=headers, content=content) as resp:
+            if check_response is not None:
+                check_response(resp)
             location = resp.headers.get("location")
-            if not (resp.is_redirect and location):
-                return resp
-            nxt = urljoin(url, location)
+            nxt = urljoin(url, location) if resp.is_redirect and location else ""
             foreign = urlsplit(nxt).netloc != origin
-            if foreign and stop_at_foreign:
-                return resp
-            self.ctx.__exit__(None, None, None)
-            self.ctx = None
-            if check is not None and not foreign:
-                check(nxt)
-            if foreign:
-                # A credential the client gave the upstream is not for the CDN.
-                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            url = nxt
-        raise Refused(502, "the upstream redirected too often")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.ctx is not None:
-            self.ctx.__exit__(*exc)
+            if not nxt or (foreign and stop_at_foreign):
+                yield resp
+                return
+        if check is not None and not foreign:
+            check(nxt)
+        if foreign:
+            # A credential the client gave the upstream is not for the CDN.
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        url = nxt
+    raise Refused(502, "the upstream redirected too often")
 
 
 # --- the model hub ---------------------------------------------------------------------------
@@ -925,21 +898,13 @@ def agent_env(index_port: int | None, hub_port: int | None) -> dict[str, str]:
     return env
 
 
-def read_fetch_log(path: Path) -> Iterator[dict[str, Any]]:
-    """The rows of a name proxy's log (a torn or foreign line skipped); nothing when the
-    log does not exist."""
+def read_fetch_log(path: Path) -> list[dict[str, Any]]:
+    """The rows of a name proxy's log (a torn or foreign line skipped); none when the log
+    does not exist or cannot be read."""
     try:
-        fh = open(path, encoding="utf-8", errors="replace")
+        return read_jsonl_tolerant(path)
     except OSError:
-        return
-    with fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                yield row
+        return []
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -44,7 +44,6 @@ import functools
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Iterable
@@ -53,7 +52,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from agent2rl.sandbox import netbridge
-from agent2rl.sandbox.bwrap import SandboxSpec, bwrap_available, system_mounts
+from agent2rl.sandbox.bwrap import SandboxSpec, bwrap_available, succeeds, system_mounts
 from agent2rl.sandbox.egress import summarize_egress
 
 NetworkPolicy = Literal["host", "services"]
@@ -325,12 +324,7 @@ def network_isolation_available() -> bool:
     if not bwrap_available():
         return False
     probe = [shutil.which("bwrap") or "bwrap", *system_mounts(), "--unshare-net"]
-    probe += ["--unshare-pid", "--die-with-parent", "true"]
-    try:
-        proc = subprocess.run(probe, capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
+    return succeeds([*probe, "--unshare-pid", "--die-with-parent", "true"])
 
 
 __all__ = [

@@ -52,6 +52,7 @@ that jumps over the asserts). That is why graders use :mod:`agent2rl.sandbox.two
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import os
@@ -66,16 +67,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 import psutil
 
 from agent2rl.child_process import signal_group, spawn_child
+from agent2rl.sandbox import split_boot
 from agent2rl.sandbox.bwrap import (
-    SYSTEM_DIRS,
     bwrap_available,
     bwrap_supports,
     mask_args,
+    mount_parents,
     python_ro_binds,
     system_mounts,
 )
@@ -116,6 +118,17 @@ class ExecLimits:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
 
+    def rlimits(self) -> tuple[int, int, int, int, int]:
+        """CPU seconds, address space bytes, processes, file size bytes, open files: the
+        bootstraps' arguments, in their order."""
+        return (
+            max(1, math.ceil(self.timeout_s)),
+            self.memory_mb << 20,
+            self.max_processes,
+            self.max_file_mb << 20,
+            self.max_open_files,
+        )
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -139,10 +152,13 @@ class ExecResult:
 # token line and then the program on stdin. It reports ``<token> started`` and then ``<token>
 # passed`` or ``<token> failed <reason>`` on the pipe ``fd``, not on stdout: a pipe is not capped
 # by RLIMIT_FSIZE, and the program cannot read the token back from it. It imports nothing more
-# than it needs, since every import is start-up time paid once per program.
-_BOOT = r"""
-import os, resource, sys
-
+# than it needs, since every import is start-up time paid once per program. The limits and the
+# drop to ``uid`` are split_boot's own functions, their source copied in.
+_BOOT = (
+    "import os, resource, sys\n\n"
+    + inspect.getsource(split_boot.confine)
+    + inspect.getsource(split_boot.drop_to)
+    + r"""
 def _boot():
     cpu, mem, nproc, fsize, nofile, uid, fd = (int(a) for a in sys.argv[1:8])
     data = sys.stdin.buffer.read()
@@ -150,24 +166,7 @@ def _boot():
     tag, _, source = data.partition(b"\n")
     tag = tag.decode()
     del data
-    r = resource
-    for res, soft, hard in (
-        (r.RLIMIT_CPU, cpu, cpu + 1),
-        (r.RLIMIT_AS, mem, mem),
-        (r.RLIMIT_NPROC, nproc, nproc),
-        (r.RLIMIT_FSIZE, fsize, fsize),
-        (r.RLIMIT_NOFILE, nofile, nofile),
-        (r.RLIMIT_CORE, 0, 0),
-    ):
-        limit = r.getrlimit(res)[1]
-        if limit != r.RLIM_INFINITY:
-            hard = min(hard, limit)
-        r.setrlimit(res, (min(soft, hard), hard))
-    if uid >= 0:
-        os.chmod(".", 0o1777)
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
+    confine(cpu, mem, nproc, fsize, nofile, uid)
     out = os.dup(fd)
     os.close(fd)
 
@@ -199,6 +198,7 @@ def _boot():
 
 _boot()
 """
+)
 
 
 @dataclass(frozen=True)
@@ -287,19 +287,7 @@ def run_programs(
 def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecResult:
     tag = secrets.token_hex(16)
     report_r, report_w = os.pipe()
-    argv = [
-        sys.executable,
-        "-I",
-        "-c",
-        _BOOT,
-        str(max(1, math.ceil(limits.timeout_s))),
-        str(limits.memory_mb << 20),
-        str(limits.max_processes),
-        str(limits.max_file_mb << 20),
-        str(limits.max_open_files),
-        str(mode.uid),
-        str(report_w),
-    ]
+    argv = [sys.executable, "-I", "-c", _BOOT, *map(str, (*limits.rlimits(), mode.uid, report_w))]
     workdir = None
     if mode.isolation == "bwrap":
         argv = [*mode.prefix, *argv]
@@ -334,9 +322,7 @@ def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecRes
             finally:
                 kill_tree(proc)
             seconds = time.monotonic() - started
-            out.seek(0, os.SEEK_END)
-            out.seek(max(0, out.tell() - OUTPUT_TAIL))
-            output = out.read().decode("utf-8", "replace")
+            output = output_tail(out)
         report = read_available(report_r)
     finally:
         os.close(report_r)
@@ -344,6 +330,18 @@ def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecRes
             shutil.rmtree(workdir, ignore_errors=True)
     lines = [line[len(tag) + 1 :] for line in report.splitlines() if line.startswith(tag + " ")]
     return _judge(lines, output, proc.returncode, timed_out, limits, mode, seconds)
+
+
+def output_tail(out: IO[bytes]) -> str:
+    """The last :data:`OUTPUT_TAIL` bytes of the file ``out``, decoded."""
+    out.seek(0, os.SEEK_END)
+    out.seek(max(0, out.tell() - OUTPUT_TAIL))
+    return out.read().decode("utf-8", "replace")
+
+
+def last_verdict(reports: list[str]) -> str:
+    """The last report line other than ``started`` (empty when there is none)."""
+    return next((r for r in reversed(reports) if r != "started"), "")
 
 
 def read_available(fd: int) -> str:
@@ -372,7 +370,7 @@ def _judge(
     seconds: float,
 ) -> ExecResult:
     output = output.strip("\n")[-OUTPUT_TAIL // 2 :]
-    verdict = next((r for r in reversed(reports) if r != "started"), "")
+    verdict = last_verdict(reports)
 
     def result(status: Status, reason: str) -> ExecResult:
         return ExecResult(status == "passed", status, one_line(reason), seconds, output)
@@ -473,7 +471,7 @@ def _bwrap_mode() -> Mode:
     argv = [shutil.which("bwrap") or "bwrap"]
     argv += system_mounts(tmp_size_bytes=ExecLimits().max_file_mb << 22)  # 4x a file, 64 MB
     binds = python_ro_binds()
-    for parent in _mount_parents(binds):
+    for parent in mount_parents(binds):
         # Made explicitly, bwrap gives them mode 755; made implicitly it may copy the host's
         # (``/root`` is 700), and nobody could not reach the interpreter's files below.
         argv += ["--dir", str(parent)]
@@ -495,20 +493,6 @@ def _bwrap_mode() -> Mode:
         argv += ["--setenv", key, value]
     argv += ["--chdir", "/tmp", "--"]
     return Mode("bwrap", tuple(argv), uid)
-
-
-def _mount_parents(binds: list[Path]) -> list[Path]:
-    """The directories above ``binds`` that the sandbox must create, top-down: those not
-    already provided by a system mount or another bind (``/tmp`` is the tmpfs)."""
-    provided = [Path(d) for d in SYSTEM_DIRS] + binds
-    out: list[Path] = []
-    for path in binds:
-        for parent in reversed(path.parents[:-1]):  # [:-1]: not "/"
-            if parent in out or parent == Path("/tmp"):
-                continue
-            if not any(parent.is_relative_to(p) for p in provided):
-                out.append(parent)
-    return out
 
 
 def cpu_count() -> int:

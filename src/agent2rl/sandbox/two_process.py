@@ -93,8 +93,10 @@ from agent2rl.sandbox.programs import (
     cpu_count,
     exit_signal,
     kill_tree,
+    last_verdict,
     masked,
     one_line,
+    output_tail,
     pick_mode,
     probe_mode,
     read_available,
@@ -230,20 +232,9 @@ class _TestServer:
         self.workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2t-")
         # -S: the tests need no site-packages (dataset code and the standard library).
         argv = _python(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
-        self.out = tempfile.TemporaryFile()
+        self.out = tempfile.TemporaryFile()  # dataset code prints little; kept for a crash
         try:
-            with tempfile.TemporaryFile() as stdin:
-                stdin.write(_boot_code())
-                stdin.seek(0)
-                self.proc = spawn_child(
-                    argv,
-                    env=sandbox_env(self.workdir or "/tmp"),
-                    stdin=stdin,
-                    stdout=self.out,  # dataset code prints little; kept for a crash's story
-                    cwd=self.workdir,
-                    pass_fds=(theirs.fileno(),),
-                    death_signal=None,  # as programs.run_program's: threads come and go
-                )
+            self.proc = _spawn(argv, _boot_code(), self.out, self.workdir, (theirs.fileno(),))
         except BaseException:
             self.close()
             raise
@@ -269,8 +260,7 @@ class _TestServer:
                 pass
             kill_tree(proc, sweep=self.mode.isolation != "bwrap")
             if proc.returncode not in (0, None):
-                self.out.seek(0)
-                tail = self.out.read()[-OUTPUT_TAIL:].decode("utf-8", "replace")
+                tail = output_tail(self.out)
                 log.error("the test server exited with status %s: %s", proc.returncode, tail)
         self.out.close()
         if self.workdir is not None:
@@ -319,7 +309,7 @@ def _run(
                 "entry": item.entry_point,
                 "setup": _text(item.setup),
                 "test": _text(item.test),
-                "limits": _limits(limits)[:5],
+                "limits": limits.rlimits(),
                 "alarm": 2 * math.ceil(limits.timeout_s) + 5,
             },
             calls_w,
@@ -340,7 +330,7 @@ def _run(
     finally:
         os.close(report_r)
     seconds = time.monotonic() - started
-    if not timed_out and _verdict(reports).startswith("gone"):
+    if not timed_out and last_verdict(reports).startswith("gone"):
         try:  # its answers ended: let it finish exiting, so that its status says why
             candidate.proc.wait(timeout=_EXIT_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -353,23 +343,11 @@ def _start_candidate(
     job: dict[str, str], fds: tuple[int, int], limits: ExecLimits, mode: Mode
 ) -> _Candidate:
     report_r, report_w = os.pipe()
-    argv = _python(["-I"], ["candidate", *_limits(limits), mode.uid, report_w, *fds], mode)
+    argv = _python(["-I"], ["candidate", *limits.rlimits(), mode.uid, report_w, *fds], mode)
     workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2c-")
     out = tempfile.TemporaryFile()
     try:
-        # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
-        with tempfile.TemporaryFile() as stdin:
-            stdin.write(_boot_code() + encode(job).encode())
-            stdin.seek(0)
-            proc = spawn_child(
-                argv,
-                env=sandbox_env(workdir or "/tmp"),
-                stdin=stdin,
-                stdout=out,  # a file: RLIMIT_FSIZE caps it, and nobody must drain it
-                cwd=workdir,
-                pass_fds=(report_w, *fds),
-                death_signal=None,  # as programs.run_program's: threads come and go
-            )
+        proc = _spawn(argv, _boot_code() + encode(job).encode(), out, workdir, (report_w, *fds))
     except BaseException:
         out.close()
         os.close(report_r)
@@ -381,15 +359,24 @@ def _start_candidate(
     return _Candidate(proc, out, report_r, workdir)
 
 
-def _limits(limits: ExecLimits) -> tuple[int, ...]:
-    """cpu s, address space, processes, file size, open files: as split_boot reads them."""
-    return (
-        max(1, math.ceil(limits.timeout_s)),
-        limits.memory_mb << 20,
-        limits.max_processes,
-        limits.max_file_mb << 20,
-        limits.max_open_files,
-    )
+def _spawn(
+    argv: list[str], stdin_data: bytes, out: IO[bytes], workdir: str | None, fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
+    """Start a sandboxed bootstrap with ``stdin_data`` as its stdin, its output into ``out``
+    (a file: RLIMIT_FSIZE caps it, and nobody must drain it) and ``fds`` passed on."""
+    # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(stdin_data)
+        stdin.seek(0)
+        return spawn_child(
+            argv,
+            env=sandbox_env(workdir or "/tmp"),
+            stdin=stdin,
+            stdout=out,
+            cwd=workdir,
+            pass_fds=fds,
+            death_signal=None,  # as programs.run_program's: threads come and go
+        )
 
 
 def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
@@ -408,19 +395,12 @@ def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
         data += chunk
 
 
-def _verdict(reports: list[str]) -> str:
-    """The last report line other than ``started`` (empty when there is none)."""
-    return next((r for r in reversed(reports) if r != "started"), "")
-
-
 def _stop(box: _Candidate, mode: Mode) -> _Ended:
     """Kill what is left of the candidate's process, reap it, and collect what it left."""
     early = box.proc.poll() is not None
     kill_tree(box.proc, sweep=mode.isolation != "bwrap")
     try:
-        box.out.seek(0, os.SEEK_END)
-        box.out.seek(max(0, box.out.tell() - OUTPUT_TAIL))
-        output = box.out.read().decode("utf-8", "replace")
+        output = output_tail(box.out)
         reports = read_available(box.report_r).splitlines()
     finally:
         box.out.close()
@@ -440,7 +420,7 @@ def _judge(
 ) -> ExecResult:
     """The item's result from the tests' report lines and what the candidate left."""
     output = candidate.output[-OUTPUT_TAIL // 2 :]
-    kind, _, reason = _verdict(tests).partition(" ")
+    kind, _, reason = last_verdict(tests).partition(" ")
     candidate_sig = exit_signal(candidate.rc, mode) if candidate.early else 0
 
     def result(status: Status, why: str) -> ExecResult:
