@@ -49,6 +49,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -189,11 +190,7 @@ def _split_authority(text: str, *, default_port: int | None) -> tuple[str, int |
 
 
 class BadRequest(Exception):
-    """A request the proxy cannot serve; ``status`` is what the client gets."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+    """A request the proxy cannot parse (answered ``400``)."""
 
 
 @dataclass
@@ -357,7 +354,7 @@ class EgressProxy:
         try:
             req = parse_head(head)
         except BadRequest as err:
-            await _respond(reader, writer, rec, err.status, str(err))
+            await _respond(reader, writer, rec, 400, str(err))
             return
         rec.method, rec.host, rec.port, rec.path = req.method, req.host, req.port, req.path
         refusal = self.allowlist.decide(req.host, req.port)
@@ -475,16 +472,6 @@ async def _connect(addresses: list[str], port: int) -> tuple[Any, Any]:
     raise error
 
 
-_REASONS = {
-    400: "Bad Request",
-    403: "Forbidden by agent2rl network policy",
-    408: "Request Timeout",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-    504: "Gateway Timeout",
-}
-
-
 async def _respond(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -504,7 +491,7 @@ async def _respond(
         payload["allowed"] = allowed
     body = json.dumps(payload).encode()
     head = (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+        f"HTTP/1.1 {status} {_reason_phrase(status)}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
@@ -517,6 +504,10 @@ async def _respond(
         await asyncio.wait_for(_discard(reader, HEAD_LIMIT), 1.0)
     except (TimeoutError, OSError, asyncio.LimitOverrunError):
         pass
+
+
+def _reason_phrase(status: int) -> str:
+    return "Forbidden by agent2rl network policy" if status == 403 else HTTPStatus(status).phrase
 
 
 async def _discard(reader: asyncio.StreamReader, limit: int) -> None:
@@ -562,7 +553,7 @@ def summarize_egress(log_path: Path, top: int = 10) -> dict[str, Any]:
     their bytes down and denials), every distinct denied ``host:port``, and up to ``top``
     distinct plain-HTTP URLs fetched. A missing log (no request was ever made) gives zeros; a
     torn last line is skipped."""
-    rows = read_jsonl_tolerant(log_path) if log_path.exists() else []
+    rows = read_jsonl_tolerant(log_path)
     per_host: dict[str, dict[str, int]] = {}
     denied: set[str] = set()
     urls: list[str] = []
@@ -591,12 +582,7 @@ def summarize_egress(log_path: Path, top: int = 10) -> dict[str, Any]:
         "bytes_up": sum(int(r.get("bytes_up") or 0) for r in rows),
         "bytes_down": sum(int(r.get("bytes_down") or 0) for r in rows),
         "hosts": [
-            {
-                "host": h,
-                "requests": s["requests"],
-                "denied": s["denied"],
-                "bytes_down": s["bytes_down"],
-            }
+            {"host": h, **{k: s[k] for k in ("requests", "denied", "bytes_down")}}
             for h, s in hosts[:top]
         ],
         "denied_hosts": sorted(denied),

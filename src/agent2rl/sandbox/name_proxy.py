@@ -736,8 +736,7 @@ class HubProxy(_Proxy):
                 if resp.is_redirect:
                     # A HEAD the hub sends to its CDN: the client is to download from here.
                     status = 200
-                    out.pop("content-length", None)
-                    out.pop("Content-Length", None)
+                    out.pop("content-length", None)  # httpx's header names are lower case
                     if size := resp.headers.get("x-linked-size"):
                         out["Content-Length"] = size
                 if "content-encoding" in resp.headers:

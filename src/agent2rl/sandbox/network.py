@@ -48,7 +48,6 @@ import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 from agent2rl.sandbox import netbridge
@@ -158,12 +157,7 @@ class ServiceBridge:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.stop()
 
     async def _open(self) -> None:
@@ -188,31 +182,15 @@ class ServiceBridge:
     async def _forward(
         self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            if len(self._tasks) > self.max_connections:
-                writer.transport.abort()
-                return
-            try:
-                upstream = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", port, limit=netbridge.CHUNK),
-                    self.connect_timeout_s,
-                )
-            except (TimeoutError, OSError):
-                writer.transport.abort()
-                return
+        async def connect() -> netbridge.Stream:
+            upstream = await asyncio.open_connection("127.0.0.1", port, limit=netbridge.CHUNK)
             self.connections_served += 1
-            await netbridge.splice((reader, writer), upstream)
-        except asyncio.CancelledError:
-            pass  # stop(): end quietly (3.11's stream server logs a cancelled handler as an error)
-        except Exception:  # one broken connection never stops the others
-            writer.transport.abort()
-        finally:
-            if not writer.is_closing():
-                writer.transport.abort()  # cancelled before splice took the writer over
-            self._tasks.discard(task)
+            return upstream
+
+        client = (reader, writer)
+        await netbridge.forward(
+            client, connect, self._tasks, self.max_connections, self.connect_timeout_s
+        )
 
 
 def _unix_listener(path: Path) -> socket.socket:

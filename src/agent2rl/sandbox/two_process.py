@@ -7,33 +7,27 @@ pass. It can walk the stack to the harness's reporting function and call it, ret
 whose ``__eq__`` always says yes, replace ``abs``, ``math`` or ``__import__`` under the tests,
 redefine a helper the tests call (HumanEval/32's ``poly``), or install a tracer that jumps over
 the asserts. Each is a reward hack an RL-trained model can find. Here no object of the model's
-ever reaches the tests:
+ever reaches the tests (:mod:`agent2rl.sandbox.split_boot` runs both sides):
 
 * The **candidate process** runs the model's code (HumanEval: the prompt plus the completion;
   for a chat model, the prompt plus the code of its reply) and nothing else: neither the tests
   nor the expected values are ever sent to it. It then serves calls to the entry point over a
-  pair of pipes: each call's arguments arrive and each result leaves as one line of plain data
-  (:mod:`agent2rl.sandbox.wire`: a tagged JSON encoding of ``int``, ``float`` with ``inf`` and
-  ``nan``, ``str``, ``bool``, ``None``, ``list``, ``tuple``, ``dict`` with any keys, ``set``,
-  ``frozenset``, ``bytes`` and ``complex``). A result that is not plain data (a generator, an
-  object of the program's own class) fails the item; an instance of a builtin type's subclass
-  (``numpy.float64``, ``collections.Counter``) is sent as the builtin value it holds, read
-  through the base type's slots, so an ``int`` subclass whose ``__eq__`` always says yes
-  arrives as the plain int it holds. An ``Exception`` raised by the function is sent back as
-  its type name and message; any other ``BaseException`` (``SystemExit``,
-  ``KeyboardInterrupt``, ``GeneratorExit``) fails the item.
+  pair of pipes, each call's arguments and each result one line of plain data
+  (:mod:`agent2rl.sandbox.wire`: a builtin type's subclass, such as an ``int`` whose ``__eq__``
+  always says yes, arrives as the plain value it holds). A result that is not plain data (a
+  generator, an object of the program's own class) fails the item, as does any
+  ``BaseException`` that is not an ``Exception``; an ``Exception`` comes back as its type
+  name and message.
 * The **test process** runs the dataset's code only: the prompt (for the helpers its tests
-  use, e.g. ``poly``), the tests, then ``check(candidate)``, where ``candidate`` (and the entry
-  point's name) is a stub that sends its arguments across and returns the decoded answer, or
-  raises the candidate's exception (as the builtin exception of that name, so tests that
-  expect one still work). The verdict is computed here, from dataset code and plain values
-  only, and written to a pipe of its own that the candidate process never holds.
+  use, e.g. ``poly``), the tests, then ``check(candidate)``, where ``candidate`` is a stub
+  that sends its arguments across and returns the decoded answer, or raises the candidate's
+  exception (as the builtin exception of that name, so tests that expect one still work). The
+  verdict is computed here and written to a pipe the candidate process never holds.
 * The item **passes only if the test process ran** ``check()`` **to its end**. Whatever the
-  candidate process does (exit early, hang, print, patch its own builtins or ``__import__``,
-  walk its own frames, trace itself, fork, write on every file descriptor it has) it can only
-  make its answers wrong, late or missing: a call that gets no answer (the process exited or was
-  killed), a malformed or oversized answer, or a fatal error fails the item for good, even if
-  the tests catch the exception. A hanging candidate times out with the item.
+  candidate process does (exit early, hang, print, patch its own builtins, walk its own
+  frames, fork, write on every file descriptor it has) it can only make its answers wrong,
+  late or missing, and a missing, malformed or oversized answer or a fatal error fails the
+  item for good, even if the tests catch the exception.
 
 Isolation (:mod:`agent2rl.sandbox.programs` describes the modes and limits): every candidate
 process gets a fresh sandbox of its own. The test processes of a batch of items are children
@@ -41,12 +35,10 @@ of one sandboxed *test server*, forked per item from a warm interpreter: only da
 plain values ever enter the server, so the items' tests may share its sandbox. With bwrap, a
 candidate's pid, network, IPC and mount namespaces and its private ``/tmp`` are its own, so it
 cannot see, signal, trace or open anything of the test server or of another item, and a root
-caller runs both sides as ``nobody``. An item's two sides start together; the limits (CPU,
-memory, processes, file size) apply to each, the wall clock to the item.
-
-Cost: per item, one fresh sandboxed interpreter (the candidate's, as the one-process runner
-starts) plus a fork; a fresh sandbox and interpreter for the tests too would have cost ~17 ms
-more CPU per item. ``benchmarks/humaneval_grading.py`` measures both runners side by side.
+caller runs both sides as ``nobody``. The limits (CPU, memory, processes, file size) apply to
+each side, the wall clock to the item. A fork costs ~17 ms less CPU per item than a fresh
+sandbox and interpreter for the tests (``benchmarks/humaneval_grading.py`` compares both
+runners).
 
 What changes against one process: a call's arguments are copies, so a function that mutates
 its arguments no longer affects the tests' objects (all 164 HumanEval canonical solutions pass
@@ -55,9 +47,9 @@ dataset's, never the model's redefinitions.
 
 Residual risk: in the ``rlimits`` fallback (no usable bwrap) both sides run as the caller's
 user with no namespaces, so a deliberately hostile program can reach the test server through
-``/proc`` (and, as that mode's docstring says, the whole filesystem); the split then
-stops in-process forgeries only. A candidate can learn a call's arguments (it must, to answer)
-and keep state between calls, as a function can.
+``/proc`` (and the whole filesystem); the split then stops in-process forgeries only. A
+candidate can learn a call's arguments (it must, to answer) and keep state between calls, as
+a function can.
 """
 
 from __future__ import annotations
