@@ -145,10 +145,11 @@ def _in_family(root: str, candidate: str) -> bool:
     return bool(root) and (candidate == root or (len(root) >= MIN_FAMILY_KEY and root in candidate))
 
 
-def _which(entry: str, root: str, key: str) -> str:
-    if key == root:
-        return "on this task's deny list"
-    return f"in the family of {entry!r} on this task's deny list"
+def _denied(what: str, family_of: str | None = None) -> str:
+    """Why ``what`` is refused: it is on the deny list, or in the family of its entry
+    ``family_of``."""
+    which = f"in the family of {family_of!r} on" if family_of else "on"
+    return f"{what} is {which} this task's deny list (it is part of the grader)"
 
 
 def _repo_name(repo: str) -> str:
@@ -216,11 +217,11 @@ class DenyList:
         name = normalize_project(project)
         for pattern in self.packages:
             if _is_pattern(pattern) and fnmatch.fnmatchcase(name, normalize_project(pattern)):
-                return f"package {name!r} is on this task's deny list (it is part of the grader)"
+                return _denied(f"package {name!r}")
         key = name_key(project)
         for entry, root in self._roots(None):
             if _in_family(root, key):
-                return f"package {name!r} is {_which(entry, root, key)} (it is part of the grader)"
+                return _denied(f"package {name!r}", None if key == root else entry)
         return None
 
     def hub_reason(self, repo_type: str, repo: str) -> str | None:
@@ -237,15 +238,11 @@ class DenyList:
                     continue
                 pattern = rest
             if fnmatch.fnmatchcase(rid, pattern):
-                return (
-                    f"{repo_type} {repo!r} is on this task's deny list (it is part of the grader)"
-                )
+                return _denied(f"{repo_type} {repo!r}")
         key = name_key(_repo_name(rid))
         for entry, root in self._roots(repo_type):
             if _in_family(root, key):
-                return (
-                    f"{repo_type} {repo!r} is {_which(entry, root, key)} (it is part of the grader)"
-                )
+                return _denied(f"{repo_type} {repo!r}", None if key == root else entry)
         return None
 
     def content_reason(self, digest: str | None) -> str | None:
@@ -503,6 +500,11 @@ class PackageIndexProxy(_Proxy):
         name = urlsplit(url).path.rsplit("/", 1)[-1] or "file"
         return f"/files/{project}/{self.sign(project, url)}/{encoded}/{name}"
 
+    def link(self, project: str, page_url: str, href: str) -> str:
+        """This proxy's URL for the link ``href`` on ``project``'s page (its fragment kept)."""
+        url, _, frag = urljoin(page_url, href).partition("#")
+        return self.file_path(project, url) + (f"#{frag}" if frag else "")
+
     def handle(self, h: _Handler) -> None:
         path = urlsplit(h.path).path
         parts = [p for p in path.split("/") if p]
@@ -562,13 +564,11 @@ class PackageIndexProxy(_Proxy):
             data = json.loads(body)
             for f in data.get("files", []):
                 if isinstance(f, dict) and isinstance(f.get("url"), str):
-                    url, _, frag = urljoin(page_url, f["url"]).partition("#")
-                    f["url"] = self.file_path(project, url) + (f"#{frag}" if frag else "")
+                    f["url"] = self.link(project, page_url, f["url"])
             return json.dumps(data).encode()
 
         def sub(m: re.Match[str]) -> str:
-            url, _, frag = urljoin(page_url, html.unescape(m.group(3))).partition("#")
-            new = self.file_path(project, url) + (f"#{frag}" if frag else "")
+            new = self.link(project, page_url, html.unescape(m.group(3)))
             return f"{m.group(1)}{m.group(2)}{html.escape(new)}{m.group(2)}"
 
         return _HREF.sub(sub, body.decode("utf-8", "replace")).encode()
@@ -774,12 +774,8 @@ def serve(proxy: _Proxy, ready_file: Path) -> None:
     SIGINT."""
     server = _Server(proxy)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _sig, _frame: stop.set())
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2})
     thread.start()
     write_json_atomic(ready_file, {"port": server.server_address[1], "pid": os.getpid()})

@@ -331,7 +331,6 @@ def _exec(command: list[str]) -> None:
 
 def _fail(message: str, code: int) -> None:
     print(f"netbridge: {message}", file=sys.stderr, flush=True)
-    sys.stderr.flush()
     os._exit(code)
 
 

@@ -9,10 +9,6 @@ line tagged with a random token the program is not given (it lives only in the b
 memory), and exits 0. So neither ``sys.exit(0)`` (a ``SystemExit`` is a failure, as in
 HumanEval's own harness) nor ``os._exit(0)`` before the tests have run counts as a pass.
 
-Graders do not use :func:`run_program` for a model's code and its tests: in one interpreter the
-code can forge the pass (see *Residual risk*). :mod:`agent2rl.sandbox.two_process` runs the two
-in separate sandboxes, each started as described here.
-
 Isolation, the strongest this machine allows (:func:`isolation` says which is in use):
 
 ``bwrap`` (where :func:`~agent2rl.sandbox.bwrap.bwrap_available`):
@@ -42,11 +38,10 @@ Resource limits (both modes): ``RLIMIT_CPU`` (``SIGXCPU``, reported as timed out
 threads fail: a fork bomb stops at the cap), ``RLIMIT_FSIZE`` (also caps the captured output),
 ``RLIMIT_NOFILE``, and no core dumps. A limit above the caller's own hard limit is lowered to it.
 
-Residual risk, by design of one process: the program shares the interpreter with the
-bootstrap and with whatever it runs afterwards, so a hostile program can find the bootstrap's
-frame (and its token and reporting function) and report a pass, or neuter the tests that
-follow it (an object whose ``__eq__`` always says yes, a patched ``abs`` or ``math``, a tracer
-that jumps over the asserts). That is why graders use :mod:`agent2rl.sandbox.two_process`.
+Residual risk, by design of one process: a hostile program can find the bootstrap's frame
+(its token and reporting function) and report a pass, or neuter the tests that follow it in
+the same interpreter. Graders therefore run a model's code and its tests with
+:mod:`agent2rl.sandbox.two_process`, in two sandboxes each started as described here.
 """
 
 from __future__ import annotations
@@ -206,7 +201,7 @@ class Mode:
     """How a sandboxed process is started: the isolation, the bwrap argv prefix, the uid."""
 
     isolation: Isolation
-    #: bwrap arguments up to the command (empty in rlimits mode)
+    #: bwrap arguments up to the command (empty in rlimits mode, so always a prefix)
     prefix: tuple[str, ...]
     #: uid the bootstrap drops to (-1: keep)
     uid: int
@@ -287,12 +282,9 @@ def run_programs(
 def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecResult:
     tag = secrets.token_hex(16)
     report_r, report_w = os.pipe()
-    argv = [sys.executable, "-I", "-c", _BOOT, *map(str, (*limits.rlimits(), mode.uid, report_w))]
-    workdir = None
-    if mode.isolation == "bwrap":
-        argv = [*mode.prefix, *argv]
-    else:
-        workdir = tempfile.mkdtemp(prefix="agent2rl-exec-")
+    argv = [*mode.prefix, sys.executable, "-I", "-c", _BOOT]
+    argv += map(str, (*limits.rlimits(), mode.uid, report_w))
+    workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="agent2rl-exec-")
     payload = f"{tag}\n".encode() + source.encode("utf-8", "replace")
     timed_out = False
     try:

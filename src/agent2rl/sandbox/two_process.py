@@ -54,6 +54,7 @@ a function can.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import marshal
@@ -184,7 +185,10 @@ def check_functions(
             on_done(i, result)
         return result
 
-    with server, ThreadPoolExecutor(max_workers=max(1, min(n, len(items)))) as pool:
+    with (
+        contextlib.closing(server),
+        ThreadPoolExecutor(max_workers=max(1, min(n, len(items)))) as pool,
+    ):
         return list(pool.map(one, range(len(items))))
 
 
@@ -207,15 +211,14 @@ def _boot_code() -> bytes:
 
 def _python(flags: Sequence[str], args: Sequence[object], mode: Mode) -> list[str]:
     """The argv of a sandboxed bootstrap (bwrap's prefix when ``mode`` has one)."""
-    boot = _boot_code()
-    argv = [sys.executable, *flags, "-c", _STUB, str(len(boot)), *map(str, args)]
-    return [*mode.prefix, *argv] if mode.isolation == "bwrap" else argv
+    stub = [sys.executable, *flags, "-c", _STUB, str(len(_boot_code()))]
+    return [*mode.prefix, *stub, *map(str, args)]
 
 
 class _TestServer:
     """The tests' side of a batch: one sandboxed process that forks a child per item (see
-    :func:`~agent2rl.sandbox.split_boot.serve_tests`). A context manager: leaving it closes
-    the control socket, on which the server exits, and kills what is left of it."""
+    :func:`~agent2rl.sandbox.split_boot.serve_tests`). :meth:`close` closes the control
+    socket, on which the server exits, and kills what is left of it."""
 
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
@@ -257,12 +260,6 @@ class _TestServer:
         self.out.close()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> _TestServer:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
 
 @dataclass
