@@ -148,19 +148,19 @@ def program_binds(program: str, env: dict[str, str]) -> list[Path]:
     exe = shutil.which(program, path=env.get("PATH"))
     if exe is None:
         return []
-    out = []
     candidates = [Path(exe).parent, Path(exe).resolve().parent.parent]
     interpreter = _shebang(Path(exe).resolve())
     if interpreter is not None:
         candidates.append(interpreter.resolve().parent.parent)
-    for p in candidates:
-        if not any(p.is_relative_to(d) for d in SYSTEM_DIRS):
-            out.append(p)
-    return [p for p in dict.fromkeys(out) if p.is_dir() and not _too_broad(p)]
-
-
-def _too_broad(p: Path) -> bool:
-    return p == Path("/") or p == Path.home() or p.parent == Path("/home")
+    too_broad = {Path("/"), Path.home()}
+    return [
+        p
+        for p in dict.fromkeys(candidates)
+        if not any(p.is_relative_to(d) for d in SYSTEM_DIRS)
+        and p.is_dir()
+        and p not in too_broad
+        and p.parent != Path("/home")
+    ]
 
 
 def _shebang(script: Path) -> Path | None:

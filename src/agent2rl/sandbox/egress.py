@@ -156,10 +156,6 @@ class Allowlist:
         return ", ".join(map(str, self.rules)) or "(empty)"
 
 
-def _normalize_host(host: str) -> str:
-    return host.strip().lower().rstrip(".")
-
-
 def _split_authority(text: str, *, default_port: int | None) -> tuple[str, int | None]:
     """``host[:port]`` / ``[v6][:port]`` to (normalized host, port or ``default_port``)."""
     if text.startswith("["):
@@ -176,7 +172,7 @@ def _split_authority(text: str, *, default_port: int | None) -> tuple[str, int |
         raise ValueError("an IPv6 address needs brackets")
     else:
         host, port_text = text, None
-    host = _normalize_host(host)
+    host = host.strip().lower().rstrip(".")
     if not host or any(c.isspace() for c in host):
         raise ValueError("no host")
     if port_text is None:
@@ -527,7 +523,6 @@ def start_egress_proxy(
     *,
     ready_file: Path,
     stdout_log: Path,
-    env: dict[str, str] | None = None,
 ) -> ServiceHandle:
     """Start the proxy process allowing ``allow`` (validated here first: a bad entry raises
     ValueError naming it), logging requests to ``log_path``; returns once it listens. Its own
@@ -539,7 +534,7 @@ def start_egress_proxy(
         cmd += ["--allow", rule]
     proc, port = start_announcing(
         cmd,
-        env=dict(env) if env is not None else dict(os.environ),
+        env=dict(os.environ),
         ready_file=ready_file,
         log_file=stdout_log,
         name="egress proxy",

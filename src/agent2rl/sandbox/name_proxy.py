@@ -797,7 +797,6 @@ def start_name_proxy(
     *,
     ready_file: Path,
     stdout_log: Path,
-    env: dict[str, str] | None = None,
 ) -> ServiceHandle:
     """Start the ``kind`` (``index`` or ``hub``) proxy in front of ``upstream``, refusing
     ``deny`` and logging to ``log_path``; returns once it listens. ValueError for an unknown
@@ -810,7 +809,7 @@ def start_name_proxy(
     cmd += ["--log", str(log_path), "--ready-file", str(ready_file), *deny.to_args()]
     proc, port = start_announcing(
         cmd,
-        env=dict(env) if env is not None else dict(os.environ),
+        env=dict(os.environ),
         ready_file=ready_file,
         log_file=stdout_log,
         name=f"{kind} proxy",

@@ -187,7 +187,12 @@ def main(argv: list[str] | None = None) -> None:
         listeners = [(sock, path) for port, path in maps for sock in _listen(port)]
     except (ValueError, OSError) as err:
         _fail(f"{err}", EXIT_BRIDGE_FAILED)
-    watch = _pidfd(os.getpid())
+    # A pidfd for this process (which becomes the command), opened *before* the fork so that
+    # the forwarder can never watch a recycled pid; None where unsupported.
+    try:
+        watch: int | None = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError):
+        watch = None
     # Blocked, not lost, until the forwarder ignores them: a SIGTERM that came between its
     # fork and its signal() calls would otherwise kill it with the default action.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SHIELDED)
@@ -248,15 +253,6 @@ def _bound(family: int, host: str, port: int) -> socket.socket:
         sock.close()
         raise OSError(f"cannot listen on {host} port {port}: {err}") from None
     return sock
-
-
-def _pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid`` (this process, which becomes the command), opened *before* the
-    fork so that the forwarder can never watch a recycled pid; None where unsupported."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
 
 
 def _daemon(

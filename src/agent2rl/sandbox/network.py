@@ -95,7 +95,6 @@ class ServiceBridge:
         ports: Iterable[int],
         *,
         max_connections: int = 256,
-        connect_timeout_s: float = 10.0,
     ) -> None:
         self.sock_dir = Path(os.path.abspath(sock_dir))
         self.ports = sorted(set(int(p) for p in ports))
@@ -103,7 +102,6 @@ class ServiceBridge:
             if not 0 < port < 65536:
                 raise ValueError(f"bad service port {port}")
         self.max_connections = max_connections
-        self.connect_timeout_s = connect_timeout_s
         self.connections_served = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -189,7 +187,7 @@ class ServiceBridge:
 
         client = (reader, writer)
         await netbridge.forward(
-            client, connect, self._tasks, self.max_connections, self.connect_timeout_s
+            client, connect, self._tasks, self.max_connections, netbridge.CONNECT_TIMEOUT_S
         )
 
 

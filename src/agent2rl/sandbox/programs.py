@@ -2,12 +2,13 @@
 limits every program runner here shares, and the one-process runner :func:`run_program`.
 
 Every program gets its own interpreter in a fresh subprocess; nothing it does can crash, hang
-or write into the caller. A tiny bootstrap (:data:`_BOOT`) reads the program from stdin, sets
-the resource limits on itself, then ``exec``\\ s the program. The program *passes* only when it
-ran to its end without an exception: the bootstrap then reports so on a pipe of its own, in a
-line tagged with a random token the program is not given (it lives only in the bootstrap's
-memory), and exits 0. So neither ``sys.exit(0)`` (a ``SystemExit`` is a failure, as in
-HumanEval's own harness) nor ``os._exit(0)`` before the tests have run counts as a pass.
+or write into the caller. The bootstrap (:mod:`~agent2rl.sandbox.split_boot`'s ``program``
+role) reads the program from stdin, sets the resource limits on itself, then ``exec``\\ s it.
+The program *passes* only when it ran to its end without an exception: the bootstrap then
+reports so on a pipe of its own, in a line tagged with a random token the program is not given
+(it lives only in the bootstrap's memory), and exits 0. So neither ``sys.exit(0)`` (a
+``SystemExit`` is a failure, as in HumanEval's own harness) nor ``os._exit(0)`` before the
+tests have run counts as a pass.
 
 Isolation, the strongest this machine allows (:func:`isolation` says which is in use):
 
@@ -47,8 +48,8 @@ the same interpreter. Graders therefore run a model's code and its tests with
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
+import marshal
 import math
 import os
 import secrets
@@ -67,7 +68,6 @@ from typing import IO, Literal
 import psutil
 
 from agent2rl.child_process import signal_group, spawn_child
-from agent2rl.sandbox import split_boot
 from agent2rl.sandbox.bwrap import (
     bwrap_available,
     bwrap_supports,
@@ -143,59 +143,6 @@ class ExecResult:
     output: str = ""
 
 
-# The bootstrap runs as ``python -I -c _BOOT cpu_s as_bytes nproc fsize nofile uid fd`` with a
-# token line and then the program on stdin. It reports ``<token> started`` and then ``<token>
-# passed`` or ``<token> failed <reason>`` on the pipe ``fd``, not on stdout: a pipe is not capped
-# by RLIMIT_FSIZE, and the program cannot read the token back from it. It imports nothing more
-# than it needs, since every import is start-up time paid once per program. The limits and the
-# drop to ``uid`` are split_boot's own functions, their source copied in.
-_BOOT = (
-    "import os, resource, sys\n\n"
-    + inspect.getsource(split_boot.confine)
-    + inspect.getsource(split_boot.drop_to)
-    + r"""
-def _boot():
-    cpu, mem, nproc, fsize, nofile, uid, fd = (int(a) for a in sys.argv[1:8])
-    data = sys.stdin.buffer.read()
-    sys.stdin.close()
-    tag, _, source = data.partition(b"\n")
-    tag = tag.decode()
-    del data
-    confine(cpu, mem, nproc, fsize, nofile, uid)
-    out = os.dup(fd)
-    os.close(fd)
-
-    def say(text):
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        try:
-            os.write(out, (tag + " " + text + "\n").encode("utf-8", "replace"))
-        except BaseException:
-            pass
-
-    say("started")
-    try:
-        code = compile(source, "<program>", "exec")
-        del source
-        exec(code, {"__name__": "__program__"})
-    except BaseException as err:
-        try:
-            reason = type(err).__name__ + ": " + str(err)
-        except BaseException:
-            reason = type(err).__name__
-        say("failed " + " ".join(reason.split())[:300])
-        os._exit(1)
-    say("passed")
-    os._exit(0)
-
-_boot()
-"""
-)
-
-
 @dataclass(frozen=True)
 class Mode:
     """How a sandboxed process is started: the isolation, the bwrap argv prefix, the uid."""
@@ -208,6 +155,36 @@ class Mode:
 
 
 RLIMITS_MODE = Mode("rlimits", (), -1)
+_HERE = Path(__file__).parent
+#: the line of split_boot.py that imports the codec; in the sandbox the codec's source
+#: precedes it instead
+_WIRE_IMPORT = "from agent2rl.sandbox.wire import WireError, decode, encode"
+#: ``python -c`` for every process: run the marshalled bootstrap at the head of stdin
+_STUB = "import marshal,sys;exec(marshal.loads(sys.stdin.buffer.read(int(sys.argv[1]))))"
+
+
+@functools.cache
+def boot_source() -> str:
+    """The bootstrap every sandboxed process runs: the codec, then
+    :mod:`~agent2rl.sandbox.split_boot`."""
+    wire = (_HERE / "wire.py").read_text()
+    boot = (_HERE / "split_boot.py").read_text()
+    if boot.count(_WIRE_IMPORT) != 1:
+        raise RuntimeError("split_boot.py must import the codec on one line: " + _WIRE_IMPORT)
+    return wire + "\n\n" + boot.replace(_WIRE_IMPORT, "pass  # the codec is defined above")
+
+
+@functools.cache
+def boot_code() -> bytes:
+    # Compiled once here rather than in every sandbox (~2 ms each); marshal's format is the
+    # interpreter's own, and the sandbox runs this very interpreter.
+    return marshal.dumps(compile(boot_source(), "<split_boot>", "exec"))
+
+
+def boot_argv(flags: Sequence[str], args: Sequence[object], mode: Mode) -> list[str]:
+    """The argv of a sandboxed bootstrap (bwrap's prefix when ``mode`` has one)."""
+    stub = [sys.executable, *flags, "-c", _STUB, str(len(boot_code()))]
+    return [*mode.prefix, *stub, *map(str, args)]
 
 
 def masked(mode: Mode, paths: Sequence[Path]) -> Mode:
@@ -282,10 +259,9 @@ def run_programs(
 def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecResult:
     tag = secrets.token_hex(16)
     report_r, report_w = os.pipe()
-    argv = [*mode.prefix, sys.executable, "-I", "-c", _BOOT]
-    argv += map(str, (*limits.rlimits(), mode.uid, report_w))
+    argv = boot_argv(["-I"], ["program", *limits.rlimits(), mode.uid, report_w], mode)
     workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="agent2rl-exec-")
-    payload = f"{tag}\n".encode() + source.encode("utf-8", "replace")
+    payload = boot_code() + f"{tag}\n".encode() + source.encode("utf-8", "replace")
     timed_out = False
     try:
         # Output goes to an unlinked file, not a pipe: RLIMIT_FSIZE caps it and nobody has to

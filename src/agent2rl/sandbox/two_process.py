@@ -55,9 +55,7 @@ a function can.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import marshal
 import math
 import os
 import select
@@ -65,7 +63,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -83,6 +80,9 @@ from agent2rl.sandbox.programs import (
     Isolation,
     Mode,
     Status,
+    boot_argv,
+    boot_code,
+    boot_source,
     cpu_count,
     exit_signal,
     kill_tree,
@@ -100,14 +100,8 @@ from agent2rl.sandbox.wire import encode
 
 log = logging.getLogger(__name__)
 
-_HERE = Path(__file__).parent
-#: the line of split_boot.py that imports the codec; in the sandbox the codec's source
-#: precedes it instead
-_WIRE_IMPORT = "from agent2rl.sandbox.wire import WireError, decode, encode"
 #: how long a candidate whose answers ended may take to finish exiting (to learn why)
 _EXIT_GRACE_S = 1.0
-#: ``python -c`` for every process: run the marshalled bootstrap at the head of stdin
-_STUB = "import marshal,sys;exec(marshal.loads(sys.stdin.buffer.read(int(sys.argv[1]))))"
 
 
 @dataclass(frozen=True)
@@ -192,29 +186,6 @@ def check_functions(
         return list(pool.map(one, range(len(items))))
 
 
-@functools.cache
-def boot_source() -> str:
-    """The bootstrap every process runs: the codec, then :mod:`~agent2rl.sandbox.split_boot`."""
-    wire = (_HERE / "wire.py").read_text()
-    boot = (_HERE / "split_boot.py").read_text()
-    if boot.count(_WIRE_IMPORT) != 1:
-        raise RuntimeError("split_boot.py must import the codec on one line: " + _WIRE_IMPORT)
-    return wire + "\n\n" + boot.replace(_WIRE_IMPORT, "pass  # the codec is defined above")
-
-
-@functools.cache
-def _boot_code() -> bytes:
-    # Compiled once here rather than in every sandbox (~2 ms each); marshal's format is the
-    # interpreter's own, and the sandbox runs this very interpreter.
-    return marshal.dumps(compile(boot_source(), "<split_boot>", "exec"))
-
-
-def _python(flags: Sequence[str], args: Sequence[object], mode: Mode) -> list[str]:
-    """The argv of a sandboxed bootstrap (bwrap's prefix when ``mode`` has one)."""
-    stub = [sys.executable, *flags, "-c", _STUB, str(len(_boot_code()))]
-    return [*mode.prefix, *stub, *map(str, args)]
-
-
 class _TestServer:
     """The tests' side of a batch: one sandboxed process that forks a child per item (see
     :func:`~agent2rl.sandbox.split_boot.serve_tests`). :meth:`close` closes the control
@@ -226,10 +197,10 @@ class _TestServer:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2t-")
         # -S: the tests need no site-packages (dataset code and the standard library).
-        argv = _python(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
+        argv = boot_argv(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
         self.out = tempfile.TemporaryFile()  # dataset code prints little; kept for a crash
         try:
-            self.proc = _spawn(argv, _boot_code(), self.out, self.workdir, (theirs.fileno(),))
+            self.proc = _spawn(argv, boot_code(), self.out, self.workdir, (theirs.fileno(),))
         except BaseException:
             self.close()
             raise
@@ -332,11 +303,11 @@ def _start_candidate(
     job: dict[str, str], fds: tuple[int, int], limits: ExecLimits, mode: Mode
 ) -> _Candidate:
     report_r, report_w = os.pipe()
-    argv = _python(["-I"], ["candidate", *limits.rlimits(), mode.uid, report_w, *fds], mode)
+    argv = boot_argv(["-I"], ["candidate", *limits.rlimits(), mode.uid, report_w, *fds], mode)
     workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2c-")
     out = tempfile.TemporaryFile()
     try:
-        proc = _spawn(argv, _boot_code() + encode(job).encode(), out, workdir, (report_w, *fds))
+        proc = _spawn(argv, boot_code() + encode(job).encode(), out, workdir, (report_w, *fds))
     except BaseException:
         out.close()
         os.close(report_r)
