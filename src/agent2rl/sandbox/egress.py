@@ -58,13 +58,10 @@ from agent2rl.child_process import ServiceHandle, start_announcing
 from agent2rl.files import append_jsonl_line, read_jsonl_tolerant, write_json_atomic
 from agent2rl.sandbox.netbridge import CHUNK, close_streams, splice
 
-#: What the agent reaches directly. Not the package index (PyPI) nor the model hub (Hugging
-#: Face): under ``--network services`` those are reached through the run's name proxies
-#: (:mod:`agent2rl.sandbox.name_proxy`: ``PIP_INDEX_URL``/``UV_INDEX_URL``, ``HF_ENDPOINT``),
-#: which see every project, repo and file by name, log it and refuse the task's deny list;
-#: direct HTTPS to them would show this proxy only a host name. Not GitHub (github.com,
-#: objects.githubusercontent.com and its release assets, raw.githubusercontent.com): benchmark
-#: test sets are one download away there (HumanEval, GSM8K, ALFWorld all publish theirs).
+#: What the agent reaches directly: not the package index nor the model hub (the name proxies
+#: serve those, by name: see above), and not GitHub (github.com, objects.githubusercontent.com
+#: and its release assets, raw.githubusercontent.com): benchmark test sets are one download
+#: away there (HumanEval, GSM8K, ALFWorld all publish theirs).
 DEFAULT_ALLOWLIST: tuple[str, ...] = (
     "download.pytorch.org",  # CUDA / CPU wheels of torch (an extra index, torch only)
     "registry.npmjs.org",  # agent CLIs installing their own packages
@@ -528,17 +525,18 @@ def start_egress_proxy(
     ValueError naming it), logging requests to ``log_path``; returns once it listens. Its own
     output goes to ``stdout_log``. Stop it with :meth:`ServiceHandle.stop`."""
     Allowlist(allow)
-    cmd = [sys.executable, "-m", "agent2rl.sandbox.egress", "--log", str(log_path)]
-    cmd += ["--ready-file", str(ready_file)]
-    for rule in allow:
-        cmd += ["--allow", rule]
-    proc, port = start_announcing(
-        cmd,
-        env=dict(os.environ),
-        ready_file=ready_file,
-        log_file=stdout_log,
-        name="egress proxy",
-    )
+    args = ["--log", str(log_path), *(arg for rule in allow for arg in ("--allow", rule))]
+    return start_proxy("agent2rl.sandbox.egress", args, "egress proxy", ready_file, stdout_log)
+
+
+def start_proxy(
+    module: str, args: list[str], name: str, ready_file: Path, log: Path
+) -> ServiceHandle:
+    """Start ``python -m module args`` (a proxy, called ``name`` in errors) with its output
+    in ``log``; returns once it has announced its port in ``ready_file``."""
+    cmd = [sys.executable, "-m", module, *args, "--ready-file", str(ready_file)]
+    env = dict(os.environ)
+    proc, port = start_announcing(cmd, env=env, ready_file=ready_file, log_file=log, name=name)
     return ServiceHandle(proc, port)
 
 

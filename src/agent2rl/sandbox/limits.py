@@ -78,12 +78,10 @@ class ResourceCaps:
 
 
 def machine_caps(path: Path, share: float = 1.0) -> ResourceCaps:
-    """The default caps of a run whose directory is on ``path``'s filesystem, when it holds
-    ``share`` (0 < share <= 1) of this machine: ``share`` x (:data:`MEMORY_FRACTION` of the
-    memory, :data:`DISK_FRACTION` of the free bytes and of the free inodes) and ``share`` x
-    :data:`DEFAULT_MAX_PIDS` processes, at least :data:`MIN_SHARED_PIDS` when shared. No file
-    cap (None) on a filesystem that does not count inodes (btrfs reports 0). Raises
-    ValueError for a share outside (0, 1]."""
+    """The default caps (see the module docstring) of a run whose directory is on ``path``'s
+    filesystem, when it holds ``share`` (0 < share <= 1) of this machine. No file cap (None)
+    on a filesystem that does not count inodes (btrfs reports 0). Raises ValueError for a
+    share outside (0, 1]."""
     if not 0 < share <= 1:
         raise ValueError(f"a run's share of the machine must be in (0, 1], not {share}")
     import psutil

@@ -70,9 +70,10 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 
 import httpx
 
-from agent2rl.child_process import ServiceHandle, start_announcing
+from agent2rl.child_process import ServiceHandle
 from agent2rl.files import append_jsonl_line, read_jsonl_tolerant, write_json_atomic
 from agent2rl.http_api import Refused
+from agent2rl.sandbox.egress import start_proxy
 
 #: the logs' names under the run's ``record/``
 PACKAGE_LOG = "packages.jsonl"
@@ -426,11 +427,17 @@ class _Handler(BaseHTTPRequestHandler):
             entry.status, entry.reason = status, message
         body = json.dumps({"error": message}).encode()
         phrase = re.sub(r"[^\x20-\x7e]", "?", message)[:300]
+        # huggingface_hub shows X-Error-Message in its error (HEAD answers have no body).
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+        self.answer(status, {**headers, "X-Error-Message": phrase}, body, phrase)
+
+    def answer(
+        self, status: int, headers: dict[str, str], body: bytes = b"", phrase: str | None = None
+    ) -> None:
+        """Send ``status`` (with its reason ``phrase``), ``headers`` and, unless HEAD, ``body``."""
         self.send_response(status, phrase)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        # huggingface_hub shows this header in its error (HEAD answers have no body).
-        self.send_header("X-Error-Message", phrase)
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -450,22 +457,22 @@ class _Handler(BaseHTTPRequestHandler):
         entry: _Entry,
         headers: dict[str, str],
         status: int | None = None,
-        digest: Any = None,
+        hash_body: bool = False,
     ) -> None:
         """Send ``resp``'s status (or ``status``), ``headers`` and (unless HEAD) its body as it
-        arrives, counting bytes (and hashing them into ``digest``)."""
+        arrives, counting bytes; with ``hash_body``, the sha256 of a body sent is logged too."""
         entry.status = status or resp.status_code
-        self.send_response(entry.status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.end_headers()
+        self.answer(entry.status, headers)
         if self.command == "HEAD":
             return
+        digest = hashlib.sha256()
         for chunk in resp.iter_raw(CHUNK):
             self.wfile.write(chunk)
             entry.nbytes += len(chunk)
-            if digest is not None:
+            if hash_body:
                 digest.update(chunk)
+        if hash_body and entry.nbytes:
+            entry.fields["sha256"] = digest.hexdigest()
 
 
 class _Server(ThreadingHTTPServer):
@@ -533,14 +540,9 @@ class PackageIndexProxy(_Proxy):
             ctype = resp.headers.get("content-type", "text/html")
             body = self.rewrite(project, str(resp.url), resp.content, ctype)
             entry.status, entry.nbytes = 200, len(body)
-            h.send_response(200)
-            h.send_header("Content-Type", ctype)
-            h.send_header("Content-Length", str(len(body)))
             # Links are signed by this process's key: a cached page outlives no restart.
-            h.send_header("Cache-Control", "no-store")
-            h.end_headers()
-            if h.command != "HEAD":
-                h.wfile.write(body)
+            headers = {"Content-Type": ctype, "Content-Length": str(len(body))}
+            h.answer(200, {**headers, "Cache-Control": "no-store"}, body)
 
     def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
         """GET a page (redirects followed, boundedly), read whole within MAX_PAGE_BYTES."""
@@ -597,14 +599,11 @@ class PackageIndexProxy(_Proxy):
                     raise Denied(reason)
             headers = h.client_headers()
             headers["Accept-Encoding"] = "identity"  # the bytes relayed are the file's
-            digest = hashlib.sha256()
             with _follow(self.client, h.command, fetch, headers) as resp:
                 keep = {"content-type", "content-length", "content-range", "accept-ranges"}
                 keep.add("content-encoding")
                 out = {k: v for k, v in resp.headers.items() if k.lower() in keep}
-                h.relay(resp, entry, out, digest=digest)
-            if entry.nbytes:
-                entry.fields["sha256"] = digest.hexdigest()
+                h.relay(resp, entry, out, hash_body=True)
 
 
 @contextmanager
@@ -741,10 +740,7 @@ class HubProxy(_Proxy):
                         out["Content-Length"] = size
                 if "content-encoding" in resp.headers:
                     out["Content-Encoding"] = resp.headers["content-encoding"]
-                digest = hashlib.sha256() if target.route == "resolve" else None
-                h.relay(resp, entry, out, status=status, digest=digest)
-            if digest is not None and entry.nbytes:
-                entry.fields["sha256"] = digest.hexdigest()
+                h.relay(resp, entry, out, status=status, hash_body=target.route == "resolve")
 
     def check(self, target: HubTarget) -> None:
         if target.repo and (reason := self.deny.hub_reason(target.repo_type, target.repo)):
@@ -805,16 +801,9 @@ def start_name_proxy(
         raise ValueError(f"unknown name proxy kind {kind!r}: use index or hub")
     if not upstream.startswith(("http://", "https://")):
         raise ValueError(f"the {kind} proxy's upstream must be an http(s) URL, not {upstream!r}")
-    cmd = [sys.executable, "-m", "agent2rl.sandbox.name_proxy", kind, "--upstream", upstream]
-    cmd += ["--log", str(log_path), "--ready-file", str(ready_file), *deny.to_args()]
-    proc, port = start_announcing(
-        cmd,
-        env=dict(os.environ),
-        ready_file=ready_file,
-        log_file=stdout_log,
-        name=f"{kind} proxy",
-    )
-    return ServiceHandle(proc, port)
+    args = [kind, "--upstream", upstream, "--log", str(log_path), *deny.to_args()]
+    module = "agent2rl.sandbox.name_proxy"
+    return start_proxy(module, args, f"{kind} proxy", ready_file, stdout_log)
 
 
 @dataclass

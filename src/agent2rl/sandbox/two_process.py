@@ -145,15 +145,11 @@ def check_functions(
     mode: Isolation | None = None,
     hide: Sequence[Path] = (),
 ) -> list[ExecResult]:
-    """:func:`check_function` over ``items`` in parallel, results in the order of ``items``,
-    with one test server for them all. ``hide``: paths both sandboxes mask (a task's private
-    data inside the installed packages; :func:`~agent2rl.sandbox.programs.masked`).
-
-    ``workers`` (items at a time) defaults to the number of CPUs this process may use.
-    ``on_done(index, result)`` is called as each finishes, from worker threads. An empty
-    ``items`` gives an empty list. A harness fault (the test server does not start) makes
-    every item an ``error``; it never raises.
-    """
+    """:func:`check_function` over ``items`` in parallel with one test server for them all,
+    as :func:`~agent2rl.sandbox.programs.run_programs` runs programs. ``hide``: paths both
+    sandboxes mask (a task's private data inside the installed packages;
+    :func:`~agent2rl.sandbox.programs.masked`). A harness fault (the test server does not
+    start) makes every item an ``error``; it never raises."""
     if not items:
         return []
     limits = limits or ExecLimits()
