@@ -79,12 +79,9 @@ def gpu_devices() -> list[Path]:
 
 @functools.cache
 def bwrap_available() -> bool:
-    """True if ``bwrap`` is on PATH *and* can build the kind of sandbox we use.
-
-    In some containers the binary exists but namespace creation or mounting ``/proc`` is
-    refused, so a real probe runs once (with the namespace, /proc and /dev options
-    :func:`bwrap_argv` uses) and its answer is cached for the life of the process.
-    """
+    """True if ``bwrap`` is on PATH *and* can build the kind of sandbox we use: in some
+    containers the binary exists but namespace creation or mounting ``/proc`` is refused, so
+    a real probe (with :func:`bwrap_argv`'s namespace, /proc and /dev options) runs once."""
     exe = shutil.which("bwrap")
     if exe is None:
         return False

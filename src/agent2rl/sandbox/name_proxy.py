@@ -153,6 +153,15 @@ def _denied(what: str, family_of: str | None = None) -> str:
     return f"{what} is {which} this task's deny list (it is part of the grader)"
 
 
+def _hub_kind(entry: str) -> tuple[str | None, str]:
+    """A hub deny entry's repo type (None: every type) and the entry without its
+    ``models/``, ``datasets/`` or ``spaces/`` prefix."""
+    kind, _, rest = entry.strip("/").partition("/")
+    if kind.lower() in REPO_TYPES and rest:
+        return REPO_TYPES[kind.lower()], rest
+    return None, entry
+
+
 def _repo_name(repo: str) -> str:
     """A hub repo id's name without its org (``openai/gsm8k`` -> ``gsm8k``)."""
     return repo.strip("/").rsplit("/", 1)[-1]
@@ -204,14 +213,9 @@ class DenyList:
             if not _is_pattern(entry):
                 yield entry, name_key(entry)
         for entry in self.hub_repos:
-            if _is_pattern(entry):
-                continue
-            kind, _, rest = entry.strip("/").partition("/")
-            if kind.lower() in REPO_TYPES and rest:
-                if repo_type is not None and REPO_TYPES[kind.lower()] != repo_type:
-                    continue
-                entry = rest
-            yield entry, name_key(_repo_name(entry))
+            kind, rest = _hub_kind(entry)
+            if not _is_pattern(entry) and (repo_type is None or kind in (None, repo_type)):
+                yield rest, name_key(_repo_name(rest))
 
     def package_reason(self, project: str) -> str | None:
         """Why ``project`` may not be fetched, or None."""
@@ -230,15 +234,10 @@ class DenyList:
         fetched, or None."""
         rid = repo.lower().strip("/")
         for entry in self.hub_repos:
-            pattern = entry.lower().strip("/")
-            if not _is_pattern(pattern):
+            kind, rest = _hub_kind(entry)
+            if not _is_pattern(entry) or kind not in (None, repo_type):
                 continue
-            kind, _, rest = pattern.partition("/")
-            if kind in REPO_TYPES and rest:
-                if REPO_TYPES[kind] != repo_type:
-                    continue
-                pattern = rest
-            if fnmatch.fnmatchcase(rid, pattern):
+            if fnmatch.fnmatchcase(rid, rest.lower() if kind else entry.lower().strip("/")):
                 return _denied(f"{repo_type} {repo!r}")
         key = name_key(_repo_name(rid))
         for entry, root in self._roots(repo_type):

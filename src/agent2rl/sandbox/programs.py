@@ -413,6 +413,7 @@ def pick_mode(mode: Isolation | None) -> Mode:
 @functools.cache
 def probe_mode() -> Mode:
     """Pick the isolation once per process: bwrap when it really runs a program here."""
+    why = "bwrap is not usable here"
     if bwrap_available():
         mode = _bwrap_mode()
         try:
@@ -421,17 +422,8 @@ def probe_mode() -> Mode:
             probe = ExecResult(False, "error", one_line(f"{type(err).__name__}: {err}"), 0.0)
         if probe.passed:
             return mode
-        log.warning(
-            "bwrap cannot run programs here (%s: %s); code runs with rlimits only, "
-            "WITHOUT filesystem or network isolation",
-            probe.status,
-            probe.reason,
-        )
-    else:
-        log.warning(
-            "bwrap is not usable here; code runs with rlimits only, "
-            "WITHOUT filesystem or network isolation"
-        )
+        why = f"bwrap cannot run programs here ({probe.status}: {probe.reason})"
+    log.warning("%s; code runs with rlimits only, WITHOUT filesystem or network isolation", why)
     return RLIMITS_MODE
 
 
