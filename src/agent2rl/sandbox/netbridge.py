@@ -25,8 +25,9 @@ ports first): that cuts only the agent itself off from its own services. Nothing
 security boundary; the boundary is the network namespace (only loopback) and the host side,
 which forwards each socket to exactly one host port.
 
-:func:`splice` (the byte copy, with half-close and byte counts) is shared with the host side
-and the egress proxy, which import this module as ``agent2rl.sandbox.netbridge``.
+:func:`splice` (the byte copy, with half-close and byte counts) and :func:`forward` (one
+accepted connection) are shared with the host side, and :func:`splice` with the egress proxy,
+which import this module as ``agent2rl.sandbox.netbridge``.
 """
 
 from __future__ import annotations
