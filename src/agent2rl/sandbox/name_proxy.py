@@ -70,9 +70,10 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 
 import httpx
 
-from agent2rl.child_process import ServiceHandle, start_announcing
-from agent2rl.files import append_jsonl_line, write_json_atomic
+from agent2rl.child_process import ServiceHandle
+from agent2rl.files import append_jsonl_line, read_jsonl_tolerant, write_json_atomic
 from agent2rl.http_api import Refused
+from agent2rl.sandbox.egress import start_proxy
 
 #: the logs' names under the run's ``record/``
 PACKAGE_LOG = "packages.jsonl"
@@ -145,10 +146,20 @@ def _in_family(root: str, candidate: str) -> bool:
     return bool(root) and (candidate == root or (len(root) >= MIN_FAMILY_KEY and root in candidate))
 
 
-def _which(entry: str, root: str, key: str) -> str:
-    if key == root:
-        return "on this task's deny list"
-    return f"in the family of {entry!r} on this task's deny list"
+def _denied(what: str, family_of: str | None = None) -> str:
+    """Why ``what`` is refused: it is on the deny list, or in the family of its entry
+    ``family_of``."""
+    which = f"in the family of {family_of!r} on" if family_of else "on"
+    return f"{what} is {which} this task's deny list (it is part of the grader)"
+
+
+def _hub_kind(entry: str) -> tuple[str | None, str]:
+    """A hub deny entry's repo type (None: every type) and the entry without its
+    ``models/``, ``datasets/`` or ``spaces/`` prefix."""
+    kind, _, rest = entry.strip("/").partition("/")
+    if kind.lower() in REPO_TYPES and rest:
+        return REPO_TYPES[kind.lower()], rest
+    return None, entry
 
 
 def _repo_name(repo: str) -> str:
@@ -202,25 +213,20 @@ class DenyList:
             if not _is_pattern(entry):
                 yield entry, name_key(entry)
         for entry in self.hub_repos:
-            if _is_pattern(entry):
-                continue
-            kind, _, rest = entry.strip("/").partition("/")
-            if kind.lower() in REPO_TYPES and rest:
-                if repo_type is not None and REPO_TYPES[kind.lower()] != repo_type:
-                    continue
-                entry = rest
-            yield entry, name_key(_repo_name(entry))
+            kind, rest = _hub_kind(entry)
+            if not _is_pattern(entry) and (repo_type is None or kind in (None, repo_type)):
+                yield rest, name_key(_repo_name(rest))
 
     def package_reason(self, project: str) -> str | None:
         """Why ``project`` may not be fetched, or None."""
         name = normalize_project(project)
         for pattern in self.packages:
             if _is_pattern(pattern) and fnmatch.fnmatchcase(name, normalize_project(pattern)):
-                return f"package {name!r} is on this task's deny list (it is part of the grader)"
+                return _denied(f"package {name!r}")
         key = name_key(project)
         for entry, root in self._roots(None):
             if _in_family(root, key):
-                return f"package {name!r} is {_which(entry, root, key)} (it is part of the grader)"
+                return _denied(f"package {name!r}", None if key == root else entry)
         return None
 
     def hub_reason(self, repo_type: str, repo: str) -> str | None:
@@ -228,24 +234,15 @@ class DenyList:
         fetched, or None."""
         rid = repo.lower().strip("/")
         for entry in self.hub_repos:
-            pattern = entry.lower().strip("/")
-            if not _is_pattern(pattern):
+            kind, rest = _hub_kind(entry)
+            if not _is_pattern(entry) or kind not in (None, repo_type):
                 continue
-            kind, _, rest = pattern.partition("/")
-            if kind in REPO_TYPES and rest:
-                if REPO_TYPES[kind] != repo_type:
-                    continue
-                pattern = rest
-            if fnmatch.fnmatchcase(rid, pattern):
-                return (
-                    f"{repo_type} {repo!r} is on this task's deny list (it is part of the grader)"
-                )
+            if fnmatch.fnmatchcase(rid, rest.lower() if kind else entry.lower().strip("/")):
+                return _denied(f"{repo_type} {repo!r}")
         key = name_key(_repo_name(rid))
         for entry, root in self._roots(repo_type):
             if _in_family(root, key):
-                return (
-                    f"{repo_type} {repo!r} is {_which(entry, root, key)} (it is part of the grader)"
-                )
+                return _denied(f"{repo_type} {repo!r}", None if key == root else entry)
         return None
 
     def content_reason(self, digest: str | None) -> str | None:
@@ -260,14 +257,9 @@ class DenyList:
         return None
 
     def to_args(self) -> list[str]:
-        out: list[str] = []
-        for p in self.packages:
-            out += ["--deny-package", p]
-        for r in self.hub_repos:
-            out += ["--deny-repo", r]
-        for h in self.file_hashes:
-            out += ["--deny-hash", h]
-        return out
+        flags = {"--deny-package": self.packages, "--deny-repo": self.hub_repos}
+        flags["--deny-hash"] = self.file_hashes
+        return [arg for flag, values in flags.items() for v in values for arg in (flag, v)]
 
 
 def parse_dist_filename(filename: str) -> tuple[str | None, str | None]:
@@ -434,11 +426,17 @@ class _Handler(BaseHTTPRequestHandler):
             entry.status, entry.reason = status, message
         body = json.dumps({"error": message}).encode()
         phrase = re.sub(r"[^\x20-\x7e]", "?", message)[:300]
+        # huggingface_hub shows X-Error-Message in its error (HEAD answers have no body).
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+        self.answer(status, {**headers, "X-Error-Message": phrase}, body, phrase)
+
+    def answer(
+        self, status: int, headers: dict[str, str], body: bytes = b"", phrase: str | None = None
+    ) -> None:
+        """Send ``status`` (with its reason ``phrase``), ``headers`` and, unless HEAD, ``body``."""
         self.send_response(status, phrase)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        # huggingface_hub shows this header in its error (HEAD answers have no body).
-        self.send_header("X-Error-Message", phrase)
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -458,22 +456,22 @@ class _Handler(BaseHTTPRequestHandler):
         entry: _Entry,
         headers: dict[str, str],
         status: int | None = None,
-        digest: Any = None,
+        hash_body: bool = False,
     ) -> None:
         """Send ``resp``'s status (or ``status``), ``headers`` and (unless HEAD) its body as it
-        arrives, counting bytes (and hashing them into ``digest``)."""
+        arrives, counting bytes; with ``hash_body``, the sha256 of a body sent is logged too."""
         entry.status = status or resp.status_code
-        self.send_response(entry.status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.end_headers()
+        self.answer(entry.status, headers)
         if self.command == "HEAD":
             return
+        digest = hashlib.sha256()
         for chunk in resp.iter_raw(CHUNK):
             self.wfile.write(chunk)
             entry.nbytes += len(chunk)
-            if digest is not None:
+            if hash_body:
                 digest.update(chunk)
+        if hash_body and entry.nbytes:
+            entry.fields["sha256"] = digest.hexdigest()
 
 
 class _Server(ThreadingHTTPServer):
@@ -508,6 +506,11 @@ class PackageIndexProxy(_Proxy):
         name = urlsplit(url).path.rsplit("/", 1)[-1] or "file"
         return f"/files/{project}/{self.sign(project, url)}/{encoded}/{name}"
 
+    def link(self, project: str, page_url: str, href: str) -> str:
+        """This proxy's URL for the link ``href`` on ``project``'s page (its fragment kept)."""
+        url, _, frag = urljoin(page_url, href).partition("#")
+        return self.file_path(project, url) + (f"#{frag}" if frag else "")
+
     def handle(self, h: _Handler) -> None:
         path = urlsplit(h.path).path
         parts = [p for p in path.split("/") if p]
@@ -536,14 +539,9 @@ class PackageIndexProxy(_Proxy):
             ctype = resp.headers.get("content-type", "text/html")
             body = self.rewrite(project, str(resp.url), resp.content, ctype)
             entry.status, entry.nbytes = 200, len(body)
-            h.send_response(200)
-            h.send_header("Content-Type", ctype)
-            h.send_header("Content-Length", str(len(body)))
             # Links are signed by this process's key: a cached page outlives no restart.
-            h.send_header("Cache-Control", "no-store")
-            h.end_headers()
-            if h.command != "HEAD":
-                h.wfile.write(body)
+            headers = {"Content-Type": ctype, "Content-Length": str(len(body))}
+            h.answer(200, {**headers, "Cache-Control": "no-store"}, body)
 
     def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
         """GET a page (redirects followed, boundedly), read whole within MAX_PAGE_BYTES."""
@@ -567,13 +565,11 @@ class PackageIndexProxy(_Proxy):
             data = json.loads(body)
             for f in data.get("files", []):
                 if isinstance(f, dict) and isinstance(f.get("url"), str):
-                    url, _, frag = urljoin(page_url, f["url"]).partition("#")
-                    f["url"] = self.file_path(project, url) + (f"#{frag}" if frag else "")
+                    f["url"] = self.link(project, page_url, f["url"])
             return json.dumps(data).encode()
 
         def sub(m: re.Match[str]) -> str:
-            url, _, frag = urljoin(page_url, html.unescape(m.group(3))).partition("#")
-            new = self.file_path(project, url) + (f"#{frag}" if frag else "")
+            new = self.link(project, page_url, html.unescape(m.group(3)))
             return f"{m.group(1)}{m.group(2)}{html.escape(new)}{m.group(2)}"
 
         return _HREF.sub(sub, body.decode("utf-8", "replace")).encode()
@@ -602,71 +598,46 @@ class PackageIndexProxy(_Proxy):
                     raise Denied(reason)
             headers = h.client_headers()
             headers["Accept-Encoding"] = "identity"  # the bytes relayed are the file's
-            digest = hashlib.sha256()
             with _follow(self.client, h.command, fetch, headers) as resp:
                 keep = {"content-type", "content-length", "content-range", "accept-ranges"}
                 keep.add("content-encoding")
                 out = {k: v for k, v in resp.headers.items() if k.lower() in keep}
-                h.relay(resp, entry, out, digest=digest)
-            if entry.nbytes:
-                entry.fields["sha256"] = digest.hexdigest()
+                h.relay(resp, entry, out, hash_body=True)
 
 
-class _follow:
+@contextmanager
+def _follow(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    check: Any = None,
+    content: bytes | None = None,
+    stop_at_foreign: bool = False,
+    check_response: Any = None,
+) -> Iterator[httpx.Response]:
     """``client.stream(method, url)`` with redirects followed (at most MAX_REDIRECTS), each
-    hop first passed to ``check(url)`` (which raises :class:`Refused` to stop); a context
-    manager yielding the last response."""
-
-    def __init__(
-        self,
-        client: httpx.Client,
-        method: str,
-        url: str,
-        headers: dict[str, str],
-        check: Any = None,
-        content: bytes | None = None,
-        stop_at_foreign: bool = False,
-        check_response: Any = None,
-    ) -> None:
-        self.args = (client, method, url, headers, check, content, stop_at_foreign)
-        #: called with every response, redirects included, before its body is read (raises
-        #: :class:`Refused` to stop)
-        self.check_response = check_response
-        self.ctx: Any = None
-
-    def __enter__(self) -> httpx.Response:
-        client, method, url, headers, check, content, stop_at_foreign = self.args
-        origin = urlsplit(url).netloc
-        for _ in range(MAX_REDIRECTS + 1):
-            self.ctx = client.stream(method, url, headers=headers, content=content)
-            resp = self.ctx.__enter__()
-            if self.check_response is not None:
-                try:
-                    self.check_response(resp)
-                except BaseException:
-                    self.ctx.__exit__(None, None, None)
-                    self.ctx = None
-                    raise
+    hop first passed to ``check(url)`` (which raises :class:`Refused` to stop); yields the last
+    response. ``check_response`` is called with every response, redirects included, before
+    its body is read (raises :class:`Refused` to stop)."""
+    origin = urlsplit(url).netloc
+    for _ in range(MAX_REDIRECTS + 1):
+        with client.stream(method, url, headers=headers, content=content) as resp:
+            if check_response is not None:
+                check_response(resp)
             location = resp.headers.get("location")
-            if not (resp.is_redirect and location):
-                return resp
-            nxt = urljoin(url, location)
+            nxt = urljoin(url, location) if resp.is_redirect and location else ""
             foreign = urlsplit(nxt).netloc != origin
-            if foreign and stop_at_foreign:
-                return resp
-            self.ctx.__exit__(None, None, None)
-            self.ctx = None
-            if check is not None and not foreign:
-                check(nxt)
-            if foreign:
-                # A credential the client gave the upstream is not for the CDN.
-                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            url = nxt
-        raise Refused(502, "the upstream redirected too often")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.ctx is not None:
-            self.ctx.__exit__(*exc)
+            if not nxt or (foreign and stop_at_foreign):
+                yield resp
+                return
+        if check is not None and not foreign:
+            check(nxt)
+        if foreign:
+            # A credential the client gave the upstream is not for the CDN.
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        url = nxt
+    raise Refused(502, "the upstream redirected too often")
 
 
 # --- the model hub ---------------------------------------------------------------------------
@@ -763,16 +734,12 @@ class HubProxy(_Proxy):
                 if resp.is_redirect:
                     # A HEAD the hub sends to its CDN: the client is to download from here.
                     status = 200
-                    out.pop("content-length", None)
-                    out.pop("Content-Length", None)
+                    out.pop("content-length", None)  # httpx's header names are lower case
                     if size := resp.headers.get("x-linked-size"):
                         out["Content-Length"] = size
                 if "content-encoding" in resp.headers:
                     out["Content-Encoding"] = resp.headers["content-encoding"]
-                digest = hashlib.sha256() if target.route == "resolve" else None
-                h.relay(resp, entry, out, status=status, digest=digest)
-            if digest is not None and entry.nbytes:
-                entry.fields["sha256"] = digest.hexdigest()
+                h.relay(resp, entry, out, status=status, hash_body=target.route == "resolve")
 
     def check(self, target: HubTarget) -> None:
         if target.repo and (reason := self.deny.hub_reason(target.repo_type, target.repo)):
@@ -802,12 +769,8 @@ def serve(proxy: _Proxy, ready_file: Path) -> None:
     SIGINT."""
     server = _Server(proxy)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _sig, _frame: stop.set())
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2})
     thread.start()
     write_json_atomic(ready_file, {"port": server.server_address[1], "pid": os.getpid()})
@@ -829,7 +792,6 @@ def start_name_proxy(
     *,
     ready_file: Path,
     stdout_log: Path,
-    env: dict[str, str] | None = None,
 ) -> ServiceHandle:
     """Start the ``kind`` (``index`` or ``hub``) proxy in front of ``upstream``, refusing
     ``deny`` and logging to ``log_path``; returns once it listens. ValueError for an unknown
@@ -838,16 +800,9 @@ def start_name_proxy(
         raise ValueError(f"unknown name proxy kind {kind!r}: use index or hub")
     if not upstream.startswith(("http://", "https://")):
         raise ValueError(f"the {kind} proxy's upstream must be an http(s) URL, not {upstream!r}")
-    cmd = [sys.executable, "-m", "agent2rl.sandbox.name_proxy", kind, "--upstream", upstream]
-    cmd += ["--log", str(log_path), "--ready-file", str(ready_file), *deny.to_args()]
-    proc, port = start_announcing(
-        cmd,
-        env=dict(env) if env is not None else dict(os.environ),
-        ready_file=ready_file,
-        log_file=stdout_log,
-        name=f"{kind} proxy",
-    )
-    return ServiceHandle(proc, port)
+    args = [kind, "--upstream", upstream, "--log", str(log_path), *deny.to_args()]
+    module = "agent2rl.sandbox.name_proxy"
+    return start_proxy(module, args, f"{kind} proxy", ready_file, stdout_log)
 
 
 @dataclass
@@ -925,21 +880,13 @@ def agent_env(index_port: int | None, hub_port: int | None) -> dict[str, str]:
     return env
 
 
-def read_fetch_log(path: Path) -> Iterator[dict[str, Any]]:
-    """The rows of a name proxy's log (a torn or foreign line skipped); nothing when the
-    log does not exist."""
+def read_fetch_log(path: Path) -> list[dict[str, Any]]:
+    """The rows of a name proxy's log (a torn or foreign line skipped); none when the log
+    does not exist or cannot be read."""
     try:
-        fh = open(path, encoding="utf-8", errors="replace")
+        return read_jsonl_tolerant(path)
     except OSError:
-        return
-    with fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                yield row
+        return []
 
 
 def main(argv: Sequence[str] | None = None) -> None:

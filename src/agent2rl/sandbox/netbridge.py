@@ -25,17 +25,20 @@ ports first): that cuts only the agent itself off from its own services. Nothing
 security boundary; the boundary is the network namespace (only loopback) and the host side,
 which forwards each socket to exactly one host port.
 
-:func:`splice` (the byte copy, with half-close and byte counts) is shared with the host side
-and the egress proxy, which import this module as ``agent2rl.sandbox.netbridge``.
+:func:`splice` (the byte copy, with half-close and byte counts) and :func:`forward` (one
+accepted connection) are shared with the host side, and :func:`splice` with the egress proxy,
+which import this module as ``agent2rl.sandbox.netbridge``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 
 CHUNK = 64 * 1024
 #: connections open at once through one forwarder; more are closed at once (no fd exhaustion)
@@ -130,6 +133,45 @@ async def close_streams(*writers: asyncio.StreamWriter, graceful: bool) -> None:
                 writer.transport.abort()
 
 
+async def forward(
+    client: Stream,
+    connect: Callable[[], Awaitable[Stream]],
+    active: set[asyncio.Task],
+    max_connections: int,
+    timeout: float,
+    name: str = "",
+) -> None:
+    """Serve one connection a forwarder accepted: :func:`splice` it to the stream
+    ``connect()`` opens. ``client`` is reset at once when ``active`` (the forwarder's open
+    connections, this one among them meanwhile) holds more than ``max_connections``, or when
+    the upstream is not connected within ``timeout`` s (said on stderr, by ``name``, unless
+    it is empty). Never raises: one broken connection never stops the others."""
+    task = asyncio.current_task()
+    assert task is not None
+    active.add(task)
+    writer = client[1]
+    try:
+        if len(active) > max_connections:
+            writer.transport.abort()
+            return
+        try:
+            upstream = await asyncio.wait_for(connect(), timeout)
+        except (OSError, asyncio.TimeoutError) as err:  # noqa: UP041 (as above)
+            if name:
+                print(f"netbridge: {name} unreachable: {err}", file=sys.stderr, flush=True)
+            writer.transport.abort()
+            return
+        await splice(client, upstream)
+    except asyncio.CancelledError:
+        pass  # the forwarder stops (3.11's stream server logs a cancelled handler as an error)
+    except Exception:
+        writer.transport.abort()
+    finally:
+        if not writer.is_closing():
+            writer.transport.abort()  # cancelled before splice took the writer over
+        active.discard(task)
+
+
 # --- the in-sandbox forwarder ---------------------------------------------------------------
 
 
@@ -146,7 +188,12 @@ def main(argv: list[str] | None = None) -> None:
         listeners = [(sock, path) for port, path in maps for sock in _listen(port)]
     except (ValueError, OSError) as err:
         _fail(f"{err}", EXIT_BRIDGE_FAILED)
-    watch = _pidfd(os.getpid())
+    # A pidfd for this process (which becomes the command), opened *before* the fork so that
+    # the forwarder can never watch a recycled pid; None where unsupported.
+    try:
+        watch: int | None = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError):
+        watch = None
     # Blocked, not lost, until the forwarder ignores them: a SIGTERM that came between its
     # fork and its signal() calls would otherwise kill it with the default action.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SHIELDED)
@@ -209,15 +256,6 @@ def _bound(family: int, host: str, port: int) -> socket.socket:
     return sock
 
 
-def _pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid`` (this process, which becomes the command), opened *before* the
-    fork so that the forwarder can never watch a recycled pid; None where unsupported."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
 def _daemon(
     listeners: list[tuple[socket.socket, str]],
     watch: int | None,
@@ -251,28 +289,8 @@ async def _forward_all(
     active: set[asyncio.Task] = set()
 
     async def on_connect(path: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        task = asyncio.current_task()
-        assert task is not None
-        active.add(task)
-        try:
-            if len(active) > MAX_CONNECTIONS:
-                writer.transport.abort()
-                return
-            try:
-                upstream = await asyncio.wait_for(
-                    asyncio.open_unix_connection(path, limit=CHUNK), CONNECT_TIMEOUT_S
-                )
-            except (OSError, asyncio.TimeoutError) as err:  # noqa: UP041 (as above)
-                print(f"netbridge: {path} unreachable: {err}", file=sys.stderr, flush=True)
-                writer.transport.abort()
-                return
-            await splice((reader, writer), upstream)
-        except asyncio.CancelledError:
-            pass  # 3.11's stream server logs a cancelled handler as an error
-        except Exception:  # one broken connection never stops the others
-            writer.transport.abort()
-        finally:
-            active.discard(task)
+        connect = functools.partial(asyncio.open_unix_connection, path, limit=CHUNK)
+        await forward((reader, writer), connect, active, MAX_CONNECTIONS, CONNECT_TIMEOUT_S, path)
 
     for sock, path in listeners:
         await asyncio.start_server(lambda r, w, p=path: on_connect(p, r, w), sock=sock, limit=CHUNK)
@@ -310,7 +328,6 @@ def _exec(command: list[str]) -> None:
 
 def _fail(message: str, code: int) -> None:
     print(f"netbridge: {message}", file=sys.stderr, flush=True)
-    sys.stderr.flush()
     os._exit(code)
 
 

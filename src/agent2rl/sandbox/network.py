@@ -44,16 +44,14 @@ import functools
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 from agent2rl.sandbox import netbridge
-from agent2rl.sandbox.bwrap import SandboxSpec, bwrap_available, system_mounts
+from agent2rl.sandbox.bwrap import SandboxSpec, bwrap_available, succeeds, system_mounts
 from agent2rl.sandbox.egress import summarize_egress
 
 NetworkPolicy = Literal["host", "services"]
@@ -97,7 +95,6 @@ class ServiceBridge:
         ports: Iterable[int],
         *,
         max_connections: int = 256,
-        connect_timeout_s: float = 10.0,
     ) -> None:
         self.sock_dir = Path(os.path.abspath(sock_dir))
         self.ports = sorted(set(int(p) for p in ports))
@@ -105,7 +102,6 @@ class ServiceBridge:
             if not 0 < port < 65536:
                 raise ValueError(f"bad service port {port}")
         self.max_connections = max_connections
-        self.connect_timeout_s = connect_timeout_s
         self.connections_served = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -159,12 +155,7 @@ class ServiceBridge:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.stop()
 
     async def _open(self) -> None:
@@ -189,31 +180,15 @@ class ServiceBridge:
     async def _forward(
         self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            if len(self._tasks) > self.max_connections:
-                writer.transport.abort()
-                return
-            try:
-                upstream = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", port, limit=netbridge.CHUNK),
-                    self.connect_timeout_s,
-                )
-            except (TimeoutError, OSError):
-                writer.transport.abort()
-                return
+        async def connect() -> netbridge.Stream:
+            upstream = await asyncio.open_connection("127.0.0.1", port, limit=netbridge.CHUNK)
             self.connections_served += 1
-            await netbridge.splice((reader, writer), upstream)
-        except asyncio.CancelledError:
-            pass  # stop(): end quietly (3.11's stream server logs a cancelled handler as an error)
-        except Exception:  # one broken connection never stops the others
-            writer.transport.abort()
-        finally:
-            if not writer.is_closing():
-                writer.transport.abort()  # cancelled before splice took the writer over
-            self._tasks.discard(task)
+            return upstream
+
+        client = (reader, writer)
+        await netbridge.forward(
+            client, connect, self._tasks, self.max_connections, netbridge.CONNECT_TIMEOUT_S
+        )
 
 
 def _unix_listener(path: Path) -> socket.socket:
@@ -325,12 +300,7 @@ def network_isolation_available() -> bool:
     if not bwrap_available():
         return False
     probe = [shutil.which("bwrap") or "bwrap", *system_mounts(), "--unshare-net"]
-    probe += ["--unshare-pid", "--die-with-parent", "true"]
-    try:
-        proc = subprocess.run(probe, capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
+    return succeeds([*probe, "--unshare-pid", "--die-with-parent", "true"])
 
 
 __all__ = [

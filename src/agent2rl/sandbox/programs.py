@@ -2,16 +2,13 @@
 limits every program runner here shares, and the one-process runner :func:`run_program`.
 
 Every program gets its own interpreter in a fresh subprocess; nothing it does can crash, hang
-or write into the caller. A tiny bootstrap (:data:`_BOOT`) reads the program from stdin, sets
-the resource limits on itself, then ``exec``\\ s the program. The program *passes* only when it
-ran to its end without an exception: the bootstrap then reports so on a pipe of its own, in a
-line tagged with a random token the program is not given (it lives only in the bootstrap's
-memory), and exits 0. So neither ``sys.exit(0)`` (a ``SystemExit`` is a failure, as in
-HumanEval's own harness) nor ``os._exit(0)`` before the tests have run counts as a pass.
-
-Graders do not use :func:`run_program` for a model's code and its tests: in one interpreter the
-code can forge the pass (see *Residual risk*). :mod:`agent2rl.sandbox.two_process` runs the two
-in separate sandboxes, each started as described here.
+or write into the caller. The bootstrap (:mod:`~agent2rl.sandbox.split_boot`'s ``program``
+role) reads the program from stdin, sets the resource limits on itself, then ``exec``\\ s it.
+The program *passes* only when it ran to its end without an exception: the bootstrap then
+reports so on a pipe of its own, in a line tagged with a random token the program is not given
+(it lives only in the bootstrap's memory), and exits 0. So neither ``sys.exit(0)`` (a
+``SystemExit`` is a failure, as in HumanEval's own harness) nor ``os._exit(0)`` before the
+tests have run counts as a pass.
 
 Isolation, the strongest this machine allows (:func:`isolation` says which is in use):
 
@@ -42,17 +39,17 @@ Resource limits (both modes): ``RLIMIT_CPU`` (``SIGXCPU``, reported as timed out
 threads fail: a fork bomb stops at the cap), ``RLIMIT_FSIZE`` (also caps the captured output),
 ``RLIMIT_NOFILE``, and no core dumps. A limit above the caller's own hard limit is lowered to it.
 
-Residual risk, by design of one process: the program shares the interpreter with the
-bootstrap and with whatever it runs afterwards, so a hostile program can find the bootstrap's
-frame (and its token and reporting function) and report a pass, or neuter the tests that
-follow it (an object whose ``__eq__`` always says yes, a patched ``abs`` or ``math``, a tracer
-that jumps over the asserts). That is why graders use :mod:`agent2rl.sandbox.two_process`.
+Residual risk, by design of one process: a hostile program can find the bootstrap's frame
+(its token and reporting function) and report a pass, or neuter the tests that follow it in
+the same interpreter. Graders therefore run a model's code and its tests with
+:mod:`agent2rl.sandbox.two_process`, in two sandboxes each started as described here.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import marshal
 import math
 import os
 import secrets
@@ -66,16 +63,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 import psutil
 
 from agent2rl.child_process import signal_group, spawn_child
 from agent2rl.sandbox.bwrap import (
-    SYSTEM_DIRS,
     bwrap_available,
     bwrap_supports,
     mask_args,
+    mount_parents,
     python_ro_binds,
     system_mounts,
 )
@@ -116,6 +113,17 @@ class ExecLimits:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
 
+    def rlimits(self) -> tuple[int, int, int, int, int]:
+        """CPU seconds, address space bytes, processes, file size bytes, open files: the
+        bootstraps' arguments, in their order."""
+        return (
+            max(1, math.ceil(self.timeout_s)),
+            self.memory_mb << 20,
+            self.max_processes,
+            self.max_file_mb << 20,
+            self.max_open_files,
+        )
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -135,84 +143,48 @@ class ExecResult:
     output: str = ""
 
 
-# The bootstrap runs as ``python -I -c _BOOT cpu_s as_bytes nproc fsize nofile uid fd`` with a
-# token line and then the program on stdin. It reports ``<token> started`` and then ``<token>
-# passed`` or ``<token> failed <reason>`` on the pipe ``fd``, not on stdout: a pipe is not capped
-# by RLIMIT_FSIZE, and the program cannot read the token back from it. It imports nothing more
-# than it needs, since every import is start-up time paid once per program.
-_BOOT = r"""
-import os, resource, sys
-
-def _boot():
-    cpu, mem, nproc, fsize, nofile, uid, fd = (int(a) for a in sys.argv[1:8])
-    data = sys.stdin.buffer.read()
-    sys.stdin.close()
-    tag, _, source = data.partition(b"\n")
-    tag = tag.decode()
-    del data
-    r = resource
-    for res, soft, hard in (
-        (r.RLIMIT_CPU, cpu, cpu + 1),
-        (r.RLIMIT_AS, mem, mem),
-        (r.RLIMIT_NPROC, nproc, nproc),
-        (r.RLIMIT_FSIZE, fsize, fsize),
-        (r.RLIMIT_NOFILE, nofile, nofile),
-        (r.RLIMIT_CORE, 0, 0),
-    ):
-        limit = r.getrlimit(res)[1]
-        if limit != r.RLIM_INFINITY:
-            hard = min(hard, limit)
-        r.setrlimit(res, (min(soft, hard), hard))
-    if uid >= 0:
-        os.chmod(".", 0o1777)
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    out = os.dup(fd)
-    os.close(fd)
-
-    def say(text):
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        try:
-            os.write(out, (tag + " " + text + "\n").encode("utf-8", "replace"))
-        except BaseException:
-            pass
-
-    say("started")
-    try:
-        code = compile(source, "<program>", "exec")
-        del source
-        exec(code, {"__name__": "__program__"})
-    except BaseException as err:
-        try:
-            reason = type(err).__name__ + ": " + str(err)
-        except BaseException:
-            reason = type(err).__name__
-        say("failed " + " ".join(reason.split())[:300])
-        os._exit(1)
-    say("passed")
-    os._exit(0)
-
-_boot()
-"""
-
-
 @dataclass(frozen=True)
 class Mode:
     """How a sandboxed process is started: the isolation, the bwrap argv prefix, the uid."""
 
     isolation: Isolation
-    #: bwrap arguments up to the command (empty in rlimits mode)
+    #: bwrap arguments up to the command (empty in rlimits mode, so always a prefix)
     prefix: tuple[str, ...]
     #: uid the bootstrap drops to (-1: keep)
     uid: int
 
 
 RLIMITS_MODE = Mode("rlimits", (), -1)
+_HERE = Path(__file__).parent
+#: the line of split_boot.py that imports the codec; in the sandbox the codec's source
+#: precedes it instead
+_WIRE_IMPORT = "from agent2rl.sandbox.wire import WireError, decode, encode"
+#: ``python -c`` for every process: run the marshalled bootstrap at the head of stdin
+_STUB = "import marshal,sys;exec(marshal.loads(sys.stdin.buffer.read(int(sys.argv[1]))))"
+
+
+@functools.cache
+def boot_source() -> str:
+    """The bootstrap every sandboxed process runs: the codec, then
+    :mod:`~agent2rl.sandbox.split_boot`."""
+    wire = (_HERE / "wire.py").read_text()
+    boot = (_HERE / "split_boot.py").read_text()
+    if boot.count(_WIRE_IMPORT) != 1:
+        raise RuntimeError("split_boot.py must import the codec on one line: " + _WIRE_IMPORT)
+    return wire + "\n\n" + boot.replace(_WIRE_IMPORT, "pass  # the codec is defined above")
+
+
+@functools.cache
+def boot_code() -> bytes:
+    # Compiled once here rather than in every sandbox (~2 ms each); marshal's format is the
+    # interpreter's own, and the sandbox runs this very interpreter.
+    return marshal.dumps(compile(boot_source(), "<split_boot>", "exec"))
+
+
+def boot_argv(flags: Sequence[str], args: Sequence[object], mode: Mode) -> list[str]:
+    """The argv of a sandboxed bootstrap (bwrap's prefix when ``mode`` has one)."""
+    stub = [sys.executable, *flags, "-c", _STUB, str(len(boot_code()))]
+    return [*mode.prefix, *stub, *map(str, args)]
 
 
 def masked(mode: Mode, paths: Sequence[Path]) -> Mode:
@@ -287,25 +259,9 @@ def run_programs(
 def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecResult:
     tag = secrets.token_hex(16)
     report_r, report_w = os.pipe()
-    argv = [
-        sys.executable,
-        "-I",
-        "-c",
-        _BOOT,
-        str(max(1, math.ceil(limits.timeout_s))),
-        str(limits.memory_mb << 20),
-        str(limits.max_processes),
-        str(limits.max_file_mb << 20),
-        str(limits.max_open_files),
-        str(mode.uid),
-        str(report_w),
-    ]
-    workdir = None
-    if mode.isolation == "bwrap":
-        argv = [*mode.prefix, *argv]
-    else:
-        workdir = tempfile.mkdtemp(prefix="agent2rl-exec-")
-    payload = f"{tag}\n".encode() + source.encode("utf-8", "replace")
+    argv = boot_argv(["-I"], ["program", *limits.rlimits(), mode.uid, report_w], mode)
+    workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="agent2rl-exec-")
+    payload = boot_code() + f"{tag}\n".encode() + source.encode("utf-8", "replace")
     timed_out = False
     try:
         # Output goes to an unlinked file, not a pipe: RLIMIT_FSIZE caps it and nobody has to
@@ -334,9 +290,7 @@ def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecRes
             finally:
                 kill_tree(proc)
             seconds = time.monotonic() - started
-            out.seek(0, os.SEEK_END)
-            out.seek(max(0, out.tell() - OUTPUT_TAIL))
-            output = out.read().decode("utf-8", "replace")
+            output = output_tail(out)
         report = read_available(report_r)
     finally:
         os.close(report_r)
@@ -344,6 +298,18 @@ def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecRes
             shutil.rmtree(workdir, ignore_errors=True)
     lines = [line[len(tag) + 1 :] for line in report.splitlines() if line.startswith(tag + " ")]
     return _judge(lines, output, proc.returncode, timed_out, limits, mode, seconds)
+
+
+def output_tail(out: IO[bytes]) -> str:
+    """The last :data:`OUTPUT_TAIL` bytes of the file ``out``, decoded."""
+    out.seek(0, os.SEEK_END)
+    out.seek(max(0, out.tell() - OUTPUT_TAIL))
+    return out.read().decode("utf-8", "replace")
+
+
+def last_verdict(reports: list[str]) -> str:
+    """The last report line other than ``started`` (empty when there is none)."""
+    return next((r for r in reversed(reports) if r != "started"), "")
 
 
 def read_available(fd: int) -> str:
@@ -372,7 +338,7 @@ def _judge(
     seconds: float,
 ) -> ExecResult:
     output = output.strip("\n")[-OUTPUT_TAIL // 2 :]
-    verdict = next((r for r in reversed(reports) if r != "started"), "")
+    verdict = last_verdict(reports)
 
     def result(status: Status, reason: str) -> ExecResult:
         return ExecResult(status == "passed", status, one_line(reason), seconds, output)
@@ -447,6 +413,7 @@ def pick_mode(mode: Isolation | None) -> Mode:
 @functools.cache
 def probe_mode() -> Mode:
     """Pick the isolation once per process: bwrap when it really runs a program here."""
+    why = "bwrap is not usable here"
     if bwrap_available():
         mode = _bwrap_mode()
         try:
@@ -455,17 +422,8 @@ def probe_mode() -> Mode:
             probe = ExecResult(False, "error", one_line(f"{type(err).__name__}: {err}"), 0.0)
         if probe.passed:
             return mode
-        log.warning(
-            "bwrap cannot run programs here (%s: %s); code runs with rlimits only, "
-            "WITHOUT filesystem or network isolation",
-            probe.status,
-            probe.reason,
-        )
-    else:
-        log.warning(
-            "bwrap is not usable here; code runs with rlimits only, "
-            "WITHOUT filesystem or network isolation"
-        )
+        why = f"bwrap cannot run programs here ({probe.status}: {probe.reason})"
+    log.warning("%s; code runs with rlimits only, WITHOUT filesystem or network isolation", why)
     return RLIMITS_MODE
 
 
@@ -473,7 +431,7 @@ def _bwrap_mode() -> Mode:
     argv = [shutil.which("bwrap") or "bwrap"]
     argv += system_mounts(tmp_size_bytes=ExecLimits().max_file_mb << 22)  # 4x a file, 64 MB
     binds = python_ro_binds()
-    for parent in _mount_parents(binds):
+    for parent in mount_parents(binds):
         # Made explicitly, bwrap gives them mode 755; made implicitly it may copy the host's
         # (``/root`` is 700), and nobody could not reach the interpreter's files below.
         argv += ["--dir", str(parent)]
@@ -495,20 +453,6 @@ def _bwrap_mode() -> Mode:
         argv += ["--setenv", key, value]
     argv += ["--chdir", "/tmp", "--"]
     return Mode("bwrap", tuple(argv), uid)
-
-
-def _mount_parents(binds: list[Path]) -> list[Path]:
-    """The directories above ``binds`` that the sandbox must create, top-down: those not
-    already provided by a system mount or another bind (``/tmp`` is the tmpfs)."""
-    provided = [Path(d) for d in SYSTEM_DIRS] + binds
-    out: list[Path] = []
-    for path in binds:
-        for parent in reversed(path.parents[:-1]):  # [:-1]: not "/"
-            if parent in out or parent == Path("/tmp"):
-                continue
-            if not any(parent.is_relative_to(p) for p in provided):
-                out.append(parent)
-    return out
 
 
 def cpu_count() -> int:

@@ -1,9 +1,15 @@
-"""What runs inside the sandboxes of :mod:`agent2rl.sandbox.two_process`.
+"""What runs inside the sandboxes of :mod:`agent2rl.sandbox.two_process` and
+:mod:`agent2rl.sandbox.programs`.
 
 Every process here starts as ``python -I [-S] -c STUB n ROLE ...``: STUB executes the first
 ``n`` bytes of stdin, this bootstrap compiled and marshalled by the harness
 (:mod:`agent2rl.sandbox.wire` followed by this file, whose import of ``wire`` is then
-redundant and removed). Two roles:
+redundant and removed). Three roles:
+
+``program cpu as nproc fsize nofile uid report`` (:func:`~agent2rl.sandbox.programs.run_program`)
+    reads a token line and then the program from the rest of stdin, sets its limits, drops to
+    ``uid`` unless it is -1, and reports ``<token> started``, then ``<token> passed`` or
+    ``<token> failed <reason>``, on ``report`` (not on stdout, which RLIMIT_FSIZE caps).
 
 ``candidate cpu as nproc fsize nofile uid report calls answers`` (one process per item)
     reads its job from the rest of stdin (a dict in the wire encoding: ``entry``, ``code``),
@@ -75,6 +81,8 @@ def main() -> None:
         sys.stdin.close()
         serve_tests(int(sys.argv[4]), int(sys.argv[3]))
         return
+    if role == "program":
+        run_program(*(int(a) for a in sys.argv[3:10]))
     cpu, mem, nproc, fsize, nofile, uid, report, fd_a, fd_b = (int(a) for a in sys.argv[3:12])
     job = decode(sys.stdin.buffer.read())
     sys.stdin.close()
@@ -103,6 +111,36 @@ def confine(cpu: int, mem: int, nproc: int, fsize: int, nofile: int, uid: int) -
             hard = min(hard, limit)
         r.setrlimit(res, (min(soft, hard), hard))
     drop_to(uid)
+
+
+def run_program(cpu: int, mem: int, nproc: int, fsize: int, nofile: int, uid: int, fd: int) -> None:
+    """The ``program`` role: run the program after the tag line on stdin, confined; report
+    on ``fd`` as the module docstring says, and exit (0 when it passed)."""
+    tag, _, source = sys.stdin.buffer.read().partition(b"\n")
+    sys.stdin.close()
+    confine(cpu, mem, nproc, fsize, nofile, uid)
+    out = os.dup(fd)
+    os.close(fd)
+    prefix = tag.decode() + " "
+    del tag
+
+    def say(text: str) -> None:
+        _say(out, prefix + text)
+
+    say("started")
+    try:
+        code = compile(source, "<program>", "exec")
+        del source
+        exec(code, {"__name__": "__program__"})
+    except BaseException as err:
+        try:
+            reason = type(err).__name__ + ": " + str(err)
+        except BaseException:
+            reason = type(err).__name__
+        say("failed " + _one_line(reason))
+        os._exit(1)
+    say("passed")
+    os._exit(0)
 
 
 def drop_to(uid: int) -> None:

@@ -7,33 +7,27 @@ pass. It can walk the stack to the harness's reporting function and call it, ret
 whose ``__eq__`` always says yes, replace ``abs``, ``math`` or ``__import__`` under the tests,
 redefine a helper the tests call (HumanEval/32's ``poly``), or install a tracer that jumps over
 the asserts. Each is a reward hack an RL-trained model can find. Here no object of the model's
-ever reaches the tests:
+ever reaches the tests (:mod:`agent2rl.sandbox.split_boot` runs both sides):
 
 * The **candidate process** runs the model's code (HumanEval: the prompt plus the completion;
   for a chat model, the prompt plus the code of its reply) and nothing else: neither the tests
   nor the expected values are ever sent to it. It then serves calls to the entry point over a
-  pair of pipes: each call's arguments arrive and each result leaves as one line of plain data
-  (:mod:`agent2rl.sandbox.wire`: a tagged JSON encoding of ``int``, ``float`` with ``inf`` and
-  ``nan``, ``str``, ``bool``, ``None``, ``list``, ``tuple``, ``dict`` with any keys, ``set``,
-  ``frozenset``, ``bytes`` and ``complex``). A result that is not plain data (a generator, an
-  object of the program's own class) fails the item; an instance of a builtin type's subclass
-  (``numpy.float64``, ``collections.Counter``) is sent as the builtin value it holds, read
-  through the base type's slots, so an ``int`` subclass whose ``__eq__`` always says yes
-  arrives as the plain int it holds. An ``Exception`` raised by the function is sent back as
-  its type name and message; any other ``BaseException`` (``SystemExit``,
-  ``KeyboardInterrupt``, ``GeneratorExit``) fails the item.
+  pair of pipes, each call's arguments and each result one line of plain data
+  (:mod:`agent2rl.sandbox.wire`: a builtin type's subclass, such as an ``int`` whose ``__eq__``
+  always says yes, arrives as the plain value it holds). A result that is not plain data (a
+  generator, an object of the program's own class) fails the item, as does any
+  ``BaseException`` that is not an ``Exception``; an ``Exception`` comes back as its type
+  name and message.
 * The **test process** runs the dataset's code only: the prompt (for the helpers its tests
-  use, e.g. ``poly``), the tests, then ``check(candidate)``, where ``candidate`` (and the entry
-  point's name) is a stub that sends its arguments across and returns the decoded answer, or
-  raises the candidate's exception (as the builtin exception of that name, so tests that
-  expect one still work). The verdict is computed here, from dataset code and plain values
-  only, and written to a pipe of its own that the candidate process never holds.
+  use, e.g. ``poly``), the tests, then ``check(candidate)``, where ``candidate`` is a stub
+  that sends its arguments across and returns the decoded answer, or raises the candidate's
+  exception (as the builtin exception of that name, so tests that expect one still work). The
+  verdict is computed here and written to a pipe the candidate process never holds.
 * The item **passes only if the test process ran** ``check()`` **to its end**. Whatever the
-  candidate process does (exit early, hang, print, patch its own builtins or ``__import__``,
-  walk its own frames, trace itself, fork, write on every file descriptor it has) it can only
-  make its answers wrong, late or missing: a call that gets no answer (the process exited or was
-  killed), a malformed or oversized answer, or a fatal error fails the item for good, even if
-  the tests catch the exception. A hanging candidate times out with the item.
+  candidate process does (exit early, hang, print, patch its own builtins, walk its own
+  frames, fork, write on every file descriptor it has) it can only make its answers wrong,
+  late or missing, and a missing, malformed or oversized answer or a fatal error fails the
+  item for good, even if the tests catch the exception.
 
 Isolation (:mod:`agent2rl.sandbox.programs` describes the modes and limits): every candidate
 process gets a fresh sandbox of its own. The test processes of a batch of items are children
@@ -41,12 +35,10 @@ of one sandboxed *test server*, forked per item from a warm interpreter: only da
 plain values ever enter the server, so the items' tests may share its sandbox. With bwrap, a
 candidate's pid, network, IPC and mount namespaces and its private ``/tmp`` are its own, so it
 cannot see, signal, trace or open anything of the test server or of another item, and a root
-caller runs both sides as ``nobody``. An item's two sides start together; the limits (CPU,
-memory, processes, file size) apply to each, the wall clock to the item.
-
-Cost: per item, one fresh sandboxed interpreter (the candidate's, as the one-process runner
-starts) plus a fork; a fresh sandbox and interpreter for the tests too would have cost ~17 ms
-more CPU per item. ``benchmarks/humaneval_grading.py`` measures both runners side by side.
+caller runs both sides as ``nobody``. The limits (CPU, memory, processes, file size) apply to
+each side, the wall clock to the item. A fork costs ~17 ms less CPU per item than a fresh
+sandbox and interpreter for the tests (``benchmarks/humaneval_grading.py`` compares both
+runners).
 
 What changes against one process: a call's arguments are copies, so a function that mutates
 its arguments no longer affects the tests' objects (all 164 HumanEval canonical solutions pass
@@ -55,16 +47,15 @@ dataset's, never the model's redefinitions.
 
 Residual risk: in the ``rlimits`` fallback (no usable bwrap) both sides run as the caller's
 user with no namespaces, so a deliberately hostile program can reach the test server through
-``/proc`` (and, as that mode's docstring says, the whole filesystem); the split then
-stops in-process forgeries only. A candidate can learn a call's arguments (it must, to answer)
-and keep state between calls, as a function can.
+``/proc`` (and the whole filesystem); the split then stops in-process forgeries only. A
+candidate can learn a call's arguments (it must, to answer) and keep state between calls, as
+a function can.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
-import marshal
 import math
 import os
 import select
@@ -72,7 +63,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -90,11 +80,16 @@ from agent2rl.sandbox.programs import (
     Isolation,
     Mode,
     Status,
+    boot_argv,
+    boot_code,
+    boot_source,
     cpu_count,
     exit_signal,
     kill_tree,
+    last_verdict,
     masked,
     one_line,
+    output_tail,
     pick_mode,
     probe_mode,
     read_available,
@@ -105,14 +100,8 @@ from agent2rl.sandbox.wire import encode
 
 log = logging.getLogger(__name__)
 
-_HERE = Path(__file__).parent
-#: the line of split_boot.py that imports the codec; in the sandbox the codec's source
-#: precedes it instead
-_WIRE_IMPORT = "from agent2rl.sandbox.wire import WireError, decode, encode"
 #: how long a candidate whose answers ended may take to finish exiting (to learn why)
 _EXIT_GRACE_S = 1.0
-#: ``python -c`` for every process: run the marshalled bootstrap at the head of stdin
-_STUB = "import marshal,sys;exec(marshal.loads(sys.stdin.buffer.read(int(sys.argv[1]))))"
 
 
 @dataclass(frozen=True)
@@ -156,15 +145,11 @@ def check_functions(
     mode: Isolation | None = None,
     hide: Sequence[Path] = (),
 ) -> list[ExecResult]:
-    """:func:`check_function` over ``items`` in parallel, results in the order of ``items``,
-    with one test server for them all. ``hide``: paths both sandboxes mask (a task's private
-    data inside the installed packages; :func:`~agent2rl.sandbox.programs.masked`).
-
-    ``workers`` (items at a time) defaults to the number of CPUs this process may use.
-    ``on_done(index, result)`` is called as each finishes, from worker threads. An empty
-    ``items`` gives an empty list. A harness fault (the test server does not start) makes
-    every item an ``error``; it never raises.
-    """
+    """:func:`check_function` over ``items`` in parallel with one test server for them all,
+    as :func:`~agent2rl.sandbox.programs.run_programs` runs programs. ``hide``: paths both
+    sandboxes mask (a task's private data inside the installed packages;
+    :func:`~agent2rl.sandbox.programs.masked`). A harness fault (the test server does not
+    start) makes every item an ``error``; it never raises."""
     if not items:
         return []
     limits = limits or ExecLimits()
@@ -190,38 +175,17 @@ def check_functions(
             on_done(i, result)
         return result
 
-    with server, ThreadPoolExecutor(max_workers=max(1, min(n, len(items)))) as pool:
+    with (
+        contextlib.closing(server),
+        ThreadPoolExecutor(max_workers=max(1, min(n, len(items)))) as pool,
+    ):
         return list(pool.map(one, range(len(items))))
-
-
-@functools.cache
-def boot_source() -> str:
-    """The bootstrap every process runs: the codec, then :mod:`~agent2rl.sandbox.split_boot`."""
-    wire = (_HERE / "wire.py").read_text()
-    boot = (_HERE / "split_boot.py").read_text()
-    if boot.count(_WIRE_IMPORT) != 1:
-        raise RuntimeError("split_boot.py must import the codec on one line: " + _WIRE_IMPORT)
-    return wire + "\n\n" + boot.replace(_WIRE_IMPORT, "pass  # the codec is defined above")
-
-
-@functools.cache
-def _boot_code() -> bytes:
-    # Compiled once here rather than in every sandbox (~2 ms each); marshal's format is the
-    # interpreter's own, and the sandbox runs this very interpreter.
-    return marshal.dumps(compile(boot_source(), "<split_boot>", "exec"))
-
-
-def _python(flags: Sequence[str], args: Sequence[object], mode: Mode) -> list[str]:
-    """The argv of a sandboxed bootstrap (bwrap's prefix when ``mode`` has one)."""
-    boot = _boot_code()
-    argv = [sys.executable, *flags, "-c", _STUB, str(len(boot)), *map(str, args)]
-    return [*mode.prefix, *argv] if mode.isolation == "bwrap" else argv
 
 
 class _TestServer:
     """The tests' side of a batch: one sandboxed process that forks a child per item (see
-    :func:`~agent2rl.sandbox.split_boot.serve_tests`). A context manager: leaving it closes
-    the control socket, on which the server exits, and kills what is left of it."""
+    :func:`~agent2rl.sandbox.split_boot.serve_tests`). :meth:`close` closes the control
+    socket, on which the server exits, and kills what is left of it."""
 
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
@@ -229,21 +193,10 @@ class _TestServer:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2t-")
         # -S: the tests need no site-packages (dataset code and the standard library).
-        argv = _python(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
-        self.out = tempfile.TemporaryFile()
+        argv = boot_argv(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
+        self.out = tempfile.TemporaryFile()  # dataset code prints little; kept for a crash
         try:
-            with tempfile.TemporaryFile() as stdin:
-                stdin.write(_boot_code())
-                stdin.seek(0)
-                self.proc = spawn_child(
-                    argv,
-                    env=sandbox_env(self.workdir or "/tmp"),
-                    stdin=stdin,
-                    stdout=self.out,  # dataset code prints little; kept for a crash's story
-                    cwd=self.workdir,
-                    pass_fds=(theirs.fileno(),),
-                    death_signal=None,  # as programs.run_program's: threads come and go
-                )
+            self.proc = _spawn(argv, boot_code(), self.out, self.workdir, (theirs.fileno(),))
         except BaseException:
             self.close()
             raise
@@ -269,18 +222,11 @@ class _TestServer:
                 pass
             kill_tree(proc, sweep=self.mode.isolation != "bwrap")
             if proc.returncode not in (0, None):
-                self.out.seek(0)
-                tail = self.out.read()[-OUTPUT_TAIL:].decode("utf-8", "replace")
+                tail = output_tail(self.out)
                 log.error("the test server exited with status %s: %s", proc.returncode, tail)
         self.out.close()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> _TestServer:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
 
 @dataclass
@@ -319,7 +265,7 @@ def _run(
                 "entry": item.entry_point,
                 "setup": _text(item.setup),
                 "test": _text(item.test),
-                "limits": _limits(limits)[:5],
+                "limits": limits.rlimits(),
                 "alarm": 2 * math.ceil(limits.timeout_s) + 5,
             },
             calls_w,
@@ -340,7 +286,7 @@ def _run(
     finally:
         os.close(report_r)
     seconds = time.monotonic() - started
-    if not timed_out and _verdict(reports).startswith("gone"):
+    if not timed_out and last_verdict(reports).startswith("gone"):
         try:  # its answers ended: let it finish exiting, so that its status says why
             candidate.proc.wait(timeout=_EXIT_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -353,23 +299,11 @@ def _start_candidate(
     job: dict[str, str], fds: tuple[int, int], limits: ExecLimits, mode: Mode
 ) -> _Candidate:
     report_r, report_w = os.pipe()
-    argv = _python(["-I"], ["candidate", *_limits(limits), mode.uid, report_w, *fds], mode)
+    argv = boot_argv(["-I"], ["candidate", *limits.rlimits(), mode.uid, report_w, *fds], mode)
     workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2c-")
     out = tempfile.TemporaryFile()
     try:
-        # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
-        with tempfile.TemporaryFile() as stdin:
-            stdin.write(_boot_code() + encode(job).encode())
-            stdin.seek(0)
-            proc = spawn_child(
-                argv,
-                env=sandbox_env(workdir or "/tmp"),
-                stdin=stdin,
-                stdout=out,  # a file: RLIMIT_FSIZE caps it, and nobody must drain it
-                cwd=workdir,
-                pass_fds=(report_w, *fds),
-                death_signal=None,  # as programs.run_program's: threads come and go
-            )
+        proc = _spawn(argv, boot_code() + encode(job).encode(), out, workdir, (report_w, *fds))
     except BaseException:
         out.close()
         os.close(report_r)
@@ -381,15 +315,24 @@ def _start_candidate(
     return _Candidate(proc, out, report_r, workdir)
 
 
-def _limits(limits: ExecLimits) -> tuple[int, ...]:
-    """cpu s, address space, processes, file size, open files: as split_boot reads them."""
-    return (
-        max(1, math.ceil(limits.timeout_s)),
-        limits.memory_mb << 20,
-        limits.max_processes,
-        limits.max_file_mb << 20,
-        limits.max_open_files,
-    )
+def _spawn(
+    argv: list[str], stdin_data: bytes, out: IO[bytes], workdir: str | None, fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
+    """Start a sandboxed bootstrap with ``stdin_data`` as its stdin, its output into ``out``
+    (a file: RLIMIT_FSIZE caps it, and nobody must drain it) and ``fds`` passed on."""
+    # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(stdin_data)
+        stdin.seek(0)
+        return spawn_child(
+            argv,
+            env=sandbox_env(workdir or "/tmp"),
+            stdin=stdin,
+            stdout=out,
+            cwd=workdir,
+            pass_fds=fds,
+            death_signal=None,  # as programs.run_program's: threads come and go
+        )
 
 
 def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
@@ -408,19 +351,12 @@ def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
         data += chunk
 
 
-def _verdict(reports: list[str]) -> str:
-    """The last report line other than ``started`` (empty when there is none)."""
-    return next((r for r in reversed(reports) if r != "started"), "")
-
-
 def _stop(box: _Candidate, mode: Mode) -> _Ended:
     """Kill what is left of the candidate's process, reap it, and collect what it left."""
     early = box.proc.poll() is not None
     kill_tree(box.proc, sweep=mode.isolation != "bwrap")
     try:
-        box.out.seek(0, os.SEEK_END)
-        box.out.seek(max(0, box.out.tell() - OUTPUT_TAIL))
-        output = box.out.read().decode("utf-8", "replace")
+        output = output_tail(box.out)
         reports = read_available(box.report_r).splitlines()
     finally:
         box.out.close()
@@ -440,7 +376,7 @@ def _judge(
 ) -> ExecResult:
     """The item's result from the tests' report lines and what the candidate left."""
     output = candidate.output[-OUTPUT_TAIL // 2 :]
-    kind, _, reason = _verdict(tests).partition(" ")
+    kind, _, reason = last_verdict(tests).partition(" ")
     candidate_sig = exit_signal(candidate.rc, mode) if candidate.early else 0
 
     def result(status: Status, why: str) -> ExecResult:

@@ -110,8 +110,8 @@ def _dump(x: object, depth: int, out: list[str]) -> None:
         out.append(float.__repr__(x) if -_INF < x < _INF else f'{{"float":"{x!r}"}}')
     elif t is list:
         _items("[", x, depth, out, "]")
-    elif t is tuple:
-        _items('{"tuple":[', x, depth, out, "]}")
+    elif t is tuple or t is set or t is frozenset:
+        _items(f'{{"{t.__name__}":[', x, depth, out, "]}")
     elif t is dict:
         out.append('{"dict":[')
         for i, (k, v) in enumerate(x.items()):
@@ -121,10 +121,6 @@ def _dump(x: object, depth: int, out: list[str]) -> None:
             _dump(v, depth + 1, out)
             out.append("]")
         out.append("]}")
-    elif t is set:
-        _items('{"set":[', x, depth, out, "]}")
-    elif t is frozenset:
-        _items('{"frozenset":[', x, depth, out, "]}")
     elif t is bytes or t is bytearray:
         out.append(f'{{"{t.__name__}":"{x.hex()}"}}')
     elif t is complex:
@@ -179,14 +175,10 @@ def _value(raw: object) -> object:
         return [_value(v) for v in raw]
     if t is dict and len(raw) == 1:
         ((tag, body),) = raw.items()
-        if tag == "tuple" and type(body) is list:
-            return tuple(_value(v) for v in body)
+        if tag in _COLLECTIONS and type(body) is list:
+            return _COLLECTIONS[tag](_value(v) for v in body)
         if tag == "dict" and type(body) is list:
             return {_value(k): _value(v) for k, v in (_pair(p) for p in body)}
-        if tag == "set" and type(body) is list:
-            return {_value(v) for v in body}
-        if tag == "frozenset" and type(body) is list:
-            return frozenset(_value(v) for v in body)
         if tag == "int" and type(body) is str:
             return int(body, 16)
         if tag == "float" and body in _NON_FINITE:
@@ -200,6 +192,9 @@ def _value(raw: object) -> object:
                 return complex(re, im)
     what = f"an object with keys {sorted(map(str, raw))[:3]}" if t is dict else f"a {t.__name__}"
     raise WireError(f"not a plain value: {what}")
+
+
+_COLLECTIONS = {"tuple": tuple, "set": set, "frozenset": frozenset}
 
 
 def _pair(raw: object) -> list[object]:

@@ -112,11 +112,8 @@ def read_agent_summary(workspace: Path) -> AgentSummary | None:
 
 
 def _note(s: AgentSummary) -> str:
-    cut = (
-        f" Only its first {MAX_SUMMARY_BYTES // 1024} KiB of {s.size} bytes are shown."
-        if (s.truncated)
-        else ""
-    )
+    shown = f"{MAX_SUMMARY_BYTES // 1024} KiB of {s.size} bytes"
+    cut = f" Only its first {shown} are shown." if s.truncated else ""
     return (
         "Written by the agent about its own run; the harness did not check it against the "
         f"run's record (the submissions above are the record).{cut}"
