@@ -177,10 +177,10 @@ class ViewerService:
         keys = ("id", "key", "task", "model", "agent", "status", "attempts", "run_status", "error")
         rows = []
         for s in st["slots"][offset : offset + limit]:
-            run_id = self.index.run_id_of(s.get("run_dir"))
+            run_id = self.index.run_id_of(s.run_dir)
             view = self.index.run(run_id) if run_id else None
             info = view.brief() if view is not None else None
-            row = {k: s[k] for k in keys} | {"run_id": run_id, "progress": _progress(info)}
+            row = {k: getattr(s, k) for k in keys} | {"run_id": run_id, "progress": _progress(info)}
             rows.append(row | {k: info[k] if info else None for k in ("best", "submissions")})
         keep = ("name", "counts", "total")
         return {**{k: st[k] for k in keep}, "offset": offset, "slots": rows}

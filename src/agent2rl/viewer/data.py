@@ -23,13 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from agent2rl.errors import UserError
 from agent2rl.grading.ledger import SubmissionStatus
 from agent2rl.run_record import JsonlTail, RunRecord
 from agent2rl.rundir import LIVE_RUN_STATUSES, RunPaths, RunStatus
-from agent2rl.sqlite_store import SQLiteStore
-from agent2rl.study.state import STATE_DB
+from agent2rl.study.state import STATE_DB, SlotRow, StudyReader
+
+T = TypeVar("T")
 
 #: statuses of run.json after which nothing in the run changes
 FINAL_STATUSES = frozenset(RunStatus) - LIVE_RUN_STATUSES
@@ -64,37 +66,25 @@ def _is_budget(error: Any) -> bool:
     return isinstance(error, str) and "token budget" in error
 
 
-def _study_rows(path: Path, sqls: list[str]) -> list[list[dict[str, Any]]]:
-    """The rows of each of ``sqls`` on the study database ``path``, read-only
-    (:meth:`SQLiteStore.reader`) in one read transaction (a consistent snapshot); ``[]`` for
-    a query that fails and for every query when the file is missing or unreadable."""
-    out: list[list[dict[str, Any]]] = [[] for _ in sqls]
-    store = SQLiteStore.reader(path)
-    if store is None:
-        return out
-    with store:
-        try:
-            with store.read() as con:
-                for i, sql in enumerate(sqls):
-                    try:
-                        out[i] = [dict(r) for r in con.execute(sql)]
-                    except sqlite3.Error:
-                        out[i] = []
-        except sqlite3.Error:
-            pass
-    return out
+def _read_study_db(study_dir: Path, read: Callable[[StudyReader], T], empty: T) -> T:
+    """``read`` of the study database of ``study_dir`` (read-only, one snapshot:
+    :class:`~agent2rl.study.state.StudyReader`); ``empty`` when the file is missing or
+    unreadable."""
+    try:
+        with StudyReader(study_dir) as db, db.snapshot():
+            return read(db)
+    except (UserError, sqlite3.Error, ValueError):
+        return empty
 
 
 def study_run_dirs(study_dir: Path) -> list[Path]:
     """The run directories a study's slots name (relative ones under ``study_dir``), in
     slot order; those without a ``run.json`` are left out."""
-    (rows,) = _study_rows(
-        study_dir / STATE_DB,
-        ["SELECT run_dir FROM slots WHERE run_dir IS NOT NULL ORDER BY id"],
-    )
     dirs = []
-    for row in rows:
-        d = Path(row["run_dir"])
+    for slot in _read_study_db(study_dir, StudyReader.slots, []):
+        if slot.run_dir is None:
+            continue
+        d = Path(slot.run_dir)
         d = d if d.is_absolute() else study_dir / d
         if RunPaths(d).run_json.is_file():
             dirs.append(d)
@@ -628,23 +618,12 @@ class RunView:
 
 def read_study(study_dir: Path, *, counts_only: bool = False) -> dict[str, Any]:
     """A study directory's state, read-only: its name, the count of slots per status, their
-    ``total`` and (unless ``counts_only``) the slots (status, attempts, run)."""
-    meta_rows, count_rows, slots = _study_rows(
-        study_dir / STATE_DB,
-        [
-            "SELECT key, value FROM meta WHERE key = 'name'",
-            "SELECT status, COUNT(*) AS n FROM slots GROUP BY status",
-            "SELECT 1 WHERE 0"
-            if counts_only
-            else "SELECT id, key, task, model, agent, driver, mode, repeat, status, attempts,"
-            " run_id, run_dir, run_status, error, updated_at FROM slots ORDER BY id",
-        ],
-    )
-    try:
-        name = json.loads(meta_rows[0]["value"]) if meta_rows else None
-    except ValueError:
-        name = None
-    counts = {r["status"]: r["n"] for r in count_rows}
+    ``total`` and (unless ``counts_only``) the slots (:class:`~agent2rl.study.state.SlotRow`)."""
+
+    def read(db: StudyReader) -> tuple[Any, dict[str, int], list[SlotRow]]:
+        return db.get_meta("name"), db.status_counts(), [] if counts_only else db.slots()
+
+    name, counts, slots = _read_study_db(study_dir, read, (None, {}, []))
     return {
         "name": name or study_dir.name,
         "slots": slots,
