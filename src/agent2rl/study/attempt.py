@@ -87,15 +87,20 @@ def run_attempt(attempt_dir: str) -> dict[str, Any]:
     if result_file.is_file():
         return read_json(result_file)
     run_dir = find_run_dir(request)
-    result = {
-        "run_id": run_dir.name if run_dir else None,
-        "run_dir": str(run_dir) if run_dir else None,
-        "run_status": _status_of(run_dir),
-        "error": f"the run process exited with status {code} without a result "
-        f"(see {adir / CONSOLE})",
-    }
+    error = f"the run process exited with status {code} without a result (see {adir / CONSOLE})"
+    result = run_result(run_dir, settled_status(run_dir), error)
     write_json_atomic(result_file, result)
     return result
+
+
+def run_result(run_dir: Path | None, run_status: str | None, error: str | None) -> dict[str, Any]:
+    """The ``result.json`` of an attempt whose run (None: it made none) was found on disk."""
+    return {
+        "run_id": run_dir.name if run_dir else None,
+        "run_dir": str(run_dir) if run_dir else None,
+        "run_status": run_status,
+        "error": error,
+    }
 
 
 def runs_per_node(resources: dict[str, Any]) -> int:
@@ -150,12 +155,16 @@ def _stop(proc: subprocess.Popen) -> int:
         return kill_group(proc)
 
 
-def _status_of(run_dir: Path | None) -> str | None:
+def settled_status(run_dir: Path | None, *, reported: bool = False) -> str | None:
+    """The final status of ``run_dir`` (``reported``: only once its report is written too);
+    None for no run or one not settled: a run.json left "running"/"preparing" belongs to a
+    run process that died mid-run."""
     if run_dir is None:
         return None
     record = RunRecord(run_dir)
-    # A run.json left "running"/"preparing" belongs to a run process that died mid-run.
-    return record.status() if record.settled() else None
+    if not record.settled() or (reported and not record.paths.metrics_json.is_file()):
+        return None
+    return record.status()
 
 
 def find_run_dir(request: dict[str, Any]) -> Path | None:
@@ -249,18 +258,12 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
         outcome = execute_run(req, console)
     except (KeyboardInterrupt, UserError, Exception) as err:
         run_dir = find_run_dir(request)
-        status = _status_of(run_dir)
+        status = settled_status(run_dir)
         if isinstance(err, KeyboardInterrupt):
-            error = "interrupted: the study was stopped"
-            status = status or RunStatus.INTERRUPTED
-        else:
-            error = f"{type(err).__name__}: {err}"
-        return {
-            "run_id": run_dir.name if run_dir else None,
-            "run_dir": str(run_dir) if run_dir else None,
-            "run_status": status,
-            "error": error,
-        }
+            return run_result(
+                run_dir, status or RunStatus.INTERRUPTED, "interrupted: the study was stopped"
+            )
+        return run_result(run_dir, status, f"{type(err).__name__}: {err}")
     m = outcome.metrics
     return {
         "run_id": outcome.run_dir.name,
@@ -294,12 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = _run(adir, share)
     except KeyboardInterrupt:  # a signal before execute_run started: nothing was created
-        result = {
-            "run_id": None,
-            "run_dir": None,
-            "run_status": RunStatus.INTERRUPTED,
-            "error": None,
-        }
+        result = run_result(None, RunStatus.INTERRUPTED, None)
     write_json_atomic(adir / RESULT, result)
     return 0
 

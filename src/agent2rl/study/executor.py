@@ -70,9 +70,17 @@ from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.orchestration.infra import INFRASTRUCTURE, infrastructure_failure
-from agent2rl.run_record import RunRecord
 from agent2rl.rundir import RunStatus
-from agent2rl.study.attempt import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_dir
+from agent2rl.study.attempt import (
+    REQUEST,
+    RESULT,
+    STARTED,
+    STOP,
+    STOP_GRACE_S,
+    find_run_dir,
+    run_result,
+    settled_status,
+)
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
 from agent2rl.study.state import AttemptStatus, SlotRow, SlotStatus, StudyState
@@ -147,20 +155,15 @@ def _request(
     """``request.json`` of an attempt (see :mod:`agent2rl.study.attempt`). ``resources``
     is what the attempt's node needs to work out how many runs of the study it holds at
     once, and so the run's share of it (:func:`agent2rl.study.attempt.runs_per_node`)."""
-    threads = spec.cpus_per_run
     return {
         "study_dir": str(study_dir),
         "key": slot.key,
         "label": slot.label,
         "queued_at": queued_at,
-        "resources": {
-            "cpus": spec.cpus_per_run,
-            "gpus": gpus,
-            "max_concurrent": max_concurrent,
-        },
+        "resources": {"cpus": spec.cpus_per_run, "gpus": gpus, "max_concurrent": max_concurrent},
         "request": spec.request(slot, study_dir).model_dump(mode="json"),
         # The agent trains on the CPUs its run asked Ray for, not on every core of the node.
-        "agent_env": {"OMP_NUM_THREADS": str(max(1, int(threads)))},
+        "agent_env": {"OMP_NUM_THREADS": str(max(1, int(spec.cpus_per_run)))},
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "env": {k: v for k, v in os.environ.items() if _FORWARD.match(k)},
     }
@@ -246,26 +249,15 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
         result: dict[str, Any] = {}
         if (adir / RESULT).is_file():
             result = read_json(adir / RESULT)
-        elif (adir / "request.json").is_file():
-            run_dir = find_run_dir(read_json(adir / "request.json"))
-            status = _final_status(run_dir)
-            result = {
-                "run_id": run_dir.name if run_dir else None,
-                "run_dir": str(run_dir) if run_dir else None,
-                # A run that never wrote a final status died with the previous driver.
-                "run_status": status or RunStatus.INTERRUPTED,
-                "error": None if status else "the study stopped during this run",
-            }
+        elif (adir / REQUEST).is_file():
+            run_dir = find_run_dir(read_json(adir / REQUEST))
+            status = settled_status(run_dir, reported=True)
+            # A run that never wrote a final status died with the previous driver.
+            error = None if status else "the study stopped during this run"
+            result = run_result(run_dir, status, error)
         result = classify(result)
-        outcome = state.end_attempt(
-            a.slot_id,
-            a.n,
-            run_id=result.get("run_id"),
-            run_dir=result.get("run_dir"),
-            run_status=result.get("run_status") or RunStatus.INTERRUPTED,
-            error=result.get("error"),
-            failure=result.get("failure"),
-        )
+        result["run_status"] = result.get("run_status") or RunStatus.INTERRUPTED
+        outcome = _end(state, a.slot_id, a.n, result)
         if reporter is not None:
             label = state.slot(a.slot_id).slot.label
             reporter.note(f"recovered {label} (attempt {a.n}) from an earlier study run: {outcome}")
@@ -285,12 +277,10 @@ def classify(result: dict[str, Any]) -> dict[str, Any]:
     return result | {"failure": INFRASTRUCTURE, "error": f"infrastructure failure: {why}"}
 
 
-def _final_status(run_dir: Path | None) -> str | None:
-    if run_dir is None:
-        return None
-    record = RunRecord(run_dir)
-    finished_report = record.paths.metrics_json.is_file()
-    return record.status() if record.settled() and finished_report else None
+def _end(state: StudyState, slot_id: int, n: int, result: dict[str, Any]) -> AttemptStatus:
+    """Record attempt ``n``'s end from its ``result`` (as :func:`classify` made it)."""
+    keys = ("run_id", "run_dir", "run_status", "error", "failure")
+    return state.end_attempt(slot_id, n, **{k: result.get(k) for k in keys})
 
 
 class _StopRequested(KeyboardInterrupt):
@@ -434,10 +424,8 @@ def _drive(
         gpus = _gpus_per_run(spec)
         tally.parallel = _parallel(spec, gpus, opts.max_concurrent)
         where = opts.address or os.environ.get("RAY_ADDRESS") or "local Ray"
-        state.set_meta(
-            "last_run",
-            {"began": began, "ray": where, "session": session, "pid": os.getpid()},
-        )
+        last_run = {"began": began, "ray": where, "session": session, "pid": os.getpid()}
+        state.set_meta("last_run", last_run)
         reporter.begin(
             f"{describe(spec, n_slots)}; {len(todo)} to run on {where} "
             f"({spec.cpus_per_run:g} CPU{f', {gpus:g} GPU' if gpus else ''} per run, "
@@ -445,8 +433,7 @@ def _drive(
         )
         remote = ray.remote(_run_attempt_task)
         pending = deque(todo)
-        # Slots whose run failed on its infrastructure wait here (due time, slot) before
-        # they are retried.
+        # Slots to retry wait here (due time, slot) until they are due.
         delayed: list[tuple[float, SlotRow]] = []
         try:
             while pending or inflight or delayed:
@@ -471,11 +458,12 @@ def _drive(
                     result = classify(_result_of(ref, att))
                     outcome, retry = _close(state, att, result, began, opts.retries, tally)
                     reporter.ended(att.view, result, outcome, retry)
-                    if retry and result.get("failure") == INFRASTRUCTURE:
-                        wait = opts.infra_backoff_s * _tries(state, att.row.id, began)
+                    if retry:  # at once, or after a pause when its infrastructure failed
+                        infra = result.get("failure") == INFRASTRUCTURE
+                        wait = (
+                            opts.infra_backoff_s * _tries(state, att.row.id, began) if infra else 0
+                        )
                         delayed.append((time.time() + wait, state.slot(att.row.id)))
-                    elif retry:
-                        pending.append(state.slot(att.row.id))
                     elif outcome != AttemptStatus.FINISHED:
                         failed_keys.append(att.row.key)
                 if hasattr(reporter, "refresh"):
@@ -490,16 +478,11 @@ def _drive(
         ray.shutdown()
     counts = state.counts()
     took = format_duration(time.time() - began)
+    finished = f"{counts[SlotStatus.FINISHED]}/{n_slots} runs finished"
     if stopped:
-        reporter.end(
-            f"stopped after {took}: {counts[SlotStatus.FINISHED]}/{n_slots} runs finished; "
-            f"`agent2rl study run` again resumes"
-        )
+        reporter.end(f"stopped after {took}: {finished}; `agent2rl study run` again resumes")
     else:
-        reporter.end(
-            f"done in {took}: {counts[SlotStatus.FINISHED]}/{n_slots} runs finished, "
-            f"{len(failed_keys)} failed"
-        )
+        reporter.end(f"done in {took}: {finished}, {len(failed_keys)} failed")
     return StudyResult(study_dir, counts, ran, stopped, session, failed_keys)
 
 
@@ -524,7 +507,7 @@ def _submit(
     adir.mkdir(parents=True, exist_ok=True)
     queued_at = time.time()
     request = _request(spec, row.slot, study_dir, queued_at, gpus, max_concurrent)
-    write_json_atomic(adir / "request.json", request)
+    write_json_atomic(adir / REQUEST, request)
     ref = remote.options(
         num_cpus=spec.cpus_per_run,
         num_gpus=gpus,
@@ -563,13 +546,9 @@ def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
     except (ray.exceptions.RayError, OSError) as err:
         if (att.dir / RESULT).is_file():
             return read_json(att.dir / RESULT)
-        run_dir = find_run_dir(read_json(att.dir / "request.json"))
-        return {
-            "run_id": run_dir.name if run_dir else None,
-            "run_dir": str(run_dir) if run_dir else None,
-            "run_status": _final_status(run_dir),
-            "error": f"Ray lost the run: {type(err).__name__}: {str(err).splitlines()[0]}",
-        }
+        run_dir = find_run_dir(read_json(att.dir / REQUEST))
+        error = f"Ray lost the run: {type(err).__name__}: {str(err).splitlines()[0]}"
+        return run_result(run_dir, settled_status(run_dir, reported=True), error)
 
 
 def _close(
@@ -582,15 +561,7 @@ def _close(
 ) -> tuple[str, bool]:
     """Record the attempt's end (``result`` as :func:`classify` made it); returns its
     outcome and whether the slot runs again."""
-    outcome = state.end_attempt(
-        att.row.id,
-        att.n,
-        run_id=result.get("run_id"),
-        run_dir=result.get("run_dir"),
-        run_status=result.get("run_status"),
-        error=result.get("error"),
-        failure=result.get("failure"),
-    )
+    outcome = _end(state, att.row.id, att.n, result)
     tally.running.pop((att.row.id, att.n), None)
     if att.view.started_at is not None:
         tally.durations.append(time.time() - att.view.started_at)
@@ -647,16 +618,11 @@ def _cancel_all(
         result = read_json(att.dir / RESULT) if (att.dir / RESULT).is_file() else {}
         result = classify(result)
         status = result.get("run_status")
-        state.end_attempt(
-            att.row.id,
-            att.n,
-            run_id=result.get("run_id"),
-            run_dir=result.get("run_dir"),
-            # A run that finished while we stopped keeps its result; the rest run again.
-            run_status=status if status else RunStatus.INTERRUPTED,
-            error=result.get("error") or (None if status else "interrupted: the study stopped"),
-            failure=result.get("failure"),
-        )
+        # A run that finished while we stopped keeps its result; the rest run again.
+        if not status:
+            result["run_status"] = RunStatus.INTERRUPTED
+            result["error"] = result.get("error") or "interrupted: the study stopped"
+        _end(state, att.row.id, att.n, result)
         tally.running.pop((att.row.id, att.n), None)
         reporter.note(f"{att.view.label}: {status or 'interrupted'}")
 

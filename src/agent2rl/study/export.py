@@ -33,6 +33,7 @@ Four pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str
     (:func:`~agent2rl.analysis.dashboard.counting.counted`); ``flagged`` counts them either way.
     """
     tasks: dict[str, list[float]] = {}
-    flagged: dict[str, int] = {}
+    flagged: Counter[str] = Counter()
     cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
     stacks: list[str] = []
     for r in runs:
@@ -142,9 +143,7 @@ def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str
         if label not in stacks:
             stacks.append(label)
         tasks.setdefault(r.metrics.task, [])
-        flagged[r.metrics.task] = flagged.get(r.metrics.task, 0)
-        if counts_as_flagged(run_flags(r.metrics)):
-            flagged[r.metrics.task] += 1
+        flagged[r.metrics.task] += counts_as_flagged(run_flags(r.metrics))
         if c is None:
             continue
         tasks[r.metrics.task].append(c.baseline)
@@ -190,13 +189,10 @@ def write_export(runs: list[StudyRun], out: Path, title: str = "Task coverage") 
     )
     for name, rows in tables:
         frame = pd.DataFrame(rows)
-        for suffix in ("csv", "parquet"):
+        for suffix, write in (("csv", frame.to_csv), ("parquet", frame.to_parquet)):
             path = out / f"{name}.{suffix}"
             tmp = path.with_name(f".{path.name}.tmp")
-            if suffix == "csv":
-                frame.to_csv(tmp, index=False)
-            else:
-                frame.to_parquet(tmp, index=False)
+            write(tmp, index=False)
             tmp.replace(path)  # readers never see half a file
             paths[path.name] = path
     svg = out / "task_coverage.svg"

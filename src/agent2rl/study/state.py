@@ -331,25 +331,17 @@ class StudyState(StudyReader):
         then say why."""
         outcome = attempt_outcome(run_status, failure)
         now = time.time()
+        run = (run_id, run_dir, run_status, error)
         with self._db.transaction() as db:
             db.execute(
                 "UPDATE attempts SET status = ?, ended_at = ?, run_id = ?, run_dir = ?,"
                 " run_status = ?, error = ? WHERE slot_id = ? AND n = ?",
-                (outcome, now, run_id, run_dir, run_status, error, slot_id, n),
+                (outcome, now, *run, slot_id, n),
             )
             db.execute(
                 "UPDATE slots SET status = ?, run_id = ?, run_dir = ?, run_status = ?,"
                 " error = ?, updated_at = ? WHERE id = ? AND status != ?",
-                (
-                    SLOT_AFTER[outcome],
-                    run_id,
-                    run_dir,
-                    run_status,
-                    error,
-                    now,
-                    slot_id,
-                    SlotStatus.FINISHED,
-                ),
+                (SLOT_AFTER[outcome], *run, now, slot_id, SlotStatus.FINISHED),
             )
         return outcome
 

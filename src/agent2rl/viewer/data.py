@@ -140,6 +140,12 @@ def tool_calls_of(response: Any) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     if not isinstance(response, dict):
         return calls
+
+    def add(call: dict[str, Any], id_key: str, args_key: str) -> None:
+        calls.append(
+            {"id": call.get(id_key), "name": call.get("name"), "arguments": call.get(args_key)}
+        )
+
     for ch in response.get("choices") or []:
         for c in ((ch or {}).get("message") or {}).get("tool_calls") or []:
             fn = c.get("function") or {}
@@ -148,25 +154,14 @@ def tool_calls_of(response: Any) -> list[dict[str, Any]]:
             )
     for item in response.get("output") or []:
         if isinstance(item, dict) and item.get("type") == "function_call":
-            calls.append(
-                {
-                    "id": item.get("call_id"),
-                    "name": item.get("name"),
-                    "arguments": item.get("arguments"),
-                }
-            )
+            add(item, "call_id", "arguments")
     for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
         if isinstance(block, dict) and block.get("type") == "tool_use":
-            calls.append(
-                {"id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")}
-            )
+            add(block, "id", "input")
     for cand in response.get("candidates") or []:
         for part in ((cand or {}).get("content") or {}).get("parts") or []:
             if isinstance(part, dict) and "functionCall" in part:
-                fc = part["functionCall"]
-                calls.append(
-                    {"id": fc.get("id"), "name": fc.get("name"), "arguments": fc.get("args")}
-                )
+                add(part["functionCall"], "id", "args")
     return calls
 
 
@@ -232,19 +227,14 @@ def _exchange_row(line: dict[str, Any], seq: Any) -> dict[str, Any]:
     line (both carry the proxy's usage record): time, endpoint, status, tokens, cost, error,
     and whether the proxy refused it (the token budget, a model not allowed)."""
     status = line.get("status") or 0
+    usage = ("stream", "latency_s", "input_tokens", "output_tokens", "cost_usd")
     return {
         "kind": "llm",
         "seq": seq,
         "t": line.get("time"),
-        "api": line.get("api"),
-        "endpoint": line.get("endpoint"),
-        "model": line.get("model"),
+        **{k: line.get(k) for k in ("api", "endpoint", "model")},
         "status": status,
-        "stream": line.get("stream"),
-        "latency_s": line.get("latency_s"),
-        "input_tokens": line.get("input_tokens"),
-        "output_tokens": line.get("output_tokens"),
-        "cost_usd": line.get("cost_usd"),
+        **{k: line.get(k) for k in usage},
         "refused": bool(line.get("refused")),
         "error": line.get("error") or (f"HTTP {status}" if status >= 400 else None),
     }
@@ -419,21 +409,13 @@ class RunView:
         subs = led["submissions"]
         snaps = self.snapshots()
         settled = sum(s["status"] != SubmissionStatus.EVALUATING for s in subs)
+        times = ("error", "created_at", "start", "deadline", "ended_at", "budget_s")
         return {
             "run_id": info.get("run_id") or self.root.name,
-            "task": info.get("task"),
-            "agent": info.get("agent"),
-            "model": info.get("model"),
-            "driver": info.get("driver"),
-            "mode": info.get("mode"),
+            **{k: info.get(k) for k in ("task", "agent", "model", "driver", "mode")},
             "status": status,
             "live": live,
-            "error": info.get("error"),
-            "created_at": info.get("created_at"),
-            "start": info.get("start"),
-            "deadline": deadline,
-            "ended_at": info.get("ended_at"),
-            "budget_s": info.get("budget_s"),
+            **{k: info.get(k) for k in times},
             "now": now,
             "time_left_s": max(0.0, deadline - now) if (live and deadline) else None,
             "submissions": len(subs),
@@ -493,10 +475,7 @@ class RunView:
                     "kind": "env",
                     "id": f"env-{s['id']}",
                     "t": s["opened_at"],
-                    "game_id": s["game_id"],
-                    "task_type": s["task_type"],
-                    "steps": s["steps"],
-                    "reward": s["reward"],
+                    **{k: s[k] for k in ("game_id", "task_type", "steps", "reward")},
                     "won": bool(s["won"]),
                     "done": bool(s["done"]),
                     "closed_at": s["closed_at"],
@@ -519,16 +498,8 @@ class RunView:
 
         def add(key: str, t: Any, text: str, error: str | None = None) -> None:
             if isinstance(t, int | float):
-                out.append(
-                    {
-                        "kind": "harness",
-                        "event": key,
-                        "id": f"h-{key}",
-                        "t": t,
-                        "text": text,
-                        "error": error,
-                    }
-                )
+                event = {"kind": "harness", "event": key, "id": f"h-{key}"}
+                out.append(event | {"t": t, "text": text, "error": error})
 
         add(
             "created",

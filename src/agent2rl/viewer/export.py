@@ -98,50 +98,32 @@ def _split_items(items: Iterable[Any]) -> tuple[list[str], list[dict[str, Any]]]
     (echoes of earlier answers) and system messages are left out."""
     users: list[str] = []
     results: list[dict[str, Any]] = []
+
+    def result(call_id: Any, content: str) -> None:
+        results.append({"source_call_id": call_id, "content": content})
+
     for item in items:
         if not isinstance(item, dict):
             continue
         role, kind = item.get("role"), item.get("type")
-        if (
-            role in ("assistant", "model", "system", "developer")
-            or kind
-            in (
-                "function_call",
-                "reasoning",
-                "message",
-            )
-            and role != "user"
-        ):
+        echo = kind in ("function_call", "reasoning", "message") and role != "user"
+        if role in ("assistant", "model", "system", "developer") or echo:
             continue
         if role == "tool":
-            results.append(
-                {"source_call_id": item.get("tool_call_id"), "content": _text(item.get("content"))}
-            )
+            result(item.get("tool_call_id"), _text(item.get("content")))
             continue
         if kind == "function_call_output":
-            results.append(
-                {"source_call_id": item.get("call_id"), "content": _text(item.get("output"))}
-            )
+            result(item.get("call_id"), _text(item.get("output")))
             continue
         content = item.get("content", item.get("parts"))
         if isinstance(content, list):
             texts = []
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    results.append(
-                        {
-                            "source_call_id": block.get("tool_use_id"),
-                            "content": _text(block.get("content")),
-                        }
-                    )
+                    result(block.get("tool_use_id"), _text(block.get("content")))
                 elif isinstance(block, dict) and "functionResponse" in block:
                     fr = block["functionResponse"]
-                    results.append(
-                        {
-                            "source_call_id": fr.get("id") or fr.get("name"),
-                            "content": json.dumps(fr.get("response")),
-                        }
-                    )
+                    result(fr.get("id") or fr.get("name"), json.dumps(fr.get("response")))
                 elif t := _text(block):
                     texts.append(t)
             if texts:
