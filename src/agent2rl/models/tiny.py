@@ -70,14 +70,13 @@ def save_model(dest: Path, tokenizer, seed: int = 0, name: str = "tiny", **overr
     from transformers import LlamaForCausalLM
 
     dest = Path(dest)
-    tok = tokenizer
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(tiny_config(tok, **overrides)).to(torch.float32)
+    model = LlamaForCausalLM(tiny_config(tokenizer, **overrides)).to(torch.float32)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=dest.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
         (tmp / "agent2rl_model.json").write_text(
             json.dumps({"name": name, "version": TINY_VERSION, "seed": seed}) + "\n"
         )

@@ -108,7 +108,12 @@ def runs_per_node(resources: dict[str, Any]) -> int:
     its CPUs over the run's ``cpus``, its GPUs over the run's ``gpus`` (when it asks for
     any), at most ``max_concurrent``. The node's resources are Ray's (this is called in the
     attempt's Ray task); outside Ray, this machine's CPU count and no GPU."""
-    node_cpus, node_gpus = _node_resources()
+    return runs_fitting(*_node_resources(), resources)
+
+
+def runs_fitting(node_cpus: float, node_gpus: float, resources: dict[str, Any]) -> int:
+    """How many runs asking for ``resources`` (as :func:`runs_per_node`) fit at once on
+    ``node_cpus`` CPUs and ``node_gpus`` GPUs (at least 1)."""
     cpus = float(resources.get("cpus") or 1.0)
     gpus = float(resources.get("gpus") or 0.0)
     k = max(1, int(node_cpus // cpus))
@@ -265,11 +270,8 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
             )
         return run_result(run_dir, status, f"{type(err).__name__}: {err}")
     m = outcome.metrics
-    return {
-        "run_id": outcome.run_dir.name,
-        "run_dir": str(outcome.run_dir),
-        "run_status": outcome.status,
-        "error": None if m is not None else "the run's report could not be written",
+    error = None if m is not None else "the run's report could not be written"
+    return run_result(outcome.run_dir, outcome.status, error) | {
         "best": m.best_score if m else None,
         "improvement": m.improvement if m else None,
         "baseline": m.baseline if m else None,

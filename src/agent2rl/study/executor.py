@@ -27,9 +27,6 @@ Ray:
   infrastructure (:mod:`~agent2rl.orchestration.infra`: the provider answered 401/403/5xx, the
   agent's command could not run), after a pause (``infra_backoff_s`` times the retry).
 
-One driver per study directory: ``study run`` holds an exclusive lock on it
-(:func:`study_lock`); a second one is refused with the first one's pid.
-
 SQLite on a shared (network) filesystem: a study directory holds two SQLite databases in
 WAL mode, ``study.db`` (written by the driver alone) and ``results.db`` (each run adds its
 row, from the node it ran on). WAL keeps its index in shared memory, which processes on
@@ -79,6 +76,7 @@ from agent2rl.study.attempt import (
     STOP_GRACE_S,
     find_run_dir,
     run_result,
+    runs_fitting,
     settled_status,
 )
 from agent2rl.study.progress import AttemptView, Reporter, Tally
@@ -200,44 +198,33 @@ def _start_ray(address: str | None) -> str | None:
     return getattr(node, "_session_dir", None)
 
 
-def _reap_ray_session(session_dir: str | None, driver_pid: int | None) -> int:
+def _reap_ray_session(session_dir: str | None, driver_pid: int | None) -> None:
     """Kill what is left of a private local Ray whose study driver was killed (its agents
     outlive it for a while): processes holding files of ``session_dir``. Only a session this
-    study started, and only once its driver is gone. Returns how many were killed."""
+    study started, and only once its driver is gone."""
     if not session_dir or (driver_pid and psutil.pid_exists(driver_pid)):
-        return 0
-    killed = 0
+        return
     for proc in psutil.process_iter():
         try:
             if proc.pid == os.getpid():
                 continue
             uses = any(f.path.startswith(session_dir) for f in proc.open_files())
-            uses = uses or any(session_dir in a for a in proc.cmdline())
-            if uses:
+            if uses or any(session_dir in a for a in proc.cmdline()):
                 proc.kill()
-                killed += 1
         except (psutil.Error, OSError):
             continue
-    return killed
 
 
-def _gpus_per_run(spec: StudySpec) -> float:
-    import ray
-
-    if spec.gpus_per_run != "auto":
-        return float(spec.gpus_per_run)
-    return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
-
-
-def _parallel(spec: StudySpec, gpus: float, cap: int | None) -> int:
-    """How many runs the cluster can hold at once (for the ETA)."""
+def _per_run(spec: StudySpec, cap: int | None) -> tuple[float, int]:
+    """The GPUs a run asks for (``auto``: one when the cluster has GPUs), and how many runs
+    the cluster can hold at once (for the ETA)."""
     import ray
 
     res = ray.cluster_resources()
-    fits = int(res.get("CPU", 1) // spec.cpus_per_run) or 1
-    if gpus > 0:
-        fits = min(fits, int(res.get("GPU", 0) // gpus) or 1)
-    return min(fits, cap) if cap else fits
+    auto = spec.gpus_per_run == "auto"
+    gpus = (1.0 if res.get("GPU", 0) > 0 else 0.0) if auto else float(spec.gpus_per_run)
+    asks = {"cpus": spec.cpus_per_run, "gpus": gpus, "max_concurrent": cap}
+    return gpus, runs_fitting(res.get("CPU", 1), res.get("GPU", 0), asks)
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -377,8 +364,7 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
         write_text_atomic(study_dir / "study.toml", spec_text)
         state.sync_slots(slots)
         keys = {s.key for s in slots}
-        rows = [r for r in state.slots() if r.key in keys]
-        tally = Tally(total=len(rows), budget_s=spec.budget_s, parallel=1)
+        tally = Tally(total=len(keys), budget_s=spec.budget_s, parallel=1)
         reporter: Reporter = reporter_for(tally)
         last = state.get_meta("last_run") or {}
         if (fs := network_filesystem(study_dir)) is not None:
@@ -421,8 +407,7 @@ def _drive(
     failed_keys: list[str] = []
     inflight: dict[Any, _Attempt] = {}
     try:
-        gpus = _gpus_per_run(spec)
-        tally.parallel = _parallel(spec, gpus, opts.max_concurrent)
+        gpus, tally.parallel = _per_run(spec, opts.max_concurrent)
         where = opts.address or os.environ.get("RAY_ADDRESS") or "local Ray"
         last_run = {"began": began, "ray": where, "session": session, "pid": os.getpid()}
         state.set_meta("last_run", last_run)

@@ -1,8 +1,7 @@
 """``agent2rl study export``: a study's runs and submissions as CSV and Parquet.
 
-Four pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs.parquet``,
-``submissions.csv``/``submissions.parquet``, ``main_table.csv``/``main_table.parquet`` and
-``task_coverage.csv``/``task_coverage.parquet``, and one chart, ``task_coverage.svg``:
+Four pandas-friendly tables, each written to ``<dir>/export/`` as ``<name>.csv`` and
+``<name>.parquet``, and one chart, ``task_coverage.svg``:
 
 ``runs``
     one row per counted run (:func:`agent2rl.study.runs.load_runs`): identity (task, model,
@@ -165,9 +164,7 @@ def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str
 
 def export(study_dir: Path, out: Path | None = None) -> dict[str, Path]:
     """Write the four tables and the coverage chart (see the module docstring) and return
-    their paths by name (``runs.csv``, ``runs.parquet``, ``submissions.csv``,
-    ``submissions.parquet``, ``main_table.csv``, ``main_table.parquet``,
-    ``task_coverage.csv``, ``task_coverage.parquet``, ``task_coverage.svg``)."""
+    their paths by file name."""
     runs, _ = load_runs(study_dir)
     out = Path(out) if out else Path(study_dir).expanduser().resolve() / "export"
     return write_export(runs, out, f"Task coverage: {Path(study_dir).expanduser().name}")

@@ -41,6 +41,7 @@ import hashlib
 import json
 import tomllib
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 from typing import Any, Literal
 
@@ -240,16 +241,13 @@ def expand(spec: StudySpec) -> list[RunSlot]:
     from agent2rl.agents.spec import get_agent
 
     slots: list[RunSlot] = []
-    for task in spec.tasks:
-        for model in spec.models:
-            for agent in spec.agents:
-                if get_agent(agent).uses_llm:
-                    cells = [(d, m) for d in spec.drivers_for(agent) for m in spec.modes_for(agent)]
-                else:
-                    cells = [(None, None)]
-                for driver, mode in cells:
-                    for r in range(spec.repeats):
-                        slots.append(RunSlot(task, model, agent, driver, mode, r, spec.seed + r))
+    for task, model, agent in product(spec.tasks, spec.models, spec.agents):
+        if get_agent(agent).uses_llm:
+            cells = list(product(spec.drivers_for(agent), spec.modes_for(agent)))
+        else:
+            cells = [(None, None)]
+        for (driver, mode), r in product(cells, range(spec.repeats)):
+            slots.append(RunSlot(task, model, agent, driver, mode, r, spec.seed + r))
     return slots
 
 

@@ -204,12 +204,8 @@ class StudyReader:
         return next(s for s in self.slots() if s.id == slot_id)
 
     def attempts(self, slot_id: int | None = None) -> list[AttemptRow]:
-        sql = "SELECT * FROM attempts"
-        args: tuple[Any, ...] = ()
-        if slot_id is not None:
-            sql += " WHERE slot_id = ?"
-            args = (slot_id,)
-        rows = self._db.fetchall(sql + " ORDER BY slot_id, n", args)
+        where, args = ("WHERE slot_id = ?", (slot_id,)) if slot_id is not None else ("", ())
+        rows = self._db.fetchall(f"SELECT * FROM attempts {where} ORDER BY slot_id, n", args)
         return [AttemptRow(**{**dict(r), "status": AttemptStatus(r["status"])}) for r in rows]
 
     def open_attempts(self) -> list[AttemptRow]:

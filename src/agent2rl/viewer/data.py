@@ -284,9 +284,9 @@ class RunView:
 
     root: Path
     _memo: _Memo = field(default_factory=_Memo)
-    _transcript: JsonlTail | None = None
-    _usage: JsonlTail | None = None
-    _resources: JsonlTail | None = None
+    _transcript: JsonlTail = field(init=False)
+    _usage: JsonlTail = field(init=False)
+    _resources: JsonlTail = field(init=False)
 
     def __post_init__(self) -> None:
         self.record = RunRecord(self.root)
@@ -330,14 +330,12 @@ class RunView:
 
     def llm(self) -> list[dict[str, Any]]:
         """Every LLM exchange (transcript; the usage file for a run without one)."""
-        assert self._transcript is not None and self._usage is not None
         items = self._transcript.refresh()
         if items or self._transcript.path.exists():
             return items
         return self._usage.refresh()
 
     def exchange(self, index: int) -> dict[str, Any] | None:
-        assert self._transcript is not None
         self._transcript.refresh()
         return self._transcript.line(index)
 
@@ -375,7 +373,6 @@ class RunView:
         return {"sessions": sessions, "steps": env.steps}
 
     def resources(self) -> list[dict[str, Any]]:
-        assert self._resources is not None
         return self._resources.refresh()
 
     # -- what the pages ask
@@ -404,8 +401,6 @@ class RunView:
         live = status not in FINAL_STATUSES
         res = self.resources()
         env = self.env_activity()
-        tokens_in = sum(e.get("input_tokens") or 0 for e in llm)
-        tokens_out = sum(e.get("output_tokens") or 0 for e in llm)
         subs = led["submissions"]
         snaps = self.snapshots()
         settled = sum(s["status"] != SubmissionStatus.EVALUATING for s in subs)
@@ -425,8 +420,8 @@ class RunView:
             "baseline": led["baseline"],
             "llm_calls": len(llm),
             "llm_errors": sum(bool(e.get("error")) for e in llm),
-            "input_tokens": tokens_in,
-            "output_tokens": tokens_out,
+            "input_tokens": sum(e.get("input_tokens") or 0 for e in llm),
+            "output_tokens": sum(e.get("output_tokens") or 0 for e in llm),
             "cost_usd": round(sum(e.get("cost_usd") or 0 for e in llm), 6),
             "env_steps": env["steps"],
             "env_sessions": len(env["sessions"]),
@@ -554,7 +549,6 @@ class RunView:
         if not q:
             return []
         hits: list[str] = []
-        assert self._transcript is not None
         self._transcript.refresh()
         path = self._transcript.path
         if path.exists():
@@ -626,18 +620,15 @@ class Index:
             runs: dict[str, Path] = {}
             studies: dict[str, Path] = {}
 
-            def add_run(d: Path) -> None:
-                runs.setdefault(d.name, d)
-
             def add_study(d: Path) -> None:
                 studies.setdefault(d.name, d)
                 for p in study_run_dirs(d):
-                    add_run(p)
+                    runs.setdefault(p.name, p)
 
             def add(d: Path) -> bool:
                 """List ``d`` if it is a run or a study; whether it was one."""
                 if RunPaths(d).run_json.is_file():
-                    add_run(d)
+                    runs.setdefault(d.name, d)
                 elif (d / STATE_DB).is_file():
                     add_study(d)
                 else:
@@ -646,7 +637,7 @@ class Index:
 
             root = self.root
             if RunPaths(root).run_json.is_file():
-                add_run(root)
+                runs.setdefault(root.name, root)
             if (root / STATE_DB).is_file():
                 add_study(root)
             for d in _subdirs(root):
