@@ -39,8 +39,7 @@ from agent2rl.study.spec import RunSlot, StudySpec
 
 STATE_DB = "study.db"
 
-# FINISHED_RUN_STATUSES: run statuses (run.json) that make a counted result, whatever the
-# agent achieved (one definition, beside RunStatus)
+# FINISHED_RUN_STATUSES (beside RunStatus): the run statuses that make a counted result
 
 
 class SlotStatus(StrEnum):
@@ -115,7 +114,6 @@ class SlotRow(RunSlot):
 
     id: int
     status: SlotStatus
-    """``pending``, ``running``, ``finished`` or ``failed``."""
     attempts: int
     run_id: str | None
     """The counted run (finished), else the last attempt's run, if it made one."""
@@ -134,7 +132,6 @@ class AttemptRow:
     slot_id: int
     n: int
     status: AttemptStatus
-    """An :class:`AttemptStatus`."""
     queued_at: float | None
     started_at: float | None
     ended_at: float | None

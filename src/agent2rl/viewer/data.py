@@ -20,7 +20,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,8 +109,7 @@ class _Memo:
         return value
 
 
-# --------------------------------------------------------------------------------------------
-# LLM exchanges
+# -- LLM exchanges ---------------------------------------------------------------------------
 
 
 def _clip(text: str, n: int = PREVIEW_CHARS) -> str:
@@ -134,59 +133,59 @@ def _strings(value: Any, keys: tuple[str, ...] = ("text", "content", "output", "
     return ""
 
 
-def tool_calls_of(response: Any) -> list[dict[str, Any]]:
-    """The tool calls of an answer in any provider's (non-streamed) shape: ``name`` and
-    ``arguments`` (a JSON string or object) each."""
-    calls: list[dict[str, Any]] = []
+def answer_parts(response: Any) -> Iterator[tuple[str, Any]]:
+    """The pieces of an answer in any provider's (non-streamed) shape, in order, as
+    ``(kind, value)``: ``text`` (a string, maybe empty), ``reasoning`` (the model's own
+    reasoning, a string or None) and ``call`` (a tool call: ``id``, ``name`` and
+    ``arguments``, a JSON string or object)."""
     if not isinstance(response, dict):
-        return calls
+        return
 
-    def add(call: dict[str, Any], id_key: str, args_key: str) -> None:
-        calls.append(
-            {"id": call.get(id_key), "name": call.get("name"), "arguments": call.get(args_key)}
-        )
+    def call(id_: Any, name: Any, arguments: Any) -> tuple[str, Any]:
+        return "call", {"id": id_, "name": name, "arguments": arguments}
 
-    for ch in response.get("choices") or []:
-        for c in ((ch or {}).get("message") or {}).get("tool_calls") or []:
+    for ch in response.get("choices") or []:  # OpenAI Chat Completions
+        msg = (ch or {}).get("message") or {}
+        yield "text", _strings(msg.get("content"))
+        yield "reasoning", msg.get("reasoning_content")
+        for c in msg.get("tool_calls") or []:
             fn = c.get("function") or {}
-            calls.append(
-                {"id": c.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}
-            )
-    for item in response.get("output") or []:
-        if isinstance(item, dict) and item.get("type") == "function_call":
-            add(item, "call_id", "arguments")
-    for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
-        if isinstance(block, dict) and block.get("type") == "tool_use":
-            add(block, "id", "input")
-    for cand in response.get("candidates") or []:
+            yield call(c.get("id"), fn.get("name"), fn.get("arguments"))
+    for item in response.get("output") or []:  # OpenAI Responses
+        if isinstance(item, dict) and item.get("type") == "message":
+            yield "text", _strings(item.get("content"))
+        elif isinstance(item, dict) and item.get("type") == "function_call":
+            yield call(item.get("call_id"), item.get("name"), item.get("arguments"))
+    content = response.get("content")
+    for block in content if isinstance(content, list) else []:  # Anthropic Messages
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind in ("text", "thinking"):
+            yield "text", _strings(block)
+        if kind == "thinking":
+            yield "reasoning", block.get("thinking")
+        elif kind == "tool_use":
+            yield call(block.get("id"), block.get("name"), block.get("input"))
+    for cand in response.get("candidates") or []:  # Gemini
         for part in ((cand or {}).get("content") or {}).get("parts") or []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield "text", part["text"]
             if isinstance(part, dict) and "functionCall" in part:
-                add(part["functionCall"], "id", "args")
-    return calls
+                fc = part["functionCall"]
+                yield call(fc.get("id"), fc.get("name"), fc.get("args"))
+
+
+def tool_calls_of(response: Any) -> list[dict[str, Any]]:
+    """The tool calls of an answer in any provider's (non-streamed) shape
+    (:func:`answer_parts`)."""
+    return [value for kind, value in answer_parts(response) if kind == "call"]
 
 
 def response_text(response: Any) -> str:
     """The text of an answer in any provider's (non-streamed) shape (tool calls left out)."""
     if isinstance(response, str):
         return response
-    if not isinstance(response, dict):
-        return ""
-    parts: list[str] = []
-    for ch in response.get("choices") or []:
-        msg = (ch or {}).get("message") or {}
-        parts.append(_strings(msg.get("content")))
-    for item in response.get("output") or []:
-        if isinstance(item, dict) and item.get("type") == "message":
-            parts.append(_strings(item.get("content")))
-    if isinstance(response.get("content"), list):
-        for block in response["content"]:
-            if isinstance(block, dict) and block.get("type") in ("text", "thinking"):
-                parts.append(_strings(block))
-    for cand in response.get("candidates") or []:
-        for part in ((cand or {}).get("content") or {}).get("parts") or []:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-    if not parts and isinstance(response.get("error"), dict):
+    parts = [value for kind, value in answer_parts(response) if kind == "text"]
+    if not parts and isinstance(response, dict) and isinstance(response.get("error"), dict):
         parts.append(str(response["error"].get("message")))
     return "\n".join(p for p in parts if p)
 
@@ -267,8 +266,7 @@ def summarize_usage_line(line: dict[str, Any]) -> dict[str, Any]:
     return {**_exchange_row(line, None), "input": [], "text": "", "tool_calls": []}
 
 
-# --------------------------------------------------------------------------------------------
-# One run
+# -- one run ---------------------------------------------------------------------------------
 
 #: the submission columns a timeline row shows
 _SUBMISSION_FIELDS = (
@@ -568,17 +566,12 @@ class RunView:
                         hits.append(f"llm-{i}")
                         if len(hits) >= limit:
                             return hits
-        for e in self.timeline():
-            if e["kind"] == "llm":
-                continue
-            text = json.dumps(e, default=str).casefold()
-            if q in text:
-                hits.append(e["id"])
+        events = (e for e in self.timeline() if e["kind"] != "llm")
+        hits += [e["id"] for e in events if q in json.dumps(e, default=str).casefold()]
         return hits[:limit]
 
 
-# --------------------------------------------------------------------------------------------
-# Studies and the directory index
+# -- studies and the directory index ---------------------------------------------------------
 
 
 def read_study(study_dir: Path, *, counts_only: bool = False) -> dict[str, Any]:

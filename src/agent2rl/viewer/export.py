@@ -38,6 +38,7 @@ from agent2rl.rundir import RunPaths
 from agent2rl.study.state import STATE_DB
 from agent2rl.viewer.data import (
     RunView,
+    answer_parts,
     request_items,
     response_text,
     study_run_dirs,
@@ -134,16 +135,7 @@ def _split_items(items: Iterable[Any]) -> tuple[list[str], list[dict[str, Any]]]
 
 
 def _reasoning(response: Any) -> str | None:
-    if not isinstance(response, dict):
-        return None
-    parts = []
-    for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
-        if isinstance(block, dict) and block.get("type") == "thinking":
-            parts.append(block.get("thinking") or "")
-    for ch in response.get("choices") or []:
-        rc = ((ch or {}).get("message") or {}).get("reasoning_content")
-        if isinstance(rc, str):
-            parts.append(rc)
+    parts = [v for kind, v in answer_parts(response) if kind == "reasoning" and isinstance(v, str)]
     return "\n".join(p for p in parts if p) or None
 
 
@@ -255,10 +247,9 @@ def _submission_steps(subs: list[dict[str, Any]], order: int) -> list[_Timed]:
 def _final_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """Token and cost totals over the agent steps (the answered LLM requests)."""
     metrics = [s["metrics"] for s in steps if s["source"] == "agent"]
+    tokens = ("prompt_tokens", "completion_tokens", "cached_tokens")
     return {
-        "total_prompt_tokens": sum(m["prompt_tokens"] for m in metrics),
-        "total_completion_tokens": sum(m["completion_tokens"] for m in metrics),
-        "total_cached_tokens": sum(m["cached_tokens"] for m in metrics),
+        **{f"total_{k}": sum(m[k] for m in metrics) for k in tokens},
         "total_cost_usd": round(sum(m.get("cost_usd") or 0.0 for m in metrics), 6),
         "total_steps": len(steps),
     }
@@ -345,13 +336,6 @@ def export_trajectories(path: Path, out: Path) -> list[Path]:
         f = out / f"{traj['session_id']}.trajectory.json"
         write_json_atomic(f, traj)
         written.append(f)
-    write_json_atomic(
-        out / "index.json",
-        {
-            "format": EXPORT_FORMAT,
-            "version": EXPORT_VERSION,
-            "schema_version": ATIF_VERSION,
-            "trajectories": [f.name for f in written],
-        },
-    )
+    index = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "schema_version": ATIF_VERSION}
+    write_json_atomic(out / "index.json", index | {"trajectories": [f.name for f in written]})
     return written
