@@ -401,74 +401,64 @@ def _drive(
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     # Ctrl-C stops the study even where the shell started us with SIGINT ignored (``cmd &``).
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    began = time.time()
-    ran = 0
+    run = _Driver(spec, state, study_dir, opts, tally, reporter, began=time.time())
     stopped = False
-    failed_keys: list[str] = []
-    inflight: dict[Any, _Attempt] = {}
     try:
-        gpus, tally.parallel = _per_run(spec, opts.max_concurrent)
+        run.gpus, tally.parallel = _per_run(spec, opts.max_concurrent)
         where = opts.address or os.environ.get("RAY_ADDRESS") or "local Ray"
-        last_run = {"began": began, "ray": where, "session": session, "pid": os.getpid()}
+        last_run = {"began": run.began, "ray": where, "session": session, "pid": os.getpid()}
         state.set_meta("last_run", last_run)
         reporter.begin(
             f"{describe(spec, n_slots)}; {len(todo)} to run on {where} "
-            f"({spec.cpus_per_run:g} CPU{f', {gpus:g} GPU' if gpus else ''} per run, "
+            f"({spec.cpus_per_run:g} CPU{f', {run.gpus:g} GPU' if run.gpus else ''} per run, "
             f"{tally.parallel} at once)"
         )
-        remote = ray.remote(_run_attempt_task)
+        run.remote = ray.remote(_run_attempt_task)
         pending = deque(todo)
         # Slots to retry wait here (due time, slot) until they are due.
         delayed: list[tuple[float, SlotRow]] = []
         try:
-            while pending or inflight or delayed:
+            while pending or run.inflight or delayed:
                 now = time.time()
                 pending.extend(row for due, row in delayed if due <= now)
                 delayed = [(due, row) for due, row in delayed if due > now]
-                while pending and len(inflight) < (opts.max_concurrent or len(todo)):
-                    row = pending.popleft()
-                    att = _submit(remote, spec, state, study_dir, row, gpus, opts.max_concurrent)
-                    inflight[att.ref] = att
-                    ran += 1
-                    tally.running[(row.id, att.n)] = att.view
-                    reporter.queued(att.view)
-                if inflight:
-                    ready, _ = ray.wait(list(inflight), num_returns=1, timeout=opts.poll_s)
+                while pending and len(run.inflight) < (opts.max_concurrent or len(todo)):
+                    run.submit(pending.popleft())
+                if run.inflight:
+                    ready, _ = ray.wait(list(run.inflight), num_returns=1, timeout=opts.poll_s)
                 else:  # only delayed retries left
                     ready = []
                     time.sleep(opts.poll_s)
-                _poll_started(state, inflight.values(), reporter)
+                run.poll_started()
                 for ref in ready:
-                    att = inflight.pop(ref)
+                    att = run.inflight.pop(ref)
                     result = classify(_result_of(ref, att))
-                    outcome, retry = _close(state, att, result, began, opts.retries, tally)
+                    outcome, retry = run.close(att, result)
                     reporter.ended(att.view, result, outcome, retry)
                     if retry:  # at once, or after a pause when its infrastructure failed
                         infra = result.get("failure") == INFRASTRUCTURE
-                        wait = (
-                            opts.infra_backoff_s * _tries(state, att.row.id, began) if infra else 0
-                        )
+                        wait = opts.infra_backoff_s * run.tries(att.row.id) if infra else 0
                         delayed.append((time.time() + wait, state.slot(att.row.id)))
                     elif outcome != AttemptStatus.FINISHED:
-                        failed_keys.append(att.row.key)
+                        run.failed_keys.append(att.row.key)
                 if hasattr(reporter, "refresh"):
                     reporter.refresh()  # type: ignore[attr-defined]
         except KeyboardInterrupt:
             stopped = True
             reporter.note("stopping: cancelling the runs in progress (each writes its report)")
-            _cancel_all(state, inflight, reporter, tally)
+            run.cancel_all()
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
         ray.shutdown()
     counts = state.counts()
-    took = format_duration(time.time() - began)
+    took = format_duration(time.time() - run.began)
     finished = f"{counts[SlotStatus.FINISHED]}/{n_slots} runs finished"
     if stopped:
         reporter.end(f"stopped after {took}: {finished}; `agent2rl study run` again resumes")
     else:
-        reporter.end(f"done in {took}: {finished}, {len(failed_keys)} failed")
-    return StudyResult(study_dir, counts, ran, stopped, session, failed_keys)
+        reporter.end(f"done in {took}: {finished}, {len(run.failed_keys)} failed")
+    return StudyResult(study_dir, counts, run.ran, stopped, session, run.failed_keys)
 
 
 def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
@@ -476,49 +466,6 @@ def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
     from agent2rl.study.attempt import run_attempt
 
     return run_attempt(attempt_dir)
-
-
-def _submit(
-    remote: Any,
-    spec: StudySpec,
-    state: StudyState,
-    study_dir: Path,
-    row: SlotRow,
-    gpus: float,
-    max_concurrent: int | None,
-) -> _Attempt:
-    n = state.queue_attempt(row.id)
-    adir = _attempt_dir(study_dir, row.id, n)
-    adir.mkdir(parents=True, exist_ok=True)
-    queued_at = time.time()
-    request = _request(spec, row.slot, study_dir, queued_at, gpus, max_concurrent)
-    write_json_atomic(adir / REQUEST, request)
-    ref = remote.options(
-        num_cpus=spec.cpus_per_run,
-        num_gpus=gpus,
-        max_retries=0,
-        retry_exceptions=False,
-        name=f"agent2rl-{row.slot.label.replace(' ', '-')}",
-    ).remote(str(adir))
-    view = AttemptView(row.id, n, row.slot.label, queued_at)
-    return _Attempt(row, n, adir, view, ref)
-
-
-def _poll_started(state: StudyState, attempts: Any, reporter: Reporter) -> None:
-    """Turn a run process's ``started.json`` into a ``started`` event (once)."""
-    for att in attempts:
-        if att.view.started_at is not None:
-            continue
-        marker = att.dir / STARTED
-        if marker.is_file():
-            try:
-                info = read_json(marker)
-            except (OSError, ValueError):
-                continue
-            att.view.started_at = float(info.get("at") or time.time())
-            att.view.node = info.get("node")
-            state.mark_started(att.row.id, att.n, att.view.started_at, att.view.node)
-            reporter.started(att.view)
 
 
 def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
@@ -536,80 +483,121 @@ def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
         return run_result(run_dir, settled_status(run_dir, reported=True), error)
 
 
-def _close(
-    state: StudyState,
-    att: _Attempt,
-    result: dict[str, Any],
-    began: float,
-    retries: int,
-    tally: Tally,
-) -> tuple[str, bool]:
-    """Record the attempt's end (``result`` as :func:`classify` made it); returns its
-    outcome and whether the slot runs again."""
-    outcome = _end(state, att.row.id, att.n, result)
-    tally.running.pop((att.row.id, att.n), None)
-    if att.view.started_at is not None:
-        tally.durations.append(time.time() - att.view.started_at)
-    if outcome == AttemptStatus.FINISHED:
-        tally.finished += 1
-        return outcome, False
-    # Failures (and runs interrupted by something other than this study) count against
-    # --retries; the first attempt of this call is not a retry.
-    retry = _tries(state, att.row.id, began) <= retries
-    if retry:
-        tally.retries += 1
-    else:
-        tally.failed += 1
-    return outcome, retry
+@dataclass
+class _Driver:
+    """One ``study run`` call's attempts on Ray: those in flight (by Ray reference), and
+    what submitting, ending and cancelling them needs."""
 
+    spec: StudySpec
+    state: StudyState
+    study_dir: Path
+    opts: StudyOptions
+    tally: Tally
+    reporter: Reporter
+    began: float
+    gpus: float = 0.0
+    remote: Any = None
+    inflight: dict[Any, _Attempt] = field(default_factory=dict)
+    ran: int = 0
+    failed_keys: list[str] = field(default_factory=list)
 
-def _tries(state: StudyState, slot_id: int, began: float) -> int:
-    """Attempts of ``slot_id`` in this ``study run`` (since ``began``) that failed or were
-    interrupted by something other than this study."""
-    return sum(
-        1
-        for a in state.attempts(slot_id)
-        if (a.queued_at or 0) >= began
-        and a.status in (AttemptStatus.FAILED, AttemptStatus.INTERRUPTED)
-    )
+    def submit(self, row: SlotRow) -> None:
+        """Queue an attempt of ``row`` as a Ray task."""
+        n = self.state.queue_attempt(row.id)
+        adir = _attempt_dir(self.study_dir, row.id, n)
+        adir.mkdir(parents=True, exist_ok=True)
+        queued_at = time.time()
+        cap = self.opts.max_concurrent
+        request = _request(self.spec, row.slot, self.study_dir, queued_at, self.gpus, cap)
+        write_json_atomic(adir / REQUEST, request)
+        ref = self.remote.options(
+            num_cpus=self.spec.cpus_per_run,
+            num_gpus=self.gpus,
+            max_retries=0,
+            retry_exceptions=False,
+            name=f"agent2rl-{row.slot.label.replace(' ', '-')}",
+        ).remote(str(adir))
+        view = AttemptView(row.id, n, row.slot.label, queued_at)
+        self.inflight[ref] = _Attempt(row, n, adir, view, ref)
+        self.ran += 1
+        self.tally.running[(row.id, n)] = view
+        self.reporter.queued(view)
 
+    def poll_started(self) -> None:
+        """Turn a run process's ``started.json`` into a ``started`` event (once)."""
+        for att in self.inflight.values():
+            marker = att.dir / STARTED
+            if att.view.started_at is not None or not marker.is_file():
+                continue
+            try:
+                info = read_json(marker)
+            except (OSError, ValueError):
+                continue
+            att.view.started_at = float(info.get("at") or time.time())
+            att.view.node = info.get("node")
+            self.state.mark_started(att.row.id, att.n, att.view.started_at, att.view.node)
+            self.reporter.started(att.view)
 
-def _cancel_all(
-    state: StudyState, inflight: dict[Any, _Attempt], reporter: Reporter, tally: Tally
-) -> None:
-    """Stop every attempt and wait (bounded) until each run has written its result: a run
-    process stops its agent and writes its report before it exits. The stop file reaches
-    the attempt wherever it runs; ``ray.cancel`` keeps queued tasks from starting."""
-    import ray
+    def close(self, att: _Attempt, result: dict[str, Any]) -> tuple[str, bool]:
+        """Record the attempt's end (``result`` as :func:`classify` made it); returns its
+        outcome and whether the slot runs again."""
+        outcome = _end(self.state, att.row.id, att.n, result)
+        self.tally.running.pop((att.row.id, att.n), None)
+        if att.view.started_at is not None:
+            self.tally.durations.append(time.time() - att.view.started_at)
+        if outcome == AttemptStatus.FINISHED:
+            self.tally.finished += 1
+            return outcome, False
+        # Failures (and runs interrupted by something other than this study) count against
+        # --retries; the first attempt of this call is not a retry.
+        retry = self.tries(att.row.id) <= self.opts.retries
+        if retry:
+            self.tally.retries += 1
+        else:
+            self.tally.failed += 1
+        return outcome, retry
 
-    for ref, att in inflight.items():
-        write_json_atomic(att.dir / STOP, {"at": time.time()})
-        try:
-            ray.cancel(ref)
-        except Exception:  # already done, or Ray is going away: the wait below still applies
-            pass
-    deadline = time.time() + STOP_GRACE_S + 30
-    waiting = dict(inflight)
-    while waiting and time.time() < deadline:
-        for ref, att in list(waiting.items()):
-            started = (att.dir / STARTED).is_file()
-            if (att.dir / RESULT).is_file() or not started:
+    def tries(self, slot_id: int) -> int:
+        """Attempts of ``slot_id`` in this ``study run`` that failed or were interrupted by
+        something other than this study."""
+        return sum(
+            1
+            for a in self.state.attempts(slot_id)
+            if (a.queued_at or 0) >= self.began
+            and a.status in (AttemptStatus.FAILED, AttemptStatus.INTERRUPTED)
+        )
+
+    def cancel_all(self) -> None:
+        """Stop every attempt and wait (bounded) until each run has written its result: a
+        run process stops its agent and writes its report before it exits. The stop file
+        reaches the attempt wherever it runs; ``ray.cancel`` keeps queued tasks from
+        starting."""
+        import ray
+
+        for ref, att in self.inflight.items():
+            write_json_atomic(att.dir / STOP, {"at": time.time()})
+            try:
+                ray.cancel(ref)
+            except Exception:  # already done, or Ray is going away: the wait below still applies
+                pass
+        deadline = time.time() + STOP_GRACE_S + 30
+        waiting = dict(self.inflight)
+        while waiting and time.time() < deadline:
+            for ref, att in list(waiting.items()):
                 # A queued task that never started made nothing; cancel keeps it from starting.
-                ready, _ = ray.wait([ref], timeout=0)
-                if (att.dir / RESULT).is_file() or ready or not started:
+                if (att.dir / RESULT).is_file() or not (att.dir / STARTED).is_file():
                     del waiting[ref]
-        time.sleep(0.2)
-    for att in inflight.values():
-        result = read_json(att.dir / RESULT) if (att.dir / RESULT).is_file() else {}
-        result = classify(result)
-        status = result.get("run_status")
-        # A run that finished while we stopped keeps its result; the rest run again.
-        if not status:
-            result["run_status"] = RunStatus.INTERRUPTED
-            result["error"] = result.get("error") or "interrupted: the study stopped"
-        _end(state, att.row.id, att.n, result)
-        tally.running.pop((att.row.id, att.n), None)
-        reporter.note(f"{att.view.label}: {status or 'interrupted'}")
+            time.sleep(0.2)
+        for att in self.inflight.values():
+            result = classify(read_json(att.dir / RESULT) if (att.dir / RESULT).is_file() else {})
+            status = result.get("run_status")
+            # A run that finished while we stopped keeps its result; the rest run again.
+            if not status:
+                result["run_status"] = RunStatus.INTERRUPTED
+                result["error"] = result.get("error") or "interrupted: the study stopped"
+            _end(self.state, att.row.id, att.n, result)
+            self.tally.running.pop((att.row.id, att.n), None)
+            self.reporter.note(f"{att.view.label}: {status or 'interrupted'}")
 
 
 __all__ = ["StudyOptions", "StudyResult", "run_study"]

@@ -112,6 +112,10 @@ class _Memo:
 # -- LLM exchanges ---------------------------------------------------------------------------
 
 
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _clip(text: str, n: int = PREVIEW_CHARS) -> str:
     return text if len(text) <= n else text[:n] + f"… (+{len(text) - n} chars)"
 
@@ -247,15 +251,7 @@ def summarize_exchange(line: dict[str, Any]) -> dict[str, Any]:
         "input": new_items(line.get("request")),
         "text": _clip(response_text(line.get("response"))),
         "tool_calls": [
-            {
-                "name": str(c.get("name")),
-                "arguments": _clip(
-                    c["arguments"]
-                    if isinstance(c.get("arguments"), str)
-                    else json.dumps(c.get("arguments")),
-                    300,
-                ),
-            }
+            {"name": str(c.get("name")), "arguments": _clip(_json_text(c.get("arguments")), 300)}
             for c in calls
         ],
     }
