@@ -227,18 +227,17 @@ def _identity(agent_ref: str, driver: str | None) -> tuple[str | None, Any]:
 
 
 # -- the run process -------------------------------------------------------------------------
-class _StopOnce:
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stop_once(signum: int, frame: object) -> None:
     """The first SIGTERM/SIGINT raises ``KeyboardInterrupt``; later ones are ignored, so that
-    the run's cleanup (stop the agent, write the report) is not itself interrupted."""
-
-    def __init__(self) -> None:
-        self.fired = False
-
-    def __call__(self, signum: int, frame: object) -> None:
-        if self.fired:
-            return
-        self.fired = True
-        raise KeyboardInterrupt
+    the run's cleanup (stop the agent, write the report) is not itself interrupted. (A
+    handler that does nothing, not ``SIG_IGN``: the processes the run starts would inherit
+    that.)"""
+    for sig in _SIGNALS:
+        signal.signal(sig, lambda *_: None)
+    raise KeyboardInterrupt
 
 
 def _run(adir: Path, share: int = 1) -> dict[str, Any]:
@@ -287,10 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     share = int(args[1]) if len(args) == 2 else 1
-    stop = _StopOnce()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    for sig in _SIGNALS:
+        signal.signal(sig, _stop_once)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_SIGNALS))
     adir = Path(args[0])
     write_json_atomic(
         adir / STARTED,

@@ -29,15 +29,13 @@ Ray:
 
 SQLite on a shared (network) filesystem: a study directory holds two SQLite databases in
 WAL mode, ``study.db`` (written by the driver alone) and ``results.db`` (each run adds its
-row, from the node it ran on). WAL keeps its index in shared memory, which processes on
-different hosts do not share, so on NFS, CIFS, Lustre and the like, writers or readers on
-two hosts can corrupt either. Hence: read ``study.db`` (``study status``, ``study export``,
+row, from the node it ran on), and WAL is unsafe across hosts (see
+:mod:`agent2rl.sqlite_store`). Hence: read ``study.db`` (``study status``, ``study export``,
 the dashboard) on the driver's host; and on a cluster whose nodes share the directory over
 the network, treat ``results.db`` as a convenience, not the record: nothing the study
-reports reads it (its analysis reads ``study.db`` and the run directories, which are plain
-files written by one process each), and ``agent2rl compare`` over such a directory is best
-run once the study is done. ``study run`` says so when the directory is on such a
-filesystem (:func:`network_filesystem`).
+reports reads it (its analysis reads ``study.db`` and the run directories), and ``agent2rl
+compare`` over such a directory is best run once the study is done. ``study run`` says so
+when the directory is on such a filesystem (:func:`network_filesystem`).
 
 Stopping: Ctrl-C or SIGTERM cancels the running tasks (each run stops its agent and writes
 an ``interrupted`` report), waits for them, records them as interrupted (they run again
@@ -287,14 +285,10 @@ def network_filesystem(path: Path, partitions: list[Any] | None = None) -> str |
     except OSError:
         return None
     path = Path(path).resolve()
-    best: tuple[int, str] | None = None
-    for part in parts:
-        mount = Path(part.mountpoint)
-        if path == mount or mount in path.parents:
-            depth = len(mount.parts)
-            if best is None or depth >= best[0]:
-                best = (depth, part.fstype)
-    return best[1] if best is not None and best[1] in NETWORK_FS else None
+    mounts = [p for p in parts if path == Path(p.mountpoint) or Path(p.mountpoint) in path.parents]
+    # the deepest mount holding ``path`` (the last listed among equally deep ones)
+    best = max(reversed(mounts), key=lambda p: len(Path(p.mountpoint).parts), default=None)
+    return best.fstype if best is not None and best.fstype in NETWORK_FS else None
 
 
 @contextmanager
