@@ -44,6 +44,11 @@ from agent2rl.analysis.dashboard.runset import StudyRun, outcome
 from agent2rl.files import write_text_atomic
 from agent2rl.study.runs import load_runs
 
+#: columns taken as they are: of the runs table from the run's metrics, of the submissions
+#: table from the trajectory's points
+_IDENTITY = ("run_id", "task", "model", "agent", "driver", "mode")
+_SUBMISSION_COLUMNS = ("best_so_far", "status", "is_copy", "duplicate_of", "error", "eval_seconds")
+
 
 def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
     rows = []
@@ -55,17 +60,10 @@ def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
         usage, env = m.llm_usage, m.env_usage
         rows.append(
             {
-                "run_id": m.run_id,
-                "task": m.task,
-                "model": m.model,
-                "agent": m.agent,
-                "driver": m.driver,
-                "mode": m.mode,
+                **{k: getattr(m, k) for k in _IDENTITY},
                 "stack": r.stack.label,
                 "repeat": r.repeat,
-                "status": m.status,
-                "eval_hash": m.eval_hash,
-                "baseline": m.baseline,
+                **{k: getattr(m, k) for k in ("status", "eval_hash", "baseline")},
                 "best": m.best_score,
                 "improvement": m.improvement,
                 "outcome_improvement": o.improvement if o else None,
@@ -112,12 +110,7 @@ def submission_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
                     "t": p.t,
                     "score": p.score,
                     "improvement": gain,
-                    "best_so_far": p.best_so_far,
-                    "status": p.status,
-                    "is_copy": p.is_copy,
-                    "duplicate_of": p.duplicate_of,
-                    "error": p.error,
-                    "eval_seconds": p.eval_seconds,
+                    **{k: getattr(p, k) for k in _SUBMISSION_COLUMNS},
                 }
             )
     return rows

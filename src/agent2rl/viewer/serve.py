@@ -64,6 +64,7 @@ def serve_viewer(
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{bound}"
+    root_dir = str(Path(root).resolve())
     app = create_app(root, token=token)
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=3)
@@ -76,12 +77,7 @@ def serve_viewer(
                 await asyncio.sleep(0.02)
             try:
                 announce.parent.mkdir(parents=True, exist_ok=True)
-                record = {
-                    "url": base,
-                    "root": str(Path(root).resolve()),
-                    "pid": os.getpid(),
-                    "token": token,
-                }
+                record = {"url": base, "root": root_dir, "pid": os.getpid(), "token": token}
                 # The token opens every run: readable by this user alone.
                 write_text_atomic(announce, json.dumps(record, indent=2) + "\n", mode=0o600)
             except OSError:
