@@ -7,9 +7,8 @@ tokens, whole words). We use a Llama config on purpose: a ``qwen2`` model type m
 ids (the saved tokenizer is loaded as it was built: digits stay single tokens).
 
 Version 2 replaced version 1's character-level tokenizer: with it, the reference agent's
-SFT warm-up reached more on arith-lite's validation split in the same time (prompts are a
-third as long in tokens, so steps are cheaper and numbers sit closer to where they are used;
-see ``benchmarks/lite_learning.py`` and docs/figures.md).
+SFT warm-up reached more on arith-lite's validation split in the same time (why:
+:mod:`agent2rl.models.tokenizer`; ``benchmarks/lite_learning.py``, docs/figures.md).
 """
 
 from __future__ import annotations

@@ -148,9 +148,7 @@ def _request(
     gpus: float = 0.0,
     max_concurrent: int | None = None,
 ) -> dict:
-    """``request.json`` of an attempt (see :mod:`agent2rl.study.attempt`). ``resources``
-    is what the attempt's node needs to work out how many runs of the study it holds at
-    once, and so the run's share of it (:func:`agent2rl.study.attempt.runs_per_node`)."""
+    """``request.json`` of an attempt (see :mod:`agent2rl.study.attempt`)."""
     return {
         "study_dir": str(study_dir),
         "key": slot.key,

@@ -128,12 +128,10 @@ def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str
     tasks: dict[str, list[float]] = {}
     flagged: Counter[str] = Counter()
     cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    stacks: list[str] = []
+    stacks = list(dict.fromkeys(r.stack.label for r in runs))
     for r in runs:
         c = counted(r.metrics, raw=raw)
         label = r.stack.label
-        if label not in stacks:
-            stacks.append(label)
         tasks.setdefault(r.metrics.task, [])
         flagged[r.metrics.task] += counts_as_flagged(run_flags(r.metrics))
         if c is None:

@@ -80,15 +80,9 @@ def _read_study_db(study_dir: Path, read: Callable[[StudyReader], T], empty: T) 
 def study_run_dirs(study_dir: Path) -> list[Path]:
     """The run directories a study's slots name (relative ones under ``study_dir``), in
     slot order; those without a ``run.json`` are left out."""
-    dirs = []
-    for slot in _read_study_db(study_dir, StudyReader.slots, []):
-        if slot.run_dir is None:
-            continue
-        d = Path(slot.run_dir)
-        d = d if d.is_absolute() else study_dir / d
-        if RunPaths(d).run_json.is_file():
-            dirs.append(d)
-    return dirs
+    slots = _read_study_db(study_dir, StudyReader.slots, [])
+    dirs = [study_dir / s.run_dir for s in slots if s.run_dir is not None]  # absolute ones stay
+    return [d for d in dirs if RunPaths(d).run_json.is_file()]
 
 
 class _Memo:
@@ -293,13 +287,11 @@ class RunView:
 
     def info(self) -> dict[str, Any]:
         """``run.json`` as a dict (``{}`` when the run has none readable yet)."""
-        path = self.record.paths.run_json
+        return self._memo.get("info", _stamp(self.record.paths.run_json), self._read_info)
 
-        def read() -> dict[str, Any]:
-            info = self.record.info()
-            return dict(vars(info)) if info is not None else {}
-
-        return self._memo.get("info", _stamp(path), read)
+    def _read_info(self) -> dict[str, Any]:
+        info = self.record.info()
+        return dict(vars(info)) if info is not None else {}
 
     def ledger(self) -> dict[str, Any]:
         db = self.record.paths.ledger
@@ -430,12 +422,8 @@ class RunView:
         """Every event of the run in time order: LLM exchanges, code snapshots, submissions
         (with score and the snapshot that produced them), rejected submissions, rollout
         sessions and the harness's own events."""
-        events: list[dict[str, Any]] = []
-        for i, e in enumerate(self.llm()):
-            events.append({**e, "id": f"llm-{i}", "index": i})
-        snaps = self.snapshots()
-        for s in snaps:
-            events.append({**s, "id": f"snap-{s['sha'][:12]}"})
+        events = [{**e, "id": f"llm-{i}", "index": i} for i, e in enumerate(self.llm())]
+        events += [{**s, "id": f"snap-{s['sha'][:12]}"} for s in self.snapshots()]
         led = self.ledger()
         for s in led["submissions"]:
             events.append(
@@ -503,9 +491,7 @@ class RunView:
             f"budget clock started: {info.get('budget_s')} s; caps: {cap_text}"
             f" ({info.get('cap_mechanism') or 'n/a'}); sandbox {info.get('sandbox')}",
         )
-        deadline = info.get("deadline")
-        status = info.get("status")
-        ended = info.get("ended_at")
+        deadline, status, ended = info.get("deadline"), info.get("status"), info.get("ended_at")
         # The deadline is an event once it passed while the run was still going.
         if isinstance(deadline, int | float) and deadline <= time.time():
             if not isinstance(ended, int | float) or ended >= deadline - 1:
@@ -530,7 +516,7 @@ class RunView:
             bad = status not in (RunStatus.COMPLETED, RunStatus.DEADLINE)
             add(
                 "ended",
-                info.get("ended_at"),
+                ended,
                 f"run ended: {status} (agent exit code {info.get('agent_exit_code')})",
                 (info.get("error") or status) if bad else None,
             )
