@@ -22,10 +22,9 @@ Ray:
   what a plain run gets (:func:`~agent2rl.sandbox.limits.machine_caps`: memory, disk bytes
   and inodes, processes), so that together they take no more than one run alone;
 - Ray never retries a run by itself (``max_retries=0``): the study decides, from the run's
-  outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries harness failures up
-  to ``--retries`` times per ``study run``; so are runs whose ``agent_error`` came from their
-  infrastructure (:mod:`~agent2rl.orchestration.infra`: the provider answered 401/403/5xx, the
-  agent's command could not run), after a pause (``infra_backoff_s`` times the retry).
+  outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries failed attempts up to
+  ``--retries`` times per ``study run``, those that failed on their infrastructure
+  (:mod:`~agent2rl.orchestration.infra`) after a pause (``infra_backoff_s`` times the retry).
 
 SQLite on a shared (network) filesystem: a study directory holds two SQLite databases in
 WAL mode, ``study.db`` (written by the driver alone) and ``results.db`` (each run adds its

@@ -5,10 +5,9 @@ layer (:mod:`agent2rl.viewer.data`) opens nothing for writing. Pages are static 
 fetch the API and poll it while a run is live (``/api/run/{id}/summary`` is cheap; the
 timeline is refetched only when the summary's ``version`` changes).
 
-Access: every request must carry the viewer's token, on loopback too (an agent run under
-``--network host`` or ``--sandbox none`` shares the host's loopback, and must not read other
-runs): ``?token=`` (the first page; it is then kept in an HttpOnly cookie), the cookie, or
-``Authorization: Bearer``. A web page elsewhere (DNS rebinding) does not know it either.
+Access: every request must carry the viewer's token, on loopback too (why:
+:mod:`agent2rl.viewer.serve`): ``?token=`` (the first page; it is then kept in an HttpOnly
+cookie), the cookie, or ``Authorization: Bearer``. A web page elsewhere (DNS rebinding) does not know it either.
 """
 
 from __future__ import annotations

@@ -478,11 +478,8 @@ class RunView:
                 event = {"kind": "harness", "event": key, "id": f"h-{key}"}
                 out.append(event | {"t": t, "text": text, "error": error})
 
-        add(
-            "created",
-            info.get("created_at"),
-            f"run created ({info.get('task')}, {info.get('agent')})",
-        )
+        created = f"run created ({info.get('task')}, {info.get('agent')})"
+        add("created", info.get("created_at"), created)
         caps = info.get("caps") or {}
         cap_text = ", ".join(f"{k}={v}" for k, v in caps.items()) if caps else "none"
         add(
@@ -497,29 +494,17 @@ class RunView:
             if not isinstance(ended, int | float) or ended >= deadline - 1:
                 add("deadline", deadline, "deadline reached: the agent is stopped")
         if status in CAP_STATUSES:
-            add(
-                "cap",
-                ended,
-                f"{CAP_STATUSES[status]} cap reached: the agent's processes are killed",
-                info.get("error") or status,
-            )
+            text = f"{CAP_STATUSES[status]} cap reached: the agent's processes are killed"
+            add("cap", ended, text, info.get("error") or status)
         refused = [e for e in self.llm() if e.get("refused") and _is_budget(e.get("error"))]
         if refused:
             more = f" ({len(refused)} requests refused in all)" if len(refused) > 1 else ""
-            add(
-                "token_cap",
-                refused[0].get("t"),
-                f"token cap reached: the metering proxy refuses the agent's requests{more}",
-                refused[0].get("error"),
-            )
+            text = f"token cap reached: the metering proxy refuses the agent's requests{more}"
+            add("token_cap", refused[0].get("t"), text, refused[0].get("error"))
         if status in FINAL_STATUSES:
             bad = status not in (RunStatus.COMPLETED, RunStatus.DEADLINE)
-            add(
-                "ended",
-                ended,
-                f"run ended: {status} (agent exit code {info.get('agent_exit_code')})",
-                (info.get("error") or status) if bad else None,
-            )
+            text = f"run ended: {status} (agent exit code {info.get('agent_exit_code')})"
+            add("ended", ended, text, (info.get("error") or status) if bad else None)
         return out
 
     def search(self, query: str, limit: int = 500) -> list[str]:
