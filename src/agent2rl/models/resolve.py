@@ -11,7 +11,6 @@ from agent2rl.locks import file_lock
 from agent2rl.models.tiny import TINY_VERSION, build_tiny
 from agent2rl.models.weights import model_fingerprint, weights_hash
 
-BUILTINS = ("tiny",)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # What a base model needs; pickle weights and custom code are never fetched.
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]

@@ -7,9 +7,8 @@ tokens, whole words). We use a Llama config on purpose: a ``qwen2`` model type m
 ids (the saved tokenizer is loaded as it was built: digits stay single tokens).
 
 Version 2 replaced version 1's character-level tokenizer: with it, the reference agent's
-SFT warm-up reached more on arith-lite's validation split in the same time (prompts are a
-third as long in tokens, so steps are cheaper and numbers sit closer to where they are used;
-see ``benchmarks/lite_learning.py`` and docs/figures.md).
+SFT warm-up reached more on arith-lite's validation split in the same time (why:
+:mod:`agent2rl.models.tokenizer`; ``benchmarks/lite_learning.py``, docs/figures.md).
 """
 
 from __future__ import annotations
@@ -70,14 +69,13 @@ def save_model(dest: Path, tokenizer, seed: int = 0, name: str = "tiny", **overr
     from transformers import LlamaForCausalLM
 
     dest = Path(dest)
-    tok = tokenizer
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(tiny_config(tok, **overrides)).to(torch.float32)
+    model = LlamaForCausalLM(tiny_config(tokenizer, **overrides)).to(torch.float32)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=dest.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
         (tmp / "agent2rl_model.json").write_text(
             json.dumps({"name": name, "version": TINY_VERSION, "seed": seed}) + "\n"
         )

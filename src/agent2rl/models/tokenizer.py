@@ -49,19 +49,13 @@ _CORPUS_SEED = 7
 # alfworld-lite's vocabulary (agent2rl.tasks.alfworld.generate_lite's floor plans, lowercased
 # as the game prints them) and the sentences its engine writes; held here rather than
 # imported so that the tokenizer does not change when a game generator does.
-_ROOMS = {
-    "kitchen": (
-        ("countertop", "fridge", "microwave", "sinkbasin"),
-        ("apple", "mug", "egg", "potato"),
-    ),
+_ROOMS = {  # each room's receptacles and objects
+    "kitchen": ("countertop fridge microwave sinkbasin", "apple mug egg potato"),
     "bedroom": (
-        ("desk", "sidetable", "shelf", "bed", "drawer", "cabinet"),
-        ("book", "pen", "keychain", "cellphone", "mug", "desklamp"),
+        "desk sidetable shelf bed drawer cabinet",
+        "book pen keychain cellphone mug desklamp",
     ),
-    "bathroom": (
-        ("countertop", "sinkbasin", "toilet", "cabinet"),
-        ("soapbar", "cloth", "spraybottle"),
-    ),
+    "bathroom": ("countertop sinkbasin toilet cabinet", "soapbar cloth spraybottle"),
 }
 _GOALS = (
     "put a {o} in {r}",
@@ -97,7 +91,7 @@ def training_corpus(seed: int = _CORPUS_SEED, n: int = _CORPUS_ITEMS) -> Iterato
 
 def _alfworld_snippet(rng: random.Random) -> str:
     """A few steps of an alfworld-lite transcript in the protocol's layout."""
-    receptacles, objects = rng.choice(list(_ROOMS.values()))
+    receptacles, objects = map(str.split, rng.choice(list(_ROOMS.values())))
     r, r2 = rng.sample(receptacles, 2)
     o = rng.choice(objects)
     n, m = rng.randint(1, 3), rng.randint(1, 3)

@@ -42,25 +42,14 @@ MODEL_FILE_PATTERNS = (
 #: Bytes per element of each safetensors dtype a model can be loaded with (safetensors'
 #: ``Dtype``; the sub-byte float formats are left out: no causal LM here is saved in them).
 DTYPE_SIZES: dict[str, int] = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E5M2": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2FNUZ": 1,
-    "F8_E4M3FNUZ": 1,
-    "F8_E8M0": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-    "C64": 8,
+    dtype: size
+    for size, names in (
+        (1, "BOOL U8 I8 F8_E5M2 F8_E4M3 F8_E5M2FNUZ F8_E4M3FNUZ F8_E8M0"),
+        (2, "I16 U16 F16 BF16"),
+        (4, "I32 U32 F32"),
+        (8, "I64 U64 F64 C64"),
+    )
+    for dtype in names.split()
 }
 #: The header size safetensors itself refuses above (``MAX_HEADER_SIZE``).
 MAX_HEADER_BYTES = 100_000_000

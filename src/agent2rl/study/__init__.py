@@ -1,24 +1,8 @@
 """Studies: many runs of a matrix (tasks x agents x drivers x modes x models x repeats) on Ray.
 
-Modules:
-
-``spec``
-    the study file (TOML) as :class:`StudySpec`, its expansion into :class:`RunSlot`\\ s and
-    the checks made before any run starts.
-``state``
-    ``study.db``: slots and attempts, what makes a study resumable.
-``attempt``
-    one attempt as a process of its own (``python -m agent2rl.study.attempt``), and the Ray
-    task that runs it.
-``executor``
-    :func:`run_study`: the driver (Ray, scheduling, retries, Ctrl-C, the directory's lock,
-    each run's share of its node). An ``agent_error`` run that failed because of its
-    infrastructure (:mod:`agent2rl.orchestration.infra`) is a failed attempt, retried, never
-    counted as a result.
-``progress``
-    the live display on a terminal, one line per event on a pipe.
-``export``
-    the study's runs and submissions as CSV and Parquet.
+``spec`` is the study file, ``state`` its ``study.db`` (what makes a study resumable),
+``attempt`` one attempt as a process of its own, ``executor`` the driver (:func:`run_study`),
+``progress`` its display, ``export`` its runs and submissions as CSV and Parquet.
 
 A study directory is a runs directory (run directories and ``results.db``) plus
 ``study.db``, ``study.toml``, ``study.lock`` and ``attempts/``; the cross-run analysis and

@@ -87,15 +87,20 @@ def run_attempt(attempt_dir: str) -> dict[str, Any]:
     if result_file.is_file():
         return read_json(result_file)
     run_dir = find_run_dir(request)
-    result = {
-        "run_id": run_dir.name if run_dir else None,
-        "run_dir": str(run_dir) if run_dir else None,
-        "run_status": _status_of(run_dir),
-        "error": f"the run process exited with status {code} without a result "
-        f"(see {adir / CONSOLE})",
-    }
+    error = f"the run process exited with status {code} without a result (see {adir / CONSOLE})"
+    result = run_result(run_dir, settled_status(run_dir), error)
     write_json_atomic(result_file, result)
     return result
+
+
+def run_result(run_dir: Path | None, run_status: str | None, error: str | None) -> dict[str, Any]:
+    """The ``result.json`` of an attempt whose run (None: it made none) was found on disk."""
+    return {
+        "run_id": run_dir.name if run_dir else None,
+        "run_dir": str(run_dir) if run_dir else None,
+        "run_status": run_status,
+        "error": error,
+    }
 
 
 def runs_per_node(resources: dict[str, Any]) -> int:
@@ -103,7 +108,12 @@ def runs_per_node(resources: dict[str, Any]) -> int:
     its CPUs over the run's ``cpus``, its GPUs over the run's ``gpus`` (when it asks for
     any), at most ``max_concurrent``. The node's resources are Ray's (this is called in the
     attempt's Ray task); outside Ray, this machine's CPU count and no GPU."""
-    node_cpus, node_gpus = _node_resources()
+    return runs_fitting(*_node_resources(), resources)
+
+
+def runs_fitting(node_cpus: float, node_gpus: float, resources: dict[str, Any]) -> int:
+    """How many runs asking for ``resources`` (as :func:`runs_per_node`) fit at once on
+    ``node_cpus`` CPUs and ``node_gpus`` GPUs (at least 1)."""
     cpus = float(resources.get("cpus") or 1.0)
     gpus = float(resources.get("gpus") or 0.0)
     k = max(1, int(node_cpus // cpus))
@@ -150,12 +160,16 @@ def _stop(proc: subprocess.Popen) -> int:
         return kill_group(proc)
 
 
-def _status_of(run_dir: Path | None) -> str | None:
+def settled_status(run_dir: Path | None, *, reported: bool = False) -> str | None:
+    """The final status of ``run_dir`` (``reported``: only once its report is written too);
+    None for no run or one not settled: a run.json left "running"/"preparing" belongs to a
+    run process that died mid-run."""
     if run_dir is None:
         return None
     record = RunRecord(run_dir)
-    # A run.json left "running"/"preparing" belongs to a run process that died mid-run.
-    return record.status() if record.settled() else None
+    if not record.settled() or (reported and not record.paths.metrics_json.is_file()):
+        return None
+    return record.status()
 
 
 def find_run_dir(request: dict[str, Any]) -> Path | None:
@@ -213,18 +227,17 @@ def _identity(agent_ref: str, driver: str | None) -> tuple[str | None, Any]:
 
 
 # -- the run process -------------------------------------------------------------------------
-class _StopOnce:
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stop_once(signum: int, frame: object) -> None:
     """The first SIGTERM/SIGINT raises ``KeyboardInterrupt``; later ones are ignored, so that
-    the run's cleanup (stop the agent, write the report) is not itself interrupted."""
-
-    def __init__(self) -> None:
-        self.fired = False
-
-    def __call__(self, signum: int, frame: object) -> None:
-        if self.fired:
-            return
-        self.fired = True
-        raise KeyboardInterrupt
+    the run's cleanup (stop the agent, write the report) is not itself interrupted. (A
+    handler that does nothing, not ``SIG_IGN``: the processes the run starts would inherit
+    that.)"""
+    for sig in _SIGNALS:
+        signal.signal(sig, lambda *_: None)
+    raise KeyboardInterrupt
 
 
 def _run(adir: Path, share: int = 1) -> dict[str, Any]:
@@ -249,24 +262,15 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
         outcome = execute_run(req, console)
     except (KeyboardInterrupt, UserError, Exception) as err:
         run_dir = find_run_dir(request)
-        status = _status_of(run_dir)
+        status = settled_status(run_dir)
         if isinstance(err, KeyboardInterrupt):
-            error = "interrupted: the study was stopped"
-            status = status or RunStatus.INTERRUPTED
-        else:
-            error = f"{type(err).__name__}: {err}"
-        return {
-            "run_id": run_dir.name if run_dir else None,
-            "run_dir": str(run_dir) if run_dir else None,
-            "run_status": status,
-            "error": error,
-        }
+            return run_result(
+                run_dir, status or RunStatus.INTERRUPTED, "interrupted: the study was stopped"
+            )
+        return run_result(run_dir, status, f"{type(err).__name__}: {err}")
     m = outcome.metrics
-    return {
-        "run_id": outcome.run_dir.name,
-        "run_dir": str(outcome.run_dir),
-        "run_status": outcome.status,
-        "error": None if m is not None else "the run's report could not be written",
+    error = None if m is not None else "the run's report could not be written"
+    return run_result(outcome.run_dir, outcome.status, error) | {
         "best": m.best_score if m else None,
         "improvement": m.improvement if m else None,
         "baseline": m.baseline if m else None,
@@ -282,10 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     share = int(args[1]) if len(args) == 2 else 1
-    stop = _StopOnce()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    for sig in _SIGNALS:
+        signal.signal(sig, _stop_once)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_SIGNALS))
     adir = Path(args[0])
     write_json_atomic(
         adir / STARTED,
@@ -294,12 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = _run(adir, share)
     except KeyboardInterrupt:  # a signal before execute_run started: nothing was created
-        result = {
-            "run_id": None,
-            "run_dir": None,
-            "run_status": RunStatus.INTERRUPTED,
-            "error": None,
-        }
+        result = run_result(None, RunStatus.INTERRUPTED, None)
     write_json_atomic(adir / RESULT, result)
     return 0
 

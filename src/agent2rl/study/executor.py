@@ -22,25 +22,19 @@ Ray:
   what a plain run gets (:func:`~agent2rl.sandbox.limits.machine_caps`: memory, disk bytes
   and inodes, processes), so that together they take no more than one run alone;
 - Ray never retries a run by itself (``max_retries=0``): the study decides, from the run's
-  outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries harness failures up
-  to ``--retries`` times per ``study run``; so are runs whose ``agent_error`` came from their
-  infrastructure (:mod:`~agent2rl.orchestration.infra`: the provider answered 401/403/5xx, the
-  agent's command could not run), after a pause (``infra_backoff_s`` times the retry).
-
-One driver per study directory: ``study run`` holds an exclusive lock on it
-(:func:`study_lock`); a second one is refused with the first one's pid.
+  outcome (:func:`~agent2rl.study.state.attempt_outcome`), and retries failed attempts up to
+  ``--retries`` times per ``study run``, those that failed on their infrastructure
+  (:mod:`~agent2rl.orchestration.infra`) after a pause (``infra_backoff_s`` times the retry).
 
 SQLite on a shared (network) filesystem: a study directory holds two SQLite databases in
 WAL mode, ``study.db`` (written by the driver alone) and ``results.db`` (each run adds its
-row, from the node it ran on). WAL keeps its index in shared memory, which processes on
-different hosts do not share, so on NFS, CIFS, Lustre and the like, writers or readers on
-two hosts can corrupt either. Hence: read ``study.db`` (``study status``, ``study export``,
+row, from the node it ran on), and WAL is unsafe across hosts (see
+:mod:`agent2rl.sqlite_store`). Hence: read ``study.db`` (``study status``, ``study export``,
 the dashboard) on the driver's host; and on a cluster whose nodes share the directory over
 the network, treat ``results.db`` as a convenience, not the record: nothing the study
-reports reads it (its analysis reads ``study.db`` and the run directories, which are plain
-files written by one process each), and ``agent2rl compare`` over such a directory is best
-run once the study is done. ``study run`` says so when the directory is on such a
-filesystem (:func:`network_filesystem`).
+reports reads it (its analysis reads ``study.db`` and the run directories), and ``agent2rl
+compare`` over such a directory is best run once the study is done. ``study run`` says so
+when the directory is on such a filesystem (:func:`network_filesystem`).
 
 Stopping: Ctrl-C or SIGTERM cancels the running tasks (each run stops its agent and writes
 an ``interrupted`` report), waits for them, records them as interrupted (they run again
@@ -70,9 +64,18 @@ from agent2rl.errors import UserError
 from agent2rl.files import read_json, write_json_atomic, write_text_atomic
 from agent2rl.formatting import format_duration
 from agent2rl.orchestration.infra import INFRASTRUCTURE, infrastructure_failure
-from agent2rl.run_record import RunRecord
 from agent2rl.rundir import RunStatus
-from agent2rl.study.attempt import RESULT, STARTED, STOP, STOP_GRACE_S, find_run_dir
+from agent2rl.study.attempt import (
+    REQUEST,
+    RESULT,
+    STARTED,
+    STOP,
+    STOP_GRACE_S,
+    find_run_dir,
+    run_result,
+    runs_fitting,
+    settled_status,
+)
 from agent2rl.study.progress import AttemptView, Reporter, Tally
 from agent2rl.study.spec import RunSlot, StudySpec, describe, load_study, validate
 from agent2rl.study.state import AttemptStatus, SlotRow, SlotStatus, StudyState
@@ -144,23 +147,16 @@ def _request(
     gpus: float = 0.0,
     max_concurrent: int | None = None,
 ) -> dict:
-    """``request.json`` of an attempt (see :mod:`agent2rl.study.attempt`). ``resources``
-    is what the attempt's node needs to work out how many runs of the study it holds at
-    once, and so the run's share of it (:func:`agent2rl.study.attempt.runs_per_node`)."""
-    threads = spec.cpus_per_run
+    """``request.json`` of an attempt (see :mod:`agent2rl.study.attempt`)."""
     return {
         "study_dir": str(study_dir),
         "key": slot.key,
         "label": slot.label,
         "queued_at": queued_at,
-        "resources": {
-            "cpus": spec.cpus_per_run,
-            "gpus": gpus,
-            "max_concurrent": max_concurrent,
-        },
+        "resources": {"cpus": spec.cpus_per_run, "gpus": gpus, "max_concurrent": max_concurrent},
         "request": spec.request(slot, study_dir).model_dump(mode="json"),
         # The agent trains on the CPUs its run asked Ray for, not on every core of the node.
-        "agent_env": {"OMP_NUM_THREADS": str(max(1, int(threads)))},
+        "agent_env": {"OMP_NUM_THREADS": str(max(1, int(spec.cpus_per_run)))},
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "env": {k: v for k, v in os.environ.items() if _FORWARD.match(k)},
     }
@@ -197,44 +193,33 @@ def _start_ray(address: str | None) -> str | None:
     return getattr(node, "_session_dir", None)
 
 
-def _reap_ray_session(session_dir: str | None, driver_pid: int | None) -> int:
+def _reap_ray_session(session_dir: str | None, driver_pid: int | None) -> None:
     """Kill what is left of a private local Ray whose study driver was killed (its agents
     outlive it for a while): processes holding files of ``session_dir``. Only a session this
-    study started, and only once its driver is gone. Returns how many were killed."""
+    study started, and only once its driver is gone."""
     if not session_dir or (driver_pid and psutil.pid_exists(driver_pid)):
-        return 0
-    killed = 0
+        return
     for proc in psutil.process_iter():
         try:
             if proc.pid == os.getpid():
                 continue
             uses = any(f.path.startswith(session_dir) for f in proc.open_files())
-            uses = uses or any(session_dir in a for a in proc.cmdline())
-            if uses:
+            if uses or any(session_dir in a for a in proc.cmdline()):
                 proc.kill()
-                killed += 1
         except (psutil.Error, OSError):
             continue
-    return killed
 
 
-def _gpus_per_run(spec: StudySpec) -> float:
-    import ray
-
-    if spec.gpus_per_run != "auto":
-        return float(spec.gpus_per_run)
-    return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
-
-
-def _parallel(spec: StudySpec, gpus: float, cap: int | None) -> int:
-    """How many runs the cluster can hold at once (for the ETA)."""
+def _per_run(spec: StudySpec, cap: int | None) -> tuple[float, int]:
+    """The GPUs a run asks for (``auto``: one when the cluster has GPUs), and how many runs
+    the cluster can hold at once (for the ETA)."""
     import ray
 
     res = ray.cluster_resources()
-    fits = int(res.get("CPU", 1) // spec.cpus_per_run) or 1
-    if gpus > 0:
-        fits = min(fits, int(res.get("GPU", 0) // gpus) or 1)
-    return min(fits, cap) if cap else fits
+    auto = spec.gpus_per_run == "auto"
+    gpus = (1.0 if res.get("GPU", 0) > 0 else 0.0) if auto else float(spec.gpus_per_run)
+    asks = {"cpus": spec.cpus_per_run, "gpus": gpus, "max_concurrent": cap}
+    return gpus, runs_fitting(res.get("CPU", 1), res.get("GPU", 0), asks)
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -246,26 +231,15 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
         result: dict[str, Any] = {}
         if (adir / RESULT).is_file():
             result = read_json(adir / RESULT)
-        elif (adir / "request.json").is_file():
-            run_dir = find_run_dir(read_json(adir / "request.json"))
-            status = _final_status(run_dir)
-            result = {
-                "run_id": run_dir.name if run_dir else None,
-                "run_dir": str(run_dir) if run_dir else None,
-                # A run that never wrote a final status died with the previous driver.
-                "run_status": status or RunStatus.INTERRUPTED,
-                "error": None if status else "the study stopped during this run",
-            }
+        elif (adir / REQUEST).is_file():
+            run_dir = find_run_dir(read_json(adir / REQUEST))
+            status = settled_status(run_dir, reported=True)
+            # A run that never wrote a final status died with the previous driver.
+            error = None if status else "the study stopped during this run"
+            result = run_result(run_dir, status, error)
         result = classify(result)
-        outcome = state.end_attempt(
-            a.slot_id,
-            a.n,
-            run_id=result.get("run_id"),
-            run_dir=result.get("run_dir"),
-            run_status=result.get("run_status") or RunStatus.INTERRUPTED,
-            error=result.get("error"),
-            failure=result.get("failure"),
-        )
+        result["run_status"] = result.get("run_status") or RunStatus.INTERRUPTED
+        outcome = _end(state, a.slot_id, a.n, result)
         if reporter is not None:
             label = state.slot(a.slot_id).slot.label
             reporter.note(f"recovered {label} (attempt {a.n}) from an earlier study run: {outcome}")
@@ -285,12 +259,10 @@ def classify(result: dict[str, Any]) -> dict[str, Any]:
     return result | {"failure": INFRASTRUCTURE, "error": f"infrastructure failure: {why}"}
 
 
-def _final_status(run_dir: Path | None) -> str | None:
-    if run_dir is None:
-        return None
-    record = RunRecord(run_dir)
-    finished_report = record.paths.metrics_json.is_file()
-    return record.status() if record.settled() and finished_report else None
+def _end(state: StudyState, slot_id: int, n: int, result: dict[str, Any]) -> AttemptStatus:
+    """Record attempt ``n``'s end from its ``result`` (as :func:`classify` made it)."""
+    keys = ("run_id", "run_dir", "run_status", "error", "failure")
+    return state.end_attempt(slot_id, n, **{k: result.get(k) for k in keys})
 
 
 class _StopRequested(KeyboardInterrupt):
@@ -310,14 +282,10 @@ def network_filesystem(path: Path, partitions: list[Any] | None = None) -> str |
     except OSError:
         return None
     path = Path(path).resolve()
-    best: tuple[int, str] | None = None
-    for part in parts:
-        mount = Path(part.mountpoint)
-        if path == mount or mount in path.parents:
-            depth = len(mount.parts)
-            if best is None or depth >= best[0]:
-                best = (depth, part.fstype)
-    return best[1] if best is not None and best[1] in NETWORK_FS else None
+    mounts = [p for p in parts if path == Path(p.mountpoint) or Path(p.mountpoint) in path.parents]
+    # the deepest mount holding ``path`` (the last listed among equally deep ones)
+    best = max(reversed(mounts), key=lambda p: len(Path(p.mountpoint).parts), default=None)
+    return best.fstype if best is not None and best.fstype in NETWORK_FS else None
 
 
 @contextmanager
@@ -387,8 +355,7 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
         write_text_atomic(study_dir / "study.toml", spec_text)
         state.sync_slots(slots)
         keys = {s.key for s in slots}
-        rows = [r for r in state.slots() if r.key in keys]
-        tally = Tally(total=len(rows), budget_s=spec.budget_s, parallel=1)
+        tally = Tally(total=len(keys), budget_s=spec.budget_s, parallel=1)
         reporter: Reporter = reporter_for(tally)
         last = state.get_meta("last_run") or {}
         if (fs := network_filesystem(study_dir)) is not None:
@@ -425,82 +392,64 @@ def _drive(
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     # Ctrl-C stops the study even where the shell started us with SIGINT ignored (``cmd &``).
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    began = time.time()
-    ran = 0
+    run = _Driver(spec, state, study_dir, opts, tally, reporter, began=time.time())
     stopped = False
-    failed_keys: list[str] = []
-    inflight: dict[Any, _Attempt] = {}
     try:
-        gpus = _gpus_per_run(spec)
-        tally.parallel = _parallel(spec, gpus, opts.max_concurrent)
+        run.gpus, tally.parallel = _per_run(spec, opts.max_concurrent)
         where = opts.address or os.environ.get("RAY_ADDRESS") or "local Ray"
-        state.set_meta(
-            "last_run",
-            {"began": began, "ray": where, "session": session, "pid": os.getpid()},
-        )
+        last_run = {"began": run.began, "ray": where, "session": session, "pid": os.getpid()}
+        state.set_meta("last_run", last_run)
         reporter.begin(
             f"{describe(spec, n_slots)}; {len(todo)} to run on {where} "
-            f"({spec.cpus_per_run:g} CPU{f', {gpus:g} GPU' if gpus else ''} per run, "
+            f"({spec.cpus_per_run:g} CPU{f', {run.gpus:g} GPU' if run.gpus else ''} per run, "
             f"{tally.parallel} at once)"
         )
-        remote = ray.remote(_run_attempt_task)
+        run.remote = ray.remote(_run_attempt_task)
         pending = deque(todo)
-        # Slots whose run failed on its infrastructure wait here (due time, slot) before
-        # they are retried.
+        # Slots to retry wait here (due time, slot) until they are due.
         delayed: list[tuple[float, SlotRow]] = []
         try:
-            while pending or inflight or delayed:
+            while pending or run.inflight or delayed:
                 now = time.time()
                 pending.extend(row for due, row in delayed if due <= now)
                 delayed = [(due, row) for due, row in delayed if due > now]
-                while pending and len(inflight) < (opts.max_concurrent or len(todo)):
-                    row = pending.popleft()
-                    att = _submit(remote, spec, state, study_dir, row, gpus, opts.max_concurrent)
-                    inflight[att.ref] = att
-                    ran += 1
-                    tally.running[(row.id, att.n)] = att.view
-                    reporter.queued(att.view)
-                if inflight:
-                    ready, _ = ray.wait(list(inflight), num_returns=1, timeout=opts.poll_s)
+                while pending and len(run.inflight) < (opts.max_concurrent or len(todo)):
+                    run.submit(pending.popleft())
+                if run.inflight:
+                    ready, _ = ray.wait(list(run.inflight), num_returns=1, timeout=opts.poll_s)
                 else:  # only delayed retries left
                     ready = []
                     time.sleep(opts.poll_s)
-                _poll_started(state, inflight.values(), reporter)
+                run.poll_started()
                 for ref in ready:
-                    att = inflight.pop(ref)
+                    att = run.inflight.pop(ref)
                     result = classify(_result_of(ref, att))
-                    outcome, retry = _close(state, att, result, began, opts.retries, tally)
+                    outcome, retry = run.close(att, result)
                     reporter.ended(att.view, result, outcome, retry)
-                    if retry and result.get("failure") == INFRASTRUCTURE:
-                        wait = opts.infra_backoff_s * _tries(state, att.row.id, began)
+                    if retry:  # at once, or after a pause when its infrastructure failed
+                        infra = result.get("failure") == INFRASTRUCTURE
+                        wait = opts.infra_backoff_s * run.tries(att.row.id) if infra else 0
                         delayed.append((time.time() + wait, state.slot(att.row.id)))
-                    elif retry:
-                        pending.append(state.slot(att.row.id))
                     elif outcome != AttemptStatus.FINISHED:
-                        failed_keys.append(att.row.key)
+                        run.failed_keys.append(att.row.key)
                 if hasattr(reporter, "refresh"):
                     reporter.refresh()  # type: ignore[attr-defined]
         except KeyboardInterrupt:
             stopped = True
             reporter.note("stopping: cancelling the runs in progress (each writes its report)")
-            _cancel_all(state, inflight, reporter, tally)
+            run.cancel_all()
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
         ray.shutdown()
     counts = state.counts()
-    took = format_duration(time.time() - began)
+    took = format_duration(time.time() - run.began)
+    finished = f"{counts[SlotStatus.FINISHED]}/{n_slots} runs finished"
     if stopped:
-        reporter.end(
-            f"stopped after {took}: {counts[SlotStatus.FINISHED]}/{n_slots} runs finished; "
-            f"`agent2rl study run` again resumes"
-        )
+        reporter.end(f"stopped after {took}: {finished}; `agent2rl study run` again resumes")
     else:
-        reporter.end(
-            f"done in {took}: {counts[SlotStatus.FINISHED]}/{n_slots} runs finished, "
-            f"{len(failed_keys)} failed"
-        )
-    return StudyResult(study_dir, counts, ran, stopped, session, failed_keys)
+        reporter.end(f"done in {took}: {finished}, {len(run.failed_keys)} failed")
+    return StudyResult(study_dir, counts, run.ran, stopped, session, run.failed_keys)
 
 
 def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
@@ -508,49 +457,6 @@ def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
     from agent2rl.study.attempt import run_attempt
 
     return run_attempt(attempt_dir)
-
-
-def _submit(
-    remote: Any,
-    spec: StudySpec,
-    state: StudyState,
-    study_dir: Path,
-    row: SlotRow,
-    gpus: float,
-    max_concurrent: int | None,
-) -> _Attempt:
-    n = state.queue_attempt(row.id)
-    adir = _attempt_dir(study_dir, row.id, n)
-    adir.mkdir(parents=True, exist_ok=True)
-    queued_at = time.time()
-    request = _request(spec, row.slot, study_dir, queued_at, gpus, max_concurrent)
-    write_json_atomic(adir / "request.json", request)
-    ref = remote.options(
-        num_cpus=spec.cpus_per_run,
-        num_gpus=gpus,
-        max_retries=0,
-        retry_exceptions=False,
-        name=f"agent2rl-{row.slot.label.replace(' ', '-')}",
-    ).remote(str(adir))
-    view = AttemptView(row.id, n, row.slot.label, queued_at)
-    return _Attempt(row, n, adir, view, ref)
-
-
-def _poll_started(state: StudyState, attempts: Any, reporter: Reporter) -> None:
-    """Turn a run process's ``started.json`` into a ``started`` event (once)."""
-    for att in attempts:
-        if att.view.started_at is not None:
-            continue
-        marker = att.dir / STARTED
-        if marker.is_file():
-            try:
-                info = read_json(marker)
-            except (OSError, ValueError):
-                continue
-            att.view.started_at = float(info.get("at") or time.time())
-            att.view.node = info.get("node")
-            state.mark_started(att.row.id, att.n, att.view.started_at, att.view.node)
-            reporter.started(att.view)
 
 
 def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
@@ -563,102 +469,126 @@ def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
     except (ray.exceptions.RayError, OSError) as err:
         if (att.dir / RESULT).is_file():
             return read_json(att.dir / RESULT)
-        run_dir = find_run_dir(read_json(att.dir / "request.json"))
-        return {
-            "run_id": run_dir.name if run_dir else None,
-            "run_dir": str(run_dir) if run_dir else None,
-            "run_status": _final_status(run_dir),
-            "error": f"Ray lost the run: {type(err).__name__}: {str(err).splitlines()[0]}",
-        }
+        run_dir = find_run_dir(read_json(att.dir / REQUEST))
+        error = f"Ray lost the run: {type(err).__name__}: {str(err).splitlines()[0]}"
+        return run_result(run_dir, settled_status(run_dir, reported=True), error)
 
 
-def _close(
-    state: StudyState,
-    att: _Attempt,
-    result: dict[str, Any],
-    began: float,
-    retries: int,
-    tally: Tally,
-) -> tuple[str, bool]:
-    """Record the attempt's end (``result`` as :func:`classify` made it); returns its
-    outcome and whether the slot runs again."""
-    outcome = state.end_attempt(
-        att.row.id,
-        att.n,
-        run_id=result.get("run_id"),
-        run_dir=result.get("run_dir"),
-        run_status=result.get("run_status"),
-        error=result.get("error"),
-        failure=result.get("failure"),
-    )
-    tally.running.pop((att.row.id, att.n), None)
-    if att.view.started_at is not None:
-        tally.durations.append(time.time() - att.view.started_at)
-    if outcome == AttemptStatus.FINISHED:
-        tally.finished += 1
-        return outcome, False
-    # Failures (and runs interrupted by something other than this study) count against
-    # --retries; the first attempt of this call is not a retry.
-    retry = _tries(state, att.row.id, began) <= retries
-    if retry:
-        tally.retries += 1
-    else:
-        tally.failed += 1
-    return outcome, retry
+@dataclass
+class _Driver:
+    """One ``study run`` call's attempts on Ray: those in flight (by Ray reference), and
+    what submitting, ending and cancelling them needs."""
 
+    spec: StudySpec
+    state: StudyState
+    study_dir: Path
+    opts: StudyOptions
+    tally: Tally
+    reporter: Reporter
+    began: float
+    gpus: float = 0.0
+    remote: Any = None
+    inflight: dict[Any, _Attempt] = field(default_factory=dict)
+    ran: int = 0
+    failed_keys: list[str] = field(default_factory=list)
 
-def _tries(state: StudyState, slot_id: int, began: float) -> int:
-    """Attempts of ``slot_id`` in this ``study run`` (since ``began``) that failed or were
-    interrupted by something other than this study."""
-    return sum(
-        1
-        for a in state.attempts(slot_id)
-        if (a.queued_at or 0) >= began
-        and a.status in (AttemptStatus.FAILED, AttemptStatus.INTERRUPTED)
-    )
+    def submit(self, row: SlotRow) -> None:
+        """Queue an attempt of ``row`` as a Ray task."""
+        n = self.state.queue_attempt(row.id)
+        adir = _attempt_dir(self.study_dir, row.id, n)
+        adir.mkdir(parents=True, exist_ok=True)
+        queued_at = time.time()
+        cap = self.opts.max_concurrent
+        request = _request(self.spec, row.slot, self.study_dir, queued_at, self.gpus, cap)
+        write_json_atomic(adir / REQUEST, request)
+        ref = self.remote.options(
+            num_cpus=self.spec.cpus_per_run,
+            num_gpus=self.gpus,
+            max_retries=0,
+            retry_exceptions=False,
+            name=f"agent2rl-{row.slot.label.replace(' ', '-')}",
+        ).remote(str(adir))
+        view = AttemptView(row.id, n, row.slot.label, queued_at)
+        self.inflight[ref] = _Attempt(row, n, adir, view, ref)
+        self.ran += 1
+        self.tally.running[(row.id, n)] = view
+        self.reporter.queued(view)
 
+    def poll_started(self) -> None:
+        """Turn a run process's ``started.json`` into a ``started`` event (once)."""
+        for att in self.inflight.values():
+            marker = att.dir / STARTED
+            if att.view.started_at is not None or not marker.is_file():
+                continue
+            try:
+                info = read_json(marker)
+            except (OSError, ValueError):
+                continue
+            att.view.started_at = float(info.get("at") or time.time())
+            att.view.node = info.get("node")
+            self.state.mark_started(att.row.id, att.n, att.view.started_at, att.view.node)
+            self.reporter.started(att.view)
 
-def _cancel_all(
-    state: StudyState, inflight: dict[Any, _Attempt], reporter: Reporter, tally: Tally
-) -> None:
-    """Stop every attempt and wait (bounded) until each run has written its result: a run
-    process stops its agent and writes its report before it exits. The stop file reaches
-    the attempt wherever it runs; ``ray.cancel`` keeps queued tasks from starting."""
-    import ray
+    def close(self, att: _Attempt, result: dict[str, Any]) -> tuple[str, bool]:
+        """Record the attempt's end (``result`` as :func:`classify` made it); returns its
+        outcome and whether the slot runs again."""
+        outcome = _end(self.state, att.row.id, att.n, result)
+        self.tally.running.pop((att.row.id, att.n), None)
+        if att.view.started_at is not None:
+            self.tally.durations.append(time.time() - att.view.started_at)
+        if outcome == AttemptStatus.FINISHED:
+            self.tally.finished += 1
+            return outcome, False
+        # Failures (and runs interrupted by something other than this study) count against
+        # --retries; the first attempt of this call is not a retry.
+        retry = self.tries(att.row.id) <= self.opts.retries
+        if retry:
+            self.tally.retries += 1
+        else:
+            self.tally.failed += 1
+        return outcome, retry
 
-    for ref, att in inflight.items():
-        write_json_atomic(att.dir / STOP, {"at": time.time()})
-        try:
-            ray.cancel(ref)
-        except Exception:  # already done, or Ray is going away: the wait below still applies
-            pass
-    deadline = time.time() + STOP_GRACE_S + 30
-    waiting = dict(inflight)
-    while waiting and time.time() < deadline:
-        for ref, att in list(waiting.items()):
-            started = (att.dir / STARTED).is_file()
-            if (att.dir / RESULT).is_file() or not started:
-                # A queued task that never started made nothing; cancel keeps it from starting.
-                ready, _ = ray.wait([ref], timeout=0)
-                if (att.dir / RESULT).is_file() or ready or not started:
-                    del waiting[ref]
-        time.sleep(0.2)
-    for att in inflight.values():
-        result = read_json(att.dir / RESULT) if (att.dir / RESULT).is_file() else {}
-        result = classify(result)
-        status = result.get("run_status")
-        state.end_attempt(
-            att.row.id,
-            att.n,
-            run_id=result.get("run_id"),
-            run_dir=result.get("run_dir"),
-            # A run that finished while we stopped keeps its result; the rest run again.
-            run_status=status if status else RunStatus.INTERRUPTED,
-            error=result.get("error") or (None if status else "interrupted: the study stopped"),
-            failure=result.get("failure"),
+    def tries(self, slot_id: int) -> int:
+        """Attempts of ``slot_id`` in this ``study run`` that failed or were interrupted by
+        something other than this study."""
+        return sum(
+            1
+            for a in self.state.attempts(slot_id)
+            if (a.queued_at or 0) >= self.began
+            and a.status in (AttemptStatus.FAILED, AttemptStatus.INTERRUPTED)
         )
-        tally.running.pop((att.row.id, att.n), None)
-        reporter.note(f"{att.view.label}: {status or 'interrupted'}")
+
+    def cancel_all(self) -> None:
+        """Stop every attempt and wait (bounded) until each run has written its result: a
+        run process stops its agent and writes its report before it exits. The stop file
+        reaches the attempt wherever it runs; ``ray.cancel`` keeps queued tasks from
+        starting."""
+        import ray
+
+        for ref, att in self.inflight.items():
+            write_json_atomic(att.dir / STOP, {"at": time.time()})
+            try:
+                ray.cancel(ref)
+            except Exception:  # already done, or Ray is going away: the wait below still applies
+                pass
+        deadline = time.time() + STOP_GRACE_S + 30
+        waiting = dict(self.inflight)
+        while waiting and time.time() < deadline:
+            for ref, att in list(waiting.items()):
+                # A queued task that never started made nothing; cancel keeps it from starting.
+                if (att.dir / RESULT).is_file() or not (att.dir / STARTED).is_file():
+                    del waiting[ref]
+            time.sleep(0.2)
+        for att in self.inflight.values():
+            result = classify(read_json(att.dir / RESULT) if (att.dir / RESULT).is_file() else {})
+            status = result.get("run_status")
+            # A run that finished while we stopped keeps its result; the rest run again.
+            if not status:
+                result["run_status"] = RunStatus.INTERRUPTED
+                result["error"] = result.get("error") or "interrupted: the study stopped"
+            _end(self.state, att.row.id, att.n, result)
+            self.tally.running.pop((att.row.id, att.n), None)
+            self.reporter.note(f"{att.view.label}: {status or 'interrupted'}")
 
 
 __all__ = ["StudyOptions", "StudyResult", "run_study"]

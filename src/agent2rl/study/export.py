@@ -1,8 +1,7 @@
 """``agent2rl study export``: a study's runs and submissions as CSV and Parquet.
 
-Four pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs.parquet``,
-``submissions.csv``/``submissions.parquet``, ``main_table.csv``/``main_table.parquet`` and
-``task_coverage.csv``/``task_coverage.parquet``, and one chart, ``task_coverage.svg``:
+Four pandas-friendly tables, each written to ``<dir>/export/`` as ``<name>.csv`` and
+``<name>.parquet``, and one chart, ``task_coverage.svg``:
 
 ``runs``
     one row per counted run (:func:`agent2rl.study.runs.load_runs`): identity (task, model,
@@ -33,6 +32,7 @@ Four pandas-friendly tables, written to ``<dir>/export/`` as ``runs.csv``/``runs
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,11 @@ from agent2rl.analysis.dashboard.routes import run_route
 from agent2rl.analysis.dashboard.runset import StudyRun, outcome
 from agent2rl.files import write_text_atomic
 from agent2rl.study.runs import load_runs
+
+#: columns taken as they are: of the runs table from the run's metrics, of the submissions
+#: table from the trajectory's points
+_IDENTITY = ("run_id", "task", "model", "agent", "driver", "mode")
+_SUBMISSION_COLUMNS = ("best_so_far", "status", "is_copy", "duplicate_of", "error", "eval_seconds")
 
 
 def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
@@ -55,17 +60,10 @@ def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
         usage, env = m.llm_usage, m.env_usage
         rows.append(
             {
-                "run_id": m.run_id,
-                "task": m.task,
-                "model": m.model,
-                "agent": m.agent,
-                "driver": m.driver,
-                "mode": m.mode,
+                **{k: getattr(m, k) for k in _IDENTITY},
                 "stack": r.stack.label,
                 "repeat": r.repeat,
-                "status": m.status,
-                "eval_hash": m.eval_hash,
-                "baseline": m.baseline,
+                **{k: getattr(m, k) for k in ("status", "eval_hash", "baseline")},
                 "best": m.best_score,
                 "improvement": m.improvement,
                 "outcome_improvement": o.improvement if o else None,
@@ -112,12 +110,7 @@ def submission_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
                     "t": p.t,
                     "score": p.score,
                     "improvement": gain,
-                    "best_so_far": p.best_so_far,
-                    "status": p.status,
-                    "is_copy": p.is_copy,
-                    "duplicate_of": p.duplicate_of,
-                    "error": p.error,
-                    "eval_seconds": p.eval_seconds,
+                    **{k: getattr(p, k) for k in _SUBMISSION_COLUMNS},
                 }
             )
     return rows
@@ -133,18 +126,14 @@ def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str
     (:func:`~agent2rl.analysis.dashboard.counting.counted`); ``flagged`` counts them either way.
     """
     tasks: dict[str, list[float]] = {}
-    flagged: dict[str, int] = {}
+    flagged: Counter[str] = Counter()
     cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    stacks: list[str] = []
+    stacks = list(dict.fromkeys(r.stack.label for r in runs))
     for r in runs:
         c = counted(r.metrics, raw=raw)
         label = r.stack.label
-        if label not in stacks:
-            stacks.append(label)
         tasks.setdefault(r.metrics.task, [])
-        flagged[r.metrics.task] = flagged.get(r.metrics.task, 0)
-        if counts_as_flagged(run_flags(r.metrics)):
-            flagged[r.metrics.task] += 1
+        flagged[r.metrics.task] += counts_as_flagged(run_flags(r.metrics))
         if c is None:
             continue
         tasks[r.metrics.task].append(c.baseline)
@@ -166,9 +155,7 @@ def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str
 
 def export(study_dir: Path, out: Path | None = None) -> dict[str, Path]:
     """Write the four tables and the coverage chart (see the module docstring) and return
-    their paths by name (``runs.csv``, ``runs.parquet``, ``submissions.csv``,
-    ``submissions.parquet``, ``main_table.csv``, ``main_table.parquet``,
-    ``task_coverage.csv``, ``task_coverage.parquet``, ``task_coverage.svg``)."""
+    their paths by file name."""
     runs, _ = load_runs(study_dir)
     out = Path(out) if out else Path(study_dir).expanduser().resolve() / "export"
     return write_export(runs, out, f"Task coverage: {Path(study_dir).expanduser().name}")
@@ -190,13 +177,10 @@ def write_export(runs: list[StudyRun], out: Path, title: str = "Task coverage") 
     )
     for name, rows in tables:
         frame = pd.DataFrame(rows)
-        for suffix in ("csv", "parquet"):
+        for suffix, write in (("csv", frame.to_csv), ("parquet", frame.to_parquet)):
             path = out / f"{name}.{suffix}"
             tmp = path.with_name(f".{path.name}.tmp")
-            if suffix == "csv":
-                frame.to_csv(tmp, index=False)
-            else:
-                frame.to_parquet(tmp, index=False)
+            write(tmp, index=False)
             tmp.replace(path)  # readers never see half a file
             paths[path.name] = path
     svg = out / "task_coverage.svg"

@@ -111,13 +111,16 @@ class LineReporter:
         self.tally = tally
         self.console = console or Console(highlight=False, soft_wrap=True)
 
+    def note(self, text: str) -> None:
+        self.console.print(f"study: {text}", markup=False, highlight=False, soft_wrap=True)
+
+    begin = end = note
+
     def _line(self, text: str) -> None:
         t = self.tally
-        counts = f"[{t.finished} done, {len(t.running)} running, {t.failed} failed / {t.total}]"
-        self.console.print(f"study: {text} {counts}", markup=False, highlight=False, soft_wrap=True)
-
-    def begin(self, headline: str) -> None:
-        self.console.print(f"study: {headline}", markup=False, highlight=False, soft_wrap=True)
+        self.note(
+            f"{text} [{t.finished} done, {len(t.running)} running, {t.failed} failed / {t.total}]"
+        )
 
     def queued(self, a: AttemptView) -> None:
         self._line(f"queued {a.label} (attempt {a.n})")
@@ -129,12 +132,6 @@ class LineReporter:
     def ended(self, a: AttemptView, result: dict[str, Any], outcome: str, retry: bool) -> None:
         again = ", will retry" if retry else ""
         self._line(f"ended {a.label}: {_result_text(result, outcome)}{again}")
-
-    def note(self, text: str) -> None:
-        self.console.print(f"study: {text}", markup=False, highlight=False, soft_wrap=True)
-
-    def end(self, headline: str) -> None:
-        self.console.print(f"study: {headline}", markup=False, highlight=False, soft_wrap=True)
 
 
 class LiveReporter:
@@ -180,11 +177,10 @@ class LiveReporter:
         self.console.print(f"[bold]study[/] {headline}", highlight=False)
         self._live.start()
 
-    def queued(self, a: AttemptView) -> None:
-        self.refresh()
-
     def started(self, a: AttemptView) -> None:
         self.refresh()
+
+    queued = started
 
     def ended(self, a: AttemptView, result: dict[str, Any], outcome: str, retry: bool) -> None:
         style = {AttemptStatus.FINISHED: "green", AttemptStatus.INTERRUPTED: "yellow"}.get(

@@ -8,6 +8,7 @@ not analysed, so a resumed study never counts a slot twice. A plain runs directo
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from agent2rl.analysis.dashboard.evidence import load_run, load_runs_dir
@@ -60,9 +61,7 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
         else:
             runs.append(run)
     spec = meta.get("spec") or {}
-    counts: dict[str, int] = {}
-    for s in slots:
-        counts[s.status] = counts.get(s.status, 0) + 1
+    counts = Counter(s.status for s in slots)
     budget = (meta.get("run_settings") or {}).get("budget_s")
     interrupted = sum(a.status == AttemptStatus.INTERRUPTED for a in attempts)
     failed = sum(a.status == AttemptStatus.FAILED for a in attempts)
@@ -78,10 +77,7 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
         ("repeats", str(spec.get("repeats"))),
         ("budget", format_duration(budget) if budget else "-"),
         ("slots", ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))),
-        (
-            "attempts",
-            f"{len(attempts)} ({interrupted} interrupted, {failed} failed)",
-        ),
+        ("attempts", f"{len(attempts)} ({interrupted} interrupted, {failed} failed)"),
         ("runs shown", f"{len(runs)} (one per finished slot)"),
     ]
     notes = []
@@ -89,7 +85,7 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
         notes.append(
             f"{missing} finished run(s) have no readable report/metrics.json and are left out."
         )
-    unfinished = len(slots) - counts.get(SlotStatus.FINISHED, 0)
+    unfinished = len(slots) - counts[SlotStatus.FINISHED]
     if unfinished:
         notes.append(f"{unfinished} slot(s) not finished yet: `agent2rl study run` resumes them.")
     return runs, Overview(f"agent2rl study: {meta.get('name')}", lines, notes)

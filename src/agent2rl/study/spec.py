@@ -41,6 +41,7 @@ import hashlib
 import json
 import tomllib
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 from typing import Any, Literal
 
@@ -95,8 +96,8 @@ class StudySpec(BaseModel):
         """The drivers an LLM agent runs with: its ``agent_cells`` entry's, else the study's
         (``[None]``: the agent's default driver)."""
         cells = self.agent_cells.get(agent)
-        drivers = cells.drivers if cells is not None and cells.drivers is not None else None
-        return list(drivers if drivers is not None else self.drivers) or [None]
+        drivers = cells.drivers if cells is not None and cells.drivers is not None else self.drivers
+        return list(drivers) or [None]
 
     def modes_for(self, agent: str) -> list[str]:
         """The modes an LLM agent runs in: its ``agent_cells`` entry's, else the study's."""
@@ -240,16 +241,13 @@ def expand(spec: StudySpec) -> list[RunSlot]:
     from agent2rl.agents.spec import get_agent
 
     slots: list[RunSlot] = []
-    for task in spec.tasks:
-        for model in spec.models:
-            for agent in spec.agents:
-                if get_agent(agent).uses_llm:
-                    cells = [(d, m) for d in spec.drivers_for(agent) for m in spec.modes_for(agent)]
-                else:
-                    cells = [(None, None)]
-                for driver, mode in cells:
-                    for r in range(spec.repeats):
-                        slots.append(RunSlot(task, model, agent, driver, mode, r, spec.seed + r))
+    for task, model, agent in product(spec.tasks, spec.models, spec.agents):
+        if get_agent(agent).uses_llm:
+            cells = list(product(spec.drivers_for(agent), spec.modes_for(agent)))
+        else:
+            cells = [(None, None)]
+        for (driver, mode), r in product(cells, range(spec.repeats)):
+            slots.append(RunSlot(task, model, agent, driver, mode, r, spec.seed + r))
     return slots
 
 
@@ -269,18 +267,13 @@ def validate(spec: StudySpec) -> list[RunSlot]:
         values = getattr(spec, key)
         if len(set(values)) != len(values):
             raise UserError(f"study {spec.name}: {key} lists a value twice: {values}")
-    unknown = set(spec.task_options) - set(spec.tasks)
-    if unknown:
-        raise UserError(
-            f"study {spec.name}: task_options for {sorted(unknown)}, which are not in tasks"
-        )
+    for key, listed in (("task_options", "tasks"), ("agent_cells", "agents")):
+        if unknown := set(getattr(spec, key)) - set(getattr(spec, listed)):
+            raise UserError(
+                f"study {spec.name}: {key} for {sorted(unknown)}, which are not in {listed}"
+            )
     for task in spec.tasks:
         get_task(task, spec.options_for(task))
-    unknown = set(spec.agent_cells) - set(spec.agents)
-    if unknown:
-        raise UserError(
-            f"study {spec.name}: agent_cells for {sorted(unknown)}, which are not in agents"
-        )
     for mode in {*spec.modes, *(m for c in spec.agent_cells.values() for m in c.modes or [])}:
         get_mode(mode)
     for agent in spec.agents:

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import closing
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from agent2rl.errors import UserError
 from agent2rl.rundir import FINISHED_RUN_STATUSES, RunStatus
@@ -39,8 +39,7 @@ from agent2rl.study.spec import RunSlot, StudySpec
 
 STATE_DB = "study.db"
 
-# FINISHED_RUN_STATUSES: run statuses (run.json) that make a counted result, whatever the
-# agent achieved (one definition, beside RunStatus)
+# FINISHED_RUN_STATUSES (beside RunStatus): the run statuses that make a counted result
 
 
 class SlotStatus(StrEnum):
@@ -109,20 +108,12 @@ def attempt_outcome(run_status: str | None, failure: str | None = None) -> Attem
 
 
 @dataclass(frozen=True)
-class SlotRow:
-    """One slot as the database holds it."""
+class SlotRow(RunSlot):
+    """One slot as the database holds it: its :class:`RunSlot` (whose ``key`` is the row's)
+    and its state."""
 
     id: int
-    key: str
-    task: str
-    model: str
-    agent: str
-    driver: str | None
-    mode: str | None
-    repeat: int
-    seed: int
     status: SlotStatus
-    """``pending``, ``running``, ``finished`` or ``failed``."""
     attempts: int
     run_id: str | None
     """The counted run (finished), else the last attempt's run, if it made one."""
@@ -132,9 +123,8 @@ class SlotRow:
 
     @property
     def slot(self) -> RunSlot:
-        return RunSlot(
-            self.task, self.model, self.agent, self.driver, self.mode, self.repeat, self.seed
-        )
+        """The row's run slot (the row is one)."""
+        return self
 
 
 @dataclass(frozen=True)
@@ -142,7 +132,6 @@ class AttemptRow:
     slot_id: int
     n: int
     status: AttemptStatus
-    """An :class:`AttemptStatus`."""
     queued_at: float | None
     started_at: float | None
     ended_at: float | None
@@ -161,8 +150,84 @@ def is_study_dir(path: Path) -> bool:
     return state_path(path).is_file()
 
 
-class StudyState:
-    """The state database of one study directory (created on first open for writing).
+def _not_a_study(study_dir: Path) -> UserError:
+    return UserError(
+        f"{study_dir} is not a study directory (no {STATE_DB}): "
+        "pass the --out of `agent2rl study run`"
+    )
+
+
+class StudyReader:
+    """The state database of one study directory, opened only to read
+    (:meth:`SQLiteStore.reader <agent2rl.sqlite_store.SQLiteStore.reader>`): no file is
+    created, no schema or migration runs and no write lock is taken, so a live driver is
+    never blocked (``study status``, ``study export``, the viewer). Raises
+    :class:`UserError` when ``study_dir`` is not a study directory. :class:`StudyState`, the
+    driver's writer, reads through the same methods.
+    """
+
+    def __init__(self, study_dir: Path) -> None:
+        store = SQLiteStore.reader(state_path(study_dir))
+        if store is None:
+            raise _not_a_study(study_dir)
+        self.path = store.path
+        self._db = store
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def snapshot(self) -> AbstractContextManager[Any]:
+        """A read transaction: the reads inside it see one state of the database."""
+        return self._db.read()
+
+    def get_meta(self, key: str) -> Any:
+        row = self._db.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
+        return json.loads(row["value"]) if row else None
+
+    def slots(self) -> list[SlotRow]:
+        rows = self._db.fetchall(
+            "SELECT id, task, model, agent, driver, mode, repeat, seed, status, attempts,"
+            " run_id, run_dir, run_status, error FROM slots ORDER BY id"
+        )
+        return [SlotRow(**{**dict(r), "status": SlotStatus(r["status"])}) for r in rows]
+
+    def slot(self, slot_id: int) -> SlotRow:
+        return next(s for s in self.slots() if s.id == slot_id)
+
+    def attempts(self, slot_id: int | None = None) -> list[AttemptRow]:
+        where, args = ("WHERE slot_id = ?", (slot_id,)) if slot_id is not None else ("", ())
+        rows = self._db.fetchall(f"SELECT * FROM attempts {where} ORDER BY slot_id, n", args)
+        return [AttemptRow(**{**dict(r), "status": AttemptStatus(r["status"])}) for r in rows]
+
+    def open_attempts(self) -> list[AttemptRow]:
+        """Attempts a previous driver left ``queued`` or ``running`` (it was killed)."""
+        return [
+            a for a in self.attempts() if a.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING)
+        ]
+
+    def status_counts(self) -> dict[str, int]:
+        """Slots per status, the statuses that have slots only."""
+        rows = self._db.fetchall("SELECT status, COUNT(*) AS n FROM slots GROUP BY status")
+        return {row["status"]: row["n"] for row in rows}
+
+    def counts(self) -> dict[str, int]:
+        """Slots per status (every status present, zero when none)."""
+        return dict.fromkeys(list(SlotStatus), 0) | self.status_counts()
+
+    def finished_runs(self) -> list[SlotRow]:
+        """The counted runs: one per finished slot, in slot order."""
+        return [s for s in self.slots() if s.status == SlotStatus.FINISHED and s.run_dir]
+
+
+class StudyState(StudyReader):
+    """The state database of one study directory, for its driver (created on first open
+    for writing).
 
     Every write is one short transaction, so a study killed at any moment leaves the
     database as of its last completed write. Safe to share between threads (one connection
@@ -170,29 +235,12 @@ class StudyState:
     """
 
     def __init__(self, study_dir: Path, *, create: bool = False) -> None:
-        path = state_path(study_dir)
-        if not create and not path.is_file():
-            raise UserError(
-                f"{study_dir} is not a study directory (no {STATE_DB}): "
-                "pass the --out of `agent2rl study run`"
-            )
-        self.path = path
-        self._db = SQLiteStore(path, schema=SCHEMA)
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> StudyState:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        if not create and not is_study_dir(study_dir):
+            raise _not_a_study(study_dir)
+        self.path = state_path(study_dir)
+        self._db = SQLiteStore(self.path, schema=SCHEMA)
 
     # -- meta ----------------------------------------------------------------------------
-    def get_meta(self, key: str) -> Any:
-        row = self._db.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
-        return json.loads(row["value"]) if row else None
-
     def set_meta(self, key: str, value: Any) -> None:
         self._db.write(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
@@ -232,31 +280,6 @@ class StudyState:
                     " seed, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (s.key, s.task, s.model, s.agent, s.driver, s.mode, s.repeat, s.seed, now),
                 )
-
-    def slots(self) -> list[SlotRow]:
-        rows = self._db.fetchall(
-            "SELECT id, key, task, model, agent, driver, mode, repeat, seed, status, attempts,"
-            " run_id, run_dir, run_status, error FROM slots ORDER BY id"
-        )
-        return [SlotRow(**{**dict(r), "status": SlotStatus(r["status"])}) for r in rows]
-
-    def slot(self, slot_id: int) -> SlotRow:
-        return next(s for s in self.slots() if s.id == slot_id)
-
-    def attempts(self, slot_id: int | None = None) -> list[AttemptRow]:
-        sql = "SELECT * FROM attempts"
-        args: tuple[Any, ...] = ()
-        if slot_id is not None:
-            sql += " WHERE slot_id = ?"
-            args = (slot_id,)
-        rows = self._db.fetchall(sql + " ORDER BY slot_id, n", args)
-        return [AttemptRow(**{**dict(r), "status": AttemptStatus(r["status"])}) for r in rows]
-
-    def open_attempts(self) -> list[AttemptRow]:
-        """Attempts a previous driver left ``queued`` or ``running`` (it was killed)."""
-        return [
-            a for a in self.attempts() if a.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING)
-        ]
 
     # -- attempts ------------------------------------------------------------------------
     def queue_attempt(self, slot_id: int) -> int:
@@ -301,25 +324,17 @@ class StudyState:
         then say why."""
         outcome = attempt_outcome(run_status, failure)
         now = time.time()
+        run = (run_id, run_dir, run_status, error)
         with self._db.transaction() as db:
             db.execute(
                 "UPDATE attempts SET status = ?, ended_at = ?, run_id = ?, run_dir = ?,"
                 " run_status = ?, error = ? WHERE slot_id = ? AND n = ?",
-                (outcome, now, run_id, run_dir, run_status, error, slot_id, n),
+                (outcome, now, *run, slot_id, n),
             )
             db.execute(
                 "UPDATE slots SET status = ?, run_id = ?, run_dir = ?, run_status = ?,"
                 " error = ?, updated_at = ? WHERE id = ? AND status != ?",
-                (
-                    SLOT_AFTER[outcome],
-                    run_id,
-                    run_dir,
-                    run_status,
-                    error,
-                    now,
-                    slot_id,
-                    SlotStatus.FINISHED,
-                ),
+                (SLOT_AFTER[outcome], *run, now, slot_id, SlotStatus.FINISHED),
             )
         return outcome
 
@@ -331,24 +346,13 @@ class StudyState:
         )
         return int(row[0]) if row else 0
 
-    def counts(self) -> dict[str, int]:
-        """Slots per status (every status present, zero when none)."""
-        out = dict.fromkeys(list(SlotStatus), 0)
-        for row in self._db.fetchall("SELECT status, COUNT(*) AS n FROM slots GROUP BY status"):
-            out[row["status"]] = row["n"]
-        return out
-
-    def finished_runs(self) -> list[SlotRow]:
-        """The counted runs: one per finished slot, in slot order."""
-        return [s for s in self.slots() if s.status == SlotStatus.FINISHED and s.run_dir]
-
 
 def read_state(study_dir: Path) -> tuple[dict[str, Any], list[SlotRow], list[AttemptRow]]:
     """Meta, slots and attempts of a study directory, read once (for status and export).
     Raises :class:`UserError` when ``study_dir`` is not a study directory."""
-    with closing(StudyState(study_dir)) as state, state._db.read():  # one snapshot
-        meta = {k: state.get_meta(k) for k in ("name", "spec", "run_settings", "last_run")}
-        return meta, state.slots(), state.attempts()
+    with StudyReader(study_dir) as db, db.snapshot():
+        meta = {k: db.get_meta(k) for k in ("name", "spec", "run_settings", "last_run")}
+        return meta, db.slots(), db.attempts()
 
 
 __all__ = [
@@ -356,6 +360,7 @@ __all__ = [
     "STATE_DB",
     "AttemptRow",
     "SlotRow",
+    "StudyReader",
     "StudyState",
     "attempt_outcome",
     "is_study_dir",

@@ -5,10 +5,9 @@ layer (:mod:`agent2rl.viewer.data`) opens nothing for writing. Pages are static 
 fetch the API and poll it while a run is live (``/api/run/{id}/summary`` is cheap; the
 timeline is refetched only when the summary's ``version`` changes).
 
-Access: every request must carry the viewer's token, on loopback too (an agent run under
-``--network host`` or ``--sandbox none`` shares the host's loopback, and must not read other
-runs): ``?token=`` (the first page; it is then kept in an HttpOnly cookie), the cookie, or
-``Authorization: Bearer``. A web page elsewhere (DNS rebinding) does not know it either.
+Access: every request must carry the viewer's token, on loopback too (why:
+:mod:`agent2rl.viewer.serve`): ``?token=`` (the first page; it is then kept in an HttpOnly
+cookie), the cookie, or ``Authorization: Bearer``. A web page elsewhere (DNS rebinding) does not know it either.
 """
 
 from __future__ import annotations
@@ -177,10 +176,10 @@ class ViewerService:
         keys = ("id", "key", "task", "model", "agent", "status", "attempts", "run_status", "error")
         rows = []
         for s in st["slots"][offset : offset + limit]:
-            run_id = self.index.run_id_of(s.get("run_dir"))
+            run_id = self.index.run_id_of(s.run_dir)
             view = self.index.run(run_id) if run_id else None
             info = view.brief() if view is not None else None
-            row = {k: s[k] for k in keys} | {"run_id": run_id, "progress": _progress(info)}
+            row = {k: getattr(s, k) for k in keys} | {"run_id": run_id, "progress": _progress(info)}
             rows.append(row | {k: info[k] if info else None for k in ("best", "submissions")})
         keep = ("name", "counts", "total")
         return {**{k: st[k] for k in keep}, "offset": offset, "slots": rows}

@@ -20,16 +20,18 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from agent2rl.errors import UserError
 from agent2rl.grading.ledger import SubmissionStatus
 from agent2rl.run_record import JsonlTail, RunRecord
 from agent2rl.rundir import LIVE_RUN_STATUSES, RunPaths, RunStatus
-from agent2rl.sqlite_store import SQLiteStore
-from agent2rl.study.state import STATE_DB
+from agent2rl.study.state import STATE_DB, SlotRow, StudyReader
+
+T = TypeVar("T")
 
 #: statuses of run.json after which nothing in the run changes
 FINAL_STATUSES = frozenset(RunStatus) - LIVE_RUN_STATUSES
@@ -64,41 +66,23 @@ def _is_budget(error: Any) -> bool:
     return isinstance(error, str) and "token budget" in error
 
 
-def _study_rows(path: Path, sqls: list[str]) -> list[list[dict[str, Any]]]:
-    """The rows of each of ``sqls`` on the study database ``path``, read-only
-    (:meth:`SQLiteStore.reader`) in one read transaction (a consistent snapshot); ``[]`` for
-    a query that fails and for every query when the file is missing or unreadable."""
-    out: list[list[dict[str, Any]]] = [[] for _ in sqls]
-    store = SQLiteStore.reader(path)
-    if store is None:
-        return out
-    with store:
-        try:
-            with store.read() as con:
-                for i, sql in enumerate(sqls):
-                    try:
-                        out[i] = [dict(r) for r in con.execute(sql)]
-                    except sqlite3.Error:
-                        out[i] = []
-        except sqlite3.Error:
-            pass
-    return out
+def _read_study_db(study_dir: Path, read: Callable[[StudyReader], T], empty: T) -> T:
+    """``read`` of the study database of ``study_dir`` (read-only, one snapshot:
+    :class:`~agent2rl.study.state.StudyReader`); ``empty`` when the file is missing or
+    unreadable."""
+    try:
+        with StudyReader(study_dir) as db, db.snapshot():
+            return read(db)
+    except (UserError, sqlite3.Error, ValueError):
+        return empty
 
 
 def study_run_dirs(study_dir: Path) -> list[Path]:
     """The run directories a study's slots name (relative ones under ``study_dir``), in
     slot order; those without a ``run.json`` are left out."""
-    (rows,) = _study_rows(
-        study_dir / STATE_DB,
-        ["SELECT run_dir FROM slots WHERE run_dir IS NOT NULL ORDER BY id"],
-    )
-    dirs = []
-    for row in rows:
-        d = Path(row["run_dir"])
-        d = d if d.is_absolute() else study_dir / d
-        if RunPaths(d).run_json.is_file():
-            dirs.append(d)
-    return dirs
+    slots = _read_study_db(study_dir, StudyReader.slots, [])
+    dirs = [study_dir / s.run_dir for s in slots if s.run_dir is not None]  # absolute ones stay
+    return [d for d in dirs if RunPaths(d).run_json.is_file()]
 
 
 class _Memo:
@@ -119,8 +103,11 @@ class _Memo:
         return value
 
 
-# --------------------------------------------------------------------------------------------
-# LLM exchanges
+# -- LLM exchanges ---------------------------------------------------------------------------
+
+
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _clip(text: str, n: int = PREVIEW_CHARS) -> str:
@@ -144,64 +131,59 @@ def _strings(value: Any, keys: tuple[str, ...] = ("text", "content", "output", "
     return ""
 
 
-def tool_calls_of(response: Any) -> list[dict[str, Any]]:
-    """The tool calls of an answer in any provider's (non-streamed) shape: ``name`` and
-    ``arguments`` (a JSON string or object) each."""
-    calls: list[dict[str, Any]] = []
+def answer_parts(response: Any) -> Iterator[tuple[str, Any]]:
+    """The pieces of an answer in any provider's (non-streamed) shape, in order, as
+    ``(kind, value)``: ``text`` (a string, maybe empty), ``reasoning`` (the model's own
+    reasoning, a string or None) and ``call`` (a tool call: ``id``, ``name`` and
+    ``arguments``, a JSON string or object)."""
     if not isinstance(response, dict):
-        return calls
-    for ch in response.get("choices") or []:
-        for c in ((ch or {}).get("message") or {}).get("tool_calls") or []:
+        return
+
+    def call(id_: Any, name: Any, arguments: Any) -> tuple[str, Any]:
+        return "call", {"id": id_, "name": name, "arguments": arguments}
+
+    for ch in response.get("choices") or []:  # OpenAI Chat Completions
+        msg = (ch or {}).get("message") or {}
+        yield "text", _strings(msg.get("content"))
+        yield "reasoning", msg.get("reasoning_content")
+        for c in msg.get("tool_calls") or []:
             fn = c.get("function") or {}
-            calls.append(
-                {"id": c.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}
-            )
-    for item in response.get("output") or []:
-        if isinstance(item, dict) and item.get("type") == "function_call":
-            calls.append(
-                {
-                    "id": item.get("call_id"),
-                    "name": item.get("name"),
-                    "arguments": item.get("arguments"),
-                }
-            )
-    for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
-        if isinstance(block, dict) and block.get("type") == "tool_use":
-            calls.append(
-                {"id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")}
-            )
-    for cand in response.get("candidates") or []:
+            yield call(c.get("id"), fn.get("name"), fn.get("arguments"))
+    for item in response.get("output") or []:  # OpenAI Responses
+        if isinstance(item, dict) and item.get("type") == "message":
+            yield "text", _strings(item.get("content"))
+        elif isinstance(item, dict) and item.get("type") == "function_call":
+            yield call(item.get("call_id"), item.get("name"), item.get("arguments"))
+    content = response.get("content")
+    for block in content if isinstance(content, list) else []:  # Anthropic Messages
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind in ("text", "thinking"):
+            yield "text", _strings(block)
+        if kind == "thinking":
+            yield "reasoning", block.get("thinking")
+        elif kind == "tool_use":
+            yield call(block.get("id"), block.get("name"), block.get("input"))
+    for cand in response.get("candidates") or []:  # Gemini
         for part in ((cand or {}).get("content") or {}).get("parts") or []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield "text", part["text"]
             if isinstance(part, dict) and "functionCall" in part:
                 fc = part["functionCall"]
-                calls.append(
-                    {"id": fc.get("id"), "name": fc.get("name"), "arguments": fc.get("args")}
-                )
-    return calls
+                yield call(fc.get("id"), fc.get("name"), fc.get("args"))
+
+
+def tool_calls_of(response: Any) -> list[dict[str, Any]]:
+    """The tool calls of an answer in any provider's (non-streamed) shape
+    (:func:`answer_parts`)."""
+    return [value for kind, value in answer_parts(response) if kind == "call"]
 
 
 def response_text(response: Any) -> str:
     """The text of an answer in any provider's (non-streamed) shape (tool calls left out)."""
     if isinstance(response, str):
         return response
-    if not isinstance(response, dict):
-        return ""
-    parts: list[str] = []
-    for ch in response.get("choices") or []:
-        msg = (ch or {}).get("message") or {}
-        parts.append(_strings(msg.get("content")))
-    for item in response.get("output") or []:
-        if isinstance(item, dict) and item.get("type") == "message":
-            parts.append(_strings(item.get("content")))
-    if isinstance(response.get("content"), list):
-        for block in response["content"]:
-            if isinstance(block, dict) and block.get("type") in ("text", "thinking"):
-                parts.append(_strings(block))
-    for cand in response.get("candidates") or []:
-        for part in ((cand or {}).get("content") or {}).get("parts") or []:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-    if not parts and isinstance(response.get("error"), dict):
+    parts = [value for kind, value in answer_parts(response) if kind == "text"]
+    if not parts and isinstance(response, dict) and isinstance(response.get("error"), dict):
         parts.append(str(response["error"].get("message")))
     return "\n".join(p for p in parts if p)
 
@@ -242,19 +224,14 @@ def _exchange_row(line: dict[str, Any], seq: Any) -> dict[str, Any]:
     line (both carry the proxy's usage record): time, endpoint, status, tokens, cost, error,
     and whether the proxy refused it (the token budget, a model not allowed)."""
     status = line.get("status") or 0
+    usage = ("stream", "latency_s", "input_tokens", "output_tokens", "cost_usd")
     return {
         "kind": "llm",
         "seq": seq,
         "t": line.get("time"),
-        "api": line.get("api"),
-        "endpoint": line.get("endpoint"),
-        "model": line.get("model"),
+        **{k: line.get(k) for k in ("api", "endpoint", "model")},
         "status": status,
-        "stream": line.get("stream"),
-        "latency_s": line.get("latency_s"),
-        "input_tokens": line.get("input_tokens"),
-        "output_tokens": line.get("output_tokens"),
-        "cost_usd": line.get("cost_usd"),
+        **{k: line.get(k) for k in usage},
         "refused": bool(line.get("refused")),
         "error": line.get("error") or (f"HTTP {status}" if status >= 400 else None),
     }
@@ -268,15 +245,7 @@ def summarize_exchange(line: dict[str, Any]) -> dict[str, Any]:
         "input": new_items(line.get("request")),
         "text": _clip(response_text(line.get("response"))),
         "tool_calls": [
-            {
-                "name": str(c.get("name")),
-                "arguments": _clip(
-                    c["arguments"]
-                    if isinstance(c.get("arguments"), str)
-                    else json.dumps(c.get("arguments")),
-                    300,
-                ),
-            }
+            {"name": str(c.get("name")), "arguments": _clip(_json_text(c.get("arguments")), 300)}
             for c in calls
         ],
     }
@@ -287,8 +256,7 @@ def summarize_usage_line(line: dict[str, Any]) -> dict[str, Any]:
     return {**_exchange_row(line, None), "input": [], "text": "", "tool_calls": []}
 
 
-# --------------------------------------------------------------------------------------------
-# One run
+# -- one run ---------------------------------------------------------------------------------
 
 #: the submission columns a timeline row shows
 _SUBMISSION_FIELDS = (
@@ -304,9 +272,9 @@ class RunView:
 
     root: Path
     _memo: _Memo = field(default_factory=_Memo)
-    _transcript: JsonlTail | None = None
-    _usage: JsonlTail | None = None
-    _resources: JsonlTail | None = None
+    _transcript: JsonlTail = field(init=False)
+    _usage: JsonlTail = field(init=False)
+    _resources: JsonlTail = field(init=False)
 
     def __post_init__(self) -> None:
         self.record = RunRecord(self.root)
@@ -319,13 +287,11 @@ class RunView:
 
     def info(self) -> dict[str, Any]:
         """``run.json`` as a dict (``{}`` when the run has none readable yet)."""
-        path = self.record.paths.run_json
+        return self._memo.get("info", _stamp(self.record.paths.run_json), self._read_info)
 
-        def read() -> dict[str, Any]:
-            info = self.record.info()
-            return dict(vars(info)) if info is not None else {}
-
-        return self._memo.get("info", _stamp(path), read)
+    def _read_info(self) -> dict[str, Any]:
+        info = self.record.info()
+        return dict(vars(info)) if info is not None else {}
 
     def ledger(self) -> dict[str, Any]:
         db = self.record.paths.ledger
@@ -350,14 +316,12 @@ class RunView:
 
     def llm(self) -> list[dict[str, Any]]:
         """Every LLM exchange (transcript; the usage file for a run without one)."""
-        assert self._transcript is not None and self._usage is not None
         items = self._transcript.refresh()
         if items or self._transcript.path.exists():
             return items
         return self._usage.refresh()
 
     def exchange(self, index: int) -> dict[str, Any] | None:
-        assert self._transcript is not None
         self._transcript.refresh()
         return self._transcript.line(index)
 
@@ -395,7 +359,6 @@ class RunView:
         return {"sessions": sessions, "steps": env.steps}
 
     def resources(self) -> list[dict[str, Any]]:
-        assert self._resources is not None
         return self._resources.refresh()
 
     # -- what the pages ask
@@ -424,26 +387,16 @@ class RunView:
         live = status not in FINAL_STATUSES
         res = self.resources()
         env = self.env_activity()
-        tokens_in = sum(e.get("input_tokens") or 0 for e in llm)
-        tokens_out = sum(e.get("output_tokens") or 0 for e in llm)
         subs = led["submissions"]
         snaps = self.snapshots()
         settled = sum(s["status"] != SubmissionStatus.EVALUATING for s in subs)
+        times = ("error", "created_at", "start", "deadline", "ended_at", "budget_s")
         return {
             "run_id": info.get("run_id") or self.root.name,
-            "task": info.get("task"),
-            "agent": info.get("agent"),
-            "model": info.get("model"),
-            "driver": info.get("driver"),
-            "mode": info.get("mode"),
+            **{k: info.get(k) for k in ("task", "agent", "model", "driver", "mode")},
             "status": status,
             "live": live,
-            "error": info.get("error"),
-            "created_at": info.get("created_at"),
-            "start": info.get("start"),
-            "deadline": deadline,
-            "ended_at": info.get("ended_at"),
-            "budget_s": info.get("budget_s"),
+            **{k: info.get(k) for k in times},
             "now": now,
             "time_left_s": max(0.0, deadline - now) if (live and deadline) else None,
             "submissions": len(subs),
@@ -453,8 +406,8 @@ class RunView:
             "baseline": led["baseline"],
             "llm_calls": len(llm),
             "llm_errors": sum(bool(e.get("error")) for e in llm),
-            "input_tokens": tokens_in,
-            "output_tokens": tokens_out,
+            "input_tokens": sum(e.get("input_tokens") or 0 for e in llm),
+            "output_tokens": sum(e.get("output_tokens") or 0 for e in llm),
             "cost_usd": round(sum(e.get("cost_usd") or 0 for e in llm), 6),
             "env_steps": env["steps"],
             "env_sessions": len(env["sessions"]),
@@ -469,12 +422,8 @@ class RunView:
         """Every event of the run in time order: LLM exchanges, code snapshots, submissions
         (with score and the snapshot that produced them), rejected submissions, rollout
         sessions and the harness's own events."""
-        events: list[dict[str, Any]] = []
-        for i, e in enumerate(self.llm()):
-            events.append({**e, "id": f"llm-{i}", "index": i})
-        snaps = self.snapshots()
-        for s in snaps:
-            events.append({**s, "id": f"snap-{s['sha'][:12]}"})
+        events = [{**e, "id": f"llm-{i}", "index": i} for i, e in enumerate(self.llm())]
+        events += [{**s, "id": f"snap-{s['sha'][:12]}"} for s in self.snapshots()]
         led = self.ledger()
         for s in led["submissions"]:
             events.append(
@@ -503,10 +452,7 @@ class RunView:
                     "kind": "env",
                     "id": f"env-{s['id']}",
                     "t": s["opened_at"],
-                    "game_id": s["game_id"],
-                    "task_type": s["task_type"],
-                    "steps": s["steps"],
-                    "reward": s["reward"],
+                    **{k: s[k] for k in ("game_id", "task_type", "steps", "reward")},
                     "won": bool(s["won"]),
                     "done": bool(s["done"]),
                     "closed_at": s["closed_at"],
@@ -529,22 +475,11 @@ class RunView:
 
         def add(key: str, t: Any, text: str, error: str | None = None) -> None:
             if isinstance(t, int | float):
-                out.append(
-                    {
-                        "kind": "harness",
-                        "event": key,
-                        "id": f"h-{key}",
-                        "t": t,
-                        "text": text,
-                        "error": error,
-                    }
-                )
+                event = {"kind": "harness", "event": key, "id": f"h-{key}"}
+                out.append(event | {"t": t, "text": text, "error": error})
 
-        add(
-            "created",
-            info.get("created_at"),
-            f"run created ({info.get('task')}, {info.get('agent')})",
-        )
+        created = f"run created ({info.get('task')}, {info.get('agent')})"
+        add("created", info.get("created_at"), created)
         caps = info.get("caps") or {}
         cap_text = ", ".join(f"{k}={v}" for k, v in caps.items()) if caps else "none"
         add(
@@ -553,37 +488,23 @@ class RunView:
             f"budget clock started: {info.get('budget_s')} s; caps: {cap_text}"
             f" ({info.get('cap_mechanism') or 'n/a'}); sandbox {info.get('sandbox')}",
         )
-        deadline = info.get("deadline")
-        status = info.get("status")
-        ended = info.get("ended_at")
+        deadline, status, ended = info.get("deadline"), info.get("status"), info.get("ended_at")
         # The deadline is an event once it passed while the run was still going.
         if isinstance(deadline, int | float) and deadline <= time.time():
             if not isinstance(ended, int | float) or ended >= deadline - 1:
                 add("deadline", deadline, "deadline reached: the agent is stopped")
         if status in CAP_STATUSES:
-            add(
-                "cap",
-                ended,
-                f"{CAP_STATUSES[status]} cap reached: the agent's processes are killed",
-                info.get("error") or status,
-            )
+            text = f"{CAP_STATUSES[status]} cap reached: the agent's processes are killed"
+            add("cap", ended, text, info.get("error") or status)
         refused = [e for e in self.llm() if e.get("refused") and _is_budget(e.get("error"))]
         if refused:
             more = f" ({len(refused)} requests refused in all)" if len(refused) > 1 else ""
-            add(
-                "token_cap",
-                refused[0].get("t"),
-                f"token cap reached: the metering proxy refuses the agent's requests{more}",
-                refused[0].get("error"),
-            )
+            text = f"token cap reached: the metering proxy refuses the agent's requests{more}"
+            add("token_cap", refused[0].get("t"), text, refused[0].get("error"))
         if status in FINAL_STATUSES:
             bad = status not in (RunStatus.COMPLETED, RunStatus.DEADLINE)
-            add(
-                "ended",
-                info.get("ended_at"),
-                f"run ended: {status} (agent exit code {info.get('agent_exit_code')})",
-                (info.get("error") or status) if bad else None,
-            )
+            text = f"run ended: {status} (agent exit code {info.get('agent_exit_code')})"
+            add("ended", ended, text, (info.get("error") or status) if bad else None)
         return out
 
     def search(self, query: str, limit: int = 500) -> list[str]:
@@ -593,7 +514,6 @@ class RunView:
         if not q:
             return []
         hits: list[str] = []
-        assert self._transcript is not None
         self._transcript.refresh()
         path = self._transcript.path
         if path.exists():
@@ -613,38 +533,22 @@ class RunView:
                         hits.append(f"llm-{i}")
                         if len(hits) >= limit:
                             return hits
-        for e in self.timeline():
-            if e["kind"] == "llm":
-                continue
-            text = json.dumps(e, default=str).casefold()
-            if q in text:
-                hits.append(e["id"])
+        events = (e for e in self.timeline() if e["kind"] != "llm")
+        hits += [e["id"] for e in events if q in json.dumps(e, default=str).casefold()]
         return hits[:limit]
 
 
-# --------------------------------------------------------------------------------------------
-# Studies and the directory index
+# -- studies and the directory index ---------------------------------------------------------
 
 
 def read_study(study_dir: Path, *, counts_only: bool = False) -> dict[str, Any]:
     """A study directory's state, read-only: its name, the count of slots per status, their
-    ``total`` and (unless ``counts_only``) the slots (status, attempts, run)."""
-    meta_rows, count_rows, slots = _study_rows(
-        study_dir / STATE_DB,
-        [
-            "SELECT key, value FROM meta WHERE key = 'name'",
-            "SELECT status, COUNT(*) AS n FROM slots GROUP BY status",
-            "SELECT 1 WHERE 0"
-            if counts_only
-            else "SELECT id, key, task, model, agent, driver, mode, repeat, status, attempts,"
-            " run_id, run_dir, run_status, error, updated_at FROM slots ORDER BY id",
-        ],
-    )
-    try:
-        name = json.loads(meta_rows[0]["value"]) if meta_rows else None
-    except ValueError:
-        name = None
-    counts = {r["status"]: r["n"] for r in count_rows}
+    ``total`` and (unless ``counts_only``) the slots (:class:`~agent2rl.study.state.SlotRow`)."""
+
+    def read(db: StudyReader) -> tuple[Any, dict[str, int], list[SlotRow]]:
+        return db.get_meta("name"), db.status_counts(), [] if counts_only else db.slots()
+
+    name, counts, slots = _read_study_db(study_dir, read, (None, {}, []))
     return {
         "name": name or study_dir.name,
         "slots": slots,
@@ -676,18 +580,15 @@ class Index:
             runs: dict[str, Path] = {}
             studies: dict[str, Path] = {}
 
-            def add_run(d: Path) -> None:
-                runs.setdefault(d.name, d)
-
             def add_study(d: Path) -> None:
                 studies.setdefault(d.name, d)
                 for p in study_run_dirs(d):
-                    add_run(p)
+                    runs.setdefault(p.name, p)
 
             def add(d: Path) -> bool:
                 """List ``d`` if it is a run or a study; whether it was one."""
                 if RunPaths(d).run_json.is_file():
-                    add_run(d)
+                    runs.setdefault(d.name, d)
                 elif (d / STATE_DB).is_file():
                     add_study(d)
                 else:
@@ -696,7 +597,7 @@ class Index:
 
             root = self.root
             if RunPaths(root).run_json.is_file():
-                add_run(root)
+                runs.setdefault(root.name, root)
             if (root / STATE_DB).is_file():
                 add_study(root)
             for d in _subdirs(root):

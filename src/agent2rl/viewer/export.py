@@ -38,6 +38,7 @@ from agent2rl.rundir import RunPaths
 from agent2rl.study.state import STATE_DB
 from agent2rl.viewer.data import (
     RunView,
+    answer_parts,
     request_items,
     response_text,
     study_run_dirs,
@@ -98,50 +99,32 @@ def _split_items(items: Iterable[Any]) -> tuple[list[str], list[dict[str, Any]]]
     (echoes of earlier answers) and system messages are left out."""
     users: list[str] = []
     results: list[dict[str, Any]] = []
+
+    def result(call_id: Any, content: str) -> None:
+        results.append({"source_call_id": call_id, "content": content})
+
     for item in items:
         if not isinstance(item, dict):
             continue
         role, kind = item.get("role"), item.get("type")
-        if (
-            role in ("assistant", "model", "system", "developer")
-            or kind
-            in (
-                "function_call",
-                "reasoning",
-                "message",
-            )
-            and role != "user"
-        ):
+        echo = kind in ("function_call", "reasoning", "message") and role != "user"
+        if role in ("assistant", "model", "system", "developer") or echo:
             continue
         if role == "tool":
-            results.append(
-                {"source_call_id": item.get("tool_call_id"), "content": _text(item.get("content"))}
-            )
+            result(item.get("tool_call_id"), _text(item.get("content")))
             continue
         if kind == "function_call_output":
-            results.append(
-                {"source_call_id": item.get("call_id"), "content": _text(item.get("output"))}
-            )
+            result(item.get("call_id"), _text(item.get("output")))
             continue
         content = item.get("content", item.get("parts"))
         if isinstance(content, list):
             texts = []
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    results.append(
-                        {
-                            "source_call_id": block.get("tool_use_id"),
-                            "content": _text(block.get("content")),
-                        }
-                    )
+                    result(block.get("tool_use_id"), _text(block.get("content")))
                 elif isinstance(block, dict) and "functionResponse" in block:
                     fr = block["functionResponse"]
-                    results.append(
-                        {
-                            "source_call_id": fr.get("id") or fr.get("name"),
-                            "content": json.dumps(fr.get("response")),
-                        }
-                    )
+                    result(fr.get("id") or fr.get("name"), json.dumps(fr.get("response")))
                 elif t := _text(block):
                     texts.append(t)
             if texts:
@@ -152,16 +135,7 @@ def _split_items(items: Iterable[Any]) -> tuple[list[str], list[dict[str, Any]]]
 
 
 def _reasoning(response: Any) -> str | None:
-    if not isinstance(response, dict):
-        return None
-    parts = []
-    for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
-        if isinstance(block, dict) and block.get("type") == "thinking":
-            parts.append(block.get("thinking") or "")
-    for ch in response.get("choices") or []:
-        rc = ((ch or {}).get("message") or {}).get("reasoning_content")
-        if isinstance(rc, str):
-            parts.append(rc)
+    parts = [v for kind, v in answer_parts(response) if kind == "reasoning" and isinstance(v, str)]
     return "\n".join(p for p in parts if p) or None
 
 
@@ -273,10 +247,9 @@ def _submission_steps(subs: list[dict[str, Any]], order: int) -> list[_Timed]:
 def _final_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """Token and cost totals over the agent steps (the answered LLM requests)."""
     metrics = [s["metrics"] for s in steps if s["source"] == "agent"]
+    tokens = ("prompt_tokens", "completion_tokens", "cached_tokens")
     return {
-        "total_prompt_tokens": sum(m["prompt_tokens"] for m in metrics),
-        "total_completion_tokens": sum(m["completion_tokens"] for m in metrics),
-        "total_cached_tokens": sum(m["cached_tokens"] for m in metrics),
+        **{f"total_{k}": sum(m[k] for m in metrics) for k in tokens},
         "total_cost_usd": round(sum(m.get("cost_usd") or 0.0 for m in metrics), 6),
         "total_steps": len(steps),
     }
@@ -363,13 +336,6 @@ def export_trajectories(path: Path, out: Path) -> list[Path]:
         f = out / f"{traj['session_id']}.trajectory.json"
         write_json_atomic(f, traj)
         written.append(f)
-    write_json_atomic(
-        out / "index.json",
-        {
-            "format": EXPORT_FORMAT,
-            "version": EXPORT_VERSION,
-            "schema_version": ATIF_VERSION,
-            "trajectories": [f.name for f in written],
-        },
-    )
+    index = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "schema_version": ATIF_VERSION}
+    write_json_atomic(out / "index.json", index | {"trajectories": [f.name for f in written]})
     return written

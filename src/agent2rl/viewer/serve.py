@@ -1,16 +1,12 @@
-"""Serving the viewer: host and token rules, the announce file, and the URL of a run's page.
+"""Serving the viewer: host and token rules, and the announce file.
 
 Every viewer requires a token, on loopback too: a random one per start unless ``--token``
 gives one, printed in the URL the user opens (as Jupyter does). An agent running under
 ``--network host`` or ``--sandbox none`` reaches the host's loopback, and without a token it
 would read every other run's transcripts, diffs and scores there.
 
-``agent2rl view`` writes ``$AGENT2RL_HOME/viewer.json`` (url, root, pid, token; mode 0600,
-readable by the harness's user only, never by a sandboxed agent's uid) while it serves, so
-``agent2rl run`` can print the URL of its run's page, token included
-(:func:`agent2rl.viewer_link.run_page_url`).
-The file names a live process only while that process is alive; a stale one (a killed
-viewer) is ignored.
+``agent2rl view`` writes the announce file of :mod:`agent2rl.viewer_link` while it serves
+(mode 0600: readable by the harness's user only, never by a sandboxed agent's uid).
 """
 
 from __future__ import annotations
@@ -68,6 +64,7 @@ def serve_viewer(
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{bound}"
+    root_dir = str(Path(root).resolve())
     app = create_app(root, token=token)
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=3)
@@ -80,12 +77,7 @@ def serve_viewer(
                 await asyncio.sleep(0.02)
             try:
                 announce.parent.mkdir(parents=True, exist_ok=True)
-                record = {
-                    "url": base,
-                    "root": str(Path(root).resolve()),
-                    "pid": os.getpid(),
-                    "token": token,
-                }
+                record = {"url": base, "root": root_dir, "pid": os.getpid(), "token": token}
                 # The token opens every run: readable by this user alone.
                 write_text_atomic(announce, json.dumps(record, indent=2) + "\n", mode=0o600)
             except OSError:
