@@ -11,6 +11,7 @@ the same two functions."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -40,10 +41,8 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
     forked, so start children from a thread that lives as long as they should.
     """
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
-    except OSError:
-        pass
 
 
 #: this process's spawner thread, by process id (a forked child has none of its parent's
@@ -126,10 +125,8 @@ def signal_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Send ``sig`` to the process group of ``proc`` (started by :func:`spawn_child`), without
     waiting. A group already gone is left alone, and so is one we may not signal (its pid was
     reused by someone else's process). Safe in a signal handler: no locks, no waiting."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_group(proc: subprocess.Popen) -> int:
@@ -167,11 +164,8 @@ def start_announcing(
     stdin: int | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """Start ``cmd`` in its own session with output appended to ``log_file`` and wait until
-    it writes ``{"port": ...}`` to ``ready_file``; returns (process, port).
-
-    The child gets SIGTERM from the kernel when the calling *thread* exits
-    (:func:`die_with_parent`), so a harness killed by SIGKILL leaves no service behind: call
-    this from a thread that lives as long as the service should (the run's main thread).
+    it writes ``{"port": ...}`` to ``ready_file``; returns (process, port). Call it from a
+    thread that lives as long as the service should (:func:`die_with_parent`).
 
     A stale ``ready_file`` is removed first. Raises RuntimeError naming ``name`` and the log
     when the child exits early or is not ready within ``ready_timeout`` seconds. Whatever

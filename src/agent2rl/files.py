@@ -75,23 +75,22 @@ def read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
     killed mid-line (a sampler at the deadline, a proxy on SIGKILL) leaves a torn last line
     and a report must still come out. A missing file gives ``[]``.
     """
-    out: list[dict[str, Any]] = []
     try:
         fh = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return out
+        return []
     with fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
+        return [obj for line in fh if (obj := json_object(line)) is not None]
+
+
+def json_object(raw: str | bytes) -> dict[str, Any] | None:
+    """``raw`` parsed as JSON when it is an object; None when it is blank, malformed or
+    another JSON value."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def append_jsonl_line(path: Path, row: dict[str, Any]) -> None:

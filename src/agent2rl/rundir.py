@@ -70,14 +70,8 @@ class RunStatus(StrEnum):
 LIVE_RUN_STATUSES = frozenset({RunStatus.PREPARING, RunStatus.RUNNING})
 #: statuses of a run whose agent ran to an end the run's rules define (not the harness's
 #: failure, not an interruption)
-FINISHED_RUN_STATUSES = frozenset(
-    {
-        RunStatus.COMPLETED,
-        RunStatus.DEADLINE,
-        RunStatus.AGENT_ERROR,
-        RunStatus.OOM,
-        RunStatus.DISK_QUOTA,
-    }
+FINISHED_RUN_STATUSES = (
+    frozenset(RunStatus) - LIVE_RUN_STATUSES - {RunStatus.INTERRUPTED, RunStatus.HARNESS_ERROR}
 )
 
 
@@ -246,13 +240,9 @@ class RunInfo:
     """The contents of ``run.json``: what was run and how it ended.
 
     ``start``/``deadline`` are epoch seconds of the budget clock (the baseline is measured
-    before ``start``). ``status`` is a :class:`RunStatus` (a plain string once read back):
-    ``preparing``, ``running``, ``completed`` (the agent exited before the deadline),
-    ``deadline`` (killed at the deadline), ``agent_error`` (the agent exited non-zero), ``oom``
-    (it went over its memory cap), ``disk_quota`` (its workspace went over its quota),
-    ``interrupted`` or ``harness_error``. ``schema_version``: the format of the file it was
-    read from (1: written before the key existed); :meth:`save` writes
-    :data:`RUN_SCHEMA_VERSION`.
+    before ``start``). ``status`` is a :class:`RunStatus` (a plain string once read back).
+    ``schema_version``: the format of the file it was read from (1: written before the key
+    existed); :meth:`save` writes :data:`RUN_SCHEMA_VERSION`.
     """
 
     run_id: str

@@ -29,14 +29,15 @@ from agent2rl.rundir import LIVE_RUN_STATUSES, RunInfo, RunPaths, RunStatus
 
 def harness_record() -> dict[str, object]:
     """This process as the run's harness, for ``run.json``."""
-    return {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()), "host": _host()}
+    pid = os.getpid()
+    return {"pid": pid, "start_ticks": start_ticks(pid), "host": socket.gethostname()}
 
 
 def harness_alive(info: RunInfo) -> bool | None:
     """Whether the process that ran ``info``'s run is still alive: None when that cannot be
     told here (no record: an older run, or a run of another host)."""
     rec = info.harness or {}
-    if not rec.get("pid") or rec.get("host") != _host():
+    if not rec.get("pid") or rec.get("host") != socket.gethostname():
         return None
     ticks = start_ticks(int(rec["pid"]))
     if ticks is None:
@@ -106,7 +107,3 @@ def _last_sign_of_life(paths: RunPaths) -> float:
         except OSError:
             continue
     return max(times, default=time.time())
-
-
-def _host() -> str:
-    return socket.gethostname()

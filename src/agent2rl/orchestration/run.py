@@ -1,28 +1,15 @@
 """One run, end to end: resolve, prepare, workspace, baseline, grading, agent, finalize.
 
 :func:`execute_run` is the whole lifecycle (``agent2rl run`` is a thin wrapper around it),
-in stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
-
-1. :func:`resolve_run`: everything a user can get wrong is checked before the run directory
-   is created, so a bad flag leaves nothing behind;
-2. :func:`_start_grading`: the baseline (before the clock starts), the ledger, the grading
-   service and, for an interactive task, the rollout service;
-3. :func:`_run_agent`: the clock starts; the agent is launched (in its sandbox, as its own
-   user, in its cgroup), recorded, watched, and stopped at the deadline or at a cap;
-4. :func:`_finalize`: metrics once, the report and the results row.
+in four stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
+:func:`resolve_run`, :func:`_start_grading`, :func:`_run_agent` and :func:`_finalize`.
 
 Whatever happens after stage 1 (the agent crashes, the deadline hits, a cap is hit, Ctrl-C,
 SIGTERM, SIGHUP, a harness bug, a service that does not become ready), the agent's processes
 are killed, an in-flight evaluation is allowed to finish (bounded; not when interrupted), the
-services are stopped and a report is written. Every service the stages start (the guard, the
-grading, rollout and metering services, the network proxies and bridge, the agent's cgroup,
-the agent, the recorders and the watchdog) is started on the run's
-:class:`~agent2rl.orchestration.services.RunServices` and stopped by it, in the reverse order,
-on every one of those paths.
-
-If this process is killed outright (SIGKILL), its children get a parent-death signal and the
-run's guard (:mod:`~agent2rl.orchestration.guard`) kills the rest; ``agent2rl
-report`` then closes the run (:mod:`~agent2rl.orchestration.recover`).
+services are stopped and a report is written: every service the stages start is started on
+the run's :class:`~agent2rl.orchestration.services.RunServices` and stopped by it, in the
+reverse order, on every one of those paths. A SIGKILL: see :func:`execute_run`.
 """
 
 from __future__ import annotations
@@ -332,11 +319,9 @@ def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
         info.status, info.error = RunStatus.HARNESS_ERROR, str(err)
         ctx.console.print(f"[red]{err}[/]", highlight=False)
         raise
-    except RunInterrupted as err:
-        info.status, info.error = RunStatus.INTERRUPTED, f"interrupted by {err}"
-        raise
-    except KeyboardInterrupt:
-        info.status, info.error = RunStatus.INTERRUPTED, "interrupted by the user"
+    except KeyboardInterrupt as err:  # Ctrl-C, or a RunInterrupted signal
+        by = err if isinstance(err, RunInterrupted) else "the user"
+        info.status, info.error = RunStatus.INTERRUPTED, f"interrupted by {by}"
         raise
     except UserError:
         info.status = RunStatus.HARNESS_ERROR

@@ -30,11 +30,6 @@ from agent2rl.rundir import RunStatus
 from agent2rl.sandbox import Cgroup, ResourceCaps
 
 
-def disk_usage(root: Path, skip: tuple[Path, ...] = ()) -> int:
-    """Bytes allocated on disk to the files under ``root`` (see :func:`workspace_usage`)."""
-    return workspace_usage(root, skip)[0]
-
-
 def workspace_usage(
     root: Path, skip: tuple[Path, ...] = (), max_entries: int | None = None
 ) -> tuple[int, int]:
