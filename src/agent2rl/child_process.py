@@ -79,12 +79,11 @@ def spawn_child(
     """Start ``cmd`` in a session of its own (its process group is its pid, so
     :func:`kill_group` reaches everything it forks that stays in the group) with
     ``death_signal`` as its parent-death signal (:func:`die_with_parent`: call this from a
-    thread that lives as long as the child should). ``stdout``, ``stderr`` and ``stdin`` are
-    as :class:`subprocess.Popen` takes them (default: stdout inherited, stderr into stdout);
-    ``cwd`` is its working directory (default: ours); ``pass_fds`` are descriptors it keeps
-    open under the same numbers (all others are closed). ``new_session=False`` leaves it in
-    our process group, for a helper that must die when our group is killed (then stop it
-    with ``proc.kill()``: :func:`kill_group` would signal a group it does not lead).
+    thread that lives as long as the child should). The streams, ``cwd`` and ``pass_fds``
+    are :class:`subprocess.Popen`'s (stderr goes into stdout by default).
+    ``new_session=False`` leaves it in our process group, for a helper that must die when
+    our group is killed (then stop it with ``proc.kill()``: :func:`kill_group` would signal
+    a group it does not lead).
 
     ``death_signal`` is SIGTERM for a service that should finish what it is doing, SIGKILL
     for a worker that may be stuck in a call that ignores SIGTERM (a CUDA kernel), None for
@@ -192,18 +191,16 @@ def start_announcing(
         raise
 
 
-def serve_on_free_port(
-    app: Any, on_ready: Callable[[int], None], *, host: str = "127.0.0.1"
-) -> None:
-    """Serve ``app`` with uvicorn on a free port of ``host``; call ``on_ready(port)`` once it
-    accepts connections. Returns when the server stops (SIGTERM / SIGINT)."""
+def serve_on_free_port(app: Any, on_ready: Callable[[int], None]) -> None:
+    """Serve ``app`` with uvicorn on a free port of 127.0.0.1; call ``on_ready(port)`` once
+    it accepts connections. Returns when the server stops (SIGTERM / SIGINT)."""
     import asyncio
 
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
     config = uvicorn.Config(

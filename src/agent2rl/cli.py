@@ -422,9 +422,7 @@ def eval_(
 
 @app.command()
 @_user_errors
-def doctor(
-    runs_dir: Path = _RUNS_DIR,
-) -> None:
+def doctor(runs_dir: Path = _RUNS_DIR) -> None:
     """Check this machine: bubblewrap, network namespace, cgroups, GPU, vLLM, LLM provider keys
     (names only) and free disk, and say what each missing piece costs. Exits 0 (nothing is
     required for the lite tasks); the agents' CLIs are `agent2rl agents doctor`."""
@@ -709,11 +707,9 @@ def study_status(study_dir: Path = typer.Argument(..., help="A study directory."
         if s.run_dir and s.status == "finished":
             from agent2rl.analysis import RunMetrics
 
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 m = RunMetrics.read(Path(s.run_dir) / "report" / "metrics.json")
                 best, improvement = _fmt(m.best_score), _fmt(m.improvement, signed=True)
-            except (OSError, ValueError):
-                pass
         table.add_row(
             s.slot.label,
             s.status,

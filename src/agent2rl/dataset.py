@@ -43,9 +43,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class PreparedTask:
-    """Where a task's splits live in the task store. ``public`` is copied into workspaces;
-    ``private`` and ``validation`` never are. ``validation`` is None only for a task that
-    cannot spare items for one (its docstring then says why)."""
+    """Where a task's splits live in the task store. ``validation`` is None only for a task
+    that cannot spare items for one (its docstring then says why)."""
 
     public: Path
     private: Path

@@ -103,8 +103,7 @@ class GpuLayout:
         """The section of the agent's instructions saying what GPU memory it may use."""
         lines = ["", "## GPUs", ""]
         if not self.agent:
-            lines.append("You have no GPU in this run: train on the CPU.")
-            return "\n".join(lines) + "\n"
+            return "\n".join([*lines, "You have no GPU in this run: train on the CPU.", ""])
         cards = ", ".join(f"{g.name} ({g.total_bytes / GIB:.0f} GiB)" for g in self.agent)
         lines.append(f"You have {len(self.agent)} GPU(s) (`CUDA_VISIBLE_DEVICES` is set): {cards}.")
         if self.agent_memory_bytes:

@@ -1,11 +1,8 @@
 """``agent2rl doctor``: is this machine ready, and what does each missing piece cost?
 
-One :class:`Check` per piece: bubblewrap (and its version), a network namespace for the
-sandbox, cgroup delegation (the agent's memory and process caps), the GPU (CUDA through
-torch, the cards nvidia-smi lists, vLLM), the LLM provider keys (names only: a value is never
-read into the output), and the free disk under ``AGENT2RL_HOME`` and the runs directory. A
-check that fails says what the harness does without it and how to get it. The agents' own
-CLIs are ``agent2rl agents doctor``.
+One :class:`Check` per piece (:func:`run_checks`); a check that fails says what the harness
+does without it and how to get it. The LLM provider keys are checked by name only: a value is
+never read into the output. The agents' own CLIs are ``agent2rl agents doctor``.
 """
 
 from __future__ import annotations

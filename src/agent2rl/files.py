@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,8 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     Strict: a malformed line raises ``json.JSONDecodeError``, since a split or a result file
     written by :func:`write_jsonl` is never torn. Blank lines are skipped.
     """
-    rows: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if limit is not None and len(rows) >= limit:
-                break
-            if line.strip():
-                rows.append(json.loads(line))
-    return rows
+        return list(islice((json.loads(line) for line in fh if line.strip()), limit))
 
 
 def read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:

@@ -115,11 +115,6 @@ class Registry(Mapping[str, T]):
         except KeyError:
             raise UnknownName(self.unknown_message(name)) from None
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
-        """The object registered as ``name``, else ``default`` (a dict's ``get``)."""
-        self._load_entry_points()
-        return self._items.get(name, default)
-
     def unknown_message(self, name: str) -> str:
         """The one-line error for an unknown ``name`` (for callers that word their own
         error around it). The suggestion appears only when a close name exists."""
@@ -134,10 +129,6 @@ class Registry(Mapping[str, T]):
         self._load_entry_points()
         with self._lock:
             return sorted(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        self._load_entry_points()
-        return name in self._items
 
     def __iter__(self) -> Iterator[str]:
         # Registration order, as a dict iterates (entry points after the package's own):

@@ -161,15 +161,12 @@ class JsonlTail:
             end = data.rfind(b"\n")
             if end < 0:
                 return self.items
-            start = 0
-            for raw in data[: end + 1].split(b"\n")[:-1]:
-                offset = self._pos + start
-                start += len(raw) + 1
+            for raw in data[:end].split(b"\n"):
                 obj = json_object(raw)
                 if obj is not None:
                     self.items.append(self.summarize(obj))
-                    self.offsets.append(offset)
-            self._pos += end + 1
+                    self.offsets.append(self._pos)
+                self._pos += len(raw) + 1
             return self.items
 
     def line(self, index: int) -> dict[str, Any] | None:

@@ -264,13 +264,9 @@ def load_item_records(path: Path) -> dict[str, Record] | None:
     path = Path(path)
     if not path.is_file():
         return None
-    records: dict[str, Record] = {}
     # Tolerant: an evaluation killed mid-write leaves a torn last line, and the items
     # before it still carry an honest interval.
-    for obj in read_jsonl_tolerant(path):
-        if isinstance(obj, dict) and "id" in obj:
-            records[str(obj["id"])] = obj
-    return records
+    return {str(obj["id"]): obj for obj in read_jsonl_tolerant(path) if "id" in obj}
 
 
 def load_item_scores(path: Path) -> dict[str, float] | None:

@@ -179,10 +179,8 @@ class _Watch:
             self.marks.add(f"{HARNESS_MARK_ENV}={message['harness_mark']}".encode())
         if "mark" in message:
             self.marks.add(f"{AGENT_MARK_ENV}={message['mark']}".encode())
-        for d in message.get("cgroup", ()):
-            self.cgroups.append(Path(d))
-        for pid, ticks in message.get("pids", ()):
-            self.pids.add((int(pid), int(ticks)))
+        self.cgroups += [Path(d) for d in message.get("cgroup", ())]
+        self.pids |= {(int(pid), int(ticks)) for pid, ticks in message.get("pids", ())}
 
     def found(self) -> set[int]:
         """Live, non-zombie processes of the run (never the guard or the harness)."""

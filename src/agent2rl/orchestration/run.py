@@ -154,9 +154,8 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     spec = get_agent(req.agent)
     sandbox = resolve_sandbox(req.sandbox)
     network = resolve_network(req.network, sandbox)
-    egress_allow = DEFAULT_ALLOWLIST if req.egress_allow is None else req.egress_allow
     try:
-        Allowlist(egress_allow)
+        Allowlist(_egress_allow(req))
     except ValueError as err:
         raise UserError(f"bad --allow-host: {err}") from None
     requested = req.backend_config().validate()
@@ -572,8 +571,7 @@ def _launch(
         identity = None
         if ctx.user is not None:
             writable = [paths.workspace, paths.code, paths.output]
-            writable += [p for p in paths.workspace.iterdir() if p.name.startswith(".")]
-            writable += [p for p in paths.workspace.iterdir() if p.is_file()]
+            writable += [p for p in paths.workspace.iterdir() if p.name[0] == "." or p.is_file()]
             hand_over(ctx.user, writable)
             identity = identity_files(ctx.user, Path(env["HOME"]), paths.sandbox)
         spec = agent_sandbox(
@@ -599,7 +597,7 @@ def _confine(
     """Under ``--network services``: start the egress proxy and the package index and model
     hub proxies (unless nothing is allowed) and the bridge into the agent's network
     namespace on ``services``, and confine ``spec`` and ``command``."""
-    paths, allow = ctx.paths, _egress_allow(ctx)
+    paths, allow = ctx.paths, _egress_allow(ctx.req)
     if allow:
         ctx.started.egress = services.launch(
             "egress proxy",
@@ -627,8 +625,8 @@ def _confine(
     return replace(spec, env={**spec.env, **names_env}), command
 
 
-def _egress_allow(ctx: RunContext) -> tuple[str, ...]:
-    return DEFAULT_ALLOWLIST if ctx.req.egress_allow is None else ctx.req.egress_allow
+def _egress_allow(req: RunRequest) -> tuple[str, ...]:
+    return DEFAULT_ALLOWLIST if req.egress_allow is None else req.egress_allow
 
 
 def _record_network(ctx: RunContext) -> None:
@@ -637,18 +635,14 @@ def _record_network(ctx: RunContext) -> None:
     record = network_record(
         "services" if ctx.network == "services" else "host",
         ctx.started.ports(),
-        allowlist=_egress_allow(ctx) if ctx.network == "services" else (),
+        allowlist=_egress_allow(ctx.req) if ctx.network == "services" else (),
         egress_log=ctx.paths.egress_log if ctx.started.egress is not None else None,
     )
     write_json_atomic(ctx.paths.record / "network.json", record)
 
 
 def _supervise(
-    ctx: RunContext,
-    command: list[str],
-    env: dict[str, str],
-    guard: RunGuard,
-    services: RunServices,
+    ctx: RunContext, command: list[str], env: dict[str, str], guard: RunGuard, services: RunServices
 ) -> None:
     """Start the agent, record it, stop it at the deadline or at a cap, settle in-flight
     grading. Its marker, cgroup and the processes the sampler sees are told to ``guard``,
@@ -763,10 +757,4 @@ def _finalize(ctx: RunContext) -> RunMetrics | None:
     return metrics
 
 
-__all__ = [
-    "RunInterrupted",
-    "RunOutcome",
-    "execute_run",
-    "resolve_run",
-    "resolve_sandbox",
-]
+__all__ = ["RunInterrupted", "RunOutcome", "execute_run", "resolve_run", "resolve_sandbox"]

@@ -18,6 +18,7 @@ agent and the run ends with that status. Graded submissions and the ledger are u
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -73,10 +74,8 @@ def tree_rss(pid: int) -> int:
         return 0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             total += p.memory_info().rss
-        except psutil.Error:
-            continue
     return total
 
 
