@@ -198,10 +198,7 @@ def serve_on_free_port(app: Any, on_ready: Callable[[int], None]) -> None:
 
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
+    sock = socket.create_server(("127.0.0.1", 0), backlog=128)  # SO_REUSEADDR on POSIX
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=5

@@ -202,14 +202,13 @@ def plan_layout(
     shared_ids = {g.index for g in grader} & {g.index for g in agent}
     fraction: float | None = dedicated_fraction
     agent_bytes: dict[int, int] = {}
-    used = grader[:tp]  # the cards the grader's vLLM allocates on
+    # the least free share, less the headroom, of the cards the grader's vLLM allocates on
+    free = min((g.free_bytes / g.total_bytes for g in grader[:tp]), default=1.0)
+    free -= HEADROOM_FRACTION
     if shared_ids:
         # The grader's slice on a shared card, no more than is free now (another process
         # may hold part of it), and the agent's allowance what remains after the headroom.
-        fraction = min(
-            SHARED_GRADER_FRACTION,
-            min(g.free_bytes / g.total_bytes for g in used) - HEADROOM_FRACTION,
-        )
+        fraction = min(SHARED_GRADER_FRACTION, free)
         if fraction < MIN_GRADER_FRACTION:
             notes.append("shared GPU too full for a vLLM slice: the grader uses transformers")
             fraction = 0.0
@@ -217,11 +216,9 @@ def plan_layout(
             if g.index in shared_ids:
                 reserve = int((fraction + HEADROOM_FRACTION) * g.total_bytes)
                 agent_bytes[g.index] = max(0, g.free_bytes - reserve)
-    elif grader and dedicated_fraction is not None:
-        free = min(g.free_bytes / g.total_bytes for g in used) - HEADROOM_FRACTION
-        if free < dedicated_fraction:
-            notes.append(f"grader GPU partly in use: vLLM share lowered to {free:.2f}")
-            fraction = max(free, 0.0) if free >= MIN_GRADER_FRACTION else 0.0
+    elif grader and dedicated_fraction is not None and free < dedicated_fraction:
+        notes.append(f"grader GPU partly in use: vLLM share lowered to {free:.2f}")
+        fraction = free if free >= MIN_GRADER_FRACTION else 0.0
     return GpuLayout(tuple(grader), tuple(agent), fraction, agent_bytes, tuple(notes))
 
 

@@ -83,11 +83,9 @@ class RunIdentity(BaseModel):
 
     Frozen. ``task_version`` is None only in records written before it existed; ``driver``
     (the LLM that drives an agent) and ``mode`` (its operating mode) are None for agents
-    without an LLM. ``feedback`` is the grading protocol (``private``: the agent sees each
-    submission's private-split score, the paper's; ``validation``: it sees validation-split
-    scores and one submission is graded on the private split at the end; see
-    :mod:`agent2rl.grading.final`): runs of the two are never pooled as one. A record written
-    before it existed reads as ``private``.
+    without an LLM. ``feedback`` is the grading protocol (:mod:`agent2rl.grading.final`):
+    runs of the two are never pooled as one; a record written before it existed reads as
+    ``private``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)

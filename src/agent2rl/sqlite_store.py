@@ -30,15 +30,12 @@ for the whole of every transaction and every read.
   locks).
 
 Networked filesystems: WAL keeps its index in a ``<db>-shm`` file that every process maps in
-shared memory, so all processes must see the same memory: WAL is unsafe on NFS, SMB/CIFS,
-sshfs, Lustre and the like (readers can see stale or torn pages; the database can be
-corrupted), and processes on different hosts can never share one WAL database. Keep
-``AGENT2RL_HOME`` and the runs directory (``--runs-dir``, a study's ``--out``) on a local
-disk of the host that runs the harness: copy results to shared storage after the run. Opening
-a store on a filesystem listed in :data:`NETWORK_FILESYSTEMS` logs a warning saying so. Where
-the database must live on a networked filesystem whose locks work (NFSv4 with working
-``fcntl`` locks), set ``AGENT2RL_SQLITE_JOURNAL_MODE=DELETE``: the rollback journal needs only
-file locks, at the price of readers blocking the writer.
+shared memory, so WAL is unsafe on NFS, SMB/CIFS, sshfs, Lustre and the like (readers can see
+stale or torn pages; the database can be corrupted), and processes on different hosts can
+never share one WAL database. Keep ``AGENT2RL_HOME`` and the runs directory on a local disk
+(opening a store on one of :data:`NETWORK_FILESYSTEMS` logs a warning), or, on a networked
+filesystem whose ``fcntl`` locks work (NFSv4), set ``AGENT2RL_SQLITE_JOURNAL_MODE=DELETE``:
+the rollback journal needs only file locks, at the price of readers blocking the writer.
 """
 
 from __future__ import annotations

@@ -180,11 +180,8 @@ class Metric(Protocol):
 @dataclass(frozen=True)
 class MeanMetric:
     """100 x the mean of a per-item value (``item``, default the record's ``score``): the
-    harness's score since its first version, and the default of every scorer.
-
-    The value is ``100 * sum / n`` (0 for no records), summed in order as the harness always
-    summed; the intervals are the percentile bootstrap of the mean (:func:`bootstrap_ci`) and
-    of the mean per-item difference (:func:`paired_bootstrap_ci`)."""
+    harness's score since its first version, and the default of every scorer. The value is
+    0 for no records, summed in order as the harness always summed."""
 
     name: str = "mean"
     item: Callable[[Record], float] = item_score

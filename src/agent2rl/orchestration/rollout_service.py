@@ -26,12 +26,9 @@ from agent2rl.tasks import get_task, prepare_task
 TOKEN_ENV = "AGENT2RL_ENV_TOKEN"
 
 
-def start_rollout_service(
-    paths: RunPaths, token: str, limits: RolloutLimits | None = None, ready_timeout: float = 120.0
-) -> ServiceHandle:
-    """Start the rollout service for the run in ``paths`` and wait until it serves (loading
-    the games can take a while on a big split)."""
-    limits = limits or RolloutLimits()
+def start_rollout_service(paths: RunPaths, token: str, limits: RolloutLimits) -> ServiceHandle:
+    """Start the rollout service for the run in ``paths`` and wait until it serves (up to
+    two minutes: loading the games can take a while on a big split)."""
     cmd = [sys.executable, "-m", __name__, str(paths.root)]
     cmd += ["--max-sessions", str(limits.max_sessions), "--steps-per-s", str(limits.steps_per_s)]
     cmd += ["--idle-timeout", str(limits.idle_timeout_s)]
@@ -41,7 +38,7 @@ def start_rollout_service(
         ready_file=paths.env_service / "service.json",
         log_file=paths.env_service / "service.log",
         name="rollout service",
-        ready_timeout=ready_timeout,
+        ready_timeout=120.0,
     )
     return ServiceHandle(proc, port)
 

@@ -53,7 +53,7 @@ from agent2rl.orchestration.context import LlmAccess, RunContext, RunOutcome
 from agent2rl.orchestration.guard import RunGuard
 from agent2rl.orchestration.infra import infrastructure_failure
 from agent2rl.orchestration.recover import fail_in_flight, harness_record
-from agent2rl.orchestration.request import RunRequest
+from agent2rl.orchestration.request import RunRequest, grading_backend
 from agent2rl.orchestration.rollout_service import start_rollout_service
 from agent2rl.orchestration.services import (
     GuardService,
@@ -127,10 +127,8 @@ def resolve_network(mode: str, sandbox: str) -> str:
 
 
 def default_caps(req: RunRequest, runs_dir: Path) -> ResourceCaps:
-    """The agent's caps: the request's, else :func:`~agent2rl.sandbox.limits.machine_caps`
-    (75% of this machine's memory, 4,096 processes and threads, half the free bytes and half
-    the free inodes of the filesystem the run directory is on), of the request's
-    ``machine_share`` of it (a study's run on a node it shares)."""
+    """The agent's caps: the request's, else :func:`~agent2rl.sandbox.limits.machine_caps` of
+    the request's ``machine_share`` of this machine (a study's run on a node it shares)."""
     base = machine_caps(runs_dir, req.machine_share)
     return ResourceCaps(
         memory_bytes=req.memory or base.memory_bytes,
@@ -165,11 +163,7 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     runs_dir = req.runs_dir.expanduser().resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     caps = default_caps(req, runs_dir)
-    # The base model's end-of-sequence ids end every graded completion, and its name picks
-    # the decoding (--protocol); a submission's own generation config is never read.
-    # An output limit the user set in the task's options wins over the protocol's table.
-    limit = getattr(task.config, "max_new_tokens", 0)
-    backend = requested.for_run(task.name, req.model, model.path, limit)
+    backend = grading_backend(requested, task, req.model, model.path)
 
     prepared = prepare_task(task, settings.task_store)
     check_feedback(req.feedback, task.name, prepared)
@@ -645,10 +639,8 @@ def _supervise(
     ctx: RunContext, command: list[str], env: dict[str, str], guard: RunGuard, services: RunServices
 ) -> None:
     """Start the agent, record it, stop it at the deadline or at a cap, settle in-flight
-    grading. Its marker, cgroup and the processes the sampler sees are told to ``guard``,
-    which kills them if this process dies without stopping them. The agent and what
-    watches it are started on ``services``: whatever ends this early, they are stopped
-    (the agent's whole tree killed) by the run's close."""
+    grading. Its marker, cgroup and the processes the sampler sees are told to ``guard``; the
+    agent and what watches it are started on ``services``."""
     req, info, paths, console = ctx.req, ctx.info, ctx.paths, ctx.console
     assert ctx.started.ledger is not None
     services.callback("recording the agent's network", _record_network, ctx)
