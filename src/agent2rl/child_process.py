@@ -37,8 +37,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
     Also unblocks SIGINT and SIGTERM, which a Ray worker blocks (a signal mask survives fork and
     exec, and the child's own children would inherit it). Off glibc Linux it does nothing more:
-    the parent's own stop path still applies. Edge case: the signal follows the *thread* that
-    forked, so start children from a thread that lives as long as they should.
+    the parent's own stop path still applies.
     """
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     with contextlib.suppress(OSError):
@@ -78,12 +77,11 @@ def spawn_child(
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a session of its own (its process group is its pid, so
     :func:`kill_group` reaches everything it forks that stays in the group) with
-    ``death_signal`` as its parent-death signal (:func:`die_with_parent`: call this from a
-    thread that lives as long as the child should). The streams, ``cwd`` and ``pass_fds``
-    are :class:`subprocess.Popen`'s (stderr goes into stdout by default).
-    ``new_session=False`` leaves it in our process group, for a helper that must die when
-    our group is killed (then stop it with ``proc.kill()``: :func:`kill_group` would signal
-    a group it does not lead).
+    ``death_signal`` as its parent-death signal (:func:`die_with_parent`). The streams,
+    ``cwd`` and ``pass_fds`` are :class:`subprocess.Popen`'s (stderr goes into stdout by
+    default). ``new_session=False`` leaves it in our process group, for a helper that must
+    die when our group is killed (then stop it with ``proc.kill()``: :func:`kill_group`
+    would signal a group it does not lead).
 
     ``death_signal`` is SIGTERM for a service that should finish what it is doing, SIGKILL
     for a worker that may be stuck in a call that ignores SIGTERM (a CUDA kernel), None for

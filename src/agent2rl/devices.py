@@ -144,10 +144,9 @@ def parse_gpu_list(text: str | None, flag: str, devices: Sequence[Gpu]) -> tuple
     by_index = {g.index: g for g in devices}
     picked: list[int] = []
     for part in text.split(","):
-        part = part.strip()
-        lo, sep, hi = part.partition("-")
+        lo, sep, hi = part.strip().partition("-")
         try:
-            rng = range(int(lo), int(hi) + 1) if sep else range(int(lo), int(lo) + 1)
+            rng = range(int(lo), int(hi if sep else lo) + 1)
         except ValueError:
             raise UserError(
                 f"bad {flag} {text!r}: give GPU indices as nvidia-smi shows them, e.g. 0,1 or "
@@ -344,10 +343,7 @@ def measure_grader_gpus(n: int, env: dict[str, str] | None = None) -> list[Gpu]:
         order = [v.strip() for v in visible.split(",") if v.strip()]
 
         def rank(g: Gpu) -> int:
-            for i, v in enumerate(order):
-                if v in (str(g.index), g.uuid):
-                    return i
-            return len(order)
+            return next((i for i, v in enumerate(order) if v in (str(g.index), g.uuid)), len(order))
 
         gpus.sort(key=rank)
     if gpus:

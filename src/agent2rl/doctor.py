@@ -155,19 +155,15 @@ def check_keys(env: dict[str, str] | None = None) -> list[Check]:
     out = []
     for name, provider in PROVIDERS.items():
         present = [k for k in provider.key_envs if env.get(k)]
-        if present:
-            out.append(Check(f"{name} key", "ok", f"{present[0]} is set"))
-        else:
-            out.append(
-                Check(
-                    f"{name} key",
-                    "missing",
-                    f"{' or '.join(provider.key_envs)} not set",
-                    f"LLM agents with a {name} driver cannot run (reference agents and "
-                    f"openai/<model> drivers on a local server still do); "
-                    f"export {provider.key_envs[0]}=...",
-                )
-            )
+        missing = Check(
+            f"{name} key",
+            "missing",
+            f"{' or '.join(provider.key_envs)} not set",
+            f"LLM agents with a {name} driver cannot run (reference agents and "
+            f"openai/<model> drivers on a local server still do); "
+            f"export {provider.key_envs[0]}=...",
+        )
+        out.append(Check(f"{name} key", "ok", f"{present[0]} is set") if present else missing)
     return out
 
 

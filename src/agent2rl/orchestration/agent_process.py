@@ -92,9 +92,7 @@ class AgentProcess:
             _send(p, signal.SIGTERM)
         end = time.time() + grace_s
         while time.time() < end:
-            if self.proc is not None:
-                self.proc.poll()
-            if not self.survivors(seen) and (self.proc is None or self.proc.returncode is not None):
+            if not self.survivors(seen) and (self.proc is None or self.proc.poll() is not None):
                 return 0
             time.sleep(0.1)
         left = self.survivors(seen)
