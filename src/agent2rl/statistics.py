@@ -118,9 +118,6 @@ def paired_bootstrap_ci(
     a: Sequence[float] | np.ndarray,
     b: Sequence[float] | np.ndarray,
     *,
-    n_resamples: int = N_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = SEED,
     rng: np.random.Generator | None = None,
 ) -> tuple[float, float] | None:
     """Paired bootstrap interval for ``mean(a - b)``; ``a[i]`` and ``b[i]`` are the same item.
@@ -133,9 +130,7 @@ def paired_bootstrap_ci(
     arr_b = np.asarray(b, dtype=float).ravel()
     if arr_a.shape != arr_b.shape:
         raise ValueError(f"paired samples differ in length: {arr_a.size} vs {arr_b.size}")
-    return bootstrap_ci(
-        arr_a - arr_b, n_resamples=n_resamples, confidence=confidence, seed=seed, rng=rng
-    )
+    return bootstrap_ci(arr_a - arr_b, rng=rng)
 
 
 # -- metrics -----------------------------------------------------------------------------------
@@ -328,7 +323,6 @@ def compare_items(
 def bootstrap_mean_ci(
     values: Sequence[float],
     *,
-    confidence: float = 0.95,
     n_resamples: int = N_RESAMPLES_REPEATS,
     seed: int = SEED,
 ) -> tuple[float, float] | None:
@@ -337,7 +331,7 @@ def bootstrap_mean_ci(
     values give a zero-width interval at that value."""
     if len(values) < 2:
         return None
-    return bootstrap_ci(values, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return bootstrap_ci(values, n_resamples=n_resamples, seed=seed)
 
 
 def expected_max_of_k(values: Sequence[float], k: int) -> float:

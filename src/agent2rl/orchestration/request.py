@@ -51,8 +51,7 @@ class RunRequest(BaseModel):
     #: the agent's instructions.md: neutral, or reference (agent2rl.workspace.instructions)
     instructions: str = "neutral"
     token_budget: int | None = None
-    #: let the LLM provider's own tools (web search, URL fetches) through the metering proxy,
-    #: each use recorded (an agent spec with ``provider_tools`` turns it on too)
+    #: ``--allow-provider-tools`` (an agent spec with ``provider_tools`` turns it on too)
     allow_provider_tools: bool = False
     memory: int | None = None
     max_pids: int | None = None
@@ -71,9 +70,7 @@ class RunRequest(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict)
     #: appended to the agent's instructions.md: its GPUs and the memory it may use on them
     gpu_note: str | None = None
-    #: the grading protocol: ``private`` (the paper's) or ``validation`` (scores on the
-    #: validation split, one submission graded on the private split at the end:
-    #: agent2rl.grading.final)
+    #: the grading protocol: ``private`` (the paper's) or ``validation`` (agent2rl.grading.final)
     feedback: str = "private"
 
     @field_validator("sandbox", "network", "feedback")
