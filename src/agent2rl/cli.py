@@ -55,7 +55,6 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _print_outcome(outcome: RunOutcome) -> None:
     m = outcome.metrics
-    report = outcome.run_dir / "report" / "report.html"
     console.print()
     console.print(f"[bold]run finished[/]: status={outcome.status}")
     if m is not None:  # None: the report could not be written (already said why)
@@ -66,7 +65,7 @@ def _print_outcome(outcome: RunOutcome) -> None:
             f"{_fmt(m.improvement, signed=True)}{ci_txt}"
         )
         console.print(f"submissions {m.submissions} (valid {m.valid_submissions})")
-    console.print(f"report: {report}")
+    console.print(f"report: {outcome.run_dir / 'report' / 'report.html'}")
 
 
 def _fmt(x: float | None, signed: bool = False) -> str:

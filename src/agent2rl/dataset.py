@@ -60,11 +60,8 @@ class PreparedTask:
 
 @dataclass(frozen=True)
 class JsonlSplits:
-    """Splits stored as one JSON-lines file each (``train.jsonl``, ``test.jsonl``, ...).
-
-    ``files`` maps a split to its file name inside the split's directory; ``to_sample`` turns
-    one row into a :class:`Sample`.
-    """
+    """Splits stored as one JSON-lines file each: ``files`` maps a split to its file name
+    (``train.jsonl``, ...) inside the split's directory."""
 
     files: dict[Split, str]
     to_sample: Callable[[dict[str, Any]], Sample]

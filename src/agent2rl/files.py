@@ -21,9 +21,9 @@ from typing import Any
 def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temp file and an atomic rename.
 
-    Parent directories are created. On any error the temp file is removed and ``path`` is
-    left as it was. ``mode`` sets the file's permission bits (default: mkstemp's 0600 widened
-    to 0644, so that a sandboxed reader of another uid can read what the harness wrote).
+    Parent directories are created. ``mode`` sets the file's permission bits (default:
+    mkstemp's 0600 widened to 0644, so that a sandboxed reader of another uid can read what
+    the harness wrote).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

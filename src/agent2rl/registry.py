@@ -80,11 +80,8 @@ class Registry(Mapping[str, T]):
         return ENTRY_POINT_PREFIX + self.kind
 
     def register(self, name: str, obj: T) -> T:
-        """Register ``obj`` under ``name`` and return it.
-
-        Raises :class:`RegistryConflict` when ``name`` already holds a different object;
-        registering the very same object again does nothing. An empty name is refused.
-        """
+        """Register ``obj`` under ``name`` and return it (a taken name: the module docstring).
+        An empty name is refused."""
         if not name or not isinstance(name, str):
             raise RegistryConflict(f"{self.what} registry {self.kind!r}: a name must be a string")
         with self._lock:
