@@ -1,43 +1,6 @@
 """agent2rl: a benchmark harness for LLM coding agents that engineer RL post-training.
 
-The packages (docs/development.md shows the same map)::
-
-    cli.py           the ``agent2rl`` command (Typer): run, report, compare, study, data, ...
-    orchestration/   one run: resolve -> task data -> workspace -> baseline -> services ->
-                     agent -> supervise -> finalize (RunContext shared by the stages)
-    tasks/           one module or package per task, a declaration: dataset + solver + scorer
-    dataset.py       Sample, PreparedTask (public / private / validation), JSONL splits
-    solvers/         how samples become outputs: Generate, EpisodeSolver (multi-turn, tools)
-    scoring/         how outputs are judged: FinalAnswer, UnitTests, EpisodeOutcome, judges
-    inference/       generation backends (transformers; vLLM on GPUs) behind one interface
-    grading/         the per-run grading service, its ledger (SQLite) and the evaluator
-    rollout/         the task-neutral rollout service for interactive tasks (env.db)
-    workspace/       the agent's workspace: data, base model, description, instructions
-    sandbox/         bubblewrap, per-run uid, caps, network policy, program sandboxes
-    agents/          agent specs (TOML), drivers, launch, log parsers, modes, reference agents
-    metering/        the LLM metering proxy: per-provider usage, prices, SSE streams
-    recording/       code snapshots (git) and the resource timeline
-    integrity/       contamination and model-identity checks
-    analysis/        per-run report, cross-run dashboard (results.db, compare), rendering
-    study/           many runs of a matrix on Ray, resumable
-    models/          the built-in tiny model, local directories, hub ids
-    files.py, formatting.py, statistics.py, locks.py, rundir.py, settings.py, errors.py: shared
-
-A run, as data flows through it::
-
-    agent2rl run --task T --agent A --model M --budget B
-      resolve_run        task (tasks.registry), agent spec, model, sandbox, caps: all checked
-                         before runs/<id>/ exists, so a bad flag leaves nothing behind
-      task data          Task.prepare -> public / private / validation in the task store
-                         ($AGENT2RL_HOME/tasks/<name>/v<version>)
-      workspace          runs/<id>/workspace: public data, base model (read-only), description
-      baseline           grading.evaluator -> worker process -> Task.evaluate(solver, scorer)
-                         on the private split; cached per (task, settings, model, backend)
-      services           grading service (ledger.db), rollout service (env.db, L3), metering
-                         proxy (LLM agents), service bridge and egress proxy (--network services)
-      agent              under bubblewrap as its own uid, in its cgroup; code snapshots and
-                         resources recorded; killed (whole tree) at the deadline or a cap
-      finalize           integrity checks -> RunMetrics once -> report/ and runs/results.db
+The package map and a run's data flow: docs/development.md.
 
 The public API is what this module exports (Inspect's pattern: a small surface re-exported
 here over the packages behind it); everything else may move without notice::

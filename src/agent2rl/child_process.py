@@ -11,6 +11,7 @@ the same two functions."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -36,14 +37,11 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
     Also unblocks SIGINT and SIGTERM, which a Ray worker blocks (a signal mask survives fork and
     exec, and the child's own children would inherit it). Off glibc Linux it does nothing more:
-    the parent's own stop path still applies. Edge case: the signal follows the *thread* that
-    forked, so start children from a thread that lives as long as they should.
+    the parent's own stop path still applies.
     """
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
-    except OSError:
-        pass
 
 
 #: this process's spawner thread, by process id (a forked child has none of its parent's
@@ -79,13 +77,11 @@ def spawn_child(
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a session of its own (its process group is its pid, so
     :func:`kill_group` reaches everything it forks that stays in the group) with
-    ``death_signal`` as its parent-death signal (:func:`die_with_parent`: call this from a
-    thread that lives as long as the child should). ``stdout``, ``stderr`` and ``stdin`` are
-    as :class:`subprocess.Popen` takes them (default: stdout inherited, stderr into stdout);
-    ``cwd`` is its working directory (default: ours); ``pass_fds`` are descriptors it keeps
-    open under the same numbers (all others are closed). ``new_session=False`` leaves it in
-    our process group, for a helper that must die when our group is killed (then stop it
-    with ``proc.kill()``: :func:`kill_group` would signal a group it does not lead).
+    ``death_signal`` as its parent-death signal (:func:`die_with_parent`). The streams,
+    ``cwd`` and ``pass_fds`` are :class:`subprocess.Popen`'s (stderr goes into stdout by
+    default). ``new_session=False`` leaves it in our process group, for a helper that must
+    die when our group is killed (then stop it with ``proc.kill()``: :func:`kill_group`
+    would signal a group it does not lead).
 
     ``death_signal`` is SIGTERM for a service that should finish what it is doing, SIGKILL
     for a worker that may be stuck in a call that ignores SIGTERM (a CUDA kernel), None for
@@ -126,10 +122,8 @@ def signal_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Send ``sig`` to the process group of ``proc`` (started by :func:`spawn_child`), without
     waiting. A group already gone is left alone, and so is one we may not signal (its pid was
     reused by someone else's process). Safe in a signal handler: no locks, no waiting."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_group(proc: subprocess.Popen) -> int:
@@ -167,11 +161,8 @@ def start_announcing(
     stdin: int | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """Start ``cmd`` in its own session with output appended to ``log_file`` and wait until
-    it writes ``{"port": ...}`` to ``ready_file``; returns (process, port).
-
-    The child gets SIGTERM from the kernel when the calling *thread* exits
-    (:func:`die_with_parent`), so a harness killed by SIGKILL leaves no service behind: call
-    this from a thread that lives as long as the service should (the run's main thread).
+    it writes ``{"port": ...}`` to ``ready_file``; returns (process, port). Call it from a
+    thread that lives as long as the service should (:func:`die_with_parent`).
 
     A stale ``ready_file`` is removed first. Raises RuntimeError naming ``name`` and the log
     when the child exits early or is not ready within ``ready_timeout`` seconds. Whatever
@@ -198,19 +189,14 @@ def start_announcing(
         raise
 
 
-def serve_on_free_port(
-    app: Any, on_ready: Callable[[int], None], *, host: str = "127.0.0.1"
-) -> None:
-    """Serve ``app`` with uvicorn on a free port of ``host``; call ``on_ready(port)`` once it
-    accepts connections. Returns when the server stops (SIGTERM / SIGINT)."""
+def serve_on_free_port(app: Any, on_ready: Callable[[int], None]) -> None:
+    """Serve ``app`` with uvicorn on a free port of 127.0.0.1; call ``on_ready(port)`` once
+    it accepts connections. Returns when the server stops (SIGTERM / SIGINT)."""
     import asyncio
 
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    sock.listen(128)
+    sock = socket.create_server(("127.0.0.1", 0), backlog=128)  # SO_REUSEADDR on POSIX
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_level="warning", timeout_keep_alive=30, timeout_graceful_shutdown=5

@@ -5,9 +5,11 @@ User errors print one line (``error: ...``) and exit with status 2, never a trac
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +55,6 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _print_outcome(outcome: RunOutcome) -> None:
     m = outcome.metrics
-    report = outcome.run_dir / "report" / "report.html"
     console.print()
     console.print(f"[bold]run finished[/]: status={outcome.status}")
     if m is not None:  # None: the report could not be written (already said why)
@@ -64,7 +65,7 @@ def _print_outcome(outcome: RunOutcome) -> None:
             f"{_fmt(m.improvement, signed=True)}{ci_txt}"
         )
         console.print(f"submissions {m.submissions} (valid {m.valid_submissions})")
-    console.print(f"report: {report}")
+    console.print(f"report: {outcome.run_dir / 'report' / 'report.html'}")
 
 
 def _fmt(x: float | None, signed: bool = False) -> str:
@@ -420,9 +421,7 @@ def eval_(
 
 @app.command()
 @_user_errors
-def doctor(
-    runs_dir: Path = _RUNS_DIR,
-) -> None:
+def doctor(runs_dir: Path = _RUNS_DIR) -> None:
     """Check this machine: bubblewrap, network namespace, cgroups, GPU, vLLM, LLM provider keys
     (names only) and free disk, and say what each missing piece costs. Exits 0 (nothing is
     required for the lite tasks); the agents' CLIs are `agent2rl agents doctor`."""
@@ -695,9 +694,7 @@ def study_status(study_dir: Path = typer.Argument(..., help="A study directory."
     from agent2rl.study import read_state
 
     meta, slots, attempts = read_state(study_dir.expanduser())
-    counts: dict[str, int] = {}
-    for s in slots:
-        counts[s.status] = counts.get(s.status, 0) + 1
+    counts = Counter(s.status for s in slots)
     console.print(
         f"[bold]study[/] {meta.get('name')}: {len(slots)} runs; "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
@@ -709,11 +706,9 @@ def study_status(study_dir: Path = typer.Argument(..., help="A study directory."
         if s.run_dir and s.status == "finished":
             from agent2rl.analysis import RunMetrics
 
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 m = RunMetrics.read(Path(s.run_dir) / "report" / "metrics.json")
                 best, improvement = _fmt(m.best_score), _fmt(m.improvement, signed=True)
-            except (OSError, ValueError):
-                pass
         table.add_row(
             s.slot.label,
             s.status,
@@ -803,10 +798,8 @@ def view(
     def ready(url: str) -> None:
         console.print(f"viewer: {url}  (Ctrl-C to stop)", highlight=False, soft_wrap=True)
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         serve_viewer(root, host=host, port=port, token=token, on_ready=ready)
-    except KeyboardInterrupt:
-        pass
 
 
 @app.command()

@@ -43,9 +43,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class PreparedTask:
-    """Where a task's splits live in the task store. ``public`` is copied into workspaces;
-    ``private`` and ``validation`` never are. ``validation`` is None only for a task that
-    cannot spare items for one (its docstring then says why)."""
+    """Where a task's splits live in the task store. ``validation`` is None only for a task
+    that cannot spare items for one (its docstring then says why)."""
 
     public: Path
     private: Path
@@ -61,11 +60,8 @@ class PreparedTask:
 
 @dataclass(frozen=True)
 class JsonlSplits:
-    """Splits stored as one JSON-lines file each (``train.jsonl``, ``test.jsonl``, ...).
-
-    ``files`` maps a split to its file name inside the split's directory; ``to_sample`` turns
-    one row into a :class:`Sample`.
-    """
+    """Splits stored as one JSON-lines file each: ``files`` maps a split to its file name
+    (``train.jsonl``, ...) inside the split's directory."""
 
     files: dict[Split, str]
     to_sample: Callable[[dict[str, Any]], Sample]

@@ -52,11 +52,6 @@ class Gpu:
     free_bytes: int
     uuid: str | None = None
 
-    @property
-    def cuda_id(self) -> str:
-        """What ``CUDA_VISIBLE_DEVICES`` names it by: the UUID, else the index."""
-        return self.uuid or str(self.index)
-
 
 @dataclass(frozen=True)
 class GpuLayout:
@@ -108,8 +103,7 @@ class GpuLayout:
         """The section of the agent's instructions saying what GPU memory it may use."""
         lines = ["", "## GPUs", ""]
         if not self.agent:
-            lines.append("You have no GPU in this run: train on the CPU.")
-            return "\n".join(lines) + "\n"
+            return "\n".join([*lines, "You have no GPU in this run: train on the CPU.", ""])
         cards = ", ".join(f"{g.name} ({g.total_bytes / GIB:.0f} GiB)" for g in self.agent)
         lines.append(f"You have {len(self.agent)} GPU(s) (`CUDA_VISIBLE_DEVICES` is set): {cards}.")
         if self.agent_memory_bytes:
@@ -131,9 +125,10 @@ def _ids(gpus: Sequence[Gpu]) -> str:
 
 
 def _visible(gpus: Sequence[Gpu]) -> dict[str, str]:
-    # "" hides every card (the CPU); PCI_BUS_ID makes an index mean what nvidia-smi means.
+    # By UUID, else index; "" hides every card (the CPU); PCI_BUS_ID makes an index mean what
+    # nvidia-smi means.
     return {
-        "CUDA_VISIBLE_DEVICES": ",".join(g.cuda_id for g in gpus),
+        "CUDA_VISIBLE_DEVICES": ",".join(g.uuid or str(g.index) for g in gpus),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
 
@@ -149,10 +144,9 @@ def parse_gpu_list(text: str | None, flag: str, devices: Sequence[Gpu]) -> tuple
     by_index = {g.index: g for g in devices}
     picked: list[int] = []
     for part in text.split(","):
-        part = part.strip()
-        lo, sep, hi = part.partition("-")
+        lo, sep, hi = part.strip().partition("-")
         try:
-            rng = range(int(lo), int(hi) + 1) if sep else range(int(lo), int(lo) + 1)
+            rng = range(int(lo), int(hi if sep else lo) + 1)
         except ValueError:
             raise UserError(
                 f"bad {flag} {text!r}: give GPU indices as nvidia-smi shows them, e.g. 0,1 or "
@@ -207,14 +201,13 @@ def plan_layout(
     shared_ids = {g.index for g in grader} & {g.index for g in agent}
     fraction: float | None = dedicated_fraction
     agent_bytes: dict[int, int] = {}
-    used = [g for g in grader[:tp]]  # the cards the grader's vLLM allocates on
+    # the least free share, less the headroom, of the cards the grader's vLLM allocates on
+    free = min((g.free_bytes / g.total_bytes for g in grader[:tp]), default=1.0)
+    free -= HEADROOM_FRACTION
     if shared_ids:
         # The grader's slice on a shared card, no more than is free now (another process
         # may hold part of it), and the agent's allowance what remains after the headroom.
-        fraction = min(
-            SHARED_GRADER_FRACTION,
-            min(g.free_bytes / g.total_bytes for g in used) - HEADROOM_FRACTION,
-        )
+        fraction = min(SHARED_GRADER_FRACTION, free)
         if fraction < MIN_GRADER_FRACTION:
             notes.append("shared GPU too full for a vLLM slice: the grader uses transformers")
             fraction = 0.0
@@ -222,11 +215,9 @@ def plan_layout(
             if g.index in shared_ids:
                 reserve = int((fraction + HEADROOM_FRACTION) * g.total_bytes)
                 agent_bytes[g.index] = max(0, g.free_bytes - reserve)
-    elif grader and dedicated_fraction is not None:
-        free = min(g.free_bytes / g.total_bytes for g in used) - HEADROOM_FRACTION
-        if free < dedicated_fraction:
-            notes.append(f"grader GPU partly in use: vLLM share lowered to {free:.2f}")
-            fraction = max(free, 0.0) if free >= MIN_GRADER_FRACTION else 0.0
+    elif grader and dedicated_fraction is not None and free < dedicated_fraction:
+        notes.append(f"grader GPU partly in use: vLLM share lowered to {free:.2f}")
+        fraction = free if free >= MIN_GRADER_FRACTION else 0.0
     return GpuLayout(tuple(grader), tuple(agent), fraction, agent_bytes, tuple(notes))
 
 
@@ -352,10 +343,7 @@ def measure_grader_gpus(n: int, env: dict[str, str] | None = None) -> list[Gpu]:
         order = [v.strip() for v in visible.split(",") if v.strip()]
 
         def rank(g: Gpu) -> int:
-            for i, v in enumerate(order):
-                if v in (str(g.index), g.uuid):
-                    return i
-            return len(order)
+            return next((i for i, v in enumerate(order) if v in (str(g.index), g.uuid)), len(order))
 
         gpus.sort(key=rank)
     if gpus:

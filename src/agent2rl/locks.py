@@ -15,27 +15,25 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[float]:
+def file_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created, with its parents) for the block.
 
-    Yields the seconds spent waiting for it. Blocks as long as another process holds it;
-    not re-entrant within one process (a nested ``file_lock`` on the same path through a
-    second open file would wait on itself), so callers take it around one step only.
+    Blocks as long as another process holds it; not re-entrant within one process (a nested
+    ``file_lock`` on the same path through a second open file would wait on itself), so
+    callers take it around one step only.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        start = time.monotonic()
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield time.monotonic() - start
+        yield
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
 

@@ -53,18 +53,11 @@ class Registry(Mapping[str, T]):
     """Named objects of one kind (``tasks``, ``log_parsers``...), a read-only mapping.
 
     ``kind`` names the registry and gives its entry-point group, ``agent2rl.<kind>``;
-    ``what`` is how an error names one entry (``task``, ``log format``). What an entry point
-    names is loaded (imported) on the first lookup, iteration or ``in``, passed through
-    ``coerce`` (e.g. a class to its instance) and registered under the entry point's name,
-    unless it is a module (its import registered what it holds, through decorators) or an
-    object that registered itself while loading. A broken entry point (its import fails)
-    raises :class:`UserError` naming the distribution, on that first lookup.
-
-    Lookups: ``registry[name]`` (or :meth:`lookup`) raises :class:`UnknownName`, with a
-    did-you-mean and the known names, for a name nobody registered; ``registry.get(name,
-    default)`` is the dict's (``default`` when absent). Iteration is in registration order
-    (like a dict); :meth:`names` is sorted.
-
+    ``what`` is how an error names one entry (``task``, ``log format``). An entry point's
+    object is passed through ``coerce`` (e.g. a class to its instance) and registered under
+    the entry point's name, unless it is a module or an object that registered itself while
+    loading. A broken entry point raises :class:`UserError` naming the distribution, on the
+    first lookup. Iteration is in registration order (like a dict); :meth:`names` is sorted.
     Thread-safe: registration and the one-time entry-point load hold a lock.
     """
 
@@ -87,11 +80,8 @@ class Registry(Mapping[str, T]):
         return ENTRY_POINT_PREFIX + self.kind
 
     def register(self, name: str, obj: T) -> T:
-        """Register ``obj`` under ``name`` and return it.
-
-        Raises :class:`RegistryConflict` when ``name`` already holds a different object;
-        registering the very same object again does nothing. An empty name is refused.
-        """
+        """Register ``obj`` under ``name`` and return it (a taken name: the module docstring).
+        An empty name is refused."""
         if not name or not isinstance(name, str):
             raise RegistryConflict(f"{self.what} registry {self.kind!r}: a name must be a string")
         with self._lock:
@@ -111,8 +101,8 @@ class Registry(Mapping[str, T]):
             self._items.pop(name, None)
 
     def lookup(self, name: str) -> T:
-        """The object registered as ``name``; :class:`UnknownName` (a :class:`UserError`:
-        ``unknown <what> 'x': did you mean 'y'? choose one of a, b``) when there is none."""
+        """``registry[name]``: :class:`UnknownName` (``unknown <what> 'x': did you mean 'y'?
+        choose one of a, b``) when there is none."""
         return self[name]
 
     def __getitem__(self, name: str) -> T:
@@ -121,11 +111,6 @@ class Registry(Mapping[str, T]):
             return self._items[name]
         except KeyError:
             raise UnknownName(self.unknown_message(name)) from None
-
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
-        """The object registered as ``name``, else ``default`` (a dict's ``get``)."""
-        self._load_entry_points()
-        return self._items.get(name, default)
 
     def unknown_message(self, name: str) -> str:
         """The one-line error for an unknown ``name`` (for callers that word their own
@@ -141,10 +126,6 @@ class Registry(Mapping[str, T]):
         self._load_entry_points()
         with self._lock:
             return sorted(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        self._load_entry_points()
-        return name in self._items
 
     def __iter__(self) -> Iterator[str]:
         # Registration order, as a dict iterates (entry points after the package's own):
@@ -186,9 +167,7 @@ class Registry(Mapping[str, T]):
                         f"fix or uninstall that distribution"
                     ) from err
                 # A module whose import registered its objects (decorators) is not itself
-                # an entry, nor is an object that registered itself while loading (under
-                # its own name); anything else is registered under the entry point's name,
-                # and a name taken by another object is a conflict.
+                # an entry, nor is an object that registered itself while loading.
                 if isinstance(obj, types.ModuleType) or any(v is obj for v in self._items.values()):
                     continue
                 self.register(ep.name, obj)

@@ -13,7 +13,6 @@ tables are not created yet).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent2rl.files import json_object
 from agent2rl.grading import comparison
 from agent2rl.grading.ledger import Ledger, Rejection, Submission
 from agent2rl.recording.snapshot import SnapshotReader
@@ -161,15 +161,12 @@ class JsonlTail:
             end = data.rfind(b"\n")
             if end < 0:
                 return self.items
-            start = 0
-            for raw in data[: end + 1].split(b"\n")[:-1]:
-                offset = self._pos + start
-                start += len(raw) + 1
-                obj = _json_object(raw)
+            for raw in data[:end].split(b"\n"):
+                obj = json_object(raw)
                 if obj is not None:
                     self.items.append(self.summarize(obj))
-                    self.offsets.append(offset)
-            self._pos += end + 1
+                    self.offsets.append(self._pos)
+                self._pos += len(raw) + 1
             return self.items
 
     def line(self, index: int) -> dict[str, Any] | None:
@@ -180,15 +177,7 @@ class JsonlTail:
             offset = self.offsets[index]
         with open(self.path, "rb") as f:
             f.seek(offset)
-            return _json_object(f.readline())
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
+            return json_object(f.readline())
 
 
 __all__ = ["EnvRecord", "JsonlTail", "LedgerRecord", "RunRecord"]

@@ -70,14 +70,8 @@ class RunStatus(StrEnum):
 LIVE_RUN_STATUSES = frozenset({RunStatus.PREPARING, RunStatus.RUNNING})
 #: statuses of a run whose agent ran to an end the run's rules define (not the harness's
 #: failure, not an interruption)
-FINISHED_RUN_STATUSES = frozenset(
-    {
-        RunStatus.COMPLETED,
-        RunStatus.DEADLINE,
-        RunStatus.AGENT_ERROR,
-        RunStatus.OOM,
-        RunStatus.DISK_QUOTA,
-    }
+FINISHED_RUN_STATUSES = (
+    frozenset(RunStatus) - LIVE_RUN_STATUSES - {RunStatus.INTERRUPTED, RunStatus.HARNESS_ERROR}
 )
 
 
@@ -89,11 +83,9 @@ class RunIdentity(BaseModel):
 
     Frozen. ``task_version`` is None only in records written before it existed; ``driver``
     (the LLM that drives an agent) and ``mode`` (its operating mode) are None for agents
-    without an LLM. ``feedback`` is the grading protocol (``private``: the agent sees each
-    submission's private-split score, the paper's; ``validation``: it sees validation-split
-    scores and one submission is graded on the private split at the end; see
-    :mod:`agent2rl.grading.final`): runs of the two are never pooled as one. A record written
-    before it existed reads as ``private``.
+    without an LLM. ``feedback`` is the grading protocol (:mod:`agent2rl.grading.final`):
+    runs of the two are never pooled as one; a record written before it existed reads as
+    ``private``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -256,13 +248,9 @@ class RunInfo:
     """The contents of ``run.json``: what was run and how it ended.
 
     ``start``/``deadline`` are epoch seconds of the budget clock (the baseline is measured
-    before ``start``). ``status`` is a :class:`RunStatus` (a plain string once read back):
-    ``preparing``, ``running``, ``completed`` (the agent exited before the deadline),
-    ``deadline`` (killed at the deadline), ``agent_error`` (the agent exited non-zero), ``oom``
-    (it went over its memory cap), ``disk_quota`` (its workspace went over its quota),
-    ``interrupted`` or ``harness_error``. ``schema_version``: the format of the file it was
-    read from (1: written before the key existed); :meth:`save` writes
-    :data:`RUN_SCHEMA_VERSION`.
+    before ``start``). ``status`` is a :class:`RunStatus` (a plain string once read back).
+    ``schema_version``: the format of the file it was read from (1: written before the key
+    existed); :meth:`save` writes :data:`RUN_SCHEMA_VERSION`.
     """
 
     run_id: str

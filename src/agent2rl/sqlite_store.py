@@ -1,11 +1,8 @@
 """One way to open and use a SQLite database, for every store of the harness.
 
-The run's ledger (:mod:`agent2rl.grading.ledger`), the rollout record
-(:mod:`agent2rl.rollout.env_record`), the results ledger
-(:mod:`agent2rl.analysis.dashboard.results`), the study state (:mod:`agent2rl.study.state`),
-the judgment cache (:mod:`agent2rl.scoring.judges.cache`) and the LLM client's response cache
-(:mod:`agent2rl.scoring.llm_client`) all hold a :class:`SQLiteStore`. It opens the file with
-the project's settings (WAL journal, a busy timeout, ``isolation_level=None`` so that this
+Every database of the harness (the run's ledger, the rollout record, the results ledger, the
+study state, the judgment and LLM response caches) is a :class:`SQLiteStore`. It opens the
+file with the project's settings (WAL journal, a busy timeout, ``isolation_level=None`` so that this
 module, not Python's ``sqlite3``, decides where transactions begin and end, rows as
 :class:`sqlite3.Row`), creates the schema and runs a store's migrations in one transaction.
 
@@ -33,15 +30,12 @@ for the whole of every transaction and every read.
   locks).
 
 Networked filesystems: WAL keeps its index in a ``<db>-shm`` file that every process maps in
-shared memory, so all processes must see the same memory: WAL is unsafe on NFS, SMB/CIFS,
-sshfs, Lustre and the like (readers can see stale or torn pages; the database can be
-corrupted), and processes on different hosts can never share one WAL database. Keep
-``AGENT2RL_HOME`` and the runs directory (``--runs-dir``, a study's ``--out``) on a local
-disk of the host that runs the harness: copy results to shared storage after the run. Opening
-a store on a filesystem listed in :data:`NETWORK_FILESYSTEMS` logs a warning saying so. Where
-the database must live on a networked filesystem whose locks work (NFSv4 with working
-``fcntl`` locks), set ``AGENT2RL_SQLITE_JOURNAL_MODE=DELETE``: the rollback journal needs only
-file locks, at the price of readers blocking the writer.
+shared memory, so WAL is unsafe on NFS, SMB/CIFS, sshfs, Lustre and the like (readers can see
+stale or torn pages; the database can be corrupted), and processes on different hosts can
+never share one WAL database. Keep ``AGENT2RL_HOME`` and the runs directory on a local disk
+(opening a store on one of :data:`NETWORK_FILESYSTEMS` logs a warning), or, on a networked
+filesystem whose ``fcntl`` locks work (NFSv4), set ``AGENT2RL_SQLITE_JOURNAL_MODE=DELETE``:
+the rollback journal needs only file locks, at the price of readers blocking the writer.
 """
 
 from __future__ import annotations
@@ -139,12 +133,10 @@ def _warn_if_networked(path: Path, mode: str) -> None:
 def connect(
     path: Path, *, timeout: float = DEFAULT_TIMEOUT_S, synchronous: str | None = None
 ) -> sqlite3.Connection:
-    """A connection to ``path`` (its directory created) with the project's settings: the
-    :func:`journal_mode` (WAL), ``busy_timeout`` of ``timeout`` seconds, autocommit
-    (``isolation_level=None``: transactions are explicit), :class:`sqlite3.Row` rows and,
-    if given, ``PRAGMA synchronous`` (``NORMAL`` trades the last commits before a power cut
-    for speed). Usable from any thread: the caller must serialise its use
-    (:class:`SQLiteStore` does)."""
+    """A connection to ``path`` (its directory created) with the project's settings (the
+    module docstring) and, if given, ``PRAGMA synchronous`` (``NORMAL`` trades the last
+    commits before a power cut for speed). Usable from any thread: the caller must serialise
+    its use (:class:`SQLiteStore` does)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = journal_mode()
@@ -174,6 +166,20 @@ def schema_statements(script: str) -> list[str]:
                 out.append(buf.strip())
             buf = ""
     return out
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A ``BEGIN IMMEDIATE`` transaction for the block: committed at its end, rolled back if
+    it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:  # a failed COMMIT may have ended it already
+            conn.execute("ROLLBACK")
+        raise
 
 
 class SQLiteStore:
@@ -267,17 +273,11 @@ class SQLiteStore:
             conn = connect(self.path, timeout=self._timeout, synchronous=self._synchronous)
             try:
                 if self._schema or self._migrate is not None:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
+                    with _immediate(conn):
                         for statement in self._schema:
                             conn.execute(statement)
                         if self._migrate is not None:
                             self._migrate(conn)
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
-                        raise
             except BaseException:
                 conn.close()
                 raise
@@ -304,14 +304,8 @@ class SQLiteStore:
                     )
                 yield conn
                 return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:  # a failed COMMIT may have ended it already
-                    conn.execute("ROLLBACK")
-                raise
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

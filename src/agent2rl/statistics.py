@@ -12,14 +12,10 @@ contains 0 is "within noise". Deterministic: the bootstrap uses a fixed seed. Wh
 submission is paired with the baseline at all is
 :func:`agent2rl.grading.comparison.comparable`'s decision.
 
-**Metrics.** A :class:`Metric` summarises one evaluation's per-item records (the lines of its
-``items.jsonl``: ``id``, ``score``, ``correct``, ``meta``) into the task's score (0-100) and
-gives the interval around it; the scorer declares its metrics
-(:mod:`agent2rl.scoring.metrics`, where they are registered by name) and the grading
-service, the report and ``agent2rl eval`` ask the declared one instead of averaging
-``score``. :class:`MeanMetric` (``mean``, the default) is 100 x the mean of a per-item value
-with the percentile bootstrap of that mean; :class:`ResampledMetric` is any other statistic,
-its interval bootstrapped by recomputing it on resampled items.
+**Metrics.** A :class:`Metric` summarises one evaluation's per-item records (its
+``items.jsonl``) into the task's score (0-100) and its interval; the scorer declares its
+metrics (:mod:`agent2rl.scoring.metrics`) and every reader asks the declared one instead of
+averaging ``score``.
 
 **Over repeats.** :func:`bootstrap_mean_ci` is the interval of a mean over a few repeated runs
 (the leaderboard's), and :func:`expected_max_of_k` the pass@k estimator: with ``n`` repeats
@@ -62,14 +58,11 @@ def bootstrap_ci(
     seed: int = SEED,
     rng: np.random.Generator | None = None,
 ) -> tuple[float, float] | None:
-    """Percentile bootstrap interval for the mean of ``values``.
+    """Percentile bootstrap interval for the mean of ``values`` (:func:`bootstrap_stat_ci`).
 
-    Resamples the values with replacement ``n_resamples`` times and returns the
-    ``(1 - confidence) / 2`` and ``1 - (1 - confidence) / 2`` quantiles of the resampled means.
     Deterministic for a given ``seed`` (or ``rng``, drawn from instead: ``new_rng(seed)``
     gives the same interval as ``seed``). Returns None for an empty input; a single value (or
-    all values equal) gives a zero-width interval at that value. Raises ``ValueError`` for
-    ``n_resamples < 1`` or a confidence outside (0, 1).
+    all values equal) gives a zero-width interval at that value.
     """
     arr = np.asarray(values, dtype=float).ravel()
     return bootstrap_stat_ci(
@@ -125,9 +118,6 @@ def paired_bootstrap_ci(
     a: Sequence[float] | np.ndarray,
     b: Sequence[float] | np.ndarray,
     *,
-    n_resamples: int = N_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = SEED,
     rng: np.random.Generator | None = None,
 ) -> tuple[float, float] | None:
     """Paired bootstrap interval for ``mean(a - b)``; ``a[i]`` and ``b[i]`` are the same item.
@@ -140,9 +130,7 @@ def paired_bootstrap_ci(
     arr_b = np.asarray(b, dtype=float).ravel()
     if arr_a.shape != arr_b.shape:
         raise ValueError(f"paired samples differ in length: {arr_a.size} vs {arr_b.size}")
-    return bootstrap_ci(
-        arr_a - arr_b, n_resamples=n_resamples, confidence=confidence, seed=seed, rng=rng
-    )
+    return bootstrap_ci(arr_a - arr_b, rng=rng)
 
 
 # -- metrics -----------------------------------------------------------------------------------
@@ -187,11 +175,8 @@ class Metric(Protocol):
 @dataclass(frozen=True)
 class MeanMetric:
     """100 x the mean of a per-item value (``item``, default the record's ``score``): the
-    harness's score since its first version, and the default of every scorer.
-
-    The value is ``100 * sum / n`` (0 for no records), summed in order as the harness always
-    summed; the intervals are the percentile bootstrap of the mean (:func:`bootstrap_ci`) and
-    of the mean per-item difference (:func:`paired_bootstrap_ci`)."""
+    harness's score since its first version, and the default of every scorer. The value is
+    0 for no records, summed in order as the harness always summed."""
 
     name: str = "mean"
     item: Callable[[Record], float] = item_score
@@ -271,13 +256,9 @@ def load_item_records(path: Path) -> dict[str, Record] | None:
     path = Path(path)
     if not path.is_file():
         return None
-    records: dict[str, Record] = {}
     # Tolerant: an evaluation killed mid-write leaves a torn last line, and the items
     # before it still carry an honest interval.
-    for obj in read_jsonl_tolerant(path):
-        if isinstance(obj, dict) and "id" in obj:
-            records[str(obj["id"])] = obj
-    return records
+    return {str(obj["id"]): obj for obj in read_jsonl_tolerant(path) if "id" in obj}
 
 
 def load_item_scores(path: Path) -> dict[str, float] | None:
@@ -317,18 +298,14 @@ def compare_items(
     ``metric`` (the scorer's declared one; default 100 x the mean item score).
 
     Both map item id -> record (:func:`load_item_records`; a bare number is a record holding
-    only that score); intervals are in score points. Gives ``score_ci95`` (None without
-    items), ``improvement_ci95`` and ``within_noise`` (None without base items, without an
-    item id in common, or when the two were not graded under the same settings:
-    ``comparable`` False), ``n_items_paired``. Only ids present in both are paired, so a
-    partial file still yields an honest interval over what it holds. Each interval draws from
-    a fresh :func:`new_rng`, so it does not depend on the other.
+    only that score). The paired interval is None (:class:`Intervals`) also when the two
+    were not graded under the same settings (``comparable`` False). Only ids present in both
+    are paired, so a partial file still yields an honest interval over what it holds. Each
+    interval draws from a fresh :func:`new_rng`, so it does not depend on the other.
     """
     records = [_record(v) for v in items.values()] if items else []
     score_ci = metric.interval(records, new_rng()) if records else None
-    if not (items and base_items and comparable):
-        return Intervals(score_ci95=score_ci)
-    common = sorted(set(items) & set(base_items))
+    common = sorted(set(items) & set(base_items)) if items and base_items and comparable else []
     if not common:
         return Intervals(score_ci95=score_ci)
     ci = metric.paired_interval(
@@ -346,7 +323,6 @@ def compare_items(
 def bootstrap_mean_ci(
     values: Sequence[float],
     *,
-    confidence: float = 0.95,
     n_resamples: int = N_RESAMPLES_REPEATS,
     seed: int = SEED,
 ) -> tuple[float, float] | None:
@@ -355,7 +331,7 @@ def bootstrap_mean_ci(
     values give a zero-width interval at that value."""
     if len(values) < 2:
         return None
-    return bootstrap_ci(values, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return bootstrap_ci(values, n_resamples=n_resamples, seed=seed)
 
 
 def expected_max_of_k(values: Sequence[float], k: int) -> float:
@@ -368,8 +344,7 @@ def expected_max_of_k(values: Sequence[float], k: int) -> float:
     if not 1 <= k <= n:
         raise ValueError(f"k must be in 1..{n} (the number of runs), got {k}")
     xs = sorted(float(v) for v in values)
-    total = comb(n, k)
-    return sum(comb(i - 1, k - 1) * xs[i - 1] for i in range(k, n + 1)) / total
+    return sum(comb(i - 1, k - 1) * xs[i - 1] for i in range(k, n + 1)) / comb(n, k)
 
 
 def pass_at_k_curve(values: Sequence[float]) -> list[tuple[int, float]]:

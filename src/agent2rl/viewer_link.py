@@ -9,9 +9,9 @@ a stale one (a killed viewer) is ignored.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
+
+import psutil
 
 from agent2rl.files import read_json
 from agent2rl.settings import load_settings
@@ -31,7 +31,8 @@ def run_page_url(run_dir: Path) -> str | None:
         data = read_json(announce_path())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not _alive(data.get("pid")):
+    pid = data.get("pid") if isinstance(data, dict) else None
+    if not isinstance(pid, int) or pid <= 0 or not psutil.pid_exists(pid):
         return None
     root = Path(str(data.get("root", "")))
     run_dir = Path(run_dir).resolve()
@@ -39,15 +40,3 @@ def run_page_url(run_dir: Path) -> str | None:
         return None
     token = data.get("token")
     return f"{data.get('url')}/run/{run_dir.name}" + (f"?token={token}" if token else "")
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

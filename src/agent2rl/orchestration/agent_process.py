@@ -14,6 +14,7 @@ run's guard's to kill (:mod:`agent2rl.orchestration.guard`, told the marker and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -25,8 +26,8 @@ from pathlib import Path
 import psutil
 
 from agent2rl.child_process import signal_group, spawn_child
-
-MARK_ENV = "AGENT2RL_AGENT_MARK"
+from agent2rl.orchestration.guard import AGENT_MARK_ENV as MARK_ENV
+from agent2rl.orchestration.guard import marked_pids
 
 
 class AgentProcess:
@@ -91,9 +92,7 @@ class AgentProcess:
             _send(p, signal.SIGTERM)
         end = time.time() + grace_s
         while time.time() < end:
-            if self.proc is not None:
-                self.proc.poll()
-            if not self.survivors(seen) and (self.proc is None or self.proc.returncode is not None):
+            if not self.survivors(seen) and (self.proc is None or self.proc.poll() is not None):
                 return 0
             time.sleep(0.1)
         left = self.survivors(seen)
@@ -121,15 +120,10 @@ class AgentProcess:
 
 def _marked(mark: str) -> list[psutil.Process]:
     """Processes whose environment carries ``MARK_ENV=mark`` (read from /proc)."""
-    needle = f"{MARK_ENV}={mark}".encode()
     out = []
-    for pid in psutil.pids():
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if needle in fh.read():
-                    out.append(psutil.Process(pid))
-        except (OSError, psutil.NoSuchProcess):
-            continue
+    for pid in marked_pids({f"{MARK_ENV}={mark}".encode()}):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            out.append(psutil.Process(pid))
     return out
 
 
@@ -141,7 +135,5 @@ def _alive(p: psutil.Process) -> bool:
 
 
 def _send(p: psutil.Process, sig: int) -> None:
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
         p.send_signal(sig)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass

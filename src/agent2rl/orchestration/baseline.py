@@ -59,9 +59,8 @@ def measure_baseline(
     ``grading/baseline/`` (``grading/baseline-<split>/`` for another split than private: the
     validation feedback protocol's baseline, :mod:`agent2rl.grading.final`).
 
-    Returns the ledger's baseline record: score, n_items, items_path (relative to the run
-    directory), eval_seconds, eval_hash, cached, split. Raises :class:`UserError` if the
-    base model cannot be evaluated.
+    Returns the ledger's baseline record (``items_path`` relative to the run directory).
+    Raises :class:`UserError` if the base model cannot be evaluated.
     """
     backend = backend or BackendConfig()
     key = baseline_key(task, model, backend, split)

@@ -27,6 +27,7 @@ from agent2rl.files import read_json, write_json_atomic
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.models.resolve import resolve_model
+from agent2rl.orchestration.request import grading_backend
 from agent2rl.scoring.metrics import metric_for
 from agent2rl.settings import load_settings
 from agent2rl.statistics import load_item_records, new_rng
@@ -111,11 +112,7 @@ def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
         raise UserError(f"task {task.name} has no {split} split: use --split with one of {have}")
     step(f"resolving model {req.model}")
     model = resolve_model(req.model, settings.model_store)
-    # As a run's grader does: the base model's end-of-sequence ids end every completion,
-    # and its name picks the decoding (--protocol).
-    # An output limit the user set in the task's options wins over the protocol's table.
-    limit = getattr(task.config, "max_new_tokens", 0)
-    backend = req.backend.for_run(task.name, req.model, model.path, limit)
+    backend = grading_backend(req.backend, task, req.model, model.path)  # as a run's grader
     out = (req.out or req.runs_dir / "evals" / new_eval_id(task.name, req.model)).expanduser()
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} is not empty: pass a new directory")

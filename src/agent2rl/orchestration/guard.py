@@ -10,7 +10,7 @@ it, one JSON line at a time, how to recognise the run's processes:
 
 - ``{"harness_mark": M}``: every process the harness starts inherits ``AGENT2RL_HARNESS_MARK=M``
   (set in the harness's environment for the run), the services and their workers included;
-- ``{"mark": M}``: the agent's marker (:data:`~agent2rl.orchestration.agent_process.MARK_ENV`);
+- ``{"mark": M}``: the agent's marker (:data:`AGENT_MARK_ENV`);
 - ``{"cgroup": [DIR, ...]}``: the agent's cgroup directories;
 - ``{"pids": [[PID, START], ...]}``: agent processes the harness saw, with their start time
   (clock ticks since boot, ``/proc/PID/stat`` field 22) so that a reused pid is never hit.
@@ -28,6 +28,7 @@ Standard library only, so it starts in tens of milliseconds:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 HARNESS_MARK_ENV = "AGENT2RL_HARNESS_MARK"
-_AGENT_MARK_ENV = "AGENT2RL_AGENT_MARK"  # agent_process.MARK_ENV (not imported: stdlib only)
+AGENT_MARK_ENV = "AGENT2RL_AGENT_MARK"  # every process the agent starts inherits it
 
 #: seconds the processes get between SIGTERM and SIGKILL in a sweep
 SWEEP_GRACE_S = 2.0
@@ -48,14 +49,41 @@ SWEEP_GRACE_S = 2.0
 SWEEP_KILL_S = 5.0
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (field 3 on); [] when ``pid``
+    does not exist."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def start_ticks(pid: int) -> int | None:
     """``pid``'s start time in clock ticks since boot (None when it does not exist): with
     the pid, an identity that survives pid reuse."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(_stat(pid)[19])
+    except (IndexError, ValueError):
         return None
+
+
+def marked_pids(marks: set[bytes]) -> set[int]:
+    """Processes whose environment holds one of ``marks`` (``NAME=VALUE``), read from
+    ``/proc`` (none without it: not Linux)."""
+    out: set[int] = set()
+    try:
+        names = os.listdir("/proc") if marks else []
+    except OSError:  # no /proc: the harness's own stop path only
+        names = []
+    for name in filter(str.isdigit, names):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if any(m + b"\0" in env or env.endswith(m) for m in marks):
+            out.add(int(name))
+    return out
 
 
 class RunGuard:
@@ -116,10 +144,8 @@ class RunGuard:
     def close(self, timeout: float = SWEEP_GRACE_S + SWEEP_KILL_S + 5.0) -> None:
         """Close the pipe (the guard sweeps whatever is left) and wait for it; idempotent."""
         if self.proc.stdin is not None and not self.proc.stdin.closed:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-            except OSError:
-                pass
         from agent2rl.child_process import kill_group
 
         try:
@@ -131,11 +157,9 @@ class RunGuard:
         stdin = self.proc.stdin
         if stdin is None or stdin.closed:
             return
-        try:
+        with contextlib.suppress(OSError):  # the guard died: the harness's stop path applies
             stdin.write(json.dumps(message).encode() + b"\n")
             stdin.flush()
-        except OSError:  # the guard died: the harness's own stop path still applies
-            pass
 
 
 # --- the guard process ----------------------------------------------------------------------
@@ -154,11 +178,9 @@ class _Watch:
         if "harness_mark" in message:
             self.marks.add(f"{HARNESS_MARK_ENV}={message['harness_mark']}".encode())
         if "mark" in message:
-            self.marks.add(f"{_AGENT_MARK_ENV}={message['mark']}".encode())
-        for d in message.get("cgroup", ()):
-            self.cgroups.append(Path(d))
-        for pid, ticks in message.get("pids", ()):
-            self.pids.add((int(pid), int(ticks)))
+            self.marks.add(f"{AGENT_MARK_ENV}={message['mark']}".encode())
+        self.cgroups += [Path(d) for d in message.get("cgroup", ())]
+        self.pids |= {(int(pid), int(ticks)) for pid, ticks in message.get("pids", ())}
 
     def found(self) -> set[int]:
         """Live, non-zombie processes of the run (never the guard or the harness)."""
@@ -167,41 +189,21 @@ class _Watch:
             if start_ticks(pid) == ticks:
                 out.add(pid)
         for d in self.cgroups:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 out.update(int(p) for p in (d / "cgroup.procs").read_text().split())
-            except (OSError, ValueError):
-                pass
-        if self.marks:
-            try:
-                names = os.listdir("/proc")
-            except OSError:  # no /proc (not Linux): the harness's own stop path only
-                names = []
-            for name in names:
-                if not name.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{name}/environ", "rb") as fh:
-                        env = fh.read()
-                except OSError:
-                    continue
-                if any(m + b"\0" in env or env.endswith(m) for m in self.marks):
-                    out.add(int(name))
+        out |= marked_pids(self.marks)
         return {p for p in out if p not in self.exclude and not _zombie(p)}
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
-    except (OSError, IndexError):
-        return True
+    fields = _stat(pid)
+    return not fields or fields[0] in "ZX"
 
 
 def _signal_all(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def sweep(watch: _Watch, grace_s: float = SWEEP_GRACE_S, kill_s: float = SWEEP_KILL_S) -> int:
@@ -213,10 +215,8 @@ def sweep(watch: _Watch, grace_s: float = SWEEP_GRACE_S, kill_s: float = SWEEP_K
         # cgroup v2 kills a whole cgroup at once, forks in flight included
         for d in watch.cgroups:
             if (d / "cgroup.kill").exists():
-                try:
+                with contextlib.suppress(OSError):
                     (d / "cgroup.kill").write_text("1")
-                except OSError:
-                    pass
         _signal_all(first, signal.SIGTERM)
         end = time.monotonic() + grace_s
         while time.monotonic() < end and watch.found():

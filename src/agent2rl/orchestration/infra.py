@@ -50,13 +50,11 @@ def infrastructure_failure(run_dir: Path | None) -> str | None:
     """One line saying why the run in ``run_dir`` failed because of its infrastructure (see
     the module docstring), or None: a run of another status, a missing or unreadable
     ``run.json``, an agent that ran long, submitted or got an LLM answer."""
-    record = RunRecord(run_dir) if run_dir is not None else None
-    info = record.info() if record is not None else None
-    if record is None or info is None or info.status != RunStatus.AGENT_ERROR:
+    if run_dir is None or (info := RunRecord(run_dir).info()) is None:
         return None
-    if info.start is None or info.ended_at is None:
+    if info.status != RunStatus.AGENT_ERROR or info.start is None or info.ended_at is None:
         return None
-    paths, ran = record.paths, info.ended_at - info.start
+    paths, ran = RunPaths(run_dir), info.ended_at - info.start
     if ran > QUICK_EXIT_S or _submissions(paths) > 0:
         return None
     usage = read_usage(paths.llm_usage)

@@ -15,6 +15,7 @@ done: :func:`complete_final_grade` does it for a run that is no longer live, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -29,14 +30,15 @@ from agent2rl.rundir import LIVE_RUN_STATUSES, RunInfo, RunPaths, RunStatus
 
 def harness_record() -> dict[str, object]:
     """This process as the run's harness, for ``run.json``."""
-    return {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()), "host": _host()}
+    pid = os.getpid()
+    return {"pid": pid, "start_ticks": start_ticks(pid), "host": socket.gethostname()}
 
 
 def harness_alive(info: RunInfo) -> bool | None:
     """Whether the process that ran ``info``'s run is still alive: None when that cannot be
     told here (no record: an older run, or a run of another host)."""
     rec = info.harness or {}
-    if not rec.get("pid") or rec.get("host") != _host():
+    if not rec.get("pid") or rec.get("host") != socket.gethostname():
         return None
     ticks = start_ticks(int(rec["pid"]))
     if ticks is None:
@@ -57,8 +59,7 @@ def fail_in_flight(ledger_path: Path, reason: str) -> int:
 
 def close_dead_run(paths: RunPaths) -> str | None:
     """If the run in ``paths`` is recorded as live but its harness is dead, mark it
-    ``interrupted`` (with the reason in ``error``, ``ended_at`` now unless set) and its
-    unfinished submissions failed (:func:`fail_in_flight`); returns a sentence saying what
+    ``interrupted`` and its unfinished submissions failed; returns a sentence saying what
     was done, else None. A live harness, a finished run, or a harness that cannot be checked
     from here (another host, an older run.json) leaves the run as it is."""
     info = RunInfo.load(paths)
@@ -77,11 +78,9 @@ def close_dead_run(paths: RunPaths) -> str | None:
 
 def complete_final_grade(paths: RunPaths) -> str | None:
     """For a run that is no longer live under the ``validation`` feedback protocol: do its
-    end-of-run grade on the private split if it was not done (the run was interrupted, or
-    its harness died before or during it; :func:`~agent2rl.grading.final.grade_final` is
-    idempotent) and return a sentence saying what the grade is; None for a live run or a
-    run of the ``private`` protocol. The grading service is gone: nothing else writes the
-    ledger."""
+    end-of-run grade on the private split if it was not done
+    (:func:`~agent2rl.grading.final.grade_final` is idempotent) and return a sentence saying
+    what the grade is; None for a live run or a run of the ``private`` protocol."""
     info = RunRecord(paths.root).info()
     if info is None or info.status in LIVE_RUN_STATUSES or info.feedback != "validation":
         return None
@@ -93,20 +92,8 @@ def _last_sign_of_life(paths: RunPaths) -> float:
     """When the run last wrote anything the harness or its agent writes as it goes: the
     best estimate of when the harness died."""
     times = []
-    for p in (
-        paths.run_json,
-        paths.agent_log,
-        paths.resources,
-        paths.ledger,
-        paths.ledger.with_name(paths.ledger.name + "-wal"),
-        paths.llm_usage,
-    ):
-        try:
+    wal = paths.ledger.with_name(paths.ledger.name + "-wal")
+    for p in (paths.run_json, paths.agent_log, paths.resources, paths.ledger, wal, paths.llm_usage):
+        with contextlib.suppress(OSError):
             times.append(p.stat().st_mtime)
-        except OSError:
-            continue
     return max(times, default=time.time())
-
-
-def _host() -> str:
-    return socket.gethostname()

@@ -7,12 +7,16 @@ by :func:`~agent2rl.orchestration.run.resolve_run`."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from agent2rl.errors import UserError
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.rollout.app import RolloutLimits
+
+if TYPE_CHECKING:
+    from agent2rl.tasks import Task
 
 SANDBOX_MODES = ("auto", "bwrap", "none")
 NETWORK_MODES = ("auto", "host", "services")
@@ -47,8 +51,7 @@ class RunRequest(BaseModel):
     #: the agent's instructions.md: neutral, or reference (agent2rl.workspace.instructions)
     instructions: str = "neutral"
     token_budget: int | None = None
-    #: let the LLM provider's own tools (web search, URL fetches) through the metering proxy,
-    #: each use recorded (an agent spec with ``provider_tools`` turns it on too)
+    #: ``--allow-provider-tools`` (an agent spec with ``provider_tools`` turns it on too)
     allow_provider_tools: bool = False
     memory: int | None = None
     max_pids: int | None = None
@@ -67,9 +70,7 @@ class RunRequest(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict)
     #: appended to the agent's instructions.md: its GPUs and the memory it may use on them
     gpu_note: str | None = None
-    #: the grading protocol: ``private`` (the paper's) or ``validation`` (scores on the
-    #: validation split, one submission graded on the private split at the end:
-    #: agent2rl.grading.final)
+    #: the grading protocol: ``private`` (the paper's) or ``validation`` (agent2rl.grading.final)
     feedback: str = "private"
 
     @field_validator("sandbox", "network", "feedback")
@@ -144,4 +145,13 @@ def backend_config(
     )  # fmt: skip
 
 
-__all__ = ["NETWORK_MODES", "SANDBOX_MODES", "RunRequest", "backend_config"]
+def grading_backend(requested: BackendConfig, task: Task, model: str, path: Path) -> BackendConfig:
+    """``requested`` completed for grading ``task`` with base model ``model`` (at ``path``):
+    its end-of-sequence ids end every graded completion, and its name picks the decoding
+    (``--protocol``); a submission's own generation config is never read. An output limit
+    the user set in the task's options wins over the protocol's table."""
+    limit = getattr(task.config, "max_new_tokens", 0)
+    return requested.for_run(task.name, model, path, limit)
+
+
+__all__ = ["NETWORK_MODES", "SANDBOX_MODES", "RunRequest", "backend_config", "grading_backend"]

@@ -1,11 +1,9 @@
 """The rollout service process: ``python -m agent2rl.orchestration.rollout_service RUN_DIR``.
 
-The orchestrator starts one for each interactive run, with the run's environment token in
-``AGENT2RL_ENV_TOKEN``. It loads the task named in ``run.json`` with the run's options, takes
-the task's environment over the *public* split (:meth:`~agent2rl.tasks.Task.environment`),
-serves it with the task-neutral :mod:`agent2rl.rollout` app, records into ``record/env.db``,
-binds a free port on 127.0.0.1 and writes ``env/service.json`` once it serves.
-:func:`start_rollout_service` is the orchestrator's side.
+The orchestrator starts one for each interactive run (:func:`start_rollout_service`), with
+the run's environment token in ``AGENT2RL_ENV_TOKEN``. It serves the task's environment over
+the *public* split with the task-neutral :mod:`agent2rl.rollout` app, recording into
+``record/env.db``.
 
 It lives here, not in :mod:`agent2rl.rollout`, because it is where a task meets the rollout
 layer: tasks build on the rollout types, so the rollout package cannot import the tasks.
@@ -28,15 +26,9 @@ from agent2rl.tasks import get_task, prepare_task
 TOKEN_ENV = "AGENT2RL_ENV_TOKEN"
 
 
-def start_rollout_service(
-    paths: RunPaths,
-    token: str,
-    limits: RolloutLimits | None = None,
-    ready_timeout: float = 120.0,
-) -> ServiceHandle:
-    """Start the rollout service for the run in ``paths`` and wait until it serves (loading
-    the games can take a while on a big split)."""
-    limits = limits or RolloutLimits()
+def start_rollout_service(paths: RunPaths, token: str, limits: RolloutLimits) -> ServiceHandle:
+    """Start the rollout service for the run in ``paths`` and wait until it serves (up to
+    two minutes: loading the games can take a while on a big split)."""
     cmd = [sys.executable, "-m", __name__, str(paths.root)]
     cmd += ["--max-sessions", str(limits.max_sessions), "--steps-per-s", str(limits.steps_per_s)]
     cmd += ["--idle-timeout", str(limits.idle_timeout_s)]
@@ -46,7 +38,7 @@ def start_rollout_service(
         ready_file=paths.env_service / "service.json",
         log_file=paths.env_service / "service.log",
         name="rollout service",
-        ready_timeout=ready_timeout,
+        ready_timeout=120.0,
     )
     return ServiceHandle(proc, port)
 

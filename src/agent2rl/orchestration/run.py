@@ -1,28 +1,15 @@
 """One run, end to end: resolve, prepare, workspace, baseline, grading, agent, finalize.
 
 :func:`execute_run` is the whole lifecycle (``agent2rl run`` is a thin wrapper around it),
-in stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
-
-1. :func:`resolve_run`: everything a user can get wrong is checked before the run directory
-   is created, so a bad flag leaves nothing behind;
-2. :func:`_start_grading`: the baseline (before the clock starts), the ledger, the grading
-   service and, for an interactive task, the rollout service;
-3. :func:`_run_agent`: the clock starts; the agent is launched (in its sandbox, as its own
-   user, in its cgroup), recorded, watched, and stopped at the deadline or at a cap;
-4. :func:`_finalize`: metrics once, the report and the results row.
+in four stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
+:func:`resolve_run`, :func:`_start_grading`, :func:`_run_agent` and :func:`_finalize`.
 
 Whatever happens after stage 1 (the agent crashes, the deadline hits, a cap is hit, Ctrl-C,
 SIGTERM, SIGHUP, a harness bug, a service that does not become ready), the agent's processes
 are killed, an in-flight evaluation is allowed to finish (bounded; not when interrupted), the
-services are stopped and a report is written. Every service the stages start (the guard, the
-grading, rollout and metering services, the network proxies and bridge, the agent's cgroup,
-the agent, the recorders and the watchdog) is started on the run's
-:class:`~agent2rl.orchestration.services.RunServices` and stopped by it, in the reverse order,
-on every one of those paths.
-
-If this process is killed outright (SIGKILL), its children get a parent-death signal and the
-run's guard (:mod:`~agent2rl.orchestration.guard`) kills the rest; ``agent2rl
-report`` then closes the run (:mod:`~agent2rl.orchestration.recover`).
+services are stopped and a report is written: every service the stages start is started on
+the run's :class:`~agent2rl.orchestration.services.RunServices` and stopped by it, in the
+reverse order, on every one of those paths. A SIGKILL: see :func:`execute_run`.
 """
 
 from __future__ import annotations
@@ -66,7 +53,7 @@ from agent2rl.orchestration.context import LlmAccess, RunContext, RunOutcome
 from agent2rl.orchestration.guard import RunGuard
 from agent2rl.orchestration.infra import infrastructure_failure
 from agent2rl.orchestration.recover import fail_in_flight, harness_record
-from agent2rl.orchestration.request import RunRequest
+from agent2rl.orchestration.request import RunRequest, grading_backend
 from agent2rl.orchestration.rollout_service import start_rollout_service
 from agent2rl.orchestration.services import (
     GuardService,
@@ -140,10 +127,8 @@ def resolve_network(mode: str, sandbox: str) -> str:
 
 
 def default_caps(req: RunRequest, runs_dir: Path) -> ResourceCaps:
-    """The agent's caps: the request's, else :func:`~agent2rl.sandbox.limits.machine_caps`
-    (75% of this machine's memory, 4,096 processes and threads, half the free bytes and half
-    the free inodes of the filesystem the run directory is on), of the request's
-    ``machine_share`` of it (a study's run on a node it shares)."""
+    """The agent's caps: the request's, else :func:`~agent2rl.sandbox.limits.machine_caps` of
+    the request's ``machine_share`` of this machine (a study's run on a node it shares)."""
     base = machine_caps(runs_dir, req.machine_share)
     return ResourceCaps(
         memory_bytes=req.memory or base.memory_bytes,
@@ -167,9 +152,8 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     spec = get_agent(req.agent)
     sandbox = resolve_sandbox(req.sandbox)
     network = resolve_network(req.network, sandbox)
-    egress_allow = DEFAULT_ALLOWLIST if req.egress_allow is None else req.egress_allow
     try:
-        Allowlist(egress_allow)
+        Allowlist(_egress_allow(req))
     except ValueError as err:
         raise UserError(f"bad --allow-host: {err}") from None
     requested = req.backend_config().validate()
@@ -179,11 +163,7 @@ def resolve_run(req: RunRequest, console: Console) -> RunContext:
     runs_dir = req.runs_dir.expanduser().resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     caps = default_caps(req, runs_dir)
-    # The base model's end-of-sequence ids end every graded completion, and its name picks
-    # the decoding (--protocol); a submission's own generation config is never read.
-    # An output limit the user set in the task's options wins over the protocol's table.
-    limit = getattr(task.config, "max_new_tokens", 0)
-    backend = requested.for_run(task.name, req.model, model.path, limit)
+    backend = grading_backend(requested, task, req.model, model.path)
 
     prepared = prepare_task(task, settings.task_store)
     check_feedback(req.feedback, task.name, prepared)
@@ -332,11 +312,9 @@ def _execute(ctx: RunContext, signals: _StopSignals) -> RunOutcome:
         info.status, info.error = RunStatus.HARNESS_ERROR, str(err)
         ctx.console.print(f"[red]{err}[/]", highlight=False)
         raise
-    except RunInterrupted as err:
-        info.status, info.error = RunStatus.INTERRUPTED, f"interrupted by {err}"
-        raise
-    except KeyboardInterrupt:
-        info.status, info.error = RunStatus.INTERRUPTED, "interrupted by the user"
+    except KeyboardInterrupt as err:  # Ctrl-C, or a RunInterrupted signal
+        by = err if isinstance(err, RunInterrupted) else "the user"
+        info.status, info.error = RunStatus.INTERRUPTED, f"interrupted by {by}"
         raise
     except UserError:
         info.status = RunStatus.HARNESS_ERROR
@@ -587,8 +565,7 @@ def _launch(
         identity = None
         if ctx.user is not None:
             writable = [paths.workspace, paths.code, paths.output]
-            writable += [p for p in paths.workspace.iterdir() if p.name.startswith(".")]
-            writable += [p for p in paths.workspace.iterdir() if p.is_file()]
+            writable += [p for p in paths.workspace.iterdir() if p.name[0] == "." or p.is_file()]
             hand_over(ctx.user, writable)
             identity = identity_files(ctx.user, Path(env["HOME"]), paths.sandbox)
         spec = agent_sandbox(
@@ -614,7 +591,7 @@ def _confine(
     """Under ``--network services``: start the egress proxy and the package index and model
     hub proxies (unless nothing is allowed) and the bridge into the agent's network
     namespace on ``services``, and confine ``spec`` and ``command``."""
-    paths, allow = ctx.paths, _egress_allow(ctx)
+    paths, allow = ctx.paths, _egress_allow(ctx.req)
     if allow:
         ctx.started.egress = services.launch(
             "egress proxy",
@@ -642,8 +619,8 @@ def _confine(
     return replace(spec, env={**spec.env, **names_env}), command
 
 
-def _egress_allow(ctx: RunContext) -> tuple[str, ...]:
-    return DEFAULT_ALLOWLIST if ctx.req.egress_allow is None else ctx.req.egress_allow
+def _egress_allow(req: RunRequest) -> tuple[str, ...]:
+    return DEFAULT_ALLOWLIST if req.egress_allow is None else req.egress_allow
 
 
 def _record_network(ctx: RunContext) -> None:
@@ -652,24 +629,18 @@ def _record_network(ctx: RunContext) -> None:
     record = network_record(
         "services" if ctx.network == "services" else "host",
         ctx.started.ports(),
-        allowlist=_egress_allow(ctx) if ctx.network == "services" else (),
+        allowlist=_egress_allow(ctx.req) if ctx.network == "services" else (),
         egress_log=ctx.paths.egress_log if ctx.started.egress is not None else None,
     )
     write_json_atomic(ctx.paths.record / "network.json", record)
 
 
 def _supervise(
-    ctx: RunContext,
-    command: list[str],
-    env: dict[str, str],
-    guard: RunGuard,
-    services: RunServices,
+    ctx: RunContext, command: list[str], env: dict[str, str], guard: RunGuard, services: RunServices
 ) -> None:
     """Start the agent, record it, stop it at the deadline or at a cap, settle in-flight
-    grading. Its marker, cgroup and the processes the sampler sees are told to ``guard``,
-    which kills them if this process dies without stopping them. The agent and what
-    watches it are started on ``services``: whatever ends this early, they are stopped
-    (the agent's whole tree killed) by the run's close."""
+    grading. Its marker, cgroup and the processes the sampler sees are told to ``guard``; the
+    agent and what watches it are started on ``services``."""
     req, info, paths, console = ctx.req, ctx.info, ctx.paths, ctx.console
     assert ctx.started.ledger is not None
     services.callback("recording the agent's network", _record_network, ctx)
@@ -778,10 +749,4 @@ def _finalize(ctx: RunContext) -> RunMetrics | None:
     return metrics
 
 
-__all__ = [
-    "RunInterrupted",
-    "RunOutcome",
-    "execute_run",
-    "resolve_run",
-    "resolve_sandbox",
-]
+__all__ = ["RunInterrupted", "RunOutcome", "execute_run", "resolve_run", "resolve_sandbox"]

@@ -1,10 +1,8 @@
 """Real run directories built outside a run, for tests and benchmarks.
 
-The orchestrator builds a run directory in :mod:`agent2rl.orchestration.run`; tests and the
-grading benchmarks need the same directory (``run.json`` with a running clock, the workspace,
-the baseline in the ledger) without starting an agent. This module is the one copy of that
-set-up both import (``tests/support/rundirs.py`` re-exports it), so that a change to the run
-directory's layout reaches both.
+Tests and the grading benchmarks need a run's directory (``run.json`` with a running clock,
+the workspace, the baseline in the ledger) without starting an agent: this module is the one
+copy of that set-up both import, so that a change to the run directory's layout reaches both.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The run's services under one lifecycle: started in order, stopped in reverse, always.
 
-A run starts a dozen things around its agent: the run's guard, the grading service, the
-rollout service, the metering proxy, the egress proxy, the package index and model hub
-proxies, the bridge into the agent's network namespace, the agent's cgroup, the agent, the
-resource sampler, the code snapshotter and the watchdog. Each is a :class:`Service` (a name
-for logs and errors, ``start`` that returns once it is ready, an idempotent ``stop``), and
-:class:`RunServices` holds them on one :class:`contextlib.ExitStack`, so that:
+A run starts a dozen things around its agent (docs/development.md lists them in order). Each
+is a :class:`Service` and :class:`RunServices` holds them on one
+:class:`contextlib.ExitStack`, so that:
 
 - adding or removing a service is one :meth:`RunServices.start` (or :meth:`~RunServices.launch`
   for a function that starts one and returns its handle) at the point where the run needs it;
@@ -126,9 +123,8 @@ class RunServices:
     """One run's services on one :class:`~contextlib.ExitStack` (see the module docstring).
 
     ``warn`` gets one line for each stop or step that failed (the run's console); the run
-    goes on stopping the rest. :attr:`started` names the services started so far, in order;
-    :attr:`stopped` those stopped, in order (what the run's log and tests read). Not
-    thread-safe: the run's main thread starts and closes it. Usable as a context manager.
+    goes on stopping the rest. :attr:`started` and :attr:`stopped` name the services started
+    and stopped so far, in order. Not thread-safe: the run's main thread starts and closes it.
     """
 
     def __init__(self, warn: Callable[[str], None] | None = None) -> None:

@@ -23,9 +23,7 @@ class StatusLine:
 
     def __enter__(self) -> StatusLine:
         if self.console.is_terminal:
-            self._live = Live(
-                self._render(), console=self.console, refresh_per_second=2, transient=False
-            )
+            self._live = Live(self._render(), console=self.console, refresh_per_second=2)
             self._live.__enter__()
         return self
 
@@ -52,8 +50,7 @@ class StatusLine:
 
     def _render(self, note: str = "") -> Text:
         now = time.time()
-        start = self.info.start or now
-        elapsed = now - start
+        elapsed = now - (self.info.start or now)
         remaining = max(0.0, (self.info.deadline or now) - now)
         subs = self.ledger.submissions()
         best = self.ledger.best()

@@ -18,6 +18,7 @@ agent and the run ends with that status. Graded submissions and the ledger are u
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -28,11 +29,6 @@ import psutil
 from agent2rl.formatting import format_bytes
 from agent2rl.rundir import RunStatus
 from agent2rl.sandbox import Cgroup, ResourceCaps
-
-
-def disk_usage(root: Path, skip: tuple[Path, ...] = ()) -> int:
-    """Bytes allocated on disk to the files under ``root`` (see :func:`workspace_usage`)."""
-    return workspace_usage(root, skip)[0]
 
 
 def workspace_usage(
@@ -78,10 +74,8 @@ def tree_rss(pid: int) -> int:
         return 0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             total += p.memory_info().rss
-        except psutil.Error:
-            continue
     return total
 
 
