@@ -202,7 +202,7 @@ def plan_layout(
     fraction: float | None = dedicated_fraction
     agent_bytes: dict[int, int] = {}
     # the least free share, less the headroom, of the cards the grader's vLLM allocates on
-    free = min((g.free_bytes / g.total_bytes for g in grader[:tp]), default=1.0)
+    free = min((g.free_bytes / g.total_bytes for g in grader[:tp] if g.total_bytes), default=1.0)
     free -= HEADROOM_FRACTION
     if shared_ids:
         # The grader's slice on a shared card, no more than is free now (another process
