@@ -40,6 +40,7 @@ inside the sandbox. Its own messages go to stderr; stdout is the CLI's, for the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -200,20 +201,16 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> 
     already exited; returns once ``proc`` is reaped and the group is empty (or, if a member
     cannot be killed, after the SIGKILL)."""
     pgid = proc.pid
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     end = time.monotonic() + grace_s
     while time.monotonic() < end:
         proc.poll()  # a leader left unreaped would keep the group alive
         if proc.returncode is not None and not _group_alive(pgid):
             return
         time.sleep(0.05)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
     end = time.monotonic() + grace_s
     while _group_alive(pgid) and time.monotonic() < end:  # members reaped by their parent
