@@ -91,19 +91,11 @@ Time left: {time_left}. Workspace: {workspace}
 # the API from the driver), or ``none`` (no LLM: reference and test agents).
 APIS = ("anthropic", "openai", "gemini", "any", "none")
 KINDS = ("reference", "cli", "custom")
-# Every placeholder a spec may use; anything else in braces is left alone.
-PLACEHOLDERS = (
-    "python",
-    "workspace",
-    "prompt_file",
-    "prompt",
-    "driver",
-    "model",
-    "api",
-    *(f"{name}_url" for name in PROVIDERS),  # openai_url, anthropic_url, gemini_url
-    "base_url",
-    "proxy_key",
-)
+# Every placeholder a spec may use: those every agent gets (:func:`base_values`), then the LLM
+# ones; anything else in braces is left alone.
+BASE_PLACEHOLDERS = ("python", "workspace", "prompt_file", "prompt")
+_URLS = tuple(f"{name}_url" for name in PROVIDERS)  # openai_url, anthropic_url, gemini_url
+PLACEHOLDERS = (*BASE_PLACEHOLDERS, "driver", "model", "api", *_URLS, "base_url", "proxy_key")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
@@ -307,7 +299,7 @@ def _validate(path: Path, spec: AgentSpec) -> None:
                 f"agent spec {path}: {rel!r} must be a relative path inside the workspace"
             )
     if spec.api == "none":
-        llm = spec.placeholders() - {"python", "workspace", "prompt_file", "prompt"}
+        llm = spec.placeholders() - set(BASE_PLACEHOLDERS)
         if llm:
             raise UserError(
                 f"agent spec {path}: uses {', '.join(sorted(llm))} but has no api: "

@@ -485,13 +485,15 @@ def _trainer_args(config_cls, seed: int, max_steps: int | None) -> dict:
     no checkpoints, no reporting, no progress bars, the CPU when there is no CUDA (fp32,
     no dataloader workers, no gradient checkpointing), and ``max_steps`` (None: stop on
     time only, via :func:`time_callback`)."""
+    import torch
+
     return {
         "output_dir": str(Path("code") / ".trainer"),
         "max_steps": max_steps or 1_000_000,
         "seed": seed,
         "save_strategy": "no",
         "report_to": [],
-        "use_cpu": not _cuda(),
+        "use_cpu": not torch.cuda.is_available(),
         "bf16": False,
         "dataloader_num_workers": 0,
         "disable_tqdm": True,
@@ -556,12 +558,6 @@ def quiet() -> None:
 def _last_loss(trainer) -> float:
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return losses[-1] if losses else float("nan")
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def load(path: str):
