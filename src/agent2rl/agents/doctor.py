@@ -82,9 +82,8 @@ class DoctorRow:
 
     def cells(self) -> tuple[str, ...]:
         """The row as text for :data:`DOCTOR_COLUMNS`."""
-        if not self.key_env:
-            key = "not needed"
-        else:
+        key = "not needed"
+        if self.key_env:
             key = f"{self.key_env} {'set' if self.configured else 'missing'}"
         if self.note:
             key = f"{key}; {self.note}"

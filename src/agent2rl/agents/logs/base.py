@@ -1,9 +1,6 @@
 """The shape every agent log parser produces (:class:`Event`), the parsed log with its
-summary (:class:`AgentLog`), and the tolerant helpers the parsers share.
-
-Parsers never raise: :func:`json_lines` skips what is not a JSON object (an error-looking
-line still becomes an ``error`` event through :class:`Collector`), and :func:`as_dict` /
-:func:`as_list` / :func:`short` turn a malformed field into an empty one.
+summary (:class:`AgentLog`), and the tolerant helpers that keep the parsers from raising
+(:func:`as_dict` / :func:`as_list` / :func:`short` turn a malformed field into an empty one).
 """
 
 from __future__ import annotations
