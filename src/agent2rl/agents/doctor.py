@@ -82,9 +82,8 @@ class DoctorRow:
 
     def cells(self) -> tuple[str, ...]:
         """The row as text for :data:`DOCTOR_COLUMNS`."""
-        if not self.key_env:
-            key = "not needed"
-        else:
+        key = "not needed"
+        if self.key_env:
             key = f"{self.key_env} {'set' if self.configured else 'missing'}"
         if self.note:
             key = f"{key}; {self.note}"
@@ -193,16 +192,22 @@ def cli_version_record(
     ``version_args``, or no version in its answer; ``in_tested_range`` None then). Runs
     ``binary --version`` at most ``timeout_s``; never raises."""
     env = os.environ if environ is None else environ
-    version = ""
-    location = _locate(spec, env.get("PATH"))
-    if location and spec.binary and spec.version_args:
-        version = _version(location, spec.version_args, env, timeout_s)
+    version = _installed_version(spec, _locate(spec, env.get("PATH")), env, timeout_s)
     return {
         "version": version,
         "tested_versions": spec.tested_versions,
         "in_tested_range": in_tested_range(version, spec.tested_versions),
         "warning": version_warning(spec.name, version, spec.tested_versions),
     }
+
+
+def _installed_version(
+    spec: AgentSpec, location: str, env: Mapping[str, str], timeout_s: float
+) -> str:
+    """The version of the CLI found at ``location``; "" when not installed or not asked."""
+    if not (location and spec.binary and spec.version_args):
+        return ""
+    return _version(location, spec.version_args, env, timeout_s)
 
 
 def check_agent(
@@ -218,33 +223,25 @@ def check_agent(
     env = os.environ if environ is None else environ
     experimental = spec.experimental_note if spec.experimental else ""
     location = _locate(spec, env.get("PATH"))
-    installed = bool(location)
-    version = ""
-    if installed and versions and spec.binary and spec.version_args:
-        version = _version(location, spec.version_args, env, timeout_s)
+    version = _installed_version(spec, location, env, timeout_s) if versions else ""
     key_env, configured, note = "", True, ""
     if spec.uses_llm:
         try:
             driver = resolve_driver(spec.default_driver)
-        except UserError as err:
-            return DoctorRow(
-                spec.name, spec.kind, spec.api, spec.default_driver, installed, location,
-                version, "", False, spec.install, str(err), experimental,
-                spec.tested_versions,
-            )  # fmt: skip
-        key_env = driver.key_env
-        try:
+            key_env = driver.key_env
             real_key(driver, env)
-        except UserError:
+        except UserError as err:
+            # an unknown driver (its error is the note), or its key missing (key_env set)
             configured = False
-        if driver.api not in PROXIED_APIS:
+            note = "" if key_env else str(err)
+        if key_env and driver.api not in PROXIED_APIS:
             note = f"the metering proxy does not relay the {driver.api} API yet"
     return DoctorRow(
         agent=spec.name,
         kind=spec.kind,
         api=spec.api,
         driver=spec.default_driver,
-        installed=installed,
+        installed=bool(location),
         location=location,
         version=version,
         key_env=key_env,
@@ -267,15 +264,12 @@ def doctor(
     Version probes run concurrently, so the whole check takes about the slowest CLI's
     startup time, at most ``timeout_s``."""
     items = list(AGENTS.values() if specs is None else specs)
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
-        return list(
-            pool.map(
-                lambda s: check_agent(s, environ, versions=versions, timeout_s=timeout_s),
-                items,
-            )
-        )
+
+    def check(spec: AgentSpec) -> DoctorRow:
+        return check_agent(spec, environ, versions=versions, timeout_s=timeout_s)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(items)))) as pool:
+        return list(pool.map(check, items))
 
 
 __all__ = [

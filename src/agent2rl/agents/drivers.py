@@ -35,15 +35,11 @@ from agent2rl.metering import PROVIDERS
 
 COMPATIBLE_KEY_ENV = "AGENT2RL_DRIVER_API_KEY"
 
-# (name prefix, api) for bare model names; checked in order.
-_BARE_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("claude-", "anthropic"),
-    ("gpt-", "openai"),
-    ("o1", "openai"),
-    ("o3", "openai"),
-    ("o4", "openai"),
-    ("codex-", "openai"),
-    ("gemini-", "gemini"),
+# (name prefixes, api) for bare model names; checked in order.
+_BARE_PREFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("claude-",), "anthropic"),
+    (("gpt-", "o1", "o3", "o4", "codex-"), "openai"),
+    (("gemini-",), "gemini"),
 )
 KEY_ENVS: dict[str, tuple[str, ...]] = {name: p.key_envs for name, p in PROVIDERS.items()}
 # Model ids go into argv, env values and JSON/YAML config files verbatim, so only characters

@@ -23,8 +23,6 @@ Typical use (the orchestration)::
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from pathlib import Path
 from agent2rl.agents.drivers import Driver
 from agent2rl.agents.spec import AgentSpec, base_values, fill
 from agent2rl.errors import UserError
+from agent2rl.files import write_text_atomic
 from agent2rl.metering import PROVIDERS
 
 # The provider APIs the metering proxy relays (agent2rl.metering.providers); a driver on any
@@ -62,13 +61,10 @@ class Launch:
     driver: Driver | None = None
 
     def write_files(self) -> list[Path]:
-        """Write ``files`` (atomically, creating parent folders); returns their paths."""
+        """Write ``files`` (atomically, creating parent folders, mode 0600); returns their
+        paths."""
         for path, text in self.files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
+            write_text_atomic(path, text, mode=0o600)
         return list(self.files)
 
 

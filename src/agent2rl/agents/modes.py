@@ -1,17 +1,5 @@
-"""Operating modes of an LLM agent: the prompt variants that frame which methods it may use.
-
-A mode is a prompt variant: text added to the agent's prompt that frames which methods it may
-use. The paper runs Claude Code in all four:
-
-==============  =================================================================
-mode            the agent is told
-==============  =================================================================
-``free``        any method it judges best (SFT, RL, preference tuning, data work)
-``sft-only``    supervised fine-tuning only: no RL, no preference optimisation
-``rl-oriented`` RL is expected: online rollouts where the task has an environment,
-                a reward it designs, GRPO/PPO/RLOO-style policy optimisation
-``multi``       it may run parallel explorations or sub-agents and keep the best
-==============  =================================================================
+"""Operating modes of an LLM agent: the prompt variants (text added to its prompt) that frame
+which methods it may use, in :data:`MODES`. The paper runs Claude Code in all four.
 
 The prompt a mode is rendered into is :mod:`agent2rl.agents.prompt`; whether a run's code
 kept to its mode is :mod:`agent2rl.agents.methods`.

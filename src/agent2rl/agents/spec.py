@@ -91,19 +91,11 @@ Time left: {time_left}. Workspace: {workspace}
 # the API from the driver), or ``none`` (no LLM: reference and test agents).
 APIS = ("anthropic", "openai", "gemini", "any", "none")
 KINDS = ("reference", "cli", "custom")
-# Every placeholder a spec may use; anything else in braces is left alone.
-PLACEHOLDERS = (
-    "python",
-    "workspace",
-    "prompt_file",
-    "prompt",
-    "driver",
-    "model",
-    "api",
-    *(f"{name}_url" for name in PROVIDERS),  # openai_url, anthropic_url, gemini_url
-    "base_url",
-    "proxy_key",
-)
+# Every placeholder a spec may use: those every agent gets (:func:`base_values`), then the LLM
+# ones; anything else in braces is left alone.
+BASE_PLACEHOLDERS = ("python", "workspace", "prompt_file", "prompt")
+_URLS = tuple(f"{name}_url" for name in PROVIDERS)  # openai_url, anthropic_url, gemini_url
+PLACEHOLDERS = (*BASE_PLACEHOLDERS, "driver", "model", "api", *_URLS, "base_url", "proxy_key")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
@@ -192,28 +184,21 @@ def load_spec(path: Path) -> AgentSpec:
     unknown = set(data) - known
     if unknown:
         raise UserError(f"agent spec {path}: unknown keys {sorted(unknown)}")
+    if not isinstance(data.get("experimental_note", ""), str):
+        raise UserError(f"agent spec {path}: experimental_note must be a string")
     spec = AgentSpec(
+        # text keys as written (types checked above); an absent key keeps AgentSpec's default
+        **{k: data[k] for k in (*_TEXT_KEYS, *_TEXT_LIST_KEYS) if k in data},
         name=data["name"],
-        description=data["description"],
         command=cmd,
-        kind=data.get("kind", "custom"),
         env=_str_table(path, data, "env"),
-        files=list(data.get("files", [])),
-        prompt_template=data.get("prompt_template", DEFAULT_PROMPT),
         source=Path(path),
-        install=str(data.get("install", "")),
-        binary=str(data.get("binary", "")),
-        module=str(data.get("module", "")),
-        version_args=[str(a) for a in data.get("version_args", ["--version"])],
         tested_versions=_tested_versions(path, data),
-        api=str(data.get("api", "none")),
-        default_driver=str(data.get("default_driver", "")),
         driver_format=_str_table(path, data, "driver_format"),
-        log_format=str(data.get("log_format", "text")),
-        log_file=str(data.get("log_file", "")),
         config_files=_str_table(path, data, "config_files"),
-        experimental=_experimental(path, data),
-        experimental_note=str(data.get("experimental_note", "")).strip(),
+        # a string such as "false" is refused rather than read as truthy
+        experimental=_flag(path, data, "experimental", " (a TOML boolean, unquoted)"),
+        experimental_note=data.get("experimental_note", "").strip(),
         provider_tools=_flag(path, data, "provider_tools"),
     )
     _validate(path, spec)
@@ -225,7 +210,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # keys whose value must be TOML text, and keys whose value must be a list of TOML texts
 _TEXT_KEYS = (
     "description", "kind", "prompt_template", "install", "binary", "module", "api",
-    "default_driver", "log_format", "log_file", "tested_versions",
+    "default_driver", "log_format", "log_file",
 )  # fmt: skip
 _TEXT_LIST_KEYS = ("files", "version_args")
 
@@ -240,7 +225,7 @@ def _check_types(path: Path, data: dict) -> None:
             f"agent spec {path}: name {name!r} must be 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit, without '..' (it names the run directories)"
         )
-    for key in _TEXT_KEYS:
+    for key in (*_TEXT_KEYS, "tested_versions"):
         if key in data and not isinstance(data[key], str):
             raise UserError(f"agent spec {path}: {key} must be a string, not {data[key]!r}")
     for key in _TEXT_LIST_KEYS:
@@ -274,25 +259,11 @@ def _tested_versions(path: Path, data: dict) -> str:
     return text
 
 
-def _experimental(path: Path, data: dict) -> bool:
-    """The ``experimental`` flag: a TOML boolean only. A string such as ``"false"`` is
-    refused rather than read as truthy, and ``experimental_note`` must be text."""
-    flag = data.get("experimental", False)
-    if not isinstance(flag, bool):
-        raise UserError(
-            f"agent spec {path}: experimental must be true or false (a TOML boolean, "
-            f"unquoted), not {flag!r}"
-        )
-    if not isinstance(data.get("experimental_note", ""), str):
-        raise UserError(f"agent spec {path}: experimental_note must be a string")
-    return flag
-
-
-def _flag(path: Path, data: dict, key: str) -> bool:
+def _flag(path: Path, data: dict, key: str, hint: str = "") -> bool:
     """A TOML boolean key (default false); anything else is a :class:`UserError`."""
     flag = data.get(key, False)
     if not isinstance(flag, bool):
-        raise UserError(f"agent spec {path}: {key} must be true or false, not {flag!r}")
+        raise UserError(f"agent spec {path}: {key} must be true or false{hint}, not {flag!r}")
     return flag
 
 
@@ -328,7 +299,7 @@ def _validate(path: Path, spec: AgentSpec) -> None:
                 f"agent spec {path}: {rel!r} must be a relative path inside the workspace"
             )
     if spec.api == "none":
-        llm = spec.placeholders() - {"python", "workspace", "prompt_file", "prompt"}
+        llm = spec.placeholders() - set(BASE_PLACEHOLDERS)
         if llm:
             raise UserError(
                 f"agent spec {path}: uses {', '.join(sorted(llm))} but has no api: "

@@ -17,10 +17,9 @@ signal and exits on its pipe's end of file. A ``persistent`` pool (a warm grader
 next, so a grading after the first starts no process and finds TextWorld's caches filled
 (the same games, loaded again). Its episodes all end with each solve; a worker found dead
 (at the end of a solve, or by the first :meth:`~ProcessGames.open` after one) is replaced
-with the others, so no solve starts on a broken pool. The
-workers are spawned (not forked: the grader holds torch's threads), so, as with any
-``multiprocessing`` spawn, a script that grades must guard its entry point with
-``if __name__ == "__main__"``.
+with the others, so no solve starts on a broken pool. The workers are spawned (not forked:
+the grader holds torch's threads), so, as with any ``multiprocessing`` spawn, a script that
+grades must guard its entry point with ``if __name__ == "__main__"``.
 """
 
 from __future__ import annotations

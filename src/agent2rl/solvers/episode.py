@@ -102,6 +102,12 @@ class _Live:
     steps: list[tuple[str, str]] = field(default_factory=list)
     reward: float = 0.0
 
+    def state(self) -> EpisodeState:
+        ep = self.episode
+        return EpisodeState(
+            ep.goal, self.steps, self.shown, ep.last.admissible_actions, ep.game.group
+        )
+
 
 @dataclass
 class EpisodeSolver:
@@ -170,16 +176,7 @@ class EpisodeSolver:
                     raise failed
                 if not live:
                     continue
-                states = [
-                    EpisodeState(
-                        e.episode.goal,
-                        e.steps,
-                        e.shown,
-                        e.episode.last.admissible_actions,
-                        e.episode.game.group,
-                    )
-                    for e in live
-                ]
+                states = [e.state() for e in live]
                 texts = [render(st) for st in states]
                 if chat:
                     texts = [backend.chat_prompt([{"role": "user", "content": t}]) for t in texts]

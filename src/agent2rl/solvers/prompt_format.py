@@ -63,17 +63,16 @@ class PromptFormat:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stop"] = list(self.stop)
-        if self.chat_stop is not None:
-            d["chat_stop"] = list(self.chat_stop)
-        else:
-            d.pop("chat_stop")
+        d = asdict(self) | {
+            "stop": list(self.stop),
+            "chat_stop": list(self.chat_stop or ()),
+            "chat_shots": [list(shot) for shot in self.chat_shots],
+        }
+        if self.chat_stop is None:
+            del d["chat_stop"]
         # Left out when empty, so that a format without shots keeps its dict (and eval hash).
-        if self.chat_shots:
-            d["chat_shots"] = [list(shot) for shot in self.chat_shots]
-        else:
-            d.pop("chat_shots")
+        if not self.chat_shots:
+            del d["chat_shots"]
         return d
 
     def describe(self) -> str:

@@ -1,9 +1,6 @@
 """The shape every agent log parser produces (:class:`Event`), the parsed log with its
-summary (:class:`AgentLog`), and the tolerant helpers the parsers share.
-
-Parsers never raise: :func:`json_lines` skips what is not a JSON object (an error-looking
-line still becomes an ``error`` event through :class:`Collector`), and :func:`as_dict` /
-:func:`as_list` / :func:`short` turn a malformed field into an empty one.
+summary (:class:`AgentLog`), and the tolerant helpers that keep the parsers from raising
+(:func:`as_dict` / :func:`as_list` / :func:`short` turn a malformed field into an empty one).
 """
 
 from __future__ import annotations
@@ -166,10 +163,12 @@ def json_lines(text: str, on_other: Callable[[str], None]) -> Iterator[dict[str,
 
 class Collector:
     """Collects a parser's events; non-JSON lines that look like errors become error
-    events (pass :meth:`other` to :func:`json_lines`)."""
+    events (pass :meth:`other` to :func:`json_lines`). Remembers each tool call's name by
+    its id, for results that carry only the id."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self.tools: dict[str, str] = {}
 
     def add(self, kind: EventKind, **fields: Any) -> None:
         self.events.append(Event(kind, **fields))
@@ -177,6 +176,25 @@ class Collector:
     def other(self, line: str) -> None:
         if is_error_line(line):
             self.add("error", text=short(line))
+
+    def message(self, role: str, text: Any) -> None:
+        """A message of ``text`` (shortened), unless it is blank."""
+        if str(text).strip():
+            self.add("message", role=role, text=short(text))
+
+    def call(self, tool: str, args: str, call_id: str = "") -> None:
+        self.tools[call_id] = tool
+        self.add("tool_call", tool=tool, args=args, call_id=call_id)
+
+    def result(self, call_id: str, text: Any, is_error: bool, tool: str | None = None) -> None:
+        """A tool result (``text`` shortened); ``tool`` defaults to the call's."""
+        tool = self.tools.get(call_id, "") if tool is None else tool
+        self.add("tool_result", tool=tool, call_id=call_id, text=short(text), is_error=is_error)
+
+    def fail(self, message: str) -> None:
+        """The CLI's own failure: an error, then a final event with the same text."""
+        self.add("error", text=message)
+        self.add("final", text=message, is_error=True)
 
 
 def read_tokens(

@@ -55,7 +55,6 @@ def parse(text: str) -> list[Event]:
     result line's session totals (``modelUsage`` over all models, side calls included)."""
     out = Collector()
     seen_messages: set[str] = set()
-    tool_names: dict[str, str] = {}
     for obj in json_lines(text, out.other):
         kind = obj.get("type")
         msg = as_dict(obj.get("message"))
@@ -64,20 +63,13 @@ def parse(text: str) -> list[Event]:
             for block in content:
                 block = as_dict(block)
                 btype = block.get("type")
-                if btype == "text" and str(block.get("text", "")).strip():
-                    out.add("message", role="assistant", text=short(block["text"]))
-                elif btype == "thinking" and str(block.get("thinking", "")).strip():
-                    out.add("message", role="reasoning", text=short(block["thinking"]))
+                if btype == "text":
+                    out.message("assistant", block.get("text", ""))
+                elif btype == "thinking":
+                    out.message("reasoning", block.get("thinking", ""))
                 elif btype == "tool_use":
-                    name = str(block.get("name", ""))
-                    call_id = str(block.get("id", ""))
-                    tool_names[call_id] = name
-                    out.add(
-                        "tool_call",
-                        tool=name,
-                        args=summarize_args(block.get("input")),
-                        call_id=call_id,
-                    )
+                    args = summarize_args(block.get("input"))
+                    out.call(str(block.get("name", "")), args, str(block.get("id", "")))
             if obj.get("error"):
                 texts = [as_dict(b).get("text", "") for b in content]
                 out.add("error", text=short(" ".join(t for t in texts if t) or obj["error"]))
@@ -91,16 +83,11 @@ def parse(text: str) -> list[Event]:
         elif kind == "user":
             for block in as_list(msg.get("content")):
                 block = as_dict(block)
-                if block.get("type") != "tool_result":
-                    continue
-                call_id = str(block.get("tool_use_id", ""))
-                out.add(
-                    "tool_result",
-                    tool=tool_names.get(call_id, ""),
-                    call_id=call_id,
-                    text=short(tool_output(block.get("content"))),
-                    is_error=bool(block.get("is_error")),
-                )
+                if block.get("type") == "tool_result":
+                    output = tool_output(block.get("content"))
+                    out.result(
+                        str(block.get("tool_use_id", "")), output, bool(block.get("is_error"))
+                    )
         elif kind == "result":
             is_error = bool(obj.get("is_error")) or str(obj.get("subtype", "")).startswith("error")
             model_usage = [as_dict(v) for v in as_dict(obj.get("modelUsage")).values()]

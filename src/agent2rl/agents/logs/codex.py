@@ -31,6 +31,7 @@ from agent2rl.agents.logs.base import (
 )
 
 LOG_FORMAT = "codex-jsonl"
+_TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "web_search")
 
 
 def _codex_call(item: dict[str, Any]) -> tuple[str, str]:
@@ -61,16 +62,11 @@ def parse(text: str) -> list[Event]:
         item = as_dict(obj.get("item"))
         itype = item.get("type")
         iid = str(item.get("id", ""))
-        if kind in ("item.started", "item.completed") and itype in (
-            "command_execution",
-            "file_change",
-            "mcp_tool_call",
-            "web_search",
-        ):
+        if kind in ("item.started", "item.completed") and itype in _TOOL_ITEMS:
             tool, args = _codex_call(item)
             if iid not in started:
                 started.add(iid)
-                out.add("tool_call", tool=tool, args=args, call_id=iid)
+                out.call(tool, args, iid)
             if kind == "item.completed" and itype != "web_search":
                 status = str(item.get("status", ""))
                 exit_code = item.get("exit_code")
@@ -82,13 +78,7 @@ def parse(text: str) -> list[Event]:
                     output = as_dict(item.get("result")).get("content") or as_dict(
                         item.get("error")
                     ).get("message")
-                out.add(
-                    "tool_result",
-                    tool=tool,
-                    call_id=iid,
-                    text=short(tool_output(output) if output is not None else status),
-                    is_error=failed,
-                )
+                out.result(iid, tool_output(output) if output is not None else status, failed, tool)
         elif kind == "item.completed" and itype == "agent_message":
             last_message = str(item.get("text", ""))
             out.add("message", role="assistant", text=short(last_message))
@@ -105,9 +95,7 @@ def parse(text: str) -> list[Event]:
             )
             out.add("final", text=short(last_message))
         elif kind == "turn.failed":
-            message = short(as_dict(obj.get("error")).get("message", "turn failed"))
-            out.add("error", text=message)
-            out.add("final", text=message, is_error=True)
+            out.fail(short(as_dict(obj.get("error")).get("message", "turn failed")))
         elif kind == "error":
             out.add("error", text=short(obj.get("message", "")))
     return out.events

@@ -31,7 +31,6 @@ def parse(text: str) -> list[Event]:
     """Gemini CLI's stream-json. Consecutive assistant deltas join into one message; the
     result's stats are the session totals."""
     out = Collector()
-    tool_names: dict[str, str] = {}
     pending: list[str] = []
     last_message = ""
 
@@ -53,24 +52,14 @@ def parse(text: str) -> list[Event]:
         if kind == "message" and obj.get("role") == "user":
             out.add("message", role="user", text=short(obj.get("content", "")))
         elif kind == "tool_use":
-            call_id, name = str(obj.get("tool_id", "")), str(obj.get("tool_name", ""))
-            tool_names[call_id] = name
-            out.add(
-                "tool_call", tool=name, args=summarize_args(obj.get("parameters")), call_id=call_id
-            )
+            args = summarize_args(obj.get("parameters"))
+            out.call(str(obj.get("tool_name", "")), args, str(obj.get("tool_id", "")))
         elif kind == "tool_result":
-            call_id = str(obj.get("tool_id", ""))
             failed = obj.get("status") == "error"
             output = obj.get("output")
             if failed and not output:
                 output = as_dict(obj.get("error")).get("message", "")
-            out.add(
-                "tool_result",
-                tool=tool_names.get(call_id, ""),
-                call_id=call_id,
-                text=short(output),
-                is_error=failed,
-            )
+            out.result(str(obj.get("tool_id", "")), output, failed)
         elif kind == "error":
             out.add("error", text=short(obj.get("message", "")))
         elif kind == "result":
@@ -81,11 +70,8 @@ def parse(text: str) -> list[Event]:
                     tokens=read_tokens(stats, "input_tokens", "output_tokens", "cached"),
                     cumulative=True,
                 )
-            failed = obj.get("status") == "error"
-            if failed:
-                message = short(as_dict(obj.get("error")).get("message", "")) or "error"
-                out.add("error", text=message)
-                out.add("final", text=message, is_error=True)
+            if obj.get("status") == "error":
+                out.fail(short(as_dict(obj.get("error")).get("message", "")) or "error")
             else:
                 out.add("final", text=short(last_message))
     flush()

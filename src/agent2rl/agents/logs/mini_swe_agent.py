@@ -50,7 +50,6 @@ def parse(text: str) -> list[Event]:
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         return parse_text(text)
     out = Collector()
-    tool_names: dict[str, str] = {}
     submits: set[str] = set()
     assistant_seen = False
     for msg in data["messages"]:
@@ -59,17 +58,14 @@ def parse(text: str) -> list[Event]:
         content = tool_output(msg.get("content"))
         if role == "assistant":
             assistant_seen = True
-            if content.strip():
-                out.add("message", role="assistant", text=short(content))
+            out.message("assistant", content)
             calls = [as_dict(c) for c in as_list(msg.get("tool_calls"))]
             for call in calls:
                 fn = as_dict(call.get("function"))
-                name, call_id = str(fn.get("name", "")), str(call.get("id", ""))
-                args = summarize_args(fn.get("arguments"))
-                tool_names[call_id] = name
+                call_id, args = str(call.get("id", "")), summarize_args(fn.get("arguments"))
                 if _MINI_SUBMIT in args:
                     submits.add(call_id)
-                out.add("tool_call", tool=name, args=args, call_id=call_id)
+                out.call(str(fn.get("name", "")), args, call_id)
             if not calls:
                 for block in _BASH_BLOCK.findall(content)[:1]:
                     out.add("tool_call", tool="bash", args=summarize_args({"command": block}))
@@ -80,14 +76,9 @@ def parse(text: str) -> list[Event]:
             call_id = str(msg.get("tool_call_id", ""))
             code = extra.get("returncode")
             output = extra.get("raw_output", content)
-            out.add(
-                "tool_result",
-                tool=tool_names.get(call_id, "bash"),
-                call_id=call_id,
-                text=short(output),
-                # The submit command is not executed (return code -1): not a failure.
-                is_error=isinstance(code, int) and code != 0 and call_id not in submits,
-            )
+            # The submit command is not executed (return code -1): not a failure.
+            failed = isinstance(code, int) and code != 0 and call_id not in submits
+            out.result(call_id, output, failed, out.tools.get(call_id, "bash"))
         elif role == "user" and assistant_seen and "<returncode>" in content:
             match = _RETURNCODE.search(content)
             code = int(match.group(1)) if match else 0

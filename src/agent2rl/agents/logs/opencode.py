@@ -32,21 +32,16 @@ def parse(text: str) -> list[Event]:
         if kind == "text" and str(part.get("text", "")).strip():
             last_message = str(part["text"])
             out.add("message", role="assistant", text=short(last_message))
-        elif kind == "reasoning" and str(part.get("text", "")).strip():
-            out.add("message", role="reasoning", text=short(part["text"]))
+        elif kind == "reasoning":
+            out.message("reasoning", part.get("text", ""))
         elif kind == "tool_use":
             state = as_dict(part.get("state"))
-            tool, call_id = str(part.get("tool", "")), str(part.get("callID", ""))
-            out.add(
-                "tool_call", tool=tool, args=summarize_args(state.get("input")), call_id=call_id
-            )
+            call_id = str(part.get("callID", ""))
+            out.call(str(part.get("tool", "")), summarize_args(state.get("input")), call_id)
             status = state.get("status")
             if status in ("completed", "error"):
                 failed = status == "error"
-                output = state.get("error") if failed else state.get("output")
-                out.add(
-                    "tool_result", tool=tool, call_id=call_id, text=short(output), is_error=failed
-                )
+                out.result(call_id, state.get("error" if failed else "output"), failed)
         elif kind == "step_finish":
             tokens = as_dict(part.get("tokens"))
             cache = as_dict(tokens.get("cache"))

@@ -115,20 +115,16 @@ def _openhands_usage(obj: dict[str, Any]) -> Event | None:
     elif isinstance(obj.get("llm_metrics"), dict):
         metrics = [obj["llm_metrics"]]
     usages = [as_dict(m.get("accumulated_token_usage")) for m in metrics]
-    usages = [u for u in usages if u]
-    if not usages:
-        return None
-    return Event(
-        "usage",
-        tokens=sum(
-            (
-                read_tokens(u, "prompt_tokens", "completion_tokens", "cache_read_tokens")
-                for u in usages
-            ),
-            TokenCounts(),
-        ),
-        cumulative=True,
-    )
+    tokens = [
+        read_tokens(u, "prompt_tokens", "completion_tokens", "cache_read_tokens")
+        for u in usages
+        if u
+    ]
+    return Event("usage", tokens=sum(tokens, TokenCounts()), cumulative=True) if tokens else None
+
+
+# V0 observations that answer no tool call
+_V0_SILENT = ("null", "recall", "agent_state_changed")
 
 
 def _openhands_v0(obj: dict[str, Any], out: Collector) -> None:
@@ -139,23 +135,13 @@ def _openhands_v0(obj: dict[str, Any], out: Collector) -> None:
     elif action == "finish":
         out.add("final", text=short(args.get("final_thought") or obj.get("message", "")))
     elif isinstance(action, str) and action not in ("message", "system", "recall"):
-        out.add("tool_call", tool=action, args=summarize_args(args), call_id=str(obj.get("id", "")))
+        out.call(action, summarize_args(args), str(obj.get("id", "")))
     observation = obj.get("observation")
-    if isinstance(observation, str) and observation not in (
-        "null",
-        "recall",
-        "agent_state_changed",
-    ):
+    if isinstance(observation, str) and observation not in _V0_SILENT:
         extras = as_dict(obj.get("extras"))
         exit_code = as_dict(extras.get("metadata")).get("exit_code", extras.get("exit_code"))
         failed = observation == "error" or (isinstance(exit_code, int) and exit_code != 0)
-        out.add(
-            "tool_result",
-            tool=observation,
-            call_id=str(obj.get("cause", "")),
-            text=short(obj.get("content", "")),
-            is_error=failed,
-        )
+        out.result(str(obj.get("cause", "")), obj.get("content", ""), failed, observation)
 
 
 def parse(text: str) -> list[Event]:
@@ -185,13 +171,9 @@ def parse(text: str) -> list[Event]:
         elif kind == "MessageEvent":
             message = as_dict(obj.get("llm_message"))
             role = "assistant" if message.get("role") == "assistant" else "user"
-            text_ = tool_output(message.get("content"))
-            if text_.strip():
-                out.add("message", role=role, text=short(text_))
+            out.message(role, tool_output(message.get("content")))
         elif kind == "ActionEvent":
-            thought = tool_output(obj.get("thought"))
-            if thought.strip():
-                out.add("message", role="assistant", text=short(thought))
+            out.message("assistant", tool_output(obj.get("thought")))
             call = as_dict(obj.get("tool_call"))
             tool = str(obj.get("tool_name") or call.get("name", ""))
             arguments = call.get("arguments")
@@ -201,12 +183,8 @@ def parse(text: str) -> list[Event]:
                 action = as_dict(obj.get("action"))
                 out.add("final", text=short(action.get("message") or summarize_args(arguments)))
             else:
-                out.add(
-                    "tool_call",
-                    tool=tool,
-                    args=_editor_args(obj) if tool in _EDITORS else summarize_args(arguments),
-                    call_id=str(obj.get("tool_call_id", "")),
-                )
+                args = _editor_args(obj) if tool in _EDITORS else summarize_args(arguments)
+                out.call(tool, args, str(obj.get("tool_call_id", "")))
         elif kind in ("ObservationEvent", "UserRejectObservation"):
             observation = as_dict(obj.get("observation"))
             if obj.get("tool_name") == "finish":
@@ -219,14 +197,9 @@ def parse(text: str) -> list[Event]:
                 or bool(observation.get("is_error"))
                 or (isinstance(exit_code, int) and exit_code > 0)
             )
-            content = observation.get("content", obj.get("rejection_reason", ""))
-            out.add(
-                "tool_result",
-                tool=str(obj.get("tool_name", "")),
-                call_id=str(obj.get("tool_call_id", "")),
-                text=short(tool_output(content)),
-                is_error=failed,
-            )
+            content = tool_output(observation.get("content", obj.get("rejection_reason", "")))
+            tool = str(obj.get("tool_name", ""))
+            out.result(str(obj.get("tool_call_id", "")), content, failed, tool)
         elif kind == "AgentErrorEvent":
             out.add("error", text=short(obj.get("error", "")))
         elif kind == "ConversationErrorEvent":

@@ -12,12 +12,9 @@ def parse(text: str) -> list[Event]:
     """Any log: each non-empty line is an assistant message, or an error when it looks like
     one (a traceback start, ``SomeError:``, ``ERROR``, ``fatal:``)."""
     out = Collector()
-    for line in text.splitlines():
-        s = line.strip()
-        if not s:
-            continue
-        if is_error_line(s):
-            out.add("error", text=short(s))
+    for line in filter(None, map(str.strip, text.splitlines())):
+        if is_error_line(line):
+            out.add("error", text=short(line))
         else:
-            out.add("message", role="assistant", text=short(s))
+            out.add("message", role="assistant", text=short(line))
     return out.events

@@ -17,18 +17,11 @@ Each stage gets the run's prompt with a note saying which stage it is and to rea
 exited with (a stage that crashes is the agent's failure, not the pipeline's), except that a
 command that cannot be started (not installed: exit 127) ends the pipeline at once.
 
-``--max-steps N``: the CLI runs in its own process group with its stdout read line by line
-(and passed on unchanged: the harness's log parser reads it); once the agent has taken N
-steps (:class:`StepCounter`) the group is ended (SIGTERM, SIGKILL after
-:data:`STOP_GRACE_S`) and the stage goes on to training. Steps are counted per stage.
-
-``--train-timeout S``: after the agent's part, the pipeline runs the workspace's
-``code/train.sh`` (:data:`TRAIN_SCRIPT`, working directory the workspace, the model folder
-``output/stage-<i>`` as its argument and in ``$STAGE_MODEL_DIR``) in its own process group,
-killed after S seconds, its output in ``stage-logs/train-<i>.log``; then it submits the
-folder to the grading service (``POST $GRADING_SERVER_URL/submit``, the workspace's
-documented way) and writes the outcome to ``.stage-feedback.md``, which the next stage's
-prompt includes. Without either flag a stage is the bare CLI, as before these existed.
+``--max-steps N``: a stage's CLI is ended once its agent has taken N steps, counted per
+stage (:func:`run_capped`). ``--train-timeout S``: after the agent's part the pipeline runs
+the workspace's ``code/train.sh`` for at most S seconds, submits the model it saved and
+writes the outcome to ``.stage-feedback.md``, which the next stage's prompt includes
+(:func:`training_feedback`). Without either flag a stage is the bare CLI.
 
 The harness's deadline kills the agent's whole tree (its process group and every process
 carrying its marker variable, which the CLI's and train.sh's own groups inherit), so a
@@ -40,6 +33,7 @@ inside the sandbox. Its own messages go to stderr; stdout is the CLI's, for the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -200,20 +194,16 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> 
     already exited; returns once ``proc`` is reaped and the group is empty (or, if a member
     cannot be killed, after the SIGKILL)."""
     pgid = proc.pid
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     end = time.monotonic() + grace_s
     while time.monotonic() < end:
         proc.poll()  # a leader left unreaped would keep the group alive
         if proc.returncode is not None and not _group_alive(pgid):
             return
         time.sleep(0.05)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
     end = time.monotonic() + grace_s
     while _group_alive(pgid) and time.monotonic() < end:  # members reaped by their parent

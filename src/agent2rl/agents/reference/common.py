@@ -43,9 +43,15 @@ def eval_format() -> dict:
     return json.loads((DATA_PATH / "eval_format.json").read_text())
 
 
-def train_rows() -> list[dict]:
-    with open(DATA_PATH / "train.jsonl") as fh:
+def read_jsonl(name: str) -> list[dict]:
+    """The rows of ``data/<name>``."""
+    with open(DATA_PATH / name) as fh:
         return [json.loads(line) for line in fh]
+
+
+def is_chat(tokenizer) -> bool:
+    """Whether the grader prompts ``tokenizer``'s model as a chat model."""
+    return bool(getattr(tokenizer, "chat_template", None))
 
 
 def chat_messages(fmt: dict, row: dict) -> list[dict]:
@@ -62,9 +68,9 @@ def chat_messages(fmt: dict, row: dict) -> list[dict]:
 def prompt_completion_rows(tokenizer) -> list[dict]:
     """The training data in exactly the format the grader will prompt with."""
     fmt = eval_format()
-    chat = bool(getattr(tokenizer, "chat_template", None))
+    chat = is_chat(tokenizer)
     out = []
-    for row in train_rows():
+    for row in read_jsonl("train.jsonl"):
         if chat:
             prompt = tokenizer.apply_chat_template(
                 chat_messages(fmt, row), tokenize=False, add_generation_prompt=True
@@ -92,15 +98,14 @@ def grpo_rows(tokenizer) -> list[dict]:
     trainer applies the chat template with the generation prompt, as the grader does).
     """
     fmt = eval_format()
-    chat = bool(getattr(tokenizer, "chat_template", None))
-    out = []
-    for row in train_rows():
-        if chat:
-            prompt = chat_messages(fmt, row)
-        else:
-            prompt = fmt["template"].format(**row)
-        out.append({"prompt": prompt, "answer": row["answer"]})
-    return out
+    chat = is_chat(tokenizer)
+    return [
+        {
+            "prompt": chat_messages(fmt, row) if chat else fmt["template"].format(**row),
+            "answer": row["answer"],
+        }
+        for row in read_jsonl("train.jsonl")
+    ]
 
 
 @functools.cache
@@ -119,12 +124,8 @@ def graded_text(completion) -> str:
     """A sampled completion as the grader would read it: plain text cut at the first stop
     string (the grader stops generating there; sampling during training does not)."""
     completion = completion_text(completion)
-    cut = len(completion)
-    for stop in _stops():
-        i = completion.find(stop)
-        if i != -1:
-            cut = min(cut, i)
-    return completion[:cut]
+    cuts = [i for stop in _stops() if (i := completion.find(stop)) != -1]
+    return completion[: min(cuts, default=len(completion))]
 
 
 def gold_number(answer: str) -> str:
@@ -151,16 +152,12 @@ def final_answer(text: str) -> str | None:
     return found[-1].replace(",", "") if found else None
 
 
-def next_output_dir() -> Path:
-    """output/v1, output/v2, ... (the first that does not exist)."""
+def save(model, tokenizer) -> Path:
+    """Save to output/v1, output/v2, ... (the first that does not exist)."""
     n = 1
     while (OUTPUT_DIR / f"v{n}").exists():
         n += 1
-    return OUTPUT_DIR / f"v{n}"
-
-
-def save(model, tokenizer) -> Path:
-    out = next_output_dir()
+    out = OUTPUT_DIR / f"v{n}"
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
@@ -271,7 +268,7 @@ def sft(
         max_length=_max_length(model, tokenizer, rows),
         logging_steps=50,
         completion_only_loss=True,
-        **({} if shuffle else _sequential(SFTConfig)),
+        **({} if shuffle else _if_field(SFTConfig, "train_sampling_strategy", "sequential")),
     )
     keys = ("input_ids", "completion_mask") if "input_ids" in rows[0] else ("prompt", "completion")
     data = Dataset.from_list([{k: r[k] for k in keys} for r in rows])
@@ -384,21 +381,29 @@ def sample(model, tokenizer, prompts: list[str], temperature: float, seed: int =
     try:
         for start in range(0, len(prompts), 64):
             enc = tokenizer(prompts[start : start + 64], return_tensors="pt", padding=True)
-            enc = {k: v.to(model.device) for k, v in enc.items()}
-            with torch.inference_mode():
-                ids = model.generate(
-                    **enc,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_k=0,
-                    max_new_tokens=max_new,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-            new = ids[:, enc["input_ids"].shape[1] :]
-            out += [graded_text(t) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
+            out += map(graded_text, sampled_texts(model, tokenizer, enc, temperature, max_new))
     finally:
         tokenizer.padding_side = side
     return out
+
+
+def sampled_texts(model, tokenizer, enc, temperature: float, max_new_tokens: int, stop=None):
+    """The text ``model.generate`` samples (at ``temperature``, no top-k) after each prompt
+    of the left-padded batch ``enc``, special tokens dropped; ``stop``: its stop strings."""
+    import torch
+
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    with torch.inference_mode():
+        ids = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            **({} if stop is None else {"stop_strings": stop, "tokenizer": tokenizer}),
+        )
+    return tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def dpo(
@@ -462,11 +467,11 @@ def dpo(
     )
     trainer.train()
     logged = [h for h in trainer.state.log_history if "rewards/margins" in h]
-    nan = float("nan")
+    last, nan = logged[-1] if logged else {}, float("nan")
     stats = {
         "steps": trainer.state.global_step,
-        "accuracy": logged[-1].get("rewards/accuracies", nan) if logged else nan,
-        "margin": logged[-1]["rewards/margins"] if logged else nan,
+        "accuracy": last.get("rewards/accuracies", nan),
+        "margin": last.get("rewards/margins", nan),
     }
     log(
         f"DPO: {stats['steps']} steps on {len(rows)} pairs, loss {_last_loss(trainer):.3f},"
@@ -480,35 +485,28 @@ def _trainer_args(config_cls, seed: int, max_steps: int | None) -> dict:
     no checkpoints, no reporting, no progress bars, the CPU when there is no CUDA (fp32,
     no dataloader workers, no gradient checkpointing), and ``max_steps`` (None: stop on
     time only, via :func:`time_callback`)."""
+    import torch
+
     return {
         "output_dir": str(Path("code") / ".trainer"),
         "max_steps": max_steps or 1_000_000,
         "seed": seed,
         "save_strategy": "no",
         "report_to": [],
-        "use_cpu": not _cuda(),
+        "use_cpu": not torch.cuda.is_available(),
         "bf16": False,
         "dataloader_num_workers": 0,
         "disable_tqdm": True,
-        **_no_checkpointing(config_cls),
+        # trl turns it on by default; it only slows small models down. transformers 5
+        # renamed it activation_checkpointing: setting both avoids its deprecation warning.
+        "gradient_checkpointing": False,
+        **_if_field(config_cls, "activation_checkpointing", False),
     }
 
 
-def _no_checkpointing(config_cls) -> dict:
-    """Config kwargs that turn gradient checkpointing off (trl turns it on by default; it only
-    slows small models down). transformers 5 renamed it ``activation_checkpointing``; setting
-    both avoids its deprecation warning."""
-    kwargs = {"gradient_checkpointing": False}
-    if "activation_checkpointing" in getattr(config_cls, "__dataclass_fields__", {}):
-        kwargs["activation_checkpointing"] = False
-    return kwargs
-
-
-def _sequential(config_cls) -> dict:
-    """Config kwargs that make the trainer read its rows in order, where it can."""
-    if "train_sampling_strategy" in getattr(config_cls, "__dataclass_fields__", {}):
-        return {"train_sampling_strategy": "sequential"}
-    return {}
+def _if_field(config_cls, name: str, value) -> dict:
+    """``{name: value}`` where ``config_cls`` (a trainer config) has that field, else ``{}``."""
+    return {name: value} if name in getattr(config_cls, "__dataclass_fields__", {}) else {}
 
 
 def _grpo_log_callback(rewards: list[float], history: list[dict]):
@@ -560,12 +558,6 @@ def quiet() -> None:
 def _last_loss(trainer) -> float:
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return losses[-1] if losses else float("nan")
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def load(path: str):

@@ -9,14 +9,13 @@ workspace offers: ``data/protocol.py`` (the grader's prompt and action protocol)
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import random
 import sys
 import time
 from dataclasses import dataclass, field
 
-from common import DATA_PATH, log
+from common import DATA_PATH, eval_format, is_chat, log, read_jsonl, sampled_texts
 
 sys.path.insert(0, str(DATA_PATH))
 
@@ -24,18 +23,8 @@ import protocol as proto  # noqa: E402  (lives in data/, found through sys.path)
 from env_client import EnvClient, EnvError  # noqa: E402
 
 
-def is_interactive() -> bool:
-    """True in a level-3 workspace (one with expert walkthroughs and a rollout service)."""
-    return (DATA_PATH / "walkthroughs.jsonl").exists()
-
-
 def episode_format() -> proto.EpisodeFormat:
-    return proto.EpisodeFormat.from_dict(json.loads((DATA_PATH / "eval_format.json").read_text()))
-
-
-def walkthroughs() -> list[dict]:
-    with open(DATA_PATH / "walkthroughs.jsonl") as fh:
-        return [json.loads(line) for line in fh]
+    return proto.EpisodeFormat.from_dict(eval_format())
 
 
 class Prompter:
@@ -45,7 +34,7 @@ class Prompter:
 
     def __init__(self, tokenizer, fmt: proto.EpisodeFormat) -> None:
         self.tokenizer, self.fmt = tokenizer, fmt
-        self.chat = bool(getattr(tokenizer, "chat_template", None)) and fmt.use_chat_template
+        self.chat = is_chat(tokenizer) and fmt.use_chat_template
 
     def __call__(self, goal: str, steps, observation: str, admissible, group=None) -> str:
         if not self.chat:
@@ -98,34 +87,29 @@ def sft_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
 
 def _step_rows(prompter: Prompter, rng: random.Random) -> list[dict]:
     rows = []
-    for game in walkthroughs():
+    for game in read_jsonl("walkthroughs.jsonl"):
         steps = expert_steps(game)
         for t, (obs, action, adm) in enumerate(steps):
             history = [(o, a) for o, a, _ in steps[:t]]
-            rows.append(
+            # (history, observation) per row: the step, then its failed-repeat twin, only
+            # where repeating the previous action would fail
+            contexts = [(history, obs)]
+            if t > 0 and steps[t - 1][1] not in adm and rng.random() < RECOVERY_SHARE:
+                contexts.append(([*history, (obs, steps[t - 1][1])], "Nothing happens."))
+            rows += [
                 {
-                    "prompt": prompter(game["goal"], history, obs, adm, game.get("group")),
+                    "prompt": prompter(game["goal"], past, shown, adm, game.get("group")),
                     "completion": prompter.completion(action),
                 }
-            )
-            # only where repeating the previous action would fail
-            if t > 0 and steps[t - 1][1] not in adm and rng.random() < RECOVERY_SHARE:
-                failed = [*history, (obs, steps[t - 1][1])]
-                rows.append(
-                    {
-                        "prompt": prompter(
-                            game["goal"], failed, "Nothing happens.", adm, game.get("group")
-                        ),
-                        "completion": prompter.completion(action),
-                    }
-                )
+                for past, shown in contexts
+            ]
     return rows
 
 
 def _window_rows(prompter: Prompter) -> list[dict]:
     fmt, tok = prompter.fmt, prompter.tokenizer
     rows = []
-    for game in walkthroughs():
+    for game in read_jsonl("walkthroughs.jsonl"):
         steps = expert_steps(game)
         task, pieces = _transcript(game["goal"], [(o, a) for o, a, _ in steps], fmt)
         j = 0
@@ -184,8 +168,6 @@ class Trajectory:
 
 def sample_actions(model, tokenizer, prompts: list[str], fmt, temperature: float) -> list[str]:
     """One sampled reply per prompt (cut at the protocol's stop strings)."""
-    import torch
-
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -194,19 +176,7 @@ def sample_actions(model, tokenizer, prompts: list[str], fmt, temperature: float
     if limit and batch["input_ids"].shape[1] + fmt.max_new_tokens > limit:
         keep = limit - fmt.max_new_tokens
         batch = {k: v[:, -keep:] for k, v in batch.items()}
-    batch = {k: v.to(model.device) for k, v in batch.items()}
-    with torch.no_grad():
-        out = model.generate(
-            **batch,
-            do_sample=True,
-            temperature=temperature,
-            top_k=0,
-            max_new_tokens=fmt.max_new_tokens,
-            stop_strings=list(fmt.stop),
-            tokenizer=tokenizer,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    texts = sampled_texts(model, tokenizer, batch, temperature, fmt.max_new_tokens, list(fmt.stop))
     return [t.split("\n", 1)[0] for t in texts]
 
 
@@ -235,7 +205,7 @@ def rollout_group(
         while True:
             # A refused action uses no step on the service but a turn, as in grading.
             live = [
-                i
+                (i, s)
                 for i, s in enumerate(sessions)
                 if not s.done and len(played[i]) < prompter.fmt.max_steps
             ]
@@ -243,30 +213,26 @@ def rollout_group(
                 break
             prompts = [
                 prompter(
-                    sessions[i].goal,
-                    played[i],
-                    shown[i],
-                    sessions[i].admissible_actions,
-                    getattr(sessions[i], "group", None),
+                    s.goal, played[i], shown[i], s.admissible_actions, getattr(s, "group", None)
                 )
-                for i in live
+                for i, s in live
             ]
             replies = sample_actions(model, tokenizer, prompts, prompter.fmt, temp)
-            for i, prompt, reply in zip(live, prompts, replies, strict=True):
+            for (i, s), prompt, reply in zip(live, prompts, replies, strict=True):
                 # the grader's reading of the reply; the service takes one non-empty line
                 # of at most 256 characters (a long react "think:" is cut there)
                 action = (prompter.fmt.parse(reply, None) or "look")[:256]
                 trajs[i].turns.append(Turn(prompt, prompter.completion(action)))
                 played[i].append((shown[i], action))
                 try:
-                    sessions[i].step(action)
+                    s.step(action)
                 except EnvError as err:
                     if err.status != 400:
                         raise
                     shown[i], invalid[i] = f"Refused: {err.message}", invalid[i] + 1
                     continue
-                shown[i] = sessions[i].observation
-                returns[i] += float(sessions[i].reward)
+                shown[i] = s.observation
+                returns[i] += float(s.reward)
                 invalid[i] += shown[i] == "Nothing happens."
     finally:
         for s in sessions:
@@ -292,18 +258,12 @@ def policy_loss(model, tokenizer, trajs: list[Trajectory], advantages: list[floa
         prompts = [tokenizer(t.prompt, add_special_tokens=False)["input_ids"] for t, _ in chunk]
         comps = [tokenizer(t.completion, add_special_tokens=False)["input_ids"] for t, _ in chunk]
         limit = getattr(model.config, "max_position_embeddings", 4096)
-        seqs, masks = [], []
-        for p, c in zip(prompts, comps, strict=True):
-            ids = (p + c)[-limit:]
-            seqs.append(ids)
-            masks.append(([0] * len(p) + [1] * len(c))[-limit:])
-        width = max(map(len, seqs))
-        pad = tokenizer.pad_token_id or 0
-        ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=model.device)
-        mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=model.device)
-        attn = torch.tensor(
-            [[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=model.device
-        )
+        pairs = list(zip(prompts, comps, strict=True))
+        seqs = [(p + c)[-limit:] for p, c in pairs]
+        masks = [([0] * len(p) + [1] * len(c))[-limit:] for p, c in pairs]
+        ids = _padded(seqs, tokenizer.pad_token_id or 0, model.device)
+        mask = _padded(masks, 0, model.device)
+        attn = _padded([[1] * len(s) for s in seqs], 0, model.device)
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
         m = mask[:, 1:].float()
@@ -313,6 +273,14 @@ def policy_loss(model, tokenizer, trajs: list[Trajectory], advantages: list[floa
         loss.backward()
         total += float(loss.detach()) * len(items)
     return total / len(items)
+
+
+def _padded(rows: list[list[int]], value: int, device):
+    """``rows`` right-padded with ``value`` to the longest, as a tensor on ``device``."""
+    import torch
+
+    width = max(map(len, rows))
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows], device=device)
 
 
 def grpo(

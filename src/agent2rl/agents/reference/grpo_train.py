@@ -90,10 +90,7 @@ def well_formed_reward(eos_ids: set[int]):
 
 def eos_token_ids(model, tokenizer) -> set[int]:
     ids = model.generation_config.eos_token_id
-    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
+    return {*(ids if isinstance(ids, list) else [ids]), tokenizer.eos_token_id} - {None}
 
 
 def checkpoint_callback(track: Tracker, tokenizer, times: list[float]):
