@@ -88,7 +88,6 @@ from agent2rl.tasks.deepsearch.store import (
     corpus_file,
     download_dsqa,
     find_dsqa_files,
-    is_built,
     read_table,
     write_dsqa_store,
 )
@@ -100,6 +99,7 @@ from agent2rl.tasks.shared.interactive import (
     count_lines,
     env_batch_option,
 )
+from agent2rl.tasks.shared.store import is_built
 
 #: the longest episode a rollout-service client may ask for
 MAX_SESSION_STEPS = 50
@@ -316,15 +316,9 @@ class DeepsearchBase(InteractiveTask):
     def judge_kind(self) -> str:
         """``rubric`` under ``metric=f1``; under ``accuracy`` the reference's prompt
         (``reference``) or agent2rl's fenced one (``binary``), by ``judge_prompt``."""
-        if self.metric() != "accuracy":
+        if self.config.metric != "accuracy":
             return "rubric"
         return "reference" if getattr(self.config, "judge_prompt", "") == "reference" else "binary"
-
-    def metric(self) -> str:
-        """The ``metric`` option (``accuracy``: the binary judge or string match; ``f1``:
-        the rubric judge or exact match; its choices were checked when the options were
-        parsed)."""
-        return self.config.metric
 
     def make_judge(self) -> AnswerJudge:
         """The judge at ``judge_base_url`` (binary under ``metric=accuracy``, the rubric
@@ -339,9 +333,8 @@ class DeepsearchBase(InteractiveTask):
         )
 
     def scorer(self, prepared: PreparedTask) -> AnswerOutcome:
-        metric = self.metric()
         judge = self.make_judge() if self.judge_enabled() else None
-        return AnswerOutcome(judge, self.search_identity(prepared)["backend"], metric)
+        return AnswerOutcome(judge, self.search_identity(prepared)["backend"], self.config.metric)
 
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
@@ -355,7 +348,7 @@ class DeepsearchBase(InteractiveTask):
         walks = prepared.public / WALKTHROUGHS
         n_walk = count_lines(walks) if walks.exists() else 0
         judged = self.judge_enabled()
-        if self.metric() == "accuracy":
+        if self.config.metric == "accuracy":
             grading = (
                 "an LLM judge's correct/incorrect verdict (a single answer is correct when it "
                 "states the expected item, a set answer when it states all expected items)"

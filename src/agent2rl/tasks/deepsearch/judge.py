@@ -135,9 +135,14 @@ REFERENCE_TEMPERATURE = 0.5
 #: the reference judge's version (part of its identity)
 REFERENCE_VERSION = "1"
 
-#: the judge's modes: one correct/incorrect verdict (agent2rl's fenced prompt, or the
-#: reference's own prompt and reply), or DeepSearchQA's per-item rubric
-JUDGE_KINDS = ("binary", "rubric", "reference")
+#: the judge's modes, each with its prompt and its name in the judge's identity: one
+#: correct/incorrect verdict (agent2rl's fenced prompt, or the reference's own prompt and
+#: reply), or DeepSearchQA's per-item rubric
+JUDGE_KINDS = {
+    "binary": (BINARY_TEMPLATE, f"deepsearchqa-binary-v{BINARY_VERSION}"),
+    "rubric": (TEMPLATE, f"deepsearchqa-v{RUBRIC_VERSION}"),
+    "reference": (REFERENCE_TEMPLATE, f"deepsearchqa-reference-v{REFERENCE_VERSION}"),
+}
 
 
 def reference_messages(predicted: str, gold: str, answer_type: str) -> list[dict[str, str]]:
@@ -295,20 +300,13 @@ class AnswerJudge:
             raise ValueError(f"judge kind {kind!r}: choose one of {', '.join(JUDGE_KINDS)}")
         self.client = client
         self.kind = kind
-        self.template = {"binary": BINARY_TEMPLATE, "reference": REFERENCE_TEMPLATE}.get(
-            kind, TEMPLATE
-        )
+        self.template, self.rubric = JUDGE_KINDS[kind]
         self.meter: LLMMeter = client.meter
 
     def identity(self) -> dict[str, Any]:
-        template = hashlib.sha256(self.template.encode()).hexdigest()[:12]
-        rubric = {
-            "binary": f"deepsearchqa-binary-v{BINARY_VERSION}",
-            "reference": f"deepsearchqa-reference-v{REFERENCE_VERSION}",
-        }.get(self.kind, f"deepsearchqa-v{RUBRIC_VERSION}")
         return {
-            "rubric": rubric,
-            "template": template,
+            "rubric": self.rubric,
+            "template": hashlib.sha256(self.template.encode()).hexdigest()[:12],
             "kind": "openai-compatible",
             "model": self.client.model,
             "base_url": self.client.base_url,

@@ -192,41 +192,22 @@ def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
 # ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt
 # for a base model at one step (see the module docstring); ``build_chat_message`` (same
 # arguments): the user message for a chat model, the same text then the instruction. Under
-# ``fmt.protocol == "react"`` (which uses no chat template) both are :func:`react_prompt`
-# (``goal`` is then the question, a newline and its ``Answer type: ...`` line). ``steps``
-# are the earlier steps, oldest first, each as (the observation it answered, the action
-# taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
-# ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change nothing (the environment
-# takes free text): they are there for the signature the other protocol files share.
-# (Lambdas: the two functions they call are defined below.)
-_build_prompt, _build_chat_message = core.prompt_builders(
+# ``fmt.protocol`` ``react`` or ``reference`` (which use no chat template) both are
+# :func:`react_prompt` (``goal`` is then the question, a newline and its ``Answer type: ...``
+# line; under ``reference`` from actions only: the exact prompt, thoughts included, is
+# :class:`ReferenceEpisode`'s). ``steps`` are the earlier steps, oldest first, each as (the
+# observation it answered, the action taken). Only the last ``fmt.history`` are shown, fewer
+# if the prompt would exceed ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change
+# nothing (the environment takes free text): they are there for the signature the other
+# protocol files share. (Lambdas: the two functions they call are defined below.)
+build_prompt, build_chat_message = core.prompt_builders(
     lambda goal, steps, observation, _admissible, fmt, _group: react_prompt(
         goal, steps, observation, fmt
     ),
     lambda goal, steps, observation, _admissible, fmt: _render(goal, steps, observation, fmt),
     CHAT_INSTRUCTION,
+    react_protocols=("react", "reference"),
 )
-
-
-def build_prompt(
-    goal: str, steps: core.Steps, observation: str, admissible: Any, fmt: Any, group: Any = None
-) -> str:
-    """The prompt at one step (see the comment above). Under ``fmt.protocol == "reference"``
-    the ``react`` prompt from actions only (the exact prompt, thoughts included, is
-    :class:`ReferenceEpisode`'s)."""
-    if fmt.protocol == "reference":
-        return react_prompt(goal, steps, observation, fmt)
-    return _build_prompt(goal, steps, observation, admissible, fmt, group)
-
-
-def build_chat_message(
-    goal: str, steps: core.Steps, observation: str, admissible: Any, fmt: Any, group: Any = None
-) -> str:
-    """The chat model's message at one step (see the comment above); under ``reference``
-    as :func:`build_prompt` (the reference gives every model raw text)."""
-    if fmt.protocol == "reference":
-        return react_prompt(goal, steps, observation, fmt)
-    return _build_chat_message(goal, steps, observation, admissible, fmt, group)
 
 
 def react_prompt(goal: str, steps: core.Steps, observation: str, fmt: EpisodeFormat) -> str:

@@ -35,17 +35,17 @@ import json
 import os
 import random
 import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.tasks.deepsearch.games import expert_walkthrough
 from agent2rl.tasks.deepsearch.generate_lite import generate_world
 from agent2rl.tasks.deepsearch.protocol import SET, SINGLE, EpisodeFormat
 from agent2rl.tasks.deepsearch.search import BM25Backend
+from agent2rl.tasks.shared.store import MANIFEST, building
 
 QUESTIONS = "questions.jsonl"
 WALKTHROUGHS = "walkthroughs.jsonl"
@@ -70,18 +70,8 @@ def corpus_file(root: Path) -> Path:
     return root / "corpus" / CORPUS
 
 
-def is_built(root: Path) -> bool:
-    """Whether ``root`` holds a complete store."""
-    return (root / "manifest.json").exists()
-
-
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "none"
-
-
-def _new_tmp(root: Path) -> Path:
-    root.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
 
 
 # -- deepsearch-lite -----------------------------------------------------------------------
@@ -132,8 +122,7 @@ def build_lite_store(
         splits[split].append(row)
         if split == "public":
             walkthroughs.append(walk)
-    tmp = _new_tmp(root)
-    try:
+    with building(root) as tmp:
         write_jsonl(corpus_file(tmp), world.documents)
         for split, rows in splits.items():
             write_jsonl(tmp / split / QUESTIONS, rows)
@@ -148,11 +137,8 @@ def build_lite_store(
             "dropped_unsolvable": dropped,
             "answer_types": dict(Counter(q["answer_type"] for q in world.questions)),
         }
-        write_json_atomic(tmp / "manifest.json", manifest)
-        swap_in_dir(tmp, root)
-        return manifest
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
 
 
 # -- deepsearchqa --------------------------------------------------------------------------
@@ -288,8 +274,7 @@ def write_dsqa_store(
     replacing earlier data whole; returns a summary line."""
     questions = convert_dsqa(rows, source)
     graded, public, validation, official = split_dsqa(questions)
-    tmp = _new_tmp(root)
-    try:
+    with building(root) as tmp:
         write_jsonl(tmp / "private" / QUESTIONS, graded)
         write_jsonl(tmp / "public" / QUESTIONS, public)
         write_jsonl(tmp / "validation" / QUESTIONS, validation)
@@ -309,10 +294,7 @@ def write_dsqa_store(
             "local_corpus": corpus is not None,
             "answer_types": dict(Counter(q["answer_type"] for q in questions)),
         }
-        write_json_atomic(tmp / "manifest.json", manifest)
-        swap_in_dir(tmp, root)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json_atomic(tmp / MANIFEST, manifest)
     note = "" if official else f" (not the official {DSQA_SIZE} rows: a subset?)"
     where = "with a local BM25 corpus" if corpus is not None else "without a local corpus"
     return (

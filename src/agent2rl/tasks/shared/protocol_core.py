@@ -81,14 +81,18 @@ def for_state(build: Callable[..., str], state: Any, fmt: Any) -> str:
 
 
 def prompt_builders(
-    react: Callable[..., str], render: Callable[..., str], chat_instruction: str
+    react: Callable[..., str],
+    render: Callable[..., str],
+    chat_instruction: str,
+    react_protocols: tuple[str, ...] = ("react",),
 ) -> tuple[Callable[..., str], Callable[..., str]]:
     """A protocol file's ``build_prompt`` and ``build_chat_message``, both called as
     ``(goal, steps, observation, admissible, fmt, group=None)`` with ``steps`` the earlier
     steps, oldest first, each as (the observation it answered, the action taken).
 
-    Under ``fmt.protocol == "react"`` both return ``react(goal, steps, observation,
-    admissible, fmt, group)``: one text, whether or not the model has a chat template.
+    Under a ``fmt.protocol`` in ``react_protocols`` both return ``react(goal, steps,
+    observation, admissible, fmt, group)``: one text, whether or not the model has a chat
+    template.
     Otherwise (the transcript protocol) both start with ``render(goal, steps, observation,
     admissible, fmt)``: ``build_prompt`` (a base model's prompt) ends it with ``>``, and
     ``build_chat_message`` (a chat model's user message) with ``chat_instruction``."""
@@ -102,7 +106,7 @@ def prompt_builders(
             fmt: Any,
             group: str | None = None,
         ) -> str:
-            if fmt.protocol == "react":
+            if fmt.protocol in react_protocols:
                 return react(goal, steps, observation, admissible, fmt, group)
             return render(goal, steps, observation, admissible, fmt) + end
 

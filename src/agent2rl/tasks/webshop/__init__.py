@@ -55,6 +55,7 @@ from agent2rl.tasks.shared.interactive import (
     count_lines,
     env_batch_option,
 )
+from agent2rl.tasks.shared.store import is_built
 from agent2rl.tasks.webshop import protocol
 from agent2rl.tasks.webshop.catalog import CATALOG_FILES, load_catalog
 from agent2rl.tasks.webshop.engine import Shop
@@ -63,7 +64,7 @@ from agent2rl.tasks.webshop.generate_lite import GENERATOR_VERSION, write_catalo
 from agent2rl.tasks.webshop.outcome import SCORES, PurchaseOutcome
 from agent2rl.tasks.webshop.protocol import EpisodeFormat
 from agent2rl.tasks.webshop.splits import expert_walkthrough, split_goals
-from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_files, is_built
+from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_files
 from agent2rl.tasks.webshop.system_turn import SystemTurnSolver
 
 #: the longest session a rollout-service client may ask for
@@ -302,15 +303,13 @@ class WebshopLite(WebshopBase):
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
         if is_built(sets):
             return prepared
-        source = Path(tempfile.mkdtemp(prefix=".catalog.", dir=_mkdir(root)))
-        try:
-            write_catalog(source, LITE_CATALOG_SEED, o.n_products)
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".catalog.", dir=root) as source:
+            write_catalog(Path(source), LITE_CATALOG_SEED, o.n_products)
             build_store(
-                source, sets, o.n_eval, o.n_validation, o.n_train, o.max_steps,
+                Path(source), sets, o.n_eval, o.n_validation, o.n_train, o.max_steps,
                 with_human=False,
             )  # fmt: skip
-        finally:
-            shutil.rmtree(source, ignore_errors=True)
         return prepared
 
     def make_data(self, out: Path, n: int, seed: int) -> str:
@@ -332,11 +331,6 @@ class WebshopLite(WebshopBase):
             f"{n} products in {out} (WebShop's three files), {len(goals)} goals in "
             f"goals.jsonl, {len(walks)} expert walkthroughs in walkthroughs.jsonl"
         )
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 #: the reference grades WebShop sessions 0-99 (RD-Agent autorl_bench, benchmarks/webshop)
@@ -389,7 +383,8 @@ class Webshop(WebshopBase):
 
     def import_data(self, source: Path, root: Path) -> str:
         folder = find_webshop_files(source)
-        dest = _mkdir(root / "import")
+        dest = root / "import"
+        dest.mkdir(parents=True, exist_ok=True)
         for name in CATALOG_FILES:
             if (folder / name).exists():
                 shutil.copyfile(folder / name, dest / name)

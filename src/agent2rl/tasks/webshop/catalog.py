@@ -196,6 +196,29 @@ def _price_cap(price: float, rng: random.Random) -> tuple[float, str]:
     return 1000000.0, ""
 
 
+def _goal(
+    prod: Product,
+    text: str,
+    instruction: str,
+    attributes: list[str],
+    upper: float,
+    options: dict[str, str],
+) -> dict[str, Any]:
+    """A goal row for ``prod`` (:func:`synthetic_goals`' keys but ``weight``, in its order)."""
+    return {
+        "asin": prod.asin,
+        "category": prod.category,
+        "query": prod.query,
+        "name": prod.title,
+        "product_category": prod.product_category,
+        "instruction_text": text,
+        "instruction": instruction,
+        "attributes": attributes,
+        "price_upper": upper,
+        "goal_options": options,
+    }
+
+
 def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict[str, Any]]:
     """WebShop's synthetic goals (``human_goals`` off: what the reference grades): for every
     product with an instruction, one goal per combination of its option values (options in
@@ -218,22 +241,8 @@ def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict
         for combo in itertools.product(*(prod.options[n] for n in names)):
             chosen = dict(zip(names, combo, strict=True))
             text = ", and ".join(f"{k}: {v}" for k, v in chosen.items())
-            goals.append(
-                {
-                    "asin": prod.asin,
-                    "category": prod.category,
-                    "query": prod.query,
-                    "name": prod.title,
-                    "product_category": prod.product_category,
-                    "instruction_text": prod.instruction
-                    + (f" with {text}" if text else "")
-                    + price_text,
-                    "instruction": prod.instruction,
-                    "attributes": attributes,
-                    "price_upper": upper,
-                    "goal_options": chosen,
-                }
-            )
+            full = prod.instruction + (f" with {text}" if text else "") + price_text
+            goals.append(_goal(prod, full, prod.instruction, attributes, upper, chosen))
             for a in attributes:
                 counts[a] = counts.get(a, 0) + 1
     for g in goals:
@@ -259,21 +268,9 @@ def human_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict[str
             for i, value in enumerate(ins.get("instruction_options") or [], 1):
                 name = prod.option_name_of(value) or f"option {i}"
                 named[name if name not in named else f"{name} {i}"] = value
-            goals.append(
-                {
-                    "asin": prod.asin,
-                    "category": prod.category,
-                    "query": prod.query,
-                    "name": prod.title,
-                    "product_category": prod.product_category,
-                    "instruction_text": ins["instruction"].strip(".") + price_text,
-                    "instruction": ins["instruction"].strip("."),
-                    "attributes": attributes,
-                    "price_upper": upper,
-                    "goal_options": named,
-                    "weight": 1.0,
-                }
-            )
+            instruction = ins["instruction"].strip(".")
+            goal = _goal(prod, instruction + price_text, instruction, attributes, upper, named)
+            goals.append({**goal, "weight": 1.0})
     return goals
 
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from agent2rl.dataset import PreparedTask
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
+from agent2rl.tasks.shared.store import MANIFEST, building
 from agent2rl.tasks.webshop.catalog import (
     ATTRIBUTES_FILE,
     CATALOG_FILES,
@@ -41,11 +41,6 @@ from agent2rl.tasks.webshop.splits import expert_walkthrough, split_goals
 def catalog_dir(prepared: PreparedTask) -> Path:
     """The catalog folder of a prepared WebShop task (beside its splits)."""
     return prepared.private.parent / "catalog"
-
-
-def is_built(root: Path) -> bool:
-    """Whether ``root`` holds a complete store (what :func:`build_store` writes)."""
-    return (root / "manifest.json").exists()
 
 
 def catalog_digest(folder: Path) -> str:
@@ -73,9 +68,7 @@ def build_store(
     ``n_walkthroughs`` expert walkthroughs (of the first public goals that have one, each at
     most ``max_steps`` actions) as in the module docstring; returns the manifest. ``root``
     is replaced whole once everything is written."""
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
+    with building(root) as tmp:
         cat = tmp / "catalog"
         cat.mkdir()
         for name in CATALOG_FILES:
@@ -105,11 +98,8 @@ def build_store(
             "public": len(splits.public),
             "walkthroughs": len(walkthroughs),
         }
-        write_json_atomic(tmp / "manifest.json", manifest)
-        swap_in_dir(tmp, root)
-        return manifest
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
 
 
 def find_webshop_files(source: Path) -> Path:
