@@ -184,9 +184,7 @@ def generate_world(seed: int, n_regions: int) -> World:
                  "kind": "society", "region": rid}
             )  # fmt: skip
         questions += _questions(rid, people, towns, societies)
-    for i, d in enumerate(docs):
-        d["id"] = f"d{i:05d}"
-    docs = [{"id": d["id"], **{k: v for k, v in d.items() if k != "id"}} for d in docs]
+    docs = [{"id": f"d{i:05d}", **d} for i, d in enumerate(docs)]
     return World(docs, questions)
 
 

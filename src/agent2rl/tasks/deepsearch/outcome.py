@@ -141,21 +141,11 @@ class AnswerOutcome:
                 meta["judge_fallback"] = fb
             if "forced" in out.trace:
                 meta["forced_answer"] = bool(out.trace["forced"])
-            if sc is not None:
-                meta.update(outcome=sc.outcome, precision=sc.precision, recall=sc.recall,
-                            f1=sc.f1)  # fmt: skip
-            else:
-                meta.update(outcome="fully_incorrect", precision=0.0, recall=0.0, f1=0.0)
-            items.append(
-                ItemResult(
-                    id=s.id,
-                    prediction=a,
-                    target=str(s.target),
-                    correct=meta["outcome"] == "fully_correct",
-                    score=float(meta["f1"]),
-                    meta=meta,
-                )
-            )
+            shown = sc or score_counts(0, 1, 0)  # unjudged: fully incorrect, all 0
+            meta.update(outcome=shown.outcome, precision=shown.precision, recall=shown.recall,
+                        f1=shown.f1)  # fmt: skip
+            correct = meta["outcome"] == "fully_correct"
+            items.append(ItemResult(s.id, a, str(s.target), correct, float(meta["f1"]), meta))
         return items
 
     def details(self, items: list[ItemResult], outputs: list[Output]) -> dict[str, Any]:

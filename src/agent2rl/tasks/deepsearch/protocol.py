@@ -73,6 +73,7 @@ answer is split into items (:func:`answer_items`) and scores the F1 of the two s
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import string
@@ -259,15 +260,9 @@ def _head(goal: str) -> str:
 
 
 def _render(goal: str, steps: core.Steps, observation: str, fmt: EpisodeFormat) -> str:
-    tail = shown_observation(observation, fmt) + "\n"
-    return core.render_history(
-        _head(goal),
-        steps,
-        tail,
-        fmt.history,
-        fmt.max_prompt_chars,
-        lambda o: shown_observation(o, fmt),
-    )
+    show = functools.partial(shown_observation, fmt=fmt)
+    tail = show(observation) + "\n"
+    return core.render_history(_head(goal), steps, tail, fmt.history, fmt.max_prompt_chars, show)
 
 
 def parse_action(reply: str) -> str:
@@ -341,13 +336,10 @@ class ReferenceEpisode:
     def done(self) -> bool:
         return self.answer is not None
 
-    def _add_trace(self, text: str) -> None:
-        self.trace += ("\n" + text) if self.trace else text
-
     def feed(self, reply: str) -> tuple[str, str]:
         generated = reply.strip()
         self.steps += 1
-        self._add_trace(generated)
+        self.trace += ("\n" + generated) if self.trace else generated
         self.prompt += f" {generated}"
         m = re.search(r"Action:\s*(search|answer)\[(.+?)\]", generated, re.DOTALL)
         if not m:

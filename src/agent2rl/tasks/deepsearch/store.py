@@ -42,7 +42,7 @@ from typing import Any
 from agent2rl.errors import UserError
 from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.tasks.deepsearch.games import expert_walkthrough
-from agent2rl.tasks.deepsearch.generate_lite import generate_world
+from agent2rl.tasks.deepsearch.generate_lite import World, generate_world
 from agent2rl.tasks.deepsearch.protocol import SET, SINGLE, EpisodeFormat
 from agent2rl.tasks.deepsearch.search import BM25Backend
 from agent2rl.tasks.shared.store import MANIFEST, building
@@ -88,6 +88,18 @@ def lite_splits(
     return regions[:a], regions[a:b], regions[b:]
 
 
+def solved_questions(
+    world: World, fmt: EpisodeFormat, top_k: int
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(question row, walkthrough) of every question of ``world`` the expert solves within
+    ``fmt`` searching ``top_k`` results (:func:`~.games.expert_walkthrough`), in order; a
+    row's ``game_id`` is ``qNNNN``, its position among all of the world's questions."""
+    backend = BM25Backend(world.documents)
+    rows = [{"game_id": f"q{i:04d}", **q} for i, q in enumerate(world.questions)]
+    walks = [(row, expert_walkthrough(backend, row, fmt, top_k)) for row in rows]
+    return [(row, walk) for row, walk in walks if walk is not None]
+
+
 def build_lite_store(
     root: Path,
     seed: int,
@@ -101,24 +113,13 @@ def build_lite_store(
     ``root``: every question the expert solves within ``fmt`` (the others are dropped), split
     by region, with the walkthroughs of the public ones. Returns the manifest."""
     world = generate_world(seed, n_regions)
-    backend = BM25Backend(world.documents)
     private_r, validation_r, _ = lite_splits(seed, n_regions, n_eval_regions, n_validation_regions)
+    region_split = {r: "private" for r in private_r} | {r: "validation" for r in validation_r}
     splits: dict[str, list[dict[str, Any]]] = {"private": [], "validation": [], "public": []}
     walkthroughs = []
-    dropped = 0
-    for i, q in enumerate(world.questions):
-        row = {"game_id": f"q{i:04d}", **q}
-        walk = expert_walkthrough(backend, row, fmt, top_k)
-        if walk is None:
-            dropped += 1
-            continue
-        split = (
-            "private"
-            if q["region"] in private_r
-            else "validation"
-            if q["region"] in validation_r
-            else "public"
-        )
+    solved = solved_questions(world, fmt, top_k)
+    for row, walk in solved:
+        split = region_split.get(row["region"], "public")
         splits[split].append(row)
         if split == "public":
             walkthroughs.append(walk)
@@ -134,7 +135,7 @@ def build_lite_store(
             "documents": len(world.documents),
             **{s: len(r) for s, r in splits.items()},
             "walkthroughs": len(walkthroughs),
-            "dropped_unsolvable": dropped,
+            "dropped_unsolvable": len(world.questions) - len(solved),
             "answer_types": dict(Counter(q["answer_type"] for q in world.questions)),
         }
         write_json_atomic(tmp / MANIFEST, manifest)
@@ -142,12 +143,6 @@ def build_lite_store(
 
 
 # -- deepsearchqa --------------------------------------------------------------------------
-def answer_type_of(value: Any) -> str:
-    """DeepSearchQA's ``answer_type`` (``Single Answer`` / ``Set Answer``) as ``single`` /
-    ``set``."""
-    return SET if "set" in str(value).lower() else SINGLE
-
-
 def convert_dsqa(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
     """DeepSearchQA rows -> question rows (``game_id`` ``dsqa-NNN`` by file position,
     ``index``, ``question``, ``answer``, ``answer_type``, ``category``). :class:`UserError`
@@ -166,7 +161,8 @@ def convert_dsqa(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]
                 "index": i,
                 "question": problem.strip(),
                 "answer": str(answer).strip(),
-                "answer_type": answer_type_of(row.get("answer_type")),
+                # DeepSearchQA's ``Single Answer`` / ``Set Answer``
+                "answer_type": SET if "set" in str(row.get("answer_type")).lower() else SINGLE,
                 "category": str(row.get("problem_category") or "uncategorized"),
             }
         )

@@ -91,13 +91,6 @@ class Product:
             "Description": self.description,
         }
 
-    def option_name_of(self, value: str) -> str | None:
-        """The first option (in the product's order) that offers ``value``, or None."""
-        for name, values in self.options.items():
-            if value in values:
-                return name
-        return None
-
 
 @dataclass
 class Catalog:
@@ -153,21 +146,20 @@ def load_catalog(
         except KeyError as err:
             raise ValueError(f"product {asin} has no field {err}") from None
     rng = random.Random(price_seed)
-    prices = {}
-    for prod in products:  # WebShop's generate_product_prices, in catalog order
-        lo_hi = prod.pricing
-        prices[prod.asin] = lo_hi[0] if len(lo_hi) == 1 else rng.uniform(*lo_hi[:2])
+    prices = {  # WebShop's generate_product_prices, in catalog order
+        p.asin: p.pricing[0] if len(p.pricing) == 1 else rng.uniform(*p.pricing[:2])
+        for p in products
+    }
     return Catalog(products, {p.asin: p for p in products}, prices)
 
 
 def _product(p: dict[str, Any], attrs: dict[str, Any] | None, human: list | None) -> Product:
     bullets = p["small_description"]
-    options: dict[str, list[str]] = {}
-    for name, contents in (p.get("customization_options") or {}).items():
-        if contents is None:
-            continue
-        values = [c["value"].strip().replace("/", " | ").lower() for c in contents]
-        options[name.lower()] = values
+    options = {
+        name.lower(): [c["value"].strip().replace("/", " | ").lower() for c in contents]
+        for name, contents in (p.get("customization_options") or {}).items()
+        if contents is not None
+    }
     pricing, tag = parse_pricing(p.get("pricing"))
     attrs = attrs or {}
     return Product(
@@ -266,7 +258,9 @@ def human_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict[str
             upper, price_text = _price_cap(catalog.prices[prod.asin], rng)
             named: dict[str, str] = {}
             for i, value in enumerate(ins.get("instruction_options") or [], 1):
-                name = prod.option_name_of(value) or f"option {i}"
+                # the first option, in the product's order, that offers the value
+                offers = (name for name, values in prod.options.items() if value in values)
+                name = next(offers, None) or f"option {i}"
                 named[name if name not in named else f"{name} {i}"] = value
             instruction = ins["instruction"].strip(".")
             goal = _goal(prod, instruction + price_text, instruction, attributes, upper, named)

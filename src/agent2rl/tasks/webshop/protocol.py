@@ -185,13 +185,6 @@ build_prompt, build_chat_message = core.prompt_builders(
 )
 
 
-def react_actions(admissible: Sequence[str]) -> str:
-    """The reference's ``Available actions:`` list: one action a line, indented by two
-    spaces, the search bar as ``search[<your query>]``."""
-    shown = ["search[<your query>]" if a.startswith("search[") else a for a in admissible]
-    return "\n".join(f"  {a}" for a in shown)
-
-
 def chat_messages(
     goal: str, steps: core.Steps, observation: str, admissible: Sequence[str], fmt: EpisodeFormat
 ) -> list[dict[str, str]]:
@@ -213,11 +206,11 @@ def react_message(
     n`` (the page the step's action led to) and ``Action n``, the current page and ``Action
     N:``. Pages are cut to ``fmt.max_observation_chars`` (0: never); the oldest shown steps
     are dropped while the prompt exceeds ``fmt.max_prompt_chars`` (0: no limit)."""
-    head = (
-        REACT_SYSTEM
-        + "\n\n"
-        + REACT_HEAD.format(instruction=goal, actions=react_actions(admissible))
-    )
+    # the reference's ``Available actions:``: one a line, indented by two spaces, the search
+    # bar as ``search[<your query>]``
+    shown = ["search[<your query>]" if a.startswith("search[") else a for a in admissible]
+    actions = "\n".join(f"  {a}" for a in shown)
+    head = REACT_SYSTEM + "\n\n" + REACT_HEAD.format(instruction=goal, actions=actions)
     limit, n = fmt.max_observation_chars, len(steps)
     after = core.observations_after(steps, observation)  # the page each action led to
     first = max(0, n - fmt.history) if fmt.history > 0 else n

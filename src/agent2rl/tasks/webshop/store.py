@@ -19,6 +19,7 @@ shop of ``catalog/`` (:func:`catalog_dir`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import shutil
 from pathlib import Path
 from typing import Any
@@ -76,26 +77,15 @@ def build_store(
                 shutil.copyfile(source / name, cat / name)
         shop = Shop(load_catalog(cat))
         splits = split_goals(shop.catalog, n_eval, n_validation, with_human=with_human)
-        walkthroughs = []
-        for goal in splits.public:
-            if len(walkthroughs) >= n_walkthroughs:
-                break
-            row = expert_walkthrough(shop, goal, max_steps)
-            if row is not None:
-                walkthroughs.append(row)
-        for split, rows in (
-            ("private", splits.private),
-            ("validation", splits.validation),
-            ("public", splits.public),
-        ):
+        played = (expert_walkthrough(shop, goal, max_steps) for goal in splits.public)
+        walkthroughs = list(itertools.islice((w for w in played if w is not None), n_walkthroughs))
+        for split, rows in vars(splits).items():  # private, validation, public
             write_jsonl(tmp / split / "goals.jsonl", rows)
         write_jsonl(tmp / "public" / "walkthroughs.jsonl", walkthroughs)
         (tmp / "private" / "catalog.sha256").write_text(catalog_digest(cat) + "\n")
         manifest = {
             "products": len(shop.catalog.products),
-            "private": len(splits.private),
-            "validation": len(splits.validation),
-            "public": len(splits.public),
+            **{split: len(rows) for split, rows in vars(splits).items()},
             "walkthroughs": len(walkthroughs),
         }
         write_json_atomic(tmp / MANIFEST, manifest)
