@@ -81,16 +81,10 @@ from agent2rl.tasks.shared.store import is_built
 MAX_SESSION_STEPS = 50
 #: the grader's record of every search it made (in the evaluation's grading directory)
 QUERY_LOG = "search_queries.jsonl"
+# the choices of the options of these names (their help says what each means)
 JUDGE_MODES = ("auto", "llm", "exact")
-#: the episode protocols: the paper's reference's loop exactly (``reference``, deepsearchqa's
-#: default since task version 3), task version 2's Thought/Action approximation (``react``),
-#: agent2rl's transcript (``transcript``)
 PROTOCOLS = ("reference", "react", "transcript")
-#: how answers are scored: by the judge (refused without a judge key) or by string match,
-#: which must be chosen (``--task-opt score=string``), never a silent fallback
 SCORE_MODES = ("judge", "string")
-#: the binary judge's prompt: the reference's own (unfenced, "correct"/"incorrect") or
-#: agent2rl's fenced JSON verdict (task version 2's)
 JUDGE_PROMPTS = ("reference", "fenced")
 #: deepsearch-lite's judge model
 DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"

@@ -129,9 +129,8 @@ class SearchEpisode:
         self.backend = backend
         self.render = render
         self.game = game
-        row: dict[str, Any] = game.meta["row"]
-        self.row = row
-        self.goal = row["question"]
+        self.row: dict[str, Any] = game.meta["row"]
+        self.goal = self.row["question"]
         self.max_steps = max_steps
         self.top_k = top_k
         self.log = log or QueryLog(None)

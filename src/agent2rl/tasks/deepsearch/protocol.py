@@ -1,11 +1,10 @@
 """How the grader prompts a model in a search episode, reads its action, and scores its
 answer without a judge.
 
-Standard library only on purpose: the harness grades with it, and the same file is copied
-into the agent's workspace as ``data/protocol.py`` (with ``data/protocol_core.py``, the core
-it shares with the other tasks' protocol files) so that training code builds exactly the
-prompts the grader builds, parses replies the same way and computes the same offline
-reward. ``data/eval_format.json`` holds the run's settings. The module
+Standard library only on purpose: the same file is the agent's ``data/protocol.py`` (beside
+``data/protocol_core.py``, the core the tasks' protocol files share, and the run's settings,
+``data/eval_format.json``), so that training code builds exactly the prompts the grader
+builds, parses replies the same way and computes the same offline reward. The module
 functions have the same names and meanings as the WebShop and ALFWorld protocol files.
 
 An episode is a ReAct-style tool loop with two actions:
@@ -38,8 +37,9 @@ Edge cases:
   (a reply cut before its ``]`` gets one). Anything else is refused: the turn is used and
   the next observation reads ``Refused: <why>``.
 
-``protocol = "react"`` (deepsearchqa's default since task version 2) is the paper's
-reference loop instead: every model gets raw text (no chat template), the instructions
+``protocol = "react"`` (task version 2's default) is the paper's reference loop as this
+protocol's shape allows (``reference``, :class:`ReferenceEpisode`, is that loop exactly):
+every model gets raw text (no chat template), the instructions
 :data:`REACT_SYSTEM_PROMPT`, then ``Question: <question>`` / ``Answer type: Single Answer``
 (or ``Set Answer``) and ``Thought:``; the model writes a thought and ``Action: search[...]``
 or ``Action: answer[...]``; each earlier step follows as `` Action: <action>`` /

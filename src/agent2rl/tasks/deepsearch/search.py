@@ -2,8 +2,7 @@
 rollout service's alike.
 
 - :class:`BM25Backend`: a local corpus (``corpus.jsonl``: ``id``, ``title``, ``text``,
-  optional ``url``) searched with ``bm25s`` (Lucene's BM25, pyserini's ``k1 = 0.9,
-  b = 0.4``, English stop words, the Snowball stemmer), offline and deterministic. A hit's
+  optional ``url``) searched with BM25 (:mod:`~agent2rl.tasks.shared.bm25`). A hit's
   snippet is the page's sentence that shares the most query words beyond the page's title
   (the first sentence when none does), so a query that names a page and a relation
   (``amber loom society founded``) shows the sentence stating it.
@@ -134,12 +133,7 @@ def best_sentence(text: str, title: str, query: str) -> str:
     (the first on a tie, the first sentence when none shares any)."""
     sentences = [s for s in _SENTENCE.split(text.strip()) if s] or [text]
     wanted = _words(query) - _words(title)
-    best, best_n = sentences[0], 0
-    for s in sentences:
-        n = len(wanted & _words(s))
-        if n > best_n:
-            best, best_n = s, n
-    return best
+    return max(sentences, key=lambda s: len(wanted & _words(s)))  # max keeps the first
 
 
 class BM25Backend:

@@ -7,17 +7,10 @@ copied into the agent's workspace, as ``data/protocol.py`` and ``data/protocol_c
 that training code builds exactly the prompts the grader builds. A task's own file keeps
 what is its own: its prompt text, its action parser and (DeepSearchQA's) its reward.
 
-The names here are the pieces a task's protocol file is written with:
-
-- :class:`FormatBase`: the methods of a task's ``EpisodeFormat`` dataclass (``to_dict``,
-  ``from_dict``, and the grader's ``prompt`` / ``chat_message`` through :func:`for_state`);
-- :func:`prompt_builders`: ``build_prompt`` and ``build_chat_message``, from the task's
-  react prompt and its transcript renderer;
-- :func:`render_history`: the transcript protocol's prompt, the oldest steps dropped to fit;
-- :func:`trim_oldest`: the same trimming for a prompt whose steps are already written out;
-- :func:`transcript_pieces`: a whole episode split for training on windows of it;
-- :func:`first_line`, :func:`one_line`, :func:`cut`, :func:`observations_after` and
-  :func:`completion_for`: the text rules the three protocols have in common.
+The names here are the pieces a task's protocol file is written with: :class:`FormatBase`
+(its ``EpisodeFormat``'s methods), :func:`prompt_builders` (its ``build_prompt`` and
+``build_chat_message``), the history trimming (:func:`render_history`, :func:`trim_oldest`),
+:func:`transcript_pieces`, and the text rules the three protocols have in common.
 """
 
 from __future__ import annotations

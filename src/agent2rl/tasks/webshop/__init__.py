@@ -15,17 +15,13 @@ asks for in WebShop's simulated shop.
     generate_lite.py  webshop-lite's catalog generator (WebShop's file formats)
 
 The model shops for each private goal through the task-neutral episode solver: at every
-step the protocol builds the prompt (instruction, recent pages and actions, the page, and
-optionally its actions), the model replies greedily and the parsed action is played, until
-it buys (the purchase reward ends the session) or ``max_steps`` actions are used.
+step the protocol builds the prompt, the model replies greedily and the parsed action is
+played, until it buys (the purchase reward ends the session) or ``max_steps`` actions are
+used (docs/tasks/webshop.md).
 
 - ``webshop``: the real 1,000-product catalog (``agent2rl data import webshop DIR``); graded:
   the first 100 synthetic goals of WebShop's seeded session order (what the reference code
-  grades, sessions 0-99); 50 steps as the reference. Version 2 defaults to the reference's
-  score (``score=half``: the share of sessions with reward >= 0.5), prompt
-  (``protocol=react``: its chat ReAct text) and handling of an action the page does not
-  offer (``invalid=env``: a no-op step); version 1's (``reward``, ``transcript``,
-  ``refuse``) stay options.
+  grades, sessions 0-99); the reference's defaults (:class:`Webshop`'s versions).
 - ``webshop-lite``: a generated catalog in WebShop's formats; the same engine, reward and
   code path; prompts sized for the tiny model.
 
@@ -69,9 +65,8 @@ from agent2rl.tasks.webshop.system_turn import SystemTurnSolver
 
 #: the longest session a rollout-service client may ask for
 MAX_SESSION_STEPS = 200
-#: the episode protocols: agent2rl's transcript, the reference's chat ReAct prompt
+# the choices of the options of these names (their help says what each means)
 PROTOCOLS = ("transcript", "react")
-#: an action the page does not offer: refused (the turn used), or played as a no-op
 INVALID_MODES = ("refuse", "env")
 
 
@@ -233,14 +228,15 @@ class WebshopBase(InteractiveTask):
             "success": "the percentage of sessions with reward 1 (WebShop's success rate)",
             "half": "the percentage of sessions with reward >= 0.5 (the reference's figure)",
         }[self.config.score]
-        invalid_text = (
+        offers = (
             "An action the page does not offer (a search off the search page, a click on "
-            "something not shown, an unknown product id) is played as WebShop's environment "
-            "plays it: the step is used (kind `invalid`), the page stays, reward 0"
+            "something not shown, an unknown product id) is "
+        )
+        invalid_text = offers + (
+            "played as WebShop's environment plays it: the step is used (kind `invalid`), the "
+            "page stays, reward 0"
             if self.lenient()
-            else "An action the page does not offer (a search off the search page, a click "
-            "on something not shown, an unknown product id) is answered with HTTP 400 and "
-            "changes nothing"
+            else "answered with HTTP 400 and changes nothing"
         )
         return f"""# Task: {self.name} (level 3, interactive rollout)
 
