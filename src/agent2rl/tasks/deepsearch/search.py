@@ -171,8 +171,10 @@ def open_corpus(path: Path) -> BM25Backend:
 
 
 class _WebBackend:
-    """What the web backends share: one HTTP client, a GET of :attr:`url` retried
-    (:func:`fetch_with_retries`) and its JSON body."""
+    """What the web backends share: one HTTP client, a GET of :attr:`url` and its JSON body.
+    Transient failures (connection errors, timeouts, 429, 5xx) are retried ``max_attempts``
+    times with exponential backoff (:func:`fetch_with_retries`); then, or on another status,
+    or a body that is not JSON: :class:`SearchUnavailable`."""
 
     name: str
     #: the backend's name in its errors
@@ -206,9 +208,8 @@ class _WebBackend:
 
 class SerpAPIBackend(_WebBackend):
     """Google's organic results through SerpAPI (``engine=google``): a hit is a result's
-    ``title``, ``snippet`` and ``link``. Transient failures (connection errors, 429, 5xx)
-    are retried ``max_attempts`` times with exponential backoff; then, or on any other
-    status, :class:`SearchUnavailable`."""
+    ``title``, ``snippet`` and ``link``; an error in the body is :class:`SearchUnavailable`,
+    but SerpAPI's "hasn't returned any results", which is no results."""
 
     name = "serpapi"
     label = "SerpAPI"
@@ -253,12 +254,10 @@ class WikipediaBackend(_WebBackend):
 
     Requests carry a descriptive User-Agent (Wikimedia's policy) and at most
     ``max_parallel`` are in flight at once (Wikimedia asks API clients not to flood it; the
-    rollout service may run dozens of sessions). Transient failures (connection errors,
-    timeouts, 429, 5xx) are retried ``max_attempts`` times with exponential backoff,
-    honouring ``Retry-After``; then, or on another status, an API error in the body
-    (MediaWiki answers errors with HTTP 200 and an ``error`` object), or a body that is not
-    the API's JSON: :class:`SearchUnavailable`. No results is an empty list, not an error.
-    A blank query or ``k < 1`` returns ``[]`` without a request."""
+    rollout service may run dozens of sessions). An API error in the body (MediaWiki answers
+    errors with HTTP 200 and an ``error`` object), or a body that is not the API's JSON, is
+    :class:`SearchUnavailable`. No results is an empty list, not an error. A blank query or
+    ``k < 1`` returns ``[]`` without a request."""
 
     name = "wikipedia"
     label = "Wikipedia"

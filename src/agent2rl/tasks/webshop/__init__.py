@@ -31,6 +31,7 @@ service over the public goals for online RL.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -356,14 +357,10 @@ class Webshop(WebshopBase):
         imported = root / "import"
         if not (imported / "items_shuffle_1000.json").exists():
             env = os.environ.get("WEBSHOP_DATA")
-            candidates = [Path(env)] if env else []
-            candidates.append(Path.home() / ".cache" / "webshop")
-            for cand in candidates:
-                try:
+            for cand in [*([Path(env)] if env else []), Path.home() / ".cache" / "webshop"]:
+                with contextlib.suppress(UserError):
                     self.import_data(cand, root)
                     break
-                except UserError:
-                    continue
             else:
                 raise UserError(
                     "webshop's catalog is not imported: download WebShop's "

@@ -172,10 +172,6 @@ def attribute_reward(purchased: Mapping[str, Any], goal: Mapping[str, Any]) -> t
     return found / len(wanted), found
 
 
-def _is_size(name: str | None) -> bool:
-    return name is not None and "size" in name.lower()
-
-
 def _named(options: Mapping[str, str] | Sequence[str]) -> list[tuple[str | None, str]]:
     if isinstance(options, Mapping):
         return [(str(k), str(v)) for k, v in options.items()]
@@ -196,7 +192,7 @@ def option_reward(
     fuzzy = [normalize_color(v) for _, v in chosen]
     matches = 0
     for name, value in goal:
-        if _is_size(name):
+        if name is not None and "size" in name.lower():
             matches += value.strip().lower() in exact
         else:
             target = normalize_color(value)
