@@ -392,12 +392,8 @@ def normalize_answer(text: str) -> str:
 def answer_items(text: str) -> list[str]:
     """The normalised items of a set answer: split at commas, semicolons, newlines, ``&``
     and the word ``and``; empty items and repeats dropped, first occurrence kept."""
-    out: list[str] = []
-    for part in _ITEM_SPLIT.split(text):
-        item = normalize_answer(part)
-        if item and item not in out:
-            out.append(item)
-    return out
+    items = (normalize_answer(part) for part in _ITEM_SPLIT.split(text))
+    return list(dict.fromkeys(item for item in items if item))
 
 
 @dataclass(frozen=True)

@@ -133,11 +133,7 @@ def cut(text: str, limit: int) -> str:
 
 def first_line(reply: str) -> str:
     """The first non-empty line of ``reply``, stripped; ``""`` when there is none."""
-    for line in reply.splitlines():
-        line = line.strip()
-        if line:
-            return line
-    return ""
+    return next((line.strip() for line in reply.splitlines() if line.strip()), "")
 
 
 def completion_for(action: str) -> str:

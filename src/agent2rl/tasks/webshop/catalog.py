@@ -38,6 +38,7 @@ import itertools
 import json
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -221,7 +222,7 @@ def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict
     ``weight`` (WebShop's sampling weight, the mean of 1 / attribute frequency)."""
     rng = random.Random(price_seed + 1)
     goals = []
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for prod in catalog.products:
         if not prod.instruction:
             continue
@@ -235,8 +236,7 @@ def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict
             text = ", and ".join(f"{k}: {v}" for k, v in chosen.items())
             full = prod.instruction + (f" with {text}" if text else "") + price_text
             goals.append(_goal(prod, full, prod.instruction, attributes, upper, chosen))
-            for a in attributes:
-                counts[a] = counts.get(a, 0) + 1
+            counts.update(attributes)
     for g in goals:
         g["weight"] = sum(1.0 / counts[a] for a in g["attributes"]) / len(g["attributes"])
     return goals
