@@ -139,10 +139,8 @@ class EpisodeFormat(core.FormatBase):
     def chat_message(self, state: Any) -> str:
         """The user message of a chat model (under ``react`` without the system text,
         which goes in its own turn: :attr:`system_message`)."""
-        text = core.for_state(build_chat_message, state, self)
-        if self.protocol == "react":
-            return text[len(REACT_SYSTEM) + 2 :]
-        return text
+        messages = chat_messages(state.goal, state.steps, state.observation, state.admissible, self)
+        return messages[-1]["content"]
 
     @property
     def system_message(self) -> str | None:
