@@ -391,7 +391,7 @@ class Webshop(WebshopBase):
 
 
 def _strings_of(value: Any) -> list[str]:
-    """Every string inside ``value`` (dicts and lists walked; numbers as text)."""
+    """Every string inside ``value`` (dicts and lists walked; numbers and other values skipped)."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
