@@ -1,10 +1,13 @@
 """``deepsearchqa`` and ``deepsearch-lite`` (level 3, interactive rollout): answer questions
-that take several searches, DeepSearchQA's way.
+that take several searches, DeepSearchQA's way (docs/tasks/deepsearch.md: the data, the
+split, each protocol, search backend, judge and metric, and how they differ from the
+paper's reference).
 
 ::
 
     protocol.py       the prompt and action protocol, and the exact-match scoring (standard
                       library only: copied into the workspace as data/protocol.py)
+    react.py          the grader's loop under protocol=reference: the reference's, exactly
     search.py         SearchBackend: BM25 over a local corpus (bm25s), SerpAPI (SERPAPI_KEY),
                       Wikipedia's search API (keyless web search)
     games.py          QuestionGames / SearchEpisode: questions as the rollout layer's games;
@@ -15,37 +18,15 @@ that take several searches, DeepSearchQA's way.
                       judge (the L2 plumbing)
     outcome.py        the scorer: accuracy or F1; precision, recall, the outcome categories
 
-The model answers each private question through the task-neutral episode solver, a ReAct
-loop: at every step the protocol builds the prompt, the model replies greedily with a
-search or an answer, until it answers or ``max_steps`` actions are used (the reference's
-cap by default). The scorer's settings say how answers were graded, so different gradings
-never compare. The tasks' option values live in their ``defaults``; this text names the
-options, not their values.
-
-- ``deepsearchqa`` (version 2: the paper's reference's defaults): Google's DeepSearchQA
-  (``google/deepsearchqa``, split ``eval``) through ``datasets``, or ``agent2rl data import
-  deepsearchqa DIR``; split as the reference splits it (:mod:`~.store`:
-  ``Dataset.shuffle(seed=42)``, then public questions with answers, graded ones, and
-  validation questions outside both). Loop (``protocol=react``): the reference's
-  Thought/Action prompt on raw text, its reply length (``max_new_tokens``) and its number of
-  results per search (``top_k``) (:mod:`~.protocol`); ``protocol=transcript`` is version
-  1's. Search: SerpAPI when ``SERPAPI_KEY`` is set on the host (``--task-opt search=auto``,
-  the default), else Wikipedia's search API (keyless, needs the network), as the reference
-  falls back to a keyless web search; ``search=serpapi`` / ``search=bm25`` (a local corpus
-  imported with the data) / ``search=wikipedia`` force one. Metric (``metric``):
-  ``accuracy`` (the reference's: a binary LLM judge, else its string match) or ``f1``
-  (version 1's: DeepSearchQA's rubric judge, else normalised exact match). Judge:
-  ``--task-opt judge=auto`` (the default) uses the LLM judge when a judge key
-  (``AGENT2RL_JUDGE_API_KEY`` or ``OPENAI_API_KEY``) is set, ``judge=llm`` always,
-  ``judge=exact`` never.
-- ``deepsearch-lite``: a generated encyclopedia of fictional entities (no pretrained model
-  knows a fact), BM25 search over it, two-hop questions with single and set answers, graded
-  by exact match / F1; graded, validation and public questions come from disjoint regions of
-  the world; prompts sized for the tiny model.
-
-Both: the public questions (with answers) and, for the lite task, the expert's
-walkthroughs in the workspace, and a rollout service over the public questions for online
-RL (its reward: the exact-match correctness of the answer).
+The model answers each private question in a loop: at every step the protocol builds the
+prompt, the model replies greedily with a search or an answer, until it answers or
+``max_steps`` actions are used. The scorer's settings say how answers were graded, so
+different gradings never compare. ``deepsearchqa``'s defaults are the reference's;
+``deepsearch-lite`` is offline and CPU-sized (a generated encyclopedia, BM25, exact match /
+F1, graded, validation and public questions from disjoint regions of its world). Both put
+the public questions (with answers; the lite task's with the expert's walkthroughs) in the
+workspace, and serve a rollout service over them (its reward: the exact-match correctness
+of the answer).
 """
 
 from __future__ import annotations
@@ -62,12 +43,7 @@ from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, judge_api_key
 from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.tasks.deepsearch import protocol
-from agent2rl.tasks.deepsearch.games import (
-    QuestionGames,
-    expert_walkthrough,
-    render_hits,
-    render_snippets,
-)
+from agent2rl.tasks.deepsearch.games import QuestionGames
 from agent2rl.tasks.deepsearch.generate_lite import GENERATOR_VERSION, generate_world
 from agent2rl.tasks.deepsearch.judge import AnswerJudge, answer_judge
 from agent2rl.tasks.deepsearch.outcome import METRICS, AnswerOutcome
@@ -75,7 +51,6 @@ from agent2rl.tasks.deepsearch.protocol import EpisodeFormat
 from agent2rl.tasks.deepsearch.react import ReferenceReactSolver, reference_solver_settings
 from agent2rl.tasks.deepsearch.search import (
     SEARCH_BACKENDS,
-    BM25Backend,
     QueryLog,
     SearchBackend,
     SearchEngine,
@@ -88,8 +63,8 @@ from agent2rl.tasks.deepsearch.store import (
     corpus_file,
     download_dsqa,
     find_dsqa_files,
-    is_built,
     read_table,
+    solved_questions,
     write_dsqa_store,
 )
 from agent2rl.tasks.options import TaskOptions, option
@@ -100,21 +75,16 @@ from agent2rl.tasks.shared.interactive import (
     count_lines,
     env_batch_option,
 )
+from agent2rl.tasks.shared.store import is_built
 
 #: the longest episode a rollout-service client may ask for
 MAX_SESSION_STEPS = 50
 #: the grader's record of every search it made (in the evaluation's grading directory)
 QUERY_LOG = "search_queries.jsonl"
+# the choices of the options of these names (their help says what each means)
 JUDGE_MODES = ("auto", "llm", "exact")
-#: the episode protocols: the paper's reference's loop exactly (``reference``, deepsearchqa's
-#: default since task version 3), task version 2's Thought/Action approximation (``react``),
-#: agent2rl's transcript (``transcript``)
 PROTOCOLS = ("reference", "react", "transcript")
-#: how answers are scored: by the judge (refused without a judge key) or by string match,
-#: which must be chosen (``--task-opt score=string``), never a silent fallback
 SCORE_MODES = ("judge", "string")
-#: the binary judge's prompt: the reference's own (unfenced, "correct"/"incorrect") or
-#: agent2rl's fenced JSON verdict (task version 2's)
 JUDGE_PROMPTS = ("reference", "fenced")
 #: deepsearch-lite's judge model
 DEFAULT_JUDGE_MODEL = "gpt-4.1-mini"
@@ -268,10 +238,7 @@ class DeepsearchBase(InteractiveTask):
             self.config.top_k,
             step_cap=MAX_SESSION_STEPS,
             log=log,
-            answer_type_in_goal=self.episode_format().protocol in ("react", "reference"),
-            render=(
-                render_snippets if self.episode_format().protocol == "reference" else render_hits
-            ),
+            protocol=self.episode_format().protocol,
         )
 
     def samples(
@@ -316,15 +283,9 @@ class DeepsearchBase(InteractiveTask):
     def judge_kind(self) -> str:
         """``rubric`` under ``metric=f1``; under ``accuracy`` the reference's prompt
         (``reference``) or agent2rl's fenced one (``binary``), by ``judge_prompt``."""
-        if self.metric() != "accuracy":
+        if self.config.metric != "accuracy":
             return "rubric"
         return "reference" if getattr(self.config, "judge_prompt", "") == "reference" else "binary"
-
-    def metric(self) -> str:
-        """The ``metric`` option (``accuracy``: the binary judge or string match; ``f1``:
-        the rubric judge or exact match; its choices were checked when the options were
-        parsed)."""
-        return self.config.metric
 
     def make_judge(self) -> AnswerJudge:
         """The judge at ``judge_base_url`` (binary under ``metric=accuracy``, the rubric
@@ -339,9 +300,8 @@ class DeepsearchBase(InteractiveTask):
         )
 
     def scorer(self, prepared: PreparedTask) -> AnswerOutcome:
-        metric = self.metric()
         judge = self.make_judge() if self.judge_enabled() else None
-        return AnswerOutcome(judge, self.search_identity(prepared)["backend"], metric)
+        return AnswerOutcome(judge, self.search_identity(prepared)["backend"], self.config.metric)
 
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's."""
@@ -355,7 +315,7 @@ class DeepsearchBase(InteractiveTask):
         walks = prepared.public / WALKTHROUGHS
         n_walk = count_lines(walks) if walks.exists() else 0
         judged = self.judge_enabled()
-        if self.metric() == "accuracy":
+        if self.config.metric == "accuracy":
             grading = (
                 "an LLM judge's correct/incorrect verdict (a single answer is correct when it "
                 "states the expected item, a set answer when it states all expected items)"
@@ -458,15 +418,8 @@ class DeepsearchLite(DeepsearchBase):
         if out.exists() and any(out.iterdir()):
             raise UserError(f"{out} is not empty: choose a new folder for the world")
         world = generate_world(seed, n)
-        backend = BM25Backend(world.documents)
-        fmt = self.episode_format()
-        questions, walks = [], []
-        for i, q in enumerate(world.questions):
-            row = {"game_id": f"q{i:04d}", **q}
-            walk = expert_walkthrough(backend, row, fmt, self.config.top_k)
-            if walk is not None:
-                questions.append(row)
-                walks.append(walk)
+        solved = solved_questions(world, self.episode_format(), self.config.top_k)
+        questions, walks = [row for row, _ in solved], [walk for _, walk in solved]
         write_jsonl(out / "corpus.jsonl", world.documents)
         write_jsonl(out / QUESTIONS, questions)
         write_jsonl(out / WALKTHROUGHS, walks)

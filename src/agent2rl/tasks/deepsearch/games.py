@@ -80,16 +80,13 @@ class QuestionGames:
         top_k: int,
         step_cap: int | None = None,
         log: QueryLog | None = None,
-        answer_type_in_goal: bool = False,
-        render: Callable[[list[Hit]], str] = render_hits,
+        protocol: str = "transcript",
     ) -> None:
         rows = read_jsonl(Path(questions_file))
-        #: how a search's hits read as an observation (the reference's loop: snippets
-        #: joined by " | ")
-        self.render = render
-        #: the episode's goal is the question and its ``Answer type:`` line (the react
-        #: protocol's prompt shows both)
-        self.answer_type_in_goal = answer_type_in_goal
+        #: the episode protocol: under ``react`` and ``reference`` an episode's goal is the
+        #: question and its ``Answer type:`` line (their prompts show both); under
+        #: ``reference`` a search's observation is its snippets joined by " | "
+        self.protocol = protocol
         if not rows:
             raise ValueError(f"no questions in {questions_file}")
         self.games = [GameInfo(r["game_id"], r.get("category"), {"row": r}) for r in rows]
@@ -110,8 +107,9 @@ class QuestionGames:
         """A new episode of ``game``, at most ``max_steps`` actions (default
         ``self.max_steps``, at most ``step_cap``)."""
         steps = min(max_steps or self.max_steps, self.step_cap)
-        episode = SearchEpisode(self.backend, game, steps, self.top_k, self.log, self.render)
-        if self.answer_type_in_goal:
+        render = render_snippets if self.protocol == "reference" else render_hits
+        episode = SearchEpisode(self.backend, game, steps, self.top_k, self.log, render)
+        if self.protocol in ("react", "reference"):
             episode.goal = react_goal(episode.goal, str(episode.row.get("answer_type")))
         return episode
 
@@ -131,9 +129,8 @@ class SearchEpisode:
         self.backend = backend
         self.render = render
         self.game = game
-        row: dict[str, Any] = game.meta["row"]
-        self.row = row
-        self.goal = row["question"]
+        self.row: dict[str, Any] = game.meta["row"]
+        self.goal = self.row["question"]
         self.max_steps = max_steps
         self.top_k = top_k
         self.log = log or QueryLog(None)

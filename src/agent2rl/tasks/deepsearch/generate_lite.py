@@ -13,18 +13,9 @@ of the corpus (``id``, ``title``, ``text``, ``region``); every fact is one sente
 query naming the page and the relation finds (see :mod:`.search`).
 
 Every question takes two searches: the first finds the bridge entity, the second the
-answer. Templates (the question's ``category``):
-
-``founder-birthplace`` (single)
-    In which town was the founder of the <society> born?
-``birthplace-river`` (single; six people a region)
-    On which river lies the town where <person> was born?
-``society-town-year`` (single)
-    In what year was the town where the <society> was founded established?
-``founded-members`` (set)
-    Name all members of the society that <person> founded.
-``river-towns`` (set)
-    Which towns lie on the river that flows through <town>?
+answer. Five templates (the question's ``category``, in :func:`_questions`): three single
+answers (``founder-birthplace``, ``birthplace-river`` for six people a region,
+``society-town-year``) and two sets (``founded-members``, ``river-towns``).
 
 A question row: ``game_id``, ``question``, ``answer`` (a set answer's items joined by
 ``", "``), ``answer_type`` (``single`` / ``set``), ``category``, ``region`` and ``plan`` (the
@@ -184,9 +175,7 @@ def generate_world(seed: int, n_regions: int) -> World:
                  "kind": "society", "region": rid}
             )  # fmt: skip
         questions += _questions(rid, people, towns, societies)
-    for i, d in enumerate(docs):
-        d["id"] = f"d{i:05d}"
-    docs = [{"id": d["id"], **{k: v for k, v in d.items() if k != "id"}} for d in docs]
+    docs = [{"id": f"d{i:05d}", **d} for i, d in enumerate(docs)]
     return World(docs, questions)
 
 

@@ -14,13 +14,11 @@ item. Precision, recall, F1 and the outcome category are then computed from thos
     {"response_id": "<id>", "expected": [{"item": "...", "found": true}, ...],
      "extraneous": ["..."]}
 
-The binary judge (:data:`BINARY_TEMPLATE`, the default: the paper's reference grades
-DeepSearchQA with one correct/incorrect verdict per answer, score = accuracy) sees the same
-question, expected items and fenced response and replies ``{"response_id": "<id>",
-"correct": true|false}``; :func:`parse_binary_verdict` reads it with the same id and
-last-object rules. Its criteria are the reference's: a single answer is correct when it
-states the expected item, a set answer when it states all expected items (order and minor
-wording aside).
+The binary judge (:data:`BINARY_TEMPLATE`: one correct/incorrect verdict per answer, as the
+paper's reference grades, by its criteria) sees the same question, expected items and fenced
+response and replies ``{"response_id": "<id>", "correct": true|false}``;
+:func:`parse_binary_verdict` reads it with the same id and last-object rules. The reference
+judge (deepsearchqa's default) is the reference's own prompt and reading, unfenced.
 
 A reply that is not such an object is *unjudged*: scored as fully incorrect and counted
 (``unjudged`` in the details). An empty response is fully incorrect without a request. The
@@ -58,7 +56,13 @@ from typing import Any
 
 from agent2rl.scoring.judges.openai_compatible import judge_client
 from agent2rl.scoring.llm_client import Completion, LLMClient, LLMMeter
-from agent2rl.tasks.deepsearch.protocol import SET, AnswerScore, score_counts, string_match
+from agent2rl.tasks.deepsearch.protocol import (
+    ANSWER_TYPE_NAMES,
+    SET,
+    AnswerScore,
+    score_counts,
+    string_match,
+)
 
 RUBRIC_VERSION = "2"
 MAX_TOKENS = 1024
@@ -135,16 +139,21 @@ REFERENCE_TEMPERATURE = 0.5
 #: the reference judge's version (part of its identity)
 REFERENCE_VERSION = "1"
 
-#: the judge's modes: one correct/incorrect verdict (agent2rl's fenced prompt, or the
-#: reference's own prompt and reply), or DeepSearchQA's per-item rubric
-JUDGE_KINDS = ("binary", "rubric", "reference")
+#: the judge's modes, each with its prompt and its name in the judge's identity: one
+#: correct/incorrect verdict (agent2rl's fenced prompt, or the reference's own prompt and
+#: reply), or DeepSearchQA's per-item rubric
+JUDGE_KINDS = {
+    "binary": (BINARY_TEMPLATE, f"deepsearchqa-binary-v{BINARY_VERSION}"),
+    "rubric": (TEMPLATE, f"deepsearchqa-v{RUBRIC_VERSION}"),
+    "reference": (REFERENCE_TEMPLATE, f"deepsearchqa-reference-v{REFERENCE_VERSION}"),
+}
 
 
 def reference_messages(predicted: str, gold: str, answer_type: str) -> list[dict[str, str]]:
     """The reference judge's chat messages: its system prompt, then its user prompt with
     the answer type as the dataset names it (``Single Answer`` / ``Set Answer``), the gold
     and the predicted answer as they are (not stripped)."""
-    kind = {"single": "Single Answer", "set": "Set Answer"}.get(answer_type, answer_type)
+    kind = ANSWER_TYPE_NAMES.get(answer_type, answer_type)
     user = REFERENCE_TEMPLATE.format(answer_type=kind, gold=gold, predicted=predicted)
     return [{"role": "system", "content": REFERENCE_SYSTEM}, {"role": "user", "content": user}]
 
@@ -215,11 +224,16 @@ def _json_objects(text: str) -> list[Any]:
     return out
 
 
+def _carries(data: Any, rid: str | None) -> bool:
+    """Whether ``data`` is a JSON object with the response id ``rid`` (None: any object)."""
+    return isinstance(data, dict) and (rid is None or data.get("response_id") == rid)
+
+
 def _verdict_counts(data: Any, rid: str | None, n_expected: int) -> tuple[int, int] | None:
     """``(found, extraneous)`` of a candidate verdict, None unless it has the shape asked
     for: the id (when one is asked), one ``expected`` entry per expected item, each
     ``found`` a JSON boolean (the string ``"false"`` is not one), ``extraneous`` a list."""
-    if not isinstance(data, dict) or (rid is not None and data.get("response_id") != rid):
+    if not _carries(data, rid):
         return None
     expected, extraneous = data.get("expected"), data.get("extraneous", [])
     if not isinstance(expected, list) or len(expected) != n_expected:
@@ -243,14 +257,9 @@ def parse_verdict(text: str, n_expected: int, rid: str | None = None) -> AnswerS
     corrects itself) the last one counts. A reply over :data:`MAX_REPLY_CHARS` is read up to
     there.
     """
-    found = None
-    for data in _json_objects(text[:MAX_REPLY_CHARS]):
-        counts = _verdict_counts(data, rid, n_expected)
-        if counts is not None:
-            found = counts
-    if found is None:
-        return None
-    return score_counts(found[0], n_expected, found[1])
+    counts = [_verdict_counts(d, rid, n_expected) for d in _json_objects(text[:MAX_REPLY_CHARS])]
+    verdicts = [c for c in counts if c is not None]
+    return score_counts(verdicts[-1][0], n_expected, verdicts[-1][1]) if verdicts else None
 
 
 def parse_binary_verdict(text: str, rid: str | None = None) -> bool | None:
@@ -258,13 +267,10 @@ def parse_binary_verdict(text: str, rid: str | None = None) -> bool | None:
     carries ``rid`` (when given) and has ``correct`` as a JSON boolean (the string
     ``"true"`` is not one); None when there is none (unjudged). The same id and last-object
     rules as :func:`parse_verdict`, for the same reasons."""
-    found = None
-    for data in _json_objects(text[:MAX_REPLY_CHARS]):
-        if not isinstance(data, dict) or (rid is not None and data.get("response_id") != rid):
-            continue
-        if isinstance(data.get("correct"), bool):
-            found = data["correct"]
-    return found
+    objects = _json_objects(text[:MAX_REPLY_CHARS])
+    carried = [d for d in objects if _carries(d, rid)]
+    verdicts = [d["correct"] for d in carried if isinstance(d.get("correct"), bool)]
+    return verdicts[-1] if verdicts else None
 
 
 def request_body(model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -295,20 +301,13 @@ class AnswerJudge:
             raise ValueError(f"judge kind {kind!r}: choose one of {', '.join(JUDGE_KINDS)}")
         self.client = client
         self.kind = kind
-        self.template = {"binary": BINARY_TEMPLATE, "reference": REFERENCE_TEMPLATE}.get(
-            kind, TEMPLATE
-        )
+        self.template, self.rubric = JUDGE_KINDS[kind]
         self.meter: LLMMeter = client.meter
 
     def identity(self) -> dict[str, Any]:
-        template = hashlib.sha256(self.template.encode()).hexdigest()[:12]
-        rubric = {
-            "binary": f"deepsearchqa-binary-v{BINARY_VERSION}",
-            "reference": f"deepsearchqa-reference-v{REFERENCE_VERSION}",
-        }.get(self.kind, f"deepsearchqa-v{RUBRIC_VERSION}")
         return {
-            "rubric": rubric,
-            "template": template,
+            "rubric": self.rubric,
+            "template": hashlib.sha256(self.template.encode()).hexdigest()[:12],
             "kind": "openai-compatible",
             "model": self.client.model,
             "base_url": self.client.base_url,

@@ -1,26 +1,18 @@
 """The scorer of the search tasks: the final answer of each episode against the gold answer,
-DeepSearchQA's way.
-
-An episode's answer is the text of its last ``answer[...]`` action (none: the empty
-answer, fully incorrect). It is graded either
-
-- by an LLM judge (:class:`~.judge.AnswerJudge`, DeepSearchQA's rubric: for every expected
-  item whether the answer has it, and the extraneous items), ``grading = "llm-judge"``; or
-- without one, by normalised exact match (:func:`~.protocol.answer_score`: a single answer
-  equal to the gold one; a set answer's items against the gold items),
-  ``grading = "exact-match"``.
-
-The ``metric`` says what an item scores:
+DeepSearchQA's way. An episode's answer is the text of its last ``answer[...]`` action
+(none: the empty answer, fully incorrect). The ``metric`` says what an item scores:
 
 - ``accuracy`` (the default since task version 2: the paper's reference): 1 when the answer
   is correct, else 0; the task score is the accuracy x 100. Correct means the binary LLM
-  judge's verdict (:data:`~.judge.BINARY_TEMPLATE`), ``grading = "llm-judge-binary"``, or
+  judge's verdict (:class:`~.judge.AnswerJudge`), ``grading = "llm-judge-binary"``, or
   without a judge the reference's string match (:func:`~.protocol.string_match`),
   ``grading = "string-match"``.
 - ``f1`` (task version 1's default): the item's F1 (a single answer: 1 or 0 unless it adds
-  extraneous items), graded by the rubric judge or exact match as above; the task score is
-  the mean F1 x 100 (DeepSearchQA's own primary metric) and ``correct`` is the *fully
-  correct* outcome.
+  extraneous items), by DeepSearchQA's rubric judge (for every expected item whether the
+  answer has it, and the extraneous items), ``grading = "llm-judge"``, or without one by
+  normalised exact match (:func:`~.protocol.answer_score`), ``grading = "exact-match"``;
+  the task score is the mean F1 x 100 (DeepSearchQA's own primary metric) and ``correct``
+  is the *fully correct* outcome.
 
 The grading (metric and judge) is part of the scorer's settings, so different kinds of
 score never share an evaluation hash. The details hold precision, recall and the rates of
@@ -141,21 +133,11 @@ class AnswerOutcome:
                 meta["judge_fallback"] = fb
             if "forced" in out.trace:
                 meta["forced_answer"] = bool(out.trace["forced"])
-            if sc is not None:
-                meta.update(outcome=sc.outcome, precision=sc.precision, recall=sc.recall,
-                            f1=sc.f1)  # fmt: skip
-            else:
-                meta.update(outcome="fully_incorrect", precision=0.0, recall=0.0, f1=0.0)
-            items.append(
-                ItemResult(
-                    id=s.id,
-                    prediction=a,
-                    target=str(s.target),
-                    correct=meta["outcome"] == "fully_correct",
-                    score=float(meta["f1"]),
-                    meta=meta,
-                )
-            )
+            shown = sc or score_counts(0, 1, 0)  # unjudged: fully incorrect, all 0
+            meta.update(outcome=shown.outcome, precision=shown.precision, recall=shown.recall,
+                        f1=shown.f1)  # fmt: skip
+            correct = meta["outcome"] == "fully_correct"
+            items.append(ItemResult(s.id, a, str(s.target), correct, float(meta["f1"]), meta))
         return items
 
     def details(self, items: list[ItemResult], outputs: list[Output]) -> dict[str, Any]:

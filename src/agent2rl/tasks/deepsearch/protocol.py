@@ -1,11 +1,10 @@
 """How the grader prompts a model in a search episode, reads its action, and scores its
 answer without a judge.
 
-Standard library only on purpose: the harness grades with it, and the same file is copied
-into the agent's workspace as ``data/protocol.py`` (with ``data/protocol_core.py``, the core
-it shares with the other tasks' protocol files) so that training code builds exactly the
-prompts the grader builds, parses replies the same way and computes the same offline
-reward. ``data/eval_format.json`` holds the run's settings. The module
+Standard library only on purpose: the same file is the agent's ``data/protocol.py`` (beside
+``data/protocol_core.py``, the core the tasks' protocol files share, and the run's settings,
+``data/eval_format.json``), so that training code builds exactly the prompts the grader
+builds, parses replies the same way and computes the same offline reward. The module
 functions have the same names and meanings as the WebShop and ALFWorld protocol files.
 
 An episode is a ReAct-style tool loop with two actions:
@@ -38,8 +37,9 @@ Edge cases:
   (a reply cut before its ``]`` gets one). Anything else is refused: the turn is used and
   the next observation reads ``Refused: <why>``.
 
-``protocol = "react"`` (deepsearchqa's default since task version 2) is the paper's
-reference loop instead: every model gets raw text (no chat template), the instructions
+``protocol = "react"`` (task version 2's default) is the paper's reference loop as this
+protocol's shape allows (``reference``, :class:`ReferenceEpisode`, is that loop exactly):
+every model gets raw text (no chat template), the instructions
 :data:`REACT_SYSTEM_PROMPT`, then ``Question: <question>`` / ``Answer type: Single Answer``
 (or ``Set Answer``) and ``Thought:``; the model writes a thought and ``Action: search[...]``
 or ``Action: answer[...]``; each earlier step follows as `` Action: <action>`` /
@@ -73,6 +73,7 @@ answer is split into items (:func:`answer_items`) and scores the F1 of the two s
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import string
@@ -192,41 +193,22 @@ def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
 # ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt
 # for a base model at one step (see the module docstring); ``build_chat_message`` (same
 # arguments): the user message for a chat model, the same text then the instruction. Under
-# ``fmt.protocol == "react"`` (which uses no chat template) both are :func:`react_prompt`
-# (``goal`` is then the question, a newline and its ``Answer type: ...`` line). ``steps``
-# are the earlier steps, oldest first, each as (the observation it answered, the action
-# taken). Only the last ``fmt.history`` are shown, fewer if the prompt would exceed
-# ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change nothing (the environment
-# takes free text): they are there for the signature the other protocol files share.
-# (Lambdas: the two functions they call are defined below.)
-_build_prompt, _build_chat_message = core.prompt_builders(
+# ``fmt.protocol`` ``react`` or ``reference`` (which use no chat template) both are
+# :func:`react_prompt` (``goal`` is then the question, a newline and its ``Answer type: ...``
+# line; under ``reference`` from actions only: the exact prompt, thoughts included, is
+# :class:`ReferenceEpisode`'s). ``steps`` are the earlier steps, oldest first, each as (the
+# observation it answered, the action taken). Only the last ``fmt.history`` are shown, fewer
+# if the prompt would exceed ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change
+# nothing (the environment takes free text): they are there for the signature the other
+# protocol files share. (Lambdas: the two functions they call are defined below.)
+build_prompt, build_chat_message = core.prompt_builders(
     lambda goal, steps, observation, _admissible, fmt, _group: react_prompt(
         goal, steps, observation, fmt
     ),
     lambda goal, steps, observation, _admissible, fmt: _render(goal, steps, observation, fmt),
     CHAT_INSTRUCTION,
+    react_protocols=("react", "reference"),
 )
-
-
-def build_prompt(
-    goal: str, steps: core.Steps, observation: str, admissible: Any, fmt: Any, group: Any = None
-) -> str:
-    """The prompt at one step (see the comment above). Under ``fmt.protocol == "reference"``
-    the ``react`` prompt from actions only (the exact prompt, thoughts included, is
-    :class:`ReferenceEpisode`'s)."""
-    if fmt.protocol == "reference":
-        return react_prompt(goal, steps, observation, fmt)
-    return _build_prompt(goal, steps, observation, admissible, fmt, group)
-
-
-def build_chat_message(
-    goal: str, steps: core.Steps, observation: str, admissible: Any, fmt: Any, group: Any = None
-) -> str:
-    """The chat model's message at one step (see the comment above); under ``reference``
-    as :func:`build_prompt` (the reference gives every model raw text)."""
-    if fmt.protocol == "reference":
-        return react_prompt(goal, steps, observation, fmt)
-    return _build_chat_message(goal, steps, observation, admissible, fmt, group)
 
 
 def react_prompt(goal: str, steps: core.Steps, observation: str, fmt: EpisodeFormat) -> str:
@@ -278,15 +260,9 @@ def _head(goal: str) -> str:
 
 
 def _render(goal: str, steps: core.Steps, observation: str, fmt: EpisodeFormat) -> str:
-    tail = shown_observation(observation, fmt) + "\n"
-    return core.render_history(
-        _head(goal),
-        steps,
-        tail,
-        fmt.history,
-        fmt.max_prompt_chars,
-        lambda o: shown_observation(o, fmt),
-    )
+    show = functools.partial(shown_observation, fmt=fmt)
+    tail = show(observation) + "\n"
+    return core.render_history(_head(goal), steps, tail, fmt.history, fmt.max_prompt_chars, show)
 
 
 def parse_action(reply: str) -> str:
@@ -360,13 +336,10 @@ class ReferenceEpisode:
     def done(self) -> bool:
         return self.answer is not None
 
-    def _add_trace(self, text: str) -> None:
-        self.trace += ("\n" + text) if self.trace else text
-
     def feed(self, reply: str) -> tuple[str, str]:
         generated = reply.strip()
         self.steps += 1
-        self._add_trace(generated)
+        self.trace += ("\n" + generated) if self.trace else generated
         self.prompt += f" {generated}"
         m = re.search(r"Action:\s*(search|answer)\[(.+?)\]", generated, re.DOTALL)
         if not m:
@@ -419,12 +392,8 @@ def normalize_answer(text: str) -> str:
 def answer_items(text: str) -> list[str]:
     """The normalised items of a set answer: split at commas, semicolons, newlines, ``&``
     and the word ``and``; empty items and repeats dropped, first occurrence kept."""
-    out: list[str] = []
-    for part in _ITEM_SPLIT.split(text):
-        item = normalize_answer(part)
-        if item and item not in out:
-            out.append(item)
-    return out
+    items = (normalize_answer(part) for part in _ITEM_SPLIT.split(text))
+    return list(dict.fromkeys(item for item in items if item))
 
 
 @dataclass(frozen=True)

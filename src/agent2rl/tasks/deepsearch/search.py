@@ -2,8 +2,7 @@
 rollout service's alike.
 
 - :class:`BM25Backend`: a local corpus (``corpus.jsonl``: ``id``, ``title``, ``text``,
-  optional ``url``) searched with ``bm25s`` (Lucene's BM25, pyserini's ``k1 = 0.9,
-  b = 0.4``, English stop words, the Snowball stemmer), offline and deterministic. A hit's
+  optional ``url``) searched with BM25 (:mod:`~agent2rl.tasks.shared.bm25`). A hit's
   snippet is the page's sentence that shares the most query words beyond the page's title
   (the first sentence when none does), so a query that names a page and a relation
   (``amber loom society founded``) shows the sentence stating it.
@@ -42,23 +41,20 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote, urljoin
 
 import httpx
-import numpy as np
 
 from agent2rl.files import read_jsonl
 from agent2rl.registry import Registry
 from agent2rl.rollout.env import EnvironmentUnavailable, SearchRecord
+from agent2rl.tasks.shared.bm25 import BM25Index
 
 log = logging.getLogger(__name__)
 
-#: BM25 parameters: pyserini's defaults (as the WebShop search uses)
-BM25_K1 = 0.9
-BM25_B = 0.4
 SERPAPI_URL = "https://serpapi.com/search.json"
 #: the reference's name (deepsearchqa/eval.py reads ``os.environ.get("SERPAPI_KEY")``)
 SERPAPI_KEY_ENV = "SERPAPI_KEY"
@@ -90,9 +86,6 @@ class Hit:
     title: str
     snippet: str
     url: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 class SearchBackend(Protocol):
@@ -140,55 +133,28 @@ def best_sentence(text: str, title: str, query: str) -> str:
     (the first on a tie, the first sentence when none shares any)."""
     sentences = [s for s in _SENTENCE.split(text.strip()) if s] or [text]
     wanted = _words(query) - _words(title)
-    best, best_n = sentences[0], 0
-    for s in sentences:
-        n = len(wanted & _words(s))
-        if n > best_n:
-            best, best_n = s, n
-    return best
+    return max(sentences, key=lambda s: len(wanted & _words(s)))  # max keeps the first
 
 
 class BM25Backend:
-    """BM25 over ``documents`` (dicts with ``title`` and ``text``, optional ``id`` and
-    ``url``); hits scoring above 0 only, ties in corpus order (deterministic)."""
+    """BM25 (:class:`~agent2rl.tasks.shared.bm25.BM25Index`) over ``documents`` (dicts with
+    ``title`` and ``text``, optional ``id`` and ``url``); hits scoring above 0 only, ties in
+    corpus order (deterministic)."""
 
     name = "bm25"
 
     def __init__(self, documents: list[dict[str, Any]], digest: str = "") -> None:
-        import bm25s
-        import Stemmer
-        from bm25s.tokenization import Tokenizer
-
         self.documents = documents
         self.digest = digest
-        self._tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english").stemWord)
-        corpus = self._tokenizer.tokenize(
-            [f"{d['title']} {d['text']}".lower() for d in documents],
-            return_as="tuple",
-            show_progress=False,
-        )
-        self._bm25 = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene")
-        self._bm25.index(corpus, show_progress=False)
-        self._lock = threading.Lock()
+        self._index = BM25Index([f"{d['title']} {d['text']}".lower() for d in documents])
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "corpus": self.digest, "documents": len(self.documents)}
 
     def search(self, query: str, k: int) -> list[Hit]:
-        with self._lock:  # the tokenizer's vocabulary lookups are not thread-safe
-            tokens = self._tokenizer.tokenize(
-                [query.lower()], update_vocab=False, return_as="string", show_progress=False
-            )[0]
-            tokens = [t for t in tokens if t]
-            if not tokens or not self.documents:
-                return []
-            scores = np.asarray(self._bm25.get_scores(tokens), dtype=float)
-        order = np.lexsort((np.arange(len(scores)), -scores))
         hits = []
-        for i in order[:k]:
-            if scores[i] <= 0:
-                break
-            d = self.documents[int(i)]
+        for i in self._index.rank(query.lower(), k):
+            d = self.documents[i]
             hits.append(
                 Hit(d["title"], best_sentence(d["text"], d["title"], query), d.get("url", ""))
             )
@@ -204,13 +170,49 @@ def open_corpus(path: Path) -> BM25Backend:
     return BM25Backend(read_jsonl(Path(path)), hashlib.sha256(data).hexdigest()[:16])
 
 
-class SerpAPIBackend:
+class _WebBackend:
+    """What the web backends share: one HTTP client, a GET of :attr:`url` and its JSON body.
+    Transient failures (connection errors, timeouts, 429, 5xx) are retried ``max_attempts``
+    times with exponential backoff (:func:`fetch_with_retries`); then, or on another status,
+    or a body that is not JSON: :class:`SearchUnavailable`."""
+
+    name: str
+    #: the backend's name in its errors
+    label: str
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float,
+        max_attempts: int,
+        backoff_s: float,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.url = url
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_s = backoff_s
+        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+
+    def _get(self, params: dict[str, Any]) -> Any:
+        resp = fetch_with_retries(
+            self._http, self.url, params, self.label, self.max_attempts, self.backoff_s
+        )
+        try:
+            return resp.json()
+        except ValueError:
+            raise SearchUnavailable(f"{self.label} at {self.url} answered without JSON") from None
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class SerpAPIBackend(_WebBackend):
     """Google's organic results through SerpAPI (``engine=google``): a hit is a result's
-    ``title``, ``snippet`` and ``link``. Transient failures (connection errors, 429, 5xx)
-    are retried ``max_attempts`` times with exponential backoff; then, or on any other
-    status, :class:`SearchUnavailable`."""
+    ``title``, ``snippet`` and ``link``; an error in the body is :class:`SearchUnavailable`,
+    but SerpAPI's "hasn't returned any results", which is no results."""
 
     name = "serpapi"
+    label = "SerpAPI"
 
     def __init__(
         self,
@@ -222,61 +224,43 @@ class SerpAPIBackend:
     ) -> None:
         if not api_key:
             raise ValueError(f"SerpAPI needs a key: set {SERPAPI_KEY_ENV} on the host")
+        url = url or os.environ.get(SERPAPI_URL_ENV) or SERPAPI_URL
+        super().__init__(url, timeout_s, max_attempts, backoff_s)
         self.api_key = api_key
-        self.url = url or os.environ.get(SERPAPI_URL_ENV) or SERPAPI_URL
-        self.max_attempts = max(1, max_attempts)
-        self.backoff_s = backoff_s
-        self._http = httpx.Client(timeout=timeout_s)
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "engine": "google", "url": self.url}
 
     def search(self, query: str, k: int) -> list[Hit]:
-        params = {"engine": "google", "q": query, "num": k, "api_key": self.api_key}
-        resp = fetch_with_retries(
-            self._http, self.url, params, "SerpAPI", self.max_attempts, self.backoff_s
-        )
-        return self._parse(resp, k)
-
-    def _parse(self, resp: httpx.Response, k: int) -> list[Hit]:
-        try:
-            data = resp.json()
-        except ValueError:
-            raise SearchUnavailable(f"SerpAPI at {self.url} answered without JSON") from None
+        data = self._get({"engine": "google", "q": query, "num": k, "api_key": self.api_key})
         if data.get("error") and not data.get("organic_results"):
             if "hasn't returned any results" in str(data["error"]):
                 return []
             raise SearchUnavailable(f"SerpAPI at {self.url}: {data['error']}")
-        hits = []
-        for row in (data.get("organic_results") or [])[:k]:
-            hits.append(
-                Hit(
-                    str(row.get("title") or ""),
-                    " ".join(str(row.get("snippet") or "").split()),
-                    str(row.get("link") or ""),
-                )
+        return [
+            Hit(
+                str(row.get("title") or ""),
+                " ".join(str(row.get("snippet") or "").split()),
+                str(row.get("link") or ""),
             )
-        return hits
-
-    def close(self) -> None:
-        self._http.close()
+            for row in (data.get("organic_results") or [])[:k]
+        ]
 
 
-class WikipediaBackend:
+class WikipediaBackend(_WebBackend):
     """Keyless web search: English Wikipedia's full-text search (CirrusSearch) through the
     MediaWiki Action API. A hit is an article's ``title``, its search ``snippet`` (HTML
     highlighting removed, entities decoded) and its ``/wiki/`` address.
 
     Requests carry a descriptive User-Agent (Wikimedia's policy) and at most
     ``max_parallel`` are in flight at once (Wikimedia asks API clients not to flood it; the
-    rollout service may run dozens of sessions). Transient failures (connection errors,
-    timeouts, 429, 5xx) are retried ``max_attempts`` times with exponential backoff,
-    honouring ``Retry-After``; then, or on another status, an API error in the body
-    (MediaWiki answers errors with HTTP 200 and an ``error`` object), or a body that is not
-    the API's JSON: :class:`SearchUnavailable`. No results is an empty list, not an error.
-    A blank query or ``k < 1`` returns ``[]`` without a request."""
+    rollout service may run dozens of sessions). An API error in the body (MediaWiki answers
+    errors with HTTP 200 and an ``error`` object), or a body that is not the API's JSON, is
+    :class:`SearchUnavailable`. No results is an empty list, not an error. A blank query or
+    ``k < 1`` returns ``[]`` without a request."""
 
     name = "wikipedia"
+    label = "Wikipedia"
 
     def __init__(
         self,
@@ -286,11 +270,10 @@ class WikipediaBackend:
         backoff_s: float = 1.0,
         max_parallel: int = 4,
     ) -> None:
-        self.url = url or wikipedia_url()
-        self.max_attempts = max(1, max_attempts)
-        self.backoff_s = backoff_s
+        super().__init__(
+            url or wikipedia_url(), timeout_s, max_attempts, backoff_s, {"User-Agent": USER_AGENT}
+        )
         self._slots = threading.BoundedSemaphore(max(1, max_parallel))
-        self._http = httpx.Client(timeout=timeout_s, headers={"User-Agent": USER_AGENT})
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "engine": "mediawiki", "url": self.url}
@@ -309,16 +292,7 @@ class WikipediaBackend:
             "utf8": 1,
         }
         with self._slots:
-            resp = fetch_with_retries(
-                self._http, self.url, params, "Wikipedia", self.max_attempts, self.backoff_s
-            )
-        return self._parse(resp, k)
-
-    def _parse(self, resp: httpx.Response, k: int) -> list[Hit]:
-        try:
-            data = resp.json()
-        except ValueError:
-            raise SearchUnavailable(f"Wikipedia at {self.url} answered without JSON") from None
+            data = self._get(params)
         if not isinstance(data, dict):
             raise SearchUnavailable(f"Wikipedia at {self.url} answered {type(data).__name__}")
         if isinstance(data.get("error"), dict):
@@ -331,19 +305,16 @@ class WikipediaBackend:
             raise SearchUnavailable(f"Wikipedia at {self.url} answered without query.search")
         hits = []
         for row in rows[:k]:
-            if not isinstance(row, dict):
-                continue
-            title = str(row.get("title") or "")
-            snippet = snippet_text(str(row.get("snippet") or ""))
-            hits.append(Hit(title, snippet, self.page_url(title)))
+            if isinstance(row, dict):
+                title = str(row.get("title") or "")
+                hits.append(
+                    Hit(title, snippet_text(str(row.get("snippet") or "")), self.page_url(title))
+                )
         return hits
 
     def page_url(self, title: str) -> str:
         """The article's address beside the API's (``.../w/api.php`` -> ``.../wiki/T_itle``)."""
         return urljoin(self.url, "/wiki/" + quote(title.replace(" ", "_"), safe="/:(),'!*"))
-
-    def close(self) -> None:
-        self._http.close()
 
 
 def snippet_text(snippet: str) -> str:
@@ -422,10 +393,6 @@ def _warn_alias() -> None:
 
 
 # -- the registry --------------------------------------------------------------------------
-def _always(corpus: Path) -> str | None:
-    return None
-
-
 @dataclass(frozen=True)
 class SearchEngine:
     """A search backend a task can name: how to open it over the task's store, what
@@ -442,7 +409,7 @@ class SearchEngine:
     name: str
     open: Callable[[Path], SearchBackend]
     identity: Callable[[Path], dict[str, Any]]
-    unavailable: Callable[[Path], str | None] = _always
+    unavailable: Callable[[Path], str | None] = lambda corpus: None
 
 
 def _bm25_unavailable(corpus: Path) -> str | None:

@@ -35,17 +35,17 @@ import json
 import os
 import random
 import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.tasks.deepsearch.games import expert_walkthrough
-from agent2rl.tasks.deepsearch.generate_lite import generate_world
+from agent2rl.tasks.deepsearch.generate_lite import World, generate_world
 from agent2rl.tasks.deepsearch.protocol import SET, SINGLE, EpisodeFormat
 from agent2rl.tasks.deepsearch.search import BM25Backend
+from agent2rl.tasks.shared.store import MANIFEST, building
 
 QUESTIONS = "questions.jsonl"
 WALKTHROUGHS = "walkthroughs.jsonl"
@@ -70,18 +70,8 @@ def corpus_file(root: Path) -> Path:
     return root / "corpus" / CORPUS
 
 
-def is_built(root: Path) -> bool:
-    """Whether ``root`` holds a complete store."""
-    return (root / "manifest.json").exists()
-
-
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "none"
-
-
-def _new_tmp(root: Path) -> Path:
-    root.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
 
 
 # -- deepsearch-lite -----------------------------------------------------------------------
@@ -98,6 +88,18 @@ def lite_splits(
     return regions[:a], regions[a:b], regions[b:]
 
 
+def solved_questions(
+    world: World, fmt: EpisodeFormat, top_k: int
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(question row, walkthrough) of every question of ``world`` the expert solves within
+    ``fmt`` searching ``top_k`` results (:func:`~.games.expert_walkthrough`), in order; a
+    row's ``game_id`` is ``qNNNN``, its position among all of the world's questions."""
+    backend = BM25Backend(world.documents)
+    rows = [{"game_id": f"q{i:04d}", **q} for i, q in enumerate(world.questions)]
+    walks = [(row, expert_walkthrough(backend, row, fmt, top_k)) for row in rows]
+    return [(row, walk) for row, walk in walks if walk is not None]
+
+
 def build_lite_store(
     root: Path,
     seed: int,
@@ -111,29 +113,17 @@ def build_lite_store(
     ``root``: every question the expert solves within ``fmt`` (the others are dropped), split
     by region, with the walkthroughs of the public ones. Returns the manifest."""
     world = generate_world(seed, n_regions)
-    backend = BM25Backend(world.documents)
     private_r, validation_r, _ = lite_splits(seed, n_regions, n_eval_regions, n_validation_regions)
+    region_split = {r: "private" for r in private_r} | {r: "validation" for r in validation_r}
     splits: dict[str, list[dict[str, Any]]] = {"private": [], "validation": [], "public": []}
     walkthroughs = []
-    dropped = 0
-    for i, q in enumerate(world.questions):
-        row = {"game_id": f"q{i:04d}", **q}
-        walk = expert_walkthrough(backend, row, fmt, top_k)
-        if walk is None:
-            dropped += 1
-            continue
-        split = (
-            "private"
-            if q["region"] in private_r
-            else "validation"
-            if q["region"] in validation_r
-            else "public"
-        )
+    solved = solved_questions(world, fmt, top_k)
+    for row, walk in solved:
+        split = region_split.get(row["region"], "public")
         splits[split].append(row)
         if split == "public":
             walkthroughs.append(walk)
-    tmp = _new_tmp(root)
-    try:
+    with building(root) as tmp:
         write_jsonl(corpus_file(tmp), world.documents)
         for split, rows in splits.items():
             write_jsonl(tmp / split / QUESTIONS, rows)
@@ -145,23 +135,14 @@ def build_lite_store(
             "documents": len(world.documents),
             **{s: len(r) for s, r in splits.items()},
             "walkthroughs": len(walkthroughs),
-            "dropped_unsolvable": dropped,
+            "dropped_unsolvable": len(world.questions) - len(solved),
             "answer_types": dict(Counter(q["answer_type"] for q in world.questions)),
         }
-        write_json_atomic(tmp / "manifest.json", manifest)
-        swap_in_dir(tmp, root)
-        return manifest
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
 
 
 # -- deepsearchqa --------------------------------------------------------------------------
-def answer_type_of(value: Any) -> str:
-    """DeepSearchQA's ``answer_type`` (``Single Answer`` / ``Set Answer``) as ``single`` /
-    ``set``."""
-    return SET if "set" in str(value).lower() else SINGLE
-
-
 def convert_dsqa(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
     """DeepSearchQA rows -> question rows (``game_id`` ``dsqa-NNN`` by file position,
     ``index``, ``question``, ``answer``, ``answer_type``, ``category``). :class:`UserError`
@@ -180,7 +161,8 @@ def convert_dsqa(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]
                 "index": i,
                 "question": problem.strip(),
                 "answer": str(answer).strip(),
-                "answer_type": answer_type_of(row.get("answer_type")),
+                # DeepSearchQA's ``Single Answer`` / ``Set Answer``
+                "answer_type": SET if "set" in str(row.get("answer_type")).lower() else SINGLE,
                 "category": str(row.get("problem_category") or "uncategorized"),
             }
         )
@@ -288,8 +270,7 @@ def write_dsqa_store(
     replacing earlier data whole; returns a summary line."""
     questions = convert_dsqa(rows, source)
     graded, public, validation, official = split_dsqa(questions)
-    tmp = _new_tmp(root)
-    try:
+    with building(root) as tmp:
         write_jsonl(tmp / "private" / QUESTIONS, graded)
         write_jsonl(tmp / "public" / QUESTIONS, public)
         write_jsonl(tmp / "validation" / QUESTIONS, validation)
@@ -309,10 +290,7 @@ def write_dsqa_store(
             "local_corpus": corpus is not None,
             "answer_types": dict(Counter(q["answer_type"] for q in questions)),
         }
-        write_json_atomic(tmp / "manifest.json", manifest)
-        swap_in_dir(tmp, root)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json_atomic(tmp / MANIFEST, manifest)
     note = "" if official else f" (not the official {DSQA_SIZE} rows: a subset?)"
     where = "with a local BM25 corpus" if corpus is not None else "without a local corpus"
     return (

@@ -11,4 +11,6 @@ package as one (:data:`agent2rl.tasks.FRAMEWORK_MODULES`).
                       humaneval with
     public_view.py    --task-opt public=reference: the reference's public set for gsm8k and
                       humaneval
+    bm25.py           BM25Index: the L3 tasks' BM25 search (bm25s, pyserini's parameters)
+    store.py          a task's store set built aside and swapped in whole; is_built
 """

@@ -1,12 +1,8 @@
-"""InteractiveTask: the plumbing every level-3 task shares.
-
-An interactive task is played as episodes: the grader's :class:`~agent2rl.solvers.EpisodeSolver`
-and the rollout service both play its :meth:`~agent2rl.tasks.base.Task.environment`, prompted
-through the task's episode protocol, a standard-library module the agent gets as
-``data/protocol.py`` (with the core the tasks' protocols share, ``data/protocol_core.py``, and
-beside the rollout service's client, ``data/env_client.py``) so that its training code builds
-the very prompts the grader does.
-"""
+"""InteractiveTask: the plumbing every level-3 task shares. The grader's
+:class:`~agent2rl.solvers.EpisodeSolver` and the rollout service both play the task's
+:meth:`~agent2rl.tasks.base.Task.environment`; the agent gets the episode protocol (and the
+rollout service's client) in ``data/`` so that its training code builds the very prompts
+the grader does."""
 
 from __future__ import annotations
 
@@ -51,8 +47,9 @@ class EpisodeSizing(Protocol):
 
 
 class InteractiveTask(Task):
-    """A level-3 task: an episode protocol, the episode solver over the task's environment,
-    and the protocol and rollout client in the workspace.
+    """A level-3 task: an episode protocol (``data/protocol.py``, with the core the tasks'
+    protocols share, ``data/protocol_core.py``, and the rollout service's client,
+    ``data/env_client.py``), the episode solver over the task's environment.
 
     A subclass sets :attr:`protocol_module` and declares :meth:`episode_format`, besides the
     dataset, scorer and description every task declares. Its options ``env_batch`` (the most

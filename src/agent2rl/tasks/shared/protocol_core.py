@@ -7,17 +7,10 @@ copied into the agent's workspace, as ``data/protocol.py`` and ``data/protocol_c
 that training code builds exactly the prompts the grader builds. A task's own file keeps
 what is its own: its prompt text, its action parser and (DeepSearchQA's) its reward.
 
-The names here are the pieces a task's protocol file is written with:
-
-- :class:`FormatBase`: the methods of a task's ``EpisodeFormat`` dataclass (``to_dict``,
-  ``from_dict``, and the grader's ``prompt`` / ``chat_message`` through :func:`for_state`);
-- :func:`prompt_builders`: ``build_prompt`` and ``build_chat_message``, from the task's
-  react prompt and its transcript renderer;
-- :func:`render_history`: the transcript protocol's prompt, the oldest steps dropped to fit;
-- :func:`trim_oldest`: the same trimming for a prompt whose steps are already written out;
-- :func:`transcript_pieces`: a whole episode split for training on windows of it;
-- :func:`first_line`, :func:`one_line`, :func:`cut`, :func:`observations_after` and
-  :func:`completion_for`: the text rules the three protocols have in common.
+The names here are the pieces a task's protocol file is written with: :class:`FormatBase`
+(its ``EpisodeFormat``'s methods), :func:`prompt_builders` (its ``build_prompt`` and
+``build_chat_message``), the history trimming (:func:`render_history`, :func:`trim_oldest`),
+:func:`transcript_pieces`, and the text rules the three protocols have in common.
 """
 
 from __future__ import annotations
@@ -81,14 +74,18 @@ def for_state(build: Callable[..., str], state: Any, fmt: Any) -> str:
 
 
 def prompt_builders(
-    react: Callable[..., str], render: Callable[..., str], chat_instruction: str
+    react: Callable[..., str],
+    render: Callable[..., str],
+    chat_instruction: str,
+    react_protocols: tuple[str, ...] = ("react",),
 ) -> tuple[Callable[..., str], Callable[..., str]]:
     """A protocol file's ``build_prompt`` and ``build_chat_message``, both called as
     ``(goal, steps, observation, admissible, fmt, group=None)`` with ``steps`` the earlier
     steps, oldest first, each as (the observation it answered, the action taken).
 
-    Under ``fmt.protocol == "react"`` both return ``react(goal, steps, observation,
-    admissible, fmt, group)``: one text, whether or not the model has a chat template.
+    Under a ``fmt.protocol`` in ``react_protocols`` both return ``react(goal, steps,
+    observation, admissible, fmt, group)``: one text, whether or not the model has a chat
+    template.
     Otherwise (the transcript protocol) both start with ``render(goal, steps, observation,
     admissible, fmt)``: ``build_prompt`` (a base model's prompt) ends it with ``>``, and
     ``build_chat_message`` (a chat model's user message) with ``chat_instruction``."""
@@ -102,7 +99,7 @@ def prompt_builders(
             fmt: Any,
             group: str | None = None,
         ) -> str:
-            if fmt.protocol == "react":
+            if fmt.protocol in react_protocols:
                 return react(goal, steps, observation, admissible, fmt, group)
             return render(goal, steps, observation, admissible, fmt) + end
 
@@ -136,11 +133,7 @@ def cut(text: str, limit: int) -> str:
 
 def first_line(reply: str) -> str:
     """The first non-empty line of ``reply``, stripped; ``""`` when there is none."""
-    for line in reply.splitlines():
-        line = line.strip()
-        if line:
-            return line
-    return ""
+    return next((line.strip() for line in reply.splitlines() if line.strip()), "")
 
 
 def completion_for(action: str) -> str:

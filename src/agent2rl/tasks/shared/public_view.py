@@ -15,12 +15,10 @@ of a run's model is no longer a held-out one.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 
 from agent2rl.dataset import PreparedTask
-from agent2rl.files import swap_in_dir
+from agent2rl.tasks.shared.store import building
 
 #: the choices of the ``public`` option (checked when a task's options are parsed)
 PUBLIC_VIEWS = ("heldout", "reference")
@@ -35,8 +33,7 @@ def reference_view(prepared: PreparedTask, public_file: str, validation_file: st
     assert prepared.validation is not None
     dest = prepared.public.parent / REFERENCE_DIR
     if not (dest / public_file).exists():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{REFERENCE_DIR}.", dir=dest.parent))
-        try:
+        with building(dest) as tmp:
             shutil.copytree(prepared.public, tmp, dirs_exist_ok=True)
             with open(tmp / public_file, "rb+") as out:
                 out.seek(0, 2)
@@ -45,7 +42,4 @@ def reference_view(prepared: PreparedTask, public_file: str, validation_file: st
                     if out.read(1) != b"\n":
                         out.write(b"\n")
                 out.write((prepared.validation / validation_file).read_bytes())
-            swap_in_dir(tmp, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return replace(prepared, public=dest)

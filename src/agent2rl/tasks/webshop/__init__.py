@@ -15,17 +15,13 @@ asks for in WebShop's simulated shop.
     generate_lite.py  webshop-lite's catalog generator (WebShop's file formats)
 
 The model shops for each private goal through the task-neutral episode solver: at every
-step the protocol builds the prompt (instruction, recent pages and actions, the page, and
-optionally its actions), the model replies greedily and the parsed action is played, until
-it buys (the purchase reward ends the session) or ``max_steps`` actions are used.
+step the protocol builds the prompt, the model replies greedily and the parsed action is
+played, until it buys (the purchase reward ends the session) or ``max_steps`` actions are
+used (docs/tasks/webshop.md).
 
 - ``webshop``: the real 1,000-product catalog (``agent2rl data import webshop DIR``); graded:
   the first 100 synthetic goals of WebShop's seeded session order (what the reference code
-  grades, sessions 0-99); 50 steps as the reference. Version 2 defaults to the reference's
-  score (``score=half``: the share of sessions with reward >= 0.5), prompt
-  (``protocol=react``: its chat ReAct text) and handling of an action the page does not
-  offer (``invalid=env``: a no-op step); version 1's (``reward``, ``transcript``,
-  ``refuse``) stay options.
+  grades, sessions 0-99); the reference's defaults (:class:`Webshop`'s versions).
 - ``webshop-lite``: a generated catalog in WebShop's formats; the same engine, reward and
   code path; prompts sized for the tiny model.
 
@@ -35,6 +31,7 @@ service over the public goals for online RL.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -55,6 +52,7 @@ from agent2rl.tasks.shared.interactive import (
     count_lines,
     env_batch_option,
 )
+from agent2rl.tasks.shared.store import is_built
 from agent2rl.tasks.webshop import protocol
 from agent2rl.tasks.webshop.catalog import CATALOG_FILES, load_catalog
 from agent2rl.tasks.webshop.engine import Shop
@@ -63,14 +61,13 @@ from agent2rl.tasks.webshop.generate_lite import GENERATOR_VERSION, write_catalo
 from agent2rl.tasks.webshop.outcome import SCORES, PurchaseOutcome
 from agent2rl.tasks.webshop.protocol import EpisodeFormat
 from agent2rl.tasks.webshop.splits import expert_walkthrough, split_goals
-from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_files, is_built
+from agent2rl.tasks.webshop.store import build_store, catalog_dir, find_webshop_files
 from agent2rl.tasks.webshop.system_turn import SystemTurnSolver
 
 #: the longest session a rollout-service client may ask for
 MAX_SESSION_STEPS = 200
-#: the episode protocols: agent2rl's transcript, the reference's chat ReAct prompt
+# the choices of the options of these names (their help says what each means)
 PROTOCOLS = ("transcript", "react")
-#: an action the page does not offer: refused (the turn used), or played as a no-op
 INVALID_MODES = ("refuse", "env")
 
 
@@ -232,14 +229,15 @@ class WebshopBase(InteractiveTask):
             "success": "the percentage of sessions with reward 1 (WebShop's success rate)",
             "half": "the percentage of sessions with reward >= 0.5 (the reference's figure)",
         }[self.config.score]
-        invalid_text = (
+        offers = (
             "An action the page does not offer (a search off the search page, a click on "
-            "something not shown, an unknown product id) is played as WebShop's environment "
-            "plays it: the step is used (kind `invalid`), the page stays, reward 0"
+            "something not shown, an unknown product id) is "
+        )
+        invalid_text = offers + (
+            "played as WebShop's environment plays it: the step is used (kind `invalid`), the "
+            "page stays, reward 0"
             if self.lenient()
-            else "An action the page does not offer (a search off the search page, a click "
-            "on something not shown, an unknown product id) is answered with HTTP 400 and "
-            "changes nothing"
+            else "answered with HTTP 400 and changes nothing"
         )
         return f"""# Task: {self.name} (level 3, interactive rollout)
 
@@ -302,15 +300,13 @@ class WebshopLite(WebshopBase):
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
         if is_built(sets):
             return prepared
-        source = Path(tempfile.mkdtemp(prefix=".catalog.", dir=_mkdir(root)))
-        try:
-            write_catalog(source, LITE_CATALOG_SEED, o.n_products)
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".catalog.", dir=root) as source:
+            write_catalog(Path(source), LITE_CATALOG_SEED, o.n_products)
             build_store(
-                source, sets, o.n_eval, o.n_validation, o.n_train, o.max_steps,
+                Path(source), sets, o.n_eval, o.n_validation, o.n_train, o.max_steps,
                 with_human=False,
             )  # fmt: skip
-        finally:
-            shutil.rmtree(source, ignore_errors=True)
         return prepared
 
     def make_data(self, out: Path, n: int, seed: int) -> str:
@@ -332,11 +328,6 @@ class WebshopLite(WebshopBase):
             f"{n} products in {out} (WebShop's three files), {len(goals)} goals in "
             f"goals.jsonl, {len(walks)} expert walkthroughs in walkthroughs.jsonl"
         )
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 #: the reference grades WebShop sessions 0-99 (RD-Agent autorl_bench, benchmarks/webshop)
@@ -366,14 +357,10 @@ class Webshop(WebshopBase):
         imported = root / "import"
         if not (imported / "items_shuffle_1000.json").exists():
             env = os.environ.get("WEBSHOP_DATA")
-            candidates = [Path(env)] if env else []
-            candidates.append(Path.home() / ".cache" / "webshop")
-            for cand in candidates:
-                try:
+            for cand in [*([Path(env)] if env else []), Path.home() / ".cache" / "webshop"]:
+                with contextlib.suppress(UserError):
                     self.import_data(cand, root)
                     break
-                except UserError:
-                    continue
             else:
                 raise UserError(
                     "webshop's catalog is not imported: download WebShop's "
@@ -389,7 +376,8 @@ class Webshop(WebshopBase):
 
     def import_data(self, source: Path, root: Path) -> str:
         folder = find_webshop_files(source)
-        dest = _mkdir(root / "import")
+        dest = root / "import"
+        dest.mkdir(parents=True, exist_ok=True)
         for name in CATALOG_FILES:
             if (folder / name).exists():
                 shutil.copyfile(folder / name, dest / name)
@@ -403,7 +391,7 @@ class Webshop(WebshopBase):
 
 
 def _strings_of(value: Any) -> list[str]:
-    """Every string inside ``value`` (dicts and lists walked; numbers as text)."""
+    """Every string inside ``value`` (dicts and lists walked; numbers and other values skipped)."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):

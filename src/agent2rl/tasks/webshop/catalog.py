@@ -38,6 +38,7 @@ import itertools
 import json
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -90,13 +91,6 @@ class Product:
             "BulletPoints": self.bullet_points,
             "Description": self.description,
         }
-
-    def option_name_of(self, value: str) -> str | None:
-        """The first option (in the product's order) that offers ``value``, or None."""
-        for name, values in self.options.items():
-            if value in values:
-                return name
-        return None
 
 
 @dataclass
@@ -153,21 +147,20 @@ def load_catalog(
         except KeyError as err:
             raise ValueError(f"product {asin} has no field {err}") from None
     rng = random.Random(price_seed)
-    prices = {}
-    for prod in products:  # WebShop's generate_product_prices, in catalog order
-        lo_hi = prod.pricing
-        prices[prod.asin] = lo_hi[0] if len(lo_hi) == 1 else rng.uniform(*lo_hi[:2])
+    prices = {  # WebShop's generate_product_prices, in catalog order
+        p.asin: p.pricing[0] if len(p.pricing) == 1 else rng.uniform(*p.pricing[:2])
+        for p in products
+    }
     return Catalog(products, {p.asin: p for p in products}, prices)
 
 
 def _product(p: dict[str, Any], attrs: dict[str, Any] | None, human: list | None) -> Product:
     bullets = p["small_description"]
-    options: dict[str, list[str]] = {}
-    for name, contents in (p.get("customization_options") or {}).items():
-        if contents is None:
-            continue
-        values = [c["value"].strip().replace("/", " | ").lower() for c in contents]
-        options[name.lower()] = values
+    options = {
+        name.lower(): [c["value"].strip().replace("/", " | ").lower() for c in contents]
+        for name, contents in (p.get("customization_options") or {}).items()
+        if contents is not None
+    }
     pricing, tag = parse_pricing(p.get("pricing"))
     attrs = attrs or {}
     return Product(
@@ -196,6 +189,29 @@ def _price_cap(price: float, rng: random.Random) -> tuple[float, str]:
     return 1000000.0, ""
 
 
+def _goal(
+    prod: Product,
+    text: str,
+    instruction: str,
+    attributes: list[str],
+    upper: float,
+    options: dict[str, str],
+) -> dict[str, Any]:
+    """A goal row for ``prod`` (:func:`synthetic_goals`' keys but ``weight``, in its order)."""
+    return {
+        "asin": prod.asin,
+        "category": prod.category,
+        "query": prod.query,
+        "name": prod.title,
+        "product_category": prod.product_category,
+        "instruction_text": text,
+        "instruction": instruction,
+        "attributes": attributes,
+        "price_upper": upper,
+        "goal_options": options,
+    }
+
+
 def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict[str, Any]]:
     """WebShop's synthetic goals (``human_goals`` off: what the reference grades): for every
     product with an instruction, one goal per combination of its option values (options in
@@ -206,7 +222,7 @@ def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict
     ``weight`` (WebShop's sampling weight, the mean of 1 / attribute frequency)."""
     rng = random.Random(price_seed + 1)
     goals = []
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for prod in catalog.products:
         if not prod.instruction:
             continue
@@ -218,24 +234,9 @@ def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict
         for combo in itertools.product(*(prod.options[n] for n in names)):
             chosen = dict(zip(names, combo, strict=True))
             text = ", and ".join(f"{k}: {v}" for k, v in chosen.items())
-            goals.append(
-                {
-                    "asin": prod.asin,
-                    "category": prod.category,
-                    "query": prod.query,
-                    "name": prod.title,
-                    "product_category": prod.product_category,
-                    "instruction_text": prod.instruction
-                    + (f" with {text}" if text else "")
-                    + price_text,
-                    "instruction": prod.instruction,
-                    "attributes": attributes,
-                    "price_upper": upper,
-                    "goal_options": chosen,
-                }
-            )
-            for a in attributes:
-                counts[a] = counts.get(a, 0) + 1
+            full = prod.instruction + (f" with {text}" if text else "") + price_text
+            goals.append(_goal(prod, full, prod.instruction, attributes, upper, chosen))
+            counts.update(attributes)
     for g in goals:
         g["weight"] = sum(1.0 / counts[a] for a in g["attributes"]) / len(g["attributes"])
     return goals
@@ -257,23 +258,13 @@ def human_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict[str
             upper, price_text = _price_cap(catalog.prices[prod.asin], rng)
             named: dict[str, str] = {}
             for i, value in enumerate(ins.get("instruction_options") or [], 1):
-                name = prod.option_name_of(value) or f"option {i}"
+                # the first option, in the product's order, that offers the value
+                offers = (name for name, values in prod.options.items() if value in values)
+                name = next(offers, None) or f"option {i}"
                 named[name if name not in named else f"{name} {i}"] = value
-            goals.append(
-                {
-                    "asin": prod.asin,
-                    "category": prod.category,
-                    "query": prod.query,
-                    "name": prod.title,
-                    "product_category": prod.product_category,
-                    "instruction_text": ins["instruction"].strip(".") + price_text,
-                    "instruction": ins["instruction"].strip("."),
-                    "attributes": attributes,
-                    "price_upper": upper,
-                    "goal_options": named,
-                    "weight": 1.0,
-                }
-            )
+            instruction = ins["instruction"].strip(".")
+            goal = _goal(prod, instruction + price_text, instruction, attributes, upper, named)
+            goals.append({**goal, "weight": 1.0})
     return goals
 
 

@@ -10,8 +10,9 @@ mode, whose observation is the page's visible text joined by ``" [SEP] "``):
 ``results``
     ``Instruction: [SEP] <goal> [SEP] Back to Search [SEP] Page 1 (Total results: 50)
     [SEP] Next > [SEP] <asin> [SEP] <title> [SEP] <price> ...``: the top 50 of a BM25 search
-    (:class:`SearchIndex`), 10 a page; ``< Prev`` from page 2 on; ``Next >`` always (as in
-    WebShop, past the last result it shows an empty page). ``click[<asin>]`` opens a product.
+    (:mod:`~agent2rl.tasks.shared.bm25`), 10 a page; ``< Prev`` from page 2 on; ``Next >``
+    always (as in WebShop, past the last result it shows an empty page). ``click[<asin>]``
+    opens a product.
 ``item``
     ``... Back to Search [SEP] < Prev [SEP] <option name> [SEP] <value> ... [SEP] <title>
     [SEP] Price: <price> [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews
@@ -38,8 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from agent2rl.tasks.shared.bm25 import BM25Index
 from agent2rl.tasks.webshop.catalog import Catalog, Product
 from agent2rl.tasks.webshop.reward import purchase_reward
 
@@ -54,9 +54,6 @@ PREV_PAGE = "< prev"
 BUY_NOW = "buy now"
 SUB_PAGES = ("description", "features", "reviews")
 _ACTION = re.compile(r"^(search|click)\[(.*)\]$", re.S)
-#: BM25 parameters: pyserini's defaults, which WebShop's Lucene index searches with
-BM25_K1 = 0.9
-BM25_B = 0.4
 
 
 def search_text(product: Product) -> str:
@@ -70,50 +67,23 @@ def search_text(product: Product) -> str:
     return " ".join([product.title, product.description, first_bullet, options]).lower()
 
 
-class SearchIndex:
-    """BM25 over the catalog's :func:`search_text` with ``bm25s`` (Lucene's scoring,
-    pyserini's ``k1 = 0.9, b = 0.4``, English stop words and the Snowball English stemmer,
-    close to Lucene's English analyzer). :meth:`search` returns up to ``k`` asins scoring
-    above 0, best first, ties in catalog order (deterministic)."""
-
-    def __init__(self, products: list[Product]) -> None:
-        import bm25s
-        import Stemmer
-        from bm25s.tokenization import Tokenizer
-
-        self._asins = [p.asin for p in products]
-        self._tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english").stemWord)
-        corpus = self._tokenizer.tokenize(
-            [search_text(p) for p in products], return_as="tuple", show_progress=False
-        )
-        self._bm25 = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene")
-        self._bm25.index(corpus, show_progress=False)
-
-    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
-        tokens = self._tokenizer.tokenize(
-            [query], update_vocab=False, return_as="string", show_progress=False
-        )[0]
-        tokens = [t for t in tokens if t]
-        if not tokens or not self._asins:
-            return []
-        scores = np.asarray(self._bm25.get_scores(tokens), dtype=float)
-        order = np.lexsort((np.arange(len(scores)), -scores))
-        return [self._asins[i] for i in order[:k] if scores[i] > 0]
-
-
 @dataclass
 class Shop:
     """A catalog with its search index and each product's sale price (shared by every
     episode: build it once per process)."""
 
     catalog: Catalog
-    index: SearchIndex = field(init=False)
+    #: BM25 over the products' :func:`search_text`
+    index: BM25Index = field(init=False)
 
     def __post_init__(self) -> None:
-        self.index = SearchIndex(self.catalog.products)
+        self.index = BM25Index([search_text(p) for p in self.catalog.products])
 
     def search(self, query: str) -> list[str]:
-        return self.index.search(query)
+        """Up to :data:`SEARCH_RETURN_N` asins scoring above 0, best first, ties in catalog
+        order."""
+        products = self.catalog.products
+        return [products[i].asin for i in self.index.rank(query, SEARCH_RETURN_N)]
 
 
 @dataclass

@@ -28,17 +28,18 @@ from agent2rl.tasks.webshop.catalog import ATTRIBUTES_FILE, HUMAN_FILE, PRODUCTS
 #: bump whenever the generated data changes (the task store keys on it)
 GENERATOR_VERSION = "3"
 
-# category -> (top-level Amazon-style category, {type: (sub-category, (low, high) price)},
-# attribute pool, option schema: name -> values)
-_CATEGORIES: dict[str, tuple[str, dict[str, tuple[str, tuple[int, int]]], list[str], dict]] = {
+# category -> (top-level Amazon-style category, {type: (sub-category, (low, high) price, the
+# nouns its titles carry after the type, as listings add "Pullover Sweatshirt")}, attribute
+# pool, option schema: name -> values)
+_CATEGORIES: dict[str, tuple[str, dict[str, tuple[str, tuple[int, int], str]], list[str], dict]] = {
     "beauty": (
         "Beauty & Personal Care",
         {
-            "shampoo": ("Hair Care", (6, 24)),
-            "conditioner": ("Hair Care", (6, 24)),
-            "face cream": ("Skin Care", (9, 45)),
-            "lip balm": ("Skin Care", (3, 12)),
-            "body lotion": ("Skin Care", (5, 28)),
+            "shampoo": ("Hair Care", (6, 24), "Hair Wash"),
+            "conditioner": ("Hair Care", (6, 24), "Hair Treatment"),
+            "face cream": ("Skin Care", (9, 45), "Moisturizer"),
+            "lip balm": ("Skin Care", (3, 12), "Lip Care Stick"),
+            "body lotion": ("Skin Care", (5, 28), "Skin Moisturizer"),
         },
         ["paraben free", "sulfate free", "cruelty free", "long lasting", "natural ingredients",
          "sensitive skin", "fragrance free", "dry skin"],
@@ -48,11 +49,11 @@ _CATEGORIES: dict[str, tuple[str, dict[str, tuple[str, tuple[int, int]]], list[s
     "grocery": (
         "Grocery & Gourmet Food",
         {
-            "coffee": ("Beverages", (7, 30)),
-            "green tea": ("Beverages", (4, 18)),
-            "granola": ("Breakfast Foods", (4, 16)),
-            "dark chocolate": ("Snacks & Sweets", (3, 20)),
-            "trail mix": ("Snacks & Sweets", (5, 22)),
+            "coffee": ("Beverages", (7, 30), "Ground Beans"),
+            "green tea": ("Beverages", (4, 18), "Tea Bags"),
+            "granola": ("Breakfast Foods", (4, 16), "Breakfast Cereal"),
+            "dark chocolate": ("Snacks & Sweets", (3, 20), "Candy Bar"),
+            "trail mix": ("Snacks & Sweets", (5, 22), "Nut Snack"),
         },
         ["gluten free", "sugar free", "non gmo", "low calorie", "keto friendly", "usda organic",
          "high protein", "individually wrapped"],
@@ -62,11 +63,11 @@ _CATEGORIES: dict[str, tuple[str, dict[str, tuple[str, tuple[int, int]]], list[s
     "fashion": (
         "Clothing, Shoes & Jewelry",
         {
-            "t-shirt": ("Tops & Tees", (9, 30)),
-            "sneakers": ("Shoes", (25, 90)),
-            "hoodie": ("Fashion Hoodies & Sweatshirts", (18, 55)),
-            "jeans": ("Jeans", (20, 70)),
-            "rain jacket": ("Coats, Jackets & Vests", (30, 95)),
+            "t-shirt": ("Tops & Tees", (9, 30), "Crew Neck Tee"),
+            "sneakers": ("Shoes", (25, 90), "Running Shoes"),
+            "hoodie": ("Fashion Hoodies & Sweatshirts", (18, 55), "Pullover Sweatshirt"),
+            "jeans": ("Jeans", (20, 70), "Denim Pants"),
+            "rain jacket": ("Coats, Jackets & Vests", (30, 95), "Shell Coat"),
         },
         ["machine wash", "slim fit", "quick drying", "moisture wicking", "button closure",
          "rubber sole", "long sleeve", "water resistant"],
@@ -76,11 +77,11 @@ _CATEGORIES: dict[str, tuple[str, dict[str, tuple[str, tuple[int, int]]], list[s
     "electronics": (
         "Electronics",
         {
-            "headphones": ("Headphones", (15, 80)),
-            "phone charger": ("Chargers & Power Adapters", (8, 35)),
-            "usb cable": ("Cables", (5, 18)),
-            "bluetooth speaker": ("Portable Speakers", (20, 90)),
-            "power bank": ("Portable Power Banks", (12, 50)),
+            "headphones": ("Headphones", (15, 80), "Over Ear Headset"),
+            "phone charger": ("Chargers & Power Adapters", (8, 35), "Wall Adapter"),
+            "usb cable": ("Cables", (5, 18), "Charging Cord"),
+            "bluetooth speaker": ("Portable Speakers", (20, 90), "Portable Audio"),
+            "power bank": ("Portable Power Banks", (12, 50), "Battery Pack"),
         },
         ["fast charging", "noise cancelling", "high speed", "easy to use", "plug and play",
          "long battery life", "wireless bluetooth", "compact design"],
@@ -89,11 +90,11 @@ _CATEGORIES: dict[str, tuple[str, dict[str, tuple[str, tuple[int, int]]], list[s
     "home": (
         "Home & Kitchen",
         {
-            "throw pillow": ("Decorative Pillows", (9, 35)),
-            "blanket": ("Throws", (15, 60)),
-            "desk lamp": ("Lamps", (14, 55)),
-            "wall clock": ("Wall Clocks", (12, 45)),
-            "storage basket": ("Storage Baskets", (10, 40)),
+            "throw pillow": ("Decorative Pillows", (9, 35), "Cushion Cover"),
+            "blanket": ("Throws", (15, 60), "Fleece Throw"),
+            "desk lamp": ("Lamps", (14, 55), "Reading Light"),
+            "wall clock": ("Wall Clocks", (12, 45), "Quartz Timepiece"),
+            "storage basket": ("Storage Baskets", (10, 40), "Woven Bin"),
         },
         ["easy clean", "living room", "space saving", "non slip", "eco friendly",
          "easy assemble", "heavy duty", "dining room"],
@@ -101,35 +102,6 @@ _CATEGORIES: dict[str, tuple[str, dict[str, tuple[str, tuple[int, int]]], list[s
          "size": ["small", "medium", "large"]},
     ),
 }  # fmt: skip
-
-#: nouns a type's titles carry after the type (as listings add "Pullover Sweatshirt")
-_NOUNS = {
-    "shampoo": "Hair Wash",
-    "conditioner": "Hair Treatment",
-    "face cream": "Moisturizer",
-    "lip balm": "Lip Care Stick",
-    "body lotion": "Skin Moisturizer",
-    "coffee": "Ground Beans",
-    "green tea": "Tea Bags",
-    "granola": "Breakfast Cereal",
-    "dark chocolate": "Candy Bar",
-    "trail mix": "Nut Snack",
-    "t-shirt": "Crew Neck Tee",
-    "sneakers": "Running Shoes",
-    "hoodie": "Pullover Sweatshirt",
-    "jeans": "Denim Pants",
-    "rain jacket": "Shell Coat",
-    "headphones": "Over Ear Headset",
-    "phone charger": "Wall Adapter",
-    "usb cable": "Charging Cord",
-    "bluetooth speaker": "Portable Audio",
-    "power bank": "Battery Pack",
-    "throw pillow": "Cushion Cover",
-    "blanket": "Fleece Throw",
-    "desk lamp": "Reading Light",
-    "wall clock": "Quartz Timepiece",
-    "storage basket": "Woven Bin",
-}
 
 _BRANDS = [
     "acorna", "bellwin", "corvex", "dunmore", "elvara", "fenwick", "glimra", "harlow", "istria",
@@ -180,7 +152,7 @@ def generate_catalog(
     for i in range(n_products):
         category, ptype = kinds[i % len(kinds)]
         top, types, pool, schema = _CATEGORIES[category]
-        sub, (low, high) = types[ptype]
+        sub, (low, high), nouns = types[ptype]
         asin = _asin(i % len(kinds), i // len(kinds))
         brand = rng.choice(_BRANDS).capitalize()
         attrs = rng.sample(pool, rng.choice((3, 4)))
@@ -194,7 +166,7 @@ def generate_catalog(
         # The type's own nouns outweigh the one attribute in the title, so that another
         # type sharing the attribute is not taken for this one (WebShop's r_type counts
         # title words).
-        title = f"{brand} {attrs[0].title()} {ptype.title()} {_NOUNS[ptype]}"
+        title = f"{brand} {attrs[0].title()} {ptype.title()} {nouns}"
         products.append(
             {
                 "asin": asin,
@@ -253,9 +225,8 @@ def vocabulary() -> list[str]:
     training corpus)."""
     words: set[str] = set()
     for top, types, pool, schema in _CATEGORIES.values():
-        for text in [top, *types, *(s for s, _ in types.values()), *pool]:
-            words.update(text.lower().split())
-        for text in (_NOUNS[t] for t in types):
+        named = [text for sub, _, nouns in types.values() for text in (sub, nouns)]
+        for text in [top, *types, *named, *pool]:
             words.update(text.lower().split())
         for name, values in schema.items():
             words.add(name)

@@ -44,16 +44,9 @@ class PurchaseOutcome:
             reward = min(1.0, max(0.0, float(t["reward"])))
             won = bool(t["won"])
             score = {"reward": reward, "success": float(won), "half": float(reward >= 0.5)}
-            items.append(
-                ItemResult(
-                    id=sample.id,
-                    prediction=out.text,
-                    target=str(t.get("goal", "")),
-                    correct=won,
-                    score=score[self.by],
-                    meta={"group": t.get("group"), "steps": t["steps"], "reward": reward},
-                )
-            )
+            meta = {"group": t.get("group"), "steps": t["steps"], "reward": reward}
+            target = str(t.get("goal", ""))
+            items.append(ItemResult(sample.id, out.text, target, won, score[self.by], meta))
         return items
 
     def settings(self) -> dict[str, Any]:

@@ -1,13 +1,10 @@
 """How the grader prompts a model in a WebShop session and reads its action.
 
-Standard library only on purpose: the harness grades with it, and the same file is copied
-into the agent's workspace as ``data/protocol.py`` (with ``data/protocol_core.py``, the core
-it shares with the other tasks' protocol files) so that training code builds exactly the
-prompts the grader builds and parses replies the same way.
-``data/eval_format.json`` holds the run's settings. :class:`EpisodeFormat` is the grader's
-episode protocol (by its methods' shape: this file imports nothing of the harness), and the
-module functions have the same names and meanings as ALFWorld's protocol file, so that one
-training script serves both.
+Standard library only on purpose: the same file is the agent's ``data/protocol.py`` (beside
+``data/protocol_core.py``, the core the tasks' protocol files share, and the run's settings,
+``data/eval_format.json``), so that training code builds exactly the prompts the grader
+builds and parses replies the same way. The module functions have the same names and
+meanings as ALFWorld's protocol file, so that one training script serves both.
 
 One step, for a model without a chat template (a base model), is the session's transcript::
 
@@ -27,20 +24,19 @@ template gets the same text without the final ``>`` as one user message, followe
 Because each prompt plus its action is a stretch of one transcript (when no action list is
 shown), a base model can be trained on whole sessions at once (see :func:`transcript`).
 
-``protocol = "react"`` (webshop's default since task version 2) is the paper's
-reference's chat ReAct prompt instead (:func:`react_message`): :data:`REACT_SYSTEM` as a
-system turn, as the reference sends it (``webshop/eval.py``: ``llm_engine.chat`` with a
-system and a user message; :func:`chat_messages` builds both), then the reference's user
-text (:meth:`EpisodeFormat.chat_message`): the
-task, the instruction, the page's actions listed (``search[<your query>]`` on the search
-page, ``click[<target>]`` for each click target), its rules, and the last 5 steps as
-``Observation n: <page>`` / ``Action n: <action>`` pairs, the current page and ``Action
-N:``. As in the reference, a step's ``Observation n`` is the page its action led to (the
-page it answered is not shown), and pages are WebShop's text, instruction included. A
-model without a chat template gets the system text, a blank line and the user text as one
-raw prompt (the reference's ``llm_engine.chat`` needs a chat template). The reference
-passes an action the page does not offer to WebShop's environment, which stays on the same
-page; the ``webshop`` task does the same (``invalid=env``).
+``protocol = "react"`` (webshop's default since task version 2) is the paper's reference's
+chat ReAct prompt instead (:func:`react_message`): :data:`REACT_SYSTEM` as a system turn, as
+the reference sends it (``webshop/eval.py``: ``llm_engine.chat`` with a system and a user
+message; :func:`chat_messages` builds both), then the reference's user text
+(:meth:`EpisodeFormat.chat_message`): the task, the instruction, the page's actions listed
+(``search[<your query>]`` on the search page, ``click[<target>]`` for each click target),
+its rules, and the last ``history`` steps as ``Observation n: <page>`` / ``Action n:
+<action>`` pairs, the current page and ``Action N:``. As in the reference, a step's
+``Observation n`` is the page its action led to (the page it answered is not shown), and
+pages are WebShop's text, instruction included. A model without a chat template gets the
+system text, a blank line and the user text as one raw prompt (the reference's
+``llm_engine.chat`` needs a chat template). An action the page does not offer is played as
+in the reference, by WebShop's environment, which stays on the same page (``invalid=env``).
 
 Edge cases:
 
@@ -143,10 +139,8 @@ class EpisodeFormat(core.FormatBase):
     def chat_message(self, state: Any) -> str:
         """The user message of a chat model (under ``react`` without the system text,
         which goes in its own turn: :attr:`system_message`)."""
-        text = core.for_state(build_chat_message, state, self)
-        if self.protocol == "react":
-            return text[len(REACT_SYSTEM) + 2 :]
-        return text
+        messages = chat_messages(state.goal, state.steps, state.observation, state.admissible, self)
+        return messages[-1]["content"]
 
     @property
     def system_message(self) -> str | None:
@@ -185,13 +179,6 @@ build_prompt, build_chat_message = core.prompt_builders(
 )
 
 
-def react_actions(admissible: Sequence[str]) -> str:
-    """The reference's ``Available actions:`` list: one action a line, indented by two
-    spaces, the search bar as ``search[<your query>]``."""
-    shown = ["search[<your query>]" if a.startswith("search[") else a for a in admissible]
-    return "\n".join(f"  {a}" for a in shown)
-
-
 def chat_messages(
     goal: str, steps: core.Steps, observation: str, admissible: Sequence[str], fmt: EpisodeFormat
 ) -> list[dict[str, str]]:
@@ -213,11 +200,11 @@ def react_message(
     n`` (the page the step's action led to) and ``Action n``, the current page and ``Action
     N:``. Pages are cut to ``fmt.max_observation_chars`` (0: never); the oldest shown steps
     are dropped while the prompt exceeds ``fmt.max_prompt_chars`` (0: no limit)."""
-    head = (
-        REACT_SYSTEM
-        + "\n\n"
-        + REACT_HEAD.format(instruction=goal, actions=react_actions(admissible))
-    )
+    # the reference's ``Available actions:``: one a line, indented by two spaces, the search
+    # bar as ``search[<your query>]``
+    shown = ["search[<your query>]" if a.startswith("search[") else a for a in admissible]
+    actions = "\n".join(f"  {a}" for a in shown)
+    head = REACT_SYSTEM + "\n\n" + REACT_HEAD.format(instruction=goal, actions=actions)
     limit, n = fmt.max_observation_chars, len(steps)
     after = core.observations_after(steps, observation)  # the page each action led to
     first = max(0, n - fmt.history) if fmt.history > 0 else n
@@ -271,10 +258,12 @@ completion_for = core.completion_for
 
 def describe(fmt: EpisodeFormat) -> str:
     """Markdown bullets stating the protocol for ``description.md``."""
+    session = (
+        f"- Each session is played for at most {fmt.max_steps} actions; it ends at the "
+        f"purchase (`click[buy now]`) with WebShop's reward in [0, 1], or unrewarded.\n"
+    )
     if fmt.protocol == "react":
-        return (
-            f"- Each session is played for at most {fmt.max_steps} actions; it ends at the "
-            f"purchase (`click[buy now]`) with WebShop's reward in [0, 1], or unrewarded.\n"
+        return session + (
             f"- The prompt is the paper's reference's chat ReAct prompt (`react_message` in "
             f"`data/protocol.py`): its system text, the instruction, the page's actions "
             f"listed, its rules, the last {fmt.history} steps as `Observation n` (the page the "
@@ -294,9 +283,7 @@ def describe(fmt: EpisodeFormat) -> str:
         if fmt.max_observation_chars
         else ""
     )
-    return (
-        f"- Each session is played for at most {fmt.max_steps} actions; it ends at the "
-        f"purchase (`click[buy now]`) with WebShop's reward in [0, 1], or unrewarded.\n"
+    return session + (
         f"- At each step the model gets the line `Instruction: ...`, up to {fmt.history} "
         f"earlier steps (the page, then `> action`), the current page and {listing}; a page "
         f"is its text as WebShop's text mode shows it (parts joined by `{fmt.separator.strip()}`) "

@@ -119,13 +119,10 @@ def type_words(title: str) -> list[str]:
     words = []
     for token in _TOKEN.findall(title.lower()):
         token = token.strip("-'.") if token.count(".") < 2 else token  # keep "d.o.n."
-        if not token or any(ch.isdigit() for ch in token):
+        if any(ch.isdigit() for ch in token) or not any(ch.isalpha() for ch in token):
             continue
-        if not any(ch.isalpha() for ch in token):
-            continue
-        if token in _FUNCTION_WORDS or token in _AUDIENCE_WORDS:
-            continue
-        words.append(token)
+        if token not in _FUNCTION_WORDS and token not in _AUDIENCE_WORDS:
+            words.append(token)
     return words
 
 
@@ -165,21 +162,14 @@ def attribute_reward(purchased: Mapping[str, Any], goal: Mapping[str, Any]) -> t
     character by character, as in WebShop) or description. Raises ZeroDivisionError for a
     goal without attributes (WebShop never builds one)."""
     wanted = goal["attributes"]
-    found = 0
-    for attr in wanted:
-        if any(fuzzy_score(have, attr) > FUZZY_THRESHOLD for have in purchased["Attributes"]):
-            found += 1
-        elif (
-            attr in purchased["Title"].lower()
-            or attr in " ".join(purchased["BulletPoints"]).lower()
-            or attr in purchased["Description"].lower()
-        ):
-            found += 1
+    found = sum(
+        any(fuzzy_score(have, attr) > FUZZY_THRESHOLD for have in purchased["Attributes"])
+        or attr in purchased["Title"].lower()
+        or attr in " ".join(purchased["BulletPoints"]).lower()
+        or attr in purchased["Description"].lower()
+        for attr in wanted
+    )
     return found / len(wanted), found
-
-
-def _is_size(name: str | None) -> bool:
-    return name is not None and "size" in name.lower()
 
 
 def _named(options: Mapping[str, str] | Sequence[str]) -> list[tuple[str | None, str]]:
@@ -202,7 +192,7 @@ def option_reward(
     fuzzy = [normalize_color(v) for _, v in chosen]
     matches = 0
     for name, value in goal:
-        if _is_size(name):
+        if name is not None and "size" in name.lower():
             matches += value.strip().lower() in exact
         else:
             target = normalize_color(value)

@@ -115,18 +115,13 @@ def expert_walkthrough(shop: Shop, goal: dict[str, Any], max_steps: int) -> dict
 
     query = search_query(goal["instruction"])
     play(f"search[{query}]")
-    pick = None
-    for page in range(SEARCH_RETURN_N // PRODUCT_WINDOW):
-        for asin in episode.session.results[page * PRODUCT_WINDOW : (page + 1) * PRODUCT_WINDOW]:
-            options = _full_reward_options(shop, asin, goal)
-            if options is not None:
-                pick = (asin, options)
-                break
-        if pick:
-            break
+    listed = enumerate(episode.session.results[:SEARCH_RETURN_N])
+    fits = ((i, a, _full_reward_options(shop, a, goal)) for i, a in listed)
+    pick = next(((i, a, o) for i, a, o in fits if o is not None), None)
     if pick is None:
         return None
-    asin, options = pick
+    rank, asin, options = pick
+    page = rank // PRODUCT_WINDOW
     n_actions = 1 + page + 1 + len(options) + 1
     if n_actions > max_steps:
         return None

@@ -19,14 +19,15 @@ shop of ``catalog/`` (:func:`catalog_dir`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from agent2rl.dataset import PreparedTask
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
+from agent2rl.tasks.shared.store import MANIFEST, building
 from agent2rl.tasks.webshop.catalog import (
     ATTRIBUTES_FILE,
     CATALOG_FILES,
@@ -41,11 +42,6 @@ from agent2rl.tasks.webshop.splits import expert_walkthrough, split_goals
 def catalog_dir(prepared: PreparedTask) -> Path:
     """The catalog folder of a prepared WebShop task (beside its splits)."""
     return prepared.private.parent / "catalog"
-
-
-def is_built(root: Path) -> bool:
-    """Whether ``root`` holds a complete store (what :func:`build_store` writes)."""
-    return (root / "manifest.json").exists()
 
 
 def catalog_digest(folder: Path) -> str:
@@ -73,9 +69,7 @@ def build_store(
     ``n_walkthroughs`` expert walkthroughs (of the first public goals that have one, each at
     most ``max_steps`` actions) as in the module docstring; returns the manifest. ``root``
     is replaced whole once everything is written."""
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
+    with building(root) as tmp:
         cat = tmp / "catalog"
         cat.mkdir()
         for name in CATALOG_FILES:
@@ -83,33 +77,19 @@ def build_store(
                 shutil.copyfile(source / name, cat / name)
         shop = Shop(load_catalog(cat))
         splits = split_goals(shop.catalog, n_eval, n_validation, with_human=with_human)
-        walkthroughs = []
-        for goal in splits.public:
-            if len(walkthroughs) >= n_walkthroughs:
-                break
-            row = expert_walkthrough(shop, goal, max_steps)
-            if row is not None:
-                walkthroughs.append(row)
-        for split, rows in (
-            ("private", splits.private),
-            ("validation", splits.validation),
-            ("public", splits.public),
-        ):
+        played = (expert_walkthrough(shop, goal, max_steps) for goal in splits.public)
+        walkthroughs = list(itertools.islice((w for w in played if w is not None), n_walkthroughs))
+        for split, rows in vars(splits).items():  # private, validation, public
             write_jsonl(tmp / split / "goals.jsonl", rows)
         write_jsonl(tmp / "public" / "walkthroughs.jsonl", walkthroughs)
         (tmp / "private" / "catalog.sha256").write_text(catalog_digest(cat) + "\n")
         manifest = {
             "products": len(shop.catalog.products),
-            "private": len(splits.private),
-            "validation": len(splits.validation),
-            "public": len(splits.public),
+            **{split: len(rows) for split, rows in vars(splits).items()},
             "walkthroughs": len(walkthroughs),
         }
-        write_json_atomic(tmp / "manifest.json", manifest)
-        swap_in_dir(tmp, root)
-        return manifest
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
 
 
 def find_webshop_files(source: Path) -> Path:
