@@ -486,9 +486,8 @@ def path_problem(request: Request) -> str | None:
     route (``models/{id}``) reach another upstream endpoint with the real key once the URL is
     normalised on the way out (``models/../files`` is ``/files``).
     """
-    raw = request.scope.get("raw_path") or request.url.path.encode()
     try:
-        text = raw.decode("ascii")
+        text = _raw_path(request).decode("ascii")
     except UnicodeDecodeError:
         return "it is not ASCII"
     if any(not ("!" <= c <= "~") for c in text):
@@ -509,22 +508,22 @@ def path_problem(request: Request) -> str | None:
     return None
 
 
+def _raw_path(request: Request) -> bytes:
+    """The path as the client sent it, before percent-decoding."""
+    return request.scope.get("raw_path") or request.url.path.encode()
+
+
 def refuse_path(
     request: Request, provider: Provider | None, status: int, why: str | None
 ) -> Response:
     """The refusal of a path the proxy does not relay: ``status`` (400: a malformed or
     traversing path, ``why`` says how; 404: no such endpoint) in the provider's error shape,
     naming the endpoints it does relay (every provider's, for a path under none)."""
-    shown = (request.scope.get("raw_path") or request.url.path.encode()).decode("ascii", "replace")
-    shown = shown[:200]
+    shown = _raw_path(request).decode("ascii", "replace")[:200]
     providers = [provider] if provider is not None else list(PROVIDERS.values())
     allowed = ", ".join(line for p in providers for line in p.allowed_endpoints())
-    head = (
-        f"{request.method} {shown} is refused: {why}"
-        if why
-        else (f"{request.method} {shown} is not an endpoint the agent2rl metering proxy relays")
-    )
-    msg = f"{head}. The metering proxy relays only: {allowed}"
+    what = f"is refused: {why}" if why else "is not an endpoint the agent2rl metering proxy relays"
+    msg = f"{request.method} {shown} {what}. The metering proxy relays only: {allowed}"
     return (provider or PROVIDERS[FALLBACK_PROVIDER]).error_response(status, msg, retry=False)
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -428,12 +429,8 @@ def _status_of(first_bytes: bytes) -> int | None:
 async def _resolve(host: str, port: int) -> tuple[list[str], str | None]:
     """(addresses to try in order, None) or ([], why not). An IP literal is itself; a name is
     refused when any of its addresses is loopback or unspecified."""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        ip = None
-    if ip is not None:
-        return [str(ip)], None
+    with contextlib.suppress(ValueError):
+        return [str(ipaddress.ip_address(host))], None
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -483,8 +480,9 @@ async def _respond(
     if allowed:
         payload["allowed"] = allowed
     body = json.dumps(payload).encode()
+    phrase = "Forbidden by agent2rl network policy" if status == 403 else HTTPStatus(status).phrase
     head = (
-        f"HTTP/1.1 {status} {_reason_phrase(status)}\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
@@ -497,10 +495,6 @@ async def _respond(
         await asyncio.wait_for(_discard(reader, HEAD_LIMIT), 1.0)
     except (TimeoutError, OSError, asyncio.LimitOverrunError):
         pass
-
-
-def _reason_phrase(status: int) -> str:
-    return "Forbidden by agent2rl network policy" if status == 403 else HTTPStatus(status).phrase
 
 
 async def _discard(reader: asyncio.StreamReader, limit: int) -> None:

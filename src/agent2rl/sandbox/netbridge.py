@@ -315,7 +315,7 @@ def _alive(pid: int) -> bool:
 def _exec(command: list[str]) -> None:
     # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec:
     # restore them, as subprocess does, so `yes | head` behaves as without the bridge.
-    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+    for name in ("SIGPIPE", "SIGXFSZ"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
