@@ -139,8 +139,8 @@ def parse_rule(text: str) -> AllowRule:
 class Allowlist:
     """The rules a proxy applies; :meth:`decide` says whether ``host:port`` may be reached."""
 
-    def __init__(self, rules: Iterable[str | AllowRule]) -> None:
-        self.rules = [r if isinstance(r, AllowRule) else parse_rule(r) for r in rules]
+    def __init__(self, rules: Iterable[str]) -> None:
+        self.rules = [parse_rule(rule) for rule in rules]
 
     def decide(self, host: str, port: int) -> str | None:
         """None when allowed, else the reason it is not."""
@@ -277,29 +277,26 @@ def parse_head(head: bytes) -> _Request:
 
 
 class EgressProxy:
-    """The proxy's server: :meth:`serve` listens on a free loopback port until :meth:`stop`."""
+    """The proxy's server: :meth:`serve` listens on a free loopback port until a signal."""
 
     def __init__(self, allowlist: Allowlist, log_path: Path) -> None:
         self.allowlist = allowlist
         self.log_path = log_path
         self._tasks: set[asyncio.Task] = set()
-        self._stopped: asyncio.Event | None = None
 
-    async def serve(self, on_ready: Callable[[int], None], host: str = "127.0.0.1") -> None:
-        """Listen on a free port of ``host``, call ``on_ready(port)``, serve until stopped;
-        then cut every open connection (each is logged)."""
-        self._stopped = asyncio.Event()
-        server = await asyncio.start_server(self.handle, host, 0, limit=HEAD_LIMIT)
+    async def serve(self, on_ready: Callable[[int], None]) -> None:
+        """Listen on a free loopback port, call ``on_ready(port)``, serve until SIGTERM or
+        SIGINT; then cut every open connection (each is logged)."""
+        stopped = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stopped.set)
+        server = await asyncio.start_server(self.handle, "127.0.0.1", 0, limit=HEAD_LIMIT)
         on_ready(server.sockets[0].getsockname()[1])
-        await self._stopped.wait()
+        await stopped.wait()
         server.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def stop(self) -> None:
-        if self._stopped is not None:
-            self._stopped.set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: one request, logged once it ends."""
@@ -360,17 +357,16 @@ class EgressProxy:
             await _respond(reader, writer, rec, 403, refusal, allowed=str(self.allowlist))
             return
         rec.allowed = True
+        where = f"{req.host}:{req.port}"
         try:
             upstream = await _connect(addresses, req.port)
         except TimeoutError:
             rec.reason = "upstream connect timed out"
-            await _respond(
-                reader, writer, rec, 504, f"{req.host}:{req.port} did not answer in time"
-            )
+            await _respond(reader, writer, rec, 504, f"{where} did not answer in time")
             return
         except OSError as err:
             rec.reason = f"upstream unreachable: {err.strerror or err}"
-            await _respond(reader, writer, rec, 502, f"cannot connect to {req.host}:{req.port}")
+            await _respond(reader, writer, rec, 502, f"cannot connect to {where}")
             return
         counts = [0, 0]
         try:
@@ -589,14 +585,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     args.log.parent.mkdir(parents=True, exist_ok=True)
     proxy = EgressProxy(allowlist, args.log)
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, proxy.stop)
-        await proxy.serve(lambda port: write_json_atomic(args.ready_file, {"port": port}))
-
-    asyncio.run(run())
+    asyncio.run(proxy.serve(lambda port: write_json_atomic(args.ready_file, {"port": port})))
 
 
 if __name__ == "__main__":

@@ -336,8 +336,7 @@ class _Entry:
     started: float = field(default_factory=time.time)
 
     def row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"time": round(self.started, 3), "kind": self.kind}
-        row.update(self.fields)
+        row: dict[str, Any] = {"time": round(self.started, 3), "kind": self.kind, **self.fields}
         row.update(status=self.status, allowed=self.allowed, bytes=self.nbytes)
         if self.reason:
             row["reason"] = self.reason
@@ -572,10 +571,8 @@ class PackageIndexProxy(_Proxy):
             listed = urlsplit(url).path.rsplit("/", 1)[-1]
             if kind == "metadata" and name == listed + ".metadata":
                 fetch = url + ".metadata"
-            elif name == listed:
-                fetch = url
             else:
-                fetch = ""
+                fetch = url if name == listed else ""
             if not fetch or not hmac.compare_digest(sig, self.sign(project, url)):
                 raise Refused(404, "not a file link this package index proxy handed out")
             for who in (project, dist):
@@ -732,9 +729,8 @@ class HubProxy(_Proxy):
             raise Denied(reason)
 
     def check_content(self, resp: httpx.Response) -> None:
-        """A file the hub names by a denied content digest (``X-Linked-Etag``: an LFS
-        file's sha256; ``ETag``: a plain file's git blob id) is refused, whatever its repo's
-        name, before any of its bytes are relayed."""
+        """Refuse a file named by a denied digest (``X-Linked-Etag``: an LFS file's sha256;
+        ``ETag``: a plain file's git blob id), before any of its bytes are relayed."""
         for header in ("x-linked-etag", "etag"):
             if reason := self.deny.content_reason(resp.headers.get(header)):
                 raise Denied(reason)
