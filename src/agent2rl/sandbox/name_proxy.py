@@ -235,7 +235,7 @@ class DenyList:
             kind, rest = _hub_kind(entry)
             if not _is_pattern(entry) or kind not in (None, repo_type):
                 continue
-            if fnmatch.fnmatchcase(rid, rest.lower() if kind else entry.lower().strip("/")):
+            if fnmatch.fnmatchcase(rid, rest.lower().strip("/")):
                 return _denied(f"{repo_type} {repo!r}")
         return self._family_reason(f"{repo_type} {repo!r}", name_key(_repo_name(rid)), repo_type)
 

@@ -82,10 +82,7 @@ async def splice(
         pending: set[asyncio.Future] = {up, down}
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any(task.exception() is not None for task in done):
-                break
-            if end_with_b and down in done:
-                pending.discard(up)
+            if any(task.exception() is not None for task in done) or (end_with_b and down in done):
                 break
         else:
             clean = True
