@@ -86,9 +86,8 @@ class ProxyConfig:
     (a run's driver models); any other, or none named, is refused with a provider-shaped 403
     naming the allowed ones (so the agent cannot call, say, its task's judge model). None
     allows every model. ``denied_prompts``: model (``"*"``: any) -> texts a metered request
-    to it may not carry (compared case-folded, whitespace collapsed, over every string of the
-    request body): a task's judge prompt sent to its judge model is a 403 too.
-    Every exchange's request and response are appended to ``transcript.jsonl`` beside the
+    to it may not carry (:func:`denied_prompt`): a task's judge prompt to its judge model is a
+    403 too. Every exchange's request and response are appended to ``transcript.jsonl`` beside the
     usage file (:mod:`agent2rl.metering.transcript`). ``allow_provider_tools``: relay requests
     that carry provider-side tools (web search, URL fetches, MCP servers:
     :mod:`agent2rl.metering.provider_tools`); False refuses them with a provider-shaped 403

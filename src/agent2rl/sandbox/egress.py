@@ -131,7 +131,7 @@ def parse_rule(text: str) -> AllowRule:
         host = host[2:]
         if "." not in host:
             raise ValueError(f"bad allowlist entry {text!r}: a wildcard needs a domain, not a TLD")
-    if not host or "*" in host or "/" in host or "@" in host:
+    if "*" in host:  # an empty host or one with "/" or "@" is refused above
         raise ValueError(f"bad allowlist entry {text!r}: expected HOST, *.DOMAIN or HOST:PORT")
     return AllowRule(host, port, wildcard)
 

@@ -471,8 +471,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, proxy: _Proxy, host: str = "127.0.0.1") -> None:
-        super().__init__((host, 0), _Handler)
+    def __init__(self, proxy: _Proxy) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
         self.proxy = proxy
 
 
