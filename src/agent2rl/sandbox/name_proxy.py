@@ -531,13 +531,13 @@ class PackageIndexProxy(_Proxy):
                     raise Refused(
                         resp.status_code, f"the upstream index answered {resp.status_code}"
                     )
-                page = bytearray()
+                data = bytearray()
                 for chunk in resp.iter_bytes(CHUNK):
-                    page += chunk
-                    if len(page) > MAX_PAGE_BYTES:
+                    data += chunk
+                    if len(data) > MAX_PAGE_BYTES:
                         raise Refused(502, "the upstream page is too large")
             ctype = resp.headers.get("content-type", "text/html")
-            body = self.rewrite(project, str(resp.url), bytes(page), ctype)
+            body = self.rewrite(project, str(resp.url), bytes(data), ctype)
             entry.status, entry.nbytes = 200, len(body)
             # Links are signed by this process's key: a cached page outlives no restart.
             headers = {"Content-Type": ctype, "Content-Length": str(len(body))}
