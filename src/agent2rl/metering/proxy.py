@@ -86,9 +86,8 @@ class ProxyConfig:
     (a run's driver models); any other, or none named, is refused with a provider-shaped 403
     naming the allowed ones (so the agent cannot call, say, its task's judge model). None
     allows every model. ``denied_prompts``: model (``"*"``: any) -> texts a metered request
-    to it may not carry (compared case-folded, whitespace collapsed, over every string of the
-    request body): a task's judge prompt sent to its judge model is a 403 too.
-    Every exchange's request and response are appended to ``transcript.jsonl`` beside the
+    to it may not carry (:func:`denied_prompt`): a task's judge prompt to its judge model is a
+    403 too. Every exchange's request and response are appended to ``transcript.jsonl`` beside the
     usage file (:mod:`agent2rl.metering.transcript`). ``allow_provider_tools``: relay requests
     that carry provider-side tools (web search, URL fetches, MCP servers:
     :mod:`agent2rl.metering.provider_tools`); False refuses them with a provider-shaped 403
@@ -118,15 +117,14 @@ class ProxyConfig:
 
 @dataclass
 class _Exchange:
-    """One client request on its way through: its usage line, when it began, its provider
-    (to read what its tools did from the answer), its budget reservation (metered routes
-    only), the tokens of failed attempts that reported usage, and whether it was recorded
-    (exactly once, however it ends)."""
+    """One client request on its way through; recorded exactly once, however it ends."""
 
     rec: UsageRecord
-    started: float
-    provider: Provider
+    started: float  # time.monotonic()
+    provider: Provider  # also reads what its tools did from the answer
+    #: its budget reservation (metered routes only)
     estimate: Estimate | None = None
+    #: the tokens of failed attempts that reported usage
     failed_attempts: TokenCounts = field(default_factory=TokenCounts)
     done: bool = False
     #: for the transcript: the client's JSON body, and the answer (JSON, a reassembled
@@ -211,10 +209,8 @@ class _Proxy:
         rec.error = rec.error or why
 
     def upstream_headers(self, request: Request, provider: Provider) -> dict[str, str]:
-        """The client's headers the provider's allowlist keeps
-        (:meth:`~agent2rl.metering.providers.base.Provider.forward_header`), ``identity``
-        encoding (the proxy reads the usage out of the very bytes it forwards) and the real
-        key."""
+        """The client's headers :meth:`Provider.forward_header` keeps, ``identity`` encoding
+        (the proxy reads the usage out of the very bytes it forwards) and the real key."""
         headers: dict[str, str] = {}
         for name, value in request.headers.items():
             kept = provider.forward_header(name.lower(), value)
@@ -279,14 +275,11 @@ class _Proxy:
         if not provider.authorized(request, self.cfg.proxy_key):
             msg = "Invalid API key for the agent2rl metering proxy (use the run's key)."
             return self.refuse(ex, 401, msg, retry=True, note="invalid or missing proxy key")
-        body = await _read_body(request, self.cfg.max_body_bytes)
+        limit = self.cfg.max_body_bytes
+        body = await _read_body(request, limit)
         if body is None:
-            return self.refuse(
-                ex,
-                413,
-                f"request body larger than the metering proxy's limit of "
-                f"{self.cfg.max_body_bytes} bytes; send a shorter conversation",
-            )
+            too_big = f"request body larger than the metering proxy's limit of {limit} bytes"
+            return self.refuse(ex, 413, f"{too_big}; send a shorter conversation")
         payload = _json_object(body)
         # A copy: asking a stream for usage changes the payload (the transcript keeps what
         # the client sent). Only a JSON-object body is kept; a bare GET has none.
@@ -391,14 +384,11 @@ class _Proxy:
                 # A stream that ends before its final usage was cut, or (ended cleanly) its
                 # API sent none: either way the provider did the work, and the reservation
                 # is charged rather than nothing.
-                clean_end = relay.meter.ended and relay.error is None
+                how = "without reporting its usage"
+                if not (relay.meter.ended and relay.error is None):
+                    how = "before its usage was reported"
                 if metered and resp.is_success and not relay.meter.final:
-                    self.charge_estimate(
-                        ex,
-                        "the stream ended without reporting its usage"
-                        if clean_end
-                        else "the stream ended before its usage was reported",
-                    )
+                    self.charge_estimate(ex, f"the stream ended {how}")
                 self.record(ex)
 
             relay = Relay(resp, meter, error_event=provider.stream_error_event, on_end=on_end)
@@ -486,9 +476,8 @@ def path_problem(request: Request) -> str | None:
     route (``models/{id}``) reach another upstream endpoint with the real key once the URL is
     normalised on the way out (``models/../files`` is ``/files``).
     """
-    raw = request.scope.get("raw_path") or request.url.path.encode()
     try:
-        text = raw.decode("ascii")
+        text = _raw_path(request).decode("ascii")
     except UnicodeDecodeError:
         return "it is not ASCII"
     if any(not ("!" <= c <= "~") for c in text):
@@ -509,22 +498,22 @@ def path_problem(request: Request) -> str | None:
     return None
 
 
+def _raw_path(request: Request) -> bytes:
+    """The path as the client sent it, before percent-decoding."""
+    return request.scope.get("raw_path") or request.url.path.encode()
+
+
 def refuse_path(
     request: Request, provider: Provider | None, status: int, why: str | None
 ) -> Response:
     """The refusal of a path the proxy does not relay: ``status`` (400: a malformed or
     traversing path, ``why`` says how; 404: no such endpoint) in the provider's error shape,
     naming the endpoints it does relay (every provider's, for a path under none)."""
-    shown = (request.scope.get("raw_path") or request.url.path.encode()).decode("ascii", "replace")
-    shown = shown[:200]
+    shown = _raw_path(request).decode("ascii", "replace")[:200]
     providers = [provider] if provider is not None else list(PROVIDERS.values())
     allowed = ", ".join(line for p in providers for line in p.allowed_endpoints())
-    head = (
-        f"{request.method} {shown} is refused: {why}"
-        if why
-        else (f"{request.method} {shown} is not an endpoint the agent2rl metering proxy relays")
-    )
-    msg = f"{head}. The metering proxy relays only: {allowed}"
+    what = f"is refused: {why}" if why else "is not an endpoint the agent2rl metering proxy relays"
+    msg = f"{request.method} {shown} {what}. The metering proxy relays only: {allowed}"
     return (provider or PROVIDERS[FALLBACK_PROVIDER]).error_response(status, msg, retry=False)
 
 

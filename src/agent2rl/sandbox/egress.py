@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -130,7 +131,7 @@ def parse_rule(text: str) -> AllowRule:
         host = host[2:]
         if "." not in host:
             raise ValueError(f"bad allowlist entry {text!r}: a wildcard needs a domain, not a TLD")
-    if not host or "*" in host or "/" in host or "@" in host:
+    if "*" in host:  # an empty host or one with "/" or "@" is refused above
         raise ValueError(f"bad allowlist entry {text!r}: expected HOST, *.DOMAIN or HOST:PORT")
     return AllowRule(host, port, wildcard)
 
@@ -138,8 +139,8 @@ def parse_rule(text: str) -> AllowRule:
 class Allowlist:
     """The rules a proxy applies; :meth:`decide` says whether ``host:port`` may be reached."""
 
-    def __init__(self, rules: Iterable[str | AllowRule]) -> None:
-        self.rules = [r if isinstance(r, AllowRule) else parse_rule(r) for r in rules]
+    def __init__(self, rules: Iterable[str]) -> None:
+        self.rules = [parse_rule(rule) for rule in rules]
 
     def decide(self, host: str, port: int) -> str | None:
         """None when allowed, else the reason it is not."""
@@ -276,29 +277,26 @@ def parse_head(head: bytes) -> _Request:
 
 
 class EgressProxy:
-    """The proxy's server: :meth:`serve` listens on a free loopback port until :meth:`stop`."""
+    """The proxy's server: :meth:`serve` listens on a free loopback port until a signal."""
 
     def __init__(self, allowlist: Allowlist, log_path: Path) -> None:
         self.allowlist = allowlist
         self.log_path = log_path
         self._tasks: set[asyncio.Task] = set()
-        self._stopped: asyncio.Event | None = None
 
-    async def serve(self, on_ready: Callable[[int], None], host: str = "127.0.0.1") -> None:
-        """Listen on a free port of ``host``, call ``on_ready(port)``, serve until stopped;
-        then cut every open connection (each is logged)."""
-        self._stopped = asyncio.Event()
-        server = await asyncio.start_server(self.handle, host, 0, limit=HEAD_LIMIT)
+    async def serve(self, on_ready: Callable[[int], None]) -> None:
+        """Listen on a free loopback port, call ``on_ready(port)``, serve until SIGTERM or
+        SIGINT; then cut every open connection (each is logged)."""
+        stopped = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stopped.set)
+        server = await asyncio.start_server(self.handle, "127.0.0.1", 0, limit=HEAD_LIMIT)
         on_ready(server.sockets[0].getsockname()[1])
-        await self._stopped.wait()
+        await stopped.wait()
         server.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def stop(self) -> None:
-        if self._stopped is not None:
-            self._stopped.set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: one request, logged once it ends."""
@@ -359,17 +357,16 @@ class EgressProxy:
             await _respond(reader, writer, rec, 403, refusal, allowed=str(self.allowlist))
             return
         rec.allowed = True
+        where = f"{req.host}:{req.port}"
         try:
             upstream = await _connect(addresses, req.port)
         except TimeoutError:
             rec.reason = "upstream connect timed out"
-            await _respond(
-                reader, writer, rec, 504, f"{req.host}:{req.port} did not answer in time"
-            )
+            await _respond(reader, writer, rec, 504, f"{where} did not answer in time")
             return
         except OSError as err:
             rec.reason = f"upstream unreachable: {err.strerror or err}"
-            await _respond(reader, writer, rec, 502, f"cannot connect to {req.host}:{req.port}")
+            await _respond(reader, writer, rec, 502, f"cannot connect to {where}")
             return
         counts = [0, 0]
         try:
@@ -428,12 +425,8 @@ def _status_of(first_bytes: bytes) -> int | None:
 async def _resolve(host: str, port: int) -> tuple[list[str], str | None]:
     """(addresses to try in order, None) or ([], why not). An IP literal is itself; a name is
     refused when any of its addresses is loopback or unspecified."""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        ip = None
-    if ip is not None:
-        return [str(ip)], None
+    with contextlib.suppress(ValueError):
+        return [str(ipaddress.ip_address(host))], None
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -483,8 +476,9 @@ async def _respond(
     if allowed:
         payload["allowed"] = allowed
     body = json.dumps(payload).encode()
+    phrase = "Forbidden by agent2rl network policy" if status == 403 else HTTPStatus(status).phrase
     head = (
-        f"HTTP/1.1 {status} {_reason_phrase(status)}\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
@@ -497,10 +491,6 @@ async def _respond(
         await asyncio.wait_for(_discard(reader, HEAD_LIMIT), 1.0)
     except (TimeoutError, OSError, asyncio.LimitOverrunError):
         pass
-
-
-def _reason_phrase(status: int) -> str:
-    return "Forbidden by agent2rl network policy" if status == 403 else HTTPStatus(status).phrase
 
 
 async def _discard(reader: asyncio.StreamReader, limit: int) -> None:
@@ -595,14 +585,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     args.log.parent.mkdir(parents=True, exist_ok=True)
     proxy = EgressProxy(allowlist, args.log)
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, proxy.stop)
-        await proxy.serve(lambda port: write_json_atomic(args.ready_file, {"port": port}))
-
-    asyncio.run(run())
+    asyncio.run(proxy.serve(lambda port: write_json_atomic(args.ready_file, {"port": port})))
 
 
 if __name__ == "__main__":

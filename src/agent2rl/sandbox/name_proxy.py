@@ -206,16 +206,18 @@ class DenyList:
     hub_repos: tuple[str, ...] = ()
     file_hashes: tuple[str, ...] = ()
 
-    def _roots(self, repo_type: str | None) -> Iterator[tuple[str, str]]:
-        """``(entry, key)`` of every plain entry that applies to ``repo_type`` (None: a
-        package), its key without the org for a hub entry."""
-        for entry in self.packages:
-            if not _is_pattern(entry):
-                yield entry, name_key(entry)
+    def _family_reason(self, what: str, key: str, repo_type: str | None) -> str | None:
+        """Why ``what``, whose name key is ``key``, is refused by a plain entry that applies
+        to ``repo_type`` (None: a package), or None; a hub entry's key drops the org."""
+        roots = [(entry, name_key(entry)) for entry in self.packages if not _is_pattern(entry)]
         for entry in self.hub_repos:
             kind, rest = _hub_kind(entry)
             if not _is_pattern(entry) and (repo_type is None or kind in (None, repo_type)):
-                yield rest, name_key(_repo_name(rest))
+                roots.append((rest, name_key(_repo_name(rest))))
+        for entry, root in roots:
+            if _in_family(root, key):
+                return _denied(what, None if key == root else entry)
+        return None
 
     def package_reason(self, project: str) -> str | None:
         """Why ``project`` may not be fetched, or None."""
@@ -223,11 +225,7 @@ class DenyList:
         for pattern in self.packages:
             if _is_pattern(pattern) and fnmatch.fnmatchcase(name, normalize_project(pattern)):
                 return _denied(f"package {name!r}")
-        key = name_key(project)
-        for entry, root in self._roots(None):
-            if _in_family(root, key):
-                return _denied(f"package {name!r}", None if key == root else entry)
-        return None
+        return self._family_reason(f"package {name!r}", name_key(project), None)
 
     def hub_reason(self, repo_type: str, repo: str) -> str | None:
         """Why the hub repo ``repo`` of ``repo_type`` (model, dataset, space) may not be
@@ -237,13 +235,9 @@ class DenyList:
             kind, rest = _hub_kind(entry)
             if not _is_pattern(entry) or kind not in (None, repo_type):
                 continue
-            if fnmatch.fnmatchcase(rid, rest.lower() if kind else entry.lower().strip("/")):
+            if fnmatch.fnmatchcase(rid, rest.lower().strip("/")):
                 return _denied(f"{repo_type} {repo!r}")
-        key = name_key(_repo_name(rid))
-        for entry, root in self._roots(repo_type):
-            if _in_family(root, key):
-                return _denied(f"{repo_type} {repo!r}", None if key == root else entry)
-        return None
+        return self._family_reason(f"{repo_type} {repo!r}", name_key(_repo_name(rid)), repo_type)
 
     def content_reason(self, digest: str | None) -> str | None:
         """Why a file whose content has the hex ``digest`` (an ETag, quotes and ``W/``
@@ -313,9 +307,9 @@ def default_index_url(env: dict[str, str] | None = None) -> str:
     return url.split()[0].rstrip("/") + "/"
 
 
-def default_hub_url(env: dict[str, str] | None = None) -> str:
+def default_hub_url() -> str:
     """The hub the harness itself uses: ``HF_ENDPOINT``, else huggingface.co."""
-    url = (os.environ if env is None else env).get("HF_ENDPOINT", "").strip()
+    url = os.environ.get("HF_ENDPOINT", "").strip()
     return (url if url.startswith(("http://", "https://")) else HF_HUB).rstrip("/")
 
 
@@ -342,8 +336,7 @@ class _Entry:
     started: float = field(default_factory=time.time)
 
     def row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"time": round(self.started, 3), "kind": self.kind}
-        row.update(self.fields)
+        row: dict[str, Any] = {"time": round(self.started, 3), "kind": self.kind, **self.fields}
         row.update(status=self.status, allowed=self.allowed, bytes=self.nbytes)
         if self.reason:
             row["reason"] = self.reason
@@ -478,8 +471,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, proxy: _Proxy, host: str = "127.0.0.1") -> None:
-        super().__init__((host, 0), _Handler)
+    def __init__(self, proxy: _Proxy) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
         self.proxy = proxy
 
 
@@ -533,31 +526,22 @@ class PackageIndexProxy(_Proxy):
                 raise Denied(reason)
             headers = {k: v for k, v in h.client_headers().items() if k.lower() != "range"}
             url = self.upstream + quote(project) + "/"
-            resp = self._get(url, headers)
-            if resp.status_code != 200:
-                raise Refused(resp.status_code, f"the upstream index answered {resp.status_code}")
-            ctype = resp.headers.get("content-type", "text/html")
-            body = self.rewrite(project, str(resp.url), resp.content, ctype)
-            entry.status, entry.nbytes = 200, len(body)
-            # Links are signed by this process's key: a cached page outlives no restart.
-            headers = {"Content-Type": ctype, "Content-Length": str(len(body))}
-            h.answer(200, {**headers, "Cache-Control": "no-store"}, body)
-
-    def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
-        """GET a page (redirects followed, boundedly), read whole within MAX_PAGE_BYTES."""
-        for _ in range(MAX_REDIRECTS + 1):
-            with self.client.stream("GET", url, headers=headers) as resp:
-                if resp.is_redirect and "location" in resp.headers:
-                    url = urljoin(url, resp.headers["location"])
-                    continue
+            with _follow(self.client, "GET", url, headers, too_many="upstream index") as resp:
+                if resp.status_code != 200:
+                    raise Refused(
+                        resp.status_code, f"the upstream index answered {resp.status_code}"
+                    )
                 data = bytearray()
                 for chunk in resp.iter_bytes(CHUNK):
                     data += chunk
                     if len(data) > MAX_PAGE_BYTES:
                         raise Refused(502, "the upstream page is too large")
-                resp._content = bytes(data)  # what .content returns once read
-                return resp
-        raise Refused(502, "the upstream index redirected too often")
+            ctype = resp.headers.get("content-type", "text/html")
+            body = self.rewrite(project, str(resp.url), bytes(data), ctype)
+            entry.status, entry.nbytes = 200, len(body)
+            # Links are signed by this process's key: a cached page outlives no restart.
+            headers = {"Content-Type": ctype, "Content-Length": str(len(body))}
+            h.answer(200, {**headers, "Cache-Control": "no-store"}, body)
 
     def rewrite(self, project: str, page_url: str, body: bytes, ctype: str) -> bytes:
         """The page with each file URL pointing at this proxy (fragments kept)."""
@@ -587,10 +571,8 @@ class PackageIndexProxy(_Proxy):
             listed = urlsplit(url).path.rsplit("/", 1)[-1]
             if kind == "metadata" and name == listed + ".metadata":
                 fetch = url + ".metadata"
-            elif name == listed:
-                fetch = url
             else:
-                fetch = ""
+                fetch = url if name == listed else ""
             if not fetch or not hmac.compare_digest(sig, self.sign(project, url)):
                 raise Refused(404, "not a file link this package index proxy handed out")
             for who in (project, dist):
@@ -615,11 +597,13 @@ def _follow(
     content: bytes | None = None,
     stop_at_foreign: bool = False,
     check_response: Any = None,
+    too_many: str = "upstream",
 ) -> Iterator[httpx.Response]:
     """``client.stream(method, url)`` with redirects followed (at most MAX_REDIRECTS), each
     hop first passed to ``check(url)`` (which raises :class:`Refused` to stop); yields the last
     response. ``check_response`` is called with every response, redirects included, before
-    its body is read (raises :class:`Refused` to stop)."""
+    its body is read (raises :class:`Refused` to stop). ``too_many`` names the upstream in
+    the 502 after too many redirects."""
     origin = urlsplit(url).netloc
     for _ in range(MAX_REDIRECTS + 1):
         with client.stream(method, url, headers=headers, content=content) as resp:
@@ -637,7 +621,7 @@ def _follow(
             # A credential the client gave the upstream is not for the CDN.
             headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         url = nxt
-    raise Refused(502, "the upstream redirected too often")
+    raise Refused(502, f"the {too_many} redirected too often")
 
 
 # --- the model hub ---------------------------------------------------------------------------
@@ -718,7 +702,6 @@ class HubProxy(_Proxy):
             headers = h.client_headers()
             if target.route == "resolve":
                 headers["Accept-Encoding"] = "identity"
-            head = h.command == "HEAD"
             with _follow(
                 self.client,
                 h.command,
@@ -726,7 +709,7 @@ class HubProxy(_Proxy):
                 headers,
                 check=self.check_url,
                 content=body,
-                stop_at_foreign=head,
+                stop_at_foreign=h.command == "HEAD",
                 check_response=self.check_content if target.route == "resolve" else None,
             ) as resp:
                 out = {k: v for k, v in resp.headers.items() if k.lower() in _HUB_HEADERS}
@@ -746,9 +729,8 @@ class HubProxy(_Proxy):
             raise Denied(reason)
 
     def check_content(self, resp: httpx.Response) -> None:
-        """A file the hub names by a denied content digest (``X-Linked-Etag``: an LFS
-        file's sha256; ``ETag``: a plain file's git blob id) is refused, whatever its repo's
-        name, before any of its bytes are relayed."""
+        """Refuse a file named by a denied digest (``X-Linked-Etag``: an LFS file's sha256;
+        ``ETag``: a plain file's git blob id), before any of its bytes are relayed."""
         for header in ("x-linked-etag", "etag"):
             if reason := self.deny.content_reason(resp.headers.get(header)):
                 raise Denied(reason)
@@ -768,19 +750,14 @@ def serve(proxy: _Proxy, ready_file: Path) -> None:
     """Serve ``proxy`` on a free loopback port (announced in ``ready_file``) until SIGTERM or
     SIGINT."""
     server = _Server(proxy)
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _sig, _frame: stop.set())
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2})
-    thread.start()
+        # shutdown() waits for serve_forever(), which runs here: it must be called elsewhere.
+        signal.signal(sig, lambda _sig, _frame: threading.Thread(target=server.shutdown).start())
     write_json_atomic(ready_file, {"port": server.server_address[1], "pid": os.getpid()})
     try:
-        while not stop.wait(0.5):
-            pass
+        server.serve_forever(poll_interval=0.2)
     finally:
-        server.shutdown()
         server.server_close()
-        thread.join(10)
         proxy.close()
 
 
@@ -801,8 +778,7 @@ def start_name_proxy(
     if not upstream.startswith(("http://", "https://")):
         raise ValueError(f"the {kind} proxy's upstream must be an http(s) URL, not {upstream!r}")
     args = [kind, "--upstream", upstream, "--log", str(log_path), *deny.to_args()]
-    module = "agent2rl.sandbox.name_proxy"
-    return start_proxy(module, args, f"{kind} proxy", ready_file, stdout_log)
+    return start_proxy("agent2rl.sandbox.name_proxy", args, f"{kind} proxy", ready_file, stdout_log)
 
 
 @dataclass
@@ -849,13 +825,9 @@ def start_name_proxies(
             ("index", index_url or default_index_url(), PACKAGE_LOG),
             ("hub", hub_url or default_hub_url(), HUB_LOG),
         ):
+            ready, out = state_dir / f"{kind}-proxy.json", state_dir / f"{kind}-proxy.log"
             handle = start_name_proxy(
-                kind,
-                upstream,
-                deny,
-                record_dir / log,
-                ready_file=state_dir / f"{kind}-proxy.json",
-                stdout_log=state_dir / f"{kind}-proxy.log",
+                kind, upstream, deny, record_dir / log, ready_file=ready, stdout_log=out
             )
             setattr(proxies, kind, handle)
     except BaseException:

@@ -33,6 +33,7 @@ which import this module as ``agent2rl.sandbox.netbridge``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import signal
@@ -81,10 +82,7 @@ async def splice(
         pending: set[asyncio.Future] = {up, down}
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any(task.exception() is not None for task in done):
-                break
-            if end_with_b and down in done:
-                pending.discard(up)
+            if any(task.exception() is not None for task in done) or (end_with_b and down in done):
                 break
         else:
             clean = True
@@ -234,10 +232,8 @@ def _listen(port: int) -> list[socket.socket]:
     """Listening sockets on the namespace's loopback: IPv4 always (an error if impossible),
     IPv6 where the namespace has it (``localhost`` may resolve to ``::1`` first)."""
     out = [_bound(socket.AF_INET, "127.0.0.1", port)]
-    try:
+    with contextlib.suppress(OSError):
         out.append(_bound(socket.AF_INET6, "::1", port))
-    except OSError:
-        pass
     return out
 
 
@@ -315,9 +311,8 @@ def _alive(pid: int) -> bool:
 def _exec(command: list[str]) -> None:
     # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec:
     # restore them, as subprocess does, so `yes | head` behaves as without the bridge.
-    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execvp(command[0], command)
     except FileNotFoundError:
