@@ -6,23 +6,20 @@ endpoint (``--task-opt judge=... judge_model=... judge_base_url=...``). Two name
 configs (``--task-opt judge=NAME``):
 
 - ``annotators_gpt52_fn`` (version 2's default): the reference implementation's evaluation
-  config, GPT-5.2 ranking the two outputs by function call
-  (:mod:`agent2rl.scoring.judges.ranking`, which says what is copied from AlpacaEval's
-  ``alpaca_eval_gpt4_turbo_fn`` annotator and what is assumed about the reference's own);
+  config, whence the paper's AlpacaEval numbers (docs/paper-fidelity.md): GPT-5.2 ranking the
+  two outputs by function call (:mod:`agent2rl.scoring.judges.ranking`, which says what is
+  copied from AlpacaEval's ``alpaca_eval_gpt4_turbo_fn`` annotator and what is assumed about
+  the reference's own);
 - ``weighted_alpaca_eval_gpt4_turbo`` (version 1's judge): AlpacaEval 2.0's official annotator,
   GPT-4 Turbo's logprobs (:mod:`agent2rl.scoring.judges.protocol`). The reference's task text
   names GPT-4 Turbo; AlpacaEval's public leaderboard numbers are this judge's.
 
-Which judge produced which published numbers: AlpacaEval 2.0's public leaderboard (and the
-GPT-4 Turbo the reference's task text names) is ``weighted_alpaca_eval_gpt4_turbo``; the
-paper's AlpacaEval numbers come from the reference's evaluation config, i.e.
-``annotators_gpt52_fn`` (docs/paper-fidelity.md). The two judges' scores never compare (the
-judge is part of the evaluation hash). ``judge_model`` empty means the config's own model.
-The score
-(``metric``) is the length-controlled win rate (``lc``, the default, the reference's), which
-needs ``df_gamed.csv`` (the LC GLM's data) in the task store and is refused without it, or
-the raw win rate (``raw``), chosen explicitly; which one is part of the evaluation settings,
-so scores of the two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
+The two judges' scores never compare (the judge is part of the evaluation hash).
+``judge_model`` empty means the config's own model. The score (``metric``) is the
+length-controlled win rate (``lc``, the default, the reference's), which needs
+``df_gamed.csv`` (the LC GLM's data) in the task store and is refused without it, or the raw
+win rate (``raw``), chosen explicitly; which one is part of the evaluation settings, so
+scores of the two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
 Generation runs in the reference's 4,096-token context under ``--protocol reference``
 (:data:`~agent2rl.inference.decoding.REFERENCE_CONTEXT`, applied by the vLLM backend).
 
@@ -42,8 +39,7 @@ setting); a model without a chat template gets the raw instruction too (version 
 ``### Instruction:``. Greedy, 512 new tokens (the reference's setting).
 
 Version 1's protocol exactly: ``--task-opt judge=weighted_alpaca_eval_gpt4_turbo
-base_prompt=alpaca``.
-"""
+base_prompt=alpaca``."""
 
 from __future__ import annotations
 
@@ -69,6 +65,7 @@ from agent2rl.scoring.judges.win_rates import read_df_gamed
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.base import Task
+from agent2rl.tasks.gsm8k import read_rows
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 
@@ -76,9 +73,8 @@ EVAL_REPO = "tatsu-lab/alpaca_eval"
 EVAL_FILE = "alpaca_eval_gpt4_baseline.json"
 GAMED_FILE = "df_gamed.csv"
 ALPACA_REPO = "tatsu-lab/alpaca"
-#: the eval set's size and the reference's generator
+#: the eval set's size
 EVAL_SIZE = 805
-REFERENCE_GENERATOR = "gpt4_1106_preview"
 #: alpaca rows [0, PUBLIC_SIZE) are public, the next VALIDATION_SIZE the validation split
 PUBLIC_SIZE = 2000
 VALIDATION_SIZE = 100
@@ -94,6 +90,14 @@ BASE_TEMPLATE = (
 )
 
 SPLIT_FILES = {"public": "train.jsonl", "private": "eval.jsonl", "validation": "validation.jsonl"}
+#: the end of both judged tasks' description: what the agent may use to build its reward
+OWN_LLM_NOTE = """\
+- You **may** call your own LLM (the driver model of this run) through the run's metering
+  proxy, e.g. to write or rank preference data for DPO: those tokens count against your
+  token budget and show in the run report.
+- The grading service tells you each submission's score; per-item judgments stay with the
+  grader.
+"""
 
 
 def merged_instruction(row: dict[str, Any]) -> str:
@@ -101,6 +105,21 @@ def merged_instruction(row: dict[str, Any]) -> str:
     asked when it is judged (the validation split)."""
     extra = str(row.get("input") or "").strip()
     return f"{row['instruction']}\n\n{extra}" if extra else str(row["instruction"])
+
+
+def judged_row(
+    row_id: str, index: int, instruction: str, dataset: str, reference: str, generator: str
+) -> dict[str, Any]:
+    """A row of a judged split (private or validation): the instruction and the reference
+    output the model's is judged against."""
+    return {
+        "id": row_id,
+        "index": index,
+        "instruction": instruction,
+        "dataset": dataset,
+        "reference": reference,
+        "reference_generator": generator,
+    }
 
 
 def alpacaeval_sample(row: dict[str, Any]) -> Sample:
@@ -116,25 +135,6 @@ SPLITS = JsonlSplits(SPLIT_FILES, alpacaeval_sample)  # type: ignore[arg-type]
 
 
 # -- reading the official files ------------------------------------------------------------
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON list, a JSON-lines file or a parquet file; :class:`UserError` naming a
-    file that does not read."""
-    try:
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path).to_pylist()
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        data = json.loads(text)
-    except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
-        raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise UserError(f"{path} is not a JSON list of objects")
-    return data
-
-
 def convert_eval(rows: list[dict[str, Any]], source: Path | str) -> list[dict[str, Any]]:
     """AlpacaEval's reference outputs (``instruction``, ``output``, ``dataset``,
     ``generator``) -> the private split's rows (``id``, ``index``, ``instruction``,
@@ -153,16 +153,9 @@ def convert_eval(rows: list[dict[str, Any]], source: Path | str) -> list[dict[st
         if ins in seen:
             raise UserError(f"{source}: row {i} repeats an instruction: {ins[:80]!r}")
         seen.add(ins)
-        out.append(
-            {
-                "id": f"alpacaeval-{i:03d}",
-                "index": i,
-                "instruction": ins,
-                "dataset": str(row.get("dataset") or "alpaca_eval"),
-                "reference": ref,
-                "reference_generator": str(row.get("generator") or ""),
-            }
-        )
+        dataset = str(row.get("dataset") or "alpaca_eval")
+        generator = str(row.get("generator") or "")
+        out.append(judged_row(f"alpacaeval-{i:03d}", i, ins, dataset, ref, generator))
     return out
 
 
@@ -198,8 +191,7 @@ def find_files(source: Path) -> dict[str, Path | None]:
       ``input`` and ``output`` (the hub's ``train-*.parquet`` of ``tatsu-lab/alpaca``, or
       stanford_alpaca's ``alpaca_data.json``).
 
-    Raises :class:`UserError` naming what is missing or ambiguous and how to get it.
-    """
+    Raises :class:`UserError` naming what is missing or ambiguous and how to get it."""
     source = source.expanduser()
     if not source.is_dir():
         raise UserError(f"{source} is not a directory: pass the folder holding the files")
@@ -215,18 +207,8 @@ def find_files(source: Path) -> dict[str, Path | None]:
     if len(evals) > 1 or len(gamed) > 1:
         many = ", ".join(str(p) for p in (evals if len(evals) > 1 else gamed))
         raise UserError(f"several candidate files under {source}: {many}; keep one")
-    alpaca = []
-    for p in files:
-        if p.suffix not in (".json", ".jsonl", ".parquet") or p in evals:
-            continue
-        if p.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            names = set(pq.read_schema(p).names)
-        else:
-            names = set(_first_row(p))
-        if {"instruction", "input", "output"} <= names:
-            alpaca.append(p)
+    fields = {"instruction", "input", "output"}
+    alpaca = [p for p in files if p not in evals and fields <= _columns(p)]
     if not alpaca:
         raise UserError(
             f"no Alpaca training rows under {source}: add the parquet file of the Hugging "
@@ -240,9 +222,16 @@ def find_files(source: Path) -> dict[str, Path | None]:
     return {"eval": evals[0], "gamed": gamed[0] if gamed else None, "alpaca": alpaca[0]}
 
 
-def _first_row(path: Path) -> dict[str, Any]:
-    """The first object of a JSON list or JSON-lines file ({} for anything else): enough to
-    recognise a file's schema without parsing a large non-Alpaca file in full."""
+def _columns(path: Path) -> set[str]:
+    """A parquet file's columns, or the keys of the first object of a JSON list or JSON-lines
+    file (empty for anything else): enough to recognise a file's schema without parsing a
+    large non-Alpaca file in full."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(path).names)
+    if path.suffix not in (".json", ".jsonl"):
+        return set()
     try:
         with open(path, encoding="utf-8") as fh:
             if path.suffix == ".jsonl":
@@ -250,11 +239,11 @@ def _first_row(path: Path) -> dict[str, Any]:
             else:
                 head = fh.read(1 << 16).lstrip()
                 if not head.startswith("["):
-                    return {}
+                    return set()
                 row, _ = json.JSONDecoder().raw_decode(head[1:].lstrip())
     except (OSError, ValueError, UnicodeDecodeError):
-        return {}
-    return row if isinstance(row, dict) else {}
+        return set()
+    return set(row) if isinstance(row, dict) else set()
 
 
 def write_store(
@@ -274,24 +263,14 @@ def write_store(
     private = convert_eval(eval_rows, source)
     alpaca = convert_alpaca(alpaca_rows, source)
     n_total = PUBLIC_SIZE + VALIDATION_SIZE
-    if len(alpaca) >= n_total:
-        public, validation = alpaca[:PUBLIC_SIZE], alpaca[PUBLIC_SIZE:n_total]
-    else:
-        n_val = max(1, len(alpaca) // 10)
-        public, validation = alpaca[: len(alpaca) - n_val], alpaca[len(alpaca) - n_val :]
+    n_public = PUBLIC_SIZE if len(alpaca) >= n_total else len(alpaca) - max(1, len(alpaca) // 10)
+    public, validation = alpaca[:n_public], alpaca[n_public:n_total]
     graded = {r["instruction"].strip() for r in private}
     overlap = [r for r in public + validation if merged_instruction(r).strip() in graded]
     public = [r for r in public if r not in overlap]
     validation = [r for r in validation if r not in overlap]
     val_rows = [
-        {
-            "id": r["id"],
-            "index": i,
-            "instruction": merged_instruction(r),
-            "dataset": "alpaca",
-            "reference": r["output"],
-            "reference_generator": "text-davinci-003",
-        }
+        judged_row(r["id"], i, merged_instruction(r), "alpaca", r["output"], "text-davinci-003")
         for i, r in enumerate(validation)
     ]
     if gamed is not None:
@@ -307,9 +286,8 @@ def write_store(
             )
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    write_jsonl(tmp / "public" / SPLIT_FILES["public"], public)
-    write_jsonl(tmp / "private" / SPLIT_FILES["private"], private)
-    write_jsonl(tmp / "validation" / SPLIT_FILES["validation"], val_rows)
+    for side, rows in (("public", public), ("private", private), ("validation", val_rows)):
+        write_jsonl(tmp / side / SPLIT_FILES[side], rows)
     if gamed is not None:
         (tmp / "private" / GAMED_FILE).write_bytes(gamed.read_bytes())
     official = len(private) == EVAL_SIZE and len(alpaca) >= n_total
@@ -366,7 +344,7 @@ def download(root: Path) -> str:
     except Exception:  # the task still works, on the raw win rate
         gamed = None
     rows = [dict(r) for r in alpaca]
-    return write_store(root, _read_rows(eval_path), rows, gamed, f"{EVAL_REPO} + {ALPACA_REPO}")
+    return write_store(root, read_rows(eval_path), rows, gamed, f"{EVAL_REPO} + {ALPACA_REPO}")
 
 
 @dataclass(frozen=True)
@@ -439,8 +417,8 @@ class AlpacaEval(Task):
         assert files["eval"] is not None and files["alpaca"] is not None
         return write_store(
             root,
-            _read_rows(files["eval"]),
-            _read_rows(files["alpaca"]),
+            read_rows(files["eval"]),
+            read_rows(files["alpaca"]),
             files["gamed"],
             str(source.expanduser().resolve()),
         )
@@ -489,8 +467,8 @@ class AlpacaEval(Task):
         return Judge(judge, read_df_gamed(gamed) if self.metric(prepared) == LC else None)
 
     def private_paths(self) -> list[Path]:
-        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's; and
-        the installed ``alpaca-eval`` distribution's ``METADATA`` (:func:`_readme_path`)."""
+        """The judgment cache (under ``AGENT2RL_HOME``) and the installed ``alpaca-eval``
+        distribution's ``METADATA`` (:func:`_readme_path`): the grader's, never the agent's."""
         paths = [load_settings().home / CACHE_RELPATH.parent]
         readme = _readme_path()
         return [*paths, readme] if readme is not None else paths
@@ -527,31 +505,25 @@ class AlpacaEval(Task):
             "for your output; the run chose it over the length-controlled win rate with "
             "`--task-opt metric=raw`)"
         )
-        if self.config.base_prompt == "raw":
-            base_line = (
-                "- A model without a chat template gets the instruction alone, as raw text "
-                "(no Alpaca prompt around it)."
-            )
-        else:
-            base_line = (
-                "- Base models get Alpaca's prompt format (the format of `data/train.jsonl`); "
-                "an example with an `input` would add it after the instruction, but "
-                "evaluation instructions have none."
-            )
-        if self.config.judge == judge_ranking.NAME:
-            judge_line = (
-                f"- The judge ({self.config.judge_model}) sees the instruction and two answers "
-                "in an order fixed per instruction and ranks them by a function call: each "
-                "instruction's preference is 1 (yours better) or 0 (reference better)."
-            )
-        else:
-            judge_line = (
-                "- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator "
-                f"({self.config.judge_model}): it sees the instruction and two answers in an "
-                "order fixed per instruction, and its next-token probabilities give a "
-                "preference between 0 (reference better) and 1 (yours better) for every "
-                "instruction."
-            )
+        base_line = (
+            "- A model without a chat template gets the instruction alone, as raw text "
+            "(no Alpaca prompt around it)."
+            if self.config.base_prompt == "raw"
+            else "- Base models get Alpaca's prompt format (the format of `data/train.jsonl`); "
+            "an example with an `input` would add it after the instruction, but "
+            "evaluation instructions have none."
+        )
+        judge_line = (
+            f"- The judge ({self.config.judge_model}) sees the instruction and two answers "
+            "in an order fixed per instruction and ranks them by a function call: each "
+            "instruction's preference is 1 (yours better) or 0 (reference better)."
+            if self.config.judge == judge_ranking.NAME
+            else "- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator "
+            f"({self.config.judge_model}): it sees the instruction and two answers in an "
+            "order fixed per instruction, and its next-token probabilities give a "
+            "preference between 0 (reference better) and 1 (yours better) for every "
+            "instruction."
+        )
         return f"""# Task: alpacaeval (level 2, judge-based reward)
 
 Improve the base model's instruction following as judged by an LLM: AlpacaEval 2.0. There is
@@ -581,12 +553,7 @@ Example:
 ## What you may use
 - You may **not** use the grading judge: not its endpoint, its API key or its cache of
   judgments. They are the grader's and are not in your environment.
-- You **may** call your own LLM (the driver model of this run) through the run's metering
-  proxy, e.g. to write or rank preference data for DPO: those tokens count against your
-  token budget and show in the run report.
-- The grading service tells you each submission's score; per-item judgments stay with the
-  grader.
-"""
+{OWN_LLM_NOTE}"""
 
 
 def _readme_path() -> Path | None:
@@ -596,8 +563,7 @@ def _readme_path() -> Path | None:
     states get their names?" (helpful_base) with its gpt4_1106_preview reference output, in
     its example of ``annotations.json``. The agent's interpreter has the package installed
     (the judge's template comes from it), so every agent sandbox masks this file (it then
-    reads as empty: ``importlib.metadata`` finds no name or version for the package there).
-    """
+    reads as empty: ``importlib.metadata`` finds no name or version for the package there)."""
     try:
         dist = metadata.distribution("alpaca-eval")
     except metadata.PackageNotFoundError:

@@ -13,8 +13,7 @@ curriculum, easy problems first.
 
 The private split is reproducible from this source by design (the lite track must run
 offline and identically everywhere); the sandbox keeps the harness source out of the agent's
-reach.
-"""
+reach."""
 
 from __future__ import annotations
 

@@ -22,8 +22,7 @@ Two evaluation protocols (the ``protocol`` option), both stated in ``description
 - ``agent2rl``: chat models get one zero-shot user message; base models get a fixed
   few-shot prompt built from the first ``num_fewshot`` train items. Grading extracts the
   final answer (after ``####``, else the last number) and compares it with
-  :func:`agent2rl.scoring.answers_match` (math-verify).
-"""
+  :func:`agent2rl.scoring.answers_match` (math-verify)."""
 
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ from typing import Any
 
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample, Split
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import read_jsonl, swap_in_dir, write_json_atomic, write_jsonl
 from agent2rl.scoring import FinalAnswer, OpenCompassGsm8k
 from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
 from agent2rl.solvers import Generate, PromptFormat
@@ -115,8 +114,7 @@ def convert_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, str]]
     """Rows of the raw schema (``question``, ``answer``) -> ours (``id``, ``question``,
     ``answer``). Ids are ``<split>-<index>`` in file order.
 
-    Raises :class:`UserError` naming the first row that lacks a field or a ``####`` answer.
-    """
+    Raises :class:`UserError` naming the first row that lacks a field or a ``####`` answer."""
     out = []
     for i, row in enumerate(rows):
         q, a = row.get("question"), row.get("answer")
@@ -134,8 +132,7 @@ def find_split_files(source: Path) -> dict[str, list[Path]]:
 
     A file belongs to a split when its name starts with the split's name (``train.jsonl``,
     ``train-00000-of-00001.parquet``). Files under a ``socratic`` directory (the other
-    config) are ignored. Raises :class:`UserError` when a split is missing or ambiguous.
-    """
+    config) are ignored. Raises :class:`UserError` when a split is missing or ambiguous."""
     source = source.expanduser()
     if not source.is_dir():
         raise UserError(
@@ -162,25 +159,23 @@ def find_split_files(source: Path) -> dict[str, list[Path]]:
     return found
 
 
-def load_files(files: list[Path]) -> list[dict[str, Any]]:
-    """Rows of parquet (read with pyarrow) or JSON-lines files, in file order.
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a parquet (read with pyarrow), JSON-lines or JSON-list file: an official data
+    file, read directly rather than through ``datasets`` so an import writes nothing outside
+    the task store (no dataset cache). :class:`UserError` naming a file that does not read."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
 
-    Read directly rather than through ``datasets`` so an import writes nothing outside the
-    task store (no dataset cache). A corrupt file raises :class:`UserError` naming it.
-    """
-    rows: list[dict[str, Any]] = []
-    for path in files:
-        try:
-            if path.suffix == ".parquet":
-                import pyarrow.parquet as pq
-
-                rows += pq.read_table(path).to_pylist()
-            else:
-                with open(path, encoding="utf-8") as fh:
-                    rows += [json.loads(line) for line in fh if line.strip()]
-        except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
-            raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
-    return rows
+            return pq.read_table(path).to_pylist()
+        if path.suffix == ".jsonl":
+            return read_jsonl(path)
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
+        raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise UserError(f"{path} is not a JSON list of objects")
+    return data
 
 
 def download() -> dict[str, list[dict[str, Any]]]:
@@ -292,19 +287,16 @@ class Gsm8k(Task):
 
     def import_data(self, source: Path, root: Path) -> str:
         files = find_split_files(source)
-        raw = {split: load_files(paths) for split, paths in files.items()}
+        raw = {split: [r for p in paths for r in read_rows(p)] for split, paths in files.items()}
         return write_splits(root, raw, str(source.expanduser().resolve()))
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
         if self.paper_protocol:
             return opencompass_format(self.config.max_new_tokens)
-        shots = []
-        with open(prepared.public / "train.jsonl") as fh:
-            for line in fh:
-                if len(shots) >= self.config.num_fewshot:
-                    break
-                row = json.loads(line)
-                shots.append(f"Question: {row['question']}\nAnswer: {row['answer']}\n\n")
+        shots = [
+            f"Question: {row['question']}\nAnswer: {row['answer']}\n\n"
+            for row in read_jsonl(prepared.public / "train.jsonl", self.config.num_fewshot)
+        ]
         # Braces in the exemplars are literal text, not format fields.
         prefix = "".join(shots).replace("{", "{{").replace("}", "}}")
         return PromptFormat(

@@ -13,14 +13,11 @@ ALFWorld's text games.
     generate_lite.py  alfworld-lite's offline game generator (ALFWorld's on-disk format)
     importer.py       the official data: find, download, import
 
-The model plays each private game through the task-neutral episode solver: at every step the
-protocol builds the prompt, the model replies greedily and the parsed action is played, until
-the game is won or ``max_steps`` actions are used. Score: the percentage of games won, with a
-breakdown by task type (pick, look, clean, heat, cool, pick-two). The ``protocol`` option picks
-the prompt: ``react`` (the paper's: ReAct's two worked examples of the game's type, then the
-whole history, as text for every model; the action is the reply as written) or
-``transcript`` (agent2rl's: the task, the recent steps, the observation, optionally the
-admissible actions, sized to a small context).
+The model plays each private game through the task-neutral episode solver, replying greedily,
+until the game is won or ``max_steps`` actions are used. Score: the percentage of games won,
+with a breakdown by task type (pick, look, clean, heat, cool, pick-two). The ``protocol``
+option picks the prompt (protocol.py): ``react`` (the paper's) or ``transcript`` (agent2rl's,
+sized to a small context).
 
 - ``alfworld``: the official data (``$ALFWORLD_DATA/json_2.1.1``, fetched by
   ``alfworld-download``): public = the ``train`` games, validation = ``valid_seen``, private =
@@ -32,8 +29,7 @@ admissible actions, sized to a small context).
 
 The agent gets the expert walkthroughs of the public games (``data/walkthroughs.jsonl``, with
 every observation and admissible-action list along the way) and a rollout service over the
-public games for online RL.
-"""
+public games for online RL."""
 
 from __future__ import annotations
 
@@ -62,6 +58,7 @@ from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared.interactive import (
     InteractiveTask,
     batch_size_option,
+    count_lines,
     env_batch_option,
 )
 
@@ -146,8 +143,6 @@ class AlfworldBase(InteractiveTask):
         self._kept_pools: dict[Path, ProcessGames] = {}
 
     def episode_format(self) -> EpisodeFormat:
-        """The run's protocol settings (the ``protocol`` option's choices were checked when
-        the options were parsed)."""
         o = self.config
         return EpisodeFormat(
             max_steps=o.max_steps,
@@ -214,7 +209,7 @@ class AlfworldBase(InteractiveTask):
 
     def description(self, prepared: PreparedTask) -> str:
         fmt = self.episode_format()
-        rows = _count_lines(prepared.public / "walkthroughs.jsonl")
+        rows = count_lines(prepared.public / "walkthroughs.jsonl")
         n_eval = len(list((prepared.private / "games").glob("*/*/game.tw-pddl")))
         games_note = (
             "the game files are not copied into the workspace; play them through the rollout "
@@ -245,9 +240,12 @@ an object and put it somewhere, put two objects somewhere) by typing actions.
 """
 
 
-def _count_lines(path: Path) -> int:
-    with open(path) as fh:
-        return sum(1 for _ in fh)
+def _is_stored(prepared: PreparedTask) -> bool:
+    """Whether the splits are in the store: the public walkthroughs and the graded and
+    validation games."""
+    return (prepared.public / "walkthroughs.jsonl").exists() and all(
+        (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
+    )
 
 
 LITE_TRAIN_SEED = 1
@@ -270,9 +268,7 @@ class AlfworldLite(AlfworldBase):
             raise UserError("alfworld-lite needs n_train, n_eval and n_validation >= 1")
         sets = root / f"g{GENERATOR_VERSION}-train{n_train}-eval{n_eval}-val{n_val}"
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
-        if (prepared.public / "walkthroughs.jsonl").exists() and all(
-            (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
-        ):
+        if _is_stored(prepared):
             return prepared
         sets.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{sets.name}.", dir=sets.parent))
@@ -318,9 +314,7 @@ class Alfworld(AlfworldBase):
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
-        if (prepared.public / "walkthroughs.jsonl").exists() and all(
-            (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
-        ):
+        if _is_stored(prepared):
             return prepared
         source = Path(os.environ.get("ALFWORLD_DATA") or Path.home() / ".cache" / "alfworld")
         try:
