@@ -138,10 +138,9 @@ SPLITS = JsonlSplits(SPLIT_FILES, alpacaeval_sample)  # type: ignore[arg-type]
 def convert_eval(rows: list[dict[str, Any]], source: Path | str) -> list[dict[str, Any]]:
     """AlpacaEval's reference outputs (``instruction``, ``output``, ``dataset``,
     ``generator``) -> the private split's rows (``id``, ``index``, ``instruction``,
-    ``dataset``, ``reference``, ``reference_generator``), in file order.
-
-    Raises :class:`UserError` naming the first row without an instruction or an output, or
-    a repeated instruction (the cache and the position swap key on it)."""
+    ``dataset``, ``reference``, ``reference_generator``), in file order. Raises
+    :class:`UserError` naming the first row without an instruction or an output, or a repeated
+    instruction (the cache and the position swap key on it)."""
     out, seen = [], set()
     for i, row in enumerate(rows):
         ins, ref = row.get("instruction"), row.get("output")
@@ -180,16 +179,16 @@ def convert_alpaca(rows: list[dict[str, Any]], source: Path | str) -> list[dict[
     return out
 
 
-def find_files(source: Path) -> dict[str, Path | None]:
-    """The files of an offline import under ``source`` (searched recursively):
+def find_files(source: Path) -> tuple[Path, Path, Path | None]:
+    """The files of an offline import under ``source`` (searched recursively), in this order:
 
-    - ``eval``: ``alpaca_eval_gpt4_baseline.json`` (the hub's), or
+    - the eval set: ``alpaca_eval_gpt4_baseline.json`` (the hub's), or
       ``reference_outputs_gpt4_1106_preview.json``, or ``gpt4_1106_preview/model_outputs.json``
       (AlpacaEval's repository layout);
-    - ``gamed``: ``df_gamed.csv`` (optional: without it only ``metric=raw`` can grade);
-    - ``alpaca``: the one JSON, JSON-lines or parquet file whose rows have ``instruction``,
+    - the Alpaca rows: the one JSON, JSON-lines or parquet file whose rows have ``instruction``,
       ``input`` and ``output`` (the hub's ``train-*.parquet`` of ``tatsu-lab/alpaca``, or
-      stanford_alpaca's ``alpaca_data.json``).
+      stanford_alpaca's ``alpaca_data.json``);
+    - ``df_gamed.csv``, or None (optional: without it only ``metric=raw`` can grade).
 
     Raises :class:`UserError` naming what is missing or ambiguous and how to get it."""
     source = source.expanduser()
@@ -219,7 +218,7 @@ def find_files(source: Path) -> dict[str, Path | None]:
         raise UserError(
             f"several Alpaca files under {source}: {', '.join(map(str, alpaca))}; keep one"
         )
-    return {"eval": evals[0], "gamed": gamed[0] if gamed else None, "alpaca": alpaca[0]}
+    return evals[0], alpaca[0], gamed[0] if gamed else None
 
 
 def _columns(path: Path) -> set[str]:
@@ -253,13 +252,12 @@ def write_store(
     gamed: Path | None,
     source: str,
 ) -> str:
-    """Write the three splits (and ``df_gamed.csv`` when given) under ``root``, replacing
-    any earlier data atomically; returns a summary line.
-
-    The public split is the first :data:`PUBLIC_SIZE` Alpaca rows and the validation split
-    the next :data:`VALIDATION_SIZE`; an import of fewer than 2,100 rows keeps a tenth of
-    them back for validation instead and says it is not the official setting. Alpaca rows
-    whose instruction is an eval instruction are dropped (and counted)."""
+    """Write the three splits (and ``df_gamed.csv`` when given) under ``root``, replacing any
+    earlier data atomically; returns a summary line. The public split is the first
+    :data:`PUBLIC_SIZE` Alpaca rows and the validation split the next :data:`VALIDATION_SIZE`;
+    an import of fewer than 2,100 rows keeps a tenth of them back for validation instead and
+    says it is not the official setting. Alpaca rows whose instruction is an eval instruction
+    are dropped (and counted)."""
     private = convert_eval(eval_rows, source)
     alpaca = convert_alpaca(alpaca_rows, source)
     n_total = PUBLIC_SIZE + VALIDATION_SIZE
@@ -413,15 +411,9 @@ class AlpacaEval(Task):
         return prepared
 
     def import_data(self, source: Path, root: Path) -> str:
-        files = find_files(source)
-        assert files["eval"] is not None and files["alpaca"] is not None
-        return write_store(
-            root,
-            read_rows(files["eval"]),
-            read_rows(files["alpaca"]),
-            files["gamed"],
-            str(source.expanduser().resolve()),
-        )
+        eval_file, alpaca_file, gamed = find_files(source)
+        rows = read_rows(eval_file), read_rows(alpaca_file)
+        return write_store(root, *rows, gamed, str(source.expanduser().resolve()))
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
         raw = self.config.base_prompt == "raw"
@@ -463,8 +455,8 @@ class AlpacaEval(Task):
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
         )
-        gamed = prepared.private / GAMED_FILE
-        return Judge(judge, read_df_gamed(gamed) if self.metric(prepared) == LC else None)
+        lc = self.metric(prepared) == LC
+        return Judge(judge, read_df_gamed(prepared.private / GAMED_FILE) if lc else None)
 
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``) and the installed ``alpaca-eval``
@@ -494,13 +486,12 @@ class AlpacaEval(Task):
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
         sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
         fmt = self.prompt_format(prepared)
-        lc = self.metric(prepared) == LC
         metric = (
             "the **length-controlled (LC) win rate** against the reference, AlpacaEval 2.0's "
             "headline metric: a logistic model of the judge's preferences that predicts the "
             "win rate your outputs would have at the reference's length, so longer answers "
             "alone do not raise it"
-            if lc
+            if self.metric(prepared) == LC
             else "the **win rate** against the reference (the mean of the judge's preference "
             "for your output; the run chose it over the length-controlled win rate with "
             "`--task-opt metric=raw`)"
@@ -557,13 +548,12 @@ Example:
 
 
 def _readme_path() -> Path | None:
-    """The ``METADATA`` file of the installed ``alpaca-eval`` distribution, or None.
-
-    It is the package's README, which quotes a graded item: the eval instruction "How did US
-    states get their names?" (helpful_base) with its gpt4_1106_preview reference output, in
-    its example of ``annotations.json``. The agent's interpreter has the package installed
-    (the judge's template comes from it), so every agent sandbox masks this file (it then
-    reads as empty: ``importlib.metadata`` finds no name or version for the package there)."""
+    """The ``METADATA`` file of the installed ``alpaca-eval`` distribution, or None. It is the
+    package's README, which quotes a graded item: the eval instruction "How did US states get
+    their names?" (helpful_base) with its gpt4_1106_preview reference output, in its example
+    of ``annotations.json``. The agent's interpreter has the package installed (the judge's
+    template comes from it), so every agent sandbox masks this file (it then reads as empty:
+    ``importlib.metadata`` finds no name or version for the package there)."""
     try:
         dist = metadata.distribution("alpaca-eval")
     except metadata.PackageNotFoundError:

@@ -112,9 +112,8 @@ def opencompass_format(max_new_tokens: int) -> PromptFormat:
 
 def convert_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, str]]:
     """Rows of the raw schema (``question``, ``answer``) -> ours (``id``, ``question``,
-    ``answer``). Ids are ``<split>-<index>`` in file order.
-
-    Raises :class:`UserError` naming the first row that lacks a field or a ``####`` answer."""
+    ``answer``), ids ``<split>-<index>`` in file order. :class:`UserError` naming the first
+    row that lacks a field or a ``####`` answer."""
     out = []
     for i, row in enumerate(rows):
         q, a = row.get("question"), row.get("answer")
@@ -128,9 +127,8 @@ def convert_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, str]]
 
 
 def find_split_files(source: Path) -> dict[str, list[Path]]:
-    """The train and test files under ``source`` (a directory, searched recursively).
-
-    A file belongs to a split when its name starts with the split's name (``train.jsonl``,
+    """The train and test files under ``source`` (a directory, searched recursively). A file
+    belongs to a split when its name starts with the split's name (``train.jsonl``,
     ``train-00000-of-00001.parquet``). Files under a ``socratic`` directory (the other
     config) are ignored. Raises :class:`UserError` when a split is missing or ambiguous."""
     source = source.expanduser()
@@ -141,9 +139,8 @@ def find_split_files(source: Path) -> dict[str, list[Path]]:
         )
     found: dict[str, list[Path]] = {"train": [], "test": []}
     for path in sorted(source.rglob("*")):
-        if not path.is_file() or path.suffix not in _SUFFIXES:
-            continue
-        if "socratic" in (p.lower() for p in path.relative_to(source).parts):
+        socratic = "socratic" in (p.lower() for p in path.relative_to(source).parts)
+        if not path.is_file() or path.suffix not in _SUFFIXES or socratic:
             continue
         for split in found:
             if path.name.lower().startswith(split):
@@ -195,10 +192,9 @@ def download() -> dict[str, list[dict[str, Any]]]:
 
 def write_splits(root: Path, raw: dict[str, list[dict[str, Any]]], source: str) -> str:
     """Convert and write the three splits under ``root`` (replacing any earlier data
-    atomically: the new tree is built next to it and swapped in). Returns a summary line.
-
-    The validation split is the last :data:`VALIDATION_SIZE` train rows (a tenth of them for
-    an import of fewer than 2,000), so the public split is the train file less those."""
+    atomically: the new tree is built next to it and swapped in). Returns a summary line. The
+    validation split is the last :data:`VALIDATION_SIZE` train rows (a tenth of them for an
+    import of fewer than 2,000), so the public split is the train file less those."""
     train, test = convert_rows(raw["train"], "train"), convert_rows(raw["test"], "test")
     n_val = min(VALIDATION_SIZE, len(train) // 10)
     public, validation = train[: len(train) - n_val], train[len(train) - n_val :]

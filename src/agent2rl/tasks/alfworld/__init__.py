@@ -159,16 +159,14 @@ class AlfworldBase(InteractiveTask):
         )
 
     def grading_games(self, prepared: PreparedTask, split: Split) -> GameSource:
-        """The games in worker processes when this machine has more than one usable core
-        and the split at least :data:`MIN_GAMES_FOR_WORKERS` games: TextWorld's engine is
+        """The games in worker processes when this machine has more than one usable core and
+        the split at least :data:`MIN_GAMES_FOR_WORKERS` games: TextWorld's engine is
         CPU-bound Python and not thread-safe (one engine call at a time per process), and
         loading a game (about 0.1 s) and stepping it are most of a trained model's lite
-        grading.
-
-        With :attr:`keep_environments` (a warm grader) a split's workers are kept for its
-        next evaluation (:class:`ProcessGames` ``persistent``): starting two took 1.3 s
-        here, and their TextWorld caches load a game they loaded before faster;
-        :meth:`close` stops them."""
+        grading. With :attr:`keep_environments` (a warm grader) a split's workers are kept for
+        its next evaluation (:class:`ProcessGames` ``persistent``): starting two took 1.3 s
+        here, and their TextWorld caches load a game they loaded before faster; :meth:`close`
+        stops them."""
         root = prepared.split(split) / "games"
         if self.keep_environments and root in self._kept_pools:
             return self._kept_pools[root]

@@ -39,12 +39,12 @@ def cache_textworld_parses() -> None:
 
     Every observation TextWorld writes parses its template with tatsu
     (``textgen._parse_and_convert``, in ``ContextSensitiveGrammar.derive``), and the rules
-    that pick a template parse their conditions the same way (``textworld.logic.
-    _parse_and_convert``), as does loading a game: the same few hundred strings, parsed again
-    at every step, most of an ALFWorld step's and half of a game load's CPU time here
-    (``benchmarks/grading_latency.py``). Each parse is a pure function of its arguments; some
-    callers mutate the result (each grammar symbol gets its context), so each call gets a
-    deep copy of the cached parse.
+    that pick a template parse their conditions the same way
+    (``textworld.logic._parse_and_convert``), as does loading a game: the same few hundred
+    strings, parsed again at every step, most of an ALFWorld step's and half of a game load's
+    CPU time here (``benchmarks/grading_latency.py``). Each parse is a pure function of its
+    arguments; some callers mutate the result (each grammar symbol gets its context), so each
+    call gets a deep copy of the cached parse.
 
     ``fast_downward.pddl2sas`` (a parse, then the translation to SAS) builds a game's state
     twice (plain and optimised for replanning) when the game loads and again when it resets:
@@ -120,9 +120,8 @@ def game_path(game: GameInfo) -> Path:
 
 
 class AlfworldGames:
-    """The games under one split root, loaded through ``AlfredTWEnv``.
-
-    A game's ``game_id`` is its directory relative to the split root
+    """The games under one split root, loaded through ``AlfredTWEnv``. A game's ``game_id`` is
+    its directory relative to the split root
     (``<task>-<Obj>-<MRecep>-<Parent>-<scene>/trial_<...>``), its ``group`` its task type and
     ``meta["path"]`` its ``game.tw-pddl``. ``games`` are sorted by id; ``max_steps`` is an
     episode's default length, ``step_cap`` the longest one :meth:`open` may be asked for.

@@ -152,9 +152,8 @@ def sample_game(rng: random.Random, task_type: str, seed: int, index: int) -> Ga
             continue
         parent = rng.choice(parents)
         starts = [i for i in homes if receptacles[i] != parent]
-        if not starts:
-            continue
-        break
+        if starts:
+            break
     else:
         return None
     n_targets = 2 if task_type == "pick_two_obj_and_place" else 1
@@ -340,11 +339,10 @@ _IDLE_ACTIONS = ("help", "inventory", "examine")
 
 def run_expert(game_file: Path, seed: int, max_steps: int = EXPERT_MAX_STEPS) -> ExpertRun | None:
     """Play ``game_file`` with alfworld's hand-coded expert through the wrappers
-    ``alfworld-generate`` uses; None when the expert fails, times out, does not win or
-    wanders into :data:`_IDLE_ACTIONS` (it picks random actions when lost).
-
-    The expert draws from the global ``random``; it is seeded with ``seed`` and the previous
-    state restored, so the walkthrough depends only on the game and the seed."""
+    ``alfworld-generate`` uses; None when the expert fails, times out, does not win or wanders
+    into :data:`_IDLE_ACTIONS` (it picks random actions when lost). The expert draws from the
+    global ``random``; it is seeded with ``seed`` and the previous state restored, so the
+    walkthrough depends only on the game and the seed."""
     from alfworld.agents.environment.alfred_tw_env import AlfredExpertType
 
     saved = random.getstate()
@@ -431,11 +429,10 @@ class GeneratedGame:
 
 
 def generate_game(dest_root: Path, seed: int, index: int, exclude: set[str]) -> GeneratedGame:
-    """Generate game ``index`` of the set drawn from ``seed`` into ``dest_root``.
-
-    Task types cycle through :data:`TASK_TYPES` so a set is balanced. Draws that cannot host
-    the task, that repeat a game in ``exclude`` (signatures), or that the expert cannot win
-    are redrawn from the same deterministic stream."""
+    """Generate game ``index`` of the set drawn from ``seed`` into ``dest_root``. Task types
+    cycle through :data:`TASK_TYPES` so a set is balanced. Draws that cannot host the task,
+    that repeat a game in ``exclude`` (signatures), or that the expert cannot win are redrawn
+    from the same deterministic stream."""
     task_type = TASK_TYPES[index % len(TASK_TYPES)]
     dest_root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"alfworld-lite/{GENERATOR_VERSION}/{seed}/{index}")

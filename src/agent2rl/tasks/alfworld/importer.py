@@ -42,25 +42,22 @@ def find_alfworld_json(source: Path) -> Path:
     )
 
 
-def _replay_one(args: tuple[str, str]) -> dict[str, Any] | None:
-    """The walkthrough row of one game: its stored walkthrough replayed (or alfworld's expert
-    run when it has none); None when the game cannot be played."""
-    game_file, game_id = args
-    data = json.loads(Path(game_file).read_text())
-    task_type = json.loads((Path(game_file).parent / "traj_data.json").read_text())["task_type"]
-    steps = data.get("walkthrough")
-    run = replay_walkthrough(Path(game_file), steps) if steps else None
+def _replay_one(args: tuple[Path, str, str]) -> dict[str, Any] | None:
+    """The walkthrough row of one game (its file, id and task type): its stored walkthrough
+    replayed (or alfworld's expert run when it has none); None when it cannot be played."""
+    game_file, game_id, task_type = args
+    steps = json.loads(game_file.read_text()).get("walkthrough")
+    run = replay_walkthrough(game_file, steps) if steps else None
     if run is None:
-        run = run_expert(Path(game_file), seed=0, max_steps=200)
+        run = run_expert(game_file, seed=0, max_steps=200)
     return run.walkthrough_row(game_id, task_type) if run is not None else None
 
 
 def import_alfworld(source: Path, root: Path) -> str:
     """Copy ALFWorld's three splits from ``source`` into the store ``root`` and write the
-    public walkthroughs with their observations.
-
-    Only playable games (those alfworld's ``AlfredTWEnv`` collects) are kept. The new tree
-    is built beside the old one and swapped in, so a failed import loses nothing."""
+    public walkthroughs with their observations. Only playable games (those alfworld's
+    ``AlfredTWEnv`` collects) are kept. The new tree is built beside the old one and swapped
+    in, so a failed import loses nothing."""
     json_dir = find_alfworld_json(source)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
@@ -79,7 +76,7 @@ def import_alfworld(source: Path, root: Path) -> str:
                         shutil.copyfile(game_path(g).parent / name, dest / name)
             counts[side] = len(games)
         public_games = AlfworldGames(tmp / "public" / "games", max_steps=50).games
-        jobs = [(str(game_path(g)), g.game_id) for g in public_games]
+        jobs = [(game_path(g), g.game_id, g.group) for g in public_games]
         rows = map_in_workers(_replay_one, jobs, chunksize=8)
         write_jsonl(tmp / "public" / "walkthroughs.jsonl", [r for r in rows if r is not None])
         write_json_atomic(

@@ -110,14 +110,13 @@ _TASK = re.compile(r"\s*Your task is to:\s*(.*?)\s*$", re.S)
 
 @dataclass(frozen=True)
 class EpisodeFormat(core.FormatBase):
-    """The settings of the protocol for one run (``data/eval_format.json``).
-
-    ``protocol``: ``react or ``transcript`` (see the module docstring). ``max_steps``:
-    actions per episode before it ends unwon. ``max_new_tokens``: the longest reply;
-    generation also stops at a newline (``stop``) or end of sequence. The transcript
-    protocol's own settings (the react protocol ignores them): ``history``, the earlier steps
-    shown; ``max_prompt_chars``, the prompt size the history is trimmed to;
-    ``show_admissible``, whether the admissible actions are listed."""
+    """The settings of the protocol for one run (``data/eval_format.json``). ``protocol``:
+    ``react or ``transcript`` (see the module docstring). ``max_steps``: actions per episode
+    before it ends unwon. ``max_new_tokens``: the longest reply; generation also stops at a
+    newline (``stop``) or end of sequence. The transcript protocol's own settings (the react
+    protocol ignores them): ``history``, the earlier steps shown; ``max_prompt_chars``, the
+    prompt size the history is trimmed to; ``show_admissible``, whether the admissible actions
+    are listed."""
 
     max_steps: int
     history: int

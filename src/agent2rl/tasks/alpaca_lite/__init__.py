@@ -53,28 +53,6 @@ VALIDATION_SEED = 13
 FORMAT_TEMPLATE = "Instruction: {instruction}\nResponse:"
 
 
-def _judged_rows(items: list[dict[str, str]]) -> list[dict[str, object]]:
-    """Graded / validation rows in alpacaeval's schema (``reference`` is the weak answer)."""
-    return [
-        judged_row(it["id"], i, it["instruction"], it["kind"], it["weak"], "alpaca-lite-weak")
-        for i, it in enumerate(items)
-    ]
-
-
-def _public_rows(items: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Public rows in Alpaca's schema (``output`` is the good answer)."""
-    return [
-        {
-            "id": it["id"],
-            "instruction": it["instruction"],
-            "input": "",
-            "output": it["good"],
-            "kind": it["kind"],
-        }
-        for it in items
-    ]
-
-
 def split_items() -> dict[str, list[dict[str, str]]]:
     """The generated items of each split, with both answers (``good`` and ``weak``):
     ``private`` first, then ``validation`` (no graded instruction), then ``public`` (neither's
@@ -88,14 +66,27 @@ def split_items() -> dict[str, list[dict[str, str]]]:
 
 
 def make_splits() -> dict[str, list[dict[str, object]]]:
-    """The rows the task store holds: the judged splits with the weak answer as the
-    reference, the public split with the good answer as the output."""
+    """The rows the task store holds: the judged splits in alpacaeval's schema with the weak
+    answer as the reference, the public split in Alpaca's with the good answer as the output."""
     items = split_items()
-    return {
-        "private": _judged_rows(items["private"]),
-        "validation": _judged_rows(items["validation"]),
-        "public": _public_rows(items["public"]),  # type: ignore[dict-item]
+    splits: dict[str, list[dict[str, object]]] = {
+        side: [
+            judged_row(it["id"], i, it["instruction"], it["kind"], it["weak"], "alpaca-lite-weak")
+            for i, it in enumerate(items[side])
+        ]
+        for side in ("private", "validation")
     }
+    splits["public"] = [
+        {
+            "id": it["id"],
+            "instruction": it["instruction"],
+            "input": "",
+            "output": it["good"],
+            "kind": it["kind"],
+        }
+        for it in items["public"]
+    ]
+    return splits
 
 
 @dataclass(frozen=True)
