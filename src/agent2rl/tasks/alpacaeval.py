@@ -27,16 +27,14 @@ Public: the first 2,000 rows of ``tatsu-lab/alpaca`` (instruction, input, output
 reference implementation gives them; rows 2,000-2,099 are the validation split (never graded,
 never shown; judged against Alpaca's own outputs). Neither contains an eval instruction.
 
-Data: on first use from the Hugging Face hub (``tatsu-lab/alpaca_eval``'s
-``alpaca_eval_gpt4_baseline.json`` and ``df_gamed.csv`` through ``huggingface_hub``,
-``tatsu-lab/alpaca`` through ``datasets``); offline, ``agent2rl data import alpacaeval DIR``
-reads the same files from ``DIR`` (:func:`find_files`).
+Data: on first use from the Hugging Face hub (:func:`download`); offline, ``agent2rl data
+import alpacaeval DIR`` reads the same files from ``DIR`` (:func:`find_files`).
 
 Prompting: chat models get the instruction alone as one user message (AlpacaEval's
-setting); a model without a chat template gets the raw instruction too (version 2's default,
-``base_prompt=raw``, as the reference does), or with ``base_prompt=alpaca`` the Alpaca prompt
-(:data:`BASE_TEMPLATE`, version 1's), the format of the public data, cut at the next
-``### Instruction:``. Greedy, 512 new tokens (the reference's setting).
+setting); a model without a chat template gets the raw instruction too (``base_prompt=raw``,
+version 2's default, as the reference does), or the Alpaca prompt (``base_prompt=alpaca``,
+version 1's: :data:`BASE_TEMPLATE`, cut at the next ``### Instruction:``). Greedy, 512 new
+tokens (the reference's setting).
 
 Version 1's protocol exactly: ``--task-opt judge=weighted_alpaca_eval_gpt4_turbo
 base_prompt=alpaca``."""
@@ -316,8 +314,9 @@ def write_store(
 
 
 def download(root: Path) -> str:
-    """Fetch the task's files from the hub into ``root``; :class:`UserError` naming the
-    offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here: without
+    """Fetch ``alpaca_eval_gpt4_baseline.json`` and ``df_gamed.csv`` (``huggingface_hub``) and
+    ``tatsu-lab/alpaca`` (``datasets``) from the hub into ``root``; :class:`UserError` naming
+    the offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here: without
     it the default ``metric=lc`` is refused at run time (``metric=raw`` scores the raw win
     rate)."""
     fix = (
