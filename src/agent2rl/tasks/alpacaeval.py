@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from importlib import metadata
@@ -53,7 +52,7 @@ from typing import Any
 
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, openai_judge
 from agent2rl.scoring.judges import protocol as judge_protocol
 from agent2rl.scoring.judges import ranking as judge_ranking
@@ -66,6 +65,7 @@ from agent2rl.tasks.base import Task
 from agent2rl.tasks.gsm8k import read_rows
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
+from agent2rl.tasks.shared.store import building
 
 EVAL_REPO = "tatsu-lab/alpaca_eval"
 EVAL_FILE = "alpaca_eval_gpt4_baseline.json"
@@ -280,26 +280,24 @@ def write_store(
                 f"{gamed} does not cover the eval set (no instruction_difficulty for index "
                 f"{missing[:5]}): import the df_gamed.csv that belongs to these reference outputs"
             )
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    for side, rows in (("public", public), ("private", private), ("validation", val_rows)):
-        write_jsonl(tmp / side / SPLIT_FILES[side], rows)
-    if gamed is not None:
-        (tmp / "private" / GAMED_FILE).write_bytes(gamed.read_bytes())
-    official = len(private) == EVAL_SIZE and len(alpaca) >= n_total
-    manifest = {
-        "source": source,
-        "train": len(public),
-        "validation": len(val_rows),
-        "eval": len(private),
-        "eval_datasets": dict(Counter(r["dataset"] for r in private)),
-        "reference_generators": sorted({r["reference_generator"] for r in private}),
-        "length_controlled": gamed is not None,
-        "official_sizes": official,
-        "dropped_overlap": len(overlap),
-    }
-    write_json_atomic(tmp / "manifest.json", manifest)
-    swap_in_dir(tmp, root)
+    with building(root) as tmp:
+        for side, rows in (("public", public), ("private", private), ("validation", val_rows)):
+            write_jsonl(tmp / side / SPLIT_FILES[side], rows)
+        if gamed is not None:
+            (tmp / "private" / GAMED_FILE).write_bytes(gamed.read_bytes())
+        official = len(private) == EVAL_SIZE and len(alpaca) >= n_total
+        manifest = {
+            "source": source,
+            "train": len(public),
+            "validation": len(val_rows),
+            "eval": len(private),
+            "eval_datasets": dict(Counter(r["dataset"] for r in private)),
+            "reference_generators": sorted({r["reference_generator"] for r in private}),
+            "length_controlled": gamed is not None,
+            "official_sizes": official,
+            "dropped_overlap": len(overlap),
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
     note = "" if official else " (not the official 805 / 2,000 / 100: a subset?)"
     metric = (
         "LC win rate (df_gamed.csv present)"

@@ -27,14 +27,13 @@ Two evaluation protocols (the ``protocol`` option), both stated in ``description
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample, Split
 from agent2rl.errors import UserError
-from agent2rl.files import read_jsonl, swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import read_jsonl, write_json_atomic, write_jsonl
 from agent2rl.scoring import FinalAnswer, OpenCompassGsm8k
 from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
 from agent2rl.solvers import Generate, PromptFormat
@@ -44,6 +43,7 @@ from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared import opencompass
 from agent2rl.tasks.shared.interactive import count_lines
 from agent2rl.tasks.shared.public_view import PUBLIC_VIEWS, reference_view
+from agent2rl.tasks.shared.store import building
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 #: the official sizes; an import of other sizes is allowed (a subset) and says so
@@ -199,21 +199,19 @@ def write_splits(root: Path, raw: dict[str, list[dict[str, Any]]], source: str) 
     n_val = min(VALIDATION_SIZE, len(train) // 10)
     public, validation = train[: len(train) - n_val], train[len(train) - n_val :]
     overlap = {r["question"] for r in train} & {r["question"] for r in test}
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    write_jsonl(tmp / "public" / "train.jsonl", public)
-    write_jsonl(tmp / "private" / "test.jsonl", test)
-    write_jsonl(tmp / "validation" / "validation.jsonl", validation)
-    manifest = {
-        "source": source,
-        "train": len(public),
-        "validation": len(validation),
-        "test": len(test),
-        "official_sizes": [len(train), len(test)] == list(OFFICIAL_SIZES.values()),
-        "train_test_overlap": len(overlap),
-    }
-    write_json_atomic(tmp / "manifest.json", manifest)
-    swap_in_dir(tmp, root)
+    with building(root) as tmp:
+        write_jsonl(tmp / "public" / "train.jsonl", public)
+        write_jsonl(tmp / "private" / "test.jsonl", test)
+        write_jsonl(tmp / "validation" / "validation.jsonl", validation)
+        manifest = {
+            "source": source,
+            "train": len(public),
+            "validation": len(validation),
+            "test": len(test),
+            "official_sizes": [len(train), len(test)] == list(OFFICIAL_SIZES.values()),
+            "train_test_overlap": len(overlap),
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
     note = "" if manifest["official_sizes"] else " (not the official 7473/1319: a subset?)"
     return (
         f"gsm8k: {len(public)} train / {len(validation)} validation / {len(test)} test items "

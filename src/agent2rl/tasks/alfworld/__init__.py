@@ -24,8 +24,7 @@ sized to a small context).
   ``valid_unseen`` (134 out-of-distribution games); 50 steps per game; ``react`` by default.
 - ``alfworld-lite``: games generated offline in ALFWorld's format from fixed seeds: public,
   validation and private sets, disjoint, small rooms and short solutions; 20 steps per game;
-  ``transcript`` by default (the react prompt's two exemplars alone are 3,200 to 4,400
-  characters, more than the built-in tiny model's 512-token context holds).
+  ``transcript`` by default (the react prompt does not fit the tiny model's context).
 
 The agent gets the expert walkthroughs of the public games (``data/walkthroughs.jsonl``, with
 every observation and admissible-action list along the way) and a rollout service over the
@@ -35,15 +34,13 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.rollout.app import describe_api
 from agent2rl.rollout.env import GameSource
 from agent2rl.scoring import EpisodeOutcome
@@ -61,6 +58,7 @@ from agent2rl.tasks.shared.interactive import (
     count_lines,
     env_batch_option,
 )
+from agent2rl.tasks.shared.store import building
 
 #: the longest episode a rollout-service session may ask for
 MAX_SESSION_STEPS = 500
@@ -268,9 +266,7 @@ class AlfworldLite(AlfworldBase):
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
         if _is_stored(prepared):
             return prepared
-        sets.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{sets.name}.", dir=sets.parent))
-        try:
+        with building(sets) as tmp:
             _, eval_sigs = generate_lite_split(
                 tmp / "private" / "games", LITE_EVAL_SEED, n_eval, set()
             )
@@ -285,9 +281,6 @@ class AlfworldLite(AlfworldBase):
                 tmp / "manifest.json",
                 {"generator": GENERATOR_VERSION, "train": n_train, "eval": n_eval, "val": n_val},
             )
-            swap_in_dir(tmp, sets)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return prepared
 
     def make_data(self, out: Path, n: int, seed: int) -> str:

@@ -11,14 +11,14 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.tasks.alfworld.games import AlfworldGames, game_path
 from agent2rl.tasks.alfworld.generate_lite import map_in_workers, replay_walkthrough, run_expert
+from agent2rl.tasks.shared.store import building
 
 #: our split -> ALFWorld's folder
 ALFWORLD_SPLITS = {"public": "train", "validation": "valid_seen", "private": "valid_unseen"}
@@ -59,9 +59,7 @@ def import_alfworld(source: Path, root: Path) -> str:
     ``AlfredTWEnv`` collects) are kept. The new tree is built beside the old one and swapped
     in, so a failed import loses nothing."""
     json_dir = find_alfworld_json(source)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
+    with building(root) as tmp:
         counts = {}
         for side, split in ALFWORLD_SPLITS.items():
             try:
@@ -83,9 +81,6 @@ def import_alfworld(source: Path, root: Path) -> str:
             tmp / "manifest.json",
             {"source": str(json_dir), **counts, "walkthroughs": sum(r is not None for r in rows)},
         )
-        swap_in_dir(tmp, root)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return (
         f"alfworld: {counts['public']} train games (public), {counts['validation']} valid_seen "
         f"games (validation), {counts['private']} valid_unseen games (graded) from {json_dir}"
