@@ -6,23 +6,20 @@ endpoint (``--task-opt judge=... judge_model=... judge_base_url=...``). Two name
 configs (``--task-opt judge=NAME``):
 
 - ``annotators_gpt52_fn`` (version 2's default): the reference implementation's evaluation
-  config, GPT-5.2 ranking the two outputs by function call
-  (:mod:`agent2rl.scoring.judges.ranking`, which says what is copied from AlpacaEval's
-  ``alpaca_eval_gpt4_turbo_fn`` annotator and what is assumed about the reference's own);
+  config, whence the paper's AlpacaEval numbers (docs/paper-fidelity.md): GPT-5.2 ranking the
+  two outputs by function call (:mod:`agent2rl.scoring.judges.ranking`, which says what is
+  copied from AlpacaEval's ``alpaca_eval_gpt4_turbo_fn`` annotator and what is assumed about
+  the reference's own);
 - ``weighted_alpaca_eval_gpt4_turbo`` (version 1's judge): AlpacaEval 2.0's official annotator,
   GPT-4 Turbo's logprobs (:mod:`agent2rl.scoring.judges.protocol`). The reference's task text
   names GPT-4 Turbo; AlpacaEval's public leaderboard numbers are this judge's.
 
-Which judge produced which published numbers: AlpacaEval 2.0's public leaderboard (and the
-GPT-4 Turbo the reference's task text names) is ``weighted_alpaca_eval_gpt4_turbo``; the
-paper's AlpacaEval numbers come from the reference's evaluation config, i.e.
-``annotators_gpt52_fn`` (docs/paper-fidelity.md). The two judges' scores never compare (the
-judge is part of the evaluation hash). ``judge_model`` empty means the config's own model.
-The score
-(``metric``) is the length-controlled win rate (``lc``, the default, the reference's), which
-needs ``df_gamed.csv`` (the LC GLM's data) in the task store and is refused without it, or
-the raw win rate (``raw``), chosen explicitly; which one is part of the evaluation settings,
-so scores of the two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
+The two judges' scores never compare (the judge is part of the evaluation hash).
+``judge_model`` empty means the config's own model. The score (``metric``) is the
+length-controlled win rate (``lc``, the default, the reference's), which needs
+``df_gamed.csv`` (the LC GLM's data) in the task store and is refused without it, or the raw
+win rate (``raw``), chosen explicitly; which one is part of the evaluation settings, so
+scores of the two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
 Generation runs in the reference's 4,096-token context under ``--protocol reference``
 (:data:`~agent2rl.inference.decoding.REFERENCE_CONTEXT`, applied by the vLLM backend).
 
@@ -30,27 +27,23 @@ Public: the first 2,000 rows of ``tatsu-lab/alpaca`` (instruction, input, output
 reference implementation gives them; rows 2,000-2,099 are the validation split (never graded,
 never shown; judged against Alpaca's own outputs). Neither contains an eval instruction.
 
-Data: on first use from the Hugging Face hub (``tatsu-lab/alpaca_eval``'s
-``alpaca_eval_gpt4_baseline.json`` and ``df_gamed.csv`` through ``huggingface_hub``,
-``tatsu-lab/alpaca`` through ``datasets``); offline, ``agent2rl data import alpacaeval DIR``
-reads the same files from ``DIR`` (:func:`find_files`).
+Data: on first use from the Hugging Face hub (:func:`download`); offline, ``agent2rl data
+import alpacaeval DIR`` reads the same files from ``DIR`` (:func:`find_files`).
 
 Prompting: chat models get the instruction alone as one user message (AlpacaEval's
-setting); a model without a chat template gets the raw instruction too (version 2's default,
-``base_prompt=raw``, as the reference does), or with ``base_prompt=alpaca`` the Alpaca prompt
-(:data:`BASE_TEMPLATE`, version 1's), the format of the public data, cut at the next
-``### Instruction:``. Greedy, 512 new tokens (the reference's setting).
+setting); a model without a chat template gets the raw instruction too (``base_prompt=raw``,
+version 2's default, as the reference does), or the Alpaca prompt (``base_prompt=alpaca``,
+version 1's: :data:`BASE_TEMPLATE`, cut at the next ``### Instruction:``). Greedy, 512 new
+tokens (the reference's setting).
 
 Version 1's protocol exactly: ``--task-opt judge=weighted_alpaca_eval_gpt4_turbo
-base_prompt=alpaca``.
-"""
+base_prompt=alpaca``."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from importlib import metadata
@@ -59,7 +52,7 @@ from typing import Any
 
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, openai_judge
 from agent2rl.scoring.judges import protocol as judge_protocol
 from agent2rl.scoring.judges import ranking as judge_ranking
@@ -69,16 +62,17 @@ from agent2rl.scoring.judges.win_rates import read_df_gamed
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.base import Task
+from agent2rl.tasks.gsm8k import read_rows
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
+from agent2rl.tasks.shared.store import building
 
 EVAL_REPO = "tatsu-lab/alpaca_eval"
 EVAL_FILE = "alpaca_eval_gpt4_baseline.json"
 GAMED_FILE = "df_gamed.csv"
 ALPACA_REPO = "tatsu-lab/alpaca"
-#: the eval set's size and the reference's generator
+#: the eval set's size
 EVAL_SIZE = 805
-REFERENCE_GENERATOR = "gpt4_1106_preview"
 #: alpaca rows [0, PUBLIC_SIZE) are public, the next VALIDATION_SIZE the validation split
 PUBLIC_SIZE = 2000
 VALIDATION_SIZE = 100
@@ -94,6 +88,14 @@ BASE_TEMPLATE = (
 )
 
 SPLIT_FILES = {"public": "train.jsonl", "private": "eval.jsonl", "validation": "validation.jsonl"}
+#: the end of both judged tasks' description: what the agent may use to build its reward
+OWN_LLM_NOTE = """\
+- You **may** call your own LLM (the driver model of this run) through the run's metering
+  proxy, e.g. to write or rank preference data for DPO: those tokens count against your
+  token budget and show in the run report.
+- The grading service tells you each submission's score; per-item judgments stay with the
+  grader.
+"""
 
 
 def merged_instruction(row: dict[str, Any]) -> str:
@@ -101,6 +103,21 @@ def merged_instruction(row: dict[str, Any]) -> str:
     asked when it is judged (the validation split)."""
     extra = str(row.get("input") or "").strip()
     return f"{row['instruction']}\n\n{extra}" if extra else str(row["instruction"])
+
+
+def judged_row(
+    row_id: str, index: int, instruction: str, dataset: str, reference: str, generator: str
+) -> dict[str, Any]:
+    """A row of a judged split (private or validation): the instruction and the reference
+    output the model's is judged against."""
+    return {
+        "id": row_id,
+        "index": index,
+        "instruction": instruction,
+        "dataset": dataset,
+        "reference": reference,
+        "reference_generator": generator,
+    }
 
 
 def alpacaeval_sample(row: dict[str, Any]) -> Sample:
@@ -116,32 +133,12 @@ SPLITS = JsonlSplits(SPLIT_FILES, alpacaeval_sample)  # type: ignore[arg-type]
 
 
 # -- reading the official files ------------------------------------------------------------
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON list, a JSON-lines file or a parquet file; :class:`UserError` naming a
-    file that does not read."""
-    try:
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path).to_pylist()
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        data = json.loads(text)
-    except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
-        raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise UserError(f"{path} is not a JSON list of objects")
-    return data
-
-
 def convert_eval(rows: list[dict[str, Any]], source: Path | str) -> list[dict[str, Any]]:
     """AlpacaEval's reference outputs (``instruction``, ``output``, ``dataset``,
     ``generator``) -> the private split's rows (``id``, ``index``, ``instruction``,
-    ``dataset``, ``reference``, ``reference_generator``), in file order.
-
-    Raises :class:`UserError` naming the first row without an instruction or an output, or
-    a repeated instruction (the cache and the position swap key on it)."""
+    ``dataset``, ``reference``, ``reference_generator``), in file order. Raises
+    :class:`UserError` naming the first row without an instruction or an output, or a repeated
+    instruction (the cache and the position swap key on it)."""
     out, seen = [], set()
     for i, row in enumerate(rows):
         ins, ref = row.get("instruction"), row.get("output")
@@ -153,16 +150,9 @@ def convert_eval(rows: list[dict[str, Any]], source: Path | str) -> list[dict[st
         if ins in seen:
             raise UserError(f"{source}: row {i} repeats an instruction: {ins[:80]!r}")
         seen.add(ins)
-        out.append(
-            {
-                "id": f"alpacaeval-{i:03d}",
-                "index": i,
-                "instruction": ins,
-                "dataset": str(row.get("dataset") or "alpaca_eval"),
-                "reference": ref,
-                "reference_generator": str(row.get("generator") or ""),
-            }
-        )
+        dataset = str(row.get("dataset") or "alpaca_eval")
+        generator = str(row.get("generator") or "")
+        out.append(judged_row(f"alpacaeval-{i:03d}", i, ins, dataset, ref, generator))
     return out
 
 
@@ -187,19 +177,18 @@ def convert_alpaca(rows: list[dict[str, Any]], source: Path | str) -> list[dict[
     return out
 
 
-def find_files(source: Path) -> dict[str, Path | None]:
-    """The files of an offline import under ``source`` (searched recursively):
+def find_files(source: Path) -> tuple[Path, Path, Path | None]:
+    """The files of an offline import under ``source`` (searched recursively), in this order:
 
-    - ``eval``: ``alpaca_eval_gpt4_baseline.json`` (the hub's), or
+    - the eval set: ``alpaca_eval_gpt4_baseline.json`` (the hub's), or
       ``reference_outputs_gpt4_1106_preview.json``, or ``gpt4_1106_preview/model_outputs.json``
       (AlpacaEval's repository layout);
-    - ``gamed``: ``df_gamed.csv`` (optional: without it only ``metric=raw`` can grade);
-    - ``alpaca``: the one JSON, JSON-lines or parquet file whose rows have ``instruction``,
+    - the Alpaca rows: the one JSON, JSON-lines or parquet file whose rows have ``instruction``,
       ``input`` and ``output`` (the hub's ``train-*.parquet`` of ``tatsu-lab/alpaca``, or
-      stanford_alpaca's ``alpaca_data.json``).
+      stanford_alpaca's ``alpaca_data.json``);
+    - ``df_gamed.csv``, or None (optional: without it only ``metric=raw`` can grade).
 
-    Raises :class:`UserError` naming what is missing or ambiguous and how to get it.
-    """
+    Raises :class:`UserError` naming what is missing or ambiguous and how to get it."""
     source = source.expanduser()
     if not source.is_dir():
         raise UserError(f"{source} is not a directory: pass the folder holding the files")
@@ -215,18 +204,8 @@ def find_files(source: Path) -> dict[str, Path | None]:
     if len(evals) > 1 or len(gamed) > 1:
         many = ", ".join(str(p) for p in (evals if len(evals) > 1 else gamed))
         raise UserError(f"several candidate files under {source}: {many}; keep one")
-    alpaca = []
-    for p in files:
-        if p.suffix not in (".json", ".jsonl", ".parquet") or p in evals:
-            continue
-        if p.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            names = set(pq.read_schema(p).names)
-        else:
-            names = set(_first_row(p))
-        if {"instruction", "input", "output"} <= names:
-            alpaca.append(p)
+    fields = {"instruction", "input", "output"}
+    alpaca = [p for p in files if p not in evals and fields <= _columns(p)]
     if not alpaca:
         raise UserError(
             f"no Alpaca training rows under {source}: add the parquet file of the Hugging "
@@ -237,12 +216,19 @@ def find_files(source: Path) -> dict[str, Path | None]:
         raise UserError(
             f"several Alpaca files under {source}: {', '.join(map(str, alpaca))}; keep one"
         )
-    return {"eval": evals[0], "gamed": gamed[0] if gamed else None, "alpaca": alpaca[0]}
+    return evals[0], alpaca[0], gamed[0] if gamed else None
 
 
-def _first_row(path: Path) -> dict[str, Any]:
-    """The first object of a JSON list or JSON-lines file ({} for anything else): enough to
-    recognise a file's schema without parsing a large non-Alpaca file in full."""
+def _columns(path: Path) -> set[str]:
+    """A parquet file's columns, or the keys of the first object of a JSON list or JSON-lines
+    file (empty for anything else): enough to recognise a file's schema without parsing a
+    large non-Alpaca file in full."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(path).names)
+    if path.suffix not in (".json", ".jsonl"):
+        return set()
     try:
         with open(path, encoding="utf-8") as fh:
             if path.suffix == ".jsonl":
@@ -250,11 +236,11 @@ def _first_row(path: Path) -> dict[str, Any]:
             else:
                 head = fh.read(1 << 16).lstrip()
                 if not head.startswith("["):
-                    return {}
+                    return set()
                 row, _ = json.JSONDecoder().raw_decode(head[1:].lstrip())
     except (OSError, ValueError, UnicodeDecodeError):
-        return {}
-    return row if isinstance(row, dict) else {}
+        return set()
+    return set(row) if isinstance(row, dict) else set()
 
 
 def write_store(
@@ -264,34 +250,23 @@ def write_store(
     gamed: Path | None,
     source: str,
 ) -> str:
-    """Write the three splits (and ``df_gamed.csv`` when given) under ``root``, replacing
-    any earlier data atomically; returns a summary line.
-
-    The public split is the first :data:`PUBLIC_SIZE` Alpaca rows and the validation split
-    the next :data:`VALIDATION_SIZE`; an import of fewer than 2,100 rows keeps a tenth of
-    them back for validation instead and says it is not the official setting. Alpaca rows
-    whose instruction is an eval instruction are dropped (and counted)."""
+    """Write the three splits (and ``df_gamed.csv`` when given) under ``root``, replacing any
+    earlier data atomically; returns a summary line. The public split is the first
+    :data:`PUBLIC_SIZE` Alpaca rows and the validation split the next :data:`VALIDATION_SIZE`;
+    an import of fewer than 2,100 rows keeps a tenth of them back for validation instead and
+    says it is not the official setting. Alpaca rows whose instruction is an eval instruction
+    are dropped (and counted)."""
     private = convert_eval(eval_rows, source)
     alpaca = convert_alpaca(alpaca_rows, source)
     n_total = PUBLIC_SIZE + VALIDATION_SIZE
-    if len(alpaca) >= n_total:
-        public, validation = alpaca[:PUBLIC_SIZE], alpaca[PUBLIC_SIZE:n_total]
-    else:
-        n_val = max(1, len(alpaca) // 10)
-        public, validation = alpaca[: len(alpaca) - n_val], alpaca[len(alpaca) - n_val :]
+    n_public = PUBLIC_SIZE if len(alpaca) >= n_total else len(alpaca) - max(1, len(alpaca) // 10)
+    public, validation = alpaca[:n_public], alpaca[n_public:n_total]
     graded = {r["instruction"].strip() for r in private}
     overlap = [r for r in public + validation if merged_instruction(r).strip() in graded]
     public = [r for r in public if r not in overlap]
     validation = [r for r in validation if r not in overlap]
     val_rows = [
-        {
-            "id": r["id"],
-            "index": i,
-            "instruction": merged_instruction(r),
-            "dataset": "alpaca",
-            "reference": r["output"],
-            "reference_generator": "text-davinci-003",
-        }
+        judged_row(r["id"], i, merged_instruction(r), "alpaca", r["output"], "text-davinci-003")
         for i, r in enumerate(validation)
     ]
     if gamed is not None:
@@ -305,27 +280,24 @@ def write_store(
                 f"{gamed} does not cover the eval set (no instruction_difficulty for index "
                 f"{missing[:5]}): import the df_gamed.csv that belongs to these reference outputs"
             )
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    write_jsonl(tmp / "public" / SPLIT_FILES["public"], public)
-    write_jsonl(tmp / "private" / SPLIT_FILES["private"], private)
-    write_jsonl(tmp / "validation" / SPLIT_FILES["validation"], val_rows)
-    if gamed is not None:
-        (tmp / "private" / GAMED_FILE).write_bytes(gamed.read_bytes())
-    official = len(private) == EVAL_SIZE and len(alpaca) >= n_total
-    manifest = {
-        "source": source,
-        "train": len(public),
-        "validation": len(val_rows),
-        "eval": len(private),
-        "eval_datasets": dict(Counter(r["dataset"] for r in private)),
-        "reference_generators": sorted({r["reference_generator"] for r in private}),
-        "length_controlled": gamed is not None,
-        "official_sizes": official,
-        "dropped_overlap": len(overlap),
-    }
-    write_json_atomic(tmp / "manifest.json", manifest)
-    swap_in_dir(tmp, root)
+    with building(root) as tmp:
+        for side, rows in (("public", public), ("private", private), ("validation", val_rows)):
+            write_jsonl(tmp / side / SPLIT_FILES[side], rows)
+        if gamed is not None:
+            (tmp / "private" / GAMED_FILE).write_bytes(gamed.read_bytes())
+        official = len(private) == EVAL_SIZE and len(alpaca) >= n_total
+        manifest = {
+            "source": source,
+            "train": len(public),
+            "validation": len(val_rows),
+            "eval": len(private),
+            "eval_datasets": dict(Counter(r["dataset"] for r in private)),
+            "reference_generators": sorted({r["reference_generator"] for r in private}),
+            "length_controlled": gamed is not None,
+            "official_sizes": official,
+            "dropped_overlap": len(overlap),
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
     note = "" if official else " (not the official 805 / 2,000 / 100: a subset?)"
     metric = (
         "LC win rate (df_gamed.csv present)"
@@ -340,8 +312,9 @@ def write_store(
 
 
 def download(root: Path) -> str:
-    """Fetch the task's files from the hub into ``root``; :class:`UserError` naming the
-    offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here: without
+    """Fetch ``alpaca_eval_gpt4_baseline.json`` and ``df_gamed.csv`` (``huggingface_hub``) and
+    ``tatsu-lab/alpaca`` (``datasets``) from the hub into ``root``; :class:`UserError` naming
+    the offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here: without
     it the default ``metric=lc`` is refused at run time (``metric=raw`` scores the raw win
     rate)."""
     fix = (
@@ -366,7 +339,7 @@ def download(root: Path) -> str:
     except Exception:  # the task still works, on the raw win rate
         gamed = None
     rows = [dict(r) for r in alpaca]
-    return write_store(root, _read_rows(eval_path), rows, gamed, f"{EVAL_REPO} + {ALPACA_REPO}")
+    return write_store(root, read_rows(eval_path), rows, gamed, f"{EVAL_REPO} + {ALPACA_REPO}")
 
 
 @dataclass(frozen=True)
@@ -435,15 +408,9 @@ class AlpacaEval(Task):
         return prepared
 
     def import_data(self, source: Path, root: Path) -> str:
-        files = find_files(source)
-        assert files["eval"] is not None and files["alpaca"] is not None
-        return write_store(
-            root,
-            _read_rows(files["eval"]),
-            _read_rows(files["alpaca"]),
-            files["gamed"],
-            str(source.expanduser().resolve()),
-        )
+        eval_file, alpaca_file, gamed = find_files(source)
+        rows = read_rows(eval_file), read_rows(alpaca_file)
+        return write_store(root, *rows, gamed, str(source.expanduser().resolve()))
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
         raw = self.config.base_prompt == "raw"
@@ -485,12 +452,12 @@ class AlpacaEval(Task):
             cache_path=load_settings().home / CACHE_RELPATH,
             usage_path=self.record_dir / USAGE_FILE if self.record_dir else None,
         )
-        gamed = prepared.private / GAMED_FILE
-        return Judge(judge, read_df_gamed(gamed) if self.metric(prepared) == LC else None)
+        lc = self.metric(prepared) == LC
+        return Judge(judge, read_df_gamed(prepared.private / GAMED_FILE) if lc else None)
 
     def private_paths(self) -> list[Path]:
-        """The judgment cache (under ``AGENT2RL_HOME``): the grader's, never the agent's; and
-        the installed ``alpaca-eval`` distribution's ``METADATA`` (:func:`_readme_path`)."""
+        """The judgment cache (under ``AGENT2RL_HOME``) and the installed ``alpaca-eval``
+        distribution's ``METADATA`` (:func:`_readme_path`): the grader's, never the agent's."""
         paths = [load_settings().home / CACHE_RELPATH.parent]
         readme = _readme_path()
         return [*paths, readme] if readme is not None else paths
@@ -516,42 +483,35 @@ class AlpacaEval(Task):
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
         sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
         fmt = self.prompt_format(prepared)
-        lc = self.metric(prepared) == LC
         metric = (
             "the **length-controlled (LC) win rate** against the reference, AlpacaEval 2.0's "
             "headline metric: a logistic model of the judge's preferences that predicts the "
             "win rate your outputs would have at the reference's length, so longer answers "
             "alone do not raise it"
-            if lc
+            if self.metric(prepared) == LC
             else "the **win rate** against the reference (the mean of the judge's preference "
             "for your output; the run chose it over the length-controlled win rate with "
             "`--task-opt metric=raw`)"
         )
-        if self.config.base_prompt == "raw":
-            base_line = (
-                "- A model without a chat template gets the instruction alone, as raw text "
-                "(no Alpaca prompt around it)."
-            )
-        else:
-            base_line = (
-                "- Base models get Alpaca's prompt format (the format of `data/train.jsonl`); "
-                "an example with an `input` would add it after the instruction, but "
-                "evaluation instructions have none."
-            )
-        if self.config.judge == judge_ranking.NAME:
-            judge_line = (
-                f"- The judge ({self.config.judge_model}) sees the instruction and two answers "
-                "in an order fixed per instruction and ranks them by a function call: each "
-                "instruction's preference is 1 (yours better) or 0 (reference better)."
-            )
-        else:
-            judge_line = (
-                "- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator "
-                f"({self.config.judge_model}): it sees the instruction and two answers in an "
-                "order fixed per instruction, and its next-token probabilities give a "
-                "preference between 0 (reference better) and 1 (yours better) for every "
-                "instruction."
-            )
+        base_line = (
+            "- A model without a chat template gets the instruction alone, as raw text "
+            "(no Alpaca prompt around it)."
+            if self.config.base_prompt == "raw"
+            else "- Base models get Alpaca's prompt format (the format of `data/train.jsonl`); "
+            "an example with an `input` would add it after the instruction, but "
+            "evaluation instructions have none."
+        )
+        judge_line = (
+            f"- The judge ({self.config.judge_model}) sees the instruction and two answers "
+            "in an order fixed per instruction and ranks them by a function call: each "
+            "instruction's preference is 1 (yours better) or 0 (reference better)."
+            if self.config.judge == judge_ranking.NAME
+            else "- The judge is AlpacaEval 2.0's `weighted_alpaca_eval_gpt4_turbo` annotator "
+            f"({self.config.judge_model}): it sees the instruction and two answers in an "
+            "order fixed per instruction, and its next-token probabilities give a "
+            "preference between 0 (reference better) and 1 (yours better) for every "
+            "instruction."
+        )
         return f"""# Task: alpacaeval (level 2, judge-based reward)
 
 Improve the base model's instruction following as judged by an LLM: AlpacaEval 2.0. There is
@@ -581,23 +541,16 @@ Example:
 ## What you may use
 - You may **not** use the grading judge: not its endpoint, its API key or its cache of
   judgments. They are the grader's and are not in your environment.
-- You **may** call your own LLM (the driver model of this run) through the run's metering
-  proxy, e.g. to write or rank preference data for DPO: those tokens count against your
-  token budget and show in the run report.
-- The grading service tells you each submission's score; per-item judgments stay with the
-  grader.
-"""
+{OWN_LLM_NOTE}"""
 
 
 def _readme_path() -> Path | None:
-    """The ``METADATA`` file of the installed ``alpaca-eval`` distribution, or None.
-
-    It is the package's README, which quotes a graded item: the eval instruction "How did US
-    states get their names?" (helpful_base) with its gpt4_1106_preview reference output, in
-    its example of ``annotations.json``. The agent's interpreter has the package installed
-    (the judge's template comes from it), so every agent sandbox masks this file (it then
-    reads as empty: ``importlib.metadata`` finds no name or version for the package there).
-    """
+    """The ``METADATA`` file of the installed ``alpaca-eval`` distribution, or None. It is the
+    package's README, which quotes a graded item: the eval instruction "How did US states get
+    their names?" (helpful_base) with its gpt4_1106_preview reference output, in its example
+    of ``annotations.json``. The agent's interpreter has the package installed (the judge's
+    template comes from it), so every agent sandbox masks this file (it then reads as empty:
+    ``importlib.metadata`` finds no name or version for the package there)."""
     try:
         dist = metadata.distribution("alpaca-eval")
     except metadata.PackageNotFoundError:

@@ -13,8 +13,7 @@ curriculum, easy problems first.
 
 The private split is reproducible from this source by design (the lite track must run
 offline and identically everywhere); the sandbox keeps the harness source out of the agent's
-reach.
-"""
+reach."""
 
 from __future__ import annotations
 
@@ -171,13 +170,12 @@ class ArithLite(Task):
     splits = GSM8K_SPLITS
 
     def prepare(self, root: Path) -> PreparedTask:
-        public, private, validation = root / "public", root / "private", root / "validation"
-        files = (public / "train.jsonl", private / "test.jsonl", validation / "validation.jsonl")
-        if all(f.exists() for f in files):
-            return PreparedTask(public, private, validation)
-        for path, rows in zip(files, generate_splits(), strict=True):
-            write_jsonl(path, rows)
-        return PreparedTask(public, private, validation)
+        prepared = PreparedTask(root / "public", root / "private", root / "validation")
+        files = [prepared.split(s) / f for s, f in GSM8K_SPLITS.files.items()]  # train, test, val
+        if not all(f.exists() for f in files):
+            for path, rows in zip(files, generate_splits(), strict=True):
+                write_jsonl(path, rows)
+        return prepared
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
         return FORMAT

@@ -14,8 +14,7 @@ As in Inspect AI, a task is assembled from parts rather than coded as a pipeline
 and no task overrides it. A task also writes what the agent reads (``description.md``, the
 prompt protocol file) and states everything that changes a score in :meth:`eval_settings`
 (the solver's and scorer's settings are included automatically), so scores are comparable only
-under one evaluation hash.
-"""
+under one evaluation hash."""
 
 from __future__ import annotations
 
@@ -47,11 +46,8 @@ class EvalFormat(Protocol):
 
 
 class Task(ABC):
-    """A benchmark task. Subclasses set the class attributes and declare the parts.
-
-    ``version`` must change whenever data, prompts or grading change, since baselines are
-    cached by it and scores are only comparable within one version.
-    """
+    """A benchmark task. ``version`` must change whenever data, prompts or grading change,
+    since baselines are cached by it and scores are only comparable within one version."""
 
     name: ClassVar[str]
     level: ClassVar[int]
@@ -231,11 +227,9 @@ class Task(ABC):
         return self.config.to_dict()
 
     def eval_settings(self) -> dict[str, Any]:
-        """Everything that changes a score besides the model: hashed into ``eval_hash``.
-
-        The task's identity, options and private data, and its solver's and scorer's settings.
-        Needs :func:`~agent2rl.tasks.prepare_task` to have run (for the data and the parts).
-        """
+        """Everything that changes a score besides the model, hashed into ``eval_hash``: the
+        task's identity, options and private data, and its solver's and scorer's settings.
+        Needs :func:`~agent2rl.tasks.prepare_task` to have run (for the data and the parts)."""
         if self.prepared is None:
             raise RuntimeError(f"task {self.name}: prepare_task() before eval_settings()")
         return {
@@ -253,10 +247,8 @@ class Task(ABC):
         return self.solver(prepared).settings()
 
     def eval_hash(self, backend_settings: dict[str, Any]) -> str:
-        """A short hash of task version, evaluation settings and backend settings.
-
-        Scores with different hashes are not comparable.
-        """
+        """A short hash of the evaluation and backend settings: scores under different hashes
+        are not comparable."""
         blob = json.dumps(
             {"task": self.eval_settings(), "backend": backend_settings}, sort_keys=True
         )

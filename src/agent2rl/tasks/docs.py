@@ -8,8 +8,7 @@ A page marks where a task's table goes::
 
 and ``python -m agent2rl.tasks.docs`` (from the repository root; ``--check`` only reports)
 fills in the table between the markers, replacing what was there. The docs test fails while
-a page's table differs from the generated one.
-"""
+a page's table differs from the generated one."""
 
 from __future__ import annotations
 

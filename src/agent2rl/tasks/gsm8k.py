@@ -22,20 +22,18 @@ Two evaluation protocols (the ``protocol`` option), both stated in ``description
 - ``agent2rl``: chat models get one zero-shot user message; base models get a fixed
   few-shot prompt built from the first ``num_fewshot`` train items. Grading extracts the
   final answer (after ``####``, else the last number) and compares it with
-  :func:`agent2rl.scoring.answers_match` (math-verify).
-"""
+  :func:`agent2rl.scoring.answers_match` (math-verify)."""
 
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent2rl.dataset import JsonlSplits, PreparedTask, Sample, Split
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import read_jsonl, write_json_atomic, write_jsonl
 from agent2rl.scoring import FinalAnswer, OpenCompassGsm8k
 from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
 from agent2rl.solvers import Generate, PromptFormat
@@ -45,6 +43,7 @@ from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared import opencompass
 from agent2rl.tasks.shared.interactive import count_lines
 from agent2rl.tasks.shared.public_view import PUBLIC_VIEWS, reference_view
+from agent2rl.tasks.shared.store import building
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 #: the official sizes; an import of other sizes is allowed (a subset) and says so
@@ -113,10 +112,8 @@ def opencompass_format(max_new_tokens: int) -> PromptFormat:
 
 def convert_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, str]]:
     """Rows of the raw schema (``question``, ``answer``) -> ours (``id``, ``question``,
-    ``answer``). Ids are ``<split>-<index>`` in file order.
-
-    Raises :class:`UserError` naming the first row that lacks a field or a ``####`` answer.
-    """
+    ``answer``), ids ``<split>-<index>`` in file order. :class:`UserError` naming the first
+    row that lacks a field or a ``####`` answer."""
     out = []
     for i, row in enumerate(rows):
         q, a = row.get("question"), row.get("answer")
@@ -130,12 +127,10 @@ def convert_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, str]]
 
 
 def find_split_files(source: Path) -> dict[str, list[Path]]:
-    """The train and test files under ``source`` (a directory, searched recursively).
-
-    A file belongs to a split when its name starts with the split's name (``train.jsonl``,
+    """The train and test files under ``source`` (a directory, searched recursively). A file
+    belongs to a split when its name starts with the split's name (``train.jsonl``,
     ``train-00000-of-00001.parquet``). Files under a ``socratic`` directory (the other
-    config) are ignored. Raises :class:`UserError` when a split is missing or ambiguous.
-    """
+    config) are ignored. Raises :class:`UserError` when a split is missing or ambiguous."""
     source = source.expanduser()
     if not source.is_dir():
         raise UserError(
@@ -144,9 +139,8 @@ def find_split_files(source: Path) -> dict[str, list[Path]]:
         )
     found: dict[str, list[Path]] = {"train": [], "test": []}
     for path in sorted(source.rglob("*")):
-        if not path.is_file() or path.suffix not in _SUFFIXES:
-            continue
-        if "socratic" in (p.lower() for p in path.relative_to(source).parts):
+        socratic = "socratic" in (p.lower() for p in path.relative_to(source).parts)
+        if not path.is_file() or path.suffix not in _SUFFIXES or socratic:
             continue
         for split in found:
             if path.name.lower().startswith(split):
@@ -162,25 +156,23 @@ def find_split_files(source: Path) -> dict[str, list[Path]]:
     return found
 
 
-def load_files(files: list[Path]) -> list[dict[str, Any]]:
-    """Rows of parquet (read with pyarrow) or JSON-lines files, in file order.
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a parquet (read with pyarrow), JSON-lines or JSON-list file: an official data
+    file, read directly rather than through ``datasets`` so an import writes nothing outside
+    the task store (no dataset cache). :class:`UserError` naming a file that does not read."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
 
-    Read directly rather than through ``datasets`` so an import writes nothing outside the
-    task store (no dataset cache). A corrupt file raises :class:`UserError` naming it.
-    """
-    rows: list[dict[str, Any]] = []
-    for path in files:
-        try:
-            if path.suffix == ".parquet":
-                import pyarrow.parquet as pq
-
-                rows += pq.read_table(path).to_pylist()
-            else:
-                with open(path, encoding="utf-8") as fh:
-                    rows += [json.loads(line) for line in fh if line.strip()]
-        except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
-            raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
-    return rows
+            return pq.read_table(path).to_pylist()
+        if path.suffix == ".jsonl":
+            return read_jsonl(path)
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
+        raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise UserError(f"{path} is not a JSON list of objects")
+    return data
 
 
 def download() -> dict[str, list[dict[str, Any]]]:
@@ -200,29 +192,26 @@ def download() -> dict[str, list[dict[str, Any]]]:
 
 def write_splits(root: Path, raw: dict[str, list[dict[str, Any]]], source: str) -> str:
     """Convert and write the three splits under ``root`` (replacing any earlier data
-    atomically: the new tree is built next to it and swapped in). Returns a summary line.
-
-    The validation split is the last :data:`VALIDATION_SIZE` train rows (a tenth of them for
-    an import of fewer than 2,000), so the public split is the train file less those."""
+    atomically: the new tree is built next to it and swapped in). Returns a summary line. The
+    validation split is the last :data:`VALIDATION_SIZE` train rows (a tenth of them for an
+    import of fewer than 2,000), so the public split is the train file less those."""
     train, test = convert_rows(raw["train"], "train"), convert_rows(raw["test"], "test")
     n_val = min(VALIDATION_SIZE, len(train) // 10)
     public, validation = train[: len(train) - n_val], train[len(train) - n_val :]
     overlap = {r["question"] for r in train} & {r["question"] for r in test}
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    write_jsonl(tmp / "public" / "train.jsonl", public)
-    write_jsonl(tmp / "private" / "test.jsonl", test)
-    write_jsonl(tmp / "validation" / "validation.jsonl", validation)
-    manifest = {
-        "source": source,
-        "train": len(public),
-        "validation": len(validation),
-        "test": len(test),
-        "official_sizes": [len(train), len(test)] == list(OFFICIAL_SIZES.values()),
-        "train_test_overlap": len(overlap),
-    }
-    write_json_atomic(tmp / "manifest.json", manifest)
-    swap_in_dir(tmp, root)
+    with building(root) as tmp:
+        write_jsonl(tmp / "public" / "train.jsonl", public)
+        write_jsonl(tmp / "private" / "test.jsonl", test)
+        write_jsonl(tmp / "validation" / "validation.jsonl", validation)
+        manifest = {
+            "source": source,
+            "train": len(public),
+            "validation": len(validation),
+            "test": len(test),
+            "official_sizes": [len(train), len(test)] == list(OFFICIAL_SIZES.values()),
+            "train_test_overlap": len(overlap),
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
     note = "" if manifest["official_sizes"] else " (not the official 7473/1319: a subset?)"
     return (
         f"gsm8k: {len(public)} train / {len(validation)} validation / {len(test)} test items "
@@ -292,19 +281,16 @@ class Gsm8k(Task):
 
     def import_data(self, source: Path, root: Path) -> str:
         files = find_split_files(source)
-        raw = {split: load_files(paths) for split, paths in files.items()}
+        raw = {split: [r for p in paths for r in read_rows(p)] for split, paths in files.items()}
         return write_splits(root, raw, str(source.expanduser().resolve()))
 
     def prompt_format(self, prepared: PreparedTask) -> PromptFormat:
         if self.paper_protocol:
             return opencompass_format(self.config.max_new_tokens)
-        shots = []
-        with open(prepared.public / "train.jsonl") as fh:
-            for line in fh:
-                if len(shots) >= self.config.num_fewshot:
-                    break
-                row = json.loads(line)
-                shots.append(f"Question: {row['question']}\nAnswer: {row['answer']}\n\n")
+        shots = [
+            f"Question: {row['question']}\nAnswer: {row['answer']}\n\n"
+            for row in read_jsonl(prepared.public / "train.jsonl", self.config.num_fewshot)
+        ]
         # Braces in the exemplars are literal text, not format fields.
         prefix = "".join(shots).replace("{", "{{").replace("}", "}}")
         return PromptFormat(

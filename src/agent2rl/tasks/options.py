@@ -23,13 +23,13 @@ others, go in the subclass's ``__post_init__`` (frozen: set a derived value with
 
 From the same declaration come the CLI's help (``agent2rl tasks TASK``) and the options
 tables of the task pages in ``docs/tasks/`` (:mod:`agent2rl.tasks.docs`: ``python -m
-agent2rl.tasks.docs`` rewrites them, and a test fails while they differ).
-"""
+agent2rl.tasks.docs`` rewrites them, and a test fails while they differ)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,9 +42,6 @@ OPTION_TYPES: tuple[type, ...] = (bool, int, float, str)
 #: the strings a ``bool`` option accepts (case-insensitive)
 TRUE_WORDS = ("1", "true", "yes")
 FALSE_WORDS = ("0", "false", "no")
-#: resolved specs per options class (annotations are strings under ``from __future__ import
-#: annotations``: resolved once, on first use)
-_SPECS: dict[type, tuple[OptionSpec, ...]] = {}
 
 
 def option(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
@@ -80,33 +77,25 @@ class OptionSpec:
 @dataclass(frozen=True)
 class TaskOptions:
     """Base of every task's options (itself: a task without options). Frozen: a task's
-    options do not change after it is built.
-
-    Subclasses are validated when a task class declares them (:meth:`check_declaration`):
-    every field has help, a supported type and a default of that type.
-    """
+    options do not change after it is built. Subclasses are validated when a task class
+    declares them (:meth:`check_declaration`)."""
 
     @classmethod
+    @functools.cache
     def specs(cls) -> tuple[OptionSpec, ...]:
-        """Every option, in declaration order."""
-        cached = _SPECS.get(cls)
-        if cached is not None:
-            return cached
+        """Every option, in declaration order (cached per class: annotations are strings
+        under ``from __future__ import annotations``, resolved once, on first use)."""
         hints = typing.get_type_hints(cls)
-        out = []
-        for f in dataclasses.fields(cls):
-            choices = f.metadata.get("choices")
-            out.append(
-                OptionSpec(
-                    f.name,
-                    hints.get(f.name, type(f.default)),
-                    f.default,
-                    str(f.metadata.get("help", "")),
-                    tuple(choices) if choices is not None else None,
-                )
+        return tuple(
+            OptionSpec(
+                f.name,
+                hints.get(f.name, type(f.default)),
+                f.default,
+                str(f.metadata.get("help", "")),
+                tuple(f.metadata["choices"]) if f.metadata.get("choices") is not None else None,
             )
-        _SPECS[cls] = tuple(out)
-        return _SPECS[cls]
+            for f in dataclasses.fields(cls)
+        )
 
     @classmethod
     def check_declaration(cls, owner: str) -> None:
@@ -133,15 +122,12 @@ class TaskOptions:
 
     @classmethod
     def parse(cls, task: str, given: Mapping[str, Any] | None = None) -> Self:
-        """The options with ``given`` over the defaults.
-
-        A value may be the declared type or a string (the command line's), parsed into it
-        (``bool``: 1/0, true/false, yes/no; an ``int`` string must be a whole number; a
-        ``float`` option also takes an int). Raises :class:`UserError` for a name the task
-        does not have (listing its options, with a did-you-mean), a value that is not of
-        the option's type, or a string outside the option's choices; the subclass's
-        ``__post_init__`` may raise one for a combination of values.
-        """
+        """The options with ``given`` over the defaults. A value may be the declared type or
+        a string (the command line's), parsed into it (``bool``: 1/0, true/false, yes/no; an
+        ``int`` string must be a whole number; a ``float`` option also takes an int). Raises
+        :class:`UserError` for a name the task does not have (listing its options, with a
+        did-you-mean), a value that is not of the option's type, or a string outside the
+        option's choices; the subclass's ``__post_init__`` may raise one for a combination."""
         specs = {s.name: s for s in cls.specs()}
         values: dict[str, Any] = {}
         for name, value in (given or {}).items():
@@ -160,7 +146,7 @@ class TaskOptions:
     def from_defaults(cls, owner: str, defaults: Mapping[str, Any]) -> type[TaskOptions]:
         """An options class made from a plain ``name -> default`` dict (a task written for
         the untyped declaration), each option's help saying only its type."""
-        made = dataclasses.make_dataclass(
+        return dataclasses.make_dataclass(
             f"{owner.title().replace('-', '')}Options",
             [
                 (n, type(d), option(d, f"{type(d).__name__} (no help declared)"))
@@ -169,7 +155,6 @@ class TaskOptions:
             bases=(cls,),
             frozen=True,
         )
-        return made
 
 
 def unknown_option_message(task: str, name: str, options: type[TaskOptions]) -> str:
@@ -196,21 +181,14 @@ def _convert(task: str, spec: OptionSpec, value: Any) -> Any:
         if isinstance(value, str) and value.lower() in TRUE_WORDS + FALSE_WORDS:
             return value.lower() in TRUE_WORDS
         raise bad
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    if kind in (int, float):
+        # an int option takes an int, a float option an int or a float (never a bool)
+        numeric = (int, float) if kind is float else int
+        if isinstance(value, numeric) and not isinstance(value, bool):
+            return kind(value)
         if isinstance(value, str):
             try:
-                return int(value)
-            except ValueError:
-                raise bad from None
-        raise bad
-    if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
+                return kind(value)
             except ValueError:
                 raise bad from None
         raise bad

@@ -7,8 +7,7 @@ entry point names a task class, a factory, or a module whose import registers it
 a new task is one module (plus its data) and needs no edit anywhere else.
 
 :data:`TASKS` is a :class:`~agent2rl.registry.Registry`: a second task under a taken name is
-refused (:class:`~agent2rl.registry.RegistryConflict`), never silently replacing the first.
-"""
+refused (:class:`~agent2rl.registry.RegistryConflict`), never silently replacing the first."""
 
 from __future__ import annotations
 
@@ -46,11 +45,9 @@ def task_names() -> list[str]:
 
 
 def get_task(name: str, options: dict[str, Any] | None = None) -> Task:
-    """The task called ``name`` configured with ``options`` (see :attr:`Task.options`).
-
-    An unknown name raises :class:`~agent2rl.errors.UserError` listing the known ones (and
-    the closest, for a typo); so does a bad option.
-    """
+    """The task called ``name`` configured with ``options`` (see :attr:`Task.options`). An
+    unknown name raises :class:`~agent2rl.errors.UserError` listing the known ones (and the
+    closest, for a typo); so does a bad option."""
     return TASKS[name](options)
 
 
@@ -66,11 +63,9 @@ def task_root(task: Task, task_store: Path) -> Path:
 
 def prepare_task(task: Task, task_store: Path) -> PreparedTask:
     """Prepare ``task`` in the store (idempotent); sets ``task.prepared`` and
-    ``task.data_digest``.
-
-    Runs that prepare the same task version at once (a study) take turns under a per-task
-    file lock in the store: the first generates, the others then find the data there.
-    """
+    ``task.data_digest``. Runs that prepare the same task version at once (a study) take
+    turns under a per-task file lock in the store: the first generates, the others then find
+    the data there."""
     root = task_root(task, task_store)
     with file_lock(root.parent / f".v{task.version}.lock"):
         prepared = task.prepare(root)

@@ -13,41 +13,34 @@ ALFWorld's text games.
     generate_lite.py  alfworld-lite's offline game generator (ALFWorld's on-disk format)
     importer.py       the official data: find, download, import
 
-The model plays each private game through the task-neutral episode solver: at every step the
-protocol builds the prompt, the model replies greedily and the parsed action is played, until
-the game is won or ``max_steps`` actions are used. Score: the percentage of games won, with a
-breakdown by task type (pick, look, clean, heat, cool, pick-two). The ``protocol`` option picks
-the prompt: ``react`` (the paper's: ReAct's two worked examples of the game's type, then the
-whole history, as text for every model; the action is the reply as written) or
-``transcript`` (agent2rl's: the task, the recent steps, the observation, optionally the
-admissible actions, sized to a small context).
+The model plays each private game through the task-neutral episode solver, replying greedily,
+until the game is won or ``max_steps`` actions are used. Score: the percentage of games won,
+with a breakdown by task type (pick, look, clean, heat, cool, pick-two). The ``protocol``
+option picks the prompt (protocol.py): ``react`` (the paper's) or ``transcript`` (agent2rl's,
+sized to a small context).
 
 - ``alfworld``: the official data (``$ALFWORLD_DATA/json_2.1.1``, fetched by
   ``alfworld-download``): public = the ``train`` games, validation = ``valid_seen``, private =
   ``valid_unseen`` (134 out-of-distribution games); 50 steps per game; ``react`` by default.
 - ``alfworld-lite``: games generated offline in ALFWorld's format from fixed seeds: public,
   validation and private sets, disjoint, small rooms and short solutions; 20 steps per game;
-  ``transcript`` by default (the react prompt's two exemplars alone are 3,200 to 4,400
-  characters, more than the built-in tiny model's 512-token context holds).
+  ``transcript`` by default (the react prompt does not fit the tiny model's context).
 
 The agent gets the expert walkthroughs of the public games (``data/walkthroughs.jsonl``, with
 every observation and admissible-action list along the way) and a rollout service over the
-public games for online RL.
-"""
+public games for online RL."""
 
 from __future__ import annotations
 
 import functools
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent2rl.dataset import PreparedTask, Sample, Split
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
+from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.rollout.app import describe_api
 from agent2rl.rollout.env import GameSource
 from agent2rl.scoring import EpisodeOutcome
@@ -62,8 +55,10 @@ from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared.interactive import (
     InteractiveTask,
     batch_size_option,
+    count_lines,
     env_batch_option,
 )
+from agent2rl.tasks.shared.store import building
 
 #: the longest episode a rollout-service session may ask for
 MAX_SESSION_STEPS = 500
@@ -146,8 +141,6 @@ class AlfworldBase(InteractiveTask):
         self._kept_pools: dict[Path, ProcessGames] = {}
 
     def episode_format(self) -> EpisodeFormat:
-        """The run's protocol settings (the ``protocol`` option's choices were checked when
-        the options were parsed)."""
         o = self.config
         return EpisodeFormat(
             max_steps=o.max_steps,
@@ -164,16 +157,14 @@ class AlfworldBase(InteractiveTask):
         )
 
     def grading_games(self, prepared: PreparedTask, split: Split) -> GameSource:
-        """The games in worker processes when this machine has more than one usable core
-        and the split at least :data:`MIN_GAMES_FOR_WORKERS` games: TextWorld's engine is
+        """The games in worker processes when this machine has more than one usable core and
+        the split at least :data:`MIN_GAMES_FOR_WORKERS` games: TextWorld's engine is
         CPU-bound Python and not thread-safe (one engine call at a time per process), and
         loading a game (about 0.1 s) and stepping it are most of a trained model's lite
-        grading.
-
-        With :attr:`keep_environments` (a warm grader) a split's workers are kept for its
-        next evaluation (:class:`ProcessGames` ``persistent``): starting two took 1.3 s
-        here, and their TextWorld caches load a game they loaded before faster;
-        :meth:`close` stops them."""
+        grading. With :attr:`keep_environments` (a warm grader) a split's workers are kept for
+        its next evaluation (:class:`ProcessGames` ``persistent``): starting two took 1.3 s
+        here, and their TextWorld caches load a game they loaded before faster; :meth:`close`
+        stops them."""
         root = prepared.split(split) / "games"
         if self.keep_environments and root in self._kept_pools:
             return self._kept_pools[root]
@@ -214,7 +205,7 @@ class AlfworldBase(InteractiveTask):
 
     def description(self, prepared: PreparedTask) -> str:
         fmt = self.episode_format()
-        rows = _count_lines(prepared.public / "walkthroughs.jsonl")
+        rows = count_lines(prepared.public / "walkthroughs.jsonl")
         n_eval = len(list((prepared.private / "games").glob("*/*/game.tw-pddl")))
         games_note = (
             "the game files are not copied into the workspace; play them through the rollout "
@@ -245,9 +236,12 @@ an object and put it somewhere, put two objects somewhere) by typing actions.
 """
 
 
-def _count_lines(path: Path) -> int:
-    with open(path) as fh:
-        return sum(1 for _ in fh)
+def _is_stored(prepared: PreparedTask) -> bool:
+    """Whether the splits are in the store: the public walkthroughs and the graded and
+    validation games."""
+    return (prepared.public / "walkthroughs.jsonl").exists() and all(
+        (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
+    )
 
 
 LITE_TRAIN_SEED = 1
@@ -270,13 +264,9 @@ class AlfworldLite(AlfworldBase):
             raise UserError("alfworld-lite needs n_train, n_eval and n_validation >= 1")
         sets = root / f"g{GENERATOR_VERSION}-train{n_train}-eval{n_eval}-val{n_val}"
         prepared = PreparedTask(sets / "public", sets / "private", sets / "validation")
-        if (prepared.public / "walkthroughs.jsonl").exists() and all(
-            (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
-        ):
+        if _is_stored(prepared):
             return prepared
-        sets.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{sets.name}.", dir=sets.parent))
-        try:
+        with building(sets) as tmp:
             _, eval_sigs = generate_lite_split(
                 tmp / "private" / "games", LITE_EVAL_SEED, n_eval, set()
             )
@@ -291,9 +281,6 @@ class AlfworldLite(AlfworldBase):
                 tmp / "manifest.json",
                 {"generator": GENERATOR_VERSION, "train": n_train, "eval": n_eval, "val": n_val},
             )
-            swap_in_dir(tmp, sets)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return prepared
 
     def make_data(self, out: Path, n: int, seed: int) -> str:
@@ -318,9 +305,7 @@ class Alfworld(AlfworldBase):
 
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
-        if (prepared.public / "walkthroughs.jsonl").exists() and all(
-            (prepared.split(s) / "games").is_dir() for s in ("private", "validation")
-        ):
+        if _is_stored(prepared):
             return prepared
         source = Path(os.environ.get("ALFWORLD_DATA") or Path.home() / ".cache" / "alfworld")
         try:

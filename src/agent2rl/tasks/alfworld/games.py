@@ -7,8 +7,7 @@ every environment from ``AlfredTWEnv.init_env`` (alfworld's wrappers: the entity
 demangler and the game-file info, plus TextWorld's step limit). Only the choice of games per
 environment is ours: we set ``AlfredTWEnv.game_files`` before ``init_env`` so that an episode
 plays the game it asked for. The grader's episode solver and the rollout service both open
-episodes through :meth:`AlfworldGames.open`.
-"""
+episodes through :meth:`AlfworldGames.open`."""
 
 from __future__ import annotations
 
@@ -33,40 +32,26 @@ from agent2rl.tasks.alfworld.protocol import split_intro
 #: engine is CPU-bound Python, so the lock costs no parallelism the GIL would have allowed.
 _ENGINE_LOCK = threading.RLock()
 
-#: alfworld's task-type ids (``env.task_types`` in its config)
-TASK_TYPE_IDS = {
-    1: "pick_and_place_simple",
-    2: "look_at_obj_in_light",
-    3: "pick_clean_then_place_in_recep",
-    4: "pick_heat_then_place_in_recep",
-    5: "pick_cool_then_place_in_recep",
-    6: "pick_two_obj_and_place",
-}
-
 
 def cache_textworld_parses() -> None:
     """Make TextWorld parse each grammar and logic string, and translate each game's PDDL,
     once per process.
 
-    Every observation TextWorld writes goes through ``textgen.ContextSensitiveGrammar.derive``,
-    which parses its template string with tatsu (``textgen._parse_and_convert``) on every
-    call, and the rules that pick a template parse their conditions the same way
-    (``textworld.logic._parse_and_convert``, through ``Rule.parse_conjunctive_query``), as
-    does loading a game: the same few hundred strings, parsed again at every step of every
-    game, most of an ALFWorld step's and half of a game load's CPU time here
-    (``benchmarks/grading_latency.py``). Each parse is a pure function of its arguments
-    (a fresh tatsu model walked by a fresh converter); its result is mutated by some
-    callers (each grammar symbol gets its context), so each call gets a deep copy of the
-    cached parse.
+    Every observation TextWorld writes parses its template with tatsu
+    (``textgen._parse_and_convert``, in ``ContextSensitiveGrammar.derive``), and the rules
+    that pick a template parse their conditions the same way
+    (``textworld.logic._parse_and_convert``), as does loading a game: the same few hundred
+    strings, parsed again at every step, most of an ALFWorld step's and half of a game load's
+    CPU time here (``benchmarks/grading_latency.py``). Each parse is a pure function of its
+    arguments; some callers mutate the result (each grammar symbol gets its context), so each
+    call gets a deep copy of the cached parse.
 
-    A game's state is built from its PDDL by ``fast_downward.pddl2sas`` (a parse, then
-    Fast Downward's translation to SAS), twice per state (plain and optimised for
-    replanning), and a state is built when the game loads and again when it resets: four
-    translations of two inputs per episode, most of an episode's start. The translation is
-    a pure function of its text arguments (its options are set at every call); its result
-    (the parsed task, read by TextWorld, and the SAS text) is cached the same way, so an
-    episode translates each input once, and a game opened again in the same process (a
-    warm grader's environment workers) not at all.
+    ``fast_downward.pddl2sas`` (a parse, then the translation to SAS) builds a game's state
+    twice (plain and optimised for replanning) when the game loads and again when it resets:
+    four translations of two inputs per episode, most of an episode's start. It is a pure
+    function of its text arguments (its options are set at every call), cached the same way:
+    an episode translates each input once, a game opened again in the same process (a warm
+    grader's workers) not at all.
 
     Idempotent; the games played are the same (``tests/unit/tasks/test_alfworld_lite.py``
     plays walkthroughs both ways)."""
@@ -112,7 +97,8 @@ def alfworld_config(data_path: Path, max_steps: int) -> dict[str, Any]:
         "env": {
             "type": "AlfredTWEnv",
             "goal_desc_human_anns_prob": 0,
-            "task_types": sorted(TASK_TYPE_IDS),
+            # alfworld's ids of its six task types (pick_and_place_simple ... pick_two_obj)
+            "task_types": [1, 2, 3, 4, 5, 6],
             "domain_randomization": False,
             "expert_type": "handcoded",
         },
@@ -134,15 +120,13 @@ def game_path(game: GameInfo) -> Path:
 
 
 class AlfworldGames:
-    """The games under one split root, loaded through ``AlfredTWEnv``.
-
-    A game's ``game_id`` is its directory relative to the split root
+    """The games under one split root, loaded through ``AlfredTWEnv``. A game's ``game_id`` is
+    its directory relative to the split root
     (``<task>-<Obj>-<MRecep>-<Parent>-<scene>/trial_<...>``), its ``group`` its task type and
     ``meta["path"]`` its ``game.tw-pddl``. ``games`` are sorted by id; ``max_steps`` is an
     episode's default length, ``step_cap`` the longest one :meth:`open` may be asked for.
     Raises :class:`FileNotFoundError` if ``root`` is missing and :class:`ValueError` if it
-    holds no playable game.
-    """
+    holds no playable game."""
 
     def __init__(self, root: Path, max_steps: int, step_cap: int | None = None) -> None:
         from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
@@ -226,29 +210,3 @@ class GameSession:
             self._closed = True
             with _ENGINE_LOCK:
                 self._env.close()
-
-
-def walkthrough_row(
-    game_id: str,
-    task_type: str,
-    observations: list[str],
-    admissible: list[list[str]],
-    actions: list[str],
-    won: bool,
-) -> dict[str, Any]:
-    """One line of ``walkthroughs.jsonl`` from an expert's play (``observations[0]`` is the
-    game's intro, ``observations[i + 1]`` follows ``actions[i]``). The row's ``group`` is the
-    game's task type, as in the rollout service's game list."""
-    room, goal = split_intro(observations[0])
-    shown = [room, *observations[1:]]
-    return {
-        "game_id": game_id,
-        "group": task_type,
-        "goal": goal,
-        "steps": [
-            {"observation": o, "admissible_actions": list(adm), "action": a}
-            for o, adm, a in zip(shown, admissible, actions, strict=False)
-        ],
-        "final_observation": shown[len(actions)] if len(shown) > len(actions) else "",
-        "won": bool(won),
-    }

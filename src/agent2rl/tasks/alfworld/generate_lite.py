@@ -17,8 +17,7 @@ expert ``alfworld-generate`` uses) wins it within :data:`EXPERT_MAX_STEPS` steps
 are the game's walkthrough.
 
 Generation is deterministic: a game depends only on ``(seed, index)`` (the global ``random``
-state the expert uses is seeded per game and restored afterwards).
-"""
+state the expert uses is seeded per game and restored afterwards)."""
 
 from __future__ import annotations
 
@@ -28,27 +27,22 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from agent2rl.tasks.alfworld.games import walkthrough_row
+from agent2rl.tasks.alfworld.protocol import split_intro
+
+J = TypeVar("J")
+R = TypeVar("R")
 
 #: bump whenever generated games change (it versions the task's data)
 GENERATOR_VERSION = "2"
 #: a game whose expert needs more steps than this is discarded: solutions stay short, and
 #: every game can be won within alfworld-lite's default step limit (20)
 EXPERT_MAX_STEPS = 20
-
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 
 OPENABLE = {"Cabinet", "Drawer", "Fridge", "Microwave", "Safe"}
 #: receptacles whose ALFRED id carries a basin suffix ("Sink|...|SinkBasin" -> "sinkbasin 1")
@@ -74,25 +68,17 @@ SCENES: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-#: which scenes a task type can happen in, and the receptacle it needs
-_TASK_SCENES = {
-    "pick_and_place_simple": ("kitchen", "bedroom", "bathroom"),
-    "look_at_obj_in_light": ("bedroom",),
-    "pick_clean_then_place_in_recep": ("kitchen", "bathroom"),
-    "pick_heat_then_place_in_recep": ("kitchen",),
-    "pick_cool_then_place_in_recep": ("kitchen",),
-    "pick_two_obj_and_place": ("kitchen", "bedroom", "bathroom"),
+#: ALFWorld's six task types (in alfworld's id order, 1-6) -> the scenes the type can happen
+#: in, the appliance that transforms its object and the property that object needs
+_TASKS: dict[str, tuple[tuple[str, ...], str | None, str | None]] = {
+    "pick_and_place_simple": (("kitchen", "bedroom", "bathroom"), None, None),
+    "look_at_obj_in_light": (("bedroom",), None, None),
+    "pick_clean_then_place_in_recep": (("kitchen", "bathroom"), "SinkBasin", "Cleanable"),
+    "pick_heat_then_place_in_recep": (("kitchen",), "Microwave", "Heatable"),
+    "pick_cool_then_place_in_recep": (("kitchen",), "Fridge", "Coolable"),
+    "pick_two_obj_and_place": (("kitchen", "bedroom", "bathroom"), None, None),
 }
-_TASK_APPLIANCE = {
-    "pick_clean_then_place_in_recep": "SinkBasin",
-    "pick_heat_then_place_in_recep": "Microwave",
-    "pick_cool_then_place_in_recep": "Fridge",
-}
-_TASK_PROPERTY = {
-    "pick_clean_then_place_in_recep": "Cleanable",
-    "pick_heat_then_place_in_recep": "Heatable",
-    "pick_cool_then_place_in_recep": "Coolable",
-}
+TASK_TYPES = tuple(_TASKS)
 # Types the domain's actions name as constants: every problem must declare them.
 _DOMAIN_RTYPES = ("SinkBasinType", "MicrowaveType", "FridgeType", "BathtubBasinType")
 _DOMAIN_OTYPES = ("KnifeType", "ButterKnifeType")
@@ -144,7 +130,8 @@ def sample_game(rng: random.Random, task_type: str, seed: int, index: int) -> Ga
     """Draw a scene, a placement of 1-4 objects and a task of ``task_type``; None when the
     draw cannot host the task (the caller draws again). The target never starts where the
     goal wants it, so no game is won before the first step."""
-    scene = rng.choice(_TASK_SCENES[task_type])
+    scenes, appliance, prop = _TASKS[task_type]
+    scene = rng.choice(scenes)
     kinds = SCENES[scene]
     toggle, lamp_at = "", ""
     if task_type == "look_at_obj_in_light":
@@ -152,30 +139,21 @@ def sample_game(rng: random.Random, task_type: str, seed: int, index: int) -> Ga
         toggle = "DeskLamp"
     receptacles = list(kinds["receptacles"])
 
-    prop = _TASK_PROPERTY.get(task_type)
     candidates = [o for o in kinds["objects"] if prop is None or _has(o, prop)]
     rng.shuffle(candidates)
     for obj in candidates:
         homes = [i for i, r in enumerate(receptacles) if _can_contain(r, obj)]
         # the goal's receptacle: any class here that can hold the object, other than the
         # appliance used to transform it (ALFRED's goals never put a hot mug "in microwave")
-        parents = sorted(
-            {
-                receptacles[i]
-                for i in homes
-                if receptacles[i] != _TASK_APPLIANCE.get(task_type)
-                and receptacles[i] not in ("GarbageCan",)
-            }
-        )
+        parents = sorted({receptacles[i] for i in homes if receptacles[i] != appliance})
         if task_type == "look_at_obj_in_light":
             parents = ["-"]
         if not parents:
             continue
         parent = rng.choice(parents)
         starts = [i for i in homes if receptacles[i] != parent]
-        if not starts:
-            continue
-        break
+        if starts:
+            break
     else:
         return None
     n_targets = 2 if task_type == "pick_two_obj_and_place" else 1
@@ -258,37 +236,28 @@ def problem_pddl(spec: GameSpec, rng: random.Random) -> str:
     lines += [f"        {i} - receptacle" for i in rec_ids]
     lines += [f"        {loc} - location" for loc in [*locs, start]]
     lines += ["        )", "", "(:init", ""]
-    for rid, cls in zip(rec_ids, spec.receptacles, strict=True):
-        lines.append(f"        (receptacleType {rid} {cls}Type)")
-    for oid, (cls, _) in zip(obj_ids, spec.objects, strict=True):
-        lines.append(f"        (objectType {oid} {cls}Type)")
-    for r in rtypes:
-        for o in otypes:
-            if _can_contain(r, o):
-                lines.append(f"        (canContain {r}Type {o}Type)")
-    for rid, cls in zip(rec_ids, spec.receptacles, strict=True):
-        if cls in OPENABLE:
-            lines.append(f"        (openable {rid})")
-    for oid, (cls, _) in zip(obj_ids, spec.objects, strict=True):
-        if cls in constants.VAL_ACTION_OBJECTS["Toggleable"]:
-            lines.append(f"        (toggleable {oid})")
-        else:
-            lines.append(f"        (pickupable {oid})")
-        for prop, pred in (
-            ("Heatable", "heatable"),
-            ("Coolable", "coolable"),
-            ("Cleanable", "cleanable"),
-        ):
+    recs = list(zip(rec_ids, spec.receptacles, locs, strict=True))
+    objs = [(oid, cls, home) for oid, (cls, home) in zip(obj_ids, spec.objects, strict=True)]
+    lines += [f"        (receptacleType {rid} {cls}Type)" for rid, cls, _ in recs]
+    lines += [f"        (objectType {oid} {cls}Type)" for oid, cls, _ in objs]
+    lines += [
+        f"        (canContain {r}Type {o}Type)"
+        for r in rtypes
+        for o in otypes
+        if _can_contain(r, o)
+    ]
+    lines += [f"        (openable {rid})" for rid, cls, _ in recs if cls in OPENABLE]
+    for oid, cls, _ in objs:
+        toggleable = cls in constants.VAL_ACTION_OBJECTS["Toggleable"]
+        lines.append(f"        ({'toggleable' if toggleable else 'pickupable'} {oid})")
+        for prop in ("Heatable", "Coolable", "Cleanable"):
             if _has(cls, prop):
-                lines.append(f"        ({pred} {oid})")
+                lines.append(f"        ({prop.lower()} {oid})")
         if cls in constants.VAL_RECEPTACLE_OBJECTS:
             lines.append(f"        (isReceptacleObject {oid})")
-    for oid, (_, home) in zip(obj_ids, spec.objects, strict=True):
-        lines.append(f"        (inReceptacle {oid} {rec_ids[home]})")
-    for rid, loc in zip(rec_ids, locs, strict=True):
-        lines.append(f"        (receptacleAtLocation {rid} {loc})")
-    for oid, (_, home) in zip(obj_ids, spec.objects, strict=True):
-        lines.append(f"        (objectAtLocation {oid} {locs[home]})")
+    lines += [f"        (inReceptacle {oid} {rec_ids[home]})" for oid, _, home in objs]
+    lines += [f"        (receptacleAtLocation {rid} {loc})" for rid, _, loc in recs]
+    lines += [f"        (objectAtLocation {oid} {locs[home]})" for oid, _, home in objs]
     lines.append(f"        (atLocation agent1 {start})")
     lines += ["        )", ""]
     goal = goal_library.gdict[spec.task_type]["pddl"].format(
@@ -346,6 +315,23 @@ class ExpertRun:
     admissible: list[list[str]]  # the admissible actions before each action (and at the end)
     won: bool
 
+    def walkthrough_row(self, game_id: str, task_type: str) -> dict[str, Any]:
+        """One line of ``walkthroughs.jsonl`` from this play. The row's ``group`` is the
+        game's task type, as in the rollout service's game list."""
+        room, goal = split_intro(self.observations[0])
+        shown = [room, *self.observations[1:]]
+        return {
+            "game_id": game_id,
+            "group": task_type,
+            "goal": goal,
+            "steps": [
+                {"observation": o, "admissible_actions": list(adm), "action": a}
+                for o, adm, a in zip(shown, self.admissible, self.actions, strict=False)
+            ],
+            "final_observation": shown[len(self.actions)] if len(shown) > len(self.actions) else "",
+            "won": bool(self.won),
+        }
+
 
 #: actions an expert walkthrough must not use: they only print text and teach nothing
 _IDLE_ACTIONS = ("help", "inventory", "examine")
@@ -353,12 +339,10 @@ _IDLE_ACTIONS = ("help", "inventory", "examine")
 
 def run_expert(game_file: Path, seed: int, max_steps: int = EXPERT_MAX_STEPS) -> ExpertRun | None:
     """Play ``game_file`` with alfworld's hand-coded expert through the wrappers
-    ``alfworld-generate`` uses; None when the expert fails, times out, does not win or
-    wanders into :data:`_IDLE_ACTIONS` (it picks random actions when lost).
-
-    The expert draws from the global ``random``; it is seeded with ``seed`` and the previous
-    state restored, so the walkthrough depends only on the game and the seed.
-    """
+    ``alfworld-generate`` uses; None when the expert fails, times out, does not win or wanders
+    into :data:`_IDLE_ACTIONS` (it picks random actions when lost). The expert draws from the
+    global ``random``; it is seeded with ``seed`` and the previous state restored, so the
+    walkthrough depends only on the game and the seed."""
     from alfworld.agents.environment.alfred_tw_env import AlfredExpertType
 
     saved = random.getstate()
@@ -372,9 +356,8 @@ def run_expert(game_file: Path, seed: int, max_steps: int = EXPERT_MAX_STEPS) ->
         )
     finally:
         random.setstate(saved)
-    if run is None or any(a.split(" ", 1)[0] in _IDLE_ACTIONS for a in run.actions):
-        return None
-    return run if run.won else None
+    idle = run is not None and any(a.split(" ", 1)[0] in _IDLE_ACTIONS for a in run.actions)
+    return run if run is not None and run.won and not idle else None
 
 
 def replay_walkthrough(game_file: Path, actions: list[str]) -> ExpertRun | None:
@@ -389,11 +372,7 @@ def _play(
     """Play ``game_file`` through alfworld's wrappers (and its expert when ``expert`` names
     one), taking ``choose(state, n)`` as the n-th action; None if the engine or expert fails."""
     import textworld
-    from alfworld.agents.environment.alfred_tw_env import (
-        AlfredDemangler,
-        AlfredExpert,
-        AlfredInfos,
-    )
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
     from textworld.envs import PddlEnv
 
     class _Expert(AlfredExpert):
@@ -450,12 +429,10 @@ class GeneratedGame:
 
 
 def generate_game(dest_root: Path, seed: int, index: int, exclude: set[str]) -> GeneratedGame:
-    """Generate game ``index`` of the set drawn from ``seed`` into ``dest_root``.
-
-    Task types cycle through :data:`TASK_TYPES` so a set is balanced. Draws that cannot host
-    the task, that repeat a game in ``exclude`` (signatures), or that the expert cannot win
-    are redrawn from the same deterministic stream.
-    """
+    """Generate game ``index`` of the set drawn from ``seed`` into ``dest_root``. Task types
+    cycle through :data:`TASK_TYPES` so a set is balanced. Draws that cannot host the task,
+    that repeat a game in ``exclude`` (signatures), or that the expert cannot win are redrawn
+    from the same deterministic stream."""
     task_type = TASK_TYPES[index % len(TASK_TYPES)]
     dest_root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"alfworld-lite/{GENERATOR_VERSION}/{seed}/{index}")
@@ -484,42 +461,35 @@ def generate_game(dest_root: Path, seed: int, index: int, exclude: set[str]) -> 
                 shutil.rmtree(game_dir)
             os.replace(tmp, game_dir)
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
         game_id = f"{spec.name}/{spec.trial}"
         return GeneratedGame(game_id, task_type, spec.goal, expert, sig)
     raise RuntimeError(f"could not generate game {index} of seed {seed} in 200 draws")
 
 
-def workers() -> int:
-    """Worker processes for generating or replaying games: the CPUs, at most 8."""
-    return max(1, min(8, os.cpu_count() or 1))
+def map_in_workers(fn: Callable[[J], R], jobs: list[J], chunksize: int) -> list[R]:
+    """``fn`` of each job, in order, in worker processes (the CPUs, at most 8, for
+    generating or replaying games); in this process for a single job or CPU."""
+    n_workers = min(8, os.cpu_count() or 1, len(jobs))
+    if n_workers > 1:
+        with ProcessPoolExecutor(max_workers=n_workers) as pool:
+            return list(pool.map(fn, jobs, chunksize=chunksize))
+    return [fn(j) for j in jobs]
 
 
 def _generate_one(args: tuple[str, int, int, frozenset[str]]) -> dict[str, Any]:
     root, seed, index, exclude = args
     g = generate_game(Path(root), seed, index, set(exclude))
-    e = g.expert
-    return {
-        "signature": g.signature,
-        "row": walkthrough_row(
-            g.game_id, g.task_type, e.observations, e.admissible, e.actions, e.won
-        ),
-    }
+    return {"signature": g.signature, "row": g.expert.walkthrough_row(g.game_id, g.task_type)}
 
 
 def generate_lite_split(
-    root: Path, seed: int, n: int, exclude: set[str], n_workers: int | None = None
+    root: Path, seed: int, n: int, exclude: set[str]
 ) -> tuple[list[dict[str, Any]], set[str]]:
     """``n`` games from ``seed`` into ``root``, none with a signature in ``exclude`` (in
     worker processes; the result does not depend on how many). Returns their walkthrough rows
     (by index) and signatures."""
     root.mkdir(parents=True, exist_ok=True)
     jobs = [(str(root), seed, i, frozenset(exclude)) for i in range(n)]
-    n_workers = n_workers or workers()
-    if n_workers > 1 and n > 1:
-        with ProcessPoolExecutor(max_workers=min(n_workers, n)) as pool:
-            done = list(pool.map(_generate_one, jobs, chunksize=4))
-    else:
-        done = [_generate_one(j) for j in jobs]
+    done = map_in_workers(_generate_one, jobs, chunksize=4)
     return [d["row"] for d in done], {d["signature"] for d in done}

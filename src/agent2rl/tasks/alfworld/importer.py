@@ -3,8 +3,7 @@ imported from a folder (``agent2rl data import alfworld DIR``) into the task sto
 
 Splits: ``train`` is public, ``valid_seen`` the harness's validation split (never graded,
 never shown), ``valid_unseen`` (134 out-of-distribution games) the graded private split, as
-in the paper. The public games' walkthroughs are replayed to record what each step shows.
-"""
+in the paper. The public games' walkthroughs are replayed to record what each step shows."""
 
 from __future__ import annotations
 
@@ -12,15 +11,14 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from agent2rl.errors import UserError
-from agent2rl.files import swap_in_dir, write_json_atomic, write_jsonl
-from agent2rl.tasks.alfworld.games import AlfworldGames, game_path, walkthrough_row
-from agent2rl.tasks.alfworld.generate_lite import replay_walkthrough, run_expert, workers
+from agent2rl.files import write_json_atomic, write_jsonl
+from agent2rl.tasks.alfworld.games import AlfworldGames, game_path
+from agent2rl.tasks.alfworld.generate_lite import map_in_workers, replay_walkthrough, run_expert
+from agent2rl.tasks.shared.store import building
 
 #: our split -> ALFWorld's folder
 ALFWORLD_SPLITS = {"public": "train", "validation": "valid_seen", "private": "valid_unseen"}
@@ -44,34 +42,24 @@ def find_alfworld_json(source: Path) -> Path:
     )
 
 
-def _replay_one(args: tuple[str, str]) -> dict[str, Any] | None:
-    """The walkthrough row of one game: its stored walkthrough replayed (or alfworld's expert
-    run when it has none); None when the game cannot be played."""
-    game_file, game_id = args
-    data = json.loads(Path(game_file).read_text())
-    task_type = json.loads((Path(game_file).parent / "traj_data.json").read_text())["task_type"]
-    steps = data.get("walkthrough")
-    run = replay_walkthrough(Path(game_file), steps) if steps else None
+def _replay_one(args: tuple[Path, str, str]) -> dict[str, Any] | None:
+    """The walkthrough row of one game (its file, id and task type): its stored walkthrough
+    replayed (or alfworld's expert run when it has none); None when it cannot be played."""
+    game_file, game_id, task_type = args
+    steps = json.loads(game_file.read_text()).get("walkthrough")
+    run = replay_walkthrough(game_file, steps) if steps else None
     if run is None:
-        run = run_expert(Path(game_file), seed=0, max_steps=200)
-    if run is None:
-        return None
-    return walkthrough_row(
-        game_id, task_type, run.observations, run.admissible, run.actions, run.won
-    )
+        run = run_expert(game_file, seed=0, max_steps=200)
+    return run.walkthrough_row(game_id, task_type) if run is not None else None
 
 
-def import_alfworld(source: Path, root: Path, n_workers: int | None = None) -> str:
+def import_alfworld(source: Path, root: Path) -> str:
     """Copy ALFWorld's three splits from ``source`` into the store ``root`` and write the
-    public walkthroughs with their observations.
-
-    Only playable games (those alfworld's ``AlfredTWEnv`` collects) are kept. The new tree
-    is built beside the old one and swapped in, so a failed import loses nothing.
-    """
+    public walkthroughs with their observations. Only playable games (those alfworld's
+    ``AlfredTWEnv`` collects) are kept. The new tree is built beside the old one and swapped
+    in, so a failed import loses nothing."""
     json_dir = find_alfworld_json(source)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
+    with building(root) as tmp:
         counts = {}
         for side, split in ALFWORLD_SPLITS.items():
             try:
@@ -86,21 +74,13 @@ def import_alfworld(source: Path, root: Path, n_workers: int | None = None) -> s
                         shutil.copyfile(game_path(g).parent / name, dest / name)
             counts[side] = len(games)
         public_games = AlfworldGames(tmp / "public" / "games", max_steps=50).games
-        jobs = [(str(game_path(g)), g.game_id) for g in public_games]
-        n_workers = n_workers or workers()
-        if n_workers > 1 and len(jobs) > 1:
-            with ProcessPoolExecutor(max_workers=n_workers) as pool:
-                rows = list(pool.map(_replay_one, jobs, chunksize=8))
-        else:
-            rows = [_replay_one(j) for j in jobs]
+        jobs = [(game_path(g), g.game_id, g.group) for g in public_games]
+        rows = map_in_workers(_replay_one, jobs, chunksize=8)
         write_jsonl(tmp / "public" / "walkthroughs.jsonl", [r for r in rows if r is not None])
         write_json_atomic(
             tmp / "manifest.json",
             {"source": str(json_dir), **counts, "walkthroughs": sum(r is not None for r in rows)},
         )
-        swap_in_dir(tmp, root)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return (
         f"alfworld: {counts['public']} train games (public), {counts['validation']} valid_seen "
         f"games (validation), {counts['private']} valid_unseen games (graded) from {json_dir}"

@@ -63,8 +63,7 @@ Edge cases (transcript protocol):
 - :func:`parse_action` reads the first non-empty line of the reply, drops a leading ``>`` or
   ``Action:``, lowercases it, collapses whitespace and drops a final period. An empty reply
   becomes an empty action, which the game answers with "Nothing happens." like any action it
-  does not know; so does anything that is not one of the admissible actions.
-"""
+  does not know; so does anything that is not one of the admissible actions."""
 
 from __future__ import annotations
 
@@ -111,15 +110,13 @@ _TASK = re.compile(r"\s*Your task is to:\s*(.*?)\s*$", re.S)
 
 @dataclass(frozen=True)
 class EpisodeFormat(core.FormatBase):
-    """The settings of the protocol for one run (``data/eval_format.json``).
-
-    ``protocol``: ``react or ``transcript`` (see the module docstring). ``max_steps``:
-    actions per episode before it ends unwon. ``max_new_tokens``: the longest reply;
-    generation also stops at a newline (``stop``) or end of sequence. The transcript
-    protocol's own settings (the react protocol ignores them): ``history``, the earlier steps
-    shown; ``max_prompt_chars``, the prompt size the history is trimmed to;
-    ``show_admissible``, whether the admissible actions are listed.
-    """
+    """The settings of the protocol for one run (``data/eval_format.json``). ``protocol``:
+    ``react or ``transcript`` (see the module docstring). ``max_steps``: actions per episode
+    before it ends unwon. ``max_new_tokens``: the longest reply; generation also stops at a
+    newline (``stop``) or end of sequence. The transcript protocol's own settings (the react
+    protocol ignores them): ``history``, the earlier steps shown; ``max_prompt_chars``, the
+    prompt size the history is trimmed to; ``show_admissible``, whether the admissible actions
+    are listed."""
 
     max_steps: int
     history: int
@@ -219,12 +216,8 @@ def react_instruction(group: str | None) -> str:
     """The fixed head of every react prompt for a task type: the instruction, the type's
     exemplars ``_1`` then ``_0`` (the reference's order) and the task header."""
     key, examples = react_examples_key(group), react_examples()
-    return (
-        REACT_INSTRUCTION
-        + examples[f"react_{key}_1"]
-        + examples[f"react_{key}_0"]
-        + REACT_TASK_HEADER
-    )
+    shots = examples[f"react_{key}_1"] + examples[f"react_{key}_0"]
+    return REACT_INSTRUCTION + shots + REACT_TASK_HEADER
 
 
 def react_intro(room: str, goal: str) -> str:
@@ -302,10 +295,12 @@ completion_for = core.completion_for
 
 def describe(fmt: EpisodeFormat) -> str:
     """Markdown bullets stating the protocol for ``description.md``."""
+    head = (
+        f"- Each game is played for at most {fmt.max_steps} actions; it is won when its goal "
+        f"holds. Score: the percentage of games won.\n"
+    )
     if fmt.protocol == "react":
-        return (
-            f"- Each game is played for at most {fmt.max_steps} actions; it is won when its goal "
-            f"holds. Score: the percentage of games won.\n"
+        return head + (
             f"- The protocol is the paper's (ReAct's ALFWorld evaluation, as the reference "
             f"implementation runs it). Every model, with a chat template or not, gets one text "
             f"prompt, no chat template applied: "
@@ -324,9 +319,7 @@ def describe(fmt: EpisodeFormat) -> str:
             f"game's `group`, `react_action`); `data/eval_format.json` holds these settings."
         )
     listing = "the admissible actions (without `help`)" if fmt.show_admissible else "no action list"
-    return (
-        f"- Each game is played for at most {fmt.max_steps} actions; it is won when its goal "
-        f"holds. Score: the percentage of games won.\n"
+    return head + (
         f"- At each step the model gets the task line, up to {fmt.history} earlier steps "
         f"(the observation, then `> action`), the current observation and {listing}, trimmed "
         f"to at most {fmt.max_prompt_chars} characters by dropping the oldest steps. A base "

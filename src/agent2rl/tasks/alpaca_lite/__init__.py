@@ -16,8 +16,7 @@ noise and loses to them.
 
 The data is generated from fixed seeds (the lite track runs offline and identically
 everywhere); the sandbox keeps the harness source out of the agent's reach, and the
-judge's weights carry no task data.
-"""
+judge's weights carry no task data."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ from agent2rl.scoring.judges.win_rates import LC_MINIMAL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.alpaca_lite.data import KINDS, generate_items
-from agent2rl.tasks.alpacaeval import SPLIT_FILES, SPLITS
+from agent2rl.tasks.alpacaeval import OWN_LLM_NOTE, SPLIT_FILES, SPLITS, judged_row
 from agent2rl.tasks.base import Task
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
@@ -54,35 +53,6 @@ VALIDATION_SEED = 13
 FORMAT_TEMPLATE = "Instruction: {instruction}\nResponse:"
 
 
-def _judged_rows(items: list[dict[str, str]]) -> list[dict[str, object]]:
-    """Graded / validation rows in alpacaeval's schema (``reference`` is the weak answer)."""
-    return [
-        {
-            "id": it["id"],
-            "index": i,
-            "instruction": it["instruction"],
-            "dataset": it["kind"],
-            "reference": it["weak"],
-            "reference_generator": "alpaca-lite-weak",
-        }
-        for i, it in enumerate(items)
-    ]
-
-
-def _public_rows(items: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Public rows in Alpaca's schema (``output`` is the good answer)."""
-    return [
-        {
-            "id": it["id"],
-            "instruction": it["instruction"],
-            "input": "",
-            "output": it["good"],
-            "kind": it["kind"],
-        }
-        for it in items
-    ]
-
-
 def split_items() -> dict[str, list[dict[str, str]]]:
     """The generated items of each split, with both answers (``good`` and ``weak``):
     ``private`` first, then ``validation`` (no graded instruction), then ``public`` (neither's
@@ -96,14 +66,27 @@ def split_items() -> dict[str, list[dict[str, str]]]:
 
 
 def make_splits() -> dict[str, list[dict[str, object]]]:
-    """The rows the task store holds: the judged splits with the weak answer as the
-    reference, the public split with the good answer as the output."""
+    """The rows the task store holds: the judged splits in alpacaeval's schema with the weak
+    answer as the reference, the public split in Alpaca's with the good answer as the output."""
     items = split_items()
-    return {
-        "private": _judged_rows(items["private"]),
-        "validation": _judged_rows(items["validation"]),
-        "public": _public_rows(items["public"]),  # type: ignore[dict-item]
+    splits: dict[str, list[dict[str, object]]] = {
+        side: [
+            judged_row(it["id"], i, it["instruction"], it["kind"], it["weak"], "alpaca-lite-weak")
+            for i, it in enumerate(items[side])
+        ]
+        for side in ("private", "validation")
     }
+    splits["public"] = [
+        {
+            "id": it["id"],
+            "instruction": it["instruction"],
+            "input": "",
+            "output": it["good"],
+            "kind": it["kind"],
+        }
+        for it in items["public"]
+    ]
+    return splits
 
 
 @dataclass(frozen=True)
@@ -248,9 +231,4 @@ Example:
 ## What you may use
 - You may **not** use the grading judge: not its model, its prompt or its cache of
   judgments. They are the grader's and are not in your environment.
-- You **may** call your own LLM (the driver model of this run) through the run's metering
-  proxy, e.g. to write or rank preference data for DPO: those tokens count against your
-  token budget and show in the run report.
-- The grading service tells you each submission's score; per-item judgments stay with the
-  grader.
-"""
+{OWN_LLM_NOTE}"""

@@ -11,8 +11,7 @@ deliberately beatable: a policy that learns to answer in complete sentences from
 pairs wins against them, while a model that emits noise loses.
 
 Splits are disjoint by instruction text (the judge's cache and position swap key on it).
-Everything is a pure function of the seed, so the data is the same on every machine.
-"""
+Everything is a pure function of the seed, so the data is the same on every machine."""
 
 from __future__ import annotations
 
@@ -222,11 +221,9 @@ def _fact(kind: str, rng: random.Random) -> tuple[dict[str, str], str]:
         return {"x": x, "y": _PLURALS[x]}, x + "s" if _PLURALS[x] != x + "s" else x
     if kind in ("sound", "food"):
         x = pick(_ANIMALS)
-        sound, food = _ANIMALS[x]
         other = _ANIMALS[pick({k: v for k, v in _ANIMALS.items() if k != x})]
-        if kind == "sound":
-            return {"x": x, "y": sound}, other[0]
-        return {"x": x, "y": food}, other[1]
+        col = 0 if kind == "sound" else 1  # _ANIMALS: (sound verb, food)
+        return {"x": x, "y": _ANIMALS[x][col]}, other[col]
     if kind == "colour":
         x = pick(_COLOURS)
         z = rng.choice(sorted({c for c in _COLOURS.values() if c != _COLOURS[x]}))
@@ -257,11 +254,7 @@ def make_item(rng: random.Random, kind: str) -> dict[str, str]:
 
 
 def generate_items(
-    seed: int,
-    size: int,
-    exclude: frozenset[str] | set[str] = frozenset(),
-    *,
-    distinct: bool = True,
+    seed: int, size: int, exclude: frozenset[str] | set[str] = frozenset(), *, distinct: bool = True
 ) -> list[dict[str, str]]:
     """``size`` items whose instructions are not in ``exclude``, the kinds in turn (item
     ``k`` is of kind ``KINDS[k % len(KINDS)]``), each with an ``id``; deterministic in
