@@ -62,10 +62,9 @@ from agent2rl.scoring.judges.win_rates import read_df_gamed
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.base import Task
-from agent2rl.tasks.gsm8k import read_rows
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
-from agent2rl.tasks.shared.store import building
+from agent2rl.tasks.shared.store import building, read_rows
 
 EVAL_REPO = "tatsu-lab/alpaca_eval"
 EVAL_FILE = "alpaca_eval_gpt4_baseline.json"

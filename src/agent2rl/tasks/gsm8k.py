@@ -43,7 +43,7 @@ from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared import opencompass
 from agent2rl.tasks.shared.interactive import count_lines
 from agent2rl.tasks.shared.public_view import PUBLIC_VIEWS, reference_view
-from agent2rl.tasks.shared.store import building
+from agent2rl.tasks.shared.store import building, read_rows
 
 HUB_ID, HUB_CONFIG = "openai/gsm8k", "main"
 #: the official sizes; an import of other sizes is allowed (a subset) and says so
@@ -154,25 +154,6 @@ def find_split_files(source: Path) -> dict[str, list[Path]]:
         if len({f.suffix for f in files}) > 1:
             raise UserError(f"GSM8K {split} files of mixed formats under {source}: keep one")
     return found
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a parquet (read with pyarrow), JSON-lines or JSON-list file: an official data
-    file, read directly rather than through ``datasets`` so an import writes nothing outside
-    the task store (no dataset cache). :class:`UserError` naming a file that does not read."""
-    try:
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path).to_pylist()
-        if path.suffix == ".jsonl":
-            return read_jsonl(path)
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except Exception as err:  # pyarrow and json raise many kinds for a corrupt file
-        raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise UserError(f"{path} is not a JSON list of objects")
-    return data
 
 
 def download() -> dict[str, list[dict[str, Any]]]:
