@@ -112,7 +112,7 @@ def write_instructions(
     """Write instructions.md and run_meta.json (needs the clock and the service URL).
     ``rollout``: the run has a rollout service (an interactive task); say how to reach it.
     ``style``: ``neutral`` (:data:`INSTRUCTIONS`, the default) or ``reference``
-    (:data:`~agent2rl.workspace.instructions.REFERENCE_INSTRUCTIONS`: the paper's
+    (:data:`~REFERENCE_INSTRUCTIONS`: the paper's
     reference's framing, RL post-training, and a required ``summary.md``); a
     :class:`UserError` names the choices for another."""
     template = instructions_template(style)
