@@ -149,14 +149,9 @@ def release(template: ChatTemplate | None) -> None:
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
-    """Cut ``text`` before the earliest occurrence of any stop string."""
-    cut = len(text)
-    for s in stop:
-        if s:
-            i = text.find(s)
-            if i != -1:
-                cut = min(cut, i)
-    return text[:cut]
+    """Cut ``text`` before the earliest occurrence of any (non-empty) stop string."""
+    cuts = [i for s in stop if s and (i := text.find(s)) != -1]
+    return text[: min(cuts, default=len(text))]
 
 
 #: Generation backends by name -> a factory ``(model_dir, config) -> Backend`` (imports the
@@ -166,10 +161,10 @@ def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
 BACKENDS: Registry[Callable[[Path, BackendConfig], Backend]] = Registry("backends", "backend")
 
 
-def _vllm(model_dir: Path, config: BackendConfig) -> Backend:
+def _vllm(model_dir: Path, config: BackendConfig, sleep_mode: bool = False) -> Backend:
     from agent2rl.inference.vllm_backend import VllmBackend
 
-    return VllmBackend(model_dir, config)
+    return VllmBackend(model_dir, config, sleep_mode=sleep_mode)
 
 
 def _transformers(model_dir: Path, config: BackendConfig) -> Backend:
@@ -352,7 +347,5 @@ def load_backend(
         config = BackendConfig(kind=config)
     kind = config.validate().resolved_kind()
     if warm and kind == "vllm" and BACKENDS[kind] is _vllm:
-        from agent2rl.inference.vllm_backend import VllmBackend
-
-        return VllmBackend(Path(model_dir), config, sleep_mode=True)
+        return _vllm(Path(model_dir), config, sleep_mode=True)
     return BACKENDS[kind](Path(model_dir), config)

@@ -348,20 +348,3 @@ def strip_reasoning(text: str, start: str = "<think>", end: str = "</think>") ->
     if start not in text and end in text:
         return text.split(end)[-1].strip()
     return re.sub(re.escape(start) + r"(.*?)" + re.escape(end), "", text, flags=re.DOTALL).strip()
-
-
-__all__ = [
-    "DEFAULT_SEED",
-    "GREEDY",
-    "PROTOCOLS",
-    "REFERENCE_CONTEXT",
-    "REFERENCE_MODELS_YAML",
-    "TABLE_TASKS",
-    "Decoding",
-    "decoding_for",
-    "item_seed",
-    "reference_row",
-    "resolve_protocol",
-    "strip_reasoning",
-    "table_name",
-]

@@ -76,13 +76,6 @@ CPU_KV_MIN_BYTES = 64 * 2**20
 CPU_KV_MAX_BYTES = 4 * 2**30
 
 
-def cuda_available() -> bool:
-    """Whether torch sees a CUDA device (vLLM then runs its GPU build's paths)."""
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def cpu_kv_cache_bytes(model_dir: Path, max_model_len: int | None, dtype: str) -> int:
     """The KV cache for vLLM's CPU build: keys and values of every layer for
     :data:`CPU_KV_SEQUENCES` sequences at ``max_model_len`` (None: the config's
@@ -124,9 +117,10 @@ class VllmBackend(TemplatedBackend):
         """``sleep_mode``: a warm grader's engine, put to sleep between evaluations
         (:meth:`sleep`) and given each submission's weights in place
         (:meth:`reload_weights`)."""
+        import torch
         from vllm import LLM
 
-        on_gpu = cuda_available()
+        on_gpu = torch.cuda.is_available()  # else vLLM's CPU build's paths
         # ``auto`` is bfloat16 on a GPU and float32 on the CPU, as in the transformers backend
         auto_dtype = "bfloat16" if on_gpu else "float32"
         self._dtype = auto_dtype if config.dtype == "auto" else config.dtype

@@ -67,7 +67,6 @@ _OVERLAP = 4096
 _U64 = np.uint64
 _P_BYTE = _U64(0x100000001B3)  # FNV prime: odd, so invertible modulo 2^64
 _P_WORD = _U64(0x9E3779B97F4A7C15)
-_MASK = (1 << 64) - 1
 
 # A byte's class: 0 separator, 1 word byte. ASCII letters and digits, and bytes >= 0x80.
 _WORD_BYTE = np.zeros(256, dtype=bool)
@@ -115,9 +114,6 @@ class Words:
     starts: np.ndarray
     ends: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.hashes)
-
 
 def _as_bytes(text: str | bytes) -> bytes:
     return text.encode("utf-8", "replace") if isinstance(text, str) else text
@@ -126,9 +122,6 @@ def _as_bytes(text: str | bytes) -> bytes:
 def words(text: str | bytes) -> Words:
     """The normalised words of ``text`` (see the module docstring), hashed."""
     raw = np.frombuffer(_as_bytes(text), dtype=np.uint8)
-    if raw.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return Words(np.zeros(0, dtype=_U64), empty, empty)
     is_word = _WORD_BYTE[raw]
     # Escapes: a backslash and the escaped letter separate words; \uXXXX drops 6 bytes.
     slash = np.flatnonzero(raw[:-1] == ord("\\"))
