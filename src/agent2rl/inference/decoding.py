@@ -210,8 +210,7 @@ class Decoding:
         """From :meth:`to_dict`'s output (unknown keys ignored); None: :data:`GREEDY`."""
         if not data:
             return GREEDY
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def describe(self) -> str:
         """One line for reports: ``greedy`` or ``sampled T=0.6 top-p 0.95 ...``, the samples

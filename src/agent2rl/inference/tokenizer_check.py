@@ -140,9 +140,8 @@ def compare(sub_dir: Path, base_dir: Path) -> dict[str, Any]:
     _check_template_syntax(sub)
     base = pipeline(_load(base_dir))
     mine = pipeline(sub)
-    if base is None or mine is None:
-        return {"differ": [], "base": base}
-    return {"differ": [k for k in PIPELINE if mine[k] != base[k]], "base": base}
+    differ = [] if base is None or mine is None else [k for k in PIPELINE if mine[k] != base[k]]
+    return {"differ": differ, "base": base}
 
 
 def inspect_tokenizer(

@@ -233,14 +233,12 @@ class TransformersBackend(TemplatedBackend):
                 add_special_tokens=False,
             )
             new_tokens = want
-            # A prompt is cut to leave room for the task's own limit; a longer limit of the
-            # decoding's (the reference's table on a small model) ends where the context does.
-            reserve = min(want, settings.max_new_tokens)
-            if limit and batch["input_ids"].shape[1] + reserve > limit:
-                # Keep the end of over-long prompts (the question is at the end).
-                keep = max(1, limit - reserve)
-                batch = {k: v[:, -keep:] for k, v in batch.items()}
             if limit:
+                # A prompt is cut to leave room for the task's own limit, keeping its end (the
+                # question is at the end); a longer limit of the decoding's (the reference's
+                # table on a small model) ends where the context does.
+                keep = max(1, limit - min(want, settings.max_new_tokens))
+                batch = {k: v[:, -keep:] for k, v in batch.items()}
                 new_tokens = min(want, max(1, limit - batch["input_ids"].shape[1]))
             batch = {k: v.to(self.device) for k, v in batch.items()}
             kwargs: dict[str, Any] = {}

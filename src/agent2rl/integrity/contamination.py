@@ -182,8 +182,7 @@ class ContaminationReport:
         d = dict(data)
         d["matches"] = [ItemMatch(**m) for m in d.get("matches") or []]
         d["egress"] = EgressSummary(**d["egress"]) if d.get("egress") else None
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 # -- the workspace -----------------------------------------------------------------------------

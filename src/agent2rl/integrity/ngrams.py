@@ -44,6 +44,7 @@ import re
 import tarfile
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,11 +291,10 @@ class PrivateIndex:
         # Distinctive strings: not public, in one item only, the longest few per item.
         per_item: dict[int, list[tuple[int, np.uint64]]] = {}
         all_lines = [row for m in lines for row in lines[m]]
-        line_counts: dict[tuple[int, int], set[int]] = {}
+        # an item lists a line once (its candidates are a set): a count is a count of items
+        line_counts = Counter((m, int(h)) for _, m, h in all_lines)
         for idx, m, h in all_lines:
-            line_counts.setdefault((m, int(h)), set()).add(idx)
-        for idx, m, h in all_lines:
-            if int(h) in public_hits[m] or len(line_counts[(m, int(h))]) > 1:
+            if int(h) in public_hits[m] or line_counts[(m, int(h))] > 1:
                 continue
             per_item.setdefault(idx, []).append((m, h))
         string_rows: dict[int, list[tuple[int, int, np.uint64]]] = {}
