@@ -82,8 +82,7 @@ class TemplatedBackend:
     chat_template: ChatTemplate | None
 
     def _prepare(self, tokenizer: Any, stop_token_ids: tuple[int, ...]) -> set[int]:
-        """Load the tokenizer's chat template and return the ids that end a completion: the
-        run's ``stop_token_ids`` and the tokenizer's end-of-sequence token."""
+        """Load the tokenizer's chat template; the ids that end a completion."""
         self.chat_template = ChatTemplate.of_tokenizer(tokenizer)
         if self.chat_template is not None and self.decoding.enable_thinking:
             # OpenCompass's chat_template_kwargs=dict(enable_thinking=True)

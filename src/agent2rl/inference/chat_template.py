@@ -78,8 +78,7 @@ FAILED = (
 
 
 class ChatTemplateRefused(ModelFault):
-    """The submission's chat template failed to render a graded prompt, took too long or too
-    much memory doing so, or changed the text of the messages. Its message is ``public`` (a
+    """The submission's chat template failed on a graded prompt. Its message is ``public`` (a
     syntax error, from the template alone) or else :data:`FAILED`, whatever the failure;
     ``detail`` says which failure it was, never what the prompt said."""
 

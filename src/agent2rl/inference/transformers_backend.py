@@ -100,10 +100,8 @@ class TransformersBackend(TemplatedBackend):
 
     Prompts are sorted by length before batching so a batch wastes little padding; results
     come back in the original order. A tokenizer without a pad token pads with EOS. The
-    model directory's ``generation_config.json`` is replaced at load by a fresh config (see
-    :mod:`agent2rl.inference.backend`): greedy, one beam, no penalties, ending at
-    ``stop_token_ids`` or the tokenizer's end-of-sequence token. Chat prompts go through
-    :func:`~agent2rl.inference.backend.apply_chat_template` (checked, bounded rendering).
+    model directory's ``generation_config.json`` is replaced at load by a fresh one (see
+    :mod:`agent2rl.inference.backend` and ``__init__``).
 
     On CPU the key/value cache is preallocated for the whole call (transformers' ``static``
     cache): the default dynamic cache concatenates every layer's keys and values at every new
