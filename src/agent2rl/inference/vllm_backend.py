@@ -132,14 +132,10 @@ class VllmBackend(TemplatedBackend):
         # then started in about 20 s on two cores, where issue #37's probe with vLLM's
         # compilation took 30-76 s (vLLM also skips its warm-up run when eager with an
         # explicit KV cache).
-        cpu_kw: dict[str, Any] = (
-            {}
-            if on_gpu
-            else {
-                "kv_cache_memory_bytes": cpu_kv_cache_bytes(model_dir, max_len, self._dtype),
-                "enforce_eager": True,
-            }
-        )
+        cpu_kw: dict[str, Any] = {}
+        if not on_gpu:
+            kv_bytes = cpu_kv_cache_bytes(model_dir, max_len, self._dtype)
+            cpu_kw = {"kv_cache_memory_bytes": kv_bytes, "enforce_eager": True}
         sleep_mode = sleep_mode and on_gpu
         self.llm = LLM(
             model=str(model_dir),
