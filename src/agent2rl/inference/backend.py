@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -82,16 +82,12 @@ class TemplatedBackend:
     chat_template: ChatTemplate | None
 
     def _prepare(self, tokenizer: Any, stop_token_ids: tuple[int, ...]) -> set[int]:
-        """Load the tokenizer's chat template and return the ids that end a completion: the
-        run's ``stop_token_ids`` and the tokenizer's end-of-sequence token."""
+        """Load the tokenizer's chat template; the ids that end a completion."""
         self.chat_template = ChatTemplate.of_tokenizer(tokenizer)
         if self.chat_template is not None and self.decoding.enable_thinking:
             # OpenCompass's chat_template_kwargs=dict(enable_thinking=True)
             self.chat_template.variables["enable_thinking"] = True
-        eos = set(stop_token_ids)
-        if tokenizer.eos_token_id is not None:
-            eos.add(tokenizer.eos_token_id)
-        return eos
+        return {*stop_token_ids, tokenizer.eos_token_id} - {None}
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.name, "dtype": self._dtype}
@@ -107,11 +103,9 @@ def apply_chat_template(
     template: ChatTemplate | None, messages: list[dict[str, str]]
 ) -> str | None:
     """``messages`` through the model's chat template with the generation prompt, or None
-    when the tokenizer has no chat template (a base model: ``template`` is None). Shared by
-    every backend, so that they all build the same prompt text under the same rule: the
-    template is rendered in a bounded child process and must preserve the messages' texts,
-    else :class:`~agent2rl.inference.chat_template.ChatTemplateRefused` (the model's fault)
-    ends the evaluation (see :mod:`agent2rl.inference.chat_template`)."""
+    when the tokenizer has none (a base model). Shared by every backend, so that all build
+    the same prompt under the same rule (:mod:`agent2rl.inference.chat_template`: a template
+    that fails it raises :class:`~agent2rl.inference.chat_template.ChatTemplateRefused`)."""
     return None if template is None else template.render(messages)
 
 
@@ -149,14 +143,9 @@ def release(template: ChatTemplate | None) -> None:
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
-    """Cut ``text`` before the earliest occurrence of any stop string."""
-    cut = len(text)
-    for s in stop:
-        if s:
-            i = text.find(s)
-            if i != -1:
-                cut = min(cut, i)
-    return text[:cut]
+    """Cut ``text`` before the earliest occurrence of any (non-empty) stop string."""
+    cuts = [i for s in stop if s and (i := text.find(s)) != -1]
+    return text[: min(cuts, default=len(text))]
 
 
 #: Generation backends by name -> a factory ``(model_dir, config) -> Backend`` (imports the
@@ -166,10 +155,10 @@ def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
 BACKENDS: Registry[Callable[[Path, BackendConfig], Backend]] = Registry("backends", "backend")
 
 
-def _vllm(model_dir: Path, config: BackendConfig) -> Backend:
+def _vllm(model_dir: Path, config: BackendConfig, sleep_mode: bool = False) -> Backend:
     from agent2rl.inference.vllm_backend import VllmBackend
 
-    return VllmBackend(model_dir, config)
+    return VllmBackend(model_dir, config, sleep_mode=sleep_mode)
 
 
 def _transformers(model_dir: Path, config: BackendConfig) -> Backend:
@@ -257,8 +246,7 @@ class BackendConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> BackendConfig:
         """From :meth:`to_dict`'s output; unknown keys are ignored (older run.json files)."""
-        names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in (data or {}).items() if k in names}
+        kw = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
         if "stop_token_ids" in kw:
             kw["stop_token_ids"] = tuple(int(i) for i in kw["stop_token_ids"])
         return cls(**kw)
@@ -282,12 +270,9 @@ class BackendConfig:
             )
         if self.max_model_len is not None and self.max_model_len < 16:
             raise UserError(f"--max-model-len {self.max_model_len} is too small (>= 16)")
-        from agent2rl.inference.decoding import PROTOCOLS
+        from agent2rl.inference.decoding import resolve_protocol
 
-        if self.protocol not in PROTOCOLS:
-            raise UserError(
-                f"unknown --protocol {self.protocol!r}: use one of {', '.join(PROTOCOLS)}"
-            )
+        resolve_protocol(self.protocol, "")  # the UserError for an unknown --protocol
         if self.tensor_parallel_size < 1:
             raise UserError("--tensor-parallel-size must be at least 1")
         if self.kind == "vllm" and not vllm_installed():
@@ -352,7 +337,5 @@ def load_backend(
         config = BackendConfig(kind=config)
     kind = config.validate().resolved_kind()
     if warm and kind == "vllm" and BACKENDS[kind] is _vllm:
-        from agent2rl.inference.vllm_backend import VllmBackend
-
-        return VllmBackend(Path(model_dir), config, sleep_mode=True)
+        return _vllm(Path(model_dir), config, sleep_mode=True)
     return BACKENDS[kind](Path(model_dir), config)

@@ -78,8 +78,7 @@ FAILED = (
 
 
 class ChatTemplateRefused(ModelFault):
-    """The submission's chat template failed to render a graded prompt, took too long or too
-    much memory doing so, or changed the text of the messages. Its message is ``public`` (a
+    """The submission's chat template failed on a graded prompt. Its message is ``public`` (a
     syntax error, from the template alone) or else :data:`FAILED`, whatever the failure;
     ``detail`` says which failure it was, never what the prompt said."""
 
@@ -143,14 +142,7 @@ class TemplateRenderer:
         }
         data = (json.dumps(request, default=str) + "\n").encode()
         with self._lock:
-            proc = self._ensure_started()
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(data)
-                proc.stdin.flush()
-                line = self._read_line(proc, self.limits.timeout_s)
-            except BrokenPipeError:
-                line = b""
+            line = self._exchange(self._ensure_started(), data, self.limits.timeout_s)
             if line is None:
                 self._kill()
                 raise _refused(
@@ -204,14 +196,8 @@ class TemplateRenderer:
             new_session=False,  # killing an evaluation worker's group kills its renderer too
         )
         self._proc = proc
-        assert proc.stdin is not None
-        hello = {"memory_bytes": self.limits.memory_bytes}
-        try:
-            proc.stdin.write((json.dumps(hello) + "\n").encode())
-            proc.stdin.flush()
-            ready = self._read_line(proc, self.limits.start_timeout_s)
-        except BrokenPipeError:
-            ready = b""
+        hello = (json.dumps({"memory_bytes": self.limits.memory_bytes}) + "\n").encode()
+        ready = self._exchange(proc, hello, self.limits.start_timeout_s)
         if not ready or json.loads(ready).get("ready") is not True:
             code = self._kill()
             raise RuntimeError(
@@ -220,9 +206,15 @@ class TemplateRenderer:
             )
         return proc
 
-    def _read_line(self, proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
-        """One reply line; b"" at end of output, None after ``timeout`` seconds."""
-        assert proc.stdout is not None
+    def _exchange(self, proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> bytes | None:
+        """Send ``data`` and read one reply line; b"" at end of output (or when the child no
+        longer reads), None after ``timeout`` seconds."""
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(data)
+            proc.stdin.flush()
+        except BrokenPipeError:
+            return b""
         fd = proc.stdout.fileno()
         buf = bytearray()
         deadline = time.monotonic() + timeout
@@ -331,11 +323,8 @@ def stand_ins(contents: Sequence[str], avoid: Sequence[str]) -> tuple[list[str],
         t = f"msg{secrets.token_hex(16)}"
         if t not in tokens and not any(t in a for a in avoid):
             tokens.append(t)
-    texts = []
-    for c, t in zip(contents, tokens, strict=True):
-        lead, _, trail = split_edges(c)
-        texts.append(lead + t + trail)
-    return tokens, texts
+    edges = [split_edges(c) for c in contents]
+    return tokens, [lead + t + trail for (lead, _, trail), t in zip(edges, tokens, strict=True)]
 
 
 def preservation_problem(

@@ -210,8 +210,7 @@ class Decoding:
         """From :meth:`to_dict`'s output (unknown keys ignored); None: :data:`GREEDY`."""
         if not data:
             return GREEDY
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def describe(self) -> str:
         """One line for reports: ``greedy`` or ``sampled T=0.6 top-p 0.95 ...``, the samples
@@ -348,20 +347,3 @@ def strip_reasoning(text: str, start: str = "<think>", end: str = "</think>") ->
     if start not in text and end in text:
         return text.split(end)[-1].strip()
     return re.sub(re.escape(start) + r"(.*?)" + re.escape(end), "", text, flags=re.DOTALL).strip()
-
-
-__all__ = [
-    "DEFAULT_SEED",
-    "GREEDY",
-    "PROTOCOLS",
-    "REFERENCE_CONTEXT",
-    "REFERENCE_MODELS_YAML",
-    "TABLE_TASKS",
-    "Decoding",
-    "decoding_for",
-    "item_seed",
-    "reference_row",
-    "resolve_protocol",
-    "strip_reasoning",
-    "table_name",
-]

@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import string
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -67,6 +68,9 @@ REFUSED = (
 )
 #: Seconds a staging child may take to load the two tokenizers.
 INSPECT_TIMEOUT_S = 300.0
+
+#: What :func:`stand_in` redraws a character from: the ASCII class it belongs to.
+_REDRAWN = (string.digits, string.ascii_lowercase, string.ascii_uppercase)
 
 _CHILD = "import sys; from agent2rl.inference.tokenizer_check import _inspect; sys.exit(_inspect())"
 
@@ -136,9 +140,8 @@ def compare(sub_dir: Path, base_dir: Path) -> dict[str, Any]:
     _check_template_syntax(sub)
     base = pipeline(_load(base_dir))
     mine = pipeline(sub)
-    if base is None or mine is None:
-        return {"differ": [], "base": base}
-    return {"differ": [k for k in PIPELINE if mine[k] != base[k]], "base": base}
+    differ = [] if base is None or mine is None else [k for k in PIPELINE if mine[k] != base[k]]
+    return {"differ": differ, "base": base}
 
 
 def inspect_tokenizer(
@@ -201,16 +204,7 @@ def write_reference(dest: Path, reference: dict[str, Any]) -> None:
 def stand_in(text: str, rng: random.Random) -> str:
     """``text`` with every letter and digit redrawn at random (case and class kept), all
     else (spaces, punctuation, markup) as it is: text of the same shape, none of its content."""
-    out = []
-    for c in text:
-        if c.isdigit() and c.isascii():
-            out.append(rng.choice("0123456789"))
-        elif c.isalpha() and c.isascii():
-            letters = "abcdefghijklmnopqrstuvwxyz"
-            out.append(rng.choice(letters.upper() if c.isupper() else letters))
-        else:
-            out.append(c)
-    return "".join(out)
+    return "".join(next((rng.choice(p) for p in _REDRAWN if c in p), c) for c in text)
 
 
 class TokenizerCheck:

@@ -100,10 +100,8 @@ class TransformersBackend(TemplatedBackend):
 
     Prompts are sorted by length before batching so a batch wastes little padding; results
     come back in the original order. A tokenizer without a pad token pads with EOS. The
-    model directory's ``generation_config.json`` is replaced at load by a fresh config (see
-    :mod:`agent2rl.inference.backend`): greedy, one beam, no penalties, ending at
-    ``stop_token_ids`` or the tokenizer's end-of-sequence token. Chat prompts go through
-    :func:`~agent2rl.inference.backend.apply_chat_template` (checked, bounded rendering).
+    model directory's ``generation_config.json`` is replaced at load by a fresh one (see
+    :mod:`agent2rl.inference.backend` and ``__init__``).
 
     On CPU the key/value cache is preallocated for the whole call (transformers' ``static``
     cache): the default dynamic cache concatenates every layer's keys and values at every new
@@ -233,14 +231,12 @@ class TransformersBackend(TemplatedBackend):
                 add_special_tokens=False,
             )
             new_tokens = want
-            # A prompt is cut to leave room for the task's own limit; a longer limit of the
-            # decoding's (the reference's table on a small model) ends where the context does.
-            reserve = min(want, settings.max_new_tokens)
-            if limit and batch["input_ids"].shape[1] + reserve > limit:
-                # Keep the end of over-long prompts (the question is at the end).
-                keep = max(1, limit - reserve)
-                batch = {k: v[:, -keep:] for k, v in batch.items()}
             if limit:
+                # A prompt is cut to leave room for the task's own limit, keeping its end (the
+                # question is at the end); a longer limit of the decoding's (the reference's
+                # table on a small model) ends where the context does.
+                keep = max(1, limit - min(want, settings.max_new_tokens))
+                batch = {k: v[:, -keep:] for k, v in batch.items()}
                 new_tokens = min(want, max(1, limit - batch["input_ids"].shape[1]))
             batch = {k: v.to(self.device) for k, v in batch.items()}
             kwargs: dict[str, Any] = {}

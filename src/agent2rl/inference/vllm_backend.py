@@ -76,13 +76,6 @@ CPU_KV_MIN_BYTES = 64 * 2**20
 CPU_KV_MAX_BYTES = 4 * 2**30
 
 
-def cuda_available() -> bool:
-    """Whether torch sees a CUDA device (vLLM then runs its GPU build's paths)."""
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def cpu_kv_cache_bytes(model_dir: Path, max_model_len: int | None, dtype: str) -> int:
     """The KV cache for vLLM's CPU build: keys and values of every layer for
     :data:`CPU_KV_SEQUENCES` sequences at ``max_model_len`` (None: the config's
@@ -124,9 +117,10 @@ class VllmBackend(TemplatedBackend):
         """``sleep_mode``: a warm grader's engine, put to sleep between evaluations
         (:meth:`sleep`) and given each submission's weights in place
         (:meth:`reload_weights`)."""
+        import torch
         from vllm import LLM
 
-        on_gpu = cuda_available()
+        on_gpu = torch.cuda.is_available()  # else vLLM's CPU build's paths
         # ``auto`` is bfloat16 on a GPU and float32 on the CPU, as in the transformers backend
         auto_dtype = "bfloat16" if on_gpu else "float32"
         self._dtype = auto_dtype if config.dtype == "auto" else config.dtype
@@ -138,14 +132,10 @@ class VllmBackend(TemplatedBackend):
         # then started in about 20 s on two cores, where issue #37's probe with vLLM's
         # compilation took 30-76 s (vLLM also skips its warm-up run when eager with an
         # explicit KV cache).
-        cpu_kw: dict[str, Any] = (
-            {}
-            if on_gpu
-            else {
-                "kv_cache_memory_bytes": cpu_kv_cache_bytes(model_dir, max_len, self._dtype),
-                "enforce_eager": True,
-            }
-        )
+        cpu_kw: dict[str, Any] = {}
+        if not on_gpu:
+            kv_bytes = cpu_kv_cache_bytes(model_dir, max_len, self._dtype)
+            cpu_kw = {"kv_cache_memory_bytes": kv_bytes, "enforce_eager": True}
         sleep_mode = sleep_mode and on_gpu
         self.llm = LLM(
             model=str(model_dir),

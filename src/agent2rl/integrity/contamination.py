@@ -182,8 +182,7 @@ class ContaminationReport:
         d = dict(data)
         d["matches"] = [ItemMatch(**m) for m in d.get("matches") or []]
         d["egress"] = EgressSummary(**d["egress"]) if d.get("egress") else None
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 # -- the workspace -----------------------------------------------------------------------------
@@ -341,12 +340,10 @@ def scan_workspace(
     code snapshots, the grader's staged submissions) are scanned as well, their files listed
     as ``label/path``; a missing one is skipped.
 
-    Every file is read by its content (:func:`~agent2rl.integrity.ngrams.scan_file`), within
-    ``max_file_bytes`` each, and every git repository met (a ``.git`` folder, a bare
-    repository) has its objects read through git (:func:`scan_repository`), within
-    ``max_file_bytes`` per repository. What was skipped is listed with its reason
-    (``skipped_files``), what was cut at the bound in ``truncated_files``. A file or folder
-    the system refuses to read, and a repository git cannot list, make the report
+    Files are read by :func:`~agent2rl.integrity.ngrams.scan_file` and git repositories by
+    :func:`scan_repository`, within ``max_file_bytes`` each. What was skipped is listed with
+    its reason (``skipped_files``), what was cut at the bound in ``truncated_files``. A file
+    or folder the system refuses to read, and a repository git cannot list, make the report
     ``unchecked`` (never fatal). A missing workspace gives an empty, unflagged report with a
     note.
     """
@@ -442,6 +439,18 @@ def _squash(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+def _names_source(text: str, sources: tuple[str, ...]) -> bool:
+    """Whether ``text`` names one of ``sources`` (both compared with punctuation removed)."""
+    squashed = _squash(text)
+    return any(wanted in squashed for s in sources if (wanted := _squash(s)))
+
+
+def _add(names: list[str], name: str) -> None:
+    """List ``name`` unless it is listed already or :data:`MAX_LISTED_FETCHES` are."""
+    if name not in names and len(names) < MAX_LISTED_FETCHES:
+        names.append(name)
+
+
 def _urls(line: str) -> tuple[list[str], bool]:
     """The addresses one log line names, and whether the request was let through."""
     try:
@@ -465,7 +474,6 @@ def read_egress(log: Path, sources: tuple[str, ...]) -> EgressSummary:
     if not Path(log).is_file():
         return summary
     hosts: set[str] = set()
-    wanted = [_squash(s) for s in sources if _squash(s)]
     with open(log, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             urls, allowed = _urls(line)
@@ -474,13 +482,11 @@ def read_egress(log: Path, sources: tuple[str, ...]) -> EgressSummary:
                 parts = urlsplit(url)
                 hosts.add(parts.hostname or "")
                 address = f"{parts.hostname or ''}{parts.path}"
-                if any(h in address for h in _DATASET_HUBS) and url not in summary.dataset_urls:
-                    summary.dataset_urls.append(url)
-                if any(w in _squash(address) for w in wanted) and url not in summary.flagged_urls:
-                    summary.flagged_urls.append(url)
-    summary.hosts = sorted(h for h in hosts if h)[:200]
-    summary.dataset_urls = summary.dataset_urls[:200]
-    summary.flagged_urls = summary.flagged_urls[:200]
+                if any(h in address for h in _DATASET_HUBS):
+                    _add(summary.dataset_urls, url)
+                if _names_source(address, sources):
+                    _add(summary.flagged_urls, url)
+    summary.hosts = sorted(h for h in hosts if h)[:MAX_LISTED_FETCHES]
     return summary
 
 
@@ -505,12 +511,6 @@ def read_fetch_logs(
     fetched, every name the deny list refused, and the names (project, repo, file; compared
     with punctuation removed) that name one of ``sources``. Missing logs and torn lines are
     skipped. Lists keep :data:`MAX_LISTED_FETCHES` distinct names each."""
-    wanted = [_squash(s) for s in sources if _squash(s)]
-
-    def add(items: list[str], name: str) -> None:
-        if name not in items and len(items) < MAX_LISTED_FETCHES:
-            items.append(name)
-
     for log in logs:
         for row in read_fetch_log(Path(log)):
             name = _fetch_name(row)
@@ -518,13 +518,13 @@ def read_fetch_logs(
                 continue
             summary.fetches += 1
             if row.get("allowed") is False:
-                add(summary.denied_fetches, name)
+                _add(summary.denied_fetches, name)
                 continue
             ok = isinstance(row.get("status"), int) and 200 <= row["status"] < 400
             if ok and row.get("file") and row.get("kind") in ("file", "resolve"):
-                add(summary.fetched_files, name)
-            if ok and any(w in _squash(name) for w in wanted):
-                add(summary.flagged_urls, name)
+                _add(summary.fetched_files, name)
+            if ok and _names_source(name, sources):
+                _add(summary.flagged_urls, name)
     return summary
 
 
@@ -538,15 +538,13 @@ def read_provider_tool_log(
     removed), whether the proxy let it through or refused it: either way the agent went for
     the test set. A declared tool without a query or URL is not listed. A missing log adds
     nothing."""
-    wanted = [_squash(s) for s in sources if _squash(s)]
     for row in read_tool_uses(log):
         what = row.get("url") or row.get("query")
         if not isinstance(what, str) or not what:
             continue
         name = f"llm:{row.get('tool')}:{what[:300]}"
-        if name not in summary.provider_tools and len(summary.provider_tools) < MAX_LISTED_FETCHES:
-            summary.provider_tools.append(name)
-        if any(w in _squash(what) for w in wanted) and name not in summary.flagged_urls:
+        _add(summary.provider_tools, name)
+        if _names_source(what, sources) and name not in summary.flagged_urls:
             summary.flagged_urls.append(name)
     return summary
 
@@ -619,22 +617,14 @@ def check_run(
     egress_log: Path | None = None,
     n: int = DEFAULT_N,
 ) -> ContaminationReport:
-    """The contamination check of a finished run: index ``task``'s private split against its
-    public one, scan ``paths.workspace``, the egress log (``egress_log``, else
-    ``record/egress.jsonl`` when it exists) and the name proxies' logs
-    (``record/packages.jsonl``, ``record/hub.jsonl``) and what the LLM provider's own tools
-    searched or fetched (``record/provider_tools.jsonl``: :func:`read_provider_tool_log`),
-    write ``record/contamination.json``
-    atomically and return the report. The agent's ``/tmp`` is scanned with the workspace: it
-    is the workspace's ``.tmp`` (its ``TMPDIR`` too; files listed as ``.tmp/...``). Under
-    ``--sandbox none`` only ``TMPDIR`` is: a literal ``/tmp`` path there is the host's own,
-    shared with every other process, and is not scanned.
-
-    Also scanned (:func:`staged_roots`): the run's code snapshots (``record/code.git``: every
-    version of the agent's files the recorder committed, deleted ones included) and the
-    grader's copies of the submissions (``grading/submissions/<id>/model``: what the agent
-    submitted that the grader kept, a tokenizer or a chat template). Every git repository
-    in these roots has its objects read.
+    """The contamination check of a finished run (see the module docstring): index ``task``'s
+    private split against its public one, scan ``paths.workspace`` and :func:`staged_roots`,
+    the egress log (``egress_log``, else ``record/egress.jsonl`` when it exists), the name
+    proxies' logs and the LLM provider's tool log (:func:`read_provider_tool_log`), write
+    ``record/contamination.json`` atomically and return the report. The agent's ``/tmp`` is
+    scanned with the workspace: it is the workspace's ``.tmp`` (its ``TMPDIR`` too; files
+    listed as ``.tmp/...``). Under ``--sandbox none`` only ``TMPDIR`` is: a literal ``/tmp``
+    path there is the host's own, shared with every other process, and is not scanned.
 
     Call it after the agent has stopped (the workspace no longer changes). It reads the
     private split, so it runs in the harness, never where the agent could see its output.
@@ -650,9 +640,11 @@ def check_run(
 
 
 def staged_roots(paths: RunPaths) -> dict[str, Path]:
-    """Label -> folder of what the check reads beyond the workspace: ``record/code.git``
-    and each staged submission's ``grading/submissions/<id>/model`` (never the rest of
-    ``grading/``: the grader's own records hold the private items)."""
+    """Label -> folder of what the check reads beyond the workspace: ``record/code.git`` (every
+    version of the agent's files the recorder committed, deleted ones included) and each
+    staged submission's ``grading/submissions/<id>/model`` (what the grader kept of it, a
+    tokenizer or a chat template; never the rest of ``grading/``: the grader's own records
+    hold the private items)."""
     roots = {"record/code.git": paths.code_git}
     subs = paths.grading / "submissions"
     for model in sorted(subs.glob("*/model")) if subs.is_dir() else []:

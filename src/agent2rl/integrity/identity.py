@@ -318,7 +318,12 @@ def _row_blocks(rows: int, row_elems: int) -> list[tuple[int, int]]:
     return [(s, s + per_block) for s in starts]
 
 
-def _blocks(handle: Any, name: str, blocks: list[tuple[int, int]]) -> Iterator[torch.Tensor]:
+def _blocks(handle: Any, name: str, blocks: list[tuple[int, int]] | None) -> Iterator[torch.Tensor]:
+    """The rows ``blocks`` of tensor ``name`` as float64 vectors; None: the whole tensor (a
+    scalar has no rows to slice)."""
+    if blocks is None:
+        yield handle.get_tensor(name).to(torch.float64).flatten()
+        return
     piece = handle.get_slice(name)
     for start, end in blocks:
         yield piece[start:end].to(torch.float64).flatten()
@@ -329,18 +334,10 @@ def _compare_tensor(
 ) -> TensorStat:
     """Cosine and relative L2 of one tensor pair, read block by block (float64 sums)."""
     numel = math.prod(shape)
-    if shape:
-        rows = shape[0]
-        blocks = _row_blocks(rows, numel // rows if rows else 0)
-        sampled = blocks != [(0, rows)]
-        pairs = zip(_blocks(base, base_name, blocks), _blocks(sub, sub_name, blocks), strict=True)
-    else:  # a scalar: nothing to slice
-        sampled = False
-        w0, w = (
-            h.get_tensor(n).to(torch.float64).flatten()
-            for h, n in ((base, base_name), (sub, sub_name))
-        )
-        pairs = iter([(w0, w)])
+    rows = shape[0] if shape else 0
+    blocks = _row_blocks(rows, numel // rows if rows else 0) if shape else None
+    sampled = blocks is not None and blocks != [(0, rows)]
+    pairs = zip(_blocks(base, base_name, blocks), _blocks(sub, sub_name, blocks), strict=True)
     dot = nb = ns = nd = 0.0
     lo, hi = math.inf, -math.inf
     for w0, w in pairs:

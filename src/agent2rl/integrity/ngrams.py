@@ -44,6 +44,7 @@ import re
 import tarfile
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,6 @@ _OVERLAP = 4096
 _U64 = np.uint64
 _P_BYTE = _U64(0x100000001B3)  # FNV prime: odd, so invertible modulo 2^64
 _P_WORD = _U64(0x9E3779B97F4A7C15)
-_MASK = (1 << 64) - 1
 
 # A byte's class: 0 separator, 1 word byte. ASCII letters and digits, and bytes >= 0x80.
 _WORD_BYTE = np.zeros(256, dtype=bool)
@@ -115,9 +115,6 @@ class Words:
     starts: np.ndarray
     ends: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.hashes)
-
 
 def _as_bytes(text: str | bytes) -> bytes:
     return text.encode("utf-8", "replace") if isinstance(text, str) else text
@@ -126,9 +123,6 @@ def _as_bytes(text: str | bytes) -> bytes:
 def words(text: str | bytes) -> Words:
     """The normalised words of ``text`` (see the module docstring), hashed."""
     raw = np.frombuffer(_as_bytes(text), dtype=np.uint8)
-    if raw.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return Words(np.zeros(0, dtype=_U64), empty, empty)
     is_word = _WORD_BYTE[raw]
     # Escapes: a backslash and the escaped letter separate words; \uXXXX drops 6 bytes.
     slash = np.flatnonzero(raw[:-1] == ord("\\"))
@@ -297,11 +291,10 @@ class PrivateIndex:
         # Distinctive strings: not public, in one item only, the longest few per item.
         per_item: dict[int, list[tuple[int, np.uint64]]] = {}
         all_lines = [row for m in lines for row in lines[m]]
-        line_counts: dict[tuple[int, int], set[int]] = {}
+        # an item lists a line once (its candidates are a set): a count is a count of items
+        line_counts = Counter((m, int(h)) for _, m, h in all_lines)
         for idx, m, h in all_lines:
-            line_counts.setdefault((m, int(h)), set()).add(idx)
-        for idx, m, h in all_lines:
-            if int(h) in public_hits[m] or len(line_counts[(m, int(h))]) > 1:
+            if int(h) in public_hits[m] or line_counts[(m, int(h))] > 1:
                 continue
             per_item.setdefault(idx, []).append((m, h))
         string_rows: dict[int, list[tuple[int, int, np.uint64]]] = {}
