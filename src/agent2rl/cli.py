@@ -52,8 +52,8 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _fmt(x: float | None, signed: bool = False) -> str:
-    return format_number(x, signed=signed, missing="-")
+#: a score in a table or a summary line: 2 decimals, "-" for none
+_fmt = functools.partial(format_number, missing="-")
 
 
 def _execute(req: RunRequest) -> None:
@@ -286,25 +286,6 @@ def _demo_first_time() -> bool:
     return not any(load_settings().model_store.glob("tiny-v*/config.json"))
 
 
-def _demo_steps(budget_s: float, first: bool) -> list[tuple[str, str]]:
-    """The demo's steps with how long each takes, for the plan it prints first."""
-    return [
-        (
-            "build the tiny model and the arith-lite data" if first else "load the tiny model",
-            f"~{_DEMO_FIRST_S:.0f}s (first run only)" if first else "a few seconds",
-        ),
-        (
-            "grade the base model on the held-out items (the baseline, cached after)",
-            f"~{_DEMO_STEP_S['baseline']:.0f}s",
-        ),
-        (
-            f"{DEMO_AGENT} trains (SFT warm-up, then GRPO) and submits; each submission graded",
-            f"{format_duration(budget_s)} (the budget)",
-        ),
-        ("settle the last grading, write the report", f"~{_DEMO_STEP_S['finalize']:.0f}s"),
-    ]
-
-
 @app.command()
 @_user_errors
 def demo(
@@ -320,8 +301,23 @@ def demo(
         f"[bold]agent2rl demo[/]: {DEMO_AGENT} on {DEMO_TASK} with the {DEMO_MODEL} "
         f"model, budget {format_duration(budget_s)}"
     )
-    first = _demo_first_time()
-    for i, (what, how_long) in enumerate(_demo_steps(budget_s, first), 1):
+    first = _demo_first_time()  # the plan first: each step with how long it takes
+    steps = [
+        (
+            "build the tiny model and the arith-lite data" if first else "load the tiny model",
+            f"~{_DEMO_FIRST_S:.0f}s (first run only)" if first else "a few seconds",
+        ),
+        (
+            "grade the base model on the held-out items (the baseline, cached after)",
+            f"~{_DEMO_STEP_S['baseline']:.0f}s",
+        ),
+        (
+            f"{DEMO_AGENT} trains (SFT warm-up, then GRPO) and submits; each submission graded",
+            f"{format_duration(budget_s)} (the budget)",
+        ),
+        ("settle the last grading, write the report", f"~{_DEMO_STEP_S['finalize']:.0f}s"),
+    ]
+    for i, (what, how_long) in enumerate(steps, 1):
         console.print(f"  {i}. {what}: {how_long}", highlight=False, soft_wrap=True)
     total = budget_s + sum(_DEMO_STEP_S.values()) + (_DEMO_FIRST_S if first else 0)
     console.print(f"  expected in all: about {format_duration(10 * round(total / 10))}")
@@ -527,8 +523,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     paths = RunPaths(run_dir.expanduser().resolve())
     if not paths.run_json.is_file():
         raise UserError(f"{run_dir} is not a run directory (no run.json): pass runs/<run_id>")
-    note = close_dead_run(paths)
-    if note:
+    if note := close_dead_run(paths):
         err_console.print(note, highlight=False, soft_wrap=True)
     elif (status := RunInfo.load(paths).status) in LIVE_RUN_STATUSES:
         err_console.print(f"note: the run is still {status}; this report is of the run so far")

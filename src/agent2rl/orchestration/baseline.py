@@ -59,12 +59,10 @@ def measure_baseline(
     split: Split = "private",
 ) -> dict:
     """Evaluate the base model on ``split`` (or reuse the cached result) into
-    ``grading/baseline/`` (``grading/baseline-<split>/`` for another split than private: the
-    validation feedback protocol's baseline, :mod:`agent2rl.grading.final`).
-
-    Returns the ledger's baseline record (``items_path`` relative to the run directory).
-    Raises :class:`UserError` if the base model cannot be evaluated.
-    """
+    ``grading/baseline/`` (``grading/baseline-<split>/`` for another split: the validation
+    protocol's, :mod:`agent2rl.grading.final`). Returns the ledger's baseline record
+    (``items_path`` relative to the run directory); a :class:`UserError` if the base model
+    cannot be evaluated."""
     backend = backend or BackendConfig()
     key = baseline_key(task, model, backend, split)
     cache = settings.baseline_cache / key

@@ -79,14 +79,11 @@ def new_eval_id(task: str, model: str) -> str:
 
 
 def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
-    """Grade ``req.model`` on ``req.task`` and write the results into the evaluation's
-    directory; returns the report.
-
-    ``on_step`` (optional) is called with a one-line description of each step as it starts.
-    Raises :class:`UserError` for a bad request (unknown task, split or model, a split the
-    task does not have, a backend that cannot run here) and when the evaluation fails (the
-    message names the failure, whose fault it was, and the log to read).
-    """
+    """Grade ``req.model`` on ``req.task`` into the evaluation's directory; returns the report.
+    ``on_step`` (optional) gets a one-line description of each step as it starts. Raises
+    :class:`UserError` for a bad request (unknown task, split or model, a split the task does
+    not have, a backend that cannot run here) and when the evaluation fails (naming the
+    failure, whose fault it was, and the log to read)."""
     step = on_step or (lambda _msg: None)
     # a request that cannot work, before anything is built
     if req.split not in SPLITS:

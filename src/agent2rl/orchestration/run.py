@@ -671,10 +671,9 @@ def _supervise(
             time.sleep(0.5)
         info.ended_at = time.time()
         code = agent.poll()
-        if watchdog.breach is None and code is not None:
-            # The kernel may have OOM-killed the agent between two checks.
-            if (found := watchdog.check()) == RunStatus.OOM:
-                watchdog.breach = found
+        # The kernel may have OOM-killed the agent between two checks.
+        if watchdog.breach is None and code is not None and watchdog.check() == RunStatus.OOM:
+            watchdog.breach = RunStatus.OOM
         if watchdog.breach is not None:
             info.status, info.error = watchdog.breach, watchdog.detail
             console.print(f"stopping the agent: {watchdog.detail}")
@@ -684,8 +683,7 @@ def _supervise(
         else:
             info.agent_exit_code = code
             info.status = RunStatus.COMPLETED if code == 0 else RunStatus.AGENT_ERROR
-        killed = agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s)
-        if killed:
+        if killed := agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s):
             console.print(f"killed {killed} agent process(es) that ignored SIGTERM")
         # Each queued evaluation gets its own time: a run ends with every accepted
         # submission graded, or failed with the reason (close_unfinished, after the stop).

@@ -31,12 +31,10 @@ S = TypeVar("S", bound="Service")
 
 
 class Service(Protocol):
-    """One part of a run that is started before it is used and stopped when the run ends.
-
-    ``start`` returns once the service is ready for use and raises when it cannot become
-    ready; it leaves nothing running when it raises, or :meth:`stop` cleans up what it left.
-    ``stop`` is idempotent and safe on a service whose ``start`` failed, was interrupted or
-    never ran."""
+    """One part of a run, started before it is used and stopped when the run ends. ``start``
+    returns once ready, raises when it cannot become ready and then leaves nothing running
+    (or :meth:`stop` cleans up what it left). ``stop`` is idempotent and safe on a service
+    whose ``start`` failed, was interrupted or never ran."""
 
     name: str
 
@@ -127,12 +125,10 @@ class RunServices:
         self.stopped: list[str] = []
 
     def start(self, service: S) -> S:
-        """Start ``service`` and return it once it is ready; it is stopped by :meth:`close`.
-
-        Its stop is registered *before* its start, so a start cut short (interrupted, or
-        failed after spawning a process) is stopped too. A :class:`UserError` or an
-        interruption passes through as it is; any other error becomes
-        :class:`ServiceNotReady` naming the service."""
+        """Start ``service``, return it once ready; :meth:`close` stops it. Its stop is
+        registered *before* its start, so a start cut short (interrupted, or failed after
+        spawning a process) is stopped too. A :class:`UserError` or an interruption passes
+        through; any other error becomes :class:`ServiceNotReady` naming the service."""
         self._stack.callback(self._stop, service)
         try:
             service.start()
