@@ -557,8 +557,7 @@ def compare(
     rows = list_runs(runs_dir.expanduser())
     if not rows:
         raise UserError(f"no finished runs recorded in {runs_dir}: run `agent2rl run` first")
-    rows = [r for r in rows if task is None or r["task"] == task]
-    rows = [r for r in rows if eval_hash is None or r["eval_hash"] == eval_hash]
+    rows = [r for r in rows if task in (None, r["task"]) and eval_hash in (None, r["eval_hash"])]
     if not rows:
         raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
     groups = aggregate(rows, raw=raw)  # raises when the rows are not comparable
