@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ from agent2rl.formatting import format_duration, format_number
 from agent2rl.settings import parse_duration, parse_size
 
 if TYPE_CHECKING:  # the run machinery is imported only when a command needs it (fast --help)
-    from agent2rl.orchestration.run import RunOutcome
+    from agent2rl.orchestration.request import RunRequest
 
 app = typer.Typer(
     add_completion=False,
@@ -53,7 +52,21 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _print_outcome(outcome: RunOutcome) -> None:
+#: a score in a table or a summary line: 2 decimals, "-" for none
+_fmt = functools.partial(format_number, missing="-")
+
+
+def _execute(req: RunRequest) -> None:
+    """Run ``req``, print its headline numbers; exit 1 if the harness itself failed."""
+    from agent2rl.orchestration.run import execute_run
+    from agent2rl.orchestration.services import ServiceNotReady
+
+    try:
+        outcome = execute_run(req, console)
+    except ServiceNotReady:
+        # An infrastructure failure the run has printed and recorded (run.json, the report):
+        # no traceback after it.
+        raise typer.Exit(1) from None
     m = outcome.metrics
     console.print()
     console.print(f"[bold]run finished[/]: status={outcome.status}")
@@ -66,86 +79,26 @@ def _print_outcome(outcome: RunOutcome) -> None:
         )
         console.print(f"submissions {m.submissions} (valid {m.valid_submissions})")
     console.print(f"report: {outcome.run_dir / 'report' / 'report.html'}")
-
-
-def _fmt(x: float | None, signed: bool = False) -> str:
-    return format_number(x, signed=signed, missing="-")
-
-
-def _execute(req: Any) -> None:
-    """Run ``req``, print its headline numbers; exit 1 if the harness itself failed."""
-    from agent2rl.orchestration.run import execute_run
-    from agent2rl.orchestration.services import ServiceNotReady
-
-    try:
-        outcome = execute_run(req, console)
-    except ServiceNotReady:
-        # An infrastructure failure the run has printed and recorded (run.json, the report):
-        # no traceback after it.
-        raise typer.Exit(1) from None
-    _print_outcome(outcome)
     if outcome.status == "harness_error":
         raise typer.Exit(1)
 
 
-# The flags of `run` (`eval` and `demo` share some): declarative, one per name.
+# The flags `run` shares with `eval` and `demo`, declared once.
 _TASK = typer.Option(..., "--task", "-t", help="Task name (see `agent2rl tasks`).")
-_AGENT = typer.Option(
-    ..., "--agent", "-a", help="Agent name (see `agent2rl agents`) or a spec .toml file."
-)
-_MODEL = typer.Option(
-    "tiny", "--model", "-m", help="'tiny', a local HF model directory, or a hub id."
-)
-_BUDGET = typer.Option("30m", "--budget", "-b", help="Time budget: 90s, 30m, 12h.")
 _RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go.")
-_SEED = typer.Option(0, "--seed", help="Seed recorded with the run.")
 _SANDBOX = typer.Option("auto", "--sandbox", help="auto | bwrap | none.")
 _BACKEND = typer.Option(
     "auto", "--backend", help="Grading backend: auto (vllm if CUDA+vllm) | vllm | transformers."
 )
 _DTYPE = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16.")
-_GPU_MEMORY_UTILIZATION = typer.Option(
-    None,
-    "--gpu-memory-utilization",
-    help="vLLM: fraction of a GPU for grading (default 0.85 on the grader's own GPU, "
-    "0.30 on a GPU shared with the agent).",
-)
 _MAX_MODEL_LEN = typer.Option(
     None, "--max-model-len", help="vLLM: context length (default: the model's)."
 )
 _TENSOR_PARALLEL_SIZE = typer.Option(
     1, "--tensor-parallel-size", help="vLLM: GPUs one model is split over."
 )
-_GRADER_GPUS = typer.Option(
-    None,
-    "--grader-gpus",
-    help="GPUs of the grader: nvidia-smi indices (0,1 or 4-7) or none (default: the last "
-    "GPU when there are several, else shared with the agent).",
-)
-_AGENT_GPUS = typer.Option(
-    None, "--agent-gpus", help="GPUs of the agent, as --grader-gpus (default: the others)."
-)
 _TASK_OPT = typer.Option(
     [], "--task-opt", help="Task option NAME=VALUE, repeatable (see `agent2rl tasks TASK`)."
-)
-_DRIVER = typer.Option(
-    None, "--driver", help="Driver LLM of an LLM agent, e.g. claude-sonnet-4-5, gpt-5."
-)
-_DRIVER_BASE_URL = typer.Option(
-    None, "--driver-base-url", help="OpenAI-compatible server for an openai/<model> driver."
-)
-_MODE = typer.Option(
-    "free", "--mode", help="Operating mode of an LLM agent: free|sft-only|rl-oriented|multi."
-)
-_TOKEN_BUDGET = typer.Option(
-    None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
-)
-_ALLOW_PROVIDER_TOOLS = typer.Option(
-    False,
-    "--allow-provider-tools",
-    help="Let the driver LLM's provider-side tools (web search, URL fetch, MCP) through "
-    "the metering proxy, each use recorded; refused by default (they reach the web past "
-    "the run's deny lists). The run's identity records it.",
 )
 _PROTOCOL = typer.Option(
     "auto",
@@ -154,73 +107,97 @@ _PROTOCOL = typer.Option(
     "ones) | reference (the paper's per-model table for the base model, seeded per item) | "
     "agent2rl (greedy). See docs/paper-fidelity.md.",
 )
-_INSTRUCTIONS = typer.Option(
-    "neutral",
-    "--instructions",
-    help="The agent's instructions.md: neutral | reference (the paper's reference: "
-    "RL post-training framing, a required summary.md shown in the report).",
-)
-_MEMORY = typer.Option(
-    None, "--memory", help="Memory cap of the agent's processes, e.g. 16G (default 75% of RAM)."
-)
-_MAX_PROCS = typer.Option(
-    None, "--max-procs", help="Cap on the agent's processes and threads (default 4096)."
-)
-_DISK_QUOTA = typer.Option(
-    None, "--disk-quota", help="Workspace disk quota, e.g. 50G (default half the free space)."
-)
-_NETWORK = typer.Option(
-    "auto", "--network", help="auto | host | services (only the run's services, egress proxy)."
-)
-_ALLOW_HOST = typer.Option(
-    [],
-    "--allow-host",
-    help="HOST[:PORT] or *.SUFFIX the egress proxy allows under --network services, "
-    "repeatable; replaces the default list (package indexes, model hubs); 'none': no egress.",
-)
-_FEEDBACK = typer.Option(
-    "private",
-    "--feedback",
-    help="private (the paper's: /submit answers the private-split score, the result is the "
-    "best) | validation (MLE-bench's: /submit answers the validation-split score; at the end "
-    "the submission marked final, else the best on validation, is graded on the private "
-    "split).",
-)
 
 
 @app.command()
 @_user_errors
 def run(
     task: str = _TASK,
-    agent: str = _AGENT,
-    model: str = _MODEL,
-    budget: str = _BUDGET,
+    agent: str = typer.Option(
+        ..., "--agent", "-a", help="Agent name (see `agent2rl agents`) or a spec .toml file."
+    ),
+    model: str = typer.Option(
+        "tiny", "--model", "-m", help="'tiny', a local HF model directory, or a hub id."
+    ),
+    budget: str = typer.Option("30m", "--budget", "-b", help="Time budget: 90s, 30m, 12h."),
     runs_dir: Path = _RUNS_DIR,
-    seed: int = _SEED,
+    seed: int = typer.Option(0, "--seed", help="Seed recorded with the run."),
     sandbox: str = _SANDBOX,
     backend: str = _BACKEND,
     dtype: str = _DTYPE,
-    gpu_memory_utilization: float | None = _GPU_MEMORY_UTILIZATION,
+    gpu_memory_utilization: float | None = typer.Option(
+        None,
+        "--gpu-memory-utilization",
+        help="vLLM: fraction of a GPU for grading (default 0.85 on the grader's own GPU, "
+        "0.30 on a GPU shared with the agent).",
+    ),
     max_model_len: int | None = _MAX_MODEL_LEN,
     tensor_parallel_size: int = _TENSOR_PARALLEL_SIZE,
-    grader_gpus: str | None = _GRADER_GPUS,
-    agent_gpus: str | None = _AGENT_GPUS,
+    grader_gpus: str | None = typer.Option(
+        None,
+        "--grader-gpus",
+        help="GPUs of the grader: nvidia-smi indices (0,1 or 4-7) or none (default: the last "
+        "GPU when there are several, else shared with the agent).",
+    ),
+    agent_gpus: str | None = typer.Option(
+        None, "--agent-gpus", help="GPUs of the agent, as --grader-gpus (default: the others)."
+    ),
     task_opt: list[str] = _TASK_OPT,
-    driver: str | None = _DRIVER,
-    driver_base_url: str | None = _DRIVER_BASE_URL,
-    mode: str = _MODE,
-    token_budget: int | None = _TOKEN_BUDGET,
-    allow_provider_tools: bool = _ALLOW_PROVIDER_TOOLS,
+    driver: str | None = typer.Option(
+        None, "--driver", help="Driver LLM of an LLM agent, e.g. claude-sonnet-4-5, gpt-5."
+    ),
+    driver_base_url: str | None = typer.Option(
+        None, "--driver-base-url", help="OpenAI-compatible server for an openai/<model> driver."
+    ),
+    mode: str = typer.Option(
+        "free", "--mode", help="Operating mode of an LLM agent: free|sft-only|rl-oriented|multi."
+    ),
+    token_budget: int | None = typer.Option(
+        None, "--token-budget", help="Max input+output tokens of the driver LLM for the run."
+    ),
+    allow_provider_tools: bool = typer.Option(
+        False,
+        "--allow-provider-tools",
+        help="Let the driver LLM's provider-side tools (web search, URL fetch, MCP) through "
+        "the metering proxy, each use recorded; refused by default (they reach the web past "
+        "the run's deny lists). The run's identity records it.",
+    ),
     protocol: str = _PROTOCOL,
-    instructions: str = _INSTRUCTIONS,
-    memory: str | None = _MEMORY,
-    max_pids: int | None = _MAX_PROCS,
-    disk_quota: str | None = _DISK_QUOTA,
-    network: str = _NETWORK,
-    allow_host: list[str] = _ALLOW_HOST,
-    feedback: str = _FEEDBACK,
+    instructions: str = typer.Option(
+        "neutral",
+        "--instructions",
+        help="The agent's instructions.md: neutral | reference (the paper's reference: "
+        "RL post-training framing, a required summary.md shown in the report).",
+    ),
+    memory: str | None = typer.Option(
+        None, "--memory", help="Memory cap of the agent's processes, e.g. 16G (default 75% of RAM)."
+    ),
+    max_pids: int | None = typer.Option(
+        None, "--max-procs", help="Cap on the agent's processes and threads (default 4096)."
+    ),
+    disk_quota: str | None = typer.Option(
+        None, "--disk-quota", help="Workspace disk quota, e.g. 50G (default half the free space)."
+    ),
+    network: str = typer.Option(
+        "auto", "--network", help="auto | host | services (only the run's services, egress proxy)."
+    ),
+    allow_host: list[str] = typer.Option(
+        [],
+        "--allow-host",
+        help="HOST[:PORT] or *.SUFFIX the egress proxy allows under --network services, "
+        "repeatable; replaces the default list (package indexes, model hubs); 'none': no egress.",
+    ),
+    feedback: str = typer.Option(
+        "private",
+        "--feedback",
+        help="private (the paper's: /submit answers the private-split score, the result is the "
+        "best) | validation (MLE-bench's: /submit answers the validation-split score; at the end "
+        "the submission marked final, else the best on validation, is graded on the private "
+        "split).",
+    ),
 ) -> None:
     """Run one agent on one task within a budget, then write its report."""
+    from agent2rl.agents import get_agent
     from agent2rl.orchestration.request import RunRequest
 
     # The flags named as the request's fields go in as they are; the rest are parsed.
@@ -235,11 +212,19 @@ def run(
         "egress_allow": _parse_allow_hosts(allow_host),
     })  # fmt: skip
     req = _apply_gpu_layout(req, grader_gpus, agent_gpus)
-    _warn_if_experimental(agent)
+    spec = get_agent(agent)
+    if spec.experimental:  # not yet shown to work: one warning line, the run goes ahead
+        err_console.print(
+            f"[yellow]warning:[/] agent {spec.name} is experimental ({spec.experimental_note})",
+            highlight=False,
+            soft_wrap=True,  # one line, however narrow the terminal
+        )
     _execute(req)
 
 
-def _apply_gpu_layout(req: Any, grader_gpus: str | None, agent_gpus: str | None) -> Any:
+def _apply_gpu_layout(
+    req: RunRequest, grader_gpus: str | None, agent_gpus: str | None
+) -> RunRequest:
     """``req`` under the run's GPU layout (:mod:`agent2rl.devices`): the grader's cards and
     vLLM share (the user's ``--gpu-memory-utilization`` wins, also on a shared card), the
     agent's cards and the memory its instructions allow. A machine without a GPU (and no
@@ -266,20 +251,6 @@ def _apply_gpu_layout(req: Any, grader_gpus: str | None, agent_gpus: str | None)
     for note in layout.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
     return req.model_copy(update=update)
-
-
-def _warn_if_experimental(agent: str) -> None:
-    """One warning line on stderr when ``agent``'s spec is experimental (not yet shown to
-    work); the run goes ahead."""
-    from agent2rl.agents import get_agent
-
-    spec = get_agent(agent)
-    if spec.experimental:
-        err_console.print(
-            f"[yellow]warning:[/] agent {spec.name} is experimental ({spec.experimental_note})",
-            highlight=False,
-            soft_wrap=True,  # one line, however narrow the terminal
-        )
 
 
 def _parse_allow_hosts(hosts: list[str]) -> tuple[str, ...] | None:
@@ -315,26 +286,6 @@ def _demo_first_time() -> bool:
     return not any(load_settings().model_store.glob("tiny-v*/config.json"))
 
 
-def demo_steps(budget_s: float) -> list[tuple[str, str]]:
-    """The demo's steps with how long each takes, for the plan it prints first."""
-    first = _demo_first_time()
-    return [
-        (
-            "build the tiny model and the arith-lite data" if first else "load the tiny model",
-            f"~{_DEMO_FIRST_S:.0f}s (first run only)" if first else "a few seconds",
-        ),
-        (
-            "grade the base model on the held-out items (the baseline, cached after)",
-            f"~{_DEMO_STEP_S['baseline']:.0f}s",
-        ),
-        (
-            f"{DEMO_AGENT} trains (SFT warm-up, then GRPO) and submits; each submission graded",
-            f"{format_duration(budget_s)} (the budget)",
-        ),
-        ("settle the last grading, write the report", f"~{_DEMO_STEP_S['finalize']:.0f}s"),
-    ]
-
-
 @app.command()
 @_user_errors
 def demo(
@@ -350,10 +301,25 @@ def demo(
         f"[bold]agent2rl demo[/]: {DEMO_AGENT} on {DEMO_TASK} with the {DEMO_MODEL} "
         f"model, budget {format_duration(budget_s)}"
     )
-    steps = demo_steps(budget_s)
+    first = _demo_first_time()  # the plan first: each step with how long it takes
+    steps = [
+        (
+            "build the tiny model and the arith-lite data" if first else "load the tiny model",
+            f"~{_DEMO_FIRST_S:.0f}s (first run only)" if first else "a few seconds",
+        ),
+        (
+            "grade the base model on the held-out items (the baseline, cached after)",
+            f"~{_DEMO_STEP_S['baseline']:.0f}s",
+        ),
+        (
+            f"{DEMO_AGENT} trains (SFT warm-up, then GRPO) and submits; each submission graded",
+            f"{format_duration(budget_s)} (the budget)",
+        ),
+        ("settle the last grading, write the report", f"~{_DEMO_STEP_S['finalize']:.0f}s"),
+    ]
     for i, (what, how_long) in enumerate(steps, 1):
         console.print(f"  {i}. {what}: {how_long}", highlight=False, soft_wrap=True)
-    total = budget_s + sum(_DEMO_STEP_S.values()) + (_DEMO_FIRST_S if _demo_first_time() else 0)
+    total = budget_s + sum(_DEMO_STEP_S.values()) + (_DEMO_FIRST_S if first else 0)
     console.print(f"  expected in all: about {format_duration(10 * round(total / 10))}")
     _execute(RunRequest(task=DEMO_TASK, agent=DEMO_AGENT, model=DEMO_MODEL, budget_s=budget_s,
                         runs_dir=runs_dir, sandbox=sandbox))  # fmt: skip
@@ -557,8 +523,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
     paths = RunPaths(run_dir.expanduser().resolve())
     if not paths.run_json.is_file():
         raise UserError(f"{run_dir} is not a run directory (no run.json): pass runs/<run_id>")
-    note = close_dead_run(paths)
-    if note:
+    if note := close_dead_run(paths):
         err_console.print(note, highlight=False, soft_wrap=True)
     elif (status := RunInfo.load(paths).status) in LIVE_RUN_STATUSES:
         err_console.print(f"note: the run is still {status}; this report is of the run so far")
@@ -592,8 +557,7 @@ def compare(
     rows = list_runs(runs_dir.expanduser())
     if not rows:
         raise UserError(f"no finished runs recorded in {runs_dir}: run `agent2rl run` first")
-    rows = [r for r in rows if task is None or r["task"] == task]
-    rows = [r for r in rows if eval_hash is None or r["eval_hash"] == eval_hash]
+    rows = [r for r in rows if task in (None, r["task"]) and eval_hash in (None, r["eval_hash"])]
     if not rows:
         raise UserError("no run matches --task/--eval-hash: see `agent2rl compare` without them")
     groups = aggregate(rows, raw=raw)  # raises when the rows are not comparable
@@ -612,8 +576,7 @@ def compare(
             (r["agent"] or "")
             + (f" ({r['driver']})" if r["driver"] else "")
             + (f", {r['mode']}" if r["mode"] else "")
-            + (" (feedback: validation)" if r.get("feedback") == "validation" else "")
-            + (f" ({iso})" if iso else ""),
+            + _kept_apart(r.get("feedback"), iso),
             _fmt(r["baseline"]),
             _fmt(r["best"]),
             _fmt(r["improvement"], signed=True) + ci,
@@ -629,9 +592,7 @@ def compare(
     for g in groups:
         summary.add_row(
             g["task"] or "-",
-            (g["agent"] or "-")
-            + (" (feedback: validation)" if g["feedback"] == "validation" else "")
-            + (f" ({g['isolation']})" if g["isolation"] else ""),
+            (g["agent"] or "-") + _kept_apart(g["feedback"], g["isolation"]),
             g["driver"] or "-",
             str(g["runs"]),
             _fmt(g["mean_best"]),
@@ -646,6 +607,13 @@ def compare(
         "pooled with the others); (sandbox: none), (network: host): the agent ran unconfined "
         "(kept apart from sandboxed runs); flagged runs count in the"
         + (" means as graded (--raw)" if raw else " means as their base model (--raw: as graded)")
+    )
+
+
+def _kept_apart(feedback: str | None, isolation: str | None) -> str:
+    """The label suffix of what `compare` never pools with other runs."""
+    return (" (feedback: validation)" if feedback == "validation" else "") + (
+        f" ({isolation})" if isolation else ""
     )
 
 
@@ -709,15 +677,8 @@ def study_status(study_dir: Path = typer.Argument(..., help="A study directory."
             with contextlib.suppress(OSError, ValueError):
                 m = RunMetrics.read(Path(s.run_dir) / "report" / "metrics.json")
                 best, improvement = _fmt(m.best_score), _fmt(m.improvement, signed=True)
-        table.add_row(
-            s.slot.label,
-            s.status,
-            str(s.attempts),
-            s.run_id or "-",
-            s.run_status or "-",
-            best,
-            improvement,
-        )
+        row = (s.slot.label, s.status, str(s.attempts), s.run_id or "-", s.run_status or "-")
+        table.add_row(*row, best, improvement)
     console.print(table)
 
 
@@ -821,9 +782,5 @@ def export(
     )
 
 
-def main() -> None:  # pragma: no cover - console entry point
+if __name__ == "__main__":  # pragma: no cover - `python -m agent2rl.cli`
     app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -26,6 +26,9 @@ from agent2rl.rundir import RunPaths
 from agent2rl.settings import Settings
 from agent2rl.tasks.base import Task
 
+#: what an evaluation leaves that the cache keeps
+_RESULT_FILES = ("result.json", "items.jsonl")
+
 
 def baseline_key(
     task: Task, model: ModelRef, backend: BackendConfig, split: Split = "private"
@@ -56,12 +59,10 @@ def measure_baseline(
     split: Split = "private",
 ) -> dict:
     """Evaluate the base model on ``split`` (or reuse the cached result) into
-    ``grading/baseline/`` (``grading/baseline-<split>/`` for another split than private: the
-    validation feedback protocol's baseline, :mod:`agent2rl.grading.final`).
-
-    Returns the ledger's baseline record (``items_path`` relative to the run directory).
-    Raises :class:`UserError` if the base model cannot be evaluated.
-    """
+    ``grading/baseline/`` (``grading/baseline-<split>/`` for another split: the validation
+    protocol's, :mod:`agent2rl.grading.final`). Returns the ledger's baseline record
+    (``items_path`` relative to the run directory); a :class:`UserError` if the base model
+    cannot be evaluated."""
     backend = backend or BackendConfig()
     key = baseline_key(task, model, backend, split)
     cache = settings.baseline_cache / key
@@ -69,12 +70,10 @@ def measure_baseline(
     if split != "private":
         out = out.with_name(f"{out.name}-{split}")
     with file_lock(settings.locks / f"baseline-{key}.lock"):
-        cached = (cache / "result.json").exists() and (cache / "items.jsonl").exists()
+        cached = all((cache / name).exists() for name in _RESULT_FILES)
         if cached:
             out.mkdir(parents=True, exist_ok=True)
-            for name in ("result.json", "items.jsonl"):
-                shutil.copyfile(cache / name, out / name)
-            result = read_json(out / "result.json")
+            _copy_results(cache, out)
         else:
             spec = EvalSpec(task.name, task.opts, backend, split=split)
             outcome = run_evaluation(spec, model.path, out, settings, timeout_s=task.eval_timeout_s)
@@ -83,8 +82,8 @@ def measure_baseline(
                     f"the base model could not be evaluated ({outcome.error}); "
                     f"see {out / 'eval.log'}"
                 )
-            result = read_json(out / "result.json")
             _store(cache, out)
+    result = read_json(out / "result.json")
     return {
         "score": result["score"],
         "n_items": result["n_items"],
@@ -99,12 +98,16 @@ def measure_baseline(
 def _store(cache: Path, out: Path) -> None:
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".baseline-", dir=cache.parent))
-    for name in ("result.json", "items.jsonl"):
-        shutil.copyfile(out / name, tmp / name)
+    _copy_results(out, tmp)
     try:
         tmp.rename(cache)
     except OSError:  # another run cached it first; theirs is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _copy_results(src: Path, dst: Path) -> None:
+    for name in _RESULT_FILES:
+        shutil.copyfile(src / name, dst / name)
 
 
 def record_baseline(ledger: Ledger, task: Task, model: ModelRef, baseline: dict) -> None:

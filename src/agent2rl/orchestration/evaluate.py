@@ -1,15 +1,13 @@
 """Grade a model on a task without an agent (``agent2rl eval``).
 
-The same code path as every score a run records: an :class:`~agent2rl.grading.evaluator.
-EvalSpec` evaluated by :func:`~agent2rl.grading.evaluator.run_evaluation` in a child worker
-(holding the per-device evaluation lock, so it queues behind the runs' graders on a shared
-machine), with the base model's end-of-sequence ids as the run's baseline uses. It is the GPU
-smoke test of an install and how a user builds a baseline table across models.
+The same code path as every score a run records (:func:`~agent2rl.grading.evaluator.
+run_evaluation` in a child worker holding the per-device evaluation lock, so it queues behind
+the runs' graders; the base model's end-of-sequence ids, as a run's baseline): the GPU smoke
+test of an install, and how a user builds a baseline table across models.
 
-Each evaluation gets its own directory ``<runs_dir>/evals/<eval_id>/`` holding the worker's
-``items.jsonl`` (per item) and ``result.json`` (score, n_items, eval_hash), the worker's
-``eval.log``, and ``eval.json``: the request and the score with its 95% bootstrap interval,
-the scorer's declared metric's (:mod:`agent2rl.scoring.metrics`).
+Each evaluation gets ``<runs_dir>/evals/<eval_id>/``: ``request.json``, the worker's
+``items.jsonl``, ``result.json`` (score, n_items, eval_hash) and ``eval.log``, and ``eval.json``
+(the score with the 95% bootstrap interval of the scorer's declared metric).
 """
 
 from __future__ import annotations
@@ -69,21 +67,8 @@ class EvalReport:
     metrics: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["out"] = str(self.out)
-        d["ci95"] = list(self.ci95) if self.ci95 else None
-        return d
-
-
-def check_request(req: EvalRequest) -> None:
-    """Raise :class:`UserError` for a request that cannot work, before anything is built."""
-    if req.split not in SPLITS:
-        raise UserError(f"unknown --split {req.split!r}: use one of {', '.join(SPLITS)}")
-    if req.limit is not None and req.limit < 1:
-        raise UserError(f"--limit {req.limit} must be at least 1 (leave it out for every item)")
-    if req.timeout_s is not None and req.timeout_s <= 0:
-        raise UserError("--timeout must be more than zero")
-    req.backend.validate()
+        ci95 = list(self.ci95) if self.ci95 else None
+        return asdict(self) | {"out": str(self.out), "ci95": ci95}
 
 
 def new_eval_id(task: str, model: str) -> str:
@@ -94,19 +79,23 @@ def new_eval_id(task: str, model: str) -> str:
 
 
 def evaluate_model(req: EvalRequest, on_step: Any = None) -> EvalReport:
-    """Grade ``req.model`` on ``req.task`` and write the results into the evaluation's
-    directory; returns the report.
-
-    ``on_step`` (optional) is called with a one-line description of each step as it starts.
-    Raises :class:`UserError` for a bad request (unknown task, split or model, a split the
-    task does not have, a backend that cannot run here) and when the evaluation fails (the
-    message names the failure, whose fault it was, and the log to read).
-    """
+    """Grade ``req.model`` on ``req.task`` into the evaluation's directory; returns the report.
+    ``on_step`` (optional) gets a one-line description of each step as it starts. Raises
+    :class:`UserError` for a bad request (unknown task, split or model, a split the task does
+    not have, a backend that cannot run here) and when the evaluation fails (naming the
+    failure, whose fault it was, and the log to read)."""
     step = on_step or (lambda _msg: None)
-    check_request(req)
+    # a request that cannot work, before anything is built
+    if req.split not in SPLITS:
+        raise UserError(f"unknown --split {req.split!r}: use one of {', '.join(SPLITS)}")
+    if req.limit is not None and req.limit < 1:
+        raise UserError(f"--limit {req.limit} must be at least 1 (leave it out for every item)")
+    if req.timeout_s is not None and req.timeout_s <= 0:
+        raise UserError("--timeout must be more than zero")
+    req.backend.validate()
     settings = load_settings()
     task = get_task(req.task, req.task_options)
-    split: Split = req.split  # type: ignore[assignment]  # checked in check_request
+    split: Split = req.split  # type: ignore[assignment]  # checked above
     if task.splits is not None and split not in task.splits.files:
         have = ", ".join(task.splits.files)
         raise UserError(f"task {task.name} has no {split} split: use --split with one of {have}")

@@ -1,8 +1,7 @@
 """The one run request, built by ``agent2rl run``, :func:`agent2rl.run` and a study's spec
-(its attempt reads it back from JSON). A flag wrong on any machine is a
-:class:`~agent2rl.errors.UserError` when it is built (pydantic lets it through unwrapped);
-what needs this machine or the task (bubblewrap, the model, a validation split) is checked
-by :func:`~agent2rl.orchestration.run.resolve_run`."""
+(its attempt reads it back from JSON). A flag wrong on any machine is a :class:`UserError`
+when it is built (pydantic lets it through unwrapped); what needs this machine or the task
+(bubblewrap, the model, a validation split) is checked by :func:`~.run.resolve_run`."""
 
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
-"""One run, end to end: resolve, prepare, workspace, baseline, grading, agent, finalize.
+"""One run, end to end: :func:`execute_run`, in four stages sharing one
+:class:`~agent2rl.orchestration.context.RunContext`: :func:`resolve_run`,
+:func:`_start_grading`, :func:`_run_agent` and :func:`_finalize`.
 
-:func:`execute_run` is the whole lifecycle (``agent2rl run`` is a thin wrapper around it),
-in four stages that share one :class:`~agent2rl.orchestration.context.RunContext`:
-:func:`resolve_run`, :func:`_start_grading`, :func:`_run_agent` and :func:`_finalize`.
-
-Whatever happens after stage 1 (the agent crashes, the deadline hits, a cap is hit, Ctrl-C,
+Whatever happens after stage 1 (the agent crashes, the deadline or a cap hits, Ctrl-C,
 SIGTERM, SIGHUP, a harness bug, a service that does not become ready), the agent's processes
-are killed, an in-flight evaluation is allowed to finish (bounded; not when interrupted), the
-services are stopped and a report is written: every service the stages start is started on
-the run's :class:`~agent2rl.orchestration.services.RunServices` and stopped by it, in the
-reverse order, on every one of those paths. A SIGKILL: see :func:`execute_run`.
+are killed, an in-flight evaluation may finish (bounded; not when interrupted), and every
+service, started on the run's :class:`~agent2rl.orchestration.services.RunServices`, is
+stopped in reverse order before the report is written. A SIGKILL: see :func:`execute_run`.
 """
 
 from __future__ import annotations
@@ -229,16 +226,13 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 class _StopSignals:
-    """While a run is set up and supervised, SIGINT, SIGTERM and SIGHUP raise
-    :class:`RunInterrupted` in the main thread (``timeout``, ``docker stop``, a scheduler's
-    preemption and a closed terminal then end the run as Ctrl-C does). Only the first one
-    does: from then on, and during the run's own stop path (:meth:`stopping`), a signal is
-    noted on stderr and ignored, so that the stop path itself is never cut short (the run's
-    guard still cleans up after a SIGKILL).
+    """While a run is set up and supervised, the first SIGINT, SIGTERM or SIGHUP raises
+    :class:`RunInterrupted` in the main thread (``timeout``, ``docker stop``, a preemption, a
+    closed terminal end the run as Ctrl-C does). Later ones, and any during the stop path
+    (:meth:`stopping`), are noted on stderr and ignored: the stop path is never cut short.
 
-    A signal ignored when the run starts (``nohup``) stays ignored. Outside the main thread
-    (a caller's worker thread) nothing is installed: the caller's own handling applies. The
-    previous handlers come back on exit."""
+    A signal ignored at the start (``nohup``) stays ignored; outside the main thread nothing
+    is installed. The previous handlers come back on exit."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -279,13 +273,12 @@ class _StopSignals:
 
 
 def execute_run(req: RunRequest, console: Console | None = None) -> RunOutcome:
-    """Run one benchmark run and return where it went and its metrics.
+    """Run one benchmark run; returns where it went and its metrics.
 
-    SIGINT, SIGTERM and SIGHUP (in the main thread) end the run ``interrupted``: the agent
-    and the services are stopped, the report and the results row are written, then
-    :class:`RunInterrupted` (a ``KeyboardInterrupt``) is raised. A SIGKILL of this process
-    leaves the run's guard (:mod:`agent2rl.orchestration.guard`) to kill what the run
-    started; ``agent2rl report`` then closes the run (:mod:`agent2rl.orchestration.recover`).
+    SIGINT, SIGTERM and SIGHUP (main thread) end the run ``interrupted``: agent and services
+    stopped, report and results row written, then :class:`RunInterrupted` raised. After a
+    SIGKILL the run's guard (:mod:`~agent2rl.orchestration.guard`) kills what the run started
+    and ``agent2rl report`` closes the run (:mod:`~agent2rl.orchestration.recover`).
     """
     console = console or Console(stderr=True)
     with _StopSignals() as signals:
@@ -345,8 +338,7 @@ def _close_run(ctx: RunContext, closed: list[RunMetrics | None]) -> None:
     except Exception as err:  # the report is still written; the row stays in flight
         ctx.console.print(f"[red]could not close the in-flight submissions: {err}[/]")
     finish_feedback(ctx.paths, info.status, ctx.console.print)
-    if info.ended_at is None:
-        info.ended_at = time.time()
+    info.ended_at = info.ended_at or time.time()
     info.save(paths)
     closed.append(_finalize(ctx))
     if info.status == RunStatus.INTERRUPTED:
@@ -371,18 +363,16 @@ def _start_grading(ctx: RunContext, services: RunServices) -> None:
     """Stage 2: the baseline (cached, before the budget starts), then the services."""
     with ctx.console.status("measuring the baseline (before the budget starts)"):
         baseline = measure_baseline(ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend)
-    ctx.started.ledger = Ledger(ctx.paths.ledger)
-    record_baseline(ctx.started.ledger, ctx.task, ctx.model, baseline)
+    ledger = ctx.started.ledger = Ledger(ctx.paths.ledger)
+    record_baseline(ledger, ctx.task, ctx.model, baseline)
     # how every graded item was decoded, and how many samples it got (--protocol)
-    ctx.started.ledger.set_meta("decoding", ctx.backend.decoding_settings().to_dict())
+    ledger.set_meta("decoding", ctx.backend.decoding_settings().to_dict())
     if ctx.info.feedback == "validation":  # what the agent's validation scores compare with
         with ctx.console.status("measuring the baseline on the validation split"):
-            ctx.started.ledger.set_meta(
-                "validation_baseline",
-                measure_baseline(
-                    ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend, split="validation"
-                ),
+            validation = measure_baseline(
+                ctx.task, ctx.model, ctx.settings, ctx.paths, ctx.backend, split="validation"
             )
+        ledger.set_meta("validation_baseline", validation)
     ctx.info.eval_hash = baseline["eval_hash"]
     ctx.console.print(
         f"baseline: {baseline['score']:.2f} on {baseline['n_items']} items"
@@ -414,10 +404,9 @@ def _start_grading(ctx: RunContext, services: RunServices) -> None:
 
 
 def _start_proxy(ctx: RunContext, llm: LlmAccess) -> MeteringProxy:
-    """The run's metering proxy, holding the only copy of the real key: the driver's provider
-    gets it, the others none. Each upstream is the driver's server, or the host's
-    ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``/``GOOGLE_GEMINI_BASE_URL`` (a gateway), or the
-    provider's own endpoint."""
+    """The run's metering proxy, holding the only copy of the real key (for the driver's
+    provider only). Each upstream is the driver's server, else the host's ``*_BASE_URL``
+    gateway (``OPENAI``, ``ANTHROPIC``, ``GOOGLE_GEMINI``), else the provider's endpoint."""
     upstreams = {name: Upstream(p.host_base_url()) for name, p in PROVIDERS.items()}
     own = llm.driver.base_url or upstreams[llm.driver.api].base_url
     upstreams[llm.driver.api] = Upstream(own, llm.key)
@@ -453,14 +442,14 @@ def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
     info.deadline = req.deadline(info.start)
     info.status = RunStatus.RUNNING
     info.save(paths)
-    grading = ctx.started.grading
-    tell_clock(grading, ctx.started.grading_token, info.start, info.deadline)  # once: never polled
-    write_instructions(paths, info, grading.url, ctx.started.grading_token,
+    grading, token = ctx.started.grading, ctx.started.grading_token
+    tell_clock(grading, token, info.start, info.deadline)  # once: never polled
+    write_instructions(paths, info, grading.url, token,
                        rollout=bool(ctx.started.env_vars), style=req.instructions)  # fmt: skip
     if req.gpu_note:  # the GPU layout (agent2rl.devices): what GPU memory the agent may use
         instructions = paths.workspace / "instructions.md"
         write_text_atomic(instructions, instructions.read_text() + req.gpu_note)
-    env = agent_env(paths, info, ctx.model, ctx.started.grading.url, ctx.started.grading_token)
+    env = agent_env(paths, info, ctx.model, grading.url, token)
     env.update(ctx.started.env_vars)
     prompt_file = paths.workspace / "prompt.md"
     # The spec's own template when it has one; else the full prompt (listing, data sample).
@@ -499,10 +488,9 @@ def _run_agent(ctx: RunContext, guard: RunGuard, services: RunServices) -> None:
 
 
 def _record_agent_view(ctx: RunContext) -> None:
-    """What the agent's own log says (events, its token counts) and whether its methods
-    match its mode, into ``record/agent.json`` for the report. Never fails the run; does
-    nothing for a run whose agent did not run to an end of its own (interrupted, a harness
-    failure)."""
+    """The agent's own log (events, token counts) and whether its methods match its mode,
+    into ``record/agent.json``. Never fails the run; nothing for a run whose agent did not
+    end on its own (interrupted, a harness failure)."""
     paths, info = ctx.paths, ctx.info
     if info.status not in FINISHED_RUN_STATUSES:
         return
@@ -517,10 +505,10 @@ def _record_agent_view(ctx: RunContext) -> None:
             view["mode_flags"] = mode_contradictions(
                 info.mode, methods, interactive=ctx.task.interactive
             )
-        write_json_atomic(paths.record / "agent.json", view)
+        write_json_atomic(paths.agent_json, view)
         _classify_agent_error(ctx, view["log"].get("last_error") or "")
     except Exception as err:  # the report is still written without it
-        write_json_atomic(paths.record / "agent.json", {"error": f"{type(err).__name__}: {err}"})
+        write_json_atomic(paths.agent_json, {"error": f"{type(err).__name__}: {err}"})
 
 
 def _classify_agent_error(ctx: RunContext, cli_said: str) -> None:
@@ -541,9 +529,8 @@ def _launch(
     ctx: RunContext, command: list[str], env: dict[str, str], services: RunServices
 ) -> AgentProcess:
     """The agent's process, not started: under bubblewrap (as its own user when the harness
-    is root) or plain, with its preexec joining the run's cgroup (or, as a fallback with a
-    user of its own, setting its process limit). The cgroup and, under ``--network
-    services``, the network's services are started on ``services``."""
+    is root) or plain; its preexec joins the run's cgroup (else, with a user of its own, sets
+    its process limit). The cgroup and the ``--network services`` parts go on ``services``."""
     paths = ctx.paths
     cgroup = ctx.started.cgroup = services.start(
         Launched(
@@ -627,12 +614,12 @@ def _record_network(ctx: RunContext) -> None:
     """Record what the agent's network was (a step of the run's stop order: after the
     bridge and the proxies, which outlive the agent, stopped)."""
     record = network_record(
-        "services" if ctx.network == "services" else "host",
+        ctx.network,  # resolved: services or host
         ctx.started.ports(),
         allowlist=_egress_allow(ctx.req) if ctx.network == "services" else (),
         egress_log=ctx.paths.egress_log if ctx.started.egress is not None else None,
     )
-    write_json_atomic(ctx.paths.record / "network.json", record)
+    write_json_atomic(ctx.paths.network_json, record)
 
 
 def _supervise(
@@ -684,10 +671,9 @@ def _supervise(
             time.sleep(0.5)
         info.ended_at = time.time()
         code = agent.poll()
-        if watchdog.breach is None and code is not None:
-            # The kernel may have OOM-killed the agent between two checks.
-            if (found := watchdog.check()) == RunStatus.OOM:
-                watchdog.breach = found
+        # The kernel may have OOM-killed the agent between two checks.
+        if watchdog.breach is None and code is not None and watchdog.check() == RunStatus.OOM:
+            watchdog.breach = RunStatus.OOM
         if watchdog.breach is not None:
             info.status, info.error = watchdog.breach, watchdog.detail
             console.print(f"stopping the agent: {watchdog.detail}")
@@ -697,8 +683,7 @@ def _supervise(
         else:
             info.agent_exit_code = code
             info.status = RunStatus.COMPLETED if code == 0 else RunStatus.AGENT_ERROR
-        killed = agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s)
-        if killed:
+        if killed := agent.terminate_tree(sampler.alive_seen(), grace_s=req.grace_s):
             console.print(f"killed {killed} agent process(es) that ignored SIGTERM")
         # Each queued evaluation gets its own time: a run ends with every accepted
         # submission graded, or failed with the reason (close_unfinished, after the stop).

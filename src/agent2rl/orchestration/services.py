@@ -1,22 +1,19 @@
 """The run's services under one lifecycle: started in order, stopped in reverse, always.
 
-A run starts a dozen things around its agent (docs/development.md lists them in order). Each
-is a :class:`Service` and :class:`RunServices` holds them on one
-:class:`contextlib.ExitStack`, so that:
+A run starts a dozen things around its agent (docs/development.md lists them in order), each
+a :class:`Service` on one :class:`RunServices` (a :class:`contextlib.ExitStack`), so that:
 
-- adding or removing a service is one :meth:`RunServices.start` (or :meth:`~RunServices.launch`
-  for a function that starts one and returns its handle) at the point where the run needs it;
-- on every exit path (the agent's normal end, an exception, SIGTERM or Ctrl-C, which the run
-  turns into ``KeyboardInterrupt``) :meth:`RunServices.close` stops every service that was
-  started, or whose start was begun, in the reverse order of their starts; a stop that fails
-  is reported and the others still run;
+- adding a service is one :meth:`RunServices.start` (or :meth:`~RunServices.launch` for a
+  function that starts one and returns its handle) where the run needs it;
+- on every exit path (normal end, an exception, SIGTERM or Ctrl-C as ``KeyboardInterrupt``)
+  :meth:`RunServices.close` stops every service started, or whose start began, last first; a
+  failing stop is reported and the others still run;
 - a service that cannot become ready raises :class:`ServiceNotReady` naming it (the run ends
-  as an infrastructure failure with that message) after the services before it were stopped
-  by the same close.
+  as an infrastructure failure) once the same close stopped the services before it.
 
-A step that is no service but must run at its place in the stop order (write the network
-record once the proxies are down; close the in-flight submissions and write the report once
-the grading service is down, before the guard goes) is a :meth:`RunServices.callback`.
+A step that must run at its place in the stop order (the network record once the proxies are
+down; the in-flight submissions and the report once the grading service is down, before the
+guard goes) is a :meth:`RunServices.callback`.
 """
 
 from __future__ import annotations
@@ -34,12 +31,10 @@ S = TypeVar("S", bound="Service")
 
 
 class Service(Protocol):
-    """One part of a run that is started before it is used and stopped when the run ends.
-
-    ``start`` returns once the service is ready for use and raises when it cannot become
-    ready; it leaves nothing running when it raises, or :meth:`stop` cleans up what it left.
-    ``stop`` is idempotent and safe on a service whose ``start`` failed, was interrupted or
-    never ran."""
+    """One part of a run, started before it is used and stopped when the run ends. ``start``
+    returns once ready, raises when it cannot become ready and then leaves nothing running
+    (or :meth:`stop` cleans up what it left). ``stop`` is idempotent and safe on a service
+    whose ``start`` failed, was interrupted or never ran."""
 
     name: str
 
@@ -50,12 +45,11 @@ class Service(Protocol):
 
 class ServiceNotReady(RuntimeError):
     """A run's service could not be started or did not become ready: an infrastructure
-    failure of the run, not the agent's. ``service`` is its name, ``cause`` the error."""
+    failure of the run, not the agent's. ``service`` is its name; the error is its cause."""
 
     def __init__(self, service: str, cause: BaseException) -> None:
         super().__init__(f"infrastructure failure: the {service} did not become ready: {cause}")
         self.service = service
-        self.cause = cause
 
 
 class Launched(Generic[T]):
@@ -120,12 +114,9 @@ class GuardService:
 
 
 class RunServices:
-    """One run's services on one :class:`~contextlib.ExitStack` (see the module docstring).
-
-    ``warn`` gets one line for each stop or step that failed (the run's console); the run
-    goes on stopping the rest. :attr:`started` and :attr:`stopped` name the services started
-    and stopped so far, in order. Not thread-safe: the run's main thread starts and closes it.
-    """
+    """One run's services (see the module docstring). ``warn`` gets one line for each stop or
+    step that failed; :attr:`started` and :attr:`stopped` name the services started and stopped
+    so far, in order. Not thread-safe: the run's main thread starts and closes it."""
 
     def __init__(self, warn: Callable[[str], None] | None = None) -> None:
         self._stack = ExitStack()
@@ -134,12 +125,10 @@ class RunServices:
         self.stopped: list[str] = []
 
     def start(self, service: S) -> S:
-        """Start ``service`` and return it once it is ready; it is stopped by :meth:`close`.
-
-        Its stop is registered *before* its start, so a start cut short (interrupted, or
-        failed after spawning a process) is stopped too. A :class:`UserError` or an
-        interruption passes through as it is; any other error becomes
-        :class:`ServiceNotReady` naming the service."""
+        """Start ``service``, return it once ready; :meth:`close` stops it. Its stop is
+        registered *before* its start, so a start cut short (interrupted, or failed after
+        spawning a process) is stopped too. A :class:`UserError` or an interruption passes
+        through; any other error becomes :class:`ServiceNotReady` naming the service."""
         self._stack.callback(self._stop, service)
         try:
             service.start()
