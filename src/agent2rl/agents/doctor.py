@@ -2,11 +2,8 @@
 version, and whether that version is inside the range the adapter was tested with: the
 spec's ``tested_versions``) and configured (the real key of its default driver set),
 whether a real run of it is known to work yet (``experimental`` specs), and how to install them.
-
-``agent2rl agents`` and ``agent2rl agents doctor`` print :func:`doctor`'s rows, e.g.::
-
-    for row in doctor():
-        table.add_row(*row.cells())      # columns: DOCTOR_COLUMNS
+``agent2rl agents`` and ``agent2rl agents doctor`` print :func:`doctor`'s rows
+(:meth:`DoctorRow.cells`, columns :data:`DOCTOR_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -62,8 +60,7 @@ class DoctorRow:
 
     @property
     def version_warning(self) -> str:
-        """``""``, or a line saying that the installed version is outside the spec's
-        ``tested_versions`` (see :func:`version_warning`)."""
+        """:func:`version_warning` for this row (``""`` when inside or unknown)."""
         return version_warning(self.agent, self.version, self.tested_versions)
 
     @property
@@ -221,9 +218,7 @@ def check_agent(
     the keys; the version is asked (``binary --version``, at most ``timeout_s``) only when
     ``versions`` and the spec has ``version_args``. Never raises for a broken install."""
     env = os.environ if environ is None else environ
-    experimental = spec.experimental_note if spec.experimental else ""
     location = _locate(spec, env.get("PATH"))
-    version = _installed_version(spec, location, env, timeout_s) if versions else ""
     key_env, configured, note = "", True, ""
     if spec.uses_llm:
         try:
@@ -243,12 +238,12 @@ def check_agent(
         driver=spec.default_driver,
         installed=bool(location),
         location=location,
-        version=version,
+        version=_installed_version(spec, location, env, timeout_s) if versions else "",
         key_env=key_env,
         configured=configured,
         install=spec.install,
         note=note,
-        experimental=experimental,
+        experimental=spec.experimental_note if spec.experimental else "",
         tested_versions=spec.tested_versions,
     )
 
@@ -264,10 +259,7 @@ def doctor(
     Version probes run concurrently, so the whole check takes about the slowest CLI's
     startup time, at most ``timeout_s``."""
     items = list(AGENTS.values() if specs is None else specs)
-
-    def check(spec: AgentSpec) -> DoctorRow:
-        return check_agent(spec, environ, versions=versions, timeout_s=timeout_s)
-
+    check = partial(check_agent, environ=environ, versions=versions, timeout_s=timeout_s)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(items)))) as pool:
         return list(pool.map(check, items))
 

@@ -10,15 +10,9 @@ the run's metering proxy on loopback and its key variables hold the per-run prox
     {base_url}       = the one of these for the driver's API
     {proxy_key}      = the per-run proxy key
 
-Typical use (the orchestration)::
-
-    driver = driver_for(spec, args.driver, args.driver_base_url)
-    key = real_key(driver)                       # UserError naming the env var if missing
-    ... start the metering proxy with `key` as its upstream key ...
-    launch = build_launch(spec, workspace=ws, prompt=p, prompt_file=pf, driver=driver,
-                          proxy_url=proxy.url, proxy_key=proxy.key, real_key=key)
-    launch.write_files()
-    AgentProcess(launch.argv, {**agent_env(...), **launch.env}, ws, log)
+The orchestration resolves the driver (:func:`~agent2rl.agents.drivers.driver_for`), starts
+the proxy with its :func:`~agent2rl.agents.drivers.real_key` upstream, then
+:func:`build_launch`, :meth:`Launch.write_files` and starts ``argv`` with ``env`` added.
 """
 
 from __future__ import annotations

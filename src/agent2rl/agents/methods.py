@@ -65,30 +65,29 @@ def _strip_comments(code: str) -> str:
     return "\n".join(line.split("#", 1)[0] for line in code.splitlines())
 
 
-def _code_text(code_dir_or_text: Path | str) -> str:
-    if isinstance(code_dir_or_text, Path):
-        root = code_dir_or_text
-        if root.is_file():
-            files = [root]
-        elif root.is_dir():
-            files = sorted(
-                p
-                for p in root.rglob("*")
-                if p.is_file()
-                and p.suffix in _CODE_SUFFIXES
-                and not any(part in HARNESS_DIRS for part in p.parts)
-            )
-        else:
-            return ""
-        chunks = []
-        for p in files:
-            try:
-                if p.stat().st_size <= _MAX_FILE_BYTES:
-                    chunks.append(p.read_text(encoding="utf-8", errors="replace"))
-            except OSError:
-                continue
-        return "\n".join(chunks)
-    return code_dir_or_text
+def _code_text(root: Path | str) -> str:
+    if isinstance(root, str):
+        return root
+    if root.is_file():
+        files = [root]
+    elif root.is_dir():
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.is_file()
+            and p.suffix in _CODE_SUFFIXES
+            and not any(part in HARNESS_DIRS for part in p.parts)
+        )
+    else:
+        return ""
+    chunks = []
+    for p in files:
+        try:
+            if p.stat().st_size <= _MAX_FILE_BYTES:
+                chunks.append(p.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(chunks)
 
 
 def detect_methods(code_dir_or_text: Path | str) -> set[str]:

@@ -171,8 +171,7 @@ def load_spec(path: Path) -> AgentSpec:
         ) from None
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise UserError(f"cannot read agent spec {path}: {err}") from None
-    missing = [k for k in ("name", "description", "command") if k not in data]
-    if missing:
+    if missing := [k for k in ("name", "description", "command") if k not in data]:
         raise UserError(
             f"agent spec {path} lacks {', '.join(missing)}: see agents/specs/ for examples"
         )
@@ -181,8 +180,7 @@ def load_spec(path: Path) -> AgentSpec:
     if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
         raise UserError(f"agent spec {path}: command must be a non-empty list of strings")
     known = set(AgentSpec.__dataclass_fields__) - {"source"}
-    unknown = set(data) - known
-    if unknown:
+    if unknown := set(data) - known:
         raise UserError(f"agent spec {path}: unknown keys {sorted(unknown)}")
     if not isinstance(data.get("experimental_note", ""), str):
         raise UserError(f"agent spec {path}: experimental_note must be a string")
@@ -299,8 +297,7 @@ def _validate(path: Path, spec: AgentSpec) -> None:
                 f"agent spec {path}: {rel!r} must be a relative path inside the workspace"
             )
     if spec.api == "none":
-        llm = spec.placeholders() - set(BASE_PLACEHOLDERS)
-        if llm:
+        if llm := spec.placeholders() - set(BASE_PLACEHOLDERS):
             raise UserError(
                 f"agent spec {path}: uses {', '.join(sorted(llm))} but has no api: "
                 "set api = anthropic | openai | gemini | any"

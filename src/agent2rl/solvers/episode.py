@@ -186,10 +186,9 @@ class EpisodeSolver:
                 timings.generate_calls += 1
                 timings.prompts += len(texts)
                 clock = time.perf_counter()
+                lanes: dict[Any, list[_Live]] = {}
                 for e, st, reply in zip(live, states, replies, strict=True):
                     e.steps.append((e.shown, self.protocol.parse(reply, st)))
-                lanes: dict[Any, list[_Live]] = {}
-                for e in live:
                     lanes.setdefault(getattr(e.episode, "lane", None), []).append(e)
                 list(pool.map(_play_last_actions, lanes.values()))
                 # A refused action uses a turn too, so every episode ends within max_steps.

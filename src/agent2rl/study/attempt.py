@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,7 @@ def run_attempt(attempt_dir: str) -> dict[str, Any]:
     """
     adir = Path(attempt_dir)
     request = read_json(adir / REQUEST)
-    env = dict(os.environ)
-    env.update(request.get("env", {}))
+    env = {**os.environ, **request.get("env", {})}
     # Ray sets OMP_NUM_THREADS for its workers; the run's grading child should get what the
     # study driver had (the agent's own thread count travels in the request).
     env.pop("OMP_NUM_THREADS", None)
@@ -126,7 +126,7 @@ def runs_fitting(node_cpus: float, node_gpus: float, resources: dict[str, Any]) 
 
 def _node_resources() -> tuple[float, float]:
     """(CPUs, GPUs) Ray gave this node, or (this machine's CPUs, 0) outside a Ray task."""
-    try:
+    with suppress(Exception):  # no Ray, or its state service is gone: this machine's count
         import ray
 
         if ray.is_initialized():
@@ -135,8 +135,6 @@ def _node_resources() -> tuple[float, float]:
                 if n.get("NodeID") == node:
                     res = n.get("Resources") or {}
                     return float(res.get("CPU", 1.0)), float(res.get("GPU", 0.0))
-    except Exception:  # no Ray, or its state service is gone: this machine's count
-        pass
     return float(os.cpu_count() or 1), 0.0
 
 
@@ -245,7 +243,6 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
     :func:`runs_per_node`)."""
     from rich.console import Console
 
-    from agent2rl.errors import UserError
     from agent2rl.orchestration.request import RunRequest
     from agent2rl.orchestration.run import execute_run
 
@@ -260,7 +257,7 @@ def _run(adir: Path, share: int = 1) -> dict[str, Any]:
             update={"extra_env": extra_env, "machine_share": 1 / max(1, share)}
         )
         outcome = execute_run(req, console)
-    except (KeyboardInterrupt, UserError, Exception) as err:
+    except (KeyboardInterrupt, Exception) as err:  # a UserError too
         run_dir = find_run_dir(request)
         status = settled_status(run_dir)
         if isinstance(err, KeyboardInterrupt):

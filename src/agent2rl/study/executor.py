@@ -53,7 +53,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from agent2rl.study.attempt import (
     STOP,
     STOP_GRACE_S,
     find_run_dir,
+    run_attempt,
     run_result,
     runs_fitting,
     settled_status,
@@ -132,7 +133,6 @@ class _Attempt:
     n: int
     dir: Path
     view: AttemptView
-    ref: Any = None
 
 
 def _attempt_dir(study_dir: Path, slot_id: int, n: int) -> Path:
@@ -265,14 +265,6 @@ def _end(state: StudyState, slot_id: int, n: int, result: dict[str, Any]) -> Att
     return state.end_attempt(slot_id, n, **{k: result.get(k) for k in keys})
 
 
-class _StopRequested(KeyboardInterrupt):
-    """SIGTERM to the study driver: stop like Ctrl-C."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _StopRequested
-
-
 def network_filesystem(path: Path, partitions: list[Any] | None = None) -> str | None:
     """The type of the network filesystem ``path`` lies on (one of :data:`NETWORK_FS`), or
     None for a local one or when the mount table cannot be read. ``partitions`` is
@@ -389,8 +381,9 @@ def _drive(
     import ray
 
     session = _start_ray(opts.address)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    # Ctrl-C stops the study even where the shell started us with SIGINT ignored (``cmd &``).
+    # SIGTERM stops the study like Ctrl-C, and Ctrl-C does even where the shell started us
+    # with SIGINT ignored (``cmd &``).
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     run = _Driver(spec, state, study_dir, opts, tally, reporter, began=time.time())
     stopped = False
@@ -404,7 +397,7 @@ def _drive(
             f"({spec.cpus_per_run:g} CPU{f', {run.gpus:g} GPU' if run.gpus else ''} per run, "
             f"{tally.parallel} at once)"
         )
-        run.remote = ray.remote(_run_attempt_task)
+        run.remote = ray.remote(run_attempt)  # the Ray task: one attempt's run process
         pending = deque(todo)
         # Slots to retry wait here (due time, slot) until they are due.
         delayed: list[tuple[float, SlotRow]] = []
@@ -450,13 +443,6 @@ def _drive(
     else:
         reporter.end(f"done in {took}: {finished}, {len(run.failed_keys)} failed")
     return StudyResult(study_dir, counts, run.ran, stopped, session, run.failed_keys)
-
-
-def _run_attempt_task(attempt_dir: str) -> dict[str, Any]:
-    """The Ray task: one attempt's run process (see :func:`agent2rl.study.attempt.run_attempt`)."""
-    from agent2rl.study.attempt import run_attempt
-
-    return run_attempt(attempt_dir)
 
 
 def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
@@ -509,7 +495,7 @@ class _Driver:
             name=f"agent2rl-{row.slot.label.replace(' ', '-')}",
         ).remote(str(adir))
         view = AttemptView(row.id, n, row.slot.label, queued_at)
-        self.inflight[ref] = _Attempt(row, n, adir, view, ref)
+        self.inflight[ref] = _Attempt(row, n, adir, view)
         self.ran += 1
         self.tally.running[(row.id, n)] = view
         self.reporter.queued(view)
@@ -567,10 +553,9 @@ class _Driver:
 
         for ref, att in self.inflight.items():
             write_json_atomic(att.dir / STOP, {"at": time.time()})
-            try:
+            # already done, or Ray is going away: the wait below still applies
+            with suppress(Exception):
                 ray.cancel(ref)
-            except Exception:  # already done, or Ray is going away: the wait below still applies
-                pass
         deadline = time.time() + STOP_GRACE_S + 30
         waiting = dict(self.inflight)
         while waiting and time.time() < deadline:

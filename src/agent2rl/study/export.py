@@ -91,29 +91,25 @@ def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
 
 
 def submission_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
-    rows = []
-    for r in runs:
-        m = r.metrics
-        for p in m.trajectory:
-            gain = (
-                p.score - m.baseline
-                if p.score is not None and m.baseline is not None and p.comparable
+    return [
+        {
+            "run_id": r.metrics.run_id,
+            "task": r.metrics.task,
+            "stack": r.stack.label,
+            "repeat": r.repeat,
+            "submission_id": p.id,
+            "t": p.t,
+            "score": p.score,
+            "improvement": (
+                p.score - r.metrics.baseline
+                if p.score is not None and r.metrics.baseline is not None and p.comparable
                 else None
-            )
-            rows.append(
-                {
-                    "run_id": m.run_id,
-                    "task": m.task,
-                    "stack": r.stack.label,
-                    "repeat": r.repeat,
-                    "submission_id": p.id,
-                    "t": p.t,
-                    "score": p.score,
-                    "improvement": gain,
-                    **{k: getattr(p, k) for k in _SUBMISSION_COLUMNS},
-                }
-            )
-    return rows
+            ),
+            **{k: getattr(p, k) for k in _SUBMISSION_COLUMNS},
+        }
+        for r in runs
+        for p in r.metrics.trajectory
+    ]
 
 
 def main_table_rows(runs: list[StudyRun], *, raw: bool = False) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """What a running study shows: a live rich display on a terminal, one line per event on a pipe.
 
-Both take the same events from the executor (:class:`Progress`): the study begins, an
+Both take the same events from the executor (:class:`Reporter`): the study begins, an
 attempt is queued, starts (its run process is up), ends (with its run's status and
 headline numbers, and whether the slot will be retried), free-form notes, and the end.
 The ETA comes from the budgets: every run takes its budget plus an overhead (baseline,

@@ -33,15 +33,13 @@ def load_runs(path: Path) -> tuple[list[StudyRun], Overview]:
             f"no finished run with a report under {path}: pass a study directory "
             "(`agent2rl study run --out DIR`) or a runs directory"
         )
-    tasks = sorted({r.metrics.task for r in runs})
-    stacks = sorted({r.stack.label for r in runs})
     overview = Overview(
         f"agent2rl runs: {path.name}",
         [
             ("directory", str(path)),
             ("runs", str(len(runs))),
-            ("tasks", ", ".join(tasks)),
-            ("stacks", ", ".join(stacks)),
+            ("tasks", ", ".join(sorted({r.metrics.task for r in runs}))),
+            ("stacks", ", ".join(sorted({r.stack.label for r in runs}))),
         ],
         ["A plain runs directory: every run with a report is shown (no study state)."],
     )
@@ -50,16 +48,13 @@ def load_runs(path: Path) -> tuple[list[StudyRun], Overview]:
 
 def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
     meta, slots, attempts = read_state(path)
-    runs: list[StudyRun] = []
-    missing = 0
-    for s in slots:
-        if s.status != SlotStatus.FINISHED or not s.run_dir:
-            continue
-        run = load_run(Path(s.run_dir), s.repeat, {"slot": s.key, "attempts": str(s.attempts)})
-        if run is None:
-            missing += 1
-        else:
-            runs.append(run)
+    loaded = [
+        load_run(Path(s.run_dir), s.repeat, {"slot": s.key, "attempts": str(s.attempts)})
+        for s in slots
+        if s.status == SlotStatus.FINISHED and s.run_dir
+    ]
+    runs = [run for run in loaded if run is not None]
+    missing = len(loaded) - len(runs)
     spec = meta.get("spec") or {}
     counts = Counter(s.status for s in slots)
     budget = (meta.get("run_settings") or {}).get("budget_s")

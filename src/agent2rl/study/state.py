@@ -39,8 +39,6 @@ from agent2rl.study.spec import RunSlot, StudySpec
 
 STATE_DB = "study.db"
 
-# FINISHED_RUN_STATUSES (beside RunStatus): the run statuses that make a counted result
-
 
 class SlotStatus(StrEnum):
     """A slot's ``status`` in study.db (a ``str``, as stored): ``PENDING`` until an attempt
@@ -54,8 +52,7 @@ class SlotStatus(StrEnum):
 
 
 class AttemptStatus(StrEnum):
-    """An attempt's ``status`` in study.db: ``QUEUED``, ``RUNNING``, then its outcome
-    (:func:`attempt_outcome`): ``FINISHED``, ``FAILED`` or ``INTERRUPTED``."""
+    """An attempt's ``status`` in study.db: queued, running, then :func:`attempt_outcome`."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -356,7 +353,6 @@ def read_state(study_dir: Path) -> tuple[dict[str, Any], list[SlotRow], list[Att
 
 
 __all__ = [
-    "FINISHED_RUN_STATUSES",
     "STATE_DB",
     "AttemptRow",
     "SlotRow",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,17 +53,14 @@ class AgentLog:
         last final event's, ``""`` if the agent never finished) and ``last_error``: the
         CLI's own words for the last error it reported (``""`` if none) — for a CLI that
         could not start (a refused key, an outage), the reason the report shows."""
-        tools: dict[str, int] = {}
-        for e in self.events:
-            if e.kind == "tool_call":
-                tools[e.tool] = tools.get(e.tool, 0) + 1
+        tools = Counter(e.tool for e in self.events if e.kind == "tool_call")
         finals = [e for e in self.events if e.kind == "final"]
         errors = [e.text for e in self.events if e.kind == "error" and e.text]
         errors += [e.text for e in finals if e.is_error and e.text]
         return {
             "messages": sum(e.kind == "message" and e.role == "assistant" for e in self.events),
             "tool_calls": sum(tools.values()),
-            "tools": dict(sorted(tools.items(), key=lambda kv: -kv[1])),
+            "tools": dict(tools.most_common()),
             "tool_errors": sum(e.kind == "tool_result" and e.is_error for e in self.events),
             "errors": sum(e.kind == "error" for e in self.events),
             "input_tokens": self.usage.input,
@@ -90,8 +88,7 @@ def total_usage(events: list[Event]) -> TokenCounts:
 def short(text: Any, limit: int = TEXT_LIMIT) -> str:
     """``text`` as a stripped string of at most ``limit`` characters (cut with ``…``);
     None is ``""`` and anything else its ``str``."""
-    s = text if isinstance(text, str) else ("" if text is None else str(text))
-    s = s.strip()
+    s = ("" if text is None else str(text)).strip()
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -213,10 +210,9 @@ def tool_output(content: Any) -> str:
     """Text of a tool result's content: a string, or a list of text blocks."""
     if isinstance(content, str):
         return content
-    parts = []
-    for block in as_list(content):
-        if isinstance(block, dict):
-            parts.append(str(block.get("text", "") or ""))
-        elif isinstance(block, str):
-            parts.append(block)
+    parts = [
+        str(block.get("text", "") or "") if isinstance(block, dict) else block
+        for block in as_list(content)
+        if isinstance(block, dict | str)
+    ]
     return "\n".join(p for p in parts if p)

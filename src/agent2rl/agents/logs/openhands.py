@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import suppress
 from typing import Any
 
 from agent2rl.agents.logs.base import (
@@ -114,11 +115,10 @@ def _openhands_usage(obj: dict[str, Any]) -> Event | None:
         metrics = [as_dict(m) for m in as_dict(stats.get("usage_to_metrics")).values()]
     elif isinstance(obj.get("llm_metrics"), dict):
         metrics = [obj["llm_metrics"]]
-    usages = [as_dict(m.get("accumulated_token_usage")) for m in metrics]
     tokens = [
         read_tokens(u, "prompt_tokens", "completion_tokens", "cache_read_tokens")
-        for u in usages
-        if u
+        for m in metrics
+        if (u := as_dict(m.get("accumulated_token_usage")))
     ]
     return Event("usage", tokens=sum(tokens, TokenCounts()), cumulative=True) if tokens else None
 
@@ -153,10 +153,8 @@ def parse(text: str) -> list[Event]:
     if stripped.startswith("["):
         # A V0 trajectory is one JSON list; a JSONL log may start with "[" too (a stage
         # runner's "[stages] ..." line, a Rich log record's "[date time]"): read as lines.
-        try:
+        with suppress(json.JSONDecodeError, ValueError, RecursionError):
             entries = json.loads(stripped)
-        except (json.JSONDecodeError, ValueError, RecursionError):
-            entries = None
     if isinstance(entries, list):
         objs: Any = [e for e in entries if isinstance(e, dict)]
     else:

@@ -8,6 +8,7 @@ library (the harness package itself is not importable inside the sandbox).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -78,11 +79,8 @@ def prompt_completion_rows(tokenizer) -> list[dict]:
             # Math tasks answer with the worked solution, instruction following (alpaca) with
             # the response; code tasks with the whole function in the fenced block the grader
             # extracts.
-            if "answer" in row:
-                completion = row["answer"]
-            elif "output" in row:
-                completion = row["output"]
-            else:
+            completion = row.get("answer", row.get("output"))
+            if completion is None:
                 completion = f"```python\n{row['prompt']}{row['canonical_solution']}```"
         else:
             prompt = fmt["template"].format(**row)
@@ -144,12 +142,10 @@ def same_number(a: str | None, b: str | None) -> bool:
 
 def final_answer(text: str) -> str | None:
     """The number after the last '####', else the last number in the text."""
-    if "####" in text:
-        found = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text.rsplit("####", 1)[1])
-        if found:
-            return found[0].replace(",", "")
-    found = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
-    return found[-1].replace(",", "") if found else None
+    number = r"-?\d[\d,]*(?:\.\d+)?"
+    tail = text.rsplit("####", 1)[1] if "####" in text else ""
+    found = re.findall(number, tail)[:1] or re.findall(number, text)[-1:]
+    return found[0].replace(",", "") if found else None
 
 
 def save(model, tokenizer) -> Path:
@@ -261,8 +257,7 @@ def sft(
     quiet()
     stop_at = time.time() + seconds
     args = SFTConfig(
-        **_trainer_args(SFTConfig, seed, max_steps),
-        learning_rate=lr,
+        **_trainer_args(SFTConfig, seed, max_steps, lr),
         lr_scheduler_type="linear" if decay and max_steps else "constant",
         per_device_train_batch_size=batch_size,
         max_length=_max_length(model, tokenizer, rows),
@@ -317,13 +312,10 @@ def grpo(
     from trl import GRPOConfig, GRPOTrainer
 
     quiet()
-    # trl itself calls a renamed transformers API once per trainer; nothing to act on.
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
     started = time.time()
     stop_at = started + seconds
     args = GRPOConfig(
-        **_trainer_args(GRPOConfig, seed, max_steps),
-        learning_rate=lr,
+        **_trainer_args(GRPOConfig, seed, max_steps, lr),
         lr_scheduler_type="constant",
         warmup_steps=0,
         per_device_train_batch_size=num_generations * prompts_per_step,
@@ -437,12 +429,9 @@ def dpo(
     from trl import DPOConfig, DPOTrainer
 
     quiet()
-    # trl itself calls a renamed transformers API once per trainer; nothing to act on.
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
     stop_at = time.time() + seconds
     args = DPOConfig(
-        **_trainer_args(DPOConfig, seed, max_steps),
-        learning_rate=lr,
+        **_trainer_args(DPOConfig, seed, max_steps, lr),
         lr_scheduler_type="constant",
         per_device_train_batch_size=batch_size,
         max_length=_max_length(model, tokenizer, rows),
@@ -480,17 +469,18 @@ def dpo(
     return trainer.model, stats
 
 
-def _trainer_args(config_cls, seed: int, max_steps: int | None) -> dict:
-    """The config kwargs every trainer here shares: scratch output under ``code/.trainer``,
-    no checkpoints, no reporting, no progress bars, the CPU when there is no CUDA (fp32,
-    no dataloader workers, no gradient checkpointing), and ``max_steps`` (None: stop on
-    time only, via :func:`time_callback`)."""
+def _trainer_args(config_cls, seed: int, max_steps: int | None, lr: float) -> dict:
+    """The config kwargs every trainer here shares: the learning rate ``lr``, scratch output
+    under ``code/.trainer``, no checkpoints, no reporting, no progress bars, the CPU when
+    there is no CUDA (fp32, no dataloader workers, no gradient checkpointing), and
+    ``max_steps`` (None: stop on time only, via :func:`time_callback`)."""
     import torch
 
     return {
         "output_dir": str(Path("code") / ".trainer"),
         "max_steps": max_steps or 1_000_000,
         "seed": seed,
+        "learning_rate": lr,
         "save_strategy": "no",
         "report_to": [],
         "use_cpu": not torch.cuda.is_available(),
@@ -543,13 +533,13 @@ def _sparse(values: list[float], n: int) -> list[float]:
 
 
 def quiet() -> None:
-    """Turn off the datasets/transformers progress bars (they flood the agent's log)."""
-    try:
+    """Turn off the datasets/transformers progress bars (they flood the agent's log), and
+    the warning trl gives once per trainer for a renamed transformers API (nothing to act on)."""
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+    with contextlib.suppress(ImportError):
         import datasets
 
         datasets.disable_progress_bars()
-    except ImportError:
-        pass
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
