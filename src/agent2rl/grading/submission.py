@@ -113,6 +113,14 @@ def _outside(model_path: str) -> SubmissionError:
     )
 
 
+def _too_big(max_bytes: int, held: str = "") -> SubmissionError:
+    return SubmissionError(
+        f"submission is over the size limit of {max_bytes / 2**20:.0f} MiB{held}: submit only"
+        " the merged model (no optimizer state or checkpoints)",
+        413,
+    )
+
+
 def _changed(what: str) -> SubmissionError:
     return SubmissionError(
         f"{what} changed while it was being read: submit again once the model is fully written"
@@ -367,15 +375,20 @@ def _needed_names(dir_fd: int) -> list[str]:
     )
 
 
-def needed_files(model_dir: Path) -> list[Path]:
-    """The files of ``model_dir`` (top level only) a model needs, sorted by name: weights and
-    :data:`MODEL_FILE_PATTERNS`; scripts, optimizer state and the like are left behind.
-    Symlinks are listed (not followed): :func:`stage_submission` checks where they lead."""
+def _needed_bytes(model_dir: Path) -> int:
+    """The size of the files of ``model_dir`` (top level only) a model needs: weights and
+    :data:`MODEL_FILE_PATTERNS`; scripts, optimizer state and the like are left behind. A
+    symlink counts its target (:func:`stage_submission` checks where it leads); a file that
+    vanished or is unreadable counts 0 (staging refuses it with a clear message)."""
     fd = _open_model_dir(model_dir)
+    total = 0
     try:
-        return [model_dir / name for name in _needed_names(fd)]
+        for name in _needed_names(fd):
+            with contextlib.suppress(OSError):
+                total += os.stat(name, dir_fd=fd).st_size
     finally:
         os.close(fd)
+    return total
 
 
 def stage_submission(
@@ -410,12 +423,7 @@ def stage_submission(
                         while chunk := fh.read(1 << 20):
                             total += len(chunk)
                             if total > limits.max_bytes:
-                                raise SubmissionError(
-                                    "submission is over the size limit of"
-                                    f" {limits.max_bytes / 2**20:.0f} MiB: submit only the"
-                                    " merged model (no optimizer state or checkpoints)",
-                                    413,
-                                )
+                                raise _too_big(limits.max_bytes)
                             out.write(chunk)
         finally:
             os.close(src_fd)
@@ -921,16 +929,11 @@ class SubmissionPipeline:
         sub_dir = ctx.paths.submission_dir(sub_id)
         with self.slots:
             # Checked under the slot: concurrent copies cannot all pass one free-space reading.
-            need = sum(_size(f) for f in needed_files(model_dir))
+            need = _needed_bytes(model_dir)
             # Before the disk check: a sparse 200 GB file is a submission over the limit (413),
             # not a grader short of disk (507).
             if need > ctx.limits.max_bytes:
-                raise SubmissionError(
-                    f"submission is over the size limit of {ctx.limits.max_bytes / 2**20:.0f}"
-                    f" MiB (its files hold {need / 2**20:.0f} MiB): submit only the merged"
-                    " model (no optimizer state or checkpoints)",
-                    413,
-                )
+                raise _too_big(ctx.limits.max_bytes, f" (its files hold {need / 2**20:.0f} MiB)")
             sub_dir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(sub_dir).free
             if free < need + ctx.disk_margin_bytes:
@@ -970,14 +973,29 @@ class SubmissionPipeline:
                 self.ledger.set_meta("snapshot_errors", errors)
 
     def _grade(self, sub_id: int, copy: Path, staging_s: float) -> None:
-        """Grade the private copy; never raises: any exception ends the row failed
-        (``harness``) with the reason, and the weights copy is removed unless kept.
-        ``staging_s``: the time spent checking and copying it (for the row's ``timings``)."""
+        """Hash the private copy and record it (hashing counts as staging: ``staging_s`` is
+        the time spent checking and copying it, for the row's ``timings``), then settle or
+        evaluate it. Never raises: any exception ends the row failed (``harness``) with the
+        reason, and the weights copy is removed unless kept."""
+        clock = time.time()
         try:
-            timings = {"staging_s": staging_s, "grader": self.ctx.grader}
-            hashed = self._hash(sub_id, copy, timings)
-            if hashed is not None:
-                self._evaluate(sub_id, copy, *hashed, timings)
+            try:
+                digest = weights_hash(copy)
+                fingerprint = model_fingerprint(copy, digest)
+            except (OSError, ValueError) as err:
+                # Malformed safetensors are the model's; an I/O error on our copy is ours.
+                kind = "model" if isinstance(err, ValueError) else "harness"
+                return self._fail(sub_id, f"could not read the submission: {err}", kind)
+            is_copy = bool(self.base_hash) and digest == self.base_hash
+            timings = {"staging_s": staging_s + time.time() - clock, "grader": self.ctx.grader}
+            self.ledger.update_submission(
+                sub_id,
+                weights_hash=digest,
+                fingerprint=fingerprint,
+                is_copy=is_copy,
+                timings={**timings, "evaluated": False},
+            )
+            self._evaluate(sub_id, copy, fingerprint, is_copy, timings)
         except Exception as err:
             traceback.print_exc(file=sys.stderr)
             self._fail(sub_id, f"the grader failed while grading ({describe(err)}): submit again")
@@ -986,53 +1004,22 @@ class SubmissionPipeline:
                 for f in copy.glob("*.safetensors"):
                     f.unlink(missing_ok=True)
 
-    def _hash(self, sub_id: int, copy: Path, timings: dict[str, Any]) -> tuple[str, bool] | None:
-        """Hash the copy and record it (``timings``: staging so far, hashing added); the
-        fingerprint and whether it is the base's weights, or None when the row was settled
-        failed (unreadable weights)."""
-        clock = time.time()
-        try:
-            digest = weights_hash(copy)
-            fingerprint = model_fingerprint(copy, digest)
-        except (OSError, ValueError) as err:
-            # Malformed safetensors are the model's; an I/O error on our copy is ours.
-            self._fail(
-                sub_id,
-                f"could not read the submission: {err}",
-                "model" if isinstance(err, ValueError) else "harness",
-            )
-            return None
-        is_copy = bool(self.base_hash) and digest == self.base_hash
-        timings["staging_s"] += time.time() - clock  # hashing is part of taking the files in
-        self.ledger.update_submission(
-            sub_id,
-            weights_hash=digest,
-            fingerprint=fingerprint,
-            is_copy=is_copy,
-            timings={**timings, "evaluated": False},
-        )
-        return fingerprint, is_copy
-
     def _evaluate(
         self, sub_id: int, copy: Path, fingerprint: str, is_copy: bool, timings: dict[str, Any]
     ) -> None:
         """Settle the row from a known outcome, or wait for this run's evaluation lock, check
         the identity and evaluate; leaves the row graded or failed (with whose fault)."""
-        ctx, stopped = self.ctx, self.ctx.workers.stopped
-        if self._settle_known(sub_id, copy, is_copy, fingerprint):
-            return  # no evaluation needed: no waiting in the queue either
-        queued = time.time()
-        while not ctx.eval_lock.acquire(timeout=0.5):  # one evaluation at a time for this run
-            if stopped.is_set():
-                return self._fail(sub_id, RUN_ENDED)
-            # The same files graded meanwhile (they were ahead in the queue): done, without
-            # waiting behind other evaluations for the lock.
-            if self._settle_known(sub_id, copy, is_copy, fingerprint):
-                return
+        ctx, queued, held = self.ctx, time.time(), False
         try:
-            if stopped.is_set():
-                return self._fail(sub_id, RUN_ENDED)
-            # The same files may have been graded while this one waited: evaluated once.
+            # Settled from a known outcome before queueing, and again while waiting and once
+            # the lock is held: the same files graded meanwhile (ahead in the queue) are done
+            # without waiting behind other evaluations, and evaluated once.
+            while not held:
+                if self._settle_known(sub_id, copy, is_copy, fingerprint):
+                    return
+                held = ctx.eval_lock.acquire(timeout=0.5)  # one evaluation at a time per run
+                if ctx.workers.stopped.is_set():
+                    return self._fail(sub_id, RUN_ENDED)
             if self._settle_known(sub_id, copy, is_copy, fingerprint):
                 return
             # Before the weights copy is deleted; a report, never a change to the score.
@@ -1052,7 +1039,8 @@ class SubmissionPipeline:
                 warm=self.warm,
             )
         finally:
-            ctx.eval_lock.release()
+            if held:
+                ctx.eval_lock.release()
         timings.update(outcome.timings or {})
         timings.update(evaluated=True, eval_s=outcome.seconds)
         self.ledger.update_submission(
@@ -1093,10 +1081,3 @@ def capped(text: str | None, limit: int = 1024) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[:limit] + f"...[{len(text)} characters]"
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # vanished or unreadable: staging refuses it with a clear message
-        return 0

@@ -67,11 +67,10 @@ def device_lock_names(
     n = max(1, backend.tensor_parallel_size) if backend.kind in ("vllm", "auto") else 1
     entries = [e.strip() for e in visible.split(",")] if visible is not None else []
     entries = [e for e in entries if e] or [str(i) for i in range(n)]
-    names = []
-    for entry in entries[:n]:
-        physical = (uuids or {}).get(entry, entry)
-        names.append("gpu-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in physical))
-    return sorted(set(names))
+    physical = [(uuids or {}).get(entry, entry) for entry in entries[:n]]
+    return sorted(
+        {"gpu-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in p) for p in physical}
+    )
 
 
 def gpu_uuids() -> dict[str, str]:
