@@ -192,14 +192,11 @@ def run_evaluation(
     kernel if this thread's process dies (``PR_SET_PDEATHSIG``), so a grading service killed
     by SIGKILL leaves no worker holding the device. ``workers``, if given, registers the child
     so that :meth:`EvalWorkers.stop` can kill it; a stopped registry starts nothing. The
-    child's output is appended to ``out/eval.log``.
-
-    A failure is ``model`` only when the worker said so in ``error.json`` (see
-    :func:`agent2rl.grading.worker.failure_kind`); a timeout, a signal, or an exit without
-    ``error.json`` (or with an unknown kind in it) is ``harness``.
-
-    ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead of a new
-    process, with the same two clocks, the same files in ``out`` and the same failure kinds.
+    child's output is appended to ``out/eval.log``. A failure is ``model`` only when the
+    worker said so in ``error.json`` (:func:`agent2rl.grading.worker.failure_kind`); a
+    timeout, a signal, or an exit without it (or with an unknown kind in it) is ``harness``.
+    ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead, with the same
+    clocks, files in ``out`` and failure kinds.
     """
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STARTED_FILE, "result.json", "error.json"):

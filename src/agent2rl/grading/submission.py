@@ -9,9 +9,8 @@ So nothing here trusts a path the agent can change:
 - :func:`resolve_submission` opens the workspace's ``output/`` itself with ``O_NOFOLLOW``
   (an ``output`` that is a symlink is refused) and walks ``model_path`` from that directory
   handle, one component at a time, following a symlink only while it stays beneath
-  ``output/`` (the rule of ``openat2(RESOLVE_BENEATH)``). Whether a path outside ``output/``
-  is refused is decided from the text of the path and of the links alone, so the answer
-  never reveals whether a host path exists.
+  ``output/`` (the rule of ``openat2(RESOLVE_BENEATH)``); a path outside is refused from
+  its text alone, so the answer never reveals whether a host path exists.
 - :func:`precheck_submission`, :func:`needed_files` and :func:`stage_submission` open the
   resolved directory again component by component from ``/`` with ``O_NOFOLLOW``: a symlink
   swapped in after the resolution fails instead of being followed.
@@ -398,16 +397,15 @@ def stage_submission(
     limits: SubmissionLimits,
     base_model_dir: Path | None = None,
 ) -> Path:
-    """Copy the files a model needs into ``dest`` (private), then check the copy.
+    """Copy the files a model needs into ``dest`` (private), then check the copy
+    (:func:`check_model_files`; with ``base_model_dir``, :func:`check_tokenizer_pipeline`).
 
     Files are opened relative to an ``O_NOFOLLOW`` handle on ``model_dir``; one that is a
     symlink must lead into ``allowed_roots`` (best from :func:`submission_roots`, narrowed by
     :func:`_narrowed_roots`) and is opened from its root by :func:`_open_beneath`. The size
-    bound counts the bytes actually copied. The copy is then checked (:func:`check_model_files`)
-    and, with ``base_model_dir``, its tokenizer compared with the base's
-    (:func:`check_tokenizer_pipeline`, which writes what the evaluation checks next to
-    ``dest``). On any refusal ``dest`` is removed and :class:`SubmissionError` raised;
-    ``OSError`` comes out only for the grader's own I/O failures (a full disk).
+    bound counts the bytes actually copied. On any refusal ``dest`` is removed and
+    :class:`SubmissionError` raised; ``OSError`` comes out only for the grader's own I/O
+    failures (a full disk).
     """
     try:
         dest.mkdir(parents=True, exist_ok=False)
@@ -523,20 +521,13 @@ def _read_json(path: Path) -> Any:
         raise SubmissionError(f"{err}: submit the files save_pretrained wrote") from None
 
 
-def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
-    """Check a (private, copied) model directory; return each weights file's tensors.
-
-    - every ``*.json`` file: at most :data:`MAX_JSON_BYTES`, valid JSON, at most
-      :data:`~agent2rl.models.weights.MAX_JSON_DEPTH` deep, a JSON object;
-    - ``config.json`` and ``tokenizer_config.json`` without ``auto_map`` (custom code);
-    - ``tokenizer.json``, if present, readable by the tokenizers library;
-    - every ``*.safetensors`` file: a valid header (see
-      :func:`~agent2rl.models.weights.read_safetensors_header`);
-    - the weights the loader reads match the config exactly
-      (:func:`check_weights_match_config`).
-
-    Raises :class:`SubmissionError` (400) naming the first problem.
-    """
+def check_model_files(model_dir: Path) -> None:
+    """Check a (private, copied) model directory; :class:`SubmissionError` (400) names the
+    first problem. Every ``*.json`` file is a JSON object of at most :data:`MAX_JSON_BYTES`
+    and :data:`~agent2rl.models.weights.MAX_JSON_DEPTH` levels; ``config.json`` and
+    ``tokenizer_config.json`` have no ``auto_map`` (custom code); a ``tokenizer.json`` is
+    readable by the tokenizers library; every ``*.safetensors`` header is valid; the weights
+    the loader reads match the config exactly."""
     configs: dict[str, dict[str, Any]] = {}
     for path in sorted(model_dir.glob("*.json")):
         data = _read_json(path)
@@ -562,7 +553,6 @@ def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
             ) from None
     tensors = _loaded_tensors(headers, configs.get(WEIGHTS_INDEX))
     check_weights_match_config(model_dir, configs.get("config.json", {}), tensors)
-    return headers
 
 
 def _check_tokenizer(path: Path) -> None:
@@ -588,13 +578,10 @@ def check_tokenizer_pipeline(model_dir: Path, base_model_dir: Path) -> None:
     """Load the (private, copied) ``model_dir``'s tokenizer as the evaluator will, in a child
     process, and compare its pipeline with the base model's
     (:func:`~agent2rl.inference.tokenizer_check.inspect_tokenizer`); write the outcome next to
-    ``model_dir`` (:data:`~agent2rl.inference.tokenizer_check.REFERENCE_FILE`), where the
-    evaluation reads what it must check on the graded prompts.
-
-    Raises :class:`SubmissionError` (400) for tokenizer files transformers cannot load (a
+    ``model_dir`` (:data:`~agent2rl.inference.tokenizer_check.REFERENCE_FILE`) for the
+    evaluation to check on the graded prompts. Tokenizer files transformers cannot load (a
     malformed ``merges.txt``, ``vocab.*`` or ``*.model``) or a chat template that does not
-    parse: found here, they are refused before any evaluation rather than failing one.
-    """
+    parse are refused here (400), before any evaluation rather than failing one."""
     from agent2rl.inference.tokenizer_check import (
         TokenizerUnloadable,
         inspect_tokenizer,
