@@ -9,31 +9,20 @@ answered 429 and only counted (meta ``rejections_unrecorded``), so a flood of ba
 cannot grow the ledger without bound. There is no endpoint that changes the baseline, the
 clock or past results.
 
-:class:`GradingService` holds one run's grading state; its methods (what each endpoint does)
-can be called without HTTP, and :func:`create_app` only declares the routes that call them. A
-submission's life (``POST /submit``), so that none can vanish, is one
-:class:`~agent2rl.grading.submission.SubmissionPipeline`: recorded before anything slow, then
-withdrawn as a rejection if refused, else ended graded or failed with a reason.
-
-The clock is told, never read from run.json after the start (:mod:`agent2rl.grading.service`):
-until then every submission is refused "the run has not started yet".
-
-When the service is stopped (SIGTERM) it kills its running evaluation worker at once (the
-worker also dies with the service on SIGKILL, :func:`agent2rl.grading.evaluator.run_evaluation`),
-and every row it created that is not settled ends ``failed``/``harness`` saying the run ended
-before it was graded.
+:class:`GradingService` holds one run's grading state, its methods callable without HTTP;
+:func:`create_app` only declares the routes that call them. ``POST /submit`` is one
+:class:`~agent2rl.grading.submission.SubmissionPipeline`, so that no submission can vanish.
+The clock is told (:mod:`agent2rl.grading.service`): until then every submission is refused
+"the run has not started yet". Stopped (SIGTERM), the service kills its evaluation worker at
+once and ends its unsettled rows ``failed``/``harness`` (:meth:`GradingService.close`).
 
 A submission's answer (and its row in ``GET /submissions``) says, besides the score, whose
 fault a failure was (``failure_kind``, :mod:`agent2rl.grading.evaluator`; ``retry_of`` names
-the harness failure it evaluates again), ``identity`` (whether the model derives from the
-base model, :mod:`agent2rl.integrity.identity`; checked before the evaluation, it never
-changes the score) and the ``split`` its score is on.
-
-Under the ``validation`` feedback protocol (:mod:`agent2rl.grading.final`) every score,
-baseline and interval answered is on the validation split, and the answers name
-``final_submission_id``, the submission the run's end will grade on the private split as
-things stand (``POST /final`` or ``"final": true`` in ``POST /submit`` marks one). Under the
-``private`` protocol both are refused (400/409): the run's result is its best submission.
+the harness failure it evaluates again), ``identity`` (:mod:`agent2rl.integrity.identity`;
+it never changes the score) and the ``split`` its score is on. Under the ``validation``
+protocol (:mod:`agent2rl.grading.final`) every score, baseline and interval answered is on
+the validation split, and the answers name ``final_submission_id``; under ``private``,
+``POST /final`` and ``"final": true`` are refused (409/400).
 """
 
 from __future__ import annotations
@@ -92,6 +81,9 @@ BAD_BODY = (
     f"Content-Type: application/json (a path of at most {MAX_MODEL_PATH_CHARS} characters)"
 )
 
+#: The fields of :class:`~agent2rl.statistics.Intervals` a submission's answer carries.
+NOISE_FIELDS = ("score_ci95", "improvement_ci95", "within_noise")
+
 
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -147,17 +139,17 @@ class RejectionLimiter:
     """At most ``per_minute`` refusals stored in any 60 s window (a sliding window);
     thread-safe. ``unrecorded`` counts the refusals it turned away."""
 
-    def __init__(self, per_minute: int, window_s: float = 60.0) -> None:
-        self.per_minute, self.window_s = per_minute, window_s
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
         self._stored: deque[float] = deque()
         self._lock = threading.Lock()
         self.unrecorded = 0
 
-    def admit(self, now: float | None = None) -> bool:
+    def admit(self) -> bool:
         """True if this refusal may be stored (and counts it), False if over the limit."""
-        now = time.monotonic() if now is None else now
+        now = time.monotonic()
         with self._lock:
-            while self._stored and self._stored[0] <= now - self.window_s:
+            while self._stored and self._stored[0] <= now - 60.0:
                 self._stored.popleft()
             if len(self._stored) >= self.per_minute:
                 self.unrecorded += 1
@@ -237,7 +229,7 @@ class GradingService:
         """Intervals for a graded submission (cached: a graded row never changes). One graded
         under other settings than the baseline gets its score interval only."""
         if s.score is None or s.status != SubmissionStatus.GRADED:
-            return {"score_ci95": None, "improvement_ci95": None, "within_noise": None}
+            return dict.fromkeys(NOISE_FIELDS)
         if s.id not in self.noise_cache:
             path = self.ctx.paths.root / s.items_path if s.items_path else None
             items = load_item_records(path) if path else None
@@ -249,11 +241,7 @@ class GradingService:
                 if metric is not None
                 else Intervals()
             )
-            self.noise_cache[s.id] = {
-                "score_ci95": stats.score_ci95,
-                "improvement_ci95": stats.improvement_ci95,
-                "within_noise": stats.within_noise,
-            }
+            self.noise_cache[s.id] = {name: getattr(stats, name) for name in NOISE_FIELDS}
         return self.noise_cache[s.id]
 
     def public_view(self, s: Submission) -> dict[str, Any]:

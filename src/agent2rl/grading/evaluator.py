@@ -175,7 +175,6 @@ def run_evaluation(
     out: Path,
     settings: Settings,
     timeout_s: float,
-    log_path: Path | None = None,
     *,
     lock_wait_s: float | None = None,
     workers: EvalWorkers | None = None,
@@ -193,14 +192,11 @@ def run_evaluation(
     kernel if this thread's process dies (``PR_SET_PDEATHSIG``), so a grading service killed
     by SIGKILL leaves no worker holding the device. ``workers``, if given, registers the child
     so that :meth:`EvalWorkers.stop` can kill it; a stopped registry starts nothing. The
-    child's output is appended to ``log_path`` (default ``out/eval.log``).
-
-    A failure is ``model`` only when the worker said so in ``error.json`` (see
-    :func:`agent2rl.grading.worker.failure_kind`); a timeout, a signal, or an exit without
-    ``error.json`` (or with an unknown kind in it) is ``harness``.
-
-    ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead of a new
-    process, with the same two clocks, the same files in ``out`` and the same failure kinds.
+    child's output is appended to ``out/eval.log``. A failure is ``model`` only when the
+    worker said so in ``error.json`` (:func:`agent2rl.grading.worker.failure_kind`); a
+    timeout, a signal, or an exit without it (or with an unknown kind in it) is ``harness``.
+    ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead, with the same
+    clocks, files in ``out`` and failure kinds.
     """
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STARTED_FILE, "result.json", "error.json"):
@@ -217,7 +213,7 @@ def run_evaluation(
         *("--requested-at", repr(time.time())),
     )
     started = time.time()
-    with open(log_path or out / "eval.log", "ab") as log:
+    with open(out / "eval.log", "ab") as log:
         # SIGKILL, not SIGTERM: a worker stuck in a CUDA call may ignore SIGTERM.
         proc = spawn_child(cmd, env=_worker_env(), stdout=log, death_signal=signal.SIGKILL)
     if workers is not None and not workers._add(proc):  # stopped while it was starting

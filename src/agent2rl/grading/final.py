@@ -45,7 +45,7 @@ from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.grading.ledger import Ledger, Submission, SubmissionStatus
 from agent2rl.inference.backend import BackendConfig
 from agent2rl.rundir import RunInfo, RunPaths, RunStatus
-from agent2rl.settings import Settings, load_settings
+from agent2rl.settings import load_settings
 
 #: The choices of ``agent2rl run --feedback``.
 FEEDBACK_PROTOCOLS = ("private", "validation")
@@ -163,13 +163,7 @@ def prune_weights(paths: RunPaths, subs: Sequence[Submission], keep: set[int]) -
     return pruned
 
 
-def grade_final(
-    paths: RunPaths,
-    *,
-    timeout_s: float | None = None,
-    settings: Settings | None = None,
-    pending: str | None = None,
-) -> FinalGrade | None:
+def grade_final(paths: RunPaths, *, pending: str | None = None) -> FinalGrade | None:
     """Grade on the private split the submission :func:`select_final` picks, record it in
     the ledger (meta ``final_grade``) and return it; None for a run that is not under the
     ``validation`` protocol (or has no ledger).
@@ -178,8 +172,8 @@ def grade_final(
     Idempotent: a grade already ``graded``/``no_submission``, or ``failed`` by the model's
     fault, is returned unchanged; a ``pending``, ``grading`` (the harness died during it) or
     harness-``failed`` one is done again. Once settled, every private copy's weights are
-    deleted. ``timeout_s``: the evaluation's timeout (default: the task's). Never raises for
-    a failed evaluation: the grade is then ``failed`` with the reason.
+    deleted. Never raises for a failed evaluation: the grade is then ``failed`` with the
+    reason.
 
     ``pending``: instead of grading, record the grade as not done, saying why, unless one is
     already settled or ``failed`` (whoever's fault).
@@ -219,7 +213,7 @@ def grade_final(
             )
             return _record(ledger, grade)
         _record(ledger, grade)
-        outcome = _evaluate(paths, chosen.id, timeout_s, settings or load_settings())
+        outcome = _evaluate(paths, chosen.id)
         grade = _record(
             ledger,
             replace(
@@ -239,9 +233,10 @@ def _record(ledger: Ledger, grade: FinalGrade) -> FinalGrade:
     return grade
 
 
-def _evaluate(paths: RunPaths, sub_id: int, timeout_s: float | None, settings: Settings) -> Any:
+def _evaluate(paths: RunPaths, sub_id: int) -> Any:
     """The private-split evaluation of ``sub_id``'s private copy, with the run's own
-    evaluation settings (run.json, as the service and the baseline use them)."""
+    evaluation settings (run.json, as the service and the baseline use them) and the task's
+    evaluation timeout."""
     info = RunInfo.load(paths)
     spec = EvalSpec(
         info.task,
@@ -249,14 +244,14 @@ def _evaluate(paths: RunPaths, sub_id: int, timeout_s: float | None, settings: S
         BackendConfig.from_dict(info.backend),
         split="private",
     )
-    if timeout_s is None:
-        from agent2rl.tasks import get_task
+    from agent2rl.tasks import get_task
 
-        timeout_s = get_task(info.task, info.task_options).eval_timeout_s
+    timeout_s = get_task(info.task, info.task_options).eval_timeout_s
     out = paths.root / "grading" / "final"  # items.jsonl, result.json, eval.log
     shutil.rmtree(out, ignore_errors=True)  # a retry starts clean
     out.mkdir(parents=True)
-    return run_evaluation(spec, paths.submission_dir(sub_id) / "model", out, settings, timeout_s)
+    model = paths.submission_dir(sub_id) / "model"
+    return run_evaluation(spec, model, out, load_settings(), timeout_s)
 
 
 def check_feedback(feedback: str, task: str, prepared: PreparedTask) -> None:

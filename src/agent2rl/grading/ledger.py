@@ -28,8 +28,8 @@ service starts, and the analysis reads it afterwards. Tables:
     one row per refused attempt (bad path, bad files, bad token...), for the report. The
     attempt is untrusted and may come before any authentication: its ``path`` and ``reason``
     are cut to :data:`MAX_REJECTION_FIELD_BYTES` each (:func:`cap_text`), so a flood of
-    rejections grows the ledger by a bounded amount per row, and
-    :meth:`Ledger.rejection_count` (indexed on ``at``) lets the service rate-limit them.
+    rejections grows the ledger by a bounded amount per row (the service also rate-limits
+    the rows stored, :mod:`agent2rl.grading.app`).
 
 A ledger written by an older version gains the newer columns when it is opened
 (:data:`ADDED_COLUMNS`); its failed rows have no ``failure_kind`` and count as retryable.
@@ -244,8 +244,7 @@ class Ledger:
         at: float | None = None,
         split: str = "private",
     ) -> int:
-        """Insert a row in status ``evaluating`` whose score will be on ``split``; return its
-        id."""
+        """Insert a row ``evaluating`` whose score will be on ``split``; returns its id."""
         with self._db.transaction() as c:
             cur = c.execute(
                 "INSERT INTO submissions(submitted_at, path, weights_hash, status, eval_hash,"

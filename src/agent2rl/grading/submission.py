@@ -9,9 +9,8 @@ So nothing here trusts a path the agent can change:
 - :func:`resolve_submission` opens the workspace's ``output/`` itself with ``O_NOFOLLOW``
   (an ``output`` that is a symlink is refused) and walks ``model_path`` from that directory
   handle, one component at a time, following a symlink only while it stays beneath
-  ``output/`` (the rule of ``openat2(RESOLVE_BENEATH)``). Whether a path outside ``output/``
-  is refused is decided from the text of the path and of the links alone, so the answer
-  never reveals whether a host path exists.
+  ``output/`` (the rule of ``openat2(RESOLVE_BENEATH)``); a path outside is refused from
+  its text alone, so the answer never reveals whether a host path exists.
 - :func:`precheck_submission`, :func:`needed_files` and :func:`stage_submission` open the
   resolved directory again component by component from ``/`` with ``O_NOFOLLOW``: a symlink
   swapped in after the resolution fails instead of being followed.
@@ -110,6 +109,14 @@ def _outside(model_path: str) -> SubmissionError:
         f"model_path {model_path!r} is outside output/: submissions must be"
         " directories inside the workspace's output/ directory",
         403,
+    )
+
+
+def _too_big(max_bytes: int, held: str = "") -> SubmissionError:
+    return SubmissionError(
+        f"submission is over the size limit of {max_bytes / 2**20:.0f} MiB{held}: submit only"
+        " the merged model (no optimizer state or checkpoints)",
+        413,
     )
 
 
@@ -367,15 +374,20 @@ def _needed_names(dir_fd: int) -> list[str]:
     )
 
 
-def needed_files(model_dir: Path) -> list[Path]:
-    """The files of ``model_dir`` (top level only) a model needs, sorted by name: weights and
-    :data:`MODEL_FILE_PATTERNS`; scripts, optimizer state and the like are left behind.
-    Symlinks are listed (not followed): :func:`stage_submission` checks where they lead."""
+def _needed_bytes(model_dir: Path) -> int:
+    """The size of the files of ``model_dir`` (top level only) a model needs: weights and
+    :data:`MODEL_FILE_PATTERNS`; scripts, optimizer state and the like are left behind. A
+    symlink counts its target (:func:`stage_submission` checks where it leads); a file that
+    vanished or is unreadable counts 0 (staging refuses it with a clear message)."""
     fd = _open_model_dir(model_dir)
+    total = 0
     try:
-        return [model_dir / name for name in _needed_names(fd)]
+        for name in _needed_names(fd):
+            with contextlib.suppress(OSError):
+                total += os.stat(name, dir_fd=fd).st_size
     finally:
         os.close(fd)
+    return total
 
 
 def stage_submission(
@@ -385,16 +397,15 @@ def stage_submission(
     limits: SubmissionLimits,
     base_model_dir: Path | None = None,
 ) -> Path:
-    """Copy the files a model needs into ``dest`` (private), then check the copy.
+    """Copy the files a model needs into ``dest`` (private), then check the copy
+    (:func:`check_model_files`; with ``base_model_dir``, :func:`check_tokenizer_pipeline`).
 
     Files are opened relative to an ``O_NOFOLLOW`` handle on ``model_dir``; one that is a
     symlink must lead into ``allowed_roots`` (best from :func:`submission_roots`, narrowed by
     :func:`_narrowed_roots`) and is opened from its root by :func:`_open_beneath`. The size
-    bound counts the bytes actually copied. The copy is then checked (:func:`check_model_files`)
-    and, with ``base_model_dir``, its tokenizer compared with the base's
-    (:func:`check_tokenizer_pipeline`, which writes what the evaluation checks next to
-    ``dest``). On any refusal ``dest`` is removed and :class:`SubmissionError` raised;
-    ``OSError`` comes out only for the grader's own I/O failures (a full disk).
+    bound counts the bytes actually copied. On any refusal ``dest`` is removed and
+    :class:`SubmissionError` raised; ``OSError`` comes out only for the grader's own I/O
+    failures (a full disk).
     """
     try:
         dest.mkdir(parents=True, exist_ok=False)
@@ -410,12 +421,7 @@ def stage_submission(
                         while chunk := fh.read(1 << 20):
                             total += len(chunk)
                             if total > limits.max_bytes:
-                                raise SubmissionError(
-                                    "submission is over the size limit of"
-                                    f" {limits.max_bytes / 2**20:.0f} MiB: submit only the"
-                                    " merged model (no optimizer state or checkpoints)",
-                                    413,
-                                )
+                                raise _too_big(limits.max_bytes)
                             out.write(chunk)
         finally:
             os.close(src_fd)
@@ -515,20 +521,13 @@ def _read_json(path: Path) -> Any:
         raise SubmissionError(f"{err}: submit the files save_pretrained wrote") from None
 
 
-def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
-    """Check a (private, copied) model directory; return each weights file's tensors.
-
-    - every ``*.json`` file: at most :data:`MAX_JSON_BYTES`, valid JSON, at most
-      :data:`~agent2rl.models.weights.MAX_JSON_DEPTH` deep, a JSON object;
-    - ``config.json`` and ``tokenizer_config.json`` without ``auto_map`` (custom code);
-    - ``tokenizer.json``, if present, readable by the tokenizers library;
-    - every ``*.safetensors`` file: a valid header (see
-      :func:`~agent2rl.models.weights.read_safetensors_header`);
-    - the weights the loader reads match the config exactly
-      (:func:`check_weights_match_config`).
-
-    Raises :class:`SubmissionError` (400) naming the first problem.
-    """
+def check_model_files(model_dir: Path) -> None:
+    """Check a (private, copied) model directory; :class:`SubmissionError` (400) names the
+    first problem. Every ``*.json`` file is a JSON object of at most :data:`MAX_JSON_BYTES`
+    and :data:`~agent2rl.models.weights.MAX_JSON_DEPTH` levels; ``config.json`` and
+    ``tokenizer_config.json`` have no ``auto_map`` (custom code); a ``tokenizer.json`` is
+    readable by the tokenizers library; every ``*.safetensors`` header is valid; the weights
+    the loader reads match the config exactly."""
     configs: dict[str, dict[str, Any]] = {}
     for path in sorted(model_dir.glob("*.json")):
         data = _read_json(path)
@@ -554,7 +553,6 @@ def check_model_files(model_dir: Path) -> dict[str, dict[str, TensorInfo]]:
             ) from None
     tensors = _loaded_tensors(headers, configs.get(WEIGHTS_INDEX))
     check_weights_match_config(model_dir, configs.get("config.json", {}), tensors)
-    return headers
 
 
 def _check_tokenizer(path: Path) -> None:
@@ -580,13 +578,10 @@ def check_tokenizer_pipeline(model_dir: Path, base_model_dir: Path) -> None:
     """Load the (private, copied) ``model_dir``'s tokenizer as the evaluator will, in a child
     process, and compare its pipeline with the base model's
     (:func:`~agent2rl.inference.tokenizer_check.inspect_tokenizer`); write the outcome next to
-    ``model_dir`` (:data:`~agent2rl.inference.tokenizer_check.REFERENCE_FILE`), where the
-    evaluation reads what it must check on the graded prompts.
-
-    Raises :class:`SubmissionError` (400) for tokenizer files transformers cannot load (a
+    ``model_dir`` (:data:`~agent2rl.inference.tokenizer_check.REFERENCE_FILE`) for the
+    evaluation to check on the graded prompts. Tokenizer files transformers cannot load (a
     malformed ``merges.txt``, ``vocab.*`` or ``*.model``) or a chat template that does not
-    parse: found here, they are refused before any evaluation rather than failing one.
-    """
+    parse are refused here (400), before any evaluation rather than failing one."""
     from agent2rl.inference.tokenizer_check import (
         TokenizerUnloadable,
         inspect_tokenizer,
@@ -921,16 +916,11 @@ class SubmissionPipeline:
         sub_dir = ctx.paths.submission_dir(sub_id)
         with self.slots:
             # Checked under the slot: concurrent copies cannot all pass one free-space reading.
-            need = sum(_size(f) for f in needed_files(model_dir))
+            need = _needed_bytes(model_dir)
             # Before the disk check: a sparse 200 GB file is a submission over the limit (413),
             # not a grader short of disk (507).
             if need > ctx.limits.max_bytes:
-                raise SubmissionError(
-                    f"submission is over the size limit of {ctx.limits.max_bytes / 2**20:.0f}"
-                    f" MiB (its files hold {need / 2**20:.0f} MiB): submit only the merged"
-                    " model (no optimizer state or checkpoints)",
-                    413,
-                )
+                raise _too_big(ctx.limits.max_bytes, f" (its files hold {need / 2**20:.0f} MiB)")
             sub_dir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(sub_dir).free
             if free < need + ctx.disk_margin_bytes:
@@ -970,14 +960,29 @@ class SubmissionPipeline:
                 self.ledger.set_meta("snapshot_errors", errors)
 
     def _grade(self, sub_id: int, copy: Path, staging_s: float) -> None:
-        """Grade the private copy; never raises: any exception ends the row failed
-        (``harness``) with the reason, and the weights copy is removed unless kept.
-        ``staging_s``: the time spent checking and copying it (for the row's ``timings``)."""
+        """Hash the private copy and record it (hashing counts as staging: ``staging_s`` is
+        the time spent checking and copying it, for the row's ``timings``), then settle or
+        evaluate it. Never raises: any exception ends the row failed (``harness``) with the
+        reason, and the weights copy is removed unless kept."""
+        clock = time.time()
         try:
-            timings = {"staging_s": staging_s, "grader": self.ctx.grader}
-            hashed = self._hash(sub_id, copy, timings)
-            if hashed is not None:
-                self._evaluate(sub_id, copy, *hashed, timings)
+            try:
+                digest = weights_hash(copy)
+                fingerprint = model_fingerprint(copy, digest)
+            except (OSError, ValueError) as err:
+                # Malformed safetensors are the model's; an I/O error on our copy is ours.
+                kind = "model" if isinstance(err, ValueError) else "harness"
+                return self._fail(sub_id, f"could not read the submission: {err}", kind)
+            is_copy = bool(self.base_hash) and digest == self.base_hash
+            timings = {"staging_s": staging_s + time.time() - clock, "grader": self.ctx.grader}
+            self.ledger.update_submission(
+                sub_id,
+                weights_hash=digest,
+                fingerprint=fingerprint,
+                is_copy=is_copy,
+                timings={**timings, "evaluated": False},
+            )
+            self._evaluate(sub_id, copy, fingerprint, is_copy, timings)
         except Exception as err:
             traceback.print_exc(file=sys.stderr)
             self._fail(sub_id, f"the grader failed while grading ({describe(err)}): submit again")
@@ -986,53 +991,22 @@ class SubmissionPipeline:
                 for f in copy.glob("*.safetensors"):
                     f.unlink(missing_ok=True)
 
-    def _hash(self, sub_id: int, copy: Path, timings: dict[str, Any]) -> tuple[str, bool] | None:
-        """Hash the copy and record it (``timings``: staging so far, hashing added); the
-        fingerprint and whether it is the base's weights, or None when the row was settled
-        failed (unreadable weights)."""
-        clock = time.time()
-        try:
-            digest = weights_hash(copy)
-            fingerprint = model_fingerprint(copy, digest)
-        except (OSError, ValueError) as err:
-            # Malformed safetensors are the model's; an I/O error on our copy is ours.
-            self._fail(
-                sub_id,
-                f"could not read the submission: {err}",
-                "model" if isinstance(err, ValueError) else "harness",
-            )
-            return None
-        is_copy = bool(self.base_hash) and digest == self.base_hash
-        timings["staging_s"] += time.time() - clock  # hashing is part of taking the files in
-        self.ledger.update_submission(
-            sub_id,
-            weights_hash=digest,
-            fingerprint=fingerprint,
-            is_copy=is_copy,
-            timings={**timings, "evaluated": False},
-        )
-        return fingerprint, is_copy
-
     def _evaluate(
         self, sub_id: int, copy: Path, fingerprint: str, is_copy: bool, timings: dict[str, Any]
     ) -> None:
         """Settle the row from a known outcome, or wait for this run's evaluation lock, check
         the identity and evaluate; leaves the row graded or failed (with whose fault)."""
-        ctx, stopped = self.ctx, self.ctx.workers.stopped
-        if self._settle_known(sub_id, copy, is_copy, fingerprint):
-            return  # no evaluation needed: no waiting in the queue either
-        queued = time.time()
-        while not ctx.eval_lock.acquire(timeout=0.5):  # one evaluation at a time for this run
-            if stopped.is_set():
-                return self._fail(sub_id, RUN_ENDED)
-            # The same files graded meanwhile (they were ahead in the queue): done, without
-            # waiting behind other evaluations for the lock.
-            if self._settle_known(sub_id, copy, is_copy, fingerprint):
-                return
+        ctx, queued, held = self.ctx, time.time(), False
         try:
-            if stopped.is_set():
-                return self._fail(sub_id, RUN_ENDED)
-            # The same files may have been graded while this one waited: evaluated once.
+            # Settled from a known outcome before queueing, and again while waiting and once
+            # the lock is held: the same files graded meanwhile (ahead in the queue) are done
+            # without waiting behind other evaluations, and evaluated once.
+            while not held:
+                if self._settle_known(sub_id, copy, is_copy, fingerprint):
+                    return
+                held = ctx.eval_lock.acquire(timeout=0.5)  # one evaluation at a time per run
+                if ctx.workers.stopped.is_set():
+                    return self._fail(sub_id, RUN_ENDED)
             if self._settle_known(sub_id, copy, is_copy, fingerprint):
                 return
             # Before the weights copy is deleted; a report, never a change to the score.
@@ -1052,7 +1026,8 @@ class SubmissionPipeline:
                 warm=self.warm,
             )
         finally:
-            ctx.eval_lock.release()
+            if held:
+                ctx.eval_lock.release()
         timings.update(outcome.timings or {})
         timings.update(evaluated=True, eval_s=outcome.seconds)
         self.ledger.update_submission(
@@ -1093,10 +1068,3 @@ def capped(text: str | None, limit: int = 1024) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[:limit] + f"...[{len(text)} characters]"
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # vanished or unreadable: staging refuses it with a clear message
-        return 0

@@ -9,13 +9,9 @@ Evaluations on one device are serialised across runs by a file lock per physical
 (:func:`device_lock_names`); the worker writes ``started.json`` once it holds them.
 
 ``--serve`` (the warm grader, :class:`agent2rl.grading.evaluator.WarmWorker`) keeps one such
-process for a run (:func:`serve`): the prepared task (with what the task keeps between
-evaluations, :attr:`~agent2rl.tasks.base.Task.keep_environments`) and the loaded model,
-whose weights are reloaded in place for a submission of the same structure
-(:func:`structure_fingerprint`, :func:`reload_weights`); a vLLM engine sleeps between
-evaluations under the rules of :mod:`agent2rl.inference.warm`. Before each load vLLM's
-share of the GPU is sized to the memory free (:func:`sized_backend`). The device lock is
-taken per evaluation, not for the worker's life.
+process for a run (:func:`serve`, :class:`WarmState`); a vLLM engine sleeps between
+evaluations under the rules of :mod:`agent2rl.inference.warm`. The device lock is taken per
+evaluation, not for the worker's life.
 
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
 "harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
@@ -33,7 +29,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,11 +63,10 @@ def device_lock_names(
     n = max(1, backend.tensor_parallel_size) if backend.kind in ("vllm", "auto") else 1
     entries = [e.strip() for e in visible.split(",")] if visible is not None else []
     entries = [e for e in entries if e] or [str(i) for i in range(n)]
-    names = []
-    for entry in entries[:n]:
-        physical = (uuids or {}).get(entry, entry)
-        names.append("gpu-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in physical))
-    return sorted(set(names))
+    physical = [(uuids or {}).get(entry, entry) for entry in entries[:n]]
+    return sorted(
+        {"gpu-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in p) for p in physical}
+    )
 
 
 def gpu_uuids() -> dict[str, str]:
@@ -146,8 +141,10 @@ class _TimedBackend:
 @dataclass
 class WarmState:
     """What a warm worker keeps between evaluations: the prepared task of one spec (with its
-    kept environments), and the backend loaded for one model structure (config + generation
-    config + tokenizer files, :func:`structure_fingerprint`). Any failure drops the backend
+    kept environments, :attr:`~agent2rl.tasks.base.Task.keep_environments`), and the backend
+    loaded for one model structure (config + generation config + tokenizer files,
+    :func:`structure_fingerprint`), whose weights are reloaded in place for a submission of
+    that structure (:func:`reload_weights`). Any failure drops the backend
     (a failed weight reload may have left it half-written), so the next evaluation loads
     afresh."""
 
@@ -404,8 +401,6 @@ def sized_backend(
     (default :func:`agent2rl.devices.measure_grader_gpus`; a simulated list in tests)."""
     if config.resolved_kind() != "vllm":
         return config
-    from dataclasses import replace
-
     from agent2rl.devices import measure_grader_gpus, size_grader_memory
 
     gpus = (measure or measure_grader_gpus)(max(1, config.tensor_parallel_size))
