@@ -32,8 +32,7 @@ GRID_POINTS = 60
 
 def tokens_at(timeline: Sequence[tuple[float, int]], t: float) -> int:
     """Cumulative tokens of the requests made at or before ``t`` (0 before the first)."""
-    times = [p[0] for p in timeline]
-    i = bisect.bisect_right(times, t)
+    i = bisect.bisect_right(timeline, t, key=lambda p: p[0])
     return timeline[i - 1][1] if i else 0
 
 
@@ -63,8 +62,7 @@ def best_so_far_steps(run: StudyRun, axis: Axis) -> list[tuple[float, float]] | 
 
 def step_value(steps: Sequence[tuple[float, float]], x: float) -> float:
     """The step function's value at ``x`` (the last step at or before it)."""
-    xs = [s[0] for s in steps]
-    i = bisect.bisect_right(xs, x)
+    i = bisect.bisect_right(steps, x, key=lambda s: s[0])
     return steps[i - 1][1] if i else steps[0][1]
 
 
@@ -122,11 +120,8 @@ def scaling_curves(
             ]
         )
         mean = values.mean(axis=0)
-        if len(curves) > 1:
-            sd = values.std(axis=0, ddof=1)
-            lo, hi = list(mean - sd), list(mean + sd)
-        else:
-            lo = hi = None
+        sd = values.std(axis=0, ddof=1) if len(curves) > 1 else None
+        lo, hi = (list(mean - sd), list(mean + sd)) if sd is not None else (None, None)
         xs_out = [float(x) for x in xs]
         out.append(Curve(key, axis, xs_out, list(mean), lo, hi, len(curves), len(flagged)))
     return out

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import accumulate
 from pathlib import Path
@@ -225,10 +227,9 @@ def load_runs_dir(runs_dir: Path) -> list[StudyRun]:
     repeat index per group in that order."""
     runs = [r for d in run_dirs(runs_dir) if (r := load_run(d)) is not None]
     runs.sort(key=lambda r: (r.metrics.start or 0, r.run_id))
-    counter: dict[tuple, int] = {}
-    out = []
-    for r in runs:
+    counter: Counter[tuple] = Counter()
+    for i, r in enumerate(runs):
         k = (r.metrics.task, r.metrics.model, r.stack)
-        counter[k] = counter.get(k, -1) + 1
-        out.append(StudyRun(r.metrics, r.run_dir, counter[k], r.evidence, r.token_timeline))
-    return out
+        runs[i] = replace(r, repeat=counter[k])
+        counter[k] += 1
+    return runs

@@ -79,7 +79,7 @@ def mode_task_heatmap(runs: Sequence[StudyRun], *, raw: bool = False) -> Heatmap
             flagged[cell] += o.flagged
     rows = sorted({c[0] for c in counts})
     columns = sorted({c[1] for c in counts})
-    means = {c: float(np.mean(v)) if v else None for c, v in ((c, values[c]) for c in counts)}
+    means = {c: float(np.mean(values[c])) if values[c] else None for c in counts}
     cells = []
     for col in columns:
         filled = [means[(row, col)] for row in rows if means.get((row, col)) is not None]

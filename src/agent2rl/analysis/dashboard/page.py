@@ -33,7 +33,6 @@ from agent2rl.analysis.dashboard.summary import RunSummary
 from agent2rl.analysis.dashboard.trajectories import Trajectory, trajectories
 from agent2rl.analysis.rendering import Chart, Series, chart_html, chart_runtime, chart_style, esc
 from agent2rl.analysis.report.render import grading_share
-from agent2rl.analysis.report.run_metrics import RunMetrics
 from agent2rl.files import write_text_atomic
 from agent2rl.formatting import format_duration, format_number
 from agent2rl.rundir import RunPaths
@@ -406,18 +405,14 @@ def _run_cell(run_id: str, links: dict[str, str]) -> str:
     return f'<a class="run-link" href="{esc(link)}">{esc(run_id)}</a>' if link else esc(run_id)
 
 
-def _grading_cell(m: RunMetrics) -> str:
-    """Time spent grading the run's submissions and its share of the budget."""
-    spent, share = grading_share(m)
-    return format_duration(spent) + (f" ({100 * share:.1f}%)" if share is not None else "")
-
-
 def _runs_table(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
     rows = []
     for r in sorted(runs, key=lambda r: (r.metrics.task, r.stack.label, r.repeat or 0)):
         # per run, the scores as graded (the raw figures); the flags say how it counts above
         m, o = r.metrics, counted(r.metrics, raw=True)
         flags = ", ".join(run_flags(m)) or "-"
+        spent, share = grading_share(m)  # time spent grading and its share of the budget
+        grading = format_duration(spent) + (f" ({100 * share:.1f}%)" if share is not None else "")
         rows.append(
             f'<tr class="run-row"><td>{_run_cell(r.run_id, links)}</td><td>{esc(m.task)}</td>'
             f"<td>{esc(r.stack.label)}</td><td>{esc(m.model)}</td>"
@@ -427,7 +422,7 @@ def _runs_table(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
             f"<td>{_num(o.final if o else None)}</td>"
             f"<td>{m.valid_submissions}/{m.submissions}</td>"
             f"<td>{format_duration(m.duration_s) if m.duration_s is not None else '-'}</td>"
-            f"<td>{esc(_grading_cell(m))}</td>"
+            f"<td>{esc(grading)}</td>"
             f"<td>{esc(flags)}</td></tr>"
         )
     return (
@@ -495,14 +490,12 @@ steps; "best route" uses only the evidence up to the run's best submission.</li>
 def report_links(runs: Sequence[StudyRun], base: Path) -> dict[str, str]:
     """Run id -> the path of its ``report/report.html`` relative to ``base`` (runs without
     a report are left out)."""
-    out = {}
-    for r in runs:
-        if r.run_dir is None:
-            continue
-        report = RunPaths(r.run_dir).report / "report.html"
-        if report.is_file():
-            out[r.run_id] = Path(os.path.relpath(report, base)).as_posix()
-    return out
+    reports = {r.run_id: RunPaths(r.run_dir).report / "report.html" for r in runs if r.run_dir}
+    return {
+        run_id: Path(os.path.relpath(report, base)).as_posix()
+        for run_id, report in reports.items()
+        if report.is_file()
+    }
 
 
 def render_dashboard(

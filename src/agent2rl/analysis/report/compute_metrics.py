@@ -13,7 +13,6 @@ rule the grading service answered the agent with during the run.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -41,7 +40,7 @@ from agent2rl.analysis.report.run_metrics import (
     TrajectoryPoint,
 )
 from agent2rl.analysis.report.searching import search_summary
-from agent2rl.files import read_jsonl_tolerant
+from agent2rl.files import json_object, read_jsonl_tolerant
 from agent2rl.grading.comparison import best as best_of
 from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.final import GradeStatus
@@ -153,6 +152,10 @@ def group_scores(path: Path | None) -> dict[str, GroupScore] | None:
     }
 
 
+def _dict_or_none(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
 def _str_list(value: Any) -> list[str] | None:
     return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
 
@@ -160,10 +163,9 @@ def _str_list(value: Any) -> list[str] | None:
 def _json_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; ``{}`` when it is missing, unreadable or not an object."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json_object(path.read_bytes()) or {}
+    except OSError:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _agent_view(
@@ -174,9 +176,8 @@ def _agent_view(
     they contradict its mode. Each is None when the file is missing or unreadable, or when
     its value is not of the expected kind (a dict, lists of strings)."""
     view = _json_object(paths.agent_json)
-    log = view.get("log")
     return (
-        log if isinstance(log, dict) else None,
+        _dict_or_none(view.get("log")),
         _str_list(view.get("methods")),
         _str_list(view.get("mode_flags")),
     )
@@ -208,17 +209,6 @@ def _intervals(
             else Intervals()
         )
     return out
-
-
-def _first_improvement(
-    valid: Sequence[Submission], base_score: float | None, base_hash: str | None
-) -> Submission | None:
-    """The first valid submission whose comparable score beats the baseline."""
-    for s in valid:
-        gain = improvement(s.score, base_score, comparable(s.eval_hash, base_hash))
-        if gain is not None and gain > 0:
-            return s
-    return None
 
 
 def _pair_share(scores: Sequence[float], rise: Callable[[float, float], bool]) -> float | None:
@@ -362,12 +352,6 @@ def _rejected(r: Rejection, t0: float) -> RejectedAttempt:
 
 
 # -- metrics -----------------------------------------------------------------------------------
-def _egress(paths: RunPaths) -> dict[str, Any] | None:
-    """The egress summary of ``record/network.json`` (None: no file, or a ``host`` run)."""
-    egress = _json_object(paths.network_json).get("egress")
-    return egress if isinstance(egress, dict) else None
-
-
 class _Run:
     """What the metrics are computed from: the run's record and the figures several metrics
     share (``seen``: the baseline the agent's scores compare with, the validation split's
@@ -430,7 +414,8 @@ def _run_fields(r: _Run) -> dict[str, Any]:
         "ended_at": info.ended_at,
         "duration_s": r.duration,
         "agent_uid": info.agent_uid,  # sandbox and network: the identity's
-        "egress": _egress(r.paths),
+        # record/network.json's egress summary (None: no file, or a ``host`` run)
+        "egress": _dict_or_none(_json_object(r.paths.network_json).get("egress")),
         "caps": info.caps,
         "cap_mechanism": info.cap_mechanism,
         "token_budget": info.token_budget,
@@ -442,7 +427,15 @@ def _score_fields(r: _Run) -> dict[str, Any]:
     best, final, grade = r.best, r.final, r.graded.final_grade
     seen_score = _finite(r.seen.get("score")) if r.seen else None
     seen_hash = r.seen.get("eval_hash") if r.seen else None
-    first_better = _first_improvement(r.valid, seen_score, seen_hash)
+    # the first valid submission whose comparable score beats the baseline
+    first_better = next(
+        (
+            s
+            for s in r.valid
+            if (improvement(s.score, seen_score, comparable(s.eval_hash, seen_hash)) or 0) > 0
+        ),
+        None,
+    )
     chosen = grade if r.by_validation else None
     return {
         "baseline": r.base_score,

@@ -377,10 +377,9 @@ class RunMetrics(RunIdentity):
     def from_json(cls, data: Any) -> RunMetrics:
         """A parsed ``metrics.json`` object; one without ``schema_version`` (written before
         it existed) is version 1. Raises ``ValidationError`` if it is not a RunMetrics."""
-        if isinstance(data, dict) and "schema_version" not in data:
-            data = {**data, "schema_version": 1}
-        if isinstance(data, dict) and "non_decreasing_ratio" not in data:
-            data = _from_old_names(data)
+        if isinstance(data, dict):
+            data = {"schema_version": 1, **data}
+            data = data if "non_decreasing_ratio" in data else _from_old_names(data)
         return cls.model_validate(data)
 
     @classmethod
