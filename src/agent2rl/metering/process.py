@@ -97,17 +97,8 @@ def start_metering_proxy(
     log_file = Path(log_file or usage_file.with_name("llm_proxy.log"))
     key = proxy_key or secrets.token_urlsafe(24)
     env = {**os.environ, PROXY_KEY_ENV: key, REDACT_ENV: "\n".join(redact)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "agent2rl.metering",
-        "--usage-file",
-        str(usage_file),
-        "--ready-file",
-        str(ready_file),
-        "--timeout",
-        str(upstream_timeout_s),
-    ]
+    cmd = [sys.executable, "-m", "agent2rl.metering", "--usage-file", str(usage_file)]
+    cmd += ["--ready-file", str(ready_file), "--timeout", str(upstream_timeout_s)]
     for name, provider in PROVIDERS.items():
         given = (upstreams or {}).get(name)
         upstream = given or Upstream(provider.host_base_url(), provider.host_key())

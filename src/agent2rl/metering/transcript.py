@@ -265,9 +265,8 @@ def _chat(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"object": "chat.completion", "choices": []}
     choices: dict[int, dict[str, Any]] = {}
     for ev in events:
-        for key in ("id", "model", "created", "system_fingerprint"):
-            if ev.get(key) is not None:
-                out[key] = ev[key]
+        keys = ("id", "model", "created", "system_fingerprint")
+        out.update({key: ev[key] for key in keys if ev.get(key) is not None})
         if isinstance(ev.get("usage"), dict):
             out["usage"] = ev["usage"]
         for ch in ev.get("choices") or []:
@@ -361,9 +360,7 @@ def _anthropic(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 partial[i] = partial.get(i, "") + delta.get("partial_json", "")
         elif kind == "message_delta":
             delta = ev.get("delta") or {}
-            for key in ("stop_reason", "stop_sequence"):
-                if key in delta:
-                    msg[key] = delta[key]
+            msg.update({k: delta[k] for k in ("stop_reason", "stop_sequence") if k in delta})
             if isinstance(ev.get("usage"), dict):
                 msg["usage"] = {**(msg.get("usage") or {}), **ev["usage"]}
         elif kind == "error":
@@ -380,26 +377,19 @@ def _gemini(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     cands: dict[int, dict[str, Any]] = {}
     for ev in events:
-        for key in ("usageMetadata", "modelVersion", "responseId", "promptFeedback"):
-            if ev.get(key) is not None:
-                out[key] = ev[key]
+        keys = ("usageMetadata", "modelVersion", "responseId", "promptFeedback")
+        out.update({key: ev[key] for key in keys if ev.get(key) is not None})
         for cand in ev.get("candidates") or []:
             idx = cand.get("index", 0)
             slot = cands.setdefault(idx, {"index": idx, "content": {"role": "model", "parts": []}})
             parts = slot["content"]["parts"]
             for part in (cand.get("content") or {}).get("parts") or []:
                 # Consecutive text pieces join into one part, as the unstreamed answer has.
-                if (
-                    set(part) == {"text"}
-                    and parts
-                    and set(parts[-1]) == {"text"}
-                    and isinstance(part["text"], str)
-                ):
+                text = set(part) == {"text"} and isinstance(part["text"], str)
+                if text and parts and set(parts[-1]) == {"text"}:
                     parts[-1] = {"text": parts[-1]["text"] + part["text"]}
                 else:
                     parts.append(dict(part))
-            for key, value in cand.items():
-                if key not in ("content", "index"):
-                    slot[key] = value
+            slot.update({k: v for k, v in cand.items() if k not in ("content", "index")})
     out["candidates"] = [cands[i] for i in sorted(cands)]
     return out

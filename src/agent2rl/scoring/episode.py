@@ -31,16 +31,9 @@ class EpisodeOutcome:
                 score = 1.0 if t["won"] else 0.0
             else:
                 score = min(1.0, max(0.0, float(t["reward"])))
-            items.append(
-                ItemResult(
-                    id=sample.id,
-                    prediction=out.text,
-                    target=str(t.get("goal", "")),
-                    correct=score >= 1.0,
-                    score=score,
-                    meta={"group": t.get("group"), "steps": t["steps"]},
-                )
-            )
+            meta = {"group": t.get("group"), "steps": t["steps"]}
+            target = str(t.get("goal", ""))
+            items.append(ItemResult(sample.id, out.text, target, score >= 1.0, score, meta))
         return items
 
     def settings(self) -> dict[str, Any]:

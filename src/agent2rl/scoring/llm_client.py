@@ -363,9 +363,8 @@ class LLMClient:
         except UnusableResponse as err:
             self._meter(200, answer.latency_s, error=err.note)
             raise self.unavailable(f"{self.where()} {err.message}") from None
-        usage = answer.data.get("usage")
-        usage = usage if isinstance(usage, dict) else None
-        self._meter(200, answer.latency_s, tokens=answer.tokens, usage=usage)
+        # answer.tokens is None unless ``usage`` is an object, and then the usage is not read
+        self._meter(200, answer.latency_s, tokens=answer.tokens, usage=answer.data.get("usage"))
         if self.cache is not None:
             self.cache.put(key, self.model, answer.data)
         return value

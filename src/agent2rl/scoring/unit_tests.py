@@ -36,10 +36,8 @@ def extract_code(reply: str) -> str:
     blocks = [m.group(2) for m in _FENCE.finditer(reply)]
     if not blocks:
         return reply
-    for block in blocks:
-        if re.search(r"^\s*def \w+\s*\(", block, re.M):
-            return block
-    return blocks[0]
+    with_def = (b for b in blocks if re.search(r"^\s*def \w+\s*\(", b, re.M))
+    return next(with_def, blocks[0])
 
 
 def defines(code: str, name: str) -> bool:

@@ -121,10 +121,7 @@ def _strings(value: Any, keys: tuple[str, ...] = ("text", "content", "output", "
     if isinstance(value, list):
         return "\n".join(s for v in value if (s := _strings(v, keys)))
     if isinstance(value, dict):
-        parts = []
-        for k in keys:
-            if k in value:
-                parts.append(_strings(value[k], keys))
+        parts = [_strings(value[k], keys) for k in keys if k in value]
         if "functionResponse" in value:
             parts.append(json.dumps(value["functionResponse"].get("response"))[:PREVIEW_CHARS])
         return "\n".join(p for p in parts if p)
@@ -208,9 +205,7 @@ def new_items(request: Any) -> list[dict[str, str]]:
         if not isinstance(item, dict):
             continue
         role = str(item.get("role") or item.get("type") or "item")
-        if role in ("assistant", "model"):
-            # The assistant's earlier answer, sent back as context: shown as that
-            # exchange's response already (the raw line keeps it).
+        if role in ("assistant", "model"):  # the raw line keeps it
             continue
         text = _strings(item.get("content", item.get("parts", item.get("output", ""))))
         if not text and item.get("tool_calls"):

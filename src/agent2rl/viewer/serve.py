@@ -11,6 +11,7 @@ would read every other run's transcripts, diffs and scores there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -75,13 +76,11 @@ def serve_viewer(
         async def ready() -> None:
             while not server.started:
                 await asyncio.sleep(0.02)
-            try:
+            with contextlib.suppress(OSError):
                 announce.parent.mkdir(parents=True, exist_ok=True)
                 record = {"url": base, "root": root_dir, "pid": os.getpid(), "token": token}
                 # The token opens every run: readable by this user alone.
                 write_text_atomic(announce, json.dumps(record, indent=2) + "\n", mode=0o600)
-            except OSError:
-                pass
             if on_ready is not None:
                 on_ready(f"{base}/?token={token}")
 
@@ -92,9 +91,7 @@ def serve_viewer(
     try:
         asyncio.run(serve())
     finally:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             data = read_json(announce)
             if isinstance(data, dict) and data.get("pid") == os.getpid():
                 announce.unlink()
-        except (OSError, ValueError):
-            pass

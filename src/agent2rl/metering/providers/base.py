@@ -240,13 +240,8 @@ class Provider(ABC):
         this API's :attr:`forwarded_headers`. Credentials are never in it (the proxy adds
         the real key itself), nor are hop-by-hop headers or ``accept-encoding`` (the proxy
         asks for identity, to read the usage it forwards)."""
-        if (
-            name in COMMON_HEADERS
-            or name.startswith(COMMON_HEADER_PREFIXES)
-            or name in self.forwarded_headers
-        ):
-            return value
-        return None
+        allowed = name in COMMON_HEADERS or name in self.forwarded_headers
+        return value if allowed or name.startswith(COMMON_HEADER_PREFIXES) else None
 
     def server_tools(self, path: str, payload: dict[str, Any]) -> list[ToolUse]:
         """What in the request ``payload`` to ``path`` (below the API version) makes the

@@ -159,10 +159,8 @@ class OpenAIProvider(Provider):
     def requested_output_tokens(self, payload: dict[str, Any]) -> int | None:
         """``max_completion_tokens`` (Chat Completions), its older name ``max_tokens``, or
         ``max_output_tokens`` (Responses)."""
-        for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-            if (n := requested_count(payload.get(key))) is not None:
-                return n
-        return None
+        keys = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+        return next(filter(None, (requested_count(payload.get(k)) for k in keys)), None)
 
     def ask_stream_usage(self, path: str, payload: dict[str, Any]) -> bool:
         """A Chat Completions stream carries usage only with ``stream_options.include_usage``:

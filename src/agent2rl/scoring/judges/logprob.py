@@ -79,13 +79,8 @@ class LogprobJudge:
             answers = self.backend.next_tokens(prompts, self.protocol.top_logprobs)
             judged: list[Judgment] = []
             for k in range(len(chunk)):
-                asked = list(
-                    zip(
-                        shown[k * views : (k + 1) * views],
-                        answers[k * views : (k + 1) * views],
-                        strict=True,
-                    )
-                )
+                pair_views = slice(k * views, (k + 1) * views)
+                asked = list(zip(shown[pair_views], answers[pair_views], strict=True))
                 prefs = [protocol.unswap(self.read(a), swap) for (_, swap, _), a in asked]
                 pref = prefs[0] if views == 1 else protocol.combine_orders(prefs)
                 top = asked[0][1].top if views == 1 else [t for _, a in asked for t in a.top]

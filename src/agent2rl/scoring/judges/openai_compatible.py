@@ -41,15 +41,6 @@ KEY_ENVS = ("AGENT2RL_JUDGE_API_KEY", "OPENAI_API_KEY")
 #: the prefix of the host's retry settings (:meth:`LLMClient.options_from_env`)
 OPTIONS_ENV_PREFIX = "AGENT2RL_JUDGE"
 
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "KEY_ENVS",
-    "OpenAICompatibleBackend",
-    "judge_api_key",
-    "judge_client",
-    "openai_judge",
-]
-
 
 def judge_api_key() -> str:
     """The judge's key from the host environment (first of :data:`KEY_ENVS` set), or ``""``."""

@@ -37,8 +37,8 @@ from agent2rl.scoring.judges import protocol
 from agent2rl.scoring.judges.base import Messages, NextToken
 from agent2rl.scoring.judges.cache import JudgmentCache
 from agent2rl.scoring.judges.logprob import LogprobJudge
-from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL, OpenAICompatibleBackend
-from agent2rl.scoring.llm_client import Completion, LLMMeter, UnusableResponse
+from agent2rl.scoring.judges.openai_compatible import OpenAICompatibleBackend
+from agent2rl.scoring.llm_client import DEFAULT_BASE_URL, Completion, LLMMeter, UnusableResponse
 
 #: the reference's annotator name, and the model it names
 NAME = "annotators_gpt52_fn"
