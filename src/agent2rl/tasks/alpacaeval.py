@@ -56,9 +56,9 @@ from agent2rl.files import write_json_atomic, write_jsonl
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, openai_judge
 from agent2rl.scoring.judges import protocol as judge_protocol
 from agent2rl.scoring.judges import ranking as judge_ranking
-from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
 from agent2rl.scoring.judges.scorer import LC, RAW, Judge
 from agent2rl.scoring.judges.win_rates import read_df_gamed
+from agent2rl.scoring.llm_client import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.base import Task

@@ -40,7 +40,7 @@ from agent2rl.errors import UserError
 from agent2rl.files import read_json, read_jsonl, write_jsonl
 from agent2rl.rollout.app import describe_api
 from agent2rl.scoring.judges import CACHE_RELPATH, USAGE_FILE, judge_api_key
-from agent2rl.scoring.judges.openai_compatible import DEFAULT_BASE_URL
+from agent2rl.scoring.llm_client import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.tasks.deepsearch import protocol
 from agent2rl.tasks.deepsearch.games import QuestionGames
