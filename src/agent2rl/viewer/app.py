@@ -7,7 +7,8 @@ timeline is refetched only when the summary's ``version`` changes).
 
 Access: every request must carry the viewer's token, on loopback too (why:
 :mod:`agent2rl.viewer.serve`): ``?token=`` (the first page; it is then kept in an HttpOnly
-cookie), the cookie, or ``Authorization: Bearer``. A web page elsewhere (DNS rebinding) does not know it either.
+cookie), the cookie, or ``Authorization: Bearer``. A web page elsewhere (DNS rebinding) does
+not know it either.
 """
 
 from __future__ import annotations
