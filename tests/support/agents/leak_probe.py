@@ -232,7 +232,7 @@ def matches(mod, index, block, letters):
                 continue
             start, end = int(w.starts[p]), int(w.ends[p + m - 1])
             if len(LETTER_WORD.findall(block[start:end])) >= letters:
-                found[item] = mod._snippet(block, (start, end))
+                found[item] = mod.snippet(block, (start, end))
     return found
 
 
