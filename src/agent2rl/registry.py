@@ -112,6 +112,17 @@ class Registry(Mapping[str, T]):
         except KeyError:
             raise UnknownName(self.unknown_message(name)) from None
 
+    # ``get`` and ``in`` answer a miss without building :meth:`unknown_message` (its
+    # did-you-mean search), which Mapping's versions would do through ``__getitem__``.
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        """The object registered as ``name``, else ``default`` (a dict's ``get``)."""
+        self._load_entry_points()
+        return self._items.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        self._load_entry_points()
+        return name in self._items
+
     def unknown_message(self, name: str) -> str:
         """The one-line error for an unknown ``name`` (for callers that word their own
         error around it). The suggestion appears only when a close name exists."""
