@@ -56,17 +56,13 @@ if TYPE_CHECKING:
 # The agent's network parts are imported on first use: egress.py and name_proxy.py run as
 # `python -m` programs, which must not find themselves imported by their package first.
 _LAZY = {
-    "DEFAULT_ALLOWLIST": "egress",
-    "Allowlist": "egress",
-    "start_egress_proxy": "egress",
-    "DenyList": "name_proxy",
-    "NameProxies": "name_proxy",
-    "file_digests": "name_proxy",
-    "start_name_proxies": "name_proxy",
-    "ServiceBridge": "network",
-    "confine": "network",
-    "network_isolation_available": "network",
-    "network_record": "network",
+    name: module
+    for module, names in {
+        "egress": ("DEFAULT_ALLOWLIST", "Allowlist", "start_egress_proxy"),
+        "name_proxy": ("DenyList", "NameProxies", "file_digests", "start_name_proxies"),
+        "network": ("ServiceBridge", "confine", "network_isolation_available", "network_record"),
+    }.items()
+    for name in names
 }
 
 

@@ -40,6 +40,9 @@ from pathlib import Path
 
 SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
 _PROBE_TIMEOUT_S = 10.0
+#: what every availability probe's sandbox has: the host's root read-only, /proc, /dev, a pid
+#: namespace
+_PROBE = "--ro-bind / / --proc /proc --dev /dev --unshare-pid --die-with-parent".split()
 
 
 @dataclass
@@ -83,12 +86,7 @@ def bwrap_available() -> bool:
     containers the binary exists but namespace creation or mounting ``/proc`` is refused, so
     a real probe (with :func:`bwrap_argv`'s namespace, /proc and /dev options) runs once."""
     exe = shutil.which("bwrap")
-    if exe is None:
-        return False
-    probe = [exe, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-    return succeeds(
-        [*probe, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "true"]
-    )
+    return exe is not None and succeeds([exe, *_PROBE, "--unshare-ipc", "--unshare-uts", "true"])
 
 
 def succeeds(probe: list[str]) -> bool:
@@ -191,16 +189,12 @@ def _userns_lockable(run_as: bool) -> bool:
     exe = shutil.which("bwrap")
     if exe is None or not bwrap_supports("--disable-userns"):
         return False
-    base = [exe, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
-    base += ["--die-with-parent"]
-    if run_as:
-        nobody = "65534"
-        probe = [*base, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        probe += ["--", sys.executable, "-I", "-c", DROP_PRIVILEGES, nobody, nobody]
-        probe += [exe, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", "true"]
-    else:
-        probe = [*base, "--unshare-user", "--disable-userns", "--", "true"]
-    return succeeds(probe)
+    probe = [exe, *_PROBE]
+    if run_as:  # as nobody, behind a second bwrap (see userns_lock_args)
+        probe += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--"]
+        probe += [sys.executable, "-I", "-c", DROP_PRIVILEGES, "65534", "65534"]
+        probe += [exe, "--dev-bind", "/", "/"]
+    return succeeds([*probe, "--unshare-user", "--disable-userns", "--", "true"])
 
 
 #: ``python -I -c DROP_PRIVILEGES UID GID CMD...``: become UID/GID (no supplementary

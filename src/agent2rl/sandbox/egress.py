@@ -483,14 +483,12 @@ async def _respond(
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
     )
-    try:
+    with contextlib.suppress(TimeoutError, OSError, asyncio.LimitOverrunError):
         writer.write(head.encode() + body)
         await asyncio.wait_for(writer.drain(), 5.0)
         if writer.can_write_eof():
             writer.write_eof()
         await asyncio.wait_for(_discard(reader, HEAD_LIMIT), 1.0)
-    except (TimeoutError, OSError, asyncio.LimitOverrunError):
-        pass
 
 
 async def _discard(reader: asyncio.StreamReader, limit: int) -> None:

@@ -194,13 +194,11 @@ class Cgroup:
         """How many processes the kernel OOM-killed in the cgroup (its memory cap)."""
         mem = self.dirs["memory"]
         name = "memory.events" if self.mechanism == "cgroup2" else "memory.oom_control"
-        try:
+        with contextlib.suppress(OSError, ValueError):
             for line in (mem / name).read_text().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
-        except (OSError, ValueError):
-            pass
         return 0
 
     def pids(self) -> list[int]:
@@ -218,10 +216,8 @@ class Cgroup:
             return
         self._removed = True
         for d in dict.fromkeys(self.dirs.values()):
-            try:
+            with contextlib.suppress(OSError):
                 d.rmdir()
-            except OSError:
-                pass
 
 
 def set_nproc_limit(max_pids: int) -> None:

@@ -852,11 +852,10 @@ def agent_env(index_port: int | None, hub_port: int | None) -> dict[str, str]:
     return env
 
 
-def read_fetch_log(path: Path) -> list[dict[str, Any]]:
-    """The rows of a name proxy's log (a torn or foreign line skipped); none when the log
-    does not exist. A log that exists but cannot be read raises ``OSError``: the
-    contamination check then reads ``unchecked`` rather than clean."""
-    return read_jsonl_tolerant(path)
+#: the rows of a name proxy's log (a torn or foreign line skipped); none when the log does not
+#: exist. A log that exists but cannot be read raises ``OSError``: the contamination check then
+#: reads ``unchecked`` rather than clean.
+read_fetch_log = read_jsonl_tolerant
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -47,6 +47,7 @@ the same interpreter. Graders therefore run a model's code and its tests with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import marshal
@@ -258,46 +259,105 @@ def run_programs(
 
 def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecResult:
     tag = secrets.token_hex(16)
-    report_r, report_w = os.pipe()
-    argv = boot_argv(["-I"], ["program", *limits.rlimits(), mode.uid, report_w], mode)
-    workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="agent2rl-exec-")
-    payload = boot_code() + f"{tag}\n".encode() + source.encode("utf-8", "replace")
+    payload = f"{tag}\n".encode() + source.encode("utf-8", "replace")
+    box = Running.start("program", payload, (), limits, mode, "agent2rl-exec-")
     timed_out = False
     try:
-        # Output goes to an unlinked file, not a pipe: RLIMIT_FSIZE caps it and nobody has to
-        # drain it while the program runs.
-        with tempfile.TemporaryFile() as out:
-            try:
-                proc = spawn_child(
-                    argv,
-                    env=sandbox_env(workdir or "/tmp"),
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    cwd=workdir,
-                    pass_fds=(report_w,),
-                    # None: the threads that start programs come and go (the signal follows
-                    # the thread); a deadline ends the program, and bwrap dies with us.
-                    death_signal=None,
-                )
-            finally:
-                os.close(report_w)
-            try:
-                proc.communicate(payload, timeout=limits.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # it died before reading its program; the exit status says why
-            finally:
-                kill_tree(proc)
-            seconds = time.monotonic() - started
-            output = output_tail(out)
-        report = read_available(report_r)
+        box.proc.wait(timeout=limits.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
     finally:
-        os.close(report_r)
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    lines = [line[len(tag) + 1 :] for line in report.splitlines() if line.startswith(tag + " ")]
-    return _judge(lines, output, proc.returncode, timed_out, limits, mode, seconds)
+        ended = box.stop(sweep=True)
+    seconds = time.monotonic() - started
+    lines = [r[len(tag) + 1 :] for r in ended.reports if r.startswith(tag + " ")]
+    return _judge(lines, ended.output, ended.rc, timed_out, limits, mode, seconds)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What a sandboxed bootstrap left: its exit status, its report lines and its output's
+    tail. ``early``: it had exited on its own before the harness stopped it."""
+
+    rc: int
+    reports: list[str]
+    output: str
+    early: bool
+
+
+@dataclass
+class Running:
+    """A sandboxed bootstrap (``program`` or ``candidate`` role), while it runs."""
+
+    proc: subprocess.Popen[bytes]
+    out: IO[bytes]
+    report_r: int
+    workdir: str | None
+
+    @classmethod
+    def start(
+        cls,
+        role: str,
+        data: bytes,
+        fds: tuple[int, ...],
+        limits: ExecLimits,
+        mode: Mode,
+        prefix: str,
+    ) -> Running:
+        """Start ``role`` confined by ``limits``, with ``data`` after the bootstrap on its
+        stdin and ``fds`` passed on after its report pipe; in the rlimits mode it works in a
+        fresh temporary directory named ``prefix...``."""
+        report_r, report_w = os.pipe()
+        argv = boot_argv(["-I"], [role, *limits.rlimits(), mode.uid, report_w, *fds], mode)
+        workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix=prefix)
+        out = tempfile.TemporaryFile()
+        try:
+            proc = spawn_boot(argv, boot_code() + data, out, workdir, (report_w, *fds))
+        except BaseException:
+            out.close()
+            os.close(report_r)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        finally:
+            os.close(report_w)
+        return cls(proc, out, report_r, workdir)
+
+    def stop(self, sweep: bool) -> Ended:
+        """Kill what is left of the process (:func:`kill_tree`), reap it, and collect what
+        it left."""
+        early = self.proc.poll() is not None
+        kill_tree(self.proc, sweep=sweep)
+        try:
+            output = output_tail(self.out)
+            reports = read_available(self.report_r).splitlines()
+        finally:
+            self.out.close()
+            os.close(self.report_r)
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        return Ended(self.proc.returncode, reports, output.strip("\n"), early)
+
+
+def spawn_boot(
+    argv: list[str], stdin_data: bytes, out: IO[bytes], workdir: str | None, fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
+    """Start a sandboxed bootstrap with ``stdin_data`` as its stdin, its output into ``out``
+    (a file: RLIMIT_FSIZE caps it, and nobody must drain it) and ``fds`` passed on."""
+    # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(stdin_data)
+        stdin.seek(0)
+        return spawn_child(
+            argv,
+            env=sandbox_env(workdir or "/tmp"),
+            stdin=stdin,
+            stdout=out,
+            cwd=workdir,
+            pass_fds=fds,
+            # None: the threads that start programs come and go (the signal follows the
+            # thread); a deadline ends the program, and bwrap dies with us.
+            death_signal=None,
+        )
 
 
 def output_tail(out: IO[bytes]) -> str:
@@ -316,16 +376,11 @@ def read_available(fd: int) -> str:
     """What the pipe holds now, without waiting for an EOF that an escaped child could hold
     off (the bootstrap's reports are a few hundred bytes, far below a pipe's buffer)."""
     os.set_blocking(fd, False)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", "replace")
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    return data.decode("utf-8", "replace")
 
 
 def _judge(
@@ -378,16 +433,12 @@ def kill_tree(proc: subprocess.Popen[bytes], sweep: bool = True) -> None:
     """
     descendants = []
     if sweep:
-        try:
+        with contextlib.suppress(psutil.Error):
             descendants = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.Error:
-            pass
     signal_group(proc)  # also when it exited: what it forked may still be in its group
     for child in descendants:
-        try:
+        with contextlib.suppress(psutil.Error):
             child.kill()
-        except psutil.Error:
-            pass
     try:
         proc.wait(timeout=KILL_WAIT_S)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL of our own child

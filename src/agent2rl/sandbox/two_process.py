@@ -70,15 +70,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
-from agent2rl.child_process import spawn_child
 from agent2rl.sandbox.programs import (
     OUTPUT_TAIL,
+    Ended,
     ExecLimits,
     ExecResult,
     Isolation,
     Mode,
+    Running,
     Status,
     boot_argv,
     boot_code,
@@ -92,9 +92,8 @@ from agent2rl.sandbox.programs import (
     output_tail,
     pick_mode,
     probe_mode,
-    read_available,
-    sandbox_env,
     signal_name,
+    spawn_boot,
 )
 from agent2rl.sandbox.wire import encode
 
@@ -196,7 +195,7 @@ class _TestServer:
         argv = boot_argv(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
         self.out = tempfile.TemporaryFile()  # dataset code prints little; kept for a crash
         try:
-            self.proc = _spawn(argv, boot_code(), self.out, self.workdir, (theirs.fileno(),))
+            self.proc = spawn_boot(argv, boot_code(), self.out, self.workdir, (theirs.fileno(),))
         except BaseException:
             self.close()
             raise
@@ -216,10 +215,8 @@ class _TestServer:
         self.control.close()
         proc = getattr(self, "proc", None)
         if proc is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=2.0)  # it exits on the control socket's end
-            except subprocess.TimeoutExpired:
-                pass
             kill_tree(proc, sweep=self.mode.isolation != "bwrap")
             if proc.returncode not in (0, None):
                 tail = output_tail(self.out)
@@ -227,27 +224,6 @@ class _TestServer:
         self.out.close()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-@dataclass
-class _Candidate:
-    """The candidate's process, while it runs."""
-
-    proc: subprocess.Popen[bytes]
-    out: IO[bytes]
-    report_r: int
-    workdir: str | None
-
-
-@dataclass(frozen=True)
-class _Ended:
-    """What the candidate's process left: its exit status, its report lines and its output's
-    tail. ``early``: it had exited on its own before the harness stopped it."""
-
-    rc: int
-    reports: list[str]
-    output: str
-    early: bool
 
 
 def _run(
@@ -258,8 +234,8 @@ def _run(
     report_r, report_w = os.pipe()
     candidate = None
     try:
-        job = {"entry": item.entry_point, "code": _text(item.code)}
-        candidate = _start_candidate(job, (calls_r, answers_w), limits, mode)
+        job = encode({"entry": item.entry_point, "code": _text(item.code)}).encode()
+        candidate = Running.start("candidate", job, (calls_r, answers_w), limits, mode, "a2c-")
         server.submit(
             {
                 "entry": item.entry_point,
@@ -275,7 +251,7 @@ def _run(
     except BaseException:
         os.close(report_r)
         if candidate is not None:
-            _stop(candidate, mode)
+            candidate.stop(sweep=mode.isolation != "bwrap")
         raise
     finally:
         # Only the two sides hold the pipes now, so each sees the other's end close.
@@ -287,52 +263,12 @@ def _run(
         os.close(report_r)
     seconds = time.monotonic() - started
     if not timed_out and last_verdict(reports).startswith("gone"):
-        try:  # its answers ended: let it finish exiting, so that its status says why
+        # Its answers ended: let it finish exiting, so that its status says why.
+        with contextlib.suppress(subprocess.TimeoutExpired):
             candidate.proc.wait(timeout=_EXIT_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
     # Killing the candidate also ends a test child still waiting on it (at the deadline).
-    return _judge(reports, _stop(candidate, mode), timed_out, limits, mode, seconds)
-
-
-def _start_candidate(
-    job: dict[str, str], fds: tuple[int, int], limits: ExecLimits, mode: Mode
-) -> _Candidate:
-    report_r, report_w = os.pipe()
-    argv = boot_argv(["-I"], ["candidate", *limits.rlimits(), mode.uid, report_w, *fds], mode)
-    workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2c-")
-    out = tempfile.TemporaryFile()
-    try:
-        proc = _spawn(argv, boot_code() + encode(job).encode(), out, workdir, (report_w, *fds))
-    except BaseException:
-        out.close()
-        os.close(report_r)
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
-        raise
-    finally:
-        os.close(report_w)
-    return _Candidate(proc, out, report_r, workdir)
-
-
-def _spawn(
-    argv: list[str], stdin_data: bytes, out: IO[bytes], workdir: str | None, fds: tuple[int, ...]
-) -> subprocess.Popen[bytes]:
-    """Start a sandboxed bootstrap with ``stdin_data`` as its stdin, its output into ``out``
-    (a file: RLIMIT_FSIZE caps it, and nobody must drain it) and ``fds`` passed on."""
-    # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
-    with tempfile.TemporaryFile() as stdin:
-        stdin.write(stdin_data)
-        stdin.seek(0)
-        return spawn_child(
-            argv,
-            env=sandbox_env(workdir or "/tmp"),
-            stdin=stdin,
-            stdout=out,
-            cwd=workdir,
-            pass_fds=fds,
-            death_signal=None,  # as programs.run_program's: threads come and go
-        )
+    ended = candidate.stop(sweep=mode.isolation != "bwrap")
+    return _judge(reports, ended, timed_out, limits, mode, seconds)
 
 
 def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
@@ -351,24 +287,9 @@ def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
         data += chunk
 
 
-def _stop(box: _Candidate, mode: Mode) -> _Ended:
-    """Kill what is left of the candidate's process, reap it, and collect what it left."""
-    early = box.proc.poll() is not None
-    kill_tree(box.proc, sweep=mode.isolation != "bwrap")
-    try:
-        output = output_tail(box.out)
-        reports = read_available(box.report_r).splitlines()
-    finally:
-        box.out.close()
-        os.close(box.report_r)
-        if box.workdir is not None:
-            shutil.rmtree(box.workdir, ignore_errors=True)
-    return _Ended(box.proc.returncode, reports, output.strip("\n"), early)
-
-
 def _judge(
     tests: list[str],
-    candidate: _Ended,
+    candidate: Ended,
     timed_out: bool,
     limits: ExecLimits,
     mode: Mode,

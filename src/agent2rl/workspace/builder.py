@@ -112,23 +112,14 @@ def write_instructions(
     """Write instructions.md and run_meta.json (needs the clock and the service URL).
     ``rollout``: the run has a rollout service (an interactive task); say how to reach it.
     ``style``: ``neutral`` (:data:`INSTRUCTIONS`, the default) or ``reference``
-    (:data:`~REFERENCE_INSTRUCTIONS`: the paper's
-    reference's framing, RL post-training, and a required ``summary.md``); a
-    :class:`UserError` names the choices for another."""
+    (:data:`REFERENCE_INSTRUCTIONS`: the paper's reference's framing, RL post-training, and a
+    required ``summary.md``); a :class:`UserError` names the choices for another."""
     template = instructions_template(style)
     ws = paths.workspace
     for d in (ws / ".home", ws / ".tmp"):
         d.mkdir(exist_ok=True)
-    write_json_atomic(
-        ws / "run_meta.json",
-        {
-            "run_id": info.run_id,
-            "task": info.task,
-            "start": info.start,
-            "deadline": info.deadline,
-            "budget_s": info.budget_s,
-        },
-    )
+    meta = {k: getattr(info, k) for k in ("run_id", "task", "start", "deadline", "budget_s")}
+    write_json_atomic(ws / "run_meta.json", meta)
     write_text_atomic(
         ws / "instructions.md",
         template.format(
