@@ -11,8 +11,8 @@ each still at ``http://127.0.0.1:PORT``:
           --UNIX-> ServiceBridge on the host         (this module, a thread of the harness)
           --TCP--> host 127.0.0.1:PORT               (grading, rollout, metering, egress proxy)
 
-The egress proxy (:mod:`agent2rl.sandbox.egress`) is one of those services when a run allows
-packages or model hubs; the agent is pointed at it by :func:`proxy_env`.
+The egress proxy (:mod:`agent2rl.sandbox.egress`) is one of them; :func:`proxy_env` points the
+agent at it.
 
 Threat model (an agent that wants to reach the outside, e.g. to download a test set):
 
@@ -21,14 +21,12 @@ Threat model (an agent that wants to reach the outside, e.g. to download a test 
   a server the namespace cannot reach). The host's other loopback services and its external
   interfaces are unreachable; only the ports given to :class:`ServiceBridge` are forwarded, each
   to one fixed host port. Abstract UNIX sockets of the host are out of reach too (they belong to
-  the network namespace). The egress proxy decides by host name and port, never by what the
-  agent's own DNS says.
+  the network namespace).
 - not enforced here: what a bridged service does with a request (the services authenticate the
-  agent with their own tokens); what an allowlisted host serves (a model hub also hosts data
-  sets: the egress log records every host and the contamination check reads it).
-- the agent may kill its own forwarder (and then listen on its ports itself): that only cuts it
-  off from its own services. It may open many connections: each bridge caps them
-  (``max_connections``), so the harness's file descriptors are not exhausted.
+  agent with their own tokens), nor what an allowlisted host serves (see the egress proxy's).
+- the agent may kill its own forwarder (:mod:`~agent2rl.sandbox.netbridge`). It may open many
+  connections: each bridge caps them (``max_connections``), so the harness's file descriptors
+  are not exhausted.
 - the bridge adds no authentication: any process in the sandbox reaches every bridged port, as
   any process on the host's loopback could before.
 - filesystem paths are the other way out: a UNIX socket bound into the sandbox is a channel.

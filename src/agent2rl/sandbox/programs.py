@@ -182,12 +182,6 @@ def boot_code() -> bytes:
     return marshal.dumps(compile(boot_source(), "<split_boot>", "exec"))
 
 
-def boot_argv(flags: Sequence[str], args: Sequence[object], mode: Mode) -> list[str]:
-    """The argv of a sandboxed bootstrap (bwrap's prefix when ``mode`` has one)."""
-    stub = [sys.executable, *flags, "-c", _STUB, str(len(boot_code()))]
-    return [*mode.prefix, *stub, *map(str, args)]
-
-
 def masked(mode: Mode, paths: Sequence[Path]) -> Mode:
     """``mode`` with ``paths`` made to look empty inside its sandbox (a task's private data
     that an installed package ships, which a program must not read: HumanEval's own test
@@ -260,7 +254,8 @@ def run_programs(
 def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecResult:
     tag = secrets.token_hex(16)
     payload = f"{tag}\n".encode() + source.encode("utf-8", "replace")
-    box = Running.start("program", payload, (), limits, mode, "agent2rl-exec-")
+    args = ["program", *limits.rlimits(), mode.uid]
+    box = Running.start(args, payload, (), mode, "agent2rl-exec-")
     timed_out = False
     try:
         box.proc.wait(timeout=limits.timeout_s)
@@ -286,7 +281,7 @@ class Ended:
 
 @dataclass
 class Running:
-    """A sandboxed bootstrap (``program`` or ``candidate`` role), while it runs."""
+    """A sandboxed bootstrap, while it runs."""
 
     proc: subprocess.Popen[bytes]
     out: IO[bytes]
@@ -296,22 +291,38 @@ class Running:
     @classmethod
     def start(
         cls,
-        role: str,
+        args: list[object],
         data: bytes,
         fds: tuple[int, ...],
-        limits: ExecLimits,
         mode: Mode,
         prefix: str,
+        flags: tuple[str, ...] = ("-I",),
     ) -> Running:
-        """Start ``role`` confined by ``limits``, with ``data`` after the bootstrap on its
-        stdin and ``fds`` passed on after its report pipe; in the rlimits mode it works in a
-        fresh temporary directory named ``prefix...``."""
+        """Start the bootstrap (``python flags``) with ``args`` (a role and its arguments),
+        the write end of its report pipe and ``fds``, and ``data`` after the bootstrap on its
+        stdin; in the rlimits mode it works in a fresh temporary directory ``prefix...``."""
         report_r, report_w = os.pipe()
-        argv = boot_argv(["-I"], [role, *limits.rlimits(), mode.uid, report_w, *fds], mode)
+        stub = [sys.executable, *flags, "-c", _STUB, str(len(boot_code()))]
+        argv = [*mode.prefix, *stub, *map(str, [*args, report_w, *fds])]
         workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix=prefix)
+        # Output into a file: RLIMIT_FSIZE caps it, and nobody must drain it. stdin is a file
+        # too, not a pipe: nothing to feed while it starts, nothing to block on.
         out = tempfile.TemporaryFile()
         try:
-            proc = spawn_boot(argv, boot_code() + data, out, workdir, (report_w, *fds))
+            with tempfile.TemporaryFile() as stdin:
+                stdin.write(boot_code() + data)
+                stdin.seek(0)
+                proc = spawn_child(
+                    argv,
+                    env=sandbox_env(workdir or "/tmp"),
+                    stdin=stdin,
+                    stdout=out,
+                    cwd=workdir,
+                    pass_fds=(report_w, *fds),
+                    # None: the threads that start programs come and go (the signal follows
+                    # the thread); a deadline ends the program, and bwrap dies with us.
+                    death_signal=None,
+                )
         except BaseException:
             out.close()
             os.close(report_r)
@@ -336,28 +347,6 @@ class Running:
             if self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         return Ended(self.proc.returncode, reports, output.strip("\n"), early)
-
-
-def spawn_boot(
-    argv: list[str], stdin_data: bytes, out: IO[bytes], workdir: str | None, fds: tuple[int, ...]
-) -> subprocess.Popen[bytes]:
-    """Start a sandboxed bootstrap with ``stdin_data`` as its stdin, its output into ``out``
-    (a file: RLIMIT_FSIZE caps it, and nobody must drain it) and ``fds`` passed on."""
-    # stdin is a file, not a pipe: nothing to feed while it starts, nothing to block on.
-    with tempfile.TemporaryFile() as stdin:
-        stdin.write(stdin_data)
-        stdin.seek(0)
-        return spawn_child(
-            argv,
-            env=sandbox_env(workdir or "/tmp"),
-            stdin=stdin,
-            stdout=out,
-            cwd=workdir,
-            pass_fds=fds,
-            # None: the threads that start programs come and go (the signal follows the
-            # thread); a deadline ends the program, and bwrap dies with us.
-            death_signal=None,
-        )
 
 
 def output_tail(out: IO[bytes]) -> str:

@@ -23,15 +23,13 @@ redundant and removed). Three roles:
     exits when the calls end. All of this is the candidate's to subvert: the model's code runs
     in this very interpreter, so the other side trusts none of it.
 
-``server uid control`` (one process per batch of items: the tests' side)
+``server uid report control`` (one process per batch of items: the tests' side)
     drops to ``uid`` and waits on the socket ``control`` for items. Each message carries four
     descriptors (the job, the calls' write end, the answers' read end, the report pipe); the
     server forks a child for it and closes its own copies, so the child alone holds them. The
     child reads its job (``entry``, ``setup``, ``test``, ``limits``, ``alarm``), sets the
-    limits on itself (a fork's CPU time starts at zero) and runs :func:`run_tests`. Forking a
-    warm interpreter costs a millisecond or two, against ~17 ms of CPU for a fresh sandbox
-    and interpreter. Only dataset code ever runs in the server and its children: no model code
-    reaches them, only plain values. The server exits when the harness closes ``control``.
+    limits on itself (a fork's CPU time starts at zero) and runs :func:`run_tests`. The
+    server exits when the harness closes ``control``.
 
 :func:`run_tests` runs dataset code only: ``setup`` (HumanEval's prompt, whose helpers the
 tests may use), then ``test``, then ``check(candidate)``, where ``candidate`` (also bound to
@@ -79,7 +77,8 @@ def main() -> None:
     role = sys.argv[2]  # sys.argv[1] is the bootstrap's size, read by the stub
     if role == "server":
         sys.stdin.close()
-        serve_tests(int(sys.argv[4]), int(sys.argv[3]))
+        os.close(int(sys.argv[4]))  # its report pipe: the server reports nothing
+        serve_tests(int(sys.argv[5]), int(sys.argv[3]))
         return
     if role == "program":
         run_program(*(int(a) for a in sys.argv[3:10]))

@@ -11,18 +11,14 @@ ever reaches the tests (:mod:`agent2rl.sandbox.split_boot` runs both sides):
 
 * The **candidate process** runs the model's code (HumanEval: the prompt plus the completion;
   for a chat model, the prompt plus the code of its reply) and nothing else: neither the tests
-  nor the expected values are ever sent to it. It then serves calls to the entry point over a
-  pair of pipes, each call's arguments and each result one line of plain data
-  (:mod:`agent2rl.sandbox.wire`: a builtin type's subclass, such as an ``int`` whose ``__eq__``
-  always says yes, arrives as the plain value it holds). A result that is not plain data (a
-  generator, an object of the program's own class) fails the item, as does any
-  ``BaseException`` that is not an ``Exception``; an ``Exception`` comes back as its type
-  name and message.
+  nor the expected values are ever sent to it. It then answers calls to the entry point over
+  a pair of pipes, one line of plain data each way (:mod:`agent2rl.sandbox.wire`: a builtin
+  type's subclass, such as an ``int`` whose ``__eq__`` always says yes, arrives as the plain
+  value it holds; ``split_boot`` lists the answers that fail the item).
 * The **test process** runs the dataset's code only: the prompt (for the helpers its tests
   use, e.g. ``poly``), the tests, then ``check(candidate)``, where ``candidate`` is a stub
   that sends its arguments across and returns the decoded answer, or raises the candidate's
-  exception (as the builtin exception of that name, so tests that expect one still work). The
-  verdict is computed here and written to a pipe the candidate process never holds.
+  exception. The verdict is computed here and written to a pipe the candidate never holds.
 * The item **passes only if the test process ran** ``check()`` **to its end**. Whatever the
   candidate process does (exit early, hang, print, patch its own builtins, walk its own
   frames, fork, write on every file descriptor it has) it can only make its answers wrong,
@@ -59,7 +55,6 @@ import logging
 import math
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -80,20 +75,15 @@ from agent2rl.sandbox.programs import (
     Mode,
     Running,
     Status,
-    boot_argv,
-    boot_code,
     boot_source,
     cpu_count,
     exit_signal,
-    kill_tree,
     last_verdict,
     masked,
     one_line,
-    output_tail,
     pick_mode,
     probe_mode,
     signal_name,
-    spawn_boot,
 )
 from agent2rl.sandbox.wire import encode
 
@@ -190,40 +180,39 @@ class _TestServer:
         self.mode = mode
         self.lock = threading.Lock()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.workdir = None if mode.isolation == "bwrap" else tempfile.mkdtemp(prefix="a2t-")
-        # -S: the tests need no site-packages (dataset code and the standard library).
-        argv = boot_argv(["-I", "-S"], ["server", mode.uid, theirs.fileno()], mode)
-        self.out = tempfile.TemporaryFile()  # dataset code prints little; kept for a crash
         try:
-            self.proc = spawn_boot(argv, boot_code(), self.out, self.workdir, (theirs.fileno(),))
+            # -S: the tests need no site-packages (dataset code and the standard library).
+            fds, flags = (theirs.fileno(),), ("-I", "-S")
+            self.server = Running.start(["server", mode.uid], b"", fds, mode, "a2t-", flags)
         except BaseException:
-            self.close()
+            self.control.close()
             raise
         finally:
             theirs.close()
 
-    def submit(self, job: dict[str, object], calls_w: int, answers_r: int, report_w: int) -> None:
-        """Hand one item's tests to the server. Raises ``OSError`` if the server is gone."""
+    def submit(self, item: FunctionUnderTest, limits: ExecLimits, fds: tuple[int, ...]) -> None:
+        """Hand one item's tests to the server with ``fds`` (the calls' write end, the
+        answers' read end, the report pipe). Raises ``OSError`` if the server is gone."""
+        job = {
+            "entry": item.entry_point,
+            "setup": _text(item.setup),
+            "test": _text(item.test),
+            "limits": limits.rlimits(),
+            "alarm": 2 * math.ceil(limits.timeout_s) + 5,
+        }
         with tempfile.TemporaryFile() as data:
             data.write(encode(job).encode())
             data.seek(0)
-            fds = [data.fileno(), calls_w, answers_r, report_w]
             with self.lock:
-                socket.send_fds(self.control, [b"item"], fds)
+                socket.send_fds(self.control, [b"item"], [data.fileno(), *fds])
 
     def close(self) -> None:
         self.control.close()
-        proc = getattr(self, "proc", None)
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=2.0)  # it exits on the control socket's end
-            kill_tree(proc, sweep=self.mode.isolation != "bwrap")
-            if proc.returncode not in (0, None):
-                tail = output_tail(self.out)
-                log.error("the test server exited with status %s: %s", proc.returncode, tail)
-        self.out.close()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.server.proc.wait(timeout=2.0)  # it exits on the control socket's end
+        ended = self.server.stop(sweep=self.mode.isolation != "bwrap")
+        if ended.rc not in (0, None):  # its output is kept for this (dataset code prints little)
+            log.error("the test server exited with status %s: %s", ended.rc, ended.output)
 
 
 def _run(
@@ -235,19 +224,9 @@ def _run(
     candidate = None
     try:
         job = encode({"entry": item.entry_point, "code": _text(item.code)}).encode()
-        candidate = Running.start("candidate", job, (calls_r, answers_w), limits, mode, "a2c-")
-        server.submit(
-            {
-                "entry": item.entry_point,
-                "setup": _text(item.setup),
-                "test": _text(item.test),
-                "limits": limits.rlimits(),
-                "alarm": 2 * math.ceil(limits.timeout_s) + 5,
-            },
-            calls_w,
-            answers_r,
-            report_w,
-        )
+        args = ["candidate", *limits.rlimits(), mode.uid]
+        candidate = Running.start(args, job, (calls_r, answers_w), mode, "a2c-")
+        server.submit(item, limits, (calls_w, answers_r, report_w))
     except BaseException:
         os.close(report_r)
         if candidate is not None:
