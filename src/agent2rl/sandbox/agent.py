@@ -31,8 +31,7 @@ from agent2rl.sandbox.bwrap import SYSTEM_DIRS, SandboxSpec, gpu_devices, python
 #: concurrent runs' agents are different users (and RLIMIT_NPROC counts one run's processes)
 AGENT_UID_BASE = 61000
 AGENT_UID_SPAN = 4000
-#: the size of the agent's /tmp when it is a tmpfs (memory): only when its workspace has no
-#: :data:`AGENT_TMP` folder to show as /tmp instead
+#: the size of the agent's /tmp when it is a tmpfs (memory; see :func:`agent_sandbox`)
 AGENT_TMP_BYTES = 1 << 30
 #: the workspace folder a run names as the agent's ``TMPDIR`` (``agent2rl.workspace``) and
 #: the sandbox shows as its ``/tmp``: what the agent leaves in either is on disk under the
@@ -83,12 +82,10 @@ def identity_files(user: AgentUser, home: Path, out_dir: Path) -> list[tuple[Pat
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
     group = f"root:x:0:\n{user.name}:x:{user.gid}:\nnogroup:x:65534:\n"
-    files = []
     for name, text in (("passwd", passwd), ("group", group)):
         (out_dir / name).write_text(text)
         (out_dir / name).chmod(0o644)
-        files.append((out_dir / name, Path("/etc") / name))
-    return files
+    return [(out_dir / name, Path("/etc") / name) for name in ("passwd", "group")]
 
 
 def agent_sandbox(

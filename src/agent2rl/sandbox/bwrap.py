@@ -225,13 +225,8 @@ def python_ro_binds() -> list[Path]:
     outer bind already shows it; missing paths are dropped.
     """
     exe = Path(sys.executable)
-    candidates = [
-        Path(sys.prefix),
-        Path(sys.base_prefix),
-        Path(sys.exec_prefix),
-        exe.parent.resolve(),
-        exe.resolve().parent,
-    ]
+    prefixes = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    candidates = [*prefixes, exe.parent.resolve(), exe.resolve().parent]
     unique = sorted({Path(os.path.abspath(p)) for p in candidates if p.exists()})
     # Sorted order puts a parent before its children, so one pass keeps only the outermost.
     kept: list[Path] = []

@@ -427,9 +427,8 @@ async def _resolve(host: str, port: int) -> tuple[list[str], str | None]:
     refused when any of its addresses is loopback or unspecified."""
     with contextlib.suppress(ValueError):
         return [str(ipaddress.ip_address(host))], None
-    loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         return [], f"{host} does not resolve"
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))

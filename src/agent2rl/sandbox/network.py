@@ -23,10 +23,10 @@ Threat model (an agent that wants to reach the outside, e.g. to download a test 
   to one fixed host port. Abstract UNIX sockets of the host are out of reach too (they belong to
   the network namespace).
 - not enforced here: what a bridged service does with a request (the services authenticate the
-  agent with their own tokens), nor what an allowlisted host serves (see the egress proxy's).
-- the agent may kill its own forwarder (:mod:`~agent2rl.sandbox.netbridge`). It may open many
-  connections: each bridge caps them (``max_connections``), so the harness's file descriptors
-  are not exhausted.
+  agent with their own tokens), nor what an allowlisted host serves (see the egress proxy).
+- the agent may kill its own forwarder: that cuts only itself off from its services. It may
+  open many connections: each bridge caps them (``max_connections``), so the harness's file
+  descriptors are not exhausted.
 - the bridge adds no authentication: any process in the sandbox reaches every bridged port, as
   any process on the host's loopback could before.
 - filesystem paths are the other way out: a UNIX socket bound into the sandbox is a channel.
@@ -77,14 +77,12 @@ class ServiceBridge:
     """The host's end of the bridge: ``sock_dir/PORT.sock`` for each of ``ports``, each
     connection to it forwarded to the host's ``127.0.0.1:PORT``.
 
-    Runs an asyncio loop in one daemon thread; :meth:`start` returns once every socket
-    listens, :meth:`stop` closes the listeners and every open connection, joins the thread and
-    removes the socket files. Usable as a context manager. ``sock_dir`` is created (mode 0755)
-    and the sockets are made connectable by any user (0666), since the agent may run as an
-    unprivileged user. A connection beyond ``max_connections`` open at once, or to a port where
-    nothing listens, is closed at once: the agent sees its connection reset, as it would from a
-    dead service. Socket paths longer than ``sun_path`` allows are bound through
-    ``/proc/self/fd``; the path inside the sandbox is always short.
+    Runs an asyncio loop in one daemon thread; usable as a context manager. ``sock_dir`` is
+    created (mode 0755) and the sockets are made connectable by any user (0666), since the
+    agent may run as an unprivileged user. A connection beyond ``max_connections`` open at
+    once, or to a port where nothing listens, is closed at once: the agent sees its connection
+    reset, as it would from a dead service. Socket paths longer than ``sun_path`` allows are
+    bound through ``/proc/self/fd``; the path inside the sandbox is always short.
     """
 
     def __init__(
@@ -134,7 +132,8 @@ class ServiceBridge:
             raise
 
     def stop(self) -> None:
-        """Close everything and join the thread; idempotent."""
+        """Close the listeners and every open connection, join the thread and remove the
+        socket files; idempotent."""
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return

@@ -238,7 +238,6 @@ def run_programs(
     """
     if not sources:
         return []
-    n = workers or cpu_count()
     probe_mode()  # probe the sandbox once, before the threads race to do it
 
     def one(i: int) -> ExecResult:
@@ -247,7 +246,7 @@ def run_programs(
             on_done(i, result)
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, min(n, len(sources)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(workers or cpu_count(), len(sources)))) as pool:
         return list(pool.map(one, range(len(sources))))
 
 
@@ -262,7 +261,7 @@ def _run(source: str, limits: ExecLimits, mode: Mode, started: float) -> ExecRes
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        ended = box.stop(sweep=True)
+        ended = box.stop()
     seconds = time.monotonic() - started
     lines = [r[len(tag) + 1 :] for r in ended.reports if r.startswith(tag + " ")]
     return _judge(lines, ended.output, ended.rc, timed_out, limits, mode, seconds)
@@ -333,43 +332,34 @@ class Running:
             os.close(report_w)
         return cls(proc, out, report_r, workdir)
 
-    def stop(self, sweep: bool) -> Ended:
+    def stop(self) -> Ended:
         """Kill what is left of the process (:func:`kill_tree`), reap it, and collect what
         it left."""
         early = self.proc.poll() is not None
-        kill_tree(self.proc, sweep=sweep)
+        kill_tree(self.proc, sweep=self.workdir is not None)  # a workdir: the rlimits mode
         try:
-            output = output_tail(self.out)
-            reports = read_available(self.report_r).splitlines()
+            self.out.seek(0, os.SEEK_END)
+            self.out.seek(max(0, self.out.tell() - OUTPUT_TAIL))
+            output = self.out.read().decode("utf-8", "replace")
+            # What the pipe holds now, without waiting for an EOF that an escaped child could
+            # hold off (the reports are a few hundred bytes, far below a pipe's buffer).
+            os.set_blocking(self.report_r, False)
+            reports = b""
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(self.report_r, 65536):
+                    reports += chunk
         finally:
             self.out.close()
             os.close(self.report_r)
             if self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
-        return Ended(self.proc.returncode, reports, output.strip("\n"), early)
-
-
-def output_tail(out: IO[bytes]) -> str:
-    """The last :data:`OUTPUT_TAIL` bytes of the file ``out``, decoded."""
-    out.seek(0, os.SEEK_END)
-    out.seek(max(0, out.tell() - OUTPUT_TAIL))
-    return out.read().decode("utf-8", "replace")
+        lines = reports.decode("utf-8", "replace").splitlines()
+        return Ended(self.proc.returncode, lines, output.strip("\n"), early)
 
 
 def last_verdict(reports: list[str]) -> str:
     """The last report line other than ``started`` (empty when there is none)."""
     return next((r for r in reversed(reports) if r != "started"), "")
-
-
-def read_available(fd: int) -> str:
-    """What the pipe holds now, without waiting for an EOF that an escaped child could hold
-    off (the bootstrap's reports are a few hundred bytes, far below a pipe's buffer)."""
-    os.set_blocking(fd, False)
-    data = b""
-    with contextlib.suppress(BlockingIOError):
-        while chunk := os.read(fd, 65536):
-            data += chunk
-    return data.decode("utf-8", "replace")
 
 
 def _judge(
@@ -412,14 +402,11 @@ def exit_signal(rc: int, mode: Mode) -> int:
     return -rc if rc < 0 else rc - 128 if mode.isolation == "bwrap" and rc > 128 else 0
 
 
-def kill_tree(proc: subprocess.Popen[bytes], sweep: bool = True) -> None:
+def kill_tree(proc: subprocess.Popen[bytes], sweep: bool) -> None:
     """SIGKILL the program's process group and, with ``sweep``, every descendant still there,
-    then reap.
-
-    Under bwrap, killing bwrap is enough (the sandbox's pid namespace dies with it), so a
-    caller that knows it ran bwrap may skip the sweep, which walks the whole process table;
-    the sweep is for the rlimits mode, where a child may have left the group.
-    """
+    then reap. Under bwrap, killing bwrap is enough (the sandbox's pid namespace dies with it);
+    the sweep, which walks the whole process table, is for the rlimits mode, where a child may
+    have left the group."""
     descendants = []
     if sweep:
         with contextlib.suppress(psutil.Error):

@@ -24,7 +24,8 @@ redundant and removed). Three roles:
     in this very interpreter, so the other side trusts none of it.
 
 ``server uid report control`` (one process per batch of items: the tests' side)
-    drops to ``uid`` and waits on the socket ``control`` for items. Each message carries four
+    closes ``report`` (it reports nothing: the harness starts every role with one), drops to
+    ``uid`` and waits on the socket ``control`` for items. Each message carries four
     descriptors (the job, the calls' write end, the answers' read end, the report pipe); the
     server forks a child for it and closes its own copies, so the child alone holds them. The
     child reads its job (``entry``, ``setup``, ``test``, ``limits``, ``alarm``), sets the
@@ -77,7 +78,7 @@ def main() -> None:
     role = sys.argv[2]  # sys.argv[1] is the bootstrap's size, read by the stub
     if role == "server":
         sys.stdin.close()
-        os.close(int(sys.argv[4]))  # its report pipe: the server reports nothing
+        os.close(int(sys.argv[4]))
         serve_tests(int(sys.argv[5]), int(sys.argv[3]))
         return
     if role == "program":

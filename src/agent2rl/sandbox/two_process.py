@@ -142,7 +142,6 @@ def check_functions(
     if not items:
         return []
     limits = limits or ExecLimits()
-    n = workers or cpu_count()
     try:
         probe_mode()  # probe the sandbox once, before the threads race to do it
         chosen = masked(pick_mode(mode), hide)
@@ -166,7 +165,7 @@ def check_functions(
 
     with (
         contextlib.closing(server),
-        ThreadPoolExecutor(max_workers=max(1, min(n, len(items)))) as pool,
+        ThreadPoolExecutor(max_workers=max(1, min(workers or cpu_count(), len(items)))) as pool,
     ):
         return list(pool.map(one, range(len(items))))
 
@@ -177,13 +176,12 @@ class _TestServer:
     socket, on which the server exits, and kills what is left of it."""
 
     def __init__(self, mode: Mode) -> None:
-        self.mode = mode
         self.lock = threading.Lock()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             # -S: the tests need no site-packages (dataset code and the standard library).
-            fds, flags = (theirs.fileno(),), ("-I", "-S")
-            self.server = Running.start(["server", mode.uid], b"", fds, mode, "a2t-", flags)
+            args = ["server", mode.uid]
+            self.server = Running.start(args, b"", (theirs.fileno(),), mode, "a2t-", ("-I", "-S"))
         except BaseException:
             self.control.close()
             raise
@@ -210,7 +208,7 @@ class _TestServer:
         self.control.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.server.proc.wait(timeout=2.0)  # it exits on the control socket's end
-        ended = self.server.stop(sweep=self.mode.isolation != "bwrap")
+        ended = self.server.stop()
         if ended.rc not in (0, None):  # its output is kept for this (dataset code prints little)
             log.error("the test server exited with status %s: %s", ended.rc, ended.output)
 
@@ -230,7 +228,7 @@ def _run(
     except BaseException:
         os.close(report_r)
         if candidate is not None:
-            candidate.stop(sweep=mode.isolation != "bwrap")
+            candidate.stop()
         raise
     finally:
         # Only the two sides hold the pipes now, so each sees the other's end close.
@@ -246,8 +244,7 @@ def _run(
         with contextlib.suppress(subprocess.TimeoutExpired):
             candidate.proc.wait(timeout=_EXIT_GRACE_S)
     # Killing the candidate also ends a test child still waiting on it (at the deadline).
-    ended = candidate.stop(sweep=mode.isolation != "bwrap")
-    return _judge(reports, ended, timed_out, limits, mode, seconds)
+    return _judge(reports, candidate.stop(), timed_out, limits, mode, seconds)
 
 
 def _await_verdict(report_r: int, deadline: float) -> tuple[list[str], bool]:
