@@ -51,6 +51,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -253,15 +254,13 @@ def git_objects(git_dir: Path, max_bytes: int) -> Iterator[tuple[str, bytes, boo
                 data = out.read(want) if want > 0 else b""
                 if len(data) < want:
                     break  # git stopped mid-object: its exit status says why
-                if want < size:  # the bound: this object is cut, the rest not read
-                    cut = True
-                    if kind != "tree":
-                        yield f"{kind} {sha}", data, True
+                cut = want < size  # at the bound: this object is cut, the rest not read
+                if kind != "tree":
+                    yield f"{kind} {sha}", data, cut
+                if cut:
                     break
                 out.read(1)  # the newline after the content
                 left -= size
-                if kind != "tree":
-                    yield f"{kind} {sha}", data, False
             finished = True
         finally:
             timer.cancel()
@@ -282,22 +281,17 @@ def scan_repository(git_dir: Path, index: PrivateIndex, max_bytes: int) -> FileS
     batches (one match per batch; the batch's objects are told apart by offset). A git
     failure is the scan's ``skipped`` (``unreadable: ...``)."""
     scan = FileScan(Path(git_dir))
-    batch: list[bytes] = []
-    starts: list[int] = []
-    names: list[str] = []
+    batch: list[tuple[str, bytes]] = []  # (member, data) of the small text objects
     size = 0
 
     def flush() -> None:
-        nonlocal size
         if batch:
-            block = b"\n\n".join(batch)
+            block = b"\n\n".join(data for _, data in batch)
+            starts = list(accumulate((len(data) + 2 for _, data in batch), initial=0))
             for item, span in index.match_block(block).items():
-                owner = names[bisect.bisect_right(starts, span[0]) - 1]
+                owner = batch[bisect.bisect_right(starts, span[0]) - 1][0]
                 scan.hits.setdefault(item, (owner, snippet(block, span)))
         batch.clear()
-        starts.clear()
-        names.clear()
-        size = 0
 
     try:
         for member, data, cut in git_objects(git_dir, max_bytes):
@@ -312,12 +306,11 @@ def scan_repository(git_dir: Path, index: PrivateIndex, max_bytes: int) -> FileS
                         where = member + (f"/{inner}" if inner and inner[0] != "(" else "")
                         match_content(scan, where, content, index)
                 continue
-            starts.append(size)
-            names.append(member)
-            batch.append(data)
+            batch.append((member, data))
             size += len(data) + 2
             if size >= BLOCK_BYTES:
                 flush()
+                size = 0
         flush()
     except (GitReadError, OSError) as err:
         scan.errors.append(f"git objects not read: {err}"[:300])
@@ -554,11 +547,8 @@ def _strings(value: Any) -> Iterator[str]:
     """Every string inside ``value`` (dicts and lists walked)."""
     if isinstance(value, str):
         yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
+    elif isinstance(value, dict | list | tuple):
+        for v in value.values() if isinstance(value, dict) else value:
             yield from _strings(v)
 
 
@@ -633,7 +623,27 @@ def check_run(
     default.
     """
     try:
-        return _check_run(paths, task, prepared, egress_log, n)
+        started = time.time()
+        texts = private_texts(task, prepared)
+        index = PrivateIndex.build(texts, public_texts(task, prepared), n=n)
+        if egress_log is None and (paths.record / EGRESS_LOG).is_file():
+            egress_log = paths.record / EGRESS_LOG
+        report = scan_workspace(
+            paths.workspace,
+            index,
+            egress_log,
+            task=task.name,
+            fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
+            extra_roots=staged_roots(paths),
+        )
+        if (paths.record / PROVIDER_TOOLS_LOG).is_file():
+            report.egress = report.egress or EgressSummary(log=None)
+            sources = DATASET_SOURCES.get(task.name, ())
+            read_provider_tool_log(paths.record / PROVIDER_TOOLS_LOG, sources, report.egress)
+            report.flagged = report.flagged or bool(report.egress.flagged_urls)
+        report.seconds = round(time.time() - started, 3)
+        write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
+        return report
     except Exception as err:
         record_check_failure(paths, task.name, err)
         raise
@@ -662,35 +672,6 @@ def record_check_failure(paths: RunPaths, task: str | None, err: BaseException) 
         write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
     except Exception:  # noqa: BLE001 - no report at all reads as unchecked too
         pass
-
-
-def _check_run(
-    paths: RunPaths,
-    task: Task,
-    prepared: PreparedTask,
-    egress_log: Path | None,
-    n: int,
-) -> ContaminationReport:
-    started = time.time()
-    index = PrivateIndex.build(private_texts(task, prepared), public_texts(task, prepared), n=n)
-    if egress_log is None and (paths.record / EGRESS_LOG).is_file():
-        egress_log = paths.record / EGRESS_LOG
-    report = scan_workspace(
-        paths.workspace,
-        index,
-        egress_log,
-        task=task.name,
-        fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
-        extra_roots=staged_roots(paths),
-    )
-    if (paths.record / PROVIDER_TOOLS_LOG).is_file():
-        report.egress = report.egress or EgressSummary(log=None)
-        sources = DATASET_SOURCES.get(task.name, ())
-        read_provider_tool_log(paths.record / PROVIDER_TOOLS_LOG, sources, report.egress)
-        report.flagged = report.flagged or bool(report.egress.flagged_urls)
-    report.seconds = round(time.time() - started, 3)
-    write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
-    return report
 
 
 def read_contamination(paths: RunPaths) -> ContaminationReport | None:

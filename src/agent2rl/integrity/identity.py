@@ -375,15 +375,11 @@ def _compare_weights(sub_dir: Path, base_dir: Path, tie: bool, report: IdentityR
         )
     stats: list[TensorStat] = []
     with ExitStack() as stack:
-        opened: dict[Path, Any] = {}
-
-        def handle(f: Path) -> Any:
-            if f not in opened:
-                opened[f] = stack.enter_context(safe_open(f, framework="pt"))
-            return opened[f]
-
+        # _tensor_files opened every file already: opening them all up front fails no new way
+        files = {*sub_files.values(), *base_files.values()}
+        opened = {f: stack.enter_context(safe_open(f, framework="pt")) for f in files}
         for sub_name, base_name in sorted(pairs.items()):
-            s, b = handle(sub_files[sub_name]), handle(base_files[base_name])
+            s, b = opened[sub_files[sub_name]], opened[base_files[base_name]]
             shape = list(s.get_slice(sub_name).get_shape())
             base_shape = list(b.get_slice(base_name).get_shape())
             if shape != base_shape:

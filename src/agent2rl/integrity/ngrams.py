@@ -71,15 +71,13 @@ _P_WORD = _U64(0x9E3779B97F4A7C15)
 
 # A byte's class: 0 separator, 1 word byte. ASCII letters and digits, and bytes >= 0x80.
 _WORD_BYTE = np.zeros(256, dtype=bool)
-for _c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789":
-    _WORD_BYTE[_c] = True
+_WORD_BYTE[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")] = True
 _WORD_BYTE[0x80:] = True
 # A byte's value in a word's hash: its lowercase, plus one (so that no byte is worth zero).
 _VALUE = np.arange(1, 257, dtype=np.uint64)
 _VALUE[ord("A") : ord("Z") + 1] += 32
 _ESCAPED = np.zeros(256, dtype=bool)
-for _c in b"nrtbf\"/\\'":
-    _ESCAPED[_c] = True
+_ESCAPED[list(b"nrtbf\"/\\'")] = True
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

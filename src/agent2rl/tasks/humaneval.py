@@ -158,13 +158,8 @@ class HumanEval(Task):
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
         if not all((prepared.split(s) / f).exists() for s, f in self.splits.files.items()):
-            parts = dict(
-                zip(
-                    ("public", "validation", "private"),
-                    split_problems(load_problems()),
-                    strict=True,
-                )
-            )
+            public, validation, private = split_problems(load_problems())
+            parts = {"public": public, "validation": validation, "private": private}
             for split, name in self.splits.files.items():
                 write_jsonl(prepared.split(split) / name, parts[split])
         if self.config.public == "reference":

