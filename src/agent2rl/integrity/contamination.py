@@ -487,14 +487,12 @@ def _fetch_name(row: dict[str, Any]) -> str | None:
     """A name proxy's log row as one name: ``pypi:project==version/file`` (a page:
     ``pypi:project``) or ``hub:kind:repo[/file]``; None for a row that names nothing."""
     if "project" in row:
-        name = f"pypi:{row['project']}"
-        if row.get("version"):
-            name += f"=={row['version']}"
-        return name + (f"/{row['file']}" if row.get("file") else "")
-    if row.get("repo"):
+        name = f"pypi:{row['project']}" + (f"=={row['version']}" if row.get("version") else "")
+    elif row.get("repo"):
         name = f"hub:{row.get('repo_type') or 'model'}:{row['repo']}"
-        return name + (f"/{row['file']}" if row.get("file") else "")
-    return None
+    else:
+        return None
+    return name + (f"/{row['file']}" if row.get("file") else "")
 
 
 def read_fetch_logs(

@@ -637,15 +637,11 @@ def file_texts(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Iterator[tuple[st
         head = fh.read(512)
     try:
         yield from _members(path, head, max_bytes)
+        return
     except _Partial as err:
         yield f"(decoded until {err})", err.data, False
-        yield from _raw(path, max_bytes)
     except _FORMAT_ERRORS as err:  # the archive's own structure is corrupt
         yield f"(not decoded: {type(err).__name__})", b"", False
-        yield from _raw(path, max_bytes)
-
-
-def _raw(path: Path, max_bytes: int) -> Iterator[tuple[str, bytes, bool]]:
     with path.open("rb") as fh:
         data, cut = _read_bounded(fh, max_bytes)
     yield "(raw)", data, cut

@@ -55,7 +55,7 @@ from agent2rl.scoring.judges.win_rates import read_df_gamed
 from agent2rl.scoring.llm_client import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared.store import building, read_rows
@@ -467,7 +467,6 @@ class AlpacaEval(Task):
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
-        sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
         fmt = self.prompt_format(prepared)
         metric = (
             "the **length-controlled (LC) win rate** against the reference, AlpacaEval 2.0's "
@@ -513,10 +512,7 @@ strong reference answer (GPT-4-turbo's) and says which it prefers.
         }) and their reference answers are
   never shown to you; the grading service generates your model's answers and has them judged.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / SPLIT_FILES["public"])}
 
 ## How your model is evaluated
 {fmt.describe()}

@@ -17,7 +17,6 @@ reach."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from agent2rl.dataset import PreparedTask
 from agent2rl.files import write_jsonl
 from agent2rl.scoring import FinalAnswer
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.gsm8k import GSM8K_SPLITS
 from agent2rl.tasks.registry import task
 
@@ -187,7 +186,6 @@ class ArithLite(Task):
         return FinalAnswer()
 
     def description(self, prepared: PreparedTask) -> str:
-        sample = json.loads((prepared.public / "train.jsonl").open().readline())
         tiers = "\n".join(f"  - tier {k}: {what}" for k, what in TIERS.items())
         return f"""# Task: arith-lite (level 1, rule-based reward)
 
@@ -202,10 +200,7 @@ Improve the base model's accuracy on arithmetic word problems written in GSM8K's
 - The held-out test set ({TEST_SIZE} problems of the same kinds, {TEST_SIZE // 3} per tier) is
   never shown to you; the grading service scores your submissions on it.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / "train.jsonl")}
 
 ## How your model is evaluated
 {FORMAT.describe()}

@@ -46,10 +46,7 @@ def render_docs(text: str) -> str:
     without its end."""
     out: list[str] = []
     rest = text
-    while True:
-        start = rest.find("<!-- task-options: ")
-        if start < 0:
-            return "".join(out) + rest
+    while (start := rest.find("<!-- task-options: ")) >= 0:
         head_end = rest.index("-->", start) + 3
         name = rest[start + len("<!-- task-options: ") : head_end - 3].strip()
         stop = rest.find(END, head_end)
@@ -58,6 +55,7 @@ def render_docs(text: str) -> str:
         table = options_markdown(TASKS[name].Options)  # type: ignore[attr-defined]
         out.append(rest[:start] + BEGIN.format(name=name) + "\n" + table + "\n")
         rest = rest[stop:]
+    return "".join(out) + rest
 
 
 def sync_docs(folder: Path, write: bool) -> list[Path]:

@@ -37,7 +37,7 @@ from agent2rl.files import read_jsonl, write_json_atomic, write_jsonl
 from agent2rl.scoring import FinalAnswer, OpenCompassGsm8k
 from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared import opencompass
@@ -291,7 +291,6 @@ class Gsm8k(Task):
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
-        sample = json.loads((prepared.public / "train.jsonl").open().readline())
         fmt = self.prompt_format(prepared)
         n_train = count_lines(prepared.public / "train.jsonl")
         return f"""# Task: gsm8k (level 1, rule-based reward)
@@ -306,10 +305,7 @@ steps of reasoning.
 - The held-out test set ({manifest["test"]} problems) is never shown to you; the grading
   service scores your submissions on it.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / "train.jsonl")}
 
 ## How your model is evaluated
 {fmt.describe()}

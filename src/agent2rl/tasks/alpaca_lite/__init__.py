@@ -20,7 +20,6 @@ judge's weights carry no task data."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.alpaca_lite.data import KINDS, generate_items
 from agent2rl.tasks.alpacaeval import OWN_LLM_NOTE, SPLIT_FILES, SPLITS, judged_row
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 
@@ -195,7 +194,6 @@ class AlpacaLite(Task):
         return RAW
 
     def description(self, prepared: PreparedTask) -> str:
-        sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
         fmt = self.prompt_format(prepared)
         kinds = ", ".join(KINDS)
         return f"""# Task: alpaca-lite (level 2, judge-based reward)
@@ -212,10 +210,7 @@ reference answer and says which it prefers.
   their reference answers are never shown to you; the grading service generates your
   model's answers and has them judged.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / SPLIT_FILES["public"])}
 
 ## How your model is evaluated
 {fmt.describe()}
