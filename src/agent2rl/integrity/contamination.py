@@ -29,9 +29,10 @@ judges those names: a fetch the task's deny list refused (``allowed`` false: the
 for the grader's own parts) and an allowed fetch whose name names a dataset source (a mirror
 under another org) are both flagged; every file fetched is listed.
 
-:func:`check_run` is the end-of-run entry point: it builds the index from the task's private
-and public splits, scans the run's workspace, its code snapshots (``record/code.git``) and
-the grader's staged submission copies, the egress log and the name proxies' logs, and writes
+:func:`check_run` is the end-of-run entry point: it indexes the task's private split against
+its public one, scans the run's workspace, its code snapshots (``record/code.git``), the
+grader's staged submission copies (:func:`staged_roots`), the egress log, the name proxies'
+logs and the LLM provider's tool log (:func:`read_provider_tool_log`), and writes
 ``record/contamination.json``. Every git repository met has its objects read through git
 (:func:`git_objects`: a file committed and deleted is still there). The check fails closed:
 what it could not read (a file or folder the system refused, a repository git could not
@@ -80,7 +81,7 @@ if TYPE_CHECKING:  # a type only: integrity reads a task through the methods it 
 
 #: where :func:`check_run` writes its report, under the run's ``record/``
 CONTAMINATION_FILE = "contamination.json"
-#: the egress log :func:`check_run` reads when none is given, under the run's ``record/``
+#: the egress log :func:`check_run` reads, under the run's ``record/``
 EGRESS_LOG = "egress.jsonl"
 #: the name proxies' logs :func:`check_run` reads, under the run's ``record/``
 FETCH_LOGS = (PACKAGE_LOG, HUB_LOG)
@@ -522,13 +523,11 @@ def read_fetch_logs(
 def read_provider_tool_log(
     log: Path, sources: tuple[str, ...], summary: EgressSummary
 ) -> EgressSummary:
-    """Add the LLM provider's own web use to ``summary``: each search query or URL the
-    metering proxy recorded (``record/provider_tools.jsonl``,
-    :mod:`agent2rl.metering.provider_tools`) is listed as ``llm:<tool>:<query or URL>``, and
-    flagged (in ``flagged_urls``) when it names one of ``sources`` (compared with punctuation
-    removed), whether the proxy let it through or refused it: either way the agent went for
-    the test set. A declared tool without a query or URL is not listed. A missing log adds
-    nothing."""
+    """Add the LLM provider's own web use (``record/provider_tools.jsonl``,
+    :mod:`agent2rl.metering.provider_tools`) to ``summary``: each search query or URL is listed
+    as ``llm:<tool>:<query or URL>`` (a tool without either is not), and flagged when it names
+    one of ``sources``, let through or refused: either way the agent went for the test set. A
+    missing log adds nothing."""
     for row in read_tool_uses(log):
         what = row.get("url") or row.get("query")
         if not isinstance(what, str) or not what:
@@ -598,38 +597,26 @@ def public_texts(task: Task, prepared: PreparedTask) -> Iterator[str | bytes]:
             yield Path(source).read_bytes()
 
 
-def check_run(
-    paths: RunPaths,
-    task: Task,
-    prepared: PreparedTask,
-    egress_log: Path | None = None,
-    n: int = DEFAULT_N,
-) -> ContaminationReport:
-    """The contamination check of a finished run (see the module docstring): index ``task``'s
-    private split against its public one, scan ``paths.workspace`` and :func:`staged_roots`,
-    the egress log (``egress_log``, else ``record/egress.jsonl`` when it exists), the name
-    proxies' logs and the LLM provider's tool log (:func:`read_provider_tool_log`), write
-    ``record/contamination.json`` atomically and return the report. The agent's ``/tmp`` is
-    scanned with the workspace: it is the workspace's ``.tmp`` (its ``TMPDIR`` too; files
-    listed as ``.tmp/...``). Under ``--sandbox none`` only ``TMPDIR`` is: a literal ``/tmp``
-    path there is the host's own, shared with every other process, and is not scanned.
+def check_run(paths: RunPaths, task: Task, prepared: PreparedTask) -> ContaminationReport:
+    """The contamination check of a finished run (see the module docstring; n-grams of
+    :data:`~agent2rl.integrity.ngrams.DEFAULT_N` words), written atomically to
+    ``record/contamination.json``. The agent's ``/tmp`` is the workspace's ``.tmp``
+    (its ``TMPDIR`` too; files listed as ``.tmp/...``), scanned with it; under ``--sandbox
+    none`` a literal ``/tmp`` path is the host's own, shared with every process, and is not.
 
-    Call it after the agent has stopped (the workspace no longer changes). It reads the
-    private split, so it runs in the harness, never where the agent could see its output.
-    If the check fails, an ``unchecked`` report naming the error is written
-    (:func:`record_check_failure`) before the error propagates: a run is never clean by
-    default.
+    Call it after the agent has stopped (the workspace no longer changes); it reads the
+    private split, so it runs in the harness, never where the agent could see its output. A
+    failing check writes an ``unchecked`` report naming the error
+    (:func:`record_check_failure`) before the error propagates: never clean by default.
     """
     try:
         started = time.time()
-        texts = private_texts(task, prepared)
-        index = PrivateIndex.build(texts, public_texts(task, prepared), n=n)
-        if egress_log is None and (paths.record / EGRESS_LOG).is_file():
-            egress_log = paths.record / EGRESS_LOG
+        index = PrivateIndex.build(private_texts(task, prepared), public_texts(task, prepared))
+        egress_log = paths.record / EGRESS_LOG
         report = scan_workspace(
             paths.workspace,
             index,
-            egress_log,
+            egress_log if egress_log.is_file() else None,
             task=task.name,
             fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
             extra_roots=staged_roots(paths),

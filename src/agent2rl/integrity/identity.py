@@ -358,8 +358,7 @@ def _compare_tensor(
 
 def _compare_weights(sub_dir: Path, base_dir: Path, tie: bool, report: IdentityReport) -> None:
     sub_files, base_files = _tensor_files(sub_dir), _tensor_files(base_dir)
-    names = sorted(set(sub_files) & set(base_files))
-    pairs = {n: n for n in names}
+    pairs = {n: n for n in set(sub_files) & set(base_files)}
     # A tied-embedding base stores no lm_head; a submission saved untied compares its head
     # with the base's embedding it was tied to.
     if tie and "lm_head.weight" in sub_files and "lm_head.weight" not in base_files:

@@ -301,9 +301,8 @@ def write_store(
 def download(root: Path) -> str:
     """Fetch ``alpaca_eval_gpt4_baseline.json`` and ``df_gamed.csv`` (``huggingface_hub``) and
     ``tatsu-lab/alpaca`` (``datasets``) from the hub into ``root``; :class:`UserError` naming
-    the offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here: without
-    it the default ``metric=lc`` is refused at run time (``metric=raw`` scores the raw win
-    rate)."""
+    the offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here
+    (:meth:`AlpacaEval.metric`)."""
     fix = (
         "On a machine without network, fetch them elsewhere and run: agent2rl data import "
         f"alpacaeval DIR (DIR holding {EVAL_FILE}, optionally {GAMED_FILE}, and the Alpaca rows)"
@@ -467,7 +466,6 @@ class AlpacaEval(Task):
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
-        fmt = self.prompt_format(prepared)
         metric = (
             "the **length-controlled (LC) win rate** against the reference, AlpacaEval 2.0's "
             "headline metric: a logistic model of the judge's preferences that predicts the "
@@ -515,7 +513,7 @@ strong reference answer (GPT-4-turbo's) and says which it prefers.
 {example_block(prepared.public / SPLIT_FILES["public"])}
 
 ## How your model is evaluated
-{fmt.describe()}
+{self.prompt_format(prepared).describe()}
 {base_line}
 {judge_line}
 - Score: {metric}, in percent (50 = as good as the reference).

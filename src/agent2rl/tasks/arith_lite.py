@@ -4,11 +4,8 @@ Problems are generated from fixed seeds: a public train split of 5,000 items, a 
 split of 300 items and a validation split of 300 (the harness's own, never graded or shown),
 disjoint by question text. Each answer is a one-line worked step and the final answer after
 ``####``, like GSM8K. Grading extracts the final number and compares it with
-:func:`agent2rl.scoring.answers_match`.
-
-Problems come in three difficulty tiers (:data:`TIERS`: one-digit operands, a two-digit and a
-one-digit, two two-digit) and every split cycles through them, so the graded split spans
-them equally and the public split labels each row with its ``tier``: the material for a
+:func:`agent2rl.scoring.answers_match`. Every split cycles through three difficulty tiers
+(:data:`TIERS`), and the public split labels each row with its ``tier``: the material for a
 curriculum, easy problems first.
 
 The private split is reproducible from this source by design (the lite track must run

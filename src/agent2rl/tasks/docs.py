@@ -1,7 +1,5 @@
 """The task pages' option tables, generated from each task's options dataclass
-(:mod:`agent2rl.tasks.options`), so that they are never written by hand.
-
-A page marks where a task's table goes::
+(:mod:`agent2rl.tasks.options`), never written by hand. A page marks where a task's table goes::
 
     <!-- task-options: webshop-lite -->
     <!-- /task-options -->

@@ -22,8 +22,7 @@ others, go in the subclass's ``__post_init__`` (frozen: set a derived value with
 ``object.__setattr__``); it raises :class:`~agent2rl.errors.UserError` for a bad value.
 
 From the same declaration come the CLI's help (``agent2rl tasks TASK``) and the options
-tables of the task pages in ``docs/tasks/`` (:mod:`agent2rl.tasks.docs`: ``python -m
-agent2rl.tasks.docs`` rewrites them, and a test fails while they differ)."""
+tables of the task pages in ``docs/tasks/`` (:mod:`agent2rl.tasks.docs`)."""
 
 from __future__ import annotations
 

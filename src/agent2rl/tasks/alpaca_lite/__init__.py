@@ -10,12 +10,9 @@ output, x 100).
 
 Validation: 100 more instructions of the same kinds (the harness's own, never graded or
 shown). Public: 2,000 instruction / response pairs whose responses are complete, correct
-sentences (never a graded or validation instruction). A model that learns to answer in
-such sentences beats the weak references; the built-in ``tiny`` model, untrained, writes
-noise and loses to them.
-
-The data is generated from fixed seeds (the lite track runs offline and identically
-everywhere); the sandbox keeps the harness source out of the agent's reach, and the
+sentences (never a graded or validation instruction); the built-in ``tiny`` model, untrained,
+writes noise and loses to the weak references. The data come from fixed seeds (the lite
+track runs offline); the sandbox keeps the harness source out of the agent's reach, and the
 judge's weights carry no task data."""
 
 from __future__ import annotations
@@ -194,7 +191,6 @@ class AlpacaLite(Task):
         return RAW
 
     def description(self, prepared: PreparedTask) -> str:
-        fmt = self.prompt_format(prepared)
         kinds = ", ".join(KINDS)
         return f"""# Task: alpaca-lite (level 2, judge-based reward)
 
@@ -213,7 +209,7 @@ reference answer and says which it prefers.
 {example_block(prepared.public / SPLIT_FILES["public"])}
 
 ## How your model is evaluated
-{fmt.describe()}
+{self.prompt_format(prepared).describe()}
 - The judge is a small instruction-tuned language model. For every instruction it sees your
   answer and the reference answer (labelled `m` and `M`, in an order fixed per
   instruction, and again the other way round, each asked in two phrasings); the
