@@ -29,9 +29,9 @@ outputs). Neither holds an eval instruction. The data come from the hub on first
 Prompting (greedy, 512 new tokens, the reference's setting): chat models get the instruction
 alone as one user message (AlpacaEval's setting); a model without a chat template gets it raw
 (``base_prompt=raw``, version 2's default, as the reference does) or in the Alpaca prompt
-(``base_prompt=alpaca``, version 1's: :data:`BASE_TEMPLATE`, cut at the next ``###
-Instruction:``). Version 1's protocol exactly: ``--task-opt judge=weighted_alpaca_eval_gpt4_turbo
-base_prompt=alpaca``."""
+(``base_prompt=alpaca``, version 1's: :data:`BASE_TEMPLATE`, cut at the next
+``### Instruction:``). Version 1's protocol exactly: ``--task-opt
+judge=weighted_alpaca_eval_gpt4_turbo base_prompt=alpaca``."""
 
 from __future__ import annotations
 
