@@ -29,9 +29,10 @@ judges those names: a fetch the task's deny list refused (``allowed`` false: the
 for the grader's own parts) and an allowed fetch whose name names a dataset source (a mirror
 under another org) are both flagged; every file fetched is listed.
 
-:func:`check_run` is the end-of-run entry point: it builds the index from the task's private
-and public splits, scans the run's workspace, its code snapshots (``record/code.git``) and
-the grader's staged submission copies, the egress log and the name proxies' logs, and writes
+:func:`check_run` is the end-of-run entry point: it indexes the task's private split against
+its public one, scans the run's workspace, its code snapshots (``record/code.git``), the
+grader's staged submission copies (:func:`staged_roots`), the egress log, the name proxies'
+logs and the LLM provider's tool log (:func:`read_provider_tool_log`), and writes
 ``record/contamination.json``. Every git repository met has its objects read through git
 (:func:`git_objects`: a file committed and deleted is still there). The check fails closed:
 what it could not read (a file or folder the system refused, a repository git could not
@@ -51,6 +52,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -79,7 +81,7 @@ if TYPE_CHECKING:  # a type only: integrity reads a task through the methods it 
 
 #: where :func:`check_run` writes its report, under the run's ``record/``
 CONTAMINATION_FILE = "contamination.json"
-#: the egress log :func:`check_run` reads when none is given, under the run's ``record/``
+#: the egress log :func:`check_run` reads, under the run's ``record/``
 EGRESS_LOG = "egress.jsonl"
 #: the name proxies' logs :func:`check_run` reads, under the run's ``record/``
 FETCH_LOGS = (PACKAGE_LOG, HUB_LOG)
@@ -253,15 +255,13 @@ def git_objects(git_dir: Path, max_bytes: int) -> Iterator[tuple[str, bytes, boo
                 data = out.read(want) if want > 0 else b""
                 if len(data) < want:
                     break  # git stopped mid-object: its exit status says why
-                if want < size:  # the bound: this object is cut, the rest not read
-                    cut = True
-                    if kind != "tree":
-                        yield f"{kind} {sha}", data, True
+                cut = want < size  # at the bound: this object is cut, the rest not read
+                if kind != "tree":
+                    yield f"{kind} {sha}", data, cut
+                if cut:
                     break
                 out.read(1)  # the newline after the content
                 left -= size
-                if kind != "tree":
-                    yield f"{kind} {sha}", data, False
             finished = True
         finally:
             timer.cancel()
@@ -282,22 +282,17 @@ def scan_repository(git_dir: Path, index: PrivateIndex, max_bytes: int) -> FileS
     batches (one match per batch; the batch's objects are told apart by offset). A git
     failure is the scan's ``skipped`` (``unreadable: ...``)."""
     scan = FileScan(Path(git_dir))
-    batch: list[bytes] = []
-    starts: list[int] = []
-    names: list[str] = []
+    batch: list[tuple[str, bytes]] = []  # (member, data) of the small text objects
     size = 0
 
     def flush() -> None:
-        nonlocal size
         if batch:
-            block = b"\n\n".join(batch)
+            block = b"\n\n".join(data for _, data in batch)
+            starts = list(accumulate((len(data) + 2 for _, data in batch), initial=0))
             for item, span in index.match_block(block).items():
-                owner = names[bisect.bisect_right(starts, span[0]) - 1]
+                owner = batch[bisect.bisect_right(starts, span[0]) - 1][0]
                 scan.hits.setdefault(item, (owner, snippet(block, span)))
         batch.clear()
-        starts.clear()
-        names.clear()
-        size = 0
 
     try:
         for member, data, cut in git_objects(git_dir, max_bytes):
@@ -312,12 +307,11 @@ def scan_repository(git_dir: Path, index: PrivateIndex, max_bytes: int) -> FileS
                         where = member + (f"/{inner}" if inner and inner[0] != "(" else "")
                         match_content(scan, where, content, index)
                 continue
-            starts.append(size)
-            names.append(member)
-            batch.append(data)
+            batch.append((member, data))
             size += len(data) + 2
             if size >= BLOCK_BYTES:
                 flush()
+                size = 0
         flush()
     except (GitReadError, OSError) as err:
         scan.errors.append(f"git objects not read: {err}"[:300])
@@ -494,14 +488,12 @@ def _fetch_name(row: dict[str, Any]) -> str | None:
     """A name proxy's log row as one name: ``pypi:project==version/file`` (a page:
     ``pypi:project``) or ``hub:kind:repo[/file]``; None for a row that names nothing."""
     if "project" in row:
-        name = f"pypi:{row['project']}"
-        if row.get("version"):
-            name += f"=={row['version']}"
-        return name + (f"/{row['file']}" if row.get("file") else "")
-    if row.get("repo"):
+        name = f"pypi:{row['project']}" + (f"=={row['version']}" if row.get("version") else "")
+    elif row.get("repo"):
         name = f"hub:{row.get('repo_type') or 'model'}:{row['repo']}"
-        return name + (f"/{row['file']}" if row.get("file") else "")
-    return None
+    else:
+        return None
+    return name + (f"/{row['file']}" if row.get("file") else "")
 
 
 def read_fetch_logs(
@@ -531,13 +523,11 @@ def read_fetch_logs(
 def read_provider_tool_log(
     log: Path, sources: tuple[str, ...], summary: EgressSummary
 ) -> EgressSummary:
-    """Add the LLM provider's own web use to ``summary``: each search query or URL the
-    metering proxy recorded (``record/provider_tools.jsonl``,
-    :mod:`agent2rl.metering.provider_tools`) is listed as ``llm:<tool>:<query or URL>``, and
-    flagged (in ``flagged_urls``) when it names one of ``sources`` (compared with punctuation
-    removed), whether the proxy let it through or refused it: either way the agent went for
-    the test set. A declared tool without a query or URL is not listed. A missing log adds
-    nothing."""
+    """Add the LLM provider's own web use (``record/provider_tools.jsonl``,
+    :mod:`agent2rl.metering.provider_tools`) to ``summary``: each search query or URL is listed
+    as ``llm:<tool>:<query or URL>`` (a tool without either is not), and flagged when it names
+    one of ``sources``, let through or refused: either way the agent went for the test set. A
+    missing log adds nothing."""
     for row in read_tool_uses(log):
         what = row.get("url") or row.get("query")
         if not isinstance(what, str) or not what:
@@ -554,11 +544,8 @@ def _strings(value: Any) -> Iterator[str]:
     """Every string inside ``value`` (dicts and lists walked)."""
     if isinstance(value, str):
         yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
+    elif isinstance(value, dict | list | tuple):
+        for v in value.values() if isinstance(value, dict) else value:
             yield from _strings(v)
 
 
@@ -610,30 +597,38 @@ def public_texts(task: Task, prepared: PreparedTask) -> Iterator[str | bytes]:
             yield Path(source).read_bytes()
 
 
-def check_run(
-    paths: RunPaths,
-    task: Task,
-    prepared: PreparedTask,
-    egress_log: Path | None = None,
-    n: int = DEFAULT_N,
-) -> ContaminationReport:
-    """The contamination check of a finished run (see the module docstring): index ``task``'s
-    private split against its public one, scan ``paths.workspace`` and :func:`staged_roots`,
-    the egress log (``egress_log``, else ``record/egress.jsonl`` when it exists), the name
-    proxies' logs and the LLM provider's tool log (:func:`read_provider_tool_log`), write
-    ``record/contamination.json`` atomically and return the report. The agent's ``/tmp`` is
-    scanned with the workspace: it is the workspace's ``.tmp`` (its ``TMPDIR`` too; files
-    listed as ``.tmp/...``). Under ``--sandbox none`` only ``TMPDIR`` is: a literal ``/tmp``
-    path there is the host's own, shared with every other process, and is not scanned.
+def check_run(paths: RunPaths, task: Task, prepared: PreparedTask) -> ContaminationReport:
+    """The contamination check of a finished run (see the module docstring; n-grams of
+    :data:`~agent2rl.integrity.ngrams.DEFAULT_N` words), written atomically to
+    ``record/contamination.json``. The agent's ``/tmp`` is the workspace's ``.tmp``
+    (its ``TMPDIR`` too; files listed as ``.tmp/...``), scanned with it; under ``--sandbox
+    none`` a literal ``/tmp`` path is the host's own, shared with every process, and is not.
 
-    Call it after the agent has stopped (the workspace no longer changes). It reads the
-    private split, so it runs in the harness, never where the agent could see its output.
-    If the check fails, an ``unchecked`` report naming the error is written
-    (:func:`record_check_failure`) before the error propagates: a run is never clean by
-    default.
+    Call it after the agent has stopped (the workspace no longer changes); it reads the
+    private split, so it runs in the harness, never where the agent could see its output. A
+    failing check writes an ``unchecked`` report naming the error
+    (:func:`record_check_failure`) before the error propagates: never clean by default.
     """
     try:
-        return _check_run(paths, task, prepared, egress_log, n)
+        started = time.time()
+        index = PrivateIndex.build(private_texts(task, prepared), public_texts(task, prepared))
+        egress_log = paths.record / EGRESS_LOG
+        report = scan_workspace(
+            paths.workspace,
+            index,
+            egress_log if egress_log.is_file() else None,
+            task=task.name,
+            fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
+            extra_roots=staged_roots(paths),
+        )
+        if (paths.record / PROVIDER_TOOLS_LOG).is_file():
+            report.egress = report.egress or EgressSummary(log=None)
+            sources = DATASET_SOURCES.get(task.name, ())
+            read_provider_tool_log(paths.record / PROVIDER_TOOLS_LOG, sources, report.egress)
+            report.flagged = report.flagged or bool(report.egress.flagged_urls)
+        report.seconds = round(time.time() - started, 3)
+        write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
+        return report
     except Exception as err:
         record_check_failure(paths, task.name, err)
         raise
@@ -662,35 +657,6 @@ def record_check_failure(paths: RunPaths, task: str | None, err: BaseException) 
         write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
     except Exception:  # noqa: BLE001 - no report at all reads as unchecked too
         pass
-
-
-def _check_run(
-    paths: RunPaths,
-    task: Task,
-    prepared: PreparedTask,
-    egress_log: Path | None,
-    n: int,
-) -> ContaminationReport:
-    started = time.time()
-    index = PrivateIndex.build(private_texts(task, prepared), public_texts(task, prepared), n=n)
-    if egress_log is None and (paths.record / EGRESS_LOG).is_file():
-        egress_log = paths.record / EGRESS_LOG
-    report = scan_workspace(
-        paths.workspace,
-        index,
-        egress_log,
-        task=task.name,
-        fetch_logs=tuple(paths.record / name for name in FETCH_LOGS),
-        extra_roots=staged_roots(paths),
-    )
-    if (paths.record / PROVIDER_TOOLS_LOG).is_file():
-        report.egress = report.egress or EgressSummary(log=None)
-        sources = DATASET_SOURCES.get(task.name, ())
-        read_provider_tool_log(paths.record / PROVIDER_TOOLS_LOG, sources, report.egress)
-        report.flagged = report.flagged or bool(report.egress.flagged_urls)
-    report.seconds = round(time.time() - started, 3)
-    write_json_atomic(paths.record / CONTAMINATION_FILE, report.to_dict())
-    return report
 
 
 def read_contamination(paths: RunPaths) -> ContaminationReport | None:

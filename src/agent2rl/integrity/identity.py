@@ -358,8 +358,7 @@ def _compare_tensor(
 
 def _compare_weights(sub_dir: Path, base_dir: Path, tie: bool, report: IdentityReport) -> None:
     sub_files, base_files = _tensor_files(sub_dir), _tensor_files(base_dir)
-    names = sorted(set(sub_files) & set(base_files))
-    pairs = {n: n for n in names}
+    pairs = {n: n for n in set(sub_files) & set(base_files)}
     # A tied-embedding base stores no lm_head; a submission saved untied compares its head
     # with the base's embedding it was tied to.
     if tie and "lm_head.weight" in sub_files and "lm_head.weight" not in base_files:
@@ -375,15 +374,11 @@ def _compare_weights(sub_dir: Path, base_dir: Path, tie: bool, report: IdentityR
         )
     stats: list[TensorStat] = []
     with ExitStack() as stack:
-        opened: dict[Path, Any] = {}
-
-        def handle(f: Path) -> Any:
-            if f not in opened:
-                opened[f] = stack.enter_context(safe_open(f, framework="pt"))
-            return opened[f]
-
+        # _tensor_files opened every file already: opening them all up front fails no new way
+        files = {*sub_files.values(), *base_files.values()}
+        opened = {f: stack.enter_context(safe_open(f, framework="pt")) for f in files}
         for sub_name, base_name in sorted(pairs.items()):
-            s, b = handle(sub_files[sub_name]), handle(base_files[base_name])
+            s, b = opened[sub_files[sub_name]], opened[base_files[base_name]]
             shape = list(s.get_slice(sub_name).get_shape())
             base_shape = list(b.get_slice(base_name).get_shape())
             if shape != base_shape:

@@ -71,15 +71,13 @@ _P_WORD = _U64(0x9E3779B97F4A7C15)
 
 # A byte's class: 0 separator, 1 word byte. ASCII letters and digits, and bytes >= 0x80.
 _WORD_BYTE = np.zeros(256, dtype=bool)
-for _c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789":
-    _WORD_BYTE[_c] = True
+_WORD_BYTE[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")] = True
 _WORD_BYTE[0x80:] = True
 # A byte's value in a word's hash: its lowercase, plus one (so that no byte is worth zero).
 _VALUE = np.arange(1, 257, dtype=np.uint64)
 _VALUE[ord("A") : ord("Z") + 1] += 32
 _ESCAPED = np.zeros(256, dtype=bool)
-for _c in b"nrtbf\"/\\'":
-    _ESCAPED[_c] = True
+_ESCAPED[list(b"nrtbf\"/\\'")] = True
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -191,11 +189,7 @@ class _Table:
     def lookup(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions in ``probe`` that hit, and the owning item of each hit (one row per
         (position, owner) pair)."""
-        if not len(self.hashes) or not len(probe):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         cand = np.flatnonzero(self.bits[(probe >> _U64(44)).astype(np.int64)])
-        if not cand.size:
-            return cand, cand
         values = probe[cand]
         lo = np.searchsorted(self.hashes, values, side="left")
         hi = np.searchsorted(self.hashes, values, side="right")
@@ -225,7 +219,6 @@ class PrivateIndex:
     unsearchable_items: list[str] = field(default_factory=list)
     """Items with neither n-grams nor distinctive strings: they can never match."""
     public_ngrams_removed: int = 0
-    shared_ngrams_removed: int = 0
 
     @classmethod
     def build(
@@ -285,7 +278,6 @@ class PrivateIndex:
         hashes, owners = hashes[keep], owners[keep]
         uniq, counts = np.unique(hashes, return_counts=True)
         keep = ~np.isin(hashes, uniq[counts > 1])
-        removed_common = int((~keep).sum())
         hashes, owners = hashes[keep], owners[keep]
 
         # Distinctive strings: not public, in one item only, the longest few per item.
@@ -314,7 +306,6 @@ class PrivateIndex:
             short_items=short,
             unsearchable_items=none,
             public_ngrams_removed=removed_public,
-            shared_ngrams_removed=removed_common,
         )
 
     # -- scanning ------------------------------------------------------------------------------
@@ -576,11 +567,9 @@ def is_container(head: bytes) -> bool:
 
 
 def _members(path: Path, head: bytes, limit: int) -> Iterator[tuple[str, bytes, bool]]:
-    """``(member name, content, truncated)`` of a file: itself, its decompressed content
-    (.gz, .bz2, .xz, zlib: a git loose object's content after its header), or an archive's
-    members (zip, tar, compressed tar), at most ``limit`` bytes in all. Archives inside
-    archives are not opened. A member that stops decoding raises :class:`_Partial` with
-    what decoded before."""
+    """``(member name, content, truncated)`` of a file as :func:`scan_file` reads it, at most
+    ``limit`` bytes in all (a git loose object: its content after its header). Archives inside
+    archives are not opened. A member that stops decoding raises :class:`_Partial`."""
     if head.startswith(b"PK\x03\x04"):
         with zipfile.ZipFile(path) as zf:
             left = limit
@@ -639,15 +628,11 @@ def file_texts(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Iterator[tuple[st
         head = fh.read(512)
     try:
         yield from _members(path, head, max_bytes)
+        return
     except _Partial as err:
         yield f"(decoded until {err})", err.data, False
-        yield from _raw(path, max_bytes)
     except _FORMAT_ERRORS as err:  # the archive's own structure is corrupt
         yield f"(not decoded: {type(err).__name__})", b"", False
-        yield from _raw(path, max_bytes)
-
-
-def _raw(path: Path, max_bytes: int) -> Iterator[tuple[str, bytes, bool]]:
     with path.open("rb") as fh:
         data, cut = _read_bounded(fh, max_bytes)
     yield "(raw)", data, cut
@@ -659,11 +644,10 @@ def scan_file(path: Path, index: PrivateIndex, max_bytes: int = MAX_FILE_BYTES) 
     Text files are read as they are; ``.gz``/``.bz2``/``.xz`` and zlib streams (git's loose
     objects) decompressed; zip and tar archives (``.jsonl.gz``, ``.tar.gz``, a PyTorch
     checkpoint ...) member by member; Parquet and Arrow files by their string columns (with
-    pyarrow); any other file holding NUL bytes (weights, pickles, NumPy arrays, SQLite,
-    executables, images) by its printable runs (:func:`_text_of`). At most ``max_bytes`` of
-    (decompressed) content are read, the rest is skipped and ``truncated`` set. A corrupt
-    compressed file or archive is read as far as it decodes and then as raw bytes (a note
-    says so). Skipped, with the reason in ``skipped``: what is not a regular file
+    pyarrow); any other file holding NUL bytes by its printable runs (:func:`_text_of`). At
+    most ``max_bytes`` of (decompressed) content are read, the rest skipped and ``truncated``
+    set; a corrupt compressed file or archive is read as far as it decodes, then as raw bytes
+    (a note says so). Skipped, with the reason in ``skipped``: what is not a regular file
     (symlinks), and a file the system refuses to read (``unreadable: ...``). Never raises.
     """
     path = Path(path)

@@ -15,10 +15,10 @@
     alpacaeval.py, alpaca_lite/             level 2 (judge-based reward)
     alfworld/, webshop/, deepsearch/        level 3 (interactive rollout)
 
-Importing this package imports every task module in it (:data:`TASK_MODULES` decides which
-are), so each registers itself; tasks installed through the ``agent2rl.tasks`` entry-point
-group are loaded on the first lookup (:data:`~agent2rl.tasks.registry.TASKS`). A new task is
-one module (or package) here: nothing else names it."""
+Importing this package imports every task module in it (:func:`task_modules`), so each
+registers itself; tasks installed through the ``agent2rl.tasks`` entry-point group are loaded
+on the first lookup (:data:`~agent2rl.tasks.registry.TASKS`). A new task is one module (or
+package) here: nothing else names it."""
 
 import importlib
 import pkgutil

@@ -1,43 +1,37 @@
 """``alpacaeval`` (L2, judge-based): AlpacaEval 2.0, the paper's level-2 task.
 
 Graded (private): the 805 AlpacaEval 2.0 instructions, each model output judged pairwise
-against ``gpt4_turbo``'s (gpt-4-1106-preview) reference output, on any OpenAI-compatible
-endpoint (``--task-opt judge=... judge_model=... judge_base_url=...``). Two named judge
-configs (``--task-opt judge=NAME``):
+against ``gpt4_turbo``'s (gpt-4-1106-preview) reference output on any OpenAI-compatible
+endpoint, by one of two judge configs (``--task-opt judge=NAME``; the judge is part of the
+evaluation hash, so the two judges' scores never compare):
 
 - ``annotators_gpt52_fn`` (version 2's default): the reference implementation's evaluation
   config, whence the paper's AlpacaEval numbers (docs/paper-fidelity.md): GPT-5.2 ranking the
-  two outputs by function call (:mod:`agent2rl.scoring.judges.ranking`, which says what is
-  copied from AlpacaEval's ``alpaca_eval_gpt4_turbo_fn`` annotator and what is assumed about
-  the reference's own);
+  two outputs by function call (:mod:`agent2rl.scoring.judges.ranking` says what is copied
+  from AlpacaEval's ``alpaca_eval_gpt4_turbo_fn`` annotator and what is assumed);
 - ``weighted_alpaca_eval_gpt4_turbo`` (version 1's judge): AlpacaEval 2.0's official annotator,
-  GPT-4 Turbo's logprobs (:mod:`agent2rl.scoring.judges.protocol`). The reference's task text
-  names GPT-4 Turbo; AlpacaEval's public leaderboard numbers are this judge's.
+  GPT-4 Turbo's logprobs (:mod:`agent2rl.scoring.judges.protocol`): the model the reference's
+  task text names, and the judge of AlpacaEval's public leaderboard numbers.
 
-The two judges' scores never compare (the judge is part of the evaluation hash).
-``judge_model`` empty means the config's own model. The score (``metric``) is the
-length-controlled win rate (``lc``, the default, the reference's), which needs
-``df_gamed.csv`` (the LC GLM's data) in the task store and is refused without it, or the raw
-win rate (``raw``), chosen explicitly; which one is part of the evaluation settings, so
-scores of the two kinds never compare (:class:`agent2rl.scoring.judges.scorer.Judge`).
-Generation runs in the reference's 4,096-token context under ``--protocol reference``
+The score (``metric``) is the length-controlled win rate (``lc``, the default, the
+reference's: refused without ``df_gamed.csv`` in the task store, :meth:`AlpacaEval.metric`) or
+the raw win rate (``raw``), chosen explicitly; the two never compare
+(:class:`agent2rl.scoring.judges.scorer.Judge`). Generation runs in the reference's
+4,096-token context under ``--protocol reference``
 (:data:`~agent2rl.inference.decoding.REFERENCE_CONTEXT`, applied by the vLLM backend).
 
-Public: the first 2,000 rows of ``tatsu-lab/alpaca`` (instruction, input, output), as the
-reference implementation gives them; rows 2,000-2,099 are the validation split (never graded,
-never shown; judged against Alpaca's own outputs). Neither contains an eval instruction.
+Public: the first 2,000 rows of ``tatsu-lab/alpaca``, as the reference gives them; rows
+2,000-2,099 are the validation split (never graded or shown; judged against Alpaca's own
+outputs). Neither holds an eval instruction. The data come from the hub on first use
+(:func:`download`), or offline through ``agent2rl data import alpacaeval DIR``
+(:func:`find_files`).
 
-Data: on first use from the Hugging Face hub (:func:`download`); offline, ``agent2rl data
-import alpacaeval DIR`` reads the same files from ``DIR`` (:func:`find_files`).
-
-Prompting: chat models get the instruction alone as one user message (AlpacaEval's
-setting); a model without a chat template gets the raw instruction too (``base_prompt=raw``,
-version 2's default, as the reference does), or the Alpaca prompt (``base_prompt=alpaca``,
-version 1's: :data:`BASE_TEMPLATE`, cut at the next ``### Instruction:``). Greedy, 512 new
-tokens (the reference's setting).
-
-Version 1's protocol exactly: ``--task-opt judge=weighted_alpaca_eval_gpt4_turbo
-base_prompt=alpaca``."""
+Prompting (greedy, 512 new tokens, the reference's setting): chat models get the instruction
+alone as one user message (AlpacaEval's setting); a model without a chat template gets it raw
+(``base_prompt=raw``, version 2's default, as the reference does) or in the Alpaca prompt
+(``base_prompt=alpaca``, version 1's: :data:`BASE_TEMPLATE`, cut at the next
+``### Instruction:``). Version 1's protocol exactly: ``--task-opt
+judge=weighted_alpaca_eval_gpt4_turbo base_prompt=alpaca``."""
 
 from __future__ import annotations
 
@@ -61,7 +55,7 @@ from agent2rl.scoring.judges.win_rates import read_df_gamed
 from agent2rl.scoring.llm_client import DEFAULT_BASE_URL
 from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared.store import building, read_rows
@@ -70,6 +64,8 @@ EVAL_REPO = "tatsu-lab/alpaca_eval"
 EVAL_FILE = "alpaca_eval_gpt4_baseline.json"
 GAMED_FILE = "df_gamed.csv"
 ALPACA_REPO = "tatsu-lab/alpaca"
+#: an Alpaca row's fields, in the order the public split stores them (after ``id``)
+ALPACA_FIELDS = ("instruction", "input", "output")
 #: the eval set's size
 EVAL_SIZE = 805
 #: alpaca rows [0, PUBLIC_SIZE) are public, the next VALIDATION_SIZE the validation split
@@ -160,19 +156,12 @@ def convert_alpaca(rows: list[dict[str, Any]], source: Path | str) -> list[dict[
     ``input``, ``output``; :class:`UserError` naming the first row that lacks one."""
     out = []
     for i, row in enumerate(rows):
-        if not all(isinstance(row.get(k), str) for k in ("instruction", "input", "output")):
+        if not all(isinstance(row.get(k), str) for k in ALPACA_FIELDS):
             raise UserError(
                 f"{source}: row {i} is not in Alpaca's schema (string 'instruction', 'input' "
                 f"and 'output'): {json.dumps(row)[:200]}"
             )
-        out.append(
-            {
-                "id": f"alpaca-{i:05d}",
-                "instruction": row["instruction"],
-                "input": row["input"],
-                "output": row["output"],
-            }
-        )
+        out.append({"id": f"alpaca-{i:05d}", **{k: row[k] for k in ALPACA_FIELDS}})
     return out
 
 
@@ -203,8 +192,7 @@ def find_files(source: Path) -> tuple[Path, Path, Path | None]:
     if len(evals) > 1 or len(gamed) > 1:
         many = ", ".join(str(p) for p in (evals if len(evals) > 1 else gamed))
         raise UserError(f"several candidate files under {source}: {many}; keep one")
-    fields = {"instruction", "input", "output"}
-    alpaca = [p for p in files if p not in evals and fields <= _columns(p)]
+    alpaca = [p for p in files if p not in evals and set(ALPACA_FIELDS) <= _columns(p)]
     if not alpaca:
         raise UserError(
             f"no Alpaca training rows under {source}: add the parquet file of the Hugging "
@@ -313,9 +301,8 @@ def write_store(
 def download(root: Path) -> str:
     """Fetch ``alpaca_eval_gpt4_baseline.json`` and ``df_gamed.csv`` (``huggingface_hub``) and
     ``tatsu-lab/alpaca`` (``datasets``) from the hub into ``root``; :class:`UserError` naming
-    the offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here: without
-    it the default ``metric=lc`` is refused at run time (``metric=raw`` scores the raw win
-    rate)."""
+    the offline import when the hub cannot be reached. ``df_gamed.csv`` is optional here
+    (:meth:`AlpacaEval.metric`)."""
     fix = (
         "On a machine without network, fetch them elsewhere and run: agent2rl data import "
         f"alpacaeval DIR (DIR holding {EVAL_FILE}, optionally {GAMED_FILE}, and the Alpaca rows)"
@@ -457,9 +444,8 @@ class AlpacaEval(Task):
     def private_paths(self) -> list[Path]:
         """The judgment cache (under ``AGENT2RL_HOME``) and the installed ``alpaca-eval``
         distribution's ``METADATA`` (:func:`_readme_path`): the grader's, never the agent's."""
-        paths = [load_settings().home / CACHE_RELPATH.parent]
-        readme = _readme_path()
-        return [*paths, readme] if readme is not None else paths
+        paths = (load_settings().home / CACHE_RELPATH.parent, _readme_path())
+        return [p for p in paths if p is not None]
 
     def metric(self, prepared: PreparedTask) -> str:
         """The declared score: :data:`~agent2rl.scoring.judges.scorer.LC` (``metric=lc``,
@@ -480,8 +466,6 @@ class AlpacaEval(Task):
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
-        sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
-        fmt = self.prompt_format(prepared)
         metric = (
             "the **length-controlled (LC) win rate** against the reference, AlpacaEval 2.0's "
             "headline metric: a logistic model of the judge's preferences that predicts the "
@@ -526,13 +510,10 @@ strong reference answer (GPT-4-turbo's) and says which it prefers.
         }) and their reference answers are
   never shown to you; the grading service generates your model's answers and has them judged.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / SPLIT_FILES["public"])}
 
 ## How your model is evaluated
-{fmt.describe()}
+{self.prompt_format(prepared).describe()}
 {base_line}
 {judge_line}
 - Score: {metric}, in percent (50 = as good as the reference).

@@ -4,11 +4,8 @@ Problems are generated from fixed seeds: a public train split of 5,000 items, a 
 split of 300 items and a validation split of 300 (the harness's own, never graded or shown),
 disjoint by question text. Each answer is a one-line worked step and the final answer after
 ``####``, like GSM8K. Grading extracts the final number and compares it with
-:func:`agent2rl.scoring.answers_match`.
-
-Problems come in three difficulty tiers (:data:`TIERS`: one-digit operands, a two-digit and a
-one-digit, two two-digit) and every split cycles through them, so the graded split spans
-them equally and the public split labels each row with its ``tier``: the material for a
+:func:`agent2rl.scoring.answers_match`. Every split cycles through three difficulty tiers
+(:data:`TIERS`), and the public split labels each row with its ``tier``: the material for a
 curriculum, easy problems first.
 
 The private split is reproducible from this source by design (the lite track must run
@@ -17,7 +14,6 @@ reach."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -25,7 +21,7 @@ from agent2rl.dataset import PreparedTask
 from agent2rl.files import write_jsonl
 from agent2rl.scoring import FinalAnswer
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.gsm8k import GSM8K_SPLITS
 from agent2rl.tasks.registry import task
 
@@ -187,7 +183,6 @@ class ArithLite(Task):
         return FinalAnswer()
 
     def description(self, prepared: PreparedTask) -> str:
-        sample = json.loads((prepared.public / "train.jsonl").open().readline())
         tiers = "\n".join(f"  - tier {k}: {what}" for k, what in TIERS.items())
         return f"""# Task: arith-lite (level 1, rule-based reward)
 
@@ -202,10 +197,7 @@ Improve the base model's accuracy on arithmetic word problems written in GSM8K's
 - The held-out test set ({TEST_SIZE} problems of the same kinds, {TEST_SIZE // 3} per tier) is
   never shown to you; the grading service scores your submissions on it.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / "train.jsonl")}
 
 ## How your model is evaluated
 {FORMAT.describe()}

