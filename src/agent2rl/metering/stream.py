@@ -10,7 +10,6 @@ a client that hung up.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import anyio
 import httpx
 from fastapi.responses import StreamingResponse
+
+from agent2rl.files import json_object
 
 #: The most events a meter keeps for the transcript: bounds the proxy's memory per stream.
 MAX_KEPT_EVENTS = 200_000
@@ -83,11 +84,8 @@ class StreamMeter:
         data = "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
         if data == "[DONE]":
             self.ended = True
-        try:
-            obj = json.loads(data) if data else None
-        except json.JSONDecodeError:  # [DONE] too
-            obj = None
-        if not isinstance(obj, dict):
+        obj = json_object(data)  # None for [DONE] too
+        if obj is None:
             return True
         if len(self.events) < self.max_events:
             self.events.append(obj)

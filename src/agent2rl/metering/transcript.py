@@ -198,10 +198,9 @@ class TranscriptWriter:
         return seq
 
 
-def read_transcript(path: Path) -> list[dict[str, Any]]:
-    """All lines of a transcript, oldest first (missing file: ``[]``; torn or malformed
-    lines skipped)."""
-    return read_jsonl_tolerant(path)
+#: All lines of a transcript, oldest first (missing file: ``[]``; torn or malformed lines
+#: skipped).
+read_transcript = read_jsonl_tolerant
 
 
 def full_requests(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any] | None]:

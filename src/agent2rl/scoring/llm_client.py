@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from agent2rl.files import json_object
 from agent2rl.metering.pricing import estimate_cost
 from agent2rl.metering.providers.openai import OpenAIProvider
 from agent2rl.metering.usage import TokenCounts, UsageRecord, append_record
@@ -194,13 +195,7 @@ class ResponseCache:
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored response of ``key``, None when there is none (or it is unreadable)."""
         row = self._store.fetchone("SELECT response FROM llm_responses WHERE key = ?", (key,))
-        if row is None:
-            return None
-        try:
-            value = json.loads(row[0])
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        return None if row is None else json_object(row[0])
 
     def put(self, key: str, model: str, response: dict[str, Any]) -> None:
         """Store ``response`` under ``key`` (replacing an older one)."""
@@ -256,11 +251,8 @@ def _env_number(name: str, default: float) -> float:
 
 def _error_message(resp: httpx.Response) -> str:
     """The provider's error message (OpenAI's ``error.message``), else the body's start."""
-    try:
-        err = resp.json().get("error")
-        message = err.get("message") if isinstance(err, dict) else err
-    except (ValueError, AttributeError):
-        message = None
+    err = (json_object(resp.content) or {}).get("error")
+    message = err.get("message") if isinstance(err, dict) else err
     text = str(message or resp.text or resp.reason_phrase)
     return " ".join(text.split())[:200]
 
@@ -312,7 +304,12 @@ class LLMClient:
         (0 counts as unset for all but ``backoff_s``), else ``{prefix}_{NAME}`` in the
         environment (``AGENT2RL_JUDGE_MAX_ATTEMPTS``...), else the default. A value that is
         not a number reads as the default. They change how long a call takes, never what it
-        returns."""
+        returns. ``TypeError`` names any other setting given."""
+        unknown = ", ".join(sorted(given.keys() - DEFAULT_OPTIONS.keys()))
+        if unknown:
+            raise TypeError(
+                f"unknown LLM client option {unknown}: one of {', '.join(DEFAULT_OPTIONS)}"
+            )
         out: dict[str, float] = {}
         for name, default in DEFAULT_OPTIONS.items():
             value = given.get(name)
@@ -415,13 +412,9 @@ class LLMClient:
                 if resp.status_code in TRANSIENT_STATUSES or resp.status_code >= 500:
                     continue
                 raise self.unavailable(f"{self.where()} refused the request ({last})")
-            try:
-                data = resp.json()
-            except ValueError:
-                data = None
             # A body that is not a JSON object reads as an empty one: the caller's parse
             # says what it lacked.
-            data = data if isinstance(data, dict) else {}
+            data = json_object(resp.content) or {}
             return Completion(data, _tokens(data), latency)
         raise self.unavailable(
             f"{self.where()} unreachable after {self.max_attempts} attempts ({last})"

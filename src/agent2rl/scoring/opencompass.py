@@ -85,9 +85,7 @@ def humaneval_postprocess_v2(text: str) -> str:
     whole text; then left-stripped. An unclosed fence is not a block; a base model's body
     continuation loses its first line's indentation."""
     blocks = _FENCED.findall(text)
-    if blocks:
-        text = blocks[0]
-    return text.lstrip()
+    return (blocks[0] if blocks else text).lstrip()
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class LogprobJudge:
         pair shown in the order :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives.
         Raises :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend."""
         orders = 2 if self.protocol.both_orders else 1
-        builds = self.protocol.builds()
+        builds = (self.protocol.build, *self.protocol.also)
         views = self.protocol.views
 
         def judge_chunk(chunk: list[int]) -> list[Judgment]:

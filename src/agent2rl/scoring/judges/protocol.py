@@ -220,10 +220,6 @@ class JudgeProtocol:
         """Prompts per pair: orders times phrasings."""
         return (2 if self.both_orders else 1) * (1 + len(self.also))
 
-    def builds(self) -> tuple[Callable[[str, str, str], Messages], ...]:
-        """``build``, then the ``also`` phrasings."""
-        return (self.build, *self.also)
-
     def identity(self) -> dict[str, Any]:
         """The protocol's part of a judge's identity. AlpacaEval's own has no
         ``both_orders`` or ``phrasings`` key, so its identity (and every cached judgment) is

@@ -171,7 +171,8 @@ class Judge:
         n = len(items)
         return {
             "metric": metric,
-            **{k: _plain(v) for k, v in stats.items()},
+            # NaN -> None, so the details stay JSON
+            **{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in stats.items()},
             "unjudged": sum(1 for meta in metas if meta.get("preference") is None),
             "avg_length": sum(len(it.prediction) for it in items) / n if n else None,
             "reference_avg_length": sum(len(str(it.target)) for it in items) / n if n else None,
@@ -187,10 +188,3 @@ def _annotations(
         {**dataclasses.asdict(p), "preference": pref, "index": index}
         for p, pref, index in zip(pairs, prefs, indices, strict=True)
     ]
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-safe number (NaN -> None)."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
