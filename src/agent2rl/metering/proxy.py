@@ -569,11 +569,10 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        budget = proxy.budget
         return {
             "ok": True,
-            "used_tokens": budget.used,
-            "reserved_tokens": budget.reserved,
+            "used_tokens": proxy.budget.used,
+            "reserved_tokens": proxy.budget.reserved,
             "budget": cfg.max_total_tokens,
         }
 

@@ -57,9 +57,8 @@ class StreamMeter:
         #: reservation instead of the partial (or missing) usage
         self.final = False
         #: every JSON-object event, in order, for the transcript's reassembled response
-        #: (:func:`agent2rl.metering.transcript.reassemble`); at most ``max_events`` kept
+        #: (:func:`agent2rl.metering.transcript.reassemble`); at most :data:`MAX_KEPT_EVENTS`
         self.events: list[dict[str, Any]] = []
-        self.max_events = MAX_KEPT_EVENTS
         self._buf = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -87,7 +86,7 @@ class StreamMeter:
         obj = json_object(data)  # None for [DONE] too
         if obj is None:
             return True
-        if len(self.events) < self.max_events:
+        if len(self.events) < MAX_KEPT_EVENTS:
             self.events.append(obj)
         if isinstance(obj.get("error"), dict):
             self.error = str(obj["error"].get("message") or obj["error"])[:500]

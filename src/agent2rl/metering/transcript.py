@@ -285,16 +285,14 @@ def _chat(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 i = call.get("index", len(calls))
                 while len(calls) <= i:
                     calls.append({"id": None, "type": "function", "function": {"name": ""}})
-                target = calls[i]
+                target, fn = calls[i], call.get("function") or {}
                 if call.get("id"):
                     target["id"] = call["id"]
-                fn = call.get("function") or {}
                 if fn.get("name"):
                     target["function"]["name"] = fn["name"]
                 if isinstance(fn.get("arguments"), str):
-                    target["function"]["arguments"] = (
-                        target["function"].get("arguments", "") + fn["arguments"]
-                    )
+                    args = target["function"].get("arguments", "") + fn["arguments"]
+                    target["function"]["arguments"] = args
             if ch.get("finish_reason"):
                 slot["finish_reason"] = ch["finish_reason"]
     out["choices"] = [choices[i] for i in sorted(choices)]

@@ -119,9 +119,8 @@ class LLMMeter:
         """Count one request and append its line. ``tokens`` None: the response carried no
         usage (a failed request); the cost is the list price of ``model`` (None when it is
         not in :data:`~agent2rl.metering.pricing.PRICES`, e.g. a local model)."""
-        rec = UsageRecord(api=api, endpoint=endpoint, model=model, status=status)
+        rec = UsageRecord(api=api, endpoint=endpoint, model=model, status=status, error=error)
         rec.latency_s = round(latency_s, 4)
-        rec.error = error
         cost = None
         if tokens is not None:
             cost = estimate_cost(model, tokens)

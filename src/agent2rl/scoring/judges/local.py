@@ -143,13 +143,10 @@ class TransformersJudgeBackend:
             latency = (time.monotonic() - began) / len(chunk)
             for row in range(len(chunk)):
                 top_ids = indices[row].tolist()
-                pairs = zip(top_ids, values[row].tolist(), strict=True)
-                top = [(tok.decode([i]), float(v)) for i, v in pairs]
-                top += [
-                    (tok.decode([i]), float(logprobs[row, i]))
-                    for i in self._always_ids
-                    if i not in top_ids
-                ]
+                extra = [i for i in self._always_ids if i not in top_ids]
+                ids = top_ids + extra
+                scores = values[row].tolist() + logprobs[row, extra].tolist()
+                top = [(tok.decode([i]), float(v)) for i, v in zip(ids, scores, strict=True)]
                 tokens = TokenCounts(input=int(lengths[row]), output=1)
                 self.meter.record(
                     "local", "next_token", self.name, status=200, latency_s=latency, tokens=tokens
