@@ -236,10 +236,8 @@ class Provider(ABC):
 
     def forward_header(self, name: str, value: str) -> str | None:
         """The value of the client's request header ``name`` (lower case) to send upstream,
-        or None to drop it: an allowlist, :data:`COMMON_HEADERS` and ``x-stainless-*`` plus
-        this API's :attr:`forwarded_headers`. Credentials are never in it (the proxy adds
-        the real key itself), nor are hop-by-hop headers or ``accept-encoding`` (the proxy
-        asks for identity, to read the usage it forwards)."""
+        or None to drop it (see :data:`COMMON_HEADERS`). Hop-by-hop headers and
+        ``accept-encoding`` are dropped too: the proxy asks for identity, to read the usage."""
         allowed = name in COMMON_HEADERS or name in self.forwarded_headers
         return value if allowed or name.startswith(COMMON_HEADER_PREFIXES) else None
 

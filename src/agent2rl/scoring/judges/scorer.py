@@ -93,8 +93,7 @@ class Judge:
 
     @property
     def metrics(self) -> list[Metric]:
-        """The declared metrics, the score's first: the LC win rate and the raw one with the
-        GLM's data, else the raw win rate."""
+        """The declared metrics, the score's first."""
         return [LC_WIN_RATE, WIN_RATE] if self.df_gamed is not None else [WIN_RATE]
 
     def settings(self) -> dict[str, Any]:

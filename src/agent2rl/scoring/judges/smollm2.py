@@ -30,6 +30,7 @@ identical outputs, the cache keyed on (judge, instruction, both outputs), the me
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from functools import cache
 from importlib import metadata
@@ -109,8 +110,6 @@ def weights() -> tuple[Path, str]:
             digest = ""
             if entry.hash is not None and entry.hash.mode == "sha256":
                 # RECORD holds the urlsafe base64 of the digest; hex reads better in records
-                import base64
-
                 padded = entry.hash.value + "=" * (-len(entry.hash.value) % 4)
                 digest = base64.urlsafe_b64decode(padded).hex()
             return path, digest
