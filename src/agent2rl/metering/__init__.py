@@ -19,9 +19,8 @@ declaring its own (``Provider.endpoints``, metered or not). Anything else is a
 provider-shaped 404 that lists the allowed endpoints, so the real key cannot reach other
 endpoints (files, batches, fine-tuning). ``GET /healthz`` needs no key.
 
-Paths are checked as the client sent them (``proxy.path_problem``): a dot or empty segment,
-a backslash or an escaped ``.``/``/`` is a 400, or ``models/../files`` would match
-``models/{model}`` and reach the upstream's ``/files`` once the URL is normalised.
+Paths are checked as the client sent them (``proxy.path_problem``: a 400), or
+``models/../files`` would reach the upstream's ``/files`` once the URL is normalised.
 
 Refused before anything goes upstream, each with a provider-shaped error and recorded with
 ``refused: true`` (see :class:`~agent2rl.metering.proxy.ProxyConfig`): a model other than the

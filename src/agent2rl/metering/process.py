@@ -79,12 +79,13 @@ def start_metering_proxy(
     ``host_key``). Keys reach the child through its environment only. ``proxy_key`` is the
     key the agent gets (a fresh random one when None). ``llm_proxy.json`` beside the usage
     file receives ``{"port", "pid"}`` once the proxy accepts connections (within 30 s),
-    ``llm_proxy.log`` its output. ``allowed_models`` (None: every model), ``denied_prompts`` (handed over in
-    ``llm_proxy_denied.json`` beside the usage file) and ``allow_provider_tools``: as in
-    :class:`~agent2rl.metering.proxy.ProxyConfig`. ``redact``: the run's other secrets (its
-    grading token), never written to the transcript (handed over in the environment, as the
-    keys are: :data:`~agent2rl.metering.transcript.REDACT_ENV`).
-    Raises RuntimeError, naming the log, if the process exits or is not ready in time.
+    ``llm_proxy.log`` its output. ``allowed_models`` (None: every model), ``denied_prompts``
+    (handed over in ``llm_proxy_denied.json`` beside the usage file) and
+    ``allow_provider_tools``: as in :class:`~agent2rl.metering.proxy.ProxyConfig`.
+    ``redact``: the run's other secrets (its grading token), never written to the transcript
+    (handed over in the environment, as the keys are:
+    :data:`~agent2rl.metering.transcript.REDACT_ENV`). Raises RuntimeError, naming the log,
+    if the process exits or is not ready in time.
     """
     usage_file = Path(usage_file).resolve()
     usage_file.parent.mkdir(parents=True, exist_ok=True)

@@ -326,11 +326,7 @@ def _responses(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # Anthropic's text-like deltas, by type -> the block field they extend.
-_ANTHROPIC_DELTAS = {
-    "text_delta": "text",
-    "thinking_delta": "thinking",
-    "signature_delta": "signature",
-}
+_ANTHROPIC_DELTAS = {f"{name}_delta": name for name in ("text", "thinking", "signature")}
 
 
 def _anthropic(events: Sequence[dict[str, Any]]) -> dict[str, Any]:

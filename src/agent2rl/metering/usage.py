@@ -122,8 +122,7 @@ class UsageRecord:
 
 
 def append_record(path: Path, record: UsageRecord) -> None:
-    """Append ``record`` as one JSON line, in one ``write`` on an ``O_APPEND`` file, so a
-    reader never sees half a line from the live proxy."""
+    """Append ``record`` as one line (:func:`~agent2rl.files.append_jsonl_line`: whole)."""
     append_jsonl_line(path, dataclasses.asdict(record))
 
 

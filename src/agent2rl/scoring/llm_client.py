@@ -138,7 +138,6 @@ class LLMMeter:
         return rec
 
     def hit(self, n: int = 1) -> None:
-        """Count ``n`` answers served from a cache (no request sent)."""
         with self._lock:
             self.cache_hits += n
 
@@ -197,7 +196,6 @@ class ResponseCache:
         return None if row is None else json_object(row[0])
 
     def put(self, key: str, model: str, response: dict[str, Any]) -> None:
-        """Store ``response`` under ``key`` (replacing an older one)."""
         self._store.write(
             "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?)",
             (key, model, json.dumps(response, ensure_ascii=False), time.time()),
@@ -438,6 +436,5 @@ class LLMClient:
 
 
 def _tokens(data: dict[str, Any]) -> TokenCounts | None:
-    """The normalised tokens of a response's ``usage`` (None without one)."""
     usage = data.get("usage")
     return OpenAIProvider().normalize(usage) if isinstance(usage, dict) else None

@@ -72,11 +72,9 @@ def gsm8k_is_equal(pred: str, refer: str) -> bool:
     1e-6 of ``int(refer)``. Anything that does not parse (``"NULL"``, a non-integer gold
     such as ``"1.5"`` unless the prediction is the same string) is unequal."""
     try:
-        if pred == refer or abs(float(pred) - int(refer)) < 1e-6:
-            return True
+        return pred == refer or abs(float(pred) - int(refer)) < 1e-6
     except (ValueError, TypeError, OverflowError):  # OpenCompass catches every Exception
-        pass
-    return False
+        return False
 
 
 def humaneval_postprocess_v2(text: str) -> str:

@@ -73,12 +73,6 @@ class Endpoint:
     methods: tuple[str, ...]
     metered: bool
 
-    def describe(self, prefix: str) -> list[str]:
-        """``METHOD /prefix/path`` for each method, as the allowed-endpoints list shows it
-        (the route parameter as ``{model}``)."""
-        path = self.path.replace("{rest:path}", "{model}")
-        return [f"{m} {prefix}/{path}" for m in self.methods]
-
 
 @dataclass(frozen=True)
 class Route:
@@ -136,9 +130,13 @@ class Provider(ABC):
         return f"/{self.name}/{self.version}"
 
     def allowed_endpoints(self) -> list[str]:
-        """The endpoints the proxy relays for this API, ``METHOD /path`` each, as refusals
-        name them."""
-        return [line for ep in self.endpoints for line in ep.describe(self.prefix)]
+        """The endpoints the proxy relays for this API, ``METHOD /path`` each (the route
+        parameter as ``{model}``), as refusals name them."""
+        return [
+            f"{m} {self.prefix}/{ep.path.replace('{rest:path}', '{model}')}"
+            for ep in self.endpoints
+            for m in ep.methods
+        ]
 
     @property
     def upstream_key_env(self) -> str:

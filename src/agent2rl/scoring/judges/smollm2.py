@@ -23,9 +23,8 @@ the variants tried and not kept, are in ``docs/figures.md``, *The alpaca-lite ju
   four forward passes, and the four preferences are averaged: the judge's margins are
   small and move with the wording, and the two phrasings fail on different items.
 
-Kept as in AlpacaEval: the labels ``m`` / ``M``, the preference ``2 - P(m) / (P(m) +
-P(M))`` from the first token's log-probabilities, the per-instruction seeded swap, draws for
-identical outputs, the cache keyed on (judge, instruction, both outputs), the meter.
+Kept as in AlpacaEval (:class:`~agent2rl.scoring.judges.protocol.JudgeProtocol`): the labels,
+the preference, the per-instruction seeded swap, draws for identical outputs, the cache, the meter.
 """
 
 from __future__ import annotations
