@@ -121,17 +121,15 @@ class LLMMeter:
         not in :data:`~agent2rl.metering.pricing.PRICES`, e.g. a local model)."""
         rec = UsageRecord(api=api, endpoint=endpoint, model=model, status=status, error=error)
         rec.latency_s = round(latency_s, 4)
-        cost = None
         if tokens is not None:
-            cost = estimate_cost(model, tokens)
-            rec.set_usage(usage or {}, tokens, cost)
+            rec.set_usage(usage or {}, tokens, estimate_cost(model, tokens))
         with self._lock:
             self.requests += 1
             self.errors += bool(error) or status >= 400
             if tokens is not None:
                 self.tokens += tokens
-                self.cost_usd += cost or 0.0
-                self.unpriced_requests += cost is None and tokens.total > 0
+                self.cost_usd += rec.cost_usd or 0.0
+                self.unpriced_requests += rec.cost_usd is None and tokens.total > 0
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 append_record(self.path, rec)
