@@ -19,9 +19,8 @@ declaring its own (``Provider.endpoints``, metered or not). Anything else is a
 provider-shaped 404 that lists the allowed endpoints, so the real key cannot reach other
 endpoints (files, batches, fine-tuning). ``GET /healthz`` needs no key.
 
-Paths are checked as the client sent them (``proxy.path_problem``): a dot or empty segment,
-a backslash or an escaped ``.``/``/`` is a 400, or ``models/../files`` would match
-``models/{model}`` and reach the upstream's ``/files`` once the URL is normalised.
+Paths are checked as the client sent them (``proxy.path_problem``: a 400), or
+``models/../files`` would reach the upstream's ``/files`` once the URL is normalised.
 
 Refused before anything goes upstream, each with a provider-shaped error and recorded with
 ``refused: true`` (see :class:`~agent2rl.metering.proxy.ProxyConfig`): a model other than the
@@ -77,24 +76,13 @@ Keys come from the environment (never the command line): ``AGENT2RL_PROXY_KEY`` 
 ``AGENT2RL_UPSTREAM_GEMINI_KEY`` (any may be empty, e.g. for a local OpenAI-compatible server
 without auth).
 
-The package, one noun a module (each readable alone)::
-
-    usage.py       TokenCounts (the one token-count type), UsageRecord, the usage file's
-                   writer (append_record) and reader (read_usage, summarize_usage)
-    budget.py      the token budget: request estimates, reservations, settling
-    pricing.py     Price, PRICES, price_for, estimate_cost (list prices, for reports only)
-    providers/     one class per provider API (openai.py, anthropic.py, gemini.py on the
-                   Provider base in base.py) and the PROVIDERS registry: routes, keys,
-                   usage normalisation, response and stream usage, error shapes
-    provider_tools.py  ToolUse, the provider-tool log (provider_tools_path, append_tool_uses,
-                   read_tool_uses) and the refusal's message
-    stream.py      SSE splitting and relay, the same for every provider
-    proxy.py       the FastAPI relay app: ProxyConfig, create_app
-    process.py     the proxy process: start_metering_proxy, its MeteringProxy handle, main
-                   (``python -m agent2rl.metering``)
-
-Dependencies point one way: usage <- pricing <- providers <- proxy <- process, and stream
-and budget below providers and proxy.
+The package, one noun a module (each readable alone): ``usage`` (TokenCounts, the usage
+file), ``budget``, ``pricing`` (list prices, for reports only), ``providers/`` (one class per
+API and the PROVIDERS registry), ``provider_tools`` (their log and refusal), ``stream`` (SSE
+splitting and relay), ``transcript``, ``proxy`` (the FastAPI app: ProxyConfig, create_app)
+and ``process`` (start_metering_proxy, ``python -m agent2rl.metering``). Dependencies point
+one way: usage <- pricing <- providers <- proxy <- process, and stream and budget below
+providers and proxy.
 """
 
 from agent2rl.metering.pricing import PRICES, Price, estimate_cost, price_for

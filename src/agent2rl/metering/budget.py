@@ -47,12 +47,11 @@ class Estimate:
         return self.prompt + self.output
 
 
-def estimate_request(
-    body: bytes, requested_output: int | None, cap: int = OUTPUT_RESERVE_TOKENS
-) -> Estimate:
+def estimate_request(body: bytes, requested_output: int | None) -> Estimate:
     """The estimate of a request with JSON ``body`` that asked for at most
     ``requested_output`` tokens (None: it did not say; a value below 1 counts as not saying,
-    since the provider would refuse it anyway), reserving at most ``cap`` output tokens."""
+    since the provider would refuse it anyway), capped at :data:`OUTPUT_RESERVE_TOKENS`."""
+    cap = OUTPUT_RESERVE_TOKENS
     output = cap if requested_output is None or requested_output < 1 else min(requested_output, cap)
     return Estimate(estimate_prompt_tokens(body), output)
 

@@ -80,7 +80,7 @@ UNVERIFIED_PRICES: frozenset[str] = frozenset({"gpt-5.4", "claude-opus-4-6", "cl
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 
 
-def price_for(model: str | None, prices: dict[str, Price] | None = None) -> Price | None:
+def price_for(model: str | None) -> Price | None:
     """The price of ``model``, or None when it is unknown.
 
     A routing prefix (``openai/``, ``anthropic/``, ``models/``) and a snapshot suffix are
@@ -89,17 +89,14 @@ def price_for(model: str | None, prices: dict[str, Price] | None = None) -> Pric
     """
     if not model:
         return None
-    table = PRICES if prices is None else prices
     name = model.rsplit("/", 1)[-1].lower()
-    return table.get(name) or table.get(_SNAPSHOT.sub("", name))
+    return PRICES.get(name) or PRICES.get(_SNAPSHOT.sub("", name))
 
 
-def estimate_cost(
-    model: str | None, tokens: TokenCounts, prices: dict[str, Price] | None = None
-) -> float | None:
+def estimate_cost(model: str | None, tokens: TokenCounts) -> float | None:
     """Estimated USD cost of ``tokens`` on ``model``; None for an unknown model. Cache reads
     and writes are charged at their own rates, the rest of the input at the input rate."""
-    price = price_for(model, prices)
+    price = price_for(model)
     if price is None:
         return None
     uncached = max(tokens.input - tokens.cached - tokens.cache_write, 0)

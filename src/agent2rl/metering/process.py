@@ -67,9 +67,6 @@ def start_metering_proxy(
     proxy_key: str | None = None,
     max_total_tokens: int | None = None,
     upstream_timeout_s: float = 600.0,
-    ready_file: Path | None = None,
-    log_file: Path | None = None,
-    ready_timeout: float = 30.0,
     allowed_models: Sequence[str] | None = None,
     denied_prompts: Mapping[str, Sequence[str]] | None = None,
     allow_provider_tools: bool = False,
@@ -78,23 +75,21 @@ def start_metering_proxy(
     """Start a proxy process recording to ``usage_file`` and wait until it serves.
 
     ``upstreams`` maps a provider name to its upstream URL and real key; a provider left out
-    gets this host's (:meth:`~agent2rl.metering.providers.Provider.host_base_url`, and the
-    key from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` / ``GEMINI_API_KEY`` else
-    ``GOOGLE_API_KEY``). Keys reach the child through its environment only. ``proxy_key`` is
-    the key the agent gets (a fresh random one when None). ``ready_file`` (default
-    ``llm_proxy.json`` beside the usage file) receives ``{"port", "pid"}`` once the proxy
-    accepts connections; ``log_file`` (default ``llm_proxy.log`` beside it) gets its output.
-    ``allowed_models`` (None: every model), ``denied_prompts`` (handed over in
-    ``llm_proxy_denied.json`` beside the usage file) and ``allow_provider_tools``: as in
-    :class:`~agent2rl.metering.proxy.ProxyConfig`. ``redact``: the run's other secrets (its
-    grading token), never written to the transcript (handed over in the environment, as the
-    keys are: :data:`~agent2rl.metering.transcript.REDACT_ENV`).
-    Raises RuntimeError, naming the log, if the process exits or is not ready in time.
+    gets this host's (:meth:`~agent2rl.metering.providers.Provider.host_base_url` and
+    ``host_key``). Keys reach the child through its environment only. ``proxy_key`` is the
+    key the agent gets (a fresh random one when None). ``llm_proxy.json`` beside the usage
+    file receives ``{"port", "pid"}`` once the proxy accepts connections (within 30 s),
+    ``llm_proxy.log`` its output. ``allowed_models`` (None: every model), ``denied_prompts``
+    (handed over in ``llm_proxy_denied.json`` beside the usage file) and
+    ``allow_provider_tools``: as in :class:`~agent2rl.metering.proxy.ProxyConfig`.
+    ``redact``: the run's other secrets (its grading token), never written to the transcript
+    (handed over in the environment, as the keys are:
+    :data:`~agent2rl.metering.transcript.REDACT_ENV`). Raises RuntimeError, naming the log,
+    if the process exits or is not ready in time.
     """
     usage_file = Path(usage_file).resolve()
     usage_file.parent.mkdir(parents=True, exist_ok=True)
-    ready_file = Path(ready_file or usage_file.with_name("llm_proxy.json"))
-    log_file = Path(log_file or usage_file.with_name("llm_proxy.log"))
+    ready_file = usage_file.with_name("llm_proxy.json")
     key = proxy_key or secrets.token_urlsafe(24)
     env = {**os.environ, PROXY_KEY_ENV: key, REDACT_ENV: "\n".join(redact)}
     cmd = [sys.executable, "-m", "agent2rl.metering", "--usage-file", str(usage_file)]
@@ -118,9 +113,9 @@ def start_metering_proxy(
         cmd,
         env=env,
         ready_file=ready_file,
-        log_file=log_file,
+        log_file=usage_file.with_name("llm_proxy.log"),
         name="metering proxy",
-        ready_timeout=ready_timeout,
+        ready_timeout=30.0,
     )
     return MeteringProxy(proc, port, key, usage_file)
 

@@ -116,6 +116,5 @@ def append_tool_uses(
             append_jsonl_line(path, line)
 
 
-def read_tool_uses(path: Path) -> list[dict[str, Any]]:
-    """The lines of a provider-tool log (a torn or foreign line skipped; none when absent)."""
-    return read_jsonl_tolerant(Path(path))
+#: The lines of a provider-tool log (a torn or foreign line skipped; none when absent).
+read_tool_uses = read_jsonl_tolerant

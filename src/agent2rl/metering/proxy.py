@@ -26,7 +26,8 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from agent2rl.metering.budget import OUTPUT_RESERVE_TOKENS, Estimate, TokenBudget, estimate_request
+from agent2rl.files import json_object
+from agent2rl.metering.budget import Estimate, TokenBudget, estimate_request
 from agent2rl.metering.pricing import estimate_cost
 from agent2rl.metering.provider_tools import (
     ToolUse,
@@ -76,10 +77,8 @@ class ProxyConfig:
 
     ``upstreams`` by provider name; a provider without one goes to its own endpoint with no
     credentials. ``inject_stream_usage``: make streams carry usage where an API needs asking
-    (OpenAI Chat Completions, see the package docstring). ``max_body_bytes``: larger request
-    bodies get a 413. ``output_reserve_tokens``: the most output tokens the budget reserves
-    for one request (:mod:`agent2rl.metering.budget`). ``max_retries``: upstream retries of
-    a 429/5xx (or a refused connection) before anything reached the client, waiting
+    (OpenAI Chat Completions, see the package docstring). ``max_retries``: upstream retries
+    of a 429/5xx (or a refused connection) before anything reached the client, waiting
     ``retry_backoff_s`` doubled each time, or the upstream's ``Retry-After`` when it says;
     a ``Retry-After`` above ``retry_after_cap_s`` is not waited for (the error goes to the
     client, whose SDK honours it). ``allowed_models``: the models a metered request may name
@@ -102,8 +101,6 @@ class ProxyConfig:
     upstream_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     inject_stream_usage: bool = True
-    max_body_bytes: int = MAX_BODY_BYTES
-    output_reserve_tokens: int = OUTPUT_RESERVE_TOKENS
     max_retries: int = 2
     retry_backoff_s: float = 0.5
     retry_after_cap_s: float = 8.0
@@ -275,12 +272,11 @@ class _Proxy:
         if not provider.authorized(request, self.cfg.proxy_key):
             msg = "Invalid API key for the agent2rl metering proxy (use the run's key)."
             return self.refuse(ex, 401, msg, retry=True, note="invalid or missing proxy key")
-        limit = self.cfg.max_body_bytes
-        body = await _read_body(request, limit)
+        body = await _read_body(request, MAX_BODY_BYTES)
         if body is None:
-            too_big = f"request body larger than the metering proxy's limit of {limit} bytes"
-            return self.refuse(ex, 413, f"{too_big}; send a shorter conversation")
-        payload = _json_object(body)
+            size = f"request body larger than the metering proxy's limit of {MAX_BODY_BYTES} bytes"
+            return self.refuse(ex, 413, f"{size}; send a shorter conversation")
+        payload = json_object(body) or {}
         # A copy: asking a stream for usage changes the payload (the transcript keeps what
         # the client sent). Only a JSON-object body is kept; a bare GET has none.
         ex.request = dict(payload) if payload else None
@@ -289,9 +285,7 @@ class _Proxy:
             refused = self.policy_refusal(ex, path, payload)
             if refused is not None:
                 return self.refuse(ex, *refused)
-            estimate = estimate_request(
-                body, provider.requested_output_tokens(payload), self.cfg.output_reserve_tokens
-            )
+            estimate = estimate_request(body, provider.requested_output_tokens(payload))
             refusal = self.budget.reserve(estimate)
             if refusal is not None:
                 resp = self.refuse(ex, 429, refusal.message, retry=not refusal.final)
@@ -342,7 +336,7 @@ class _Proxy:
                 finally:
                     await resp.aclose()
                 # A failed attempt that reports usage was billed: count it.
-                usage = provider.response_usage(content, _json_object(content))
+                usage = provider.response_usage(content, json_object(content) or {})
                 if ex.estimate is not None and usage is not None:
                     ex.failed_attempts += provider.normalize(usage)
             attempt += 1
@@ -399,7 +393,7 @@ class _Proxy:
             return self._failed(ex, exc)
         finally:
             await resp.aclose()
-        data = _json_object(content)
+        data = json_object(content) or {}
         # A non-JSON answer goes to the transcript as text, cut to 64 KiB.
         ex.response = data or (content[:65536].decode("utf-8", "replace") if content else None)
         if metered:
@@ -545,14 +539,6 @@ def denied_prompt(
     return next((t for t in texts if _squash(t) and _squash(t) in body), None)
 
 
-def _json_object(body: bytes) -> dict[str, Any]:
-    try:
-        obj = json.loads(body) if body else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
-
 def _error_message(data: dict[str, Any], content: bytes) -> str:
     err = data.get("error")
     if isinstance(err, dict) and err.get("message"):
@@ -583,11 +569,10 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        budget = proxy.budget
         return {
             "ok": True,
-            "used_tokens": budget.used,
-            "reserved_tokens": budget.reserved,
+            "used_tokens": proxy.budget.used,
+            "reserved_tokens": proxy.budget.reserved,
             "budget": cfg.max_total_tokens,
         }
 

@@ -10,7 +10,6 @@ a client that hung up.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import anyio
 import httpx
 from fastapi.responses import StreamingResponse
+
+from agent2rl.files import json_object
 
 #: The most events a meter keeps for the transcript: bounds the proxy's memory per stream.
 MAX_KEPT_EVENTS = 200_000
@@ -56,9 +57,8 @@ class StreamMeter:
         #: reservation instead of the partial (or missing) usage
         self.final = False
         #: every JSON-object event, in order, for the transcript's reassembled response
-        #: (:func:`agent2rl.metering.transcript.reassemble`); at most ``max_events`` kept
+        #: (:func:`agent2rl.metering.transcript.reassemble`); at most :data:`MAX_KEPT_EVENTS`
         self.events: list[dict[str, Any]] = []
-        self.max_events = MAX_KEPT_EVENTS
         self._buf = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -83,13 +83,10 @@ class StreamMeter:
         data = "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
         if data == "[DONE]":
             self.ended = True
-        try:
-            obj = json.loads(data) if data else None
-        except json.JSONDecodeError:  # [DONE] too
-            obj = None
-        if not isinstance(obj, dict):
+        obj = json_object(data)  # None for [DONE] too
+        if obj is None:
             return True
-        if len(self.events) < self.max_events:
+        if len(self.events) < MAX_KEPT_EVENTS:
             self.events.append(obj)
         if isinstance(obj.get("error"), dict):
             self.error = str(obj["error"].get("message") or obj["error"])[:500]

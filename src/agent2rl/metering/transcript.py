@@ -198,10 +198,9 @@ class TranscriptWriter:
         return seq
 
 
-def read_transcript(path: Path) -> list[dict[str, Any]]:
-    """All lines of a transcript, oldest first (missing file: ``[]``; torn or malformed
-    lines skipped)."""
-    return read_jsonl_tolerant(path)
+#: All lines of a transcript, oldest first (missing file: ``[]``; torn or malformed lines
+#: skipped).
+read_transcript = read_jsonl_tolerant
 
 
 def full_requests(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any] | None]:
@@ -286,16 +285,14 @@ def _chat(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 i = call.get("index", len(calls))
                 while len(calls) <= i:
                     calls.append({"id": None, "type": "function", "function": {"name": ""}})
-                target = calls[i]
+                target, fn = calls[i], call.get("function") or {}
                 if call.get("id"):
                     target["id"] = call["id"]
-                fn = call.get("function") or {}
                 if fn.get("name"):
                     target["function"]["name"] = fn["name"]
                 if isinstance(fn.get("arguments"), str):
-                    target["function"]["arguments"] = (
-                        target["function"].get("arguments", "") + fn["arguments"]
-                    )
+                    args = target["function"].get("arguments", "") + fn["arguments"]
+                    target["function"]["arguments"] = args
             if ch.get("finish_reason"):
                 slot["finish_reason"] = ch["finish_reason"]
     out["choices"] = [choices[i] for i in sorted(choices)]
@@ -329,11 +326,7 @@ def _responses(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # Anthropic's text-like deltas, by type -> the block field they extend.
-_ANTHROPIC_DELTAS = {
-    "text_delta": "text",
-    "thinking_delta": "thinking",
-    "signature_delta": "signature",
-}
+_ANTHROPIC_DELTAS = {f"{name}_delta": name for name in ("text", "thinking", "signature")}
 
 
 def _anthropic(events: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -122,15 +122,13 @@ class UsageRecord:
 
 
 def append_record(path: Path, record: UsageRecord) -> None:
-    """Append ``record`` as one JSON line, in one ``write`` on an ``O_APPEND`` file, so a
-    reader never sees half a line from the live proxy."""
+    """Append ``record`` as one line (:func:`~agent2rl.files.append_jsonl_line`: whole)."""
     append_jsonl_line(path, dataclasses.asdict(record))
 
 
-def read_usage(path: Path) -> list[dict[str, Any]]:
-    """All records in a usage file, oldest first, as dicts. A missing file is empty; a torn
-    last line (the proxy was killed mid-write) and any other malformed line are skipped."""
-    return read_jsonl_tolerant(path)
+#: All records in a usage file, oldest first, as dicts. A missing file is empty; a torn last
+#: line (the proxy was killed mid-write) and any other malformed line are skipped.
+read_usage = read_jsonl_tolerant
 
 
 @dataclass

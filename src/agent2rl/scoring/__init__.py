@@ -1,23 +1,14 @@
-"""Scorers: how a task judges its solver's outputs.
+"""Scorers: how a task judges its solver's outputs. A task picks one in
+:meth:`~agent2rl.tasks.Task.scorer`.
 
-::
-
-    base.py          Scorer (the interface), ItemResult, EvalResult
-    metrics.py       what a score is: the metrics a scorer declares (default: 100 x mean
-                     item score), registered by name, read back by the score's readers
-    math_answer.py   final-answer extraction and numeric comparison (math-verify)
-    final_answer.py  FinalAnswer: GSM8K-style final-answer accuracy
-    opencompass.py   OpenCompassGsm8k, OpenCompassHumanEval: OpenCompass's post-processing
-                     and comparison, as the paper's reference grades GSM8K and HumanEval
-    unit_tests.py    UnitTests: HumanEval-style programs run in the program sandbox
-    episode.py       EpisodeOutcome: won / reward of interactive episodes, by group
-    judges/          level 2: the Judge scorer (a pairwise judge's preference over reference
-                     outputs), AlpacaEval's protocol over an HTTP or local logprob backend,
-                     its win rate and length-controlled win rate
-    llm_client.py    LLMClient: the one OpenAI-compatible client (retries, timeouts,
-                     metering, response cache) for every LLM call the harness makes itself
-
-A task picks one in :meth:`~agent2rl.tasks.Task.scorer`.
+``base`` (Scorer, ItemResult, EvalResult), ``metrics`` (what a score is: the metrics a scorer
+declares, by name; default 100 x the mean item score), ``math_answer`` and ``final_answer``
+(GSM8K-style final answers, math-verify), ``opencompass`` (OpenCompass's post-processing, as
+the paper's reference grades GSM8K and HumanEval), ``unit_tests`` (HumanEval-style programs in
+the program sandbox), ``episode`` (interactive episodes' outcomes, by group), ``judges/``
+(level 2: pairwise judges, AlpacaEval's win rates) and ``llm_client`` (the one
+OpenAI-compatible client, with retries, metering and a response cache, for every LLM call the
+harness makes itself).
 """
 
 from agent2rl.scoring.base import EvalResult, ItemResult, Scorer

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from agent2rl.files import json_object
 from agent2rl.metering.pricing import estimate_cost
 from agent2rl.metering.providers.openai import OpenAIProvider
 from agent2rl.metering.usage import TokenCounts, UsageRecord, append_record
@@ -118,27 +119,23 @@ class LLMMeter:
         """Count one request and append its line. ``tokens`` None: the response carried no
         usage (a failed request); the cost is the list price of ``model`` (None when it is
         not in :data:`~agent2rl.metering.pricing.PRICES`, e.g. a local model)."""
-        rec = UsageRecord(api=api, endpoint=endpoint, model=model, status=status)
+        rec = UsageRecord(api=api, endpoint=endpoint, model=model, status=status, error=error)
         rec.latency_s = round(latency_s, 4)
-        rec.error = error
-        cost = None
         if tokens is not None:
-            cost = estimate_cost(model, tokens)
-            rec.set_usage(usage or {}, tokens, cost)
+            rec.set_usage(usage or {}, tokens, estimate_cost(model, tokens))
         with self._lock:
             self.requests += 1
             self.errors += bool(error) or status >= 400
             if tokens is not None:
                 self.tokens += tokens
-                self.cost_usd += cost or 0.0
-                self.unpriced_requests += cost is None and tokens.total > 0
+                self.cost_usd += rec.cost_usd or 0.0
+                self.unpriced_requests += rec.cost_usd is None and tokens.total > 0
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 append_record(self.path, rec)
         return rec
 
     def hit(self, n: int = 1) -> None:
-        """Count ``n`` answers served from a cache (no request sent)."""
         with self._lock:
             self.cache_hits += n
 
@@ -194,16 +191,9 @@ class ResponseCache:
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored response of ``key``, None when there is none (or it is unreadable)."""
         row = self._store.fetchone("SELECT response FROM llm_responses WHERE key = ?", (key,))
-        if row is None:
-            return None
-        try:
-            value = json.loads(row[0])
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        return None if row is None else json_object(row[0])
 
     def put(self, key: str, model: str, response: dict[str, Any]) -> None:
-        """Store ``response`` under ``key`` (replacing an older one)."""
         self._store.write(
             "INSERT OR REPLACE INTO llm_responses VALUES (?, ?, ?, ?)",
             (key, model, json.dumps(response, ensure_ascii=False), time.time()),
@@ -256,11 +246,8 @@ def _env_number(name: str, default: float) -> float:
 
 def _error_message(resp: httpx.Response) -> str:
     """The provider's error message (OpenAI's ``error.message``), else the body's start."""
-    try:
-        err = resp.json().get("error")
-        message = err.get("message") if isinstance(err, dict) else err
-    except (ValueError, AttributeError):
-        message = None
+    err = (json_object(resp.content) or {}).get("error")
+    message = err.get("message") if isinstance(err, dict) else err
     text = str(message or resp.text or resp.reason_phrase)
     return " ".join(text.split())[:200]
 
@@ -312,7 +299,12 @@ class LLMClient:
         (0 counts as unset for all but ``backoff_s``), else ``{prefix}_{NAME}`` in the
         environment (``AGENT2RL_JUDGE_MAX_ATTEMPTS``...), else the default. A value that is
         not a number reads as the default. They change how long a call takes, never what it
-        returns."""
+        returns. ``TypeError`` names any other setting given."""
+        unknown = ", ".join(sorted(given.keys() - DEFAULT_OPTIONS.keys()))
+        if unknown:
+            raise TypeError(
+                f"unknown LLM client option {unknown}: one of {', '.join(DEFAULT_OPTIONS)}"
+            )
         out: dict[str, float] = {}
         for name, default in DEFAULT_OPTIONS.items():
             value = given.get(name)
@@ -415,13 +407,9 @@ class LLMClient:
                 if resp.status_code in TRANSIENT_STATUSES or resp.status_code >= 500:
                     continue
                 raise self.unavailable(f"{self.where()} refused the request ({last})")
-            try:
-                data = resp.json()
-            except ValueError:
-                data = None
             # A body that is not a JSON object reads as an empty one: the caller's parse
             # says what it lacked.
-            data = data if isinstance(data, dict) else {}
+            data = json_object(resp.content) or {}
             return Completion(data, _tokens(data), latency)
         raise self.unavailable(
             f"{self.where()} unreachable after {self.max_attempts} attempts ({last})"
@@ -446,6 +434,5 @@ class LLMClient:
 
 
 def _tokens(data: dict[str, Any]) -> TokenCounts | None:
-    """The normalised tokens of a response's ``usage`` (None without one)."""
     usage = data.get("usage")
     return OpenAIProvider().normalize(usage) if isinstance(usage, dict) else None

@@ -26,8 +26,7 @@ def extract_final_answer(text: str) -> str | None:
     None; negative numbers and simple fractions (``3/4``) are kept.
     """
     if "####" in text:
-        tail = text.rsplit("####", 1)[1]
-        found = _NUMBER.findall(tail)
+        found = _NUMBER.findall(text.rsplit("####", 1)[1])
         if found:
             return _clean(found[0])
     found = _NUMBER.findall(text)

@@ -72,11 +72,9 @@ def gsm8k_is_equal(pred: str, refer: str) -> bool:
     1e-6 of ``int(refer)``. Anything that does not parse (``"NULL"``, a non-integer gold
     such as ``"1.5"`` unless the prediction is the same string) is unequal."""
     try:
-        if pred == refer or abs(float(pred) - int(refer)) < 1e-6:
-            return True
+        return pred == refer or abs(float(pred) - int(refer)) < 1e-6
     except (ValueError, TypeError, OverflowError):  # OpenCompass catches every Exception
-        pass
-    return False
+        return False
 
 
 def humaneval_postprocess_v2(text: str) -> str:
@@ -85,9 +83,7 @@ def humaneval_postprocess_v2(text: str) -> str:
     whole text; then left-stripped. An unclosed fence is not a block; a base model's body
     continuation loses its first line's indentation."""
     blocks = _FENCED.findall(text)
-    if blocks:
-        text = blocks[0]
-    return text.lstrip()
+    return (blocks[0] if blocks else text).lstrip()
 
 
 @dataclass(frozen=True)

@@ -73,12 +73,6 @@ class Endpoint:
     methods: tuple[str, ...]
     metered: bool
 
-    def describe(self, prefix: str) -> list[str]:
-        """``METHOD /prefix/path`` for each method, as the allowed-endpoints list shows it
-        (the route parameter as ``{model}``)."""
-        path = self.path.replace("{rest:path}", "{model}")
-        return [f"{m} {prefix}/{path}" for m in self.methods]
-
 
 @dataclass(frozen=True)
 class Route:
@@ -136,9 +130,13 @@ class Provider(ABC):
         return f"/{self.name}/{self.version}"
 
     def allowed_endpoints(self) -> list[str]:
-        """The endpoints the proxy relays for this API, ``METHOD /path`` each, as refusals
-        name them."""
-        return [line for ep in self.endpoints for line in ep.describe(self.prefix)]
+        """The endpoints the proxy relays for this API, ``METHOD /path`` each (the route
+        parameter as ``{model}``), as refusals name them."""
+        return [
+            f"{m} {self.prefix}/{ep.path.replace('{rest:path}', '{model}')}"
+            for ep in self.endpoints
+            for m in ep.methods
+        ]
 
     @property
     def upstream_key_env(self) -> str:
@@ -236,10 +234,8 @@ class Provider(ABC):
 
     def forward_header(self, name: str, value: str) -> str | None:
         """The value of the client's request header ``name`` (lower case) to send upstream,
-        or None to drop it: an allowlist, :data:`COMMON_HEADERS` and ``x-stainless-*`` plus
-        this API's :attr:`forwarded_headers`. Credentials are never in it (the proxy adds
-        the real key itself), nor are hop-by-hop headers or ``accept-encoding`` (the proxy
-        asks for identity, to read the usage it forwards)."""
+        or None to drop it (see :data:`COMMON_HEADERS`). Hop-by-hop headers and
+        ``accept-encoding`` are dropped too: the proxy asks for identity, to read the usage."""
         allowed = name in COMMON_HEADERS or name in self.forwarded_headers
         return value if allowed or name.startswith(COMMON_HEADER_PREFIXES) else None
 

@@ -42,10 +42,9 @@ class OpenAIProvider(Provider):
     )
 
     def server_tools(self, path: str, payload: dict[str, Any]) -> list[ToolUse]:
-        """Responses ``tools`` of type ``web_search*`` (``web_search_preview``...) or
-        ``mcp``; ``web_search_options`` and search models (``*-search-preview``,
-        ``*-search-api``); input items
-        ``input_file`` with a ``file_url`` and images given by ``http(s)`` URL (the provider
+        """Responses ``tools`` of type ``web_search*`` (``web_search_preview``...) or ``mcp``;
+        ``web_search_options`` and search models (``*-search-preview``, ``*-search-api``);
+        input files with a ``file_url`` and images given by ``http(s)`` URL (the provider
         fetches them)."""
         uses: list[ToolUse] = []
         for tool in payload.get("tools") or []:

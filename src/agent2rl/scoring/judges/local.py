@@ -1,4 +1,4 @@
-"""``TransformersJudgeBackend``: a judge model run in-process with transformers (CPU or GPU).
+"""``TransformersJudgeBackend``: a judge model run in-process with transformers, on CPU.
 
 The backend applies the model's chat template to each prompt, runs one batched forward pass
 (left-padded, so every prompt's last position is the next token) and returns the top-k of
@@ -26,10 +26,10 @@ from agent2rl.metering.usage import TokenCounts
 from agent2rl.scoring.judges.base import JudgeUnavailable, Messages, NextToken
 from agent2rl.scoring.llm_client import LLMMeter
 
-#: models loaded in this process, by (directory, GGUF file, device): a grading process builds
+#: models loaded in this process, by (directory, GGUF file): a grading process builds
 #: its scorer more than once (the evaluation hash, then the scoring), and a benchmark builds
 #: several judges; each loads the weights (about 20 s for SmolLM2's GGUF) only once
-_LOADED: dict[tuple[str, str | None, str], tuple[Any, Any]] = {}
+_LOADED: dict[tuple[str, str | None], tuple[Any, Any]] = {}
 
 
 class TransformersJudgeBackend:
@@ -54,7 +54,6 @@ class TransformersJudgeBackend:
         always: Sequence[str] = (),
         batch_size: int = 8,
         meter: LLMMeter | None = None,
-        device: str = "cpu",
     ) -> None:
         self.model_dir = Path(model_dir)
         self.gguf_file = gguf_file
@@ -63,7 +62,6 @@ class TransformersJudgeBackend:
         self.always = tuple(always)
         self.batch_size = max(1, int(batch_size))
         self.meter = meter or LLMMeter()
-        self.device = device
         self._model: Any = None
         self._tokenizer: Any = None
         self._always_ids: list[int] = []
@@ -83,7 +81,7 @@ class TransformersJudgeBackend:
         is refused as :class:`JudgeUnavailable`, as is a file that does not load."""
         if self._model is not None:
             return
-        key = (str(self.model_dir), self.gguf_file, self.device)
+        key = (str(self.model_dir), self.gguf_file)
         if key not in _LOADED:
             _LOADED[key] = self._load()
         tokenizer, model = _LOADED[key]
@@ -112,7 +110,7 @@ class TransformersJudgeBackend:
             raise JudgeUnavailable(
                 f"judge {self.name} did not load from {where}: {type(err).__name__}: {err}"
             ) from None
-        model.to(self.device).eval()
+        model.eval()
         tokenizer.padding_side = "left"  # the last position is every prompt's next token
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -134,7 +132,6 @@ class TransformersJudgeBackend:
                 for m in chunk
             ]
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = {k: v.to(self.device) for k, v in enc.items()}
             with torch.inference_mode():
                 logits = model(**enc).logits[:, -1, :].float()
             logprobs = torch.log_softmax(logits, dim=-1)
@@ -143,13 +140,10 @@ class TransformersJudgeBackend:
             latency = (time.monotonic() - began) / len(chunk)
             for row in range(len(chunk)):
                 top_ids = indices[row].tolist()
-                pairs = zip(top_ids, values[row].tolist(), strict=True)
-                top = [(tok.decode([i]), float(v)) for i, v in pairs]
-                top += [
-                    (tok.decode([i]), float(logprobs[row, i]))
-                    for i in self._always_ids
-                    if i not in top_ids
-                ]
+                extra = [i for i in self._always_ids if i not in top_ids]
+                ids = top_ids + extra
+                scores = values[row].tolist() + logprobs[row, extra].tolist()
+                top = [(tok.decode([i]), float(v)) for i, v in zip(ids, scores, strict=True)]
                 tokens = TokenCounts(input=int(lengths[row]), output=1)
                 self.meter.record(
                     "local", "next_token", self.name, status=200, latency_s=latency, tokens=tokens

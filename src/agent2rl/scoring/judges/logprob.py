@@ -53,13 +53,12 @@ class LogprobJudge:
         return protocol.preference_from_logprobs(answer.top)
 
     def preferences(self, pairs: Sequence[Pair]) -> list[float]:
-        """One preference per pair (see :class:`~agent2rl.scoring.judges.base.PairwiseJudge`),
-        asking only what the cache lacks, in chunks of ``backend.batch_size`` each cached as
-        soon as it is judged (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`), each
-        pair shown in the order :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives.
-        Raises :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend."""
+        """One preference per pair, asking only what the cache lacks, ``backend.batch_size``
+        prompts at a time (:func:`~agent2rl.scoring.judges.cache.judge_with_cache`), each pair
+        shown in the order :func:`~agent2rl.scoring.judges.protocol.is_swapped` gives. Raises
+        :class:`~agent2rl.scoring.judges.base.JudgeUnavailable` from the backend."""
         orders = 2 if self.protocol.both_orders else 1
-        builds = self.protocol.builds()
+        builds = (self.protocol.build, *self.protocol.also)
         views = self.protocol.views
 
         def judge_chunk(chunk: list[int]) -> list[Judgment]:

@@ -115,9 +115,8 @@ def prompt(instruction: str, output_1: str, output_2: str) -> str:
     replaced in turn (so an instruction that itself contains ``{output_1}`` gets the output
     there, exactly as in AlpacaEval), then stripped."""
     text = template()
-    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
-    for name in PLACEHOLDERS:
-        text = text.replace("{" + name + "}", values[name], 1)
+    for name, value in zip(PLACEHOLDERS, (instruction, output_1, output_2), strict=True):
+        text = text.replace("{" + name + "}", value, 1)
     return text.strip()
 
 
@@ -142,13 +141,12 @@ def _template_messages() -> Messages:
 def fill(parts: Messages, instruction: str, output_1: str, output_2: str) -> Messages:
     """A template's chat messages ``parts`` with each placeholder's first occurrence (in the
     first message that has it) replaced in turn, so an output stays text whatever it holds."""
-    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
     contents = [m["content"] for m in parts]
-    for name in PLACEHOLDERS:
+    for name, value in zip(PLACEHOLDERS, (instruction, output_1, output_2), strict=True):
         slot = "{" + name + "}"
         for i, content in enumerate(contents):
             if slot in content:
-                contents[i] = content.replace(slot, values[name], 1)
+                contents[i] = content.replace(slot, value, 1)
                 break
     return [{"role": m["role"], "content": c} for m, c in zip(parts, contents, strict=True)]
 
@@ -219,10 +217,6 @@ class JudgeProtocol:
     def views(self) -> int:
         """Prompts per pair: orders times phrasings."""
         return (2 if self.both_orders else 1) * (1 + len(self.also))
-
-    def builds(self) -> tuple[Callable[[str, str, str], Messages], ...]:
-        """``build``, then the ``also`` phrasings."""
-        return (self.build, *self.also)
 
     def identity(self) -> dict[str, Any]:
         """The protocol's part of a judge's identity. AlpacaEval's own has no

@@ -38,13 +38,13 @@ Either way ``correct`` is ``preference > 1.5`` (the judge preferred the model's 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from agent2rl.dataset import Sample
@@ -93,8 +93,7 @@ class Judge:
 
     @property
     def metrics(self) -> list[Metric]:
-        """The declared metrics, the score's first: the LC win rate and the raw one with the
-        GLM's data, else the raw win rate."""
+        """The declared metrics, the score's first."""
         return [LC_WIN_RATE, WIN_RATE] if self.df_gamed is not None else [WIN_RATE]
 
     def settings(self) -> dict[str, Any]:
@@ -114,7 +113,12 @@ class Judge:
         prefs = self.judge.preferences(pairs)
         indices = [s.metadata.get("index", i) for i, s in enumerate(samples)]
         annotations = _annotations(pairs, prefs, indices)
-        lc = self._lc_predictions(annotations)
+        lc = None
+        if self.df_gamed is not None:
+            # Not fitted (fewer than two items, one length difference for all): the score
+            # falls back to the raw win rate, and the details' ``metric`` says so.
+            with contextlib.suppress(ValueError):
+                lc = length_controlled(annotations, self.df_gamed).predictions
         items = []
         for s, pair, pref, i in zip(samples, pairs, prefs, range(len(samples)), strict=True):
             judged = not math.isnan(pref)
@@ -132,18 +136,6 @@ class Judge:
             score = pref - 1.0 if judged else 0.5
             items.append(ItemResult(s.id, pair.output_2, pair.output_1, correct, score, meta))
         return items
-
-    def _lc_predictions(self, annotations: list[dict[str, Any]]) -> np.ndarray | None:
-        """The GLM's per-item predictions; None without its data, or when it cannot be
-        fitted (fewer than two items, or every pair of one length difference: a quick check
-        on a few items), in which case the score falls back to the raw win rate and the
-        details' ``metric`` says so."""
-        if self.df_gamed is None:
-            return None
-        try:
-            return length_controlled(annotations, self.df_gamed).predictions
-        except ValueError:
-            return None
 
     def details(self, items: list[ItemResult], outputs: list[Output]) -> dict[str, Any]:
         """The leaderboard's metrics over the items (win rate, standard error, counts, the
@@ -171,7 +163,8 @@ class Judge:
         n = len(items)
         return {
             "metric": metric,
-            **{k: _plain(v) for k, v in stats.items()},
+            # NaN -> None, so the details stay JSON
+            **{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in stats.items()},
             "unjudged": sum(1 for meta in metas if meta.get("preference") is None),
             "avg_length": sum(len(it.prediction) for it in items) / n if n else None,
             "reference_avg_length": sum(len(str(it.target)) for it in items) / n if n else None,
@@ -187,10 +180,3 @@ def _annotations(
         {**dataclasses.asdict(p), "preference": pref, "index": index}
         for p, pref, index in zip(pairs, prefs, indices, strict=True)
     ]
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-safe number (NaN -> None)."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value

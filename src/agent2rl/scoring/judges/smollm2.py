@@ -23,13 +23,13 @@ the variants tried and not kept, are in ``docs/figures.md``, *The alpaca-lite ju
   four forward passes, and the four preferences are averaged: the judge's margins are
   small and move with the wording, and the two phrasings fail on different items.
 
-Kept as in AlpacaEval: the labels ``m`` / ``M``, the preference ``2 - P(m) / (P(m) +
-P(M))`` from the first token's log-probabilities, the per-instruction seeded swap, draws for
-identical outputs, the cache keyed on (judge, instruction, both outputs), the meter.
+Kept as in AlpacaEval (:class:`~agent2rl.scoring.judges.protocol.JudgeProtocol`): the labels,
+the preference, the per-instruction seeded swap, draws for identical outputs, the cache, the meter.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from functools import cache
 from importlib import metadata
@@ -109,8 +109,6 @@ def weights() -> tuple[Path, str]:
             digest = ""
             if entry.hash is not None and entry.hash.mode == "sha256":
                 # RECORD holds the urlsafe base64 of the digest; hex reads better in records
-                import base64
-
                 padded = entry.hash.value + "=" * (-len(entry.hash.value) % 4)
                 digest = base64.urlsafe_b64decode(padded).hex()
             return path, digest

@@ -291,16 +291,14 @@ def _soft_log_loss(
     y_true: np.ndarray,
     y_pred: np.ndarray,
     true_prob: np.ndarray,
-    true_sample_weight: np.ndarray | None = None,
+    true_sample_weight: np.ndarray,
 ) -> float:
     """The package's ``logloss_continuous``: the log loss of ``y_pred`` (the probability of
-    class 1) against the soft label of each duplicated row, optionally weighted (a plain
-    mean of the weighted terms, as there)."""
+    class 1) against the soft label of each duplicated row, weighted (a plain mean of the
+    weighted terms, as there)."""
     soft = np.where(y_true == 1, true_prob, 1 - true_prob)
     if y_pred.ndim == 2:
         y_pred = y_pred[:, 1]
     y_pred = np.clip(y_pred, 1e-15, 1 - 1e-15)
     terms = soft * np.log(y_pred) + (1 - soft) * np.log(1 - y_pred)
-    if true_sample_weight is not None:
-        terms = terms * true_sample_weight
-    return float(-np.mean(terms))
+    return float(-np.mean(terms * true_sample_weight))
