@@ -149,14 +149,6 @@ class EpisodeFormat(core.FormatBase):
             }
         return super().extra_settings()
 
-    # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
-    # ``observation``, ``admissible`` and ``group`` (agent2rl.solvers.episode.EpisodeState).
-    def prompt(self, state: Any) -> str:
-        return core.for_state(build_prompt, state, self)
-
-    def chat_message(self, state: Any) -> str:
-        return core.for_state(build_chat_message, state, self)
-
     def parse(self, reply: str, state: Any) -> str:
         return react_action(reply) if self.protocol == "react" else parse_action(reply)
 
@@ -187,11 +179,11 @@ def listed_actions(admissible: Sequence[str]) -> list[str]:
 # ``fmt.history`` steps are shown, fewer if the prompt would exceed ``fmt.max_prompt_chars``.
 # (lambdas: the two functions they call are defined below)
 build_prompt, build_chat_message = core.prompt_builders(
+    EpisodeFormat,
     lambda goal, steps, observation, _admissible, _fmt, group: build_react_prompt(
         group, goal, steps, observation
     ),
     lambda *args: _render(*args),
-    CHAT_INSTRUCTION,
 )
 
 

@@ -131,11 +131,6 @@ class EpisodeFormat(core.FormatBase):
         """A model with a chat template gets :meth:`chat_message` through it."""
         return True
 
-    # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
-    # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
-    def prompt(self, state: Any) -> str:
-        return core.for_state(build_prompt, state, self)
-
     def chat_message(self, state: Any) -> str:
         """The user message of a chat model (under ``react`` without the system text,
         which goes in its own turn: :attr:`system_message`)."""
@@ -171,11 +166,11 @@ def shown_page(observation: str, fmt: EpisodeFormat) -> str:
 # ``group`` (the goal's category) changes nothing: it is there for the signature ALFWorld's
 # protocol file shares. (Lambdas: the two functions they call are defined below.)
 build_prompt, build_chat_message = core.prompt_builders(
+    EpisodeFormat,
     lambda goal, steps, observation, admissible, fmt, _group: react_message(
         goal, steps, observation, admissible, fmt
     ),
     lambda *args: _render(*args),
-    CHAT_INSTRUCTION,
 )
 
 
