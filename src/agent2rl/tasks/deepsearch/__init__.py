@@ -52,6 +52,7 @@ from agent2rl.tasks.deepsearch.react import ReferenceReactSolver, reference_solv
 from agent2rl.tasks.deepsearch.search import (
     SEARCH_BACKENDS,
     QueryLog,
+    SearchBackend,
     SearchEngine,
     serpapi_key,
 )
@@ -219,6 +220,10 @@ class DeepsearchBase(InteractiveTask):
         store's corpus)."""
         return SEARCH_BACKENDS["bm25"]
 
+    def search_backend(self, prepared: PreparedTask) -> SearchBackend:
+        """The search engine every episode of this task uses (built on first use)."""
+        return self.search_engine(prepared).open(corpus_file(prepared.private.parent))
+
     def search_identity(self, prepared: PreparedTask) -> dict[str, Any]:
         """What identifies the search results (part of the evaluation settings), without
         opening the engine."""
@@ -228,8 +233,7 @@ class DeepsearchBase(InteractiveTask):
         log = QueryLog(self.record_dir / QUERY_LOG if self.record_dir else None)
         return QuestionGames(
             prepared.split(split) / QUESTIONS,
-            # the engine every episode uses, opened at the first episode
-            lambda: self.search_engine(prepared).open(corpus_file(prepared.private.parent)),
+            lambda: self.search_backend(prepared),
             self.config.max_steps,
             self.config.top_k,
             step_cap=MAX_SESSION_STEPS,

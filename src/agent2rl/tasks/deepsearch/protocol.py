@@ -182,17 +182,13 @@ def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
     return core.cut(core.one_line(observation), fmt.max_observation_chars)
 
 
-# ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt
-# for a base model at one step (see the module docstring); ``build_chat_message`` (same
-# arguments): the user message for a chat model, the same text then the instruction. Under
-# ``fmt.protocol`` ``react`` or ``reference`` (which use no chat template) both are
-# :func:`react_prompt` (``goal`` is then the question, a newline and its ``Answer type: ...``
-# line; under ``reference`` from actions only: the exact prompt, thoughts included, is
-# :class:`ReferenceEpisode`'s). ``steps`` are the earlier steps, oldest first, each as (the
-# observation it answered, the action taken). Only the last ``fmt.history`` are shown, fewer
-# if the prompt would exceed ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change
-# nothing (the environment takes free text): they are there for the signature the other
-# protocol files share. (Lambdas: the two functions they call are defined below.)
+# ``build_prompt`` and ``build_chat_message(goal, steps, observation, admissible, fmt,
+# group=None)`` (protocol_core.prompt_builders). Under ``react`` or ``reference`` (no chat
+# template) both are :func:`react_prompt`, ``goal`` then the question, a newline and its
+# ``Answer type: ...`` line (under ``reference`` from actions only: the exact prompt,
+# thoughts included, is :class:`ReferenceEpisode`'s). ``admissible`` and ``group`` change
+# nothing (free text): they are there for the signature the other protocol files share.
+# (Lambdas: the functions they call are defined below.)
 build_prompt, build_chat_message = core.prompt_builders(
     EpisodeFormat,
     lambda goal, steps, observation, _admissible, fmt, _group: react_prompt(
