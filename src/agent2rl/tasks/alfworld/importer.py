@@ -32,8 +32,7 @@ def find_alfworld_json(source: Path) -> Path:
     source = Path(source).expanduser()
     if not source.is_dir():
         raise UserError(f"{source} is not a directory: pass the folder holding json_2.1.1")
-    candidates = [source, *sorted(p for p in source.rglob("*") if p.is_dir())]
-    for d in candidates:
+    for d in [source, *sorted(p for p in source.rglob("*") if p.is_dir())]:
         if all((d / split).is_dir() for split in ALFWORLD_SPLITS.values()):
             return d
     raise UserError(

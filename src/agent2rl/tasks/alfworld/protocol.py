@@ -149,14 +149,6 @@ class EpisodeFormat(core.FormatBase):
             }
         return super().extra_settings()
 
-    # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
-    # ``observation``, ``admissible`` and ``group`` (agent2rl.solvers.episode.EpisodeState).
-    def prompt(self, state: Any) -> str:
-        return core.for_state(build_prompt, state, self)
-
-    def chat_message(self, state: Any) -> str:
-        return core.for_state(build_chat_message, state, self)
-
     def parse(self, reply: str, state: Any) -> str:
         return react_action(reply) if self.protocol == "react" else parse_action(reply)
 
@@ -176,22 +168,16 @@ def listed_actions(admissible: Sequence[str]) -> list[str]:
     return [a for a in admissible if a != "help"]
 
 
-# ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt at
-# one step (see the module docstring), every model's under the react protocol, a base
-# model's under the transcript protocol; ``build_chat_message`` (same arguments): a chat
-# model's user message, the transcript prompt's text then the instruction (the react
-# protocol's text, untemplated, under react). ``steps`` are the earlier steps, oldest first,
-# each as (the observation it answered, the action taken): the first one's observation is
-# the room's description. ``group`` is the game's task type (``pick_and_place_simple``...):
-# the react protocol needs it to pick its exemplars. Transcript protocol: only the last
-# ``fmt.history`` steps are shown, fewer if the prompt would exceed ``fmt.max_prompt_chars``.
-# (lambdas: the two functions they call are defined below)
+# ``build_prompt`` and ``build_chat_message(goal, steps, observation, admissible, fmt,
+# group=None)`` (protocol_core.prompt_builders): the first step's observation is the room's
+# description; ``group``, the game's task type (``pick_and_place_simple``...), picks the
+# react protocol's exemplars. (Lambdas: the functions they call are defined below.)
 build_prompt, build_chat_message = core.prompt_builders(
+    EpisodeFormat,
     lambda goal, steps, observation, _admissible, _fmt, group: build_react_prompt(
         group, goal, steps, observation
     ),
     lambda *args: _render(*args),
-    CHAT_INSTRUCTION,
 )
 
 

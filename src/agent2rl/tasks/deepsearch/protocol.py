@@ -170,14 +170,6 @@ class EpisodeFormat(core.FormatBase):
         ``transcript`` protocol); ``react`` and ``reference`` give every model raw text."""
         return self.protocol == "transcript"
 
-    # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
-    # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
-    def prompt(self, state: Any) -> str:
-        return core.for_state(build_prompt, state, self)
-
-    def chat_message(self, state: Any) -> str:
-        return core.for_state(build_chat_message, state, self)
-
     def parse(self, reply: str, state: Any) -> str:
         if self.protocol in ("react", "reference"):
             return parse_react_action(reply)
@@ -190,23 +182,19 @@ def shown_observation(observation: str, fmt: EpisodeFormat) -> str:
     return core.cut(core.one_line(observation), fmt.max_observation_chars)
 
 
-# ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt
-# for a base model at one step (see the module docstring); ``build_chat_message`` (same
-# arguments): the user message for a chat model, the same text then the instruction. Under
-# ``fmt.protocol`` ``react`` or ``reference`` (which use no chat template) both are
-# :func:`react_prompt` (``goal`` is then the question, a newline and its ``Answer type: ...``
-# line; under ``reference`` from actions only: the exact prompt, thoughts included, is
-# :class:`ReferenceEpisode`'s). ``steps`` are the earlier steps, oldest first, each as (the
-# observation it answered, the action taken). Only the last ``fmt.history`` are shown, fewer
-# if the prompt would exceed ``fmt.max_prompt_chars``. ``admissible`` and ``group`` change
-# nothing (the environment takes free text): they are there for the signature the other
-# protocol files share. (Lambdas: the two functions they call are defined below.)
+# ``build_prompt`` and ``build_chat_message(goal, steps, observation, admissible, fmt,
+# group=None)`` (protocol_core.prompt_builders). Under ``react`` or ``reference`` (no chat
+# template) both are :func:`react_prompt`, ``goal`` then the question, a newline and its
+# ``Answer type: ...`` line (under ``reference`` from actions only: the exact prompt,
+# thoughts included, is :class:`ReferenceEpisode`'s). ``admissible`` and ``group`` change
+# nothing (free text): they are there for the signature the other protocol files share.
+# (Lambdas: the functions they call are defined below.)
 build_prompt, build_chat_message = core.prompt_builders(
+    EpisodeFormat,
     lambda goal, steps, observation, _admissible, fmt, _group: react_prompt(
         goal, steps, observation, fmt
     ),
     lambda goal, steps, observation, _admissible, fmt: _render(goal, steps, observation, fmt),
-    CHAT_INSTRUCTION,
     react_protocols=("react", "reference"),
 )
 
@@ -470,9 +458,43 @@ def answer_reward(answer: str, gold: str, answer_type: str = SINGLE) -> float:
 def describe(fmt: EpisodeFormat) -> str:
     """Markdown bullets stating the protocol for ``description.md``."""
     if fmt.protocol == "reference":
-        return _describe_reference(fmt)
+        return (
+            f"- Each question is played as the paper's reference plays it (`ReferenceEpisode` in "
+            f"`data/protocol.py` is that loop without the model and the search): every model "
+            f"gets raw text (no chat template): the instructions `REACT_SYSTEM_PROMPT`, then "
+            f"`Question: ...`, `Answer type: Single Answer` (or `Set Answer`) and `Thought:`. "
+            f"Greedy decoding, at most {fmt.max_new_tokens} new tokens, stopping at `\\nAction:`, "
+            f"`\\nThought:` or `\\nObservation:`. The reply (stripped) is appended to the prompt "
+            f"after a space, thought included. Its first `Action: search[...]` searches: the "
+            f"observation is the top results' snippets joined by ` | ` (`No results found.`), "
+            f"appended as `\\nObservation: ...\\nThought:`. Its first `Action: answer[...]` is "
+            f"the answer. A reply without an action (so every reply that starts `Action:` on "
+            f"a new line: generation stops there) gets `\\nAction: answer[` appended and a second "
+            f"generation (at most {FORCED_MAX_NEW_TOKENS} tokens, stopping at `]`) that is the "
+            f"answer. At most {fmt.max_steps} steps; then the last `Action: answer[...]` the model "
+            f"wrote, else `I don't know`. The template's `your final answer` is never an answer.\n"
+            f"- `data/protocol.py` is the grader's own code for this (`ReferenceEpisode`, "
+            f"`reference_head`, `reference_snippets`; `string_match` is the grading without a "
+            f"judge); `data/eval_format.json` holds these settings."
+        )
     if fmt.protocol == "react":
-        return _describe_react(fmt)
+        return (
+            f"- Each question is an episode of at most {fmt.max_steps} actions, played as the "
+            f"paper's reference plays it: every model gets raw text (no chat template): the "
+            f"instructions `REACT_SYSTEM_PROMPT` of `data/protocol.py`, then `Question: ...`, "
+            f"`Answer type: Single Answer` (or `Set Answer`) and `Thought:`. The model writes a "
+            f"thought and `Action: search[query]` or `Action: answer[text]`; each earlier step "
+            f"follows as ` Action: <action>`, `Observation: <results>`, `Thought:`. An episode "
+            f"without an answer scores 0.\n"
+            f"- Greedy decoding, at most {fmt.max_new_tokens} new tokens, stopping at "
+            f"`\\nObservation:` or `\\nThought:`. The action is the first `Action: search[...]` "
+            f"/ `Action: answer[...]` in the reply; a reply without one uses the turn and the "
+            f"next observation reads `{REFUSED_PREFIX}<why>`. The oldest steps are dropped to "
+            f"keep the prompt within {fmt.max_prompt_chars} characters.\n"
+            f"- `data/protocol.py` is the grader's own code for this (`build_prompt`, "
+            f"`react_prompt`, `parse_action`, `parse_react_action`; `string_match` is the "
+            f"grading without a judge); `data/eval_format.json` holds these settings."
+        )
     cut = (
         f", cut to {fmt.max_observation_chars} characters (`...` marks the cut)"
         if fmt.max_observation_chars
@@ -496,46 +518,4 @@ def describe(fmt: EpisodeFormat) -> str:
         f"`build_chat_message`, `parse_action`, `transcript`; `answer_score` and "
         f"`answer_reward` are the exact-match scoring); `data/eval_format.json` holds these "
         f"settings."
-    )
-
-
-def _describe_react(fmt: EpisodeFormat) -> str:
-    return (
-        f"- Each question is an episode of at most {fmt.max_steps} actions, played as the "
-        f"paper's reference plays it: every model gets raw text (no chat template): the "
-        f"instructions `REACT_SYSTEM_PROMPT` of `data/protocol.py`, then `Question: ...`, "
-        f"`Answer type: Single Answer` (or `Set Answer`) and `Thought:`. The model writes a "
-        f"thought and `Action: search[query]` or `Action: answer[text]`; each earlier step "
-        f"follows as ` Action: <action>`, `Observation: <results>`, `Thought:`. An episode "
-        f"without an answer scores 0.\n"
-        f"- Greedy decoding, at most {fmt.max_new_tokens} new tokens, stopping at "
-        f"`\\nObservation:` or `\\nThought:`. The action is the first `Action: search[...]` "
-        f"/ `Action: answer[...]` in the reply; a reply without one uses the turn and the "
-        f"next observation reads `{REFUSED_PREFIX}<why>`. The oldest steps are dropped to "
-        f"keep the prompt within {fmt.max_prompt_chars} characters.\n"
-        f"- `data/protocol.py` is the grader's own code for this (`build_prompt`, "
-        f"`react_prompt`, `parse_action`, `parse_react_action`; `string_match` is the "
-        f"grading without a judge); `data/eval_format.json` holds these settings."
-    )
-
-
-def _describe_reference(fmt: EpisodeFormat) -> str:
-    return (
-        f"- Each question is played as the paper's reference plays it (`ReferenceEpisode` in "
-        f"`data/protocol.py` is that loop without the model and the search): every model "
-        f"gets raw text (no chat template): the instructions `REACT_SYSTEM_PROMPT`, then "
-        f"`Question: ...`, `Answer type: Single Answer` (or `Set Answer`) and `Thought:`. "
-        f"Greedy decoding, at most {fmt.max_new_tokens} new tokens, stopping at `\\nAction:`, "
-        f"`\\nThought:` or `\\nObservation:`. The reply (stripped) is appended to the prompt "
-        f"after a space, thought included. Its first `Action: search[...]` searches: the "
-        f"observation is the top results' snippets joined by ` | ` (`No results found.`), "
-        f"appended as `\\nObservation: ...\\nThought:`. Its first `Action: answer[...]` is "
-        f"the answer. A reply without an action (so every reply that starts `Action:` on "
-        f"a new line: generation stops there) gets `\\nAction: answer[` appended and a second "
-        f"generation (at most {FORCED_MAX_NEW_TOKENS} tokens, stopping at `]`) that is the "
-        f"answer. At most {fmt.max_steps} steps; then the last `Action: answer[...]` the model "
-        f"wrote, else `I don't know`. The template's `your final answer` is never an answer.\n"
-        f"- `data/protocol.py` is the grader's own code for this (`ReferenceEpisode`, "
-        f"`reference_head`, `reference_snippets`; `string_match` is the grading without a "
-        f"judge); `data/eval_format.json` holds these settings."
     )

@@ -165,7 +165,6 @@ class BM25Backend:
 def open_corpus(path: Path) -> BM25Backend:
     """The BM25 backend over the ``corpus.jsonl`` at ``path``, built once per process (every
     split and session shares it). FileNotFoundError when there is none."""
-
     data = Path(path).read_bytes()
     return BM25Backend(read_jsonl(Path(path)), hashlib.sha256(data).hexdigest()[:16])
 

@@ -45,7 +45,7 @@ from agent2rl.tasks.deepsearch.games import expert_walkthrough
 from agent2rl.tasks.deepsearch.generate_lite import World, generate_world
 from agent2rl.tasks.deepsearch.protocol import SET, SINGLE, EpisodeFormat
 from agent2rl.tasks.deepsearch.search import BM25Backend
-from agent2rl.tasks.shared.store import MANIFEST, building
+from agent2rl.tasks.shared.store import MANIFEST, building, read_rows
 
 QUESTIONS = "questions.jsonl"
 WALKTHROUGHS = "walkthroughs.jsonl"
@@ -195,25 +195,15 @@ def split_dsqa(
 
 
 def read_table(path: Path) -> list[dict[str, Any]]:
-    """Rows of a CSV, parquet, JSON list or JSON-lines file; :class:`UserError` naming a file
-    that does not read."""
+    """Rows of a CSV file, or of a parquet, JSON list or JSON-lines one (:func:`read_rows`);
+    :class:`UserError` naming a file that does not read."""
+    if path.suffix != ".csv":
+        return read_rows(path)
     try:
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path).to_pylist()
-        if path.suffix == ".csv":
-            with open(path, newline="", encoding="utf-8") as fh:
-                return list(csv.DictReader(fh))
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        data = json.loads(text)
-    except Exception as err:  # pyarrow, csv and json raise many kinds for a corrupt file
+        with open(path, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except Exception as err:  # csv raises several kinds for a corrupt file
         raise UserError(f"could not read {path}: {type(err).__name__}: {err}") from None
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise UserError(f"{path} is not a JSON list of objects")
-    return data
 
 
 def _columns(path: Path) -> set[str]:

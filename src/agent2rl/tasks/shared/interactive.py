@@ -1,8 +1,8 @@
 """InteractiveTask: the plumbing every level-3 task shares. The grader's
 :class:`~agent2rl.solvers.EpisodeSolver` and the rollout service both play the task's
-:meth:`~agent2rl.tasks.base.Task.environment`; the agent gets the episode protocol (and the
-rollout service's client) in ``data/`` so that its training code builds the very prompts
-the grader does."""
+:meth:`~agent2rl.tasks.base.Task.environment`; the agent gets the episode protocol
+(``data/protocol.py``, on ``data/protocol_core.py``) and the rollout service's client
+(``data/env_client.py``) so that its training code builds the very prompts the grader does."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def batch_size_option(default: int = 64) -> Any:
 
 
 class EpisodeSizing(Protocol):
-    """What :class:`InteractiveTask` reads of its task's options (each L3 task's options
-    class declares these two, through :func:`env_batch_option` and :func:`batch_size_option`)."""
+    """What :class:`InteractiveTask` reads of its task's options (:func:`env_batch_option`,
+    :func:`batch_size_option`)."""
 
     @property
     def env_batch(self) -> int: ...
@@ -47,22 +47,16 @@ class EpisodeSizing(Protocol):
 
 
 class InteractiveTask(Task):
-    """A level-3 task: an episode protocol (``data/protocol.py``, with the core the tasks'
-    protocols share, ``data/protocol_core.py``, and the rollout service's client,
-    ``data/env_client.py``), the episode solver over the task's environment.
-
-    A subclass sets :attr:`protocol_module` and declares :meth:`episode_format`, besides the
-    dataset, scorer and description every task declares. Its options ``env_batch`` (the most
-    games played side by side, each step one batched ``generate`` call over those still
-    running) and ``batch_size`` (prompts per forward pass) size the solver; they change its
-    speed and memory, not its outputs.
-    """
+    """A level-3 task (module docstring). A subclass sets :attr:`protocol_module` and
+    declares :meth:`episode_format`, besides the dataset, scorer and description every task
+    declares; its options ``env_batch`` and ``batch_size`` size the solver (its speed and
+    memory, not its outputs)."""
 
     level = 3
     interactive = True
     eval_timeout_s = 3600.0
-    #: the task's episode protocol (standard library only: copied into the workspace with
-    #: :mod:`agent2rl.tasks.shared.protocol_core`, which it imports from beside itself there)
+    #: the task's episode protocol (standard library only: copied into the workspace beside
+    #: :mod:`agent2rl.tasks.shared.protocol_core`, which it imports)
     protocol_module: ClassVar[ModuleType]
     config: EpisodeSizing  # type: ignore[assignment]  (each subclass's options class)
 
@@ -82,8 +76,7 @@ class InteractiveTask(Task):
         )
 
     def grading_games(self, prepared: PreparedTask, split: Split) -> GameSource:
-        """The games the grader plays: :meth:`environment`'s (a task may play them in
-        worker processes instead, with the same outputs)."""
+        """The games the grader plays: :meth:`environment`'s (or, the same, in workers)."""
         return self.environment(prepared, split)
 
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:

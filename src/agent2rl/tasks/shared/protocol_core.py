@@ -28,12 +28,28 @@ _F = TypeVar("_F", bound="FormatBase")
 
 class FormatBase:
     """What a task's frozen ``EpisodeFormat`` dataclass inherits: its ``eval_format.json``
-    form and back. A subclass sets :attr:`KIND` (the ``kind`` key) and
-    :attr:`CHAT_INSTRUCTION`, and has the fields ``stop`` (a tuple of strings) and
+    form and back, and the grader's :meth:`prompt` and :meth:`chat_message`. A subclass sets
+    :attr:`KIND` (the ``kind`` key), :attr:`CHAT_INSTRUCTION` and (once its protocol file
+    has them) :attr:`builders`, and has the fields ``stop`` (a tuple of strings) and
     ``protocol``."""
 
     KIND: ClassVar[str]
     CHAT_INSTRUCTION: ClassVar[str]
+    #: the protocol file's ``build_prompt`` and ``build_chat_message`` (:func:`prompt_builders`)
+    builders: ClassVar[tuple[Callable[..., str], Callable[..., str]]]
+
+    # The grader's episode-protocol interface: ``state`` has ``goal``, ``steps``,
+    # ``observation``, ``admissible`` and, when it has one, ``group``
+    # (agent2rl.solvers.episode.EpisodeState).
+    def prompt(self, state: Any) -> str:
+        return self._build(self.builders[0], state)
+
+    def chat_message(self, state: Any) -> str:
+        return self._build(self.builders[1], state)
+
+    def _build(self, build: Callable[..., str], state: Any) -> str:
+        args = (state.goal, state.steps, state.observation, state.admissible, self)
+        return build(*args, group=getattr(state, "group", None))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as JSON: the fields in order (``stop`` as a list), ``kind``, then
@@ -59,36 +75,23 @@ class FormatBase:
         return cls(**kw)
 
 
-def for_state(build: Callable[..., str], state: Any, fmt: Any) -> str:
-    """``build(goal, steps, observation, admissible, fmt, group=...)`` from the grader's
-    episode state (``agent2rl.solvers.episode.EpisodeState``; ``group`` None when it has
-    none)."""
-    return build(
-        state.goal,
-        state.steps,
-        state.observation,
-        state.admissible,
-        fmt,
-        group=getattr(state, "group", None),
-    )
-
-
 def prompt_builders(
+    fmt_class: type[FormatBase],
     react: Callable[..., str],
     render: Callable[..., str],
-    chat_instruction: str,
     react_protocols: tuple[str, ...] = ("react",),
 ) -> tuple[Callable[..., str], Callable[..., str]]:
     """A protocol file's ``build_prompt`` and ``build_chat_message``, both called as
     ``(goal, steps, observation, admissible, fmt, group=None)`` with ``steps`` the earlier
-    steps, oldest first, each as (the observation it answered, the action taken).
+    steps, oldest first, each as (the observation it answered, the action taken); they
+    become ``fmt_class``'s :attr:`~FormatBase.builders`.
 
     Under a ``fmt.protocol`` in ``react_protocols`` both return ``react(goal, steps,
     observation, admissible, fmt, group)``: one text, whether or not the model has a chat
     template.
     Otherwise (the transcript protocol) both start with ``render(goal, steps, observation,
     admissible, fmt)``: ``build_prompt`` (a base model's prompt) ends it with ``>``, and
-    ``build_chat_message`` (a chat model's user message) with ``chat_instruction``."""
+    ``build_chat_message`` (a chat model's user message) with ``fmt_class.CHAT_INSTRUCTION``."""
 
     def builder(name: str, end: str, doc: str) -> Callable[..., str]:
         def build(
@@ -107,15 +110,16 @@ def prompt_builders(
         build.__doc__ = doc
         return build
 
-    return (
+    fmt_class.builders = (
         builder("build_prompt", ">", "The text prompt at one step (see the module docstring)."),
         builder(
             "build_chat_message",
-            chat_instruction,
+            fmt_class.CHAT_INSTRUCTION,
             "The user message for a chat model at one step: the prompt's text, then the "
             "instruction (under the react protocol: ``build_prompt``'s text).",
         ),
     )
+    return fmt_class.builders
 
 
 def one_line(text: str) -> str:

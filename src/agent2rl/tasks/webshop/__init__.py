@@ -161,11 +161,7 @@ class WebshopBase(InteractiveTask):
         """Whether an action the page does not offer is played as a no-op (``invalid=env``,
         the reference's: WebShop's environment gets every action) rather than refused
         (``invalid=refuse``; webshop-lite, which has no such option, refuses)."""
-        return self.invalid_mode() == "env"
-
-    def invalid_mode(self) -> str:
-        """The ``invalid`` option (``refuse`` for a task without it)."""
-        return str(getattr(self.config, "invalid", "refuse"))
+        return getattr(self.config, "invalid", "refuse") == "env"
 
     def environment(self, prepared: PreparedTask, split: Split) -> ShopGames:
         return ShopGames(
@@ -189,7 +185,8 @@ class WebshopBase(InteractiveTask):
 
     def solver_settings(self, prepared: PreparedTask) -> dict[str, Any]:
         # how an action the page does not offer is played changes scores: in the hash
-        out = {**super().solver_settings(prepared), "invalid": self.invalid_mode()}
+        invalid = "env" if self.lenient() else "refuse"
+        out = {**super().solver_settings(prepared), "invalid": invalid}
         if self.episode_format().system_message is not None:
             out["system_turn"] = True  # since task version 3 (issue #39)
         return out

@@ -26,10 +26,10 @@ and gives a product without attributes the attribute ``DUMMY_ATTR``.
 ``get_human_goals`` do. WebShop draws a ranged product's price and every goal's price cap
 from Python's *unseeded* global random generator, so its goals' price caps (and the prices
 of ranged products) change from one start to the next; here they come from
-generators seeded from ``price_seed``, drawn product by product in catalog order, so every
-start agrees. The goal
-order is then shuffled as WebShop shuffles it (``random.seed(233); random.shuffle(goals)``,
-:func:`shuffle_goals`): the reference grades sessions 0-99 of that order.
+generators seeded from :data:`PRICE_SEED`, drawn product by product in catalog order, so
+every start agrees. The goal order is then shuffled as WebShop shuffles it
+(``random.seed(233); random.shuffle(goals)``, :func:`shuffle_goals`): the reference grades
+sessions 0-99 of that order.
 """
 
 from __future__ import annotations
@@ -121,20 +121,15 @@ def read_json(path: Path) -> Any:
         return json.load(fh)
 
 
-def load_catalog(
-    folder: Path, num_products: int | None = None, price_seed: int = PRICE_SEED
-) -> Catalog:
+def load_catalog(folder: Path) -> Catalog:
     """The catalog in ``folder`` (the three files of :data:`CATALOG_FILES`; the human
-    instructions file may be missing), limited to its first ``num_products`` entries (as
-    WebShop's ``num_products``). Raises FileNotFoundError naming a missing file, ValueError
-    for a product lacking a field WebShop needs."""
+    instructions file may be missing). Raises FileNotFoundError naming a missing file,
+    ValueError for a product lacking a field WebShop needs."""
     folder = Path(folder)
     raw = read_json(folder / PRODUCTS_FILE)
     attrs: dict[str, Any] = read_json(folder / ATTRIBUTES_FILE)
     human_path = folder / HUMAN_FILE
     human: dict[str, Any] = read_json(human_path) if human_path.exists() else {}
-    if num_products is not None:
-        raw = raw[:num_products]
     products: list[Product] = []
     seen: set[str] = set()
     for p in raw:
@@ -146,7 +141,7 @@ def load_catalog(
             products.append(_product(p, attrs.get(asin), human.get(asin)))
         except KeyError as err:
             raise ValueError(f"product {asin} has no field {err}") from None
-    rng = random.Random(price_seed)
+    rng = random.Random(PRICE_SEED)
     prices = {  # WebShop's generate_product_prices, in catalog order
         p.asin: p.pricing[0] if len(p.pricing) == 1 else rng.uniform(*p.pricing[:2])
         for p in products
@@ -212,7 +207,7 @@ def _goal(
     }
 
 
-def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict[str, Any]]:
+def synthetic_goals(catalog: Catalog) -> list[dict[str, Any]]:
     """WebShop's synthetic goals (``human_goals`` off: what the reference grades): for every
     product with an instruction, one goal per combination of its option values (options in
     name order), the instruction followed by ``" with name: value, and name: value"`` and
@@ -220,7 +215,7 @@ def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict
     ``instruction_text``, ``attributes``, ``price_upper``, ``goal_options`` (name -> value),
     ``instruction`` (the product's instruction alone: ours, for the expert's search),
     ``weight`` (WebShop's sampling weight, the mean of 1 / attribute frequency)."""
-    rng = random.Random(price_seed + 1)
+    rng = random.Random(PRICE_SEED + 1)
     goals = []
     counts: Counter[str] = Counter()
     for prod in catalog.products:
@@ -242,13 +237,13 @@ def synthetic_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict
     return goals
 
 
-def human_goals(catalog: Catalog, price_seed: int = PRICE_SEED) -> list[dict[str, Any]]:
+def human_goals(catalog: Catalog) -> list[dict[str, Any]]:
     """WebShop's human goals (``get_human_goals``): one per human instruction with at least
     one attribute, the instruction (final periods dropped) plus the price cap. The wanted
     options, a list of values in the file, become name -> value by the product's option
     that offers each value (``option 1``, ``option 2``... for a value it does not offer), so
     that a wanted size is known as one."""
-    rng = random.Random(price_seed + 2)
+    rng = random.Random(PRICE_SEED + 2)
     goals = []
     for prod in catalog.products:
         for ins in prod.human_instructions:

@@ -200,9 +200,7 @@ class ShopSession:
                 "or click[a button, product id or option shown on the page]"
             )
         name, arg = m.group(1), m.group(2).strip().lower()
-        if name == "search":
-            return self._search(arg)
-        return self._click(arg)
+        return self._search(arg) if name == "search" else self._click(arg)
 
     def _search(self, query: str) -> Outcome:
         if not self.has_search_bar():

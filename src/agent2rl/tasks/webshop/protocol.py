@@ -131,11 +131,6 @@ class EpisodeFormat(core.FormatBase):
         """A model with a chat template gets :meth:`chat_message` through it."""
         return True
 
-    # The grader's episode-protocol interface; ``state`` has ``goal``, ``steps``,
-    # ``observation`` and ``admissible`` (agent2rl.solvers.episode.EpisodeState).
-    def prompt(self, state: Any) -> str:
-        return core.for_state(build_prompt, state, self)
-
     def chat_message(self, state: Any) -> str:
         """The user message of a chat model (under ``react`` without the system text,
         which goes in its own turn: :attr:`system_message`)."""
@@ -162,20 +157,16 @@ def shown_page(observation: str, fmt: EpisodeFormat) -> str:
     return core.cut(text, fmt.max_observation_chars)
 
 
-# ``build_prompt(goal, steps, observation, admissible, fmt, group=None)``: the text prompt
-# for a base model at one step (see the module docstring); ``build_chat_message`` (same
-# arguments): the user message for a chat model, the same text then the instruction. Under
-# ``fmt.protocol == "react"`` both are :func:`react_message`. ``steps`` are the earlier
-# steps, oldest first, each as (the page it answered, the action taken). Only the last
-# ``fmt.history`` are shown, fewer if the prompt would exceed ``fmt.max_prompt_chars``.
-# ``group`` (the goal's category) changes nothing: it is there for the signature ALFWorld's
-# protocol file shares. (Lambdas: the two functions they call are defined below.)
+# ``build_prompt`` and ``build_chat_message(goal, steps, observation, admissible, fmt,
+# group=None)`` (protocol_core.prompt_builders; under ``react`` both :func:`react_message`):
+# ``group`` (the goal's category) changes nothing, it is there for the signature ALFWorld's
+# protocol file shares. (Lambdas: the functions they call are defined below.)
 build_prompt, build_chat_message = core.prompt_builders(
+    EpisodeFormat,
     lambda goal, steps, observation, admissible, fmt, _group: react_message(
         goal, steps, observation, admissible, fmt
     ),
     lambda *args: _render(*args),
-    CHAT_INSTRUCTION,
 )
 
 
