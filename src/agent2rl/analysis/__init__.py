@@ -3,13 +3,12 @@
 Split by audience:
 
 ``report``
-    one run: ``compute_metrics`` once, then ``write_report`` (``metrics.json``, ``report.md``,
-    ``report.html``, ``diffs/``) and ``record_run`` from that same :class:`RunMetrics`.
+    one run: ``compute_metrics`` once, then ``write_report`` and ``record_run`` from that same
+    :class:`RunMetrics`.
 ``dashboard``
-    many runs: the results ledger (``results.db``), ``agent2rl compare``, and the study
-    dashboard (leaderboard, pass@k, heatmap, scaling curves, routes, failures, summaries).
+    many runs: the results ledger (``results.db``), ``agent2rl compare``, the study dashboard.
 ``rendering``
-    what both pages share: escaping and the interactive charts (uPlot, bundled and inlined).
+    what both pages share: escaping and the interactive charts.
 
 Layers: ``rendering`` imports neither of the others, ``report`` does not import
 ``dashboard``. The statistics (bootstrap intervals, paired comparisons, pass@k) live below

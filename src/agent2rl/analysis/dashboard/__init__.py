@@ -2,16 +2,8 @@
 
 Reads only finished run directories (``report/metrics.json`` and the records beside it) and
 ``results.db``, never live state. Everything that consumes :class:`StudyRun`\\ s is a pure
-function, so tests build them by hand with known answers.
-
-Modules: ``results`` (``results.db``, one :class:`ResultsRow` per finalised run), ``compare``
-(tables over those rows; refuses runs graded under different settings), ``runset`` and
-``evidence`` (:class:`StudyRun` and the shared rules: stack, group, best of budget; the evidence
-read from a run directory), ``counting`` (a flagged run counts as its base model unless raw),
-``leaderboard``, ``passk``, ``heatmap``, ``coverage``, ``curves``, ``trajectories`` (the paper's
-tables and figures; the statistics are :mod:`agent2rl.statistics`'), ``routes``, ``failures``,
-``summary`` (the training route, what failed, post-hoc summaries citing artifacts) and ``page``
-(the self-contained ``dashboard.html``).
+function, so tests build them by hand with known answers; the shared rules (stack, group,
+best of budget) are ``runset``'s, how a flagged run counts is ``counting``'s.
 """
 
 from agent2rl.analysis.dashboard.page import (

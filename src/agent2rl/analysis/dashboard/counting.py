@@ -1,29 +1,22 @@
 """How one run counts in a cross-run aggregate: its flags, and the figures it contributes.
 
 **Flagged runs.** A run is flagged when an integrity check raised something against it
-(:func:`run_flags`): a submission whose model does not derive from the base
-(``model_not_derived``), private items found in its workspace or a fetch of the task's data
-(``contaminated``), training methods that contradict its operating mode
-(``mode_violation``), or any flag a check adds later. :func:`counts_as_flagged` is the one
-place that decides: every aggregate (the leaderboard, the heatmap, pass@k, coverage,
-``agent2rl compare``, ``study export``) asks it. A submitted chat template
-(``chat_template_changed``, in a ``metrics.json`` written before it stopped being a flag) is
-recorded, not flagged: the renderer rule checks it when it is submitted. The anchors' policy
-(PostTrainBench scores a flagged run as the base model) is the default: a flagged run counts
-in the leaderboard, the heatmap, pass@k and ``agent2rl compare`` with its baseline as its
-best and final score, improvement 0, and every aggregate says how many flagged runs it
-holds. ``raw=True`` (the CLI's ``--raw``) counts every run as graded; the flagged counts are
-shown all the same. The run's own report and ``metrics.json`` always keep the scores as
-graded: the policy is applied only here.
+(:func:`run_flags`): ``model_not_derived``, ``contaminated`` (private items in its workspace,
+or a fetch of the task's data), ``mode_violation`` (methods that contradict its mode), or any
+flag a check adds later. :func:`counts_as_flagged` is the one place that decides; every
+aggregate (leaderboard, heatmap, pass@k, coverage, ``agent2rl compare``, ``study export``)
+asks it. A submitted chat template (``chat_template_changed`` in an older ``metrics.json``) is
+recorded, not flagged: the renderer rule checks it when it is submitted. By default (the
+anchors' policy: PostTrainBench scores a flagged run as the base model) a flagged run counts
+with its baseline as its best and final score, improvement 0; ``raw=True`` (``--raw``) counts
+it as graded; every aggregate says how many flagged runs it holds either way. The run's own
+report and ``metrics.json`` always keep the scores as graded: the policy is applied only here.
 
 **Best and final.** ``best`` follows the best of budget rule
-(:func:`agent2rl.analysis.dashboard.runset.outcome`): the maximum over every valid submission, each
-of which the agent saw scored on the private split. That is a selection: the best's score
-and its interval are optimistic (its interval is computed as if it were the only
-submission). ``final`` is the last valid submission's score, the one a deployment would get
-without looking at the private split; it is shown beside the best. A run without a valid
-comparable final submission keeps its base model there too (final = baseline, improvement
-0), as the best of budget rule does for the best.
+(:func:`agent2rl.analysis.dashboard.runset.outcome`): a selection over every valid submission,
+so optimistic. ``final``, shown beside it, is the last valid submission's score, the one a
+deployment would get without looking at the private split; a run without a valid comparable
+final submission keeps its base model there too (final = baseline, improvement 0).
 """
 
 from __future__ import annotations

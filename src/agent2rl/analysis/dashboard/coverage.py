@@ -55,8 +55,7 @@ class Coverage:
     def covered(self) -> tuple[dict[str, int], dict[str, int]]:
         """(tasks covered per stack, stacks covering each task), every stack and task
         present (0 where none)."""
-        per_stack = {s: 0 for s in self.stacks}
-        per_task = {t: 0 for t in self.tasks}
+        per_stack, per_task = dict.fromkeys(self.stacks, 0), dict.fromkeys(self.tasks, 0)
         for c in self.cells:
             if c.covered:
                 per_stack[c.stack] += 1
@@ -69,14 +68,10 @@ def task_coverage(runs: Sequence[StudyRun], *, raw: bool = False) -> Coverage:
     baseline counts in ``runs`` only."""
     runs = assign_hashes(runs)
     mixed = mixed_tasks(runs)
-    stacks: dict[str, None] = {}  # in first-seen order
-    tasks: dict[str, None] = {}
     acc: dict[tuple[str, str], dict[str, Any]] = {}
     for r in runs:
         stack = r.stack.label
         task = column_label(r.metrics.task, r.metrics.eval_hash, mixed)
-        stacks[stack] = None
-        tasks[task] = None
         a = acc.setdefault(
             (stack, task), {"runs": 0, "graded": 0, "improved": 0, "noise": 0, "best": None}
         )
@@ -91,6 +86,8 @@ def task_coverage(runs: Sequence[StudyRun], *, raw: bool = False) -> Coverage:
             # a zeroed (flagged) run never gets here; a graded one's interval is its own
             if r.metrics.within_noise is False:
                 a["noise"] += 1
+    # stacks and tasks in first-seen order
+    stacks, tasks = dict.fromkeys(s for s, _ in acc), dict.fromkeys(t for _, t in acc)
     cells = [
         CoverageCell(s, t, a["runs"], a["graded"], a["improved"], a["noise"], a["best"])
         for s in stacks
@@ -148,6 +145,7 @@ def coverage_svg(cov: Coverage, title: str = "Task coverage") -> str:
     width = max(left + cw * (len(cov.tasks) + 1), 10 + legend_w) + 10
     height = top + ch * (len(cov.stacks) + 1) + 40
     per_stack, per_task = cov.covered()
+    bold = 'text-anchor="middle" font-weight="bold"'
     margin_x = left + cw * len(cov.tasks) + cw / 2  # the column of the stacks' margins
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -172,15 +170,11 @@ def coverage_svg(cov: Coverage, title: str = "Task coverage") -> str:
                 out.append(
                     _text(x + cw / 2, y + ch / 2 + 4, label, f'text-anchor="middle"{colour}')
                 )
-        bold = 'text-anchor="middle" font-weight="bold"'
         out.append(_text(margin_x, y + ch / 2 + 4, f"{per_stack[s]}/{len(cov.tasks)}", bold))
     y = top + ch * len(cov.stacks) + ch / 2 + 4
     out.append(_text(left - 6, y, "stacks covering", 'text-anchor="end" font-style="italic"'))
     for j, t in enumerate(cov.tasks):
-        label = f"{per_task[t]}/{len(cov.stacks)}"
-        out.append(
-            _text(left + cw * j + cw / 2, y, label, 'text-anchor="middle" font-weight="bold"')
-        )
+        out.append(_text(left + cw * j + cw / 2, y, f"{per_task[t]}/{len(cov.stacks)}", bold))
     x = 10
     for state, text in legend:
         out.append(

@@ -55,8 +55,7 @@ MAX_LOG_LINES = 50_000
 
 def families(methods: Iterable[str]) -> frozenset[str]:
     """``sft`` and/or ``rl`` from :func:`~agent2rl.agents.methods.detect_methods`' names."""
-    found = set(methods)
-    return frozenset(f for f in ("sft", "rl") if f in found)
+    return frozenset(methods) & {"sft", "rl"}
 
 
 def code_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
@@ -104,9 +103,8 @@ def log_evidence(run_dir: Path, m: RunMetrics) -> list[Evidence]:
             if lineno > MAX_LOG_LINES:
                 break
             line = line.strip()
-            if not line or len(line) > MAX_LOG_LINE or line.startswith(("{", "[{", '"')):
-                continue
-            if _NEGATION.search(line):
+            skip = not line or len(line) > MAX_LOG_LINE or line.startswith(("{", "[{", '"'))
+            if skip or _NEGATION.search(line):
                 continue
             # Paths name things after the agent (".../reference-grpo-1a2b/output/v1"), not
             # after what ran: they are not read.
@@ -217,15 +215,11 @@ def load_run(
     )
 
 
-def run_dirs(runs_dir: Path) -> list[Path]:
-    """The run directories directly under ``runs_dir`` (those with a ``run.json``), by name."""
-    return sorted(p.parent for p in Path(runs_dir).glob("*/run.json"))
-
-
 def load_runs_dir(runs_dir: Path) -> list[StudyRun]:
-    """Every run under a plain runs directory that has a report, oldest first, with a
-    repeat index per group in that order."""
-    runs = [r for d in run_dirs(runs_dir) if (r := load_run(d)) is not None]
+    """Every run directly under a plain runs directory (a directory with a ``run.json``) that
+    has a report, oldest first, with a repeat index per group in that order."""
+    dirs = sorted(p.parent for p in Path(runs_dir).glob("*/run.json"))
+    runs = [r for d in dirs if (r := load_run(d)) is not None]
     runs.sort(key=lambda r: (r.metrics.start or 0, r.run_id))
     counter: Counter[tuple] = Counter()
     for i, r in enumerate(runs):

@@ -91,8 +91,7 @@ def run_failures(m: RunMetrics) -> list[Failure]:
         out.append(Failure(kind, p.error or "evaluation failed", f"submission #{p.id}"))
     copied = "a copy of the base model was submitted"
     out += [Failure("integrity", copied, f"submission #{p.id}") for p in m.trajectory if p.is_copy]
-    for flag in m.mode_flags or []:
-        out.append(Failure("integrity", flag, "record/agent.json"))
+    out += [Failure("integrity", flag, "record/agent.json") for flag in m.mode_flags or []]
     not_derived = "the model does not derive from the base model"
     out += [
         Failure("integrity", not_derived, f"submission #{i}") for i in m.not_derived_submissions

@@ -1,11 +1,6 @@
-"""The cross-run dashboard: one self-contained, offline HTML page over a set of runs.
-
-:func:`render_dashboard` draws, from :class:`~agent2rl.analysis.dashboard.runset.StudyRun`\\ s, the
-overview, the leaderboard, pass@k, the mode x task heatmap, the scaling curves (time,
-tokens, submissions), the submission trajectories, routes with their evidence, failures,
-post-hoc summaries and a table of runs linking to each run's ``report.html``. Charts are
-drawn by uPlot, inlined with its data (:mod:`agent2rl.analysis.rendering`: hover values,
-zoom, series toggles, a ``<noscript>`` table of each chart's values); nothing is fetched, so
+"""The cross-run dashboard: one self-contained, offline HTML page over a set of runs, a
+section per analysis and a table of runs linking to each run's ``report.html``. Charts are
+uPlot's, inlined with their data (:mod:`agent2rl.analysis.rendering`); nothing is fetched, so
 the page opens from disk anywhere and its bytes depend only on the runs.
 
 Markup the browser test relies on: leaderboard rows are ``tr.lb-row``, heatmap cells
@@ -29,7 +24,7 @@ from agent2rl.analysis.dashboard.leaderboard import LeaderboardRow, Stat, leader
 from agent2rl.analysis.dashboard.passk import PassAtK, pass_at_k
 from agent2rl.analysis.dashboard.routes import ROUTES, run_route
 from agent2rl.analysis.dashboard.runset import GroupKey, StudyRun, column_label, mixed_tasks
-from agent2rl.analysis.dashboard.summary import RunSummary
+from agent2rl.analysis.dashboard.summary import Claim, RunSummary
 from agent2rl.analysis.dashboard.trajectories import Trajectory, trajectories
 from agent2rl.analysis.rendering import Chart, Series, chart_html, chart_runtime, chart_style, esc
 from agent2rl.analysis.report.render import grading_share
@@ -59,13 +54,6 @@ class Overview:
     notes: list[str] = field(default_factory=list)
 
 
-# -- charts -------------------------------------------------------------------------------------
-def _colors(runs: Sequence[StudyRun]) -> dict[str, str]:
-    labels = sorted({r.stack.label for r in runs})
-    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
-
-
-# -- sections -----------------------------------------------------------------------------------
 def _stat_cell(s: Stat) -> str:
     if s.mean is None:
         return "-"
@@ -93,9 +81,8 @@ def _leaderboard(rows: list[LeaderboardRow], mixed: dict[str, list[str]]) -> str
         tokens = "-" if r.tokens.mean is None else f"{r.tokens.mean:,.0f}"
         statuses = ", ".join(f"{s} {n}" for s, n in sorted(r.statuses.items()))
         n = f"{r.runs}" + (f" ({r.no_valid} w/o valid)" if r.no_valid else "")
-        flagged = f"{r.flagged} flagged" + (
-            "" if not r.flagged else (" (as graded)" if r.raw else " (as base)")
-        )
+        how = (" (as graded)" if r.raw else " (as base)") if r.flagged else ""
+        flagged = f"{r.flagged} flagged{how}"
         body.append(
             f'<tr class="lb-row" data-task="{esc(k.task)}" data-stack="{esc(k.stack.label)}" '
             f'data-flagged="{r.flagged}">'
@@ -129,18 +116,11 @@ def _passk(curves: list[PassAtK], colors: dict[str, str], mixed: dict[str, list[
             )
             for c in mine
         ]
-        charts.append(
-            chart_html(
-                Chart(
-                    id=f"passk-{len(charts)}",
-                    title=f"{col}: expected best improvement of k runs",
-                    x_label="k (runs)",
-                    y_label="improvement",
-                    series=series,
-                    integer_x=True,
-                )
-            )
+        title = f"{col}: expected best improvement of k runs"
+        chart = Chart(
+            f"passk-{len(charts)}", title, "k (runs)", "improvement", series, integer_x=True
         )
+        charts.append(chart_html(chart))
         for c in mine:
             pts = " ".join(f"k={k}: {_num(v, signed=True)}" for k, v in c.points)
             rows.append(
@@ -192,13 +172,12 @@ def _heatmap(hm: Heatmap) -> str:
         return "<p>No runs.</p>"
     values = [c.mean for c in hm.cells if c.mean is not None]
     span = max([abs(v) for v in values] + [1e-9])
-    cells = {(c.row, c.column): c for c in hm.cells}
     head = "".join(f"<th>{esc(col)}</th>" for col in hm.columns)
     rows = []
     for row in hm.rows:
         tds = []
         for col in hm.columns:
-            c = cells.get((row, col))
+            c = hm.cell(row, col)
             if c is None:
                 tds.append('<td class="hm-empty"></td>')
                 continue
@@ -231,19 +210,20 @@ _AXIS_TEXT = {
 def _curves(
     runs: Sequence[StudyRun], colors: dict[str, str], mixed: dict[str, list[str]], raw: bool = False
 ) -> str:
+    how = "as graded" if raw else "as base"
     blocks = []
     for axis in AXES:
         curves: list[Curve] = scaling_curves(runs, axis, raw=raw)
+        label, title = _AXIS_TEXT[axis]
         if not curves:
-            blocks.append(
-                f'<p class="note">{_AXIS_TEXT[axis][1]}: no run has a record for this axis'
-                f"{' (no LLM agent: no tokens metered)' if axis == 'tokens' else ''}.</p>"
-            )
+            why = " (no LLM agent: no tokens metered)" if axis == "tokens" else ""
+            blocks.append(f'<p class="note">{title}: no run has a record for this axis{why}.</p>')
             continue
+        scale = 60.0 if axis == "time" else 1.0
+        stepped = axis == "submissions"
         charts = []
         for col in _task_columns([c.key for c in curves], mixed):
             mine = [c for c in curves if column_label(c.key.task, c.key.eval_hash, mixed) == col]
-            scale = 60.0 if axis == "time" else 1.0
             series = [
                 Series(
                     c.key.stack.label,
@@ -252,24 +232,18 @@ def _curves(
                     c.mean,
                     lo=c.lo,
                     hi=c.hi,
-                    kind="step" if axis == "submissions" else "line",
+                    kind="step" if stepped else "line",
                 )
                 for c in mine
             ]
-            label, title = _AXIS_TEXT[axis]
-            how = "as graded" if raw else "as base"
             ns = ", ".join(
                 f"{c.key.stack.label} n={c.n}"
                 + (f" ({c.flagged} flagged, {how})" if c.flagged else "")
                 for c in mine
             )
+            chart_id = f"curve-{axis}-{len(charts)}"
             chart = Chart(
-                id=f"curve-{axis}-{len(charts)}",
-                title=f"{col}: {title}",
-                x_label=label,
-                y_label="improvement",
-                series=series,
-                integer_x=axis == "submissions",
+                chart_id, f"{col}: {title}", label, "improvement", series, integer_x=stepped
             )
             charts.append(
                 f'<figure class="curve" data-axis="{axis}" data-task="{esc(col)}">'
@@ -375,25 +349,25 @@ def _failures(runs: Sequence[StudyRun], links: dict[str, str]) -> str:
     )
 
 
+def _cited(c: Claim) -> str:
+    return f'{esc(c.text)} <span class="ref">[{esc("; ".join(c.refs))}]</span>'
+
+
+def _claims(claims: Sequence[Claim]) -> str:
+    return "".join(f"<li>{_cited(c)}</li>" for c in claims)
+
+
 def _summaries(summaries: Sequence[RunSummary]) -> str:
     out = []
     for s in summaries:
-
-        def claims(cs: Sequence) -> str:
-            return "".join(
-                f'<li>{esc(c.text)} <span class="ref">[{esc("; ".join(c.refs))}]</span></li>'
-                for c in cs
-            )
-
         notes = "".join(f"<li>{esc(n)}</li>" for n in s.notes)
         out.append(
             f'<details class="summary"><summary>{esc(s.run_id)}: {esc(s.route)} '
             f"(best from {esc(s.best_route)}) · {esc(s.source)}</summary>"
-            f"<p>{esc(s.route_claim.text)} "
-            f'<span class="ref">[{esc("; ".join(s.route_claim.refs))}]</span></p>'
-            f"<h4>Key decisions</h4><ul>{claims(s.decisions) or '<li>none</li>'}</ul>"
-            f"<h4>What failed</h4><ul>{claims(s.failures) or '<li>nothing</li>'}</ul>"
-            f"<h4>Timeline</h4><ul>{claims(s.timeline)}</ul>"
+            f"<p>{_cited(s.route_claim)}</p>"
+            f"<h4>Key decisions</h4><ul>{_claims(s.decisions) or '<li>none</li>'}</ul>"
+            f"<h4>What failed</h4><ul>{_claims(s.failures) or '<li>nothing</li>'}</ul>"
+            f"<h4>Timeline</h4><ul>{_claims(s.timeline)}</ul>"
             + (f'<ul class="note">{notes}</ul>' if notes else "")
             + "</details>"
         )
@@ -511,7 +485,8 @@ def render_dashboard(
     graded in the leaderboard, pass@k and the heatmap (default: as their base model,
     :mod:`agent2rl.analysis.dashboard.counting`)."""
     mixed = mixed_tasks(runs)
-    colors = _colors(runs)
+    labels = sorted({r.stack.label for r in runs})
+    colors = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
     notes = list(overview.notes)
     for task, hashes in mixed.items():
         notes.append(
@@ -566,8 +541,7 @@ def write_dashboard(
 ) -> Path:
     """Write ``out_dir/dashboard.html`` (atomically) and return its path; ``raw`` as in
     :func:`render_dashboard`."""
-    out_dir = Path(out_dir)
-    html_text = render_dashboard(runs, overview, summaries, report_links(runs, out_dir), raw=raw)
-    path = out_dir / DASHBOARD
-    write_text_atomic(path, html_text)
+    path = Path(out_dir) / DASHBOARD
+    links = report_links(runs, path.parent)
+    write_text_atomic(path, render_dashboard(runs, overview, summaries, links, raw=raw))
     return path

@@ -125,13 +125,8 @@ class StudyRun:
         # A validation-protocol run's best is one private grade selected on validation scores,
         # not a maximum over private ones: its own group (agent2rl.grading.final).
         feedback = "feedback: validation" if m.feedback == "validation" else None
-        return Stack(
-            m.agent,
-            m.driver,
-            m.mode,
-            feedback,
-            isolation_label(m.sandbox, m.network, m.provider_tools),
-        )
+        isolation = isolation_label(m.sandbox, m.network, m.provider_tools)
+        return Stack(m.agent, m.driver, m.mode, feedback, isolation)
 
     @property
     def key(self) -> GroupKey:

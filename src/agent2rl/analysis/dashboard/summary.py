@@ -14,11 +14,9 @@ Two writers:
   ``AGENT2RL_SUMMARY_MODEL``, ``AGENT2RL_SUMMARY_API_KEY``) rewrites the rule summary's
   decisions from the evidence. Its claims are kept only when every ref is an artifact the
   run has (others are dropped, and the rule summary stands in when none survive or the call
-  fails). The call goes through the harness's LLM client
-  (:class:`~agent2rl.scoring.llm_client.LLMClient`): retried on 429, 5xx and connection
-  errors, each request metered (one :class:`~agent2rl.metering.UsageRecord` line in the
-  given usage file) and the answer cached by its full request, so a dashboard rebuilt over
-  the same runs asks nothing twice.
+  fails). The call goes through :class:`~agent2rl.scoring.llm_client.LLMClient` (retried,
+  metered, cached by its full request: a dashboard rebuilt over the same runs asks nothing
+  twice).
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from agent2rl.analysis.dashboard.failures import run_failures
-from agent2rl.analysis.dashboard.routes import RunRoute, run_route
+from agent2rl.analysis.dashboard.routes import run_route
 from agent2rl.analysis.dashboard.runset import StudyRun
 from agent2rl.scoring.llm_client import (
     Completion,
@@ -100,10 +98,10 @@ def _fmt_t(t: float | None) -> str:
     return "?" if t is None else f"{t:.0f}s"
 
 
-def rule_summary(run: StudyRun, route: RunRoute | None = None) -> RunSummary:
+def rule_summary(run: StudyRun) -> RunSummary:
     """The deterministic summary of ``run`` (see the module docstring)."""
     m = run.metrics
-    route = route or run_route(run)
+    route = run_route(run)
     ev_refs = [e.ref for e in route.route.evidence] or ["ledger.db"]
     route_claim = Claim(
         f"Route: {route.route.label} ({route.route.reason}); the best submission came from "
@@ -140,14 +138,10 @@ def rule_summary(run: StudyRun, route: RunRoute | None = None) -> RunSummary:
         timeline.append(
             Claim(f"{_fmt_t(p.t)}: submission #{p.id} {what}.", [f"submission #{p.id}"])
         )
-    if m.env_usage is not None and m.env_usage.steps:
-        timeline.append(
-            Claim(
-                f"{_fmt_t(m.env_usage.first_step_t)}-{_fmt_t(m.env_usage.last_step_t)}: "
-                f"{m.env_usage.steps} environment steps.",
-                ["record/env.db"],
-            )
-        )
+    env = m.env_usage
+    if env is not None and env.steps:
+        span = f"{_fmt_t(env.first_step_t)}-{_fmt_t(env.last_step_t)}"
+        timeline.append(Claim(f"{span}: {env.steps} environment steps.", ["record/env.db"]))
     timeline.append(Claim(f"{_fmt_t(m.duration_s)}: ended as {m.status}.", ["run.json"]))
     timeline.sort(key=lambda c: _claim_time(c.text))
     return RunSummary(
@@ -200,17 +194,9 @@ _INSTRUCTIONS = (
 
 
 def _prompt(run: StudyRun, base: RunSummary) -> str:
-    m = run.metrics
+    shown = {"task", "status", "baseline", "best_score", "improvement", "budget_s"}
     evidence = {
-        "run": {
-            "task": m.task,
-            "stack": run.stack.label,
-            "status": m.status,
-            "baseline": m.baseline,
-            "best_score": m.best_score,
-            "improvement": m.improvement,
-            "budget_s": m.budget_s,
-        },
+        "run": {**run.metrics.model_dump(include=shown), "stack": run.stack.label},
         "route": base.route_claim.text,
         "facts": [asdict(c) for c in base.decisions + base.failures + base.timeline],
         "artifacts": sorted(artifacts(run)),

@@ -1,11 +1,7 @@
 """How the analysis pages are written: escaping, and interactive charts that work offline.
 
-Shared by the per-run report (:mod:`agent2rl.analysis.report`) and the cross-run dashboard
-(:mod:`agent2rl.analysis.dashboard`); it imports neither. Numbers, durations and sizes are
-formatted by :mod:`agent2rl.formatting`, the one format of the CLI and the pages. ``text``:
-:func:`esc` and :func:`md_cell`, which every string that could have come from an agent passes
-through; ``charts``: :class:`Chart` / :class:`Series` -> HTML drawn by uPlot (bundled, inlined,
-nothing fetched), each chart's data also a ``<noscript>`` table.
+Shared by the per-run report and the cross-run dashboard; it imports neither. Every string
+that could have come from an agent passes through :func:`esc` or :func:`md_cell`.
 """
 
 from agent2rl.analysis.rendering.charts import (

@@ -82,7 +82,6 @@ def score_chart(m: RunMetrics) -> Chart:
         y_label="score",
         series=series,
         hline=m.baseline,
-        hline_label="baseline",
         x_extent=(0.0, end) if (series or m.baseline is not None) else (),
         width=760,
         height=340,
@@ -94,20 +93,13 @@ def env_steps_chart(u: EnvUsage) -> Chart | None:
     """Bars of environment steps per time bin on the budget clock; None without steps."""
     if not u.timeline:
         return None
+    minutes, steps = [t / 60 for t, _ in u.timeline], [float(c) for _, c in u.timeline]
     return Chart(
         id="env-steps",
         title="environment steps over time",
         x_label="minutes since start",
         y_label="steps per bin",
-        series=[
-            Series(
-                "environment steps",
-                "#2563eb",
-                [t / 60 for t, _ in u.timeline],
-                [float(c) for _, c in u.timeline],
-                kind="bars",
-            )
-        ],
+        series=[Series("environment steps", "#2563eb", minutes, steps, kind="bars")],
         width=760,
         height=200,
     )

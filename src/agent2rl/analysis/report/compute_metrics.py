@@ -1,11 +1,9 @@
 """Per-run metrics, computed only from a finished run directory (never from live state).
 
 Reads, through the run's :class:`~agent2rl.run_record.RunRecord`, ``run.json``, ``ledger.db``
-(read-only), the per-item result files the grader wrote, the code snapshots in
-``record/code.git`` and, if present, ``record/resources.jsonl``, ``record/llm_usage.jsonl``,
-``record/agent.json``, ``record/contamination.json`` and the rollout record. The result is a
-:class:`~agent2rl.analysis.report.run_metrics.RunMetrics` and deterministic: the bootstrap uses
-a fixed seed, so computing the metrics twice gives byte-identical ``metrics.json``.
+(read-only), the grader's per-item result files, the code snapshots and whatever the run
+recorded under ``record/``. The result is deterministic: the bootstrap uses a fixed seed, so
+computing the metrics twice gives byte-identical ``metrics.json``.
 
 Scores are compared with the baseline only through :mod:`agent2rl.grading.comparison`, the
 rule the grading service answered the agent with during the run.
@@ -19,9 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from agent2rl.analysis.report.code_changes import code_changes
 from agent2rl.analysis.report.judging import judge_summary
@@ -44,7 +43,7 @@ from agent2rl.files import json_object, read_jsonl_tolerant
 from agent2rl.grading.comparison import best as best_of
 from agent2rl.grading.comparison import comparable, improvement
 from agent2rl.grading.final import GradeStatus
-from agent2rl.grading.ledger import Rejection, Submission, SubmissionStatus
+from agent2rl.grading.ledger import Submission, SubmissionStatus
 from agent2rl.integrity.contamination import read_contamination
 from agent2rl.integrity.identity import identity_flags
 from agent2rl.metering import summarize_usage
@@ -53,6 +52,8 @@ from agent2rl.run_record import LedgerRecord, RunRecord
 from agent2rl.rundir import RunPaths
 from agent2rl.scoring.metrics import metric_for
 from agent2rl.statistics import Intervals, compare_items, load_item_records
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -168,6 +169,13 @@ def _json_object(path: Path) -> dict[str, Any]:
         return {}
 
 
+def _from_fields(model: type[_M], *sources: object, **fields: Any) -> _M:
+    """A ``model`` of ``fields``; each of its other fields is the attribute of that name of
+    ``sources`` (the last that has one): a record's fields shown as they are."""
+    same = {k: getattr(src, k) for src in sources for k in model.model_fields if hasattr(src, k)}
+    return model.model_validate({**same, **fields})
+
+
 def _agent_view(
     paths: RunPaths,
 ) -> tuple[dict[str, Any] | None, list[str] | None, list[str] | None]:
@@ -244,28 +252,17 @@ def _trajectory(
     for s in subs:
         if s.valid:
             best = s.score if best is None else max(best, s.score)  # type: ignore[type-var]
-        iv = intervals.get(s.id, Intervals())
         out.append(
-            TrajectoryPoint(
-                id=s.id,
+            _from_fields(
+                TrajectoryPoint,
+                s,
+                intervals.get(s.id, Intervals()),
                 t=s.submitted_at - t0,
                 score=s.score if s.valid else None,
                 best_so_far=best,
-                status=s.status,
-                is_copy=s.is_copy,
-                duplicate_of=s.duplicate_of,
-                error=s.error,
-                path=s.path,
-                eval_seconds=s.eval_seconds,
-                eval_hash=s.eval_hash,
-                score_ci95=iv.score_ci95,
-                improvement_ci95=iv.improvement_ci95,
-                within_noise=iv.within_noise,
                 comparable=comparable(s.eval_hash, base_hash) if s.valid else None,
                 failure_kind=s.failure_kind if s.status == SubmissionStatus.FAILED else None,
-                retry_of=s.retry_of,
                 identity=_identity(s),
-                timings=s.timings,
             )
         )
     return out
@@ -280,13 +277,8 @@ def _identity(s: Submission) -> IdentityFlags | None:
         return None
     # the full reasons too: the agent's view cuts the figures out of the weight reason
     flags["reasons"] = [str(r) for r in s.identity.get("reasons") or []]
-    return IdentityFlags.model_validate(
-        {
-            **flags,
-            "related_share": _finite(s.identity.get("related_share")),
-            "median_cosine": _finite(s.identity.get("median_cosine")),
-        }
-    )
+    figures = {k: _finite(s.identity.get(k)) for k in ("related_share", "median_cosine")}
+    return IdentityFlags.model_validate({**flags, **figures})
 
 
 def _finite(x: Any) -> float | None:
@@ -300,23 +292,14 @@ def _contamination(paths: RunPaths) -> ContaminationSummary | None:
     report = read_contamination(paths)
     if report is None:
         return None
-    files = list(dict.fromkeys(f for match in report.matches for f in match.files))
-    return ContaminationSummary(
-        flagged=report.flagged,
-        matched_items=report.matched_items,
-        items_total=report.items_total,
-        n=report.n,
-        item_ids=[m.item_id for m in report.matches[:20]],
-        files=files[:20],
-        flagged_urls=report.egress.flagged_urls[:20] if report.egress else [],
-        short_items=report.short_items,
-        unsearchable_items=report.unsearchable_items,
-        files_scanned=report.files_scanned,
-        bytes_scanned=report.bytes_scanned,
-        notes=report.notes,
-        unchecked=report.unchecked,
-        unchecked_reasons=report.unchecked_reasons[:20],
-    )
+    lists = {
+        "item_ids": [m.item_id for m in report.matches],
+        "files": list(dict.fromkeys(f for match in report.matches for f in match.files)),
+        "flagged_urls": report.egress.flagged_urls if report.egress else [],
+        "unchecked_reasons": report.unchecked_reasons,
+    }
+    # up to 20 of each list; every other field is the report's own
+    return _from_fields(ContaminationSummary, report, **{k: v[:20] for k, v in lists.items()})
 
 
 def _integrity_flags(
@@ -345,12 +328,6 @@ def _integrity_flags(
     return flags
 
 
-def _rejected(r: Rejection, t0: float) -> RejectedAttempt:
-    return RejectedAttempt(
-        id=r.id, t=r.at - t0, path=r.path, http_status=r.http_status, reason=r.reason
-    )
-
-
 # -- metrics -----------------------------------------------------------------------------------
 class _Run:
     """What the metrics are computed from: the run's record and the figures several metrics
@@ -371,11 +348,12 @@ class _Run:
         self.duration = info.ended_at - info.start if ended else None  # type: ignore[operator]
         self.base_score = _finite(baseline.get("score")) if baseline else None
         self.base_hash = baseline.get("eval_hash") if baseline else None
-        # Under the validation feedback protocol the submissions' scores (the trajectory) are
-        # on the validation split and compare with its baseline; the run's score is the
-        # end-of-run grade on the private split (agent2rl.grading.final), never a maximum.
+        # Under the validation protocol the trajectory is on the validation split; the run's
+        # score is the end-of-run grade on the private split, never a maximum.
         self.by_validation = info.feedback == "validation"
         self.seen = graded.record("validation_baseline") if self.by_validation else baseline
+        self.seen_score = _finite(self.seen.get("score")) if self.seen else None
+        self.seen_hash = self.seen.get("eval_hash") if self.seen else None
         pick = _final_pick(graded) if self.by_validation else None
         self.valid = [s for s in subs if s.valid]
         self.best = pick if self.by_validation else best_of(subs)
@@ -391,11 +369,15 @@ class _Run:
         by_id = {s.id: s for s in subs}
         self.best_items = _items_for(paths, self.best, by_id) if self.best else None
 
-    def gain(self, sub: Submission | None) -> float | None:
-        """``sub``'s improvement over the baseline (None: no submission, not comparable)."""
+    def gain(self, sub: Submission | None, *, seen: bool = False) -> float | None:
+        """``sub``'s improvement over the baseline, or with ``seen`` over the one its score
+        was shown against (None: no submission, not comparable)."""
         if sub is None:
             return None
-        return improvement(sub.score, self.base_score, comparable(sub.eval_hash, self.base_hash))
+        base, base_hash = (
+            (self.seen_score, self.seen_hash) if seen else (self.base_score, self.base_hash)
+        )
+        return improvement(sub.score, base, comparable(sub.eval_hash, base_hash))
 
 
 def _run_fields(r: _Run) -> dict[str, Any]:
@@ -425,17 +407,8 @@ def _run_fields(r: _Run) -> dict[str, Any]:
 def _score_fields(r: _Run) -> dict[str, Any]:
     """The baseline, the best and final submissions and the validation protocol's grade."""
     best, final, grade = r.best, r.final, r.graded.final_grade
-    seen_score = _finite(r.seen.get("score")) if r.seen else None
-    seen_hash = r.seen.get("eval_hash") if r.seen else None
     # the first valid submission whose comparable score beats the baseline
-    first_better = next(
-        (
-            s
-            for s in r.valid
-            if (improvement(s.score, seen_score, comparable(s.eval_hash, seen_hash)) or 0) > 0
-        ),
-        None,
-    )
+    first_better = next((s for s in r.valid if (r.gain(s, seen=True) or 0) > 0), None)
     chosen = grade if r.by_validation else None
     return {
         "baseline": r.base_score,
@@ -443,7 +416,6 @@ def _score_fields(r: _Run) -> dict[str, Any]:
         "best_score": best.score if best else None,
         "best_submission_id": best.id if best else None,
         "eval_hash": r.base_hash,
-        # A best graded under other evaluation settings than the baseline has no improvement.
         "improvement": r.gain(best),
         "improvement_ci95": r.top.improvement_ci95,
         "best_score_ci95": r.top.score_ci95,
@@ -455,7 +427,7 @@ def _score_fields(r: _Run) -> dict[str, Any]:
         "final_improvement_ci95": r.last.improvement_ci95,
         "time_to_first_improvement": first_better.submitted_at - r.t0 if first_better else None,
         "time_to_best": best.submitted_at - r.t0 if best else None,
-        "validation_baseline": seen_score if r.by_validation else None,
+        "validation_baseline": r.seen_score if r.by_validation else None,
         "selected_validation_score": chosen.validation_score if chosen else None,
         "selected_by": chosen.selected_by if chosen else None,
         "final_grade_status": grade.status if grade else None,
@@ -498,7 +470,9 @@ def _submission_fields(r: _Run) -> dict[str, Any]:
         "last_submit_to_deadline": (
             info.deadline - last_at if last_at is not None and info.deadline is not None else None
         ),
-        "rejections": [_rejected(rej, t0) for rej in r.graded.rejections],
+        "rejections": [
+            _from_fields(RejectedAttempt, rej, t=rej.at - t0) for rej in r.graded.rejections
+        ],
     }
 
 
@@ -509,9 +483,8 @@ def _record_fields(r: _Run) -> dict[str, Any]:
     changes = code_changes(r.git, subs)
     env = summarize_env(paths.env_db, r.t0)
     agent_log, methods, mode_flags = _agent_view(paths)
-    trajectory = _trajectory(subs, r.t0, r.seen.get("eval_hash") if r.seen else None, r.intervals)
+    trajectory = _trajectory(subs, r.t0, r.seen_hash, r.intervals)
     contamination = _contamination(paths)
-    # the baseline's and the best's scores per item group (None: no groups)
     base_groups, best_groups = group_scores(r.base_items), group_scores(r.best_items)
     return {
         "code_changes": changes,
@@ -520,13 +493,11 @@ def _record_fields(r: _Run) -> dict[str, Any]:
         ),
         "trajectory": trajectory,
         "resources": resource_summary(paths.resources),
-        # Tokens the agent's LLM used, as the metering proxy recorded them (None: no proxy).
         "llm_usage": (
             LLMUsage.model_validate(summarize_usage(paths.llm_usage))
             if paths.llm_usage.is_file()
             else None
         ),
-        # Interactive tasks: what the agent played through the rollout service (None: none).
         "env_usage": EnvUsage.model_validate(env) if env is not None else None,
         "group_scores": (
             GroupScores(baseline=base_groups, best=best_groups)

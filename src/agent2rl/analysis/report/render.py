@@ -73,10 +73,8 @@ def write_report(paths: RunPaths, metrics: RunMetrics | None = None) -> RunMetri
     # the agent's summary.md, when it wrote one, labelled as its own account (unchecked)
     summary = read_agent_summary(paths.workspace)
     write_text_atomic(out / "report.md", render_markdown(metrics) + summary_markdown(summary))
-    page = render_html(metrics, diffs)
-    cut = page.rfind("</body>")
-    page = page[:cut] + summary_html(summary) + page[cut:] if cut >= 0 else page
-    write_text_atomic(out / "report.html", page)
+    head, _, tail = render_html(metrics, diffs).rpartition("</body>")
+    write_text_atomic(out / "report.html", head + summary_html(summary) + "</body>" + tail)
     return metrics
 
 
@@ -360,10 +358,8 @@ def grading_share(m: RunMetrics) -> tuple[float, float | None]:
     """(seconds spent grading, their share of the budget): every submission's staging and
     evaluation time (evaluations of one run never overlap), waits behind other evaluations
     excluded; the share is None without a positive budget."""
-    spent = 0.0
-    for tr in m.trajectory:
-        t = tr.timings or {}
-        spent += float(tr.eval_seconds or 0.0) + float(t.get("staging_s") or 0.0)
+    staged = ((tr.eval_seconds, (tr.timings or {}).get("staging_s")) for tr in m.trajectory)
+    spent = sum((float(secs or 0.0) + float(staging or 0.0) for secs, staging in staged), 0.0)
     return spent, (spent / m.budget_s if m.budget_s and m.budget_s > 0 else None)
 
 
@@ -516,23 +512,18 @@ def _grading_section(m: RunMetrics) -> Section:
         t = tr.timings
         if t and t.get("evaluated"):  # duplicates and copies of the base were not evaluated
             names = (str(t.get("grader") or ""), str(t.get("load") or ""))
-            seconds = [t.get(key) for key, _ in _LATENCY_COLUMNS]
+            seconds = [t.get(key) for key, _ in _LATENCY_COLUMNS] + [grading_overhead_s(t)]
             rows.append(
                 (
                     str(tr.id),
                     *names,
                     *(format_number(x, 2) if isinstance(x, int | float) else DASH for x in seconds),
-                    format_number(grading_overhead_s(t), 2),
                 )
             )
     if rows:
-        heads = (*(h for _, h in _LATENCY_COLUMNS), "overhead")
-        columns = (
-            Column("#", True),
-            Column("grader"),
-            Column("load"),
-            *(Column(h, True) for h in heads),
-        )
+        heads = [h for _, h in _LATENCY_COLUMNS] + ["overhead"]
+        columns = [Column("#", True), Column("grader"), Column("load")]
+        columns += [Column(h, True) for h in heads]
         note = (
             "Seconds per evaluated submission; overhead is everything but generation, scoring"
             " and waits behind other evaluations."

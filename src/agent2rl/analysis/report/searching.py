@@ -12,7 +12,6 @@ summary.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -45,17 +44,13 @@ class SearchSummary(BaseModel):
     agent_by_backend: dict[str, int] = {}
 
 
-def _backend_of(result: Path) -> str | None:
-    backend = (result_details(result) or {}).get("search_backend")
-    return str(backend) if backend else None
-
-
 def search_summary(paths: RunPaths, env: dict[str, Any] | None) -> SearchSummary | None:
     """The run's :class:`SearchSummary` from its grading directories and ``env`` (the
     :func:`~agent2rl.rollout.env_record.summarize_env` summary, or None); None when nothing in
     the run searched and no grading names a search backend."""
     dirs = grading_dirs(paths)
-    backends = {b for d in dirs if (b := _backend_of(d / "result.json"))}
+    details = [result_details(d / "result.json") or {} for d in dirs]
+    backends = {str(b) for det in details if (b := det.get("search_backend"))}
     by_backend: dict[str, int] = {}
     failed = evaluations = 0
     for d in dirs:
