@@ -676,7 +676,7 @@ def study_status(study_dir: Path = typer.Argument(..., help="A study directory."
             with contextlib.suppress(OSError, ValueError):
                 m = RunMetrics.read(Path(s.run_dir) / "report" / "metrics.json")
                 best, improvement = _fmt(m.best_score), _fmt(m.improvement, signed=True)
-        row = (s.slot.label, s.status, str(s.attempts), s.run_id or "-", s.run_status or "-")
+        row = (s.label, s.status, str(s.attempts), s.run_id or "-", s.run_status or "-")
         table.add_row(*row, best, improvement)
     console.print(table)
 

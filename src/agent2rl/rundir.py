@@ -10,7 +10,7 @@
       workspace/            the only part the agent sees
         code/ output/ data/ models/base/ description.md instructions.md run_meta.json
       grading/              service.log, service.json (port), baseline/, submissions/<id>/
-      env/                  the rollout service of a level-3 run: service.log, service.json
+      env/                  a level-3 run's rollout service: service.log, service.json (port, pid)
       record/               code.git (snapshots), resources.jsonl (CPU/RAM timeline),
                             env.db (level 3: every episode and step played for training)
       report/               metrics.json, report.md, report.html, diffs/
@@ -153,9 +153,7 @@ class RunPaths:
     transcript = SubPath("record", "transcript.jsonl")
     #: ``--network services``: every request the egress proxy saw (JSON lines)
     egress_log = SubPath("record", "egress.jsonl")
-    #: the rollout record (level-3 tasks): every episode and step the agent played
     env_db = SubPath("record", "env.db")
-    #: the rollout service's directory: ``service.json`` (port, pid) and ``service.log``
     env_service = SubPath("env")
     report = SubPath("report")
     #: the run's metrics (:class:`~agent2rl.analysis.RunMetrics`), written with its report
