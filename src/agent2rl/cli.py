@@ -25,11 +25,6 @@ from agent2rl.settings import parse_duration, parse_size
 if TYPE_CHECKING:  # the run machinery is imported only when a command needs it (fast --help)
     from agent2rl.orchestration.request import RunRequest
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="agent2rl: benchmark LLM coding agents on RL post-training.",
-)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -50,6 +45,21 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(128 + getattr(err, "signum", 2)) from None
 
     return wrapper
+
+
+class _App(typer.Typer):
+    """A Typer app whose every command goes through :func:`_user_errors`."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+        register = super().command(*args, **kwargs)
+        return lambda fn: register(_user_errors(fn))
+
+
+app = _App(
+    add_completion=False,
+    no_args_is_help=True,
+    help="agent2rl: benchmark LLM coding agents on RL post-training.",
+)
 
 
 #: a score in a table or a summary line: 2 decimals, "-" for none
@@ -110,7 +120,6 @@ _PROTOCOL = typer.Option(
 
 
 @app.command()
-@_user_errors
 def run(
     task: str = _TASK,
     agent: str = typer.Option(
@@ -287,7 +296,6 @@ def _demo_first_time() -> bool:
 
 
 @app.command()
-@_user_errors
 def demo(
     runs_dir: Path = _RUNS_DIR,
     budget: str = typer.Option(DEMO_BUDGET, "--budget", help="Time budget of the demo run."),
@@ -326,7 +334,6 @@ def demo(
 
 
 @app.command("eval")
-@_user_errors
 def eval_(
     task: str = _TASK,
     model: str = typer.Option(
@@ -386,7 +393,6 @@ def eval_(
 
 
 @app.command()
-@_user_errors
 def doctor(runs_dir: Path = _RUNS_DIR) -> None:
     """Check this machine: bubblewrap, network namespace, cgroups, GPU, vLLM, LLM provider keys
     (names only) and free disk, and say what each missing piece costs. Exits 0 (nothing is
@@ -405,7 +411,6 @@ def doctor(runs_dir: Path = _RUNS_DIR) -> None:
 
 
 @app.command()
-@_user_errors
 def tasks(
     name: str | None = typer.Argument(
         None, help="A task: show its options (--task-opt NAME=VALUE), types, defaults, help."
@@ -431,14 +436,13 @@ def tasks(
     console.print(table)
 
 
-data_app = typer.Typer(
+data_app = _App(
     no_args_is_help=True, help="Task data: import official files offline, generate lite games."
 )
 app.add_typer(data_app, name="data")
 
 
 @data_app.command("import")
-@_user_errors
 def data_import(
     task: str = typer.Argument(..., help="Task whose data to import (e.g. gsm8k)."),
     path: Path = typer.Argument(..., help="Folder holding the task's official data files."),
@@ -452,7 +456,6 @@ def data_import(
 
 
 @data_app.command("make")
-@_user_errors
 def data_make(
     task: str = typer.Argument(..., help="A generated task (e.g. alfworld-lite)."),
     out: Path = typer.Option(..., "--out", help="Folder to write the items into (new)."),
@@ -507,7 +510,6 @@ def agents_doctor() -> None:
 
 
 @app.command()
-@_user_errors
 def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_id>).")) -> None:
     """Re-generate a run's report from its run directory.
 
@@ -534,7 +536,6 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (runs/<run_
 
 
 @app.command()
-@_user_errors
 def compare(
     runs_dir: Path = _RUNS_DIR,
     task: str | None = typer.Option(None, "--task", help="Only runs of this task."),
@@ -617,7 +618,7 @@ def _kept_apart(feedback: str | None, isolation: str | None) -> str:
     )
 
 
-study_app = typer.Typer(
+study_app = _App(
     no_args_is_help=True,
     help="Studies: a matrix of runs (tasks x agents x drivers x modes x models x repeats) on Ray.",
 )
@@ -625,7 +626,6 @@ app.add_typer(study_app, name="study")
 
 
 @study_app.command("run")
-@_user_errors
 def study_run(
     spec: Path = typer.Argument(..., help="The study file (TOML)."),
     out: Path = typer.Option(
@@ -656,7 +656,6 @@ def study_run(
 
 
 @study_app.command("status")
-@_user_errors
 def study_status(study_dir: Path = typer.Argument(..., help="A study directory.")) -> None:
     """Each run slot of a study: its status, attempts, run and headline numbers."""
     from agent2rl.study import read_state
@@ -677,13 +676,12 @@ def study_status(study_dir: Path = typer.Argument(..., help="A study directory."
             with contextlib.suppress(OSError, ValueError):
                 m = RunMetrics.read(Path(s.run_dir) / "report" / "metrics.json")
                 best, improvement = _fmt(m.best_score), _fmt(m.improvement, signed=True)
-        row = (s.slot.label, s.status, str(s.attempts), s.run_id or "-", s.run_status or "-")
+        row = (s.label, s.status, str(s.attempts), s.run_id or "-", s.run_status or "-")
         table.add_row(*row, best, improvement)
     console.print(table)
 
 
 @study_app.command("export")
-@_user_errors
 def study_export(
     study_dir: Path = typer.Argument(..., help="A study directory (or a plain runs directory)."),
     out: Path | None = typer.Option(None, "--out", help="Where to write (default DIR/export)."),
@@ -696,7 +694,6 @@ def study_export(
 
 
 @app.command()
-@_user_errors
 def dashboard(
     runs_dir: Path = typer.Argument(..., help="A study directory or a plain runs directory."),
     raw: bool = typer.Option(
@@ -730,7 +727,6 @@ def dashboard(
 
 
 @app.command()
-@_user_errors
 def view(
     runs_dir: Path = typer.Argument(
         Path("runs"), help="A runs directory, a study directory, or a directory of them."
@@ -764,7 +760,6 @@ def view(
 
 
 @app.command()
-@_user_errors
 def export(
     path: Path = typer.Argument(
         ..., help="A run directory, a study directory or a runs directory."

@@ -108,3 +108,14 @@ def swap_in_dir(tmp: Path, root: Path) -> None:
         root.rename(old)
     tmp.rename(root)
     shutil.rmtree(old, ignore_errors=True)
+
+
+class SubPath:
+    """A class attribute naming a path below an instance's directory attribute ``base``:
+    ``SubPath("record", "env.db")`` reads as ``obj.root / "record" / "env.db"``."""
+
+    def __init__(self, *parts: str, base: str = "root") -> None:
+        self.parts, self.base = parts, base
+
+    def __get__(self, obj: object, owner: type | None = None) -> Path:
+        return Path(getattr(obj, self.base)).joinpath(*self.parts)

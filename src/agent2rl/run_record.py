@@ -81,10 +81,6 @@ class RunRecord:
         self.paths = RunPaths(Path(root))
         self.git = SnapshotReader(self.paths.code_git)
 
-    @property
-    def root(self) -> Path:
-        return self.paths.root
-
     def info(self) -> RunInfo | None:
         """``run.json``; None when it is missing, unreadable or not a run's (no run yet)."""
         try:

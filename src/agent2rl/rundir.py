@@ -10,7 +10,7 @@
       workspace/            the only part the agent sees
         code/ output/ data/ models/base/ description.md instructions.md run_meta.json
       grading/              service.log, service.json (port), baseline/, submissions/<id>/
-      env/                  the rollout service of a level-3 run: service.log, service.json
+      env/                  a level-3 run's rollout service: service.log, service.json (port, pid)
       record/               code.git (snapshots), resources.jsonl (CPU/RAM timeline),
                             env.db (level 3: every episode and step played for training)
       report/               metrics.json, report.md, report.html, diffs/
@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent2rl.files import read_json, write_json_atomic
+from agent2rl.files import SubPath, read_json, write_json_atomic
 
 #: The format of ``run.json`` (and of ``report/metrics.json``, which carries the same key):
 #: a file without ``schema_version`` was written before it existed and reads as version 1.
@@ -129,118 +129,41 @@ class RunPaths:
 
     root: Path
 
-    @property
-    def run_json(self) -> Path:
-        return self.root / "run.json"
-
-    @property
-    def ledger(self) -> Path:
-        return self.root / "ledger.db"
-
-    @property
-    def agent_log(self) -> Path:
-        return self.root / "agent.log"
-
-    @property
-    def workspace(self) -> Path:
-        return self.root / "workspace"
-
-    @property
-    def code(self) -> Path:
-        return self.workspace / "code"
-
-    @property
-    def output(self) -> Path:
-        return self.workspace / "output"
-
-    @property
-    def data(self) -> Path:
-        return self.workspace / "data"
-
-    @property
-    def base_model(self) -> Path:
-        return self.workspace / "models" / "base"
-
-    @property
-    def grading(self) -> Path:
-        return self.root / "grading"
-
-    @property
-    def service_json(self) -> Path:
-        return self.grading / "service.json"
-
-    @property
-    def service_log(self) -> Path:
-        return self.grading / "service.log"
+    run_json = SubPath("run.json")
+    ledger = SubPath("ledger.db")
+    agent_log = SubPath("agent.log")
+    workspace = SubPath("workspace")
+    code = SubPath("workspace", "code")
+    output = SubPath("workspace", "output")
+    data = SubPath("workspace", "data")
+    base_model = SubPath("workspace", "models", "base")
+    grading = SubPath("grading")
+    service_json = SubPath("grading", "service.json")
+    service_log = SubPath("grading", "service.log")
+    baseline_dir = SubPath("grading", "baseline")
+    record = SubPath("record")
+    code_git = SubPath("record", "code.git")
+    resources = SubPath("record", "resources.jsonl")
+    llm_usage = SubPath("record", "llm_usage.jsonl")
+    #: the agent's own view, written after it stops: log summary, methods, mode flags
+    agent_json = SubPath("record", "agent.json")
+    #: the agent's network as it ran, with the egress proxy's summary (``services``)
+    network_json = SubPath("record", "network.json")
+    #: every LLM exchange the metering proxy relayed (JSON lines)
+    transcript = SubPath("record", "transcript.jsonl")
+    #: ``--network services``: every request the egress proxy saw (JSON lines)
+    egress_log = SubPath("record", "egress.jsonl")
+    env_db = SubPath("record", "env.db")
+    env_service = SubPath("env")
+    report = SubPath("report")
+    #: the run's metrics (:class:`~agent2rl.analysis.RunMetrics`), written with its report
+    metrics_json = SubPath("report", "metrics.json")
+    #: files the harness binds into the agent's sandbox from outside the workspace: the
+    #: passwd/group files naming the agent's user, the service sockets of ``--network services``
+    sandbox = SubPath("sandbox")
 
     def submission_dir(self, submission_id: int) -> Path:
-        return self.grading / "submissions" / f"{submission_id:04d}"
-
-    @property
-    def baseline_dir(self) -> Path:
-        return self.grading / "baseline"
-
-    @property
-    def record(self) -> Path:
-        return self.root / "record"
-
-    @property
-    def code_git(self) -> Path:
-        return self.record / "code.git"
-
-    @property
-    def resources(self) -> Path:
-        return self.record / "resources.jsonl"
-
-    @property
-    def llm_usage(self) -> Path:
-        return self.record / "llm_usage.jsonl"
-
-    @property
-    def agent_json(self) -> Path:
-        """The agent's own view, written after it stops: log summary, methods, mode flags."""
-        return self.record / "agent.json"
-
-    @property
-    def network_json(self) -> Path:
-        """The agent's network as it ran, with the egress proxy's summary (``services``)."""
-        return self.record / "network.json"
-
-    @property
-    def transcript(self) -> Path:
-        """Every LLM exchange the metering proxy relayed (JSON lines)."""
-        return self.record / "transcript.jsonl"
-
-    @property
-    def egress_log(self) -> Path:
-        """``--network services``: every request the egress proxy saw (JSON lines)."""
-        return self.record / "egress.jsonl"
-
-    @property
-    def env_db(self) -> Path:
-        """The rollout record (level-3 tasks): every episode and step the agent played."""
-        return self.record / "env.db"
-
-    @property
-    def env_service(self) -> Path:
-        """The rollout service's directory: ``service.json`` (port, pid) and ``service.log``."""
-        return self.root / "env"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def metrics_json(self) -> Path:
-        """The run's metrics (:class:`~agent2rl.analysis.RunMetrics`), written with its report."""
-        return self.report / "metrics.json"
-
-    @property
-    def sandbox(self) -> Path:
-        """Files the harness binds into the agent's sandbox from outside the workspace: the
-        passwd/group files naming the agent's user, the service sockets of ``--network
-        services``."""
-        return self.root / "sandbox"
+        return self.root / "grading" / "submissions" / f"{submission_id:04d}"
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent2rl.errors import UserError
+from agent2rl.files import SubPath
 
 
 @dataclass(frozen=True)
@@ -21,21 +22,10 @@ class Settings:
 
     home: Path
 
-    @property
-    def task_store(self) -> Path:
-        return self.home / "tasks"
-
-    @property
-    def model_store(self) -> Path:
-        return self.home / "models"
-
-    @property
-    def baseline_cache(self) -> Path:
-        return self.home / "cache" / "baselines"
-
-    @property
-    def locks(self) -> Path:
-        return self.home / "locks"
+    task_store = SubPath("tasks", base="home")
+    model_store = SubPath("models", base="home")
+    baseline_cache = SubPath("cache", "baselines", base="home")
+    locks = SubPath("locks", base="home")
 
 
 def load_settings() -> Settings:

@@ -49,9 +49,9 @@ class AgentProcess:
         self.preexec = preexec
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> int:
-        """Start the agent; returns its pid. Call it from a thread that lives as long as the
-        agent should (the parent-death signal follows the thread that forks)."""
+    def start(self) -> None:
+        """Start the agent. Call it from a thread that lives as long as the agent should (the
+        parent-death signal follows the thread that forks)."""
         with open(self.log_path, "ab") as log:
             self.proc = spawn_child(
                 self.argv,
@@ -63,7 +63,6 @@ class AgentProcess:
                 death_signal=signal.SIGKILL,
                 preexec=self.preexec,
             )
-        return self.proc.pid
 
     @property
     def pid(self) -> int:

@@ -21,7 +21,7 @@ short grace, then SIGKILL until none is left (bounded), the cgroup directories r
 it exits. The harness's own stop path closes the pipe last, once it has stopped everything
 itself, so on a clean end the sweep finds nothing.
 
-Standard library only, so it starts in tens of milliseconds:
+Standard library only (and :mod:`agent2rl.files`), so it starts in tens of milliseconds:
 ``python -m agent2rl.orchestration.guard RUN_DIR --harness-pid PID``.
 """
 
@@ -38,7 +38,9 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from agent2rl.files import json_object
 
 HARNESS_MARK_ENV = "AGENT2RL_HARNESS_MARK"
 AGENT_MARK_ENV = "AGENT2RL_AGENT_MARK"  # every process the agent starts inherits it
@@ -237,16 +239,6 @@ def sweep(watch: _Watch, grace_s: float = SWEEP_GRACE_S, kill_s: float = SWEEP_K
     return len(first)
 
 
-def _read_messages(stream: IO[bytes], watch: _Watch) -> None:
-    for line in stream:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(message, dict):
-            watch.take(message)
-
-
 def _still_alive(pid: int, settle_s: float = 1.0) -> bool:
     """Whether the harness outlived the end of its pipe. A killed process closes its files
     before it becomes a zombie, so a dying harness gets ``settle_s`` to finish exiting."""
@@ -267,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     watch = _Watch(exclude={os.getpid(), args.harness_pid})
-    _read_messages(sys.stdin.buffer, watch)
+    for line in sys.stdin.buffer:  # a line that is not a JSON object is skipped
+        if (message := json_object(line)) is not None:
+            watch.take(message)
     found = sweep(watch)
     if found:  # only then does it matter how the harness ended (a normal end waits on us)
         who = "the harness stopped" if _still_alive(args.harness_pid) else "the harness died"

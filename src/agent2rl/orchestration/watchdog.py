@@ -97,7 +97,6 @@ class Watchdog:
         self.interval_s = interval_s
         self.breach: str | None = None
         self.detail = ""
-        self.peak_disk = 0
         self.peak_files = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
@@ -115,7 +114,6 @@ class Watchdog:
         caps = self.caps
         if caps.disk_bytes is not None or caps.max_files is not None:
             used, files = workspace_usage(self.workspace, self.skip, caps.max_files)
-            self.peak_disk = max(self.peak_disk, used)
             self.peak_files = max(self.peak_files, files)
             if caps.max_files is not None and files > caps.max_files:
                 self.detail = (

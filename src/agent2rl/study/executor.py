@@ -36,11 +36,8 @@ reports reads it (its analysis reads ``study.db`` and the run directories), and 
 compare`` over such a directory is best run once the study is done. ``study run`` says so
 when the directory is on such a filesystem (:func:`network_filesystem`).
 
-Stopping: Ctrl-C or SIGTERM cancels the running tasks (each run stops its agent and writes
-an ``interrupted`` report), waits for them, records them as interrupted (they run again
-next time), and shuts Ray down. A driver killed outright (SIGKILL) takes its Ray workers
-with it; each run process then gets SIGTERM from the kernel and stops the same way, and the
-next ``study run`` closes the attempts it left open, keeping any run that had finished.
+Stopping (Ctrl-C, SIGTERM, or a driver killed outright, whose Ray workers die with it) is
+as docs/studies.md says: :meth:`_Driver.cancel_all`, and the next ``study run``'s :func:`_recover`.
 """
 
 from __future__ import annotations
@@ -223,7 +220,7 @@ def _per_run(spec: StudySpec, cap: int | None) -> tuple[float, int]:
 
 
 # -- the driver --------------------------------------------------------------------------------
-def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> None:
+def _recover(state: StudyState, study_dir: Path, reporter: Reporter) -> None:
     """Close the attempts a killed driver left open: a run that finished keeps its result
     (a finished run is never lost), the others count as interrupted."""
     for a in state.open_attempts():
@@ -240,9 +237,8 @@ def _recover(state: StudyState, study_dir: Path, reporter: Reporter | None) -> N
         result = classify(result)
         result["run_status"] = result.get("run_status") or RunStatus.INTERRUPTED
         outcome = _end(state, a.slot_id, a.n, result)
-        if reporter is not None:
-            label = state.slot(a.slot_id).slot.label
-            reporter.note(f"recovered {label} (attempt {a.n}) from an earlier study run: {outcome}")
+        label = state.slot(a.slot_id).label
+        reporter.note(f"recovered {label} (attempt {a.n}) from an earlier study run: {outcome}")
 
 
 def classify(result: dict[str, Any]) -> dict[str, Any]:
@@ -334,9 +330,7 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
     if opts.max_concurrent is not None and opts.max_concurrent < 1:
         raise UserError(f"--max-concurrent {opts.max_concurrent}: use 1 or more")
     try:
-        study_dir.mkdir(parents=True, exist_ok=True)
-        if not study_dir.is_dir():
-            raise NotADirectoryError(20, "not a directory")
+        study_dir.mkdir(parents=True, exist_ok=True)  # a file there: FileExistsError
     except OSError as err:
         raise UserError(
             f"--out {study_dir}: cannot use it as the study directory ({err.strerror}); "
@@ -365,84 +359,8 @@ def run_study(spec_path: Path, opts: StudyOptions, reporter_for: Any) -> StudyRe
             reporter.begin(f"{describe(spec, len(rows))}: all {len(rows)} runs finished")
             reporter.end(f"nothing to run; see `agent2rl study status {study_dir}`")
             return StudyResult(study_dir, state.counts(), ran=0)
-        return _drive(spec, state, study_dir, todo, opts, tally, reporter, len(rows))
-
-
-def _drive(
-    spec: StudySpec,
-    state: StudyState,
-    study_dir: Path,
-    todo: list[SlotRow],
-    opts: StudyOptions,
-    tally: Tally,
-    reporter: Reporter,
-    n_slots: int,
-) -> StudyResult:
-    import ray
-
-    session = _start_ray(opts.address)
-    # SIGTERM stops the study like Ctrl-C, and Ctrl-C does even where the shell started us
-    # with SIGINT ignored (``cmd &``).
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    run = _Driver(spec, state, study_dir, opts, tally, reporter, began=time.time())
-    stopped = False
-    try:
-        run.gpus, tally.parallel = _per_run(spec, opts.max_concurrent)
-        where = opts.address or os.environ.get("RAY_ADDRESS") or "local Ray"
-        last_run = {"began": run.began, "ray": where, "session": session, "pid": os.getpid()}
-        state.set_meta("last_run", last_run)
-        reporter.begin(
-            f"{describe(spec, n_slots)}; {len(todo)} to run on {where} "
-            f"({spec.cpus_per_run:g} CPU{f', {run.gpus:g} GPU' if run.gpus else ''} per run, "
-            f"{tally.parallel} at once)"
-        )
-        run.remote = ray.remote(run_attempt)  # the Ray task: one attempt's run process
-        pending = deque(todo)
-        # Slots to retry wait here (due time, slot) until they are due.
-        delayed: list[tuple[float, SlotRow]] = []
-        try:
-            while pending or run.inflight or delayed:
-                now = time.time()
-                pending.extend(row for due, row in delayed if due <= now)
-                delayed = [(due, row) for due, row in delayed if due > now]
-                while pending and len(run.inflight) < (opts.max_concurrent or len(todo)):
-                    run.submit(pending.popleft())
-                if run.inflight:
-                    ready, _ = ray.wait(list(run.inflight), num_returns=1, timeout=opts.poll_s)
-                else:  # only delayed retries left
-                    ready = []
-                    time.sleep(opts.poll_s)
-                run.poll_started()
-                for ref in ready:
-                    att = run.inflight.pop(ref)
-                    result = classify(_result_of(ref, att))
-                    outcome, retry = run.close(att, result)
-                    reporter.ended(att.view, result, outcome, retry)
-                    if retry:  # at once, or after a pause when its infrastructure failed
-                        infra = result.get("failure") == INFRASTRUCTURE
-                        wait = opts.infra_backoff_s * run.tries(att.row.id) if infra else 0
-                        delayed.append((time.time() + wait, state.slot(att.row.id)))
-                    elif outcome != AttemptStatus.FINISHED:
-                        run.failed_keys.append(att.row.key)
-                if hasattr(reporter, "refresh"):
-                    reporter.refresh()  # type: ignore[attr-defined]
-        except KeyboardInterrupt:
-            stopped = True
-            reporter.note("stopping: cancelling the runs in progress (each writes its report)")
-            run.cancel_all()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
-        ray.shutdown()
-    counts = state.counts()
-    took = format_duration(time.time() - run.began)
-    finished = f"{counts[SlotStatus.FINISHED]}/{n_slots} runs finished"
-    if stopped:
-        reporter.end(f"stopped after {took}: {finished}; `agent2rl study run` again resumes")
-    else:
-        reporter.end(f"done in {took}: {finished}, {len(run.failed_keys)} failed")
-    return StudyResult(study_dir, counts, run.ran, stopped, session, run.failed_keys)
+        driver = _Driver(spec, state, study_dir, opts, tally, reporter)
+        return driver.drive(todo, len(rows))
 
 
 def _result_of(ref: Any, att: _Attempt) -> dict[str, Any]:
@@ -471,12 +389,82 @@ class _Driver:
     opts: StudyOptions
     tally: Tally
     reporter: Reporter
-    began: float
+    began: float = 0.0
     gpus: float = 0.0
     remote: Any = None
     inflight: dict[Any, _Attempt] = field(default_factory=dict)
     ran: int = 0
     failed_keys: list[str] = field(default_factory=list)
+
+    def drive(self, todo: list[SlotRow], n_slots: int) -> StudyResult:
+        """Run ``todo`` on Ray until each slot is done (or out of retries) or the study is
+        stopped."""
+        import ray
+
+        spec, opts, tally, reporter = self.spec, self.opts, self.tally, self.reporter
+        session = _start_ray(opts.address)
+        # SIGTERM stops the study like Ctrl-C, and Ctrl-C does even where the shell started us
+        # with SIGINT ignored (``cmd &``).
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.began = time.time()
+        stopped = False
+        try:
+            self.gpus, tally.parallel = _per_run(spec, opts.max_concurrent)
+            where = opts.address or os.environ.get("RAY_ADDRESS") or "local Ray"
+            last_run = {"began": self.began, "ray": where, "session": session, "pid": os.getpid()}
+            self.state.set_meta("last_run", last_run)
+            reporter.begin(
+                f"{describe(spec, n_slots)}; {len(todo)} to run on {where} "
+                f"({spec.cpus_per_run:g} CPU{f', {self.gpus:g} GPU' if self.gpus else ''} per run, "
+                f"{tally.parallel} at once)"
+            )
+            self.remote = ray.remote(run_attempt)  # the Ray task: one attempt's run process
+            pending = deque(todo)
+            # Slots to retry wait here (due time, slot) until they are due.
+            delayed: list[tuple[float, SlotRow]] = []
+            try:
+                while pending or self.inflight or delayed:
+                    now = time.time()
+                    pending.extend(row for due, row in delayed if due <= now)
+                    delayed = [(due, row) for due, row in delayed if due > now]
+                    while pending and len(self.inflight) < (opts.max_concurrent or len(todo)):
+                        self.submit(pending.popleft())
+                    if self.inflight:
+                        ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=opts.poll_s)
+                    else:  # only delayed retries left
+                        ready = []
+                        time.sleep(opts.poll_s)
+                    self.poll_started()
+                    for ref in ready:
+                        att = self.inflight.pop(ref)
+                        result = classify(_result_of(ref, att))
+                        outcome, retry = self.close(att, result)
+                        reporter.ended(att.view, result, outcome, retry)
+                        if retry:  # at once, or after a pause when its infrastructure failed
+                            infra = result.get("failure") == INFRASTRUCTURE
+                            wait = opts.infra_backoff_s * self.tries(att.row.id) if infra else 0
+                            delayed.append((time.time() + wait, self.state.slot(att.row.id)))
+                        elif outcome != AttemptStatus.FINISHED:
+                            self.failed_keys.append(att.row.key)
+                    if hasattr(reporter, "refresh"):
+                        reporter.refresh()  # type: ignore[attr-defined]
+            except KeyboardInterrupt:
+                stopped = True
+                reporter.note("stopping: cancelling the runs in progress (each writes its report)")
+                self.cancel_all()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
+            ray.shutdown()
+        counts = self.state.counts()
+        took = format_duration(time.time() - self.began)
+        finished = f"{counts[SlotStatus.FINISHED]}/{n_slots} runs finished"
+        if stopped:
+            reporter.end(f"stopped after {took}: {finished}; `agent2rl study run` again resumes")
+        else:
+            reporter.end(f"done in {took}: {finished}, {len(self.failed_keys)} failed")
+        return StudyResult(self.study_dir, counts, self.ran, stopped, session, self.failed_keys)
 
     def submit(self, row: SlotRow) -> None:
         """Queue an attempt of ``row`` as a Ray task."""
@@ -485,16 +473,16 @@ class _Driver:
         adir.mkdir(parents=True, exist_ok=True)
         queued_at = time.time()
         cap = self.opts.max_concurrent
-        request = _request(self.spec, row.slot, self.study_dir, queued_at, self.gpus, cap)
+        request = _request(self.spec, row, self.study_dir, queued_at, self.gpus, cap)
         write_json_atomic(adir / REQUEST, request)
         ref = self.remote.options(
             num_cpus=self.spec.cpus_per_run,
             num_gpus=self.gpus,
             max_retries=0,
             retry_exceptions=False,
-            name=f"agent2rl-{row.slot.label.replace(' ', '-')}",
+            name=f"agent2rl-{row.label.replace(' ', '-')}",
         ).remote(str(adir))
-        view = AttemptView(row.id, n, row.slot.label, queued_at)
+        view = AttemptView(row.id, n, row.label, queued_at)
         self.inflight[ref] = _Attempt(row, n, adir, view)
         self.ran += 1
         self.tally.running[(row.id, n)] = view
@@ -528,9 +516,7 @@ class _Driver:
         # Failures (and runs interrupted by something other than this study) count against
         # --retries; the first attempt of this call is not a retry.
         retry = self.tries(att.row.id) <= self.opts.retries
-        if retry:
-            self.tally.retries += 1
-        else:
+        if not retry:
             self.tally.failed += 1
         return outcome, retry
 

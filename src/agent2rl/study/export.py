@@ -47,6 +47,10 @@ from agent2rl.study.runs import load_runs
 #: columns taken as they are: of the runs table from the run's metrics, of the submissions
 #: table from the trajectory's points
 _IDENTITY = ("run_id", "task", "model", "agent", "driver", "mode")
+_RUN_COLUMNS = (
+    "within_noise submissions valid_submissions valid_submission_rate budget_s duration_s "
+    "time_to_best"
+).split()
 _SUBMISSION_COLUMNS = ("best_so_far", "status", "is_copy", "duplicate_of", "error", "eval_seconds")
 
 
@@ -71,13 +75,7 @@ def run_rows(runs: list[StudyRun]) -> list[dict[str, Any]]:
                 "flagged": counts_as_flagged(run_flags(m)),
                 "improvement_ci_lo": lo,
                 "improvement_ci_hi": hi,
-                "within_noise": m.within_noise,
-                "submissions": m.submissions,
-                "valid_submissions": m.valid_submissions,
-                "valid_submission_rate": m.valid_submission_rate,
-                "budget_s": m.budget_s,
-                "duration_s": m.duration_s,
-                "time_to_best": m.time_to_best,
+                **{k: getattr(m, k) for k in _RUN_COLUMNS},
                 "total_tokens": usage.total_tokens if usage else None,
                 "cost_usd": usage.cost_usd if usage else None,
                 "env_steps": env.steps if env else None,

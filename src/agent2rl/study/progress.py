@@ -48,7 +48,6 @@ class Tally:
     finished: int = 0
     failed: int = 0
     """Slots whose last attempt failed and that will not be retried in this call."""
-    retries: int = 0
     running: dict[tuple[int, int], AttemptView] = field(default_factory=dict)
     durations: list[float] = field(default_factory=list)
     """Wall seconds of the attempts ended in this call (start to result)."""

@@ -1,34 +1,10 @@
 """A study file: the TOML matrix of runs, and its expansion into run slots.
 
 A study is tasks x models x agents (x drivers x modes for LLM agents) x repeats, every run
-with the same budget and settings::
-
-    name = "modes-x-tasks"
-    tasks = ["arith-lite", "alfworld-lite"]
-    agents = ["reference-sft", "reference-grpo"]   # names, or paths of agent spec .toml files
-    models = ["tiny"]
-    drivers = []           # LLM agents only; [] = each agent's default driver
-    modes = ["free"]       # LLM agents only
-    repeats = 3            # repeat r runs with seed = seed + r
-    budget = "3m"
-    seed = 0
-    sandbox = "auto"       # auto | bwrap | none
-    backend = "auto"       # grading backend: auto | vllm | transformers
-    protocol = "auto"      # grader's decoding: auto | reference | agent2rl (as --protocol)
-    feedback = "private"   # private | validation (as --feedback)
-    instructions = "neutral"  # the agent's instructions: neutral | reference
-    allow_provider_tools = false  # as --allow-provider-tools (provider-side web search)
-    token_budget = 2000000 # LLM agents only (optional)
-    cpus_per_run = 1       # Ray resources one run asks for
-    gpus_per_run = "auto"  # 0, 1, ... or "auto": 1 when the cluster has GPUs
-
-    [task_options."alfworld-lite"]                 # per task, as --task-opt
-    n_train = 60
-
-    [agent_cells."claude-code"]                    # optional, per LLM agent: its own
-    drivers = ["claude-opus-4-6"]                  # drivers and/or modes instead of the
-    modes = ["free", "sft-only"]                   # study's (a matrix that is not a full
-                                                   # cross product, e.g. the paper's)
+with the same budget and settings. docs/studies.md lists a study file's keys (the fields of
+:class:`StudySpec`) with an example: repeat ``r`` runs with seed ``seed + r``, and an LLM
+agent's ``[agent_cells."name"]`` gives it its own drivers and/or modes instead of the
+study's (a matrix that is not a full cross product, e.g. the paper's).
 
 Drivers and modes apply to agents that use an LLM; an agent without one runs once per
 (task, model, repeat) with neither. A :class:`RunSlot` is one cell of the matrix at one
@@ -64,7 +40,7 @@ class AgentCells(BaseModel):
 
 class StudySpec(BaseModel):
     """A study file, validated. Unknown keys are an error (a misspelt key must not be
-    silently ignored); see the module docstring for each key. The settings its runs share
+    silently ignored); docs/studies.md says what each key sets. The settings its runs share
     are checked by the run request (:meth:`request`, on :func:`load_study`) with its
     messages; the grader's ``backend`` and ``protocol`` here (a run checks them where it
     runs: vLLM)."""

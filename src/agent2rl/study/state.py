@@ -118,11 +118,6 @@ class SlotRow(RunSlot):
     run_status: str | None
     error: str | None
 
-    @property
-    def slot(self) -> RunSlot:
-        """The row's run slot (the row is one)."""
-        return self
-
 
 @dataclass(frozen=True)
 class AttemptRow:
