@@ -182,10 +182,9 @@ class ProcessGames:
         Idempotent."""
         with self._lock:
             self._checked = False
-            if self.persistent and all(w.proc.is_alive() for w in self._workers):
-                return
-            workers, self._workers = self._workers, []
-        _stop(workers)
+            keep = self.persistent and all(w.proc.is_alive() for w in self._workers)
+        if not keep:
+            self.close()
 
     def close(self) -> None:
         """Stop the workers, persistent or not (their episodes end with them). Idempotent."""

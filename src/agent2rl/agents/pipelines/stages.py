@@ -162,19 +162,11 @@ class StepCounter:
 
 
 def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphan's
-    zombie waits for a reaper that may never come (a container's pid 1 that does not reap)
-    and would keep ``kill(-pgid, 0)`` succeeding. Read from /proc; without it, that call."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # a member we may not signal: still there
-            return True
-        return True
-    for entry in proc.iterdir():
+    """Whether a process of group ``pgid`` still runs, read from /proc (Linux, and the
+    sandbox mounts its own). Zombies do not count: an orphan's zombie waits for a reaper that
+    may never come (a container's pid 1 that does not reap) and would keep ``kill(-pgid, 0)``
+    succeeding."""
+    for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
@@ -366,12 +358,6 @@ def training_feedback(i: int, workdir: Path, timeout_s: float, env: dict[str, st
     return text
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _fill(cmd: Iterable[str], stage_file: Path, text: str) -> list[str]:
     argv = [a.replace("@STAGE_PROMPT_FILE@", str(stage_file)) for a in cmd]
     return [a.replace("@STAGE_PROMPT@", text) for a in argv]
@@ -410,17 +396,19 @@ def main(argv: list[str] | None = None) -> int:
     prompt = args.prompt_file.read_text(encoding="utf-8")
     stage_file = args.prompt_file.with_name(".stage-prompt.md")
     feedback_file = args.prompt_file.with_name(FEEDBACK_FILE)
+    feedback_tmp = feedback_file.with_name(FEEDBACK_FILE + ".tmp")  # replaced atomically
     workdir = Path.cwd()
     feedback = ""
     for i in range(1, args.stages + 1):
         text = stage_prompt(prompt, i, args.stages, args.max_steps, args.train_timeout, feedback)
         stage_file.write_text(text, encoding="utf-8")
         print(f"[stages] stage {i}/{args.stages}: {cmd[0]}", file=sys.stderr, flush=True)
+        argv = _fill(cmd, stage_file, text)
         try:
             if args.max_steps is None:
-                rc = subprocess.call(_fill(cmd, stage_file, text))
+                rc = subprocess.call(argv)
             else:
-                rc, steps, capped = run_capped(_fill(cmd, stage_file, text), args.max_steps)
+                rc, steps, capped = run_capped(argv, args.max_steps)
                 why = f"ended at the cap of {args.max_steps} steps" if capped else f"{steps} steps"
                 print(f"[stages] stage {i}: {why}", file=sys.stderr, flush=True)
         except FileNotFoundError:
@@ -429,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[stages] stage {i} exited {rc}", file=sys.stderr, flush=True)
         if args.train_timeout is not None:
             feedback = training_feedback(i, workdir, args.train_timeout, dict(os.environ))
-            write_atomic(feedback_file, feedback)
+            feedback_tmp.write_text(feedback, encoding="utf-8")
+            os.replace(feedback_tmp, feedback_file)
     return 0
 
 
