@@ -190,13 +190,12 @@ def cli_version_record(
     "in_tested_range", "warning"}`` (``version`` ``""`` when unknown: not installed, no
     ``version_args``, or no version in its answer; ``in_tested_range`` None then). Runs
     ``binary --version`` at most ``timeout_s``; never raises."""
-    env = os.environ if environ is None else environ
-    version = _installed_version(spec, _locate(spec, env.get("PATH")), env, timeout_s)
+    row = check_agent(spec, environ, timeout_s=timeout_s)
     return {
-        "version": version,
-        "tested_versions": spec.tested_versions,
-        "in_tested_range": in_tested_range(version, spec.tested_versions),
-        "warning": version_warning(spec.name, version, spec.tested_versions),
+        "version": row.version,
+        "tested_versions": row.tested_versions,
+        "in_tested_range": in_tested_range(row.version, row.tested_versions),
+        "warning": row.version_warning,
     }
 
 

@@ -245,10 +245,8 @@ def _tested_versions(path: Path, data: dict) -> str:
     """The ``tested_versions`` range as written (stripped); a range PEP 440 cannot read is a
     :class:`UserError` with an example."""
     text = str(data.get("tested_versions", "")).strip()
-    if not text:
-        return ""
     try:
-        SpecifierSet(text)
+        SpecifierSet(text)  # "" too: no range declared
     except InvalidSpecifier:
         raise UserError(
             f"agent spec {path}: tested_versions {text!r} is not a version range: write PEP "

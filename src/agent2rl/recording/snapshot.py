@@ -78,8 +78,6 @@ class CodeRecorder:
         self.git_dir = Path(git_dir).absolute()
         self.workspace = Path(workspace).absolute()
 
-    # ----------------------------------------------------------------------------- public API
-
     def snapshot(self, message: str) -> str:
         """Commit the current workspace contents and return the commit id.
 
@@ -103,8 +101,6 @@ class CodeRecorder:
         if proc.returncode != 0:
             return None  # unborn branch: repository created, nothing committed yet
         return proc.stdout.decode().strip()
-
-    # ----------------------------------------------------------------------------- git plumbing
 
     def _git(
         self,
@@ -157,8 +153,6 @@ class CodeRecorder:
                 for line in lines:
                     add(input=line, check=False)
             return self._git("write-tree", index_file=index).stdout.decode().strip()
-
-    # ------------------------------------------------------------------------------ the walk
 
     def _collect_entries(self) -> list[tuple[str, str, str]]:
         """Walk the workspace, store every new blob, and return the tree entries: (git mode,
