@@ -142,9 +142,8 @@ class ResourceSampler:
         return [p for p in found.values() if _is_running(p)]
 
     def _gpu_mem_bytes(self, pids: set[int]) -> int | None:
-        if not self._gpus:
-            return None
-        rows = nvidia_smi("--query-compute-apps=pid,used_memory", _NVIDIA_SMI_TIMEOUT_S)
+        query = "--query-compute-apps=pid,used_memory"
+        rows = nvidia_smi(query, _NVIDIA_SMI_TIMEOUT_S) if self._gpus else None
         if rows is None:
             return None
         total_mib = sum(

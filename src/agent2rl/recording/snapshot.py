@@ -60,7 +60,6 @@ _RECORDER = {
     "GIT_COMMITTER_NAME": "agent2rl recorder",
     "GIT_COMMITTER_EMAIL": "recorder@agent2rl.invalid",
 }
-_BRANCH = "main"
 _GIT_TIMEOUT_S = 300.0
 
 
@@ -86,7 +85,8 @@ class CodeRecorder:
         so that every later diff has a base. Safe to call concurrently from several processes.
         """
         with file_lock(self.git_dir / LOCK_NAME):  # creates git_dir
-            self._ensure_repo()
+            if not (self.git_dir / "HEAD").exists():
+                self._git("init", "--quiet", "--bare", "--initial-branch=main", str(self.git_dir))
             tree = self._write_tree(self._collect_entries())
             head = self.head()
             if head is not None and self._tree_of(head) == tree:
@@ -126,10 +126,6 @@ class CodeRecorder:
             err = proc.stderr.decode(errors="replace").strip()
             raise RuntimeError(f"git {args[0]} failed in {self.git_dir}: {err}")
         return proc
-
-    def _ensure_repo(self) -> None:
-        if not (self.git_dir / "HEAD").exists():
-            self._git("init", "--quiet", "--bare", f"--initial-branch={_BRANCH}", str(self.git_dir))
 
     def _tree_of(self, commit: str) -> str:
         return self._git("rev-parse", f"{commit}^{{tree}}").stdout.decode().strip()

@@ -80,6 +80,9 @@ FEEDBACK_HEADER = "\n## Feedback from stage {i} (written by the pipeline)\n\n"
 TRAIN_SCRIPT = "code/train.sh"
 #: where the pipeline puts stage i's training log, relative to the workspace
 TRAIN_LOG = "stage-logs/train-{i}.log"
+#: the folder stage i's train.sh saves its model in, relative to the workspace (a folder of
+#: its own per stage: a graded one is never overwritten)
+MODEL_DIR = "output/stage-{i}"
 #: where the pipeline writes the outcome of the last stage, next to the prompt file
 FEEDBACK_FILE = ".stage-feedback.md"
 #: how long a process group gets between SIGTERM and SIGKILL
@@ -97,19 +100,8 @@ SUBMIT_TIMEOUT_S = 3600.0
 _running: subprocess.Popen[bytes] | None = None
 
 
-def stage_model_dir(i: int) -> str:
-    """The folder stage ``i``'s train.sh saves its model in, relative to the workspace
-    (a folder of its own per stage: a graded one is never overwritten)."""
-    return f"output/stage-{i}"
-
-
 def stage_prompt(
-    prompt: str,
-    i: int,
-    n: int,
-    max_steps: int | None = None,
-    train_timeout: float | None = None,
-    feedback: str = "",
+    prompt: str, i: int, n: int, max_steps: int | None, train_timeout: float | None, feedback: str
 ) -> str:
     """The prompt stage ``i`` (1-based) of ``n`` gets: the run's prompt, the stage note, the
     step cap's note when there is a cap, the training note when the pipeline trains, and
@@ -118,7 +110,7 @@ def stage_prompt(
     if max_steps is not None:
         text += STEPS_NOTE.format(steps=max_steps)
     if train_timeout is not None:
-        text += TRAIN_NOTE.format(model_dir=stage_model_dir(i), timeout=f"{train_timeout:g}")
+        text += TRAIN_NOTE.format(model_dir=MODEL_DIR.format(i=i), timeout=f"{train_timeout:g}")
     if feedback:
         text += FEEDBACK_HEADER.format(i=i - 1) + feedback.rstrip("\n") + "\n"
     return text
@@ -258,10 +250,8 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
-def run_training(
-    workdir: Path, script: str, model_dir: str, timeout_s: float, log_path: Path
-) -> Training:
-    """Run ``bash script model_dir`` in ``workdir`` (``$STAGE_MODEL_DIR`` set too) in its
+def run_training(workdir: Path, model_dir: str, timeout_s: float, log_path: Path) -> Training:
+    """Run ``bash code/train.sh model_dir`` in ``workdir`` (``$STAGE_MODEL_DIR`` set too) in its
     own process group, output to ``log_path``, ended after ``timeout_s`` seconds; whatever
     it left running when it exited is ended as well (the training stage is over)."""
     global _running
@@ -269,7 +259,7 @@ def run_training(
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            ["bash", script, model_dir],
+            ["bash", TRAIN_SCRIPT, model_dir],
             cwd=workdir,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -331,7 +321,7 @@ def training_feedback(i: int, workdir: Path, timeout_s: float, env: dict[str, st
     feedback says so; a train.sh that left no model folder: nothing is submitted; a folder
     is submitted whatever train.sh exited with (a timed-out training may have saved one).
     Without ``GRADING_SERVER_URL``/``GRADING_TOKEN`` in ``env`` nothing is submitted."""
-    model_dir = stage_model_dir(i)
+    model_dir = MODEL_DIR.format(i=i)
     if not (workdir / TRAIN_SCRIPT).is_file():
         return (
             f"Stage {i} left no `{TRAIN_SCRIPT}`: nothing was trained or submitted. Write it "
@@ -339,7 +329,7 @@ def training_feedback(i: int, workdir: Path, timeout_s: float, env: dict[str, st
         )
     log_name = TRAIN_LOG.format(i=i)
     print(f"[stages] stage {i}: bash {TRAIN_SCRIPT} {model_dir}", file=sys.stderr, flush=True)
-    run = run_training(workdir, TRAIN_SCRIPT, model_dir, timeout_s, workdir / log_name)
+    run = run_training(workdir, model_dir, timeout_s, workdir / log_name)
     if run.status is None:
         ended = f"was killed at the {timeout_s:g} s timeout"
     else:
