@@ -414,10 +414,8 @@ class PeriodicSnapshotter:
         self._thread.start()
 
     def stop(self) -> str | None:
-        """Stop and join the thread, then take a final snapshot and return its commit id.
-
-        Returns None if the final snapshot failed (the error is logged). Safe to call twice.
-        """
+        """Stop and join the thread, then take a final snapshot and return its commit id (None
+        if it failed: the error is logged). Safe to call twice."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
