@@ -163,8 +163,7 @@ def load_spec(path: Path) -> AgentSpec:
     part of the run directory's name, so ``../x`` or ``a/b`` would put the run outside
     ``--runs-dir``)."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
-        data = tomllib.loads(text)
+        data = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
         raise UserError(
             f"agent spec {path} is not UTF-8 text (byte {err.start}): save it as UTF-8"
