@@ -71,10 +71,14 @@ class Driver:
     key_optional: bool = False
 
     @property
+    def compatible(self) -> bool:
+        """Served by an OpenAI-compatible server rather than by OpenAI itself."""
+        return self.base_url is not None
+
+    @property
     def format_key(self) -> str:
-        """The key of a spec's ``driver_format`` table that names this driver
-        (``openai-compatible`` for an OpenAI-compatible server rather than OpenAI itself)."""
-        return "openai-compatible" if self.base_url is not None else self.api
+        """The key of a spec's ``driver_format`` table that names this driver."""
+        return "openai-compatible" if self.compatible else self.api
 
     @property
     def key_env(self) -> str:
