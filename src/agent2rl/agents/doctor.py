@@ -45,8 +45,6 @@ class DoctorRow:
     """
 
     agent: str
-    kind: str
-    api: str
     driver: str
     installed: bool
     location: str
@@ -141,13 +139,17 @@ def _version_from(argv: list[str], env: Mapping[str, str], timeout_s: float) -> 
     return match.group(0) if match else ""
 
 
-def _version(binary: str, args: list[str], env: Mapping[str, str], timeout_s: float) -> str:
-    """``binary``'s version. A Python console script's is read from its interpreter's
-    package metadata: asking such a CLI for ``--version`` imports all of it (OpenHands:
-    10-28 s on a loaded 2-core machine, past the timeout), the metadata answers in about a
-    second."""
+def _installed_version(
+    spec: AgentSpec, location: str, env: Mapping[str, str], timeout_s: float
+) -> str:
+    """The version of the CLI found at ``location``; "" when not installed or not asked. A
+    Python console script's is read from its interpreter's package metadata: asking such a
+    CLI for ``--version`` imports all of it (OpenHands: 10-28 s on a loaded 2-core machine,
+    past the timeout), the metadata answers in about a second."""
+    if not (location and spec.binary and spec.version_args):
+        return ""
     try:
-        with open(binary, "rb") as f:
+        with open(location, "rb") as f:
             head = f.read(2048).decode("utf-8", "replace")
     except OSError:
         head = ""
@@ -155,7 +157,7 @@ def _version(binary: str, args: list[str], env: Mapping[str, str], timeout_s: fl
         python, package = script.groups()
         if version := _version_from([python, "-c", _DIST_VERSION, package], env, timeout_s):
             return version
-    return _version_from([binary, *args], env, timeout_s)
+    return _version_from([location, *spec.version_args], env, timeout_s)
 
 
 def in_tested_range(version: str, tested: str) -> bool | None:
@@ -188,23 +190,13 @@ def cli_version_record(
     "in_tested_range", "warning"}`` (``version`` ``""`` when unknown: not installed, no
     ``version_args``, or no version in its answer; ``in_tested_range`` None then). Runs
     ``binary --version`` at most ``timeout_s``; never raises."""
-    env = os.environ if environ is None else environ
-    version = _installed_version(spec, _locate(spec, env.get("PATH")), env, timeout_s)
+    row = check_agent(spec, environ, timeout_s=timeout_s)
     return {
-        "version": version,
-        "tested_versions": spec.tested_versions,
-        "in_tested_range": in_tested_range(version, spec.tested_versions),
-        "warning": version_warning(spec.name, version, spec.tested_versions),
+        "version": row.version,
+        "tested_versions": row.tested_versions,
+        "in_tested_range": in_tested_range(row.version, row.tested_versions),
+        "warning": row.version_warning,
     }
-
-
-def _installed_version(
-    spec: AgentSpec, location: str, env: Mapping[str, str], timeout_s: float
-) -> str:
-    """The version of the CLI found at ``location``; "" when not installed or not asked."""
-    if not (location and spec.binary and spec.version_args):
-        return ""
-    return _version(location, spec.version_args, env, timeout_s)
 
 
 def check_agent(
@@ -233,8 +225,6 @@ def check_agent(
             note = f"the metering proxy does not relay the {driver.api} API yet"
     return DoctorRow(
         agent=spec.name,
-        kind=spec.kind,
-        api=spec.api,
         driver=spec.default_driver,
         installed=bool(location),
         location=location,

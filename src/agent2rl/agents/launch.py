@@ -55,8 +55,7 @@ class Launch:
     driver: Driver | None = None
 
     def write_files(self) -> list[Path]:
-        """Write ``files`` (atomically, creating parent folders, mode 0600); returns their
-        paths."""
+        """Write ``files`` (atomically, creating parent folders, mode 0600); returns their paths."""
         for path, text in self.files.items():
             write_text_atomic(path, text, mode=0o600)
         return list(self.files)

@@ -59,12 +59,6 @@ _CODE_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml", ".json", ".cfg", ".ipy
 _MAX_FILE_BYTES = 2_000_000
 
 
-def _strip_comments(code: str) -> str:
-    # Drop '#' comments (Python, shell, YAML) so "no GRPO here" does not count as GRPO; a
-    # '#' inside a string on the same line is cut too, which only loses evidence.
-    return "\n".join(line.split("#", 1)[0] for line in code.splitlines())
-
-
 def _code_text(root: Path | str) -> str:
     if isinstance(root, str):
         return root
@@ -101,7 +95,9 @@ def detect_methods(code_dir_or_text: Path | str) -> set[str]:
     ``rl``: any of grpo/ppo/rloo/reinforce/online_dpo, or a reward used with rollouts or
     advantages (a hand-written policy-gradient loop). A missing folder gives an empty set.
     """
-    code = _strip_comments(_code_text(code_dir_or_text))
+    # Drop '#' comments (Python, shell, YAML) so "no GRPO here" does not count as GRPO; a
+    # '#' inside a string on the same line is cut too, which only loses evidence.
+    code = "\n".join(line.split("#", 1)[0] for line in _code_text(code_dir_or_text).splitlines())
     # Online DPO samples from the policy (RL); only DPO mentioned apart from it is offline.
     offline = code
     for p in _METHOD_PATTERNS["online_dpo"]:
@@ -123,11 +119,6 @@ def detect_methods(code_dir_or_text: Path | str) -> set[str]:
     return found
 
 
-def _names(methods: set[str], which: tuple[str, ...]) -> str:
-    labels = {"online_dpo": "online DPO", "reinforce": "REINFORCE"}
-    return ", ".join(labels.get(m, m.upper()) for m in which if m in methods)
-
-
 def mode_contradictions(
     mode: str, methods: set[str], env_steps: int = 0, *, interactive: bool = False
 ) -> list[str]:
@@ -143,7 +134,9 @@ def mode_contradictions(
     found: list[str] = []
     if mode == "sft-only":
         if "rl" in methods:
-            rl = _names(methods, RL_METHODS) or "a reward-driven policy update"
+            labels = {"online_dpo": "online DPO", "reinforce": "REINFORCE"}
+            rl = ", ".join(labels.get(m, m.upper()) for m in RL_METHODS if m in methods)
+            rl = rl or "a reward-driven policy update"
             found.append(f"sft-only run used reinforcement learning ({rl})")
         if "dpo" in methods:
             found.append("sft-only run used preference optimisation (DPO-style), not SFT")

@@ -6,6 +6,7 @@ spec's own).
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 
 from agent2rl.agents.modes import get_mode
@@ -98,18 +99,12 @@ def data_sample(workspace: Path, lines: int = SAMPLE_LINES) -> str:
     """The first ``lines`` lines of ``data/train.jsonl``, each cut to 400 characters; a
     note when the file is missing or empty (some tasks have no static training set)."""
     path = Path(workspace) / "data" / "train.jsonl"
-    out: list[str] = []
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.rstrip("\n")
-                if line.strip():
-                    cut = line if len(line) <= SAMPLE_LINE_CHARS else line[:SAMPLE_LINE_CHARS] + "…"
-                    out.append(cut)
-                if len(out) >= lines:
-                    break
+            out = [line.rstrip("\n") for line in islice(filter(str.strip, f), lines)]
     except OSError:
         return "(no data/train.jsonl in this task: see description.md for the data it has)"
+    out = [s if len(s) <= SAMPLE_LINE_CHARS else s[:SAMPLE_LINE_CHARS] + "…" for s in out]
     return "\n".join(out) if out else "(data/train.jsonl is empty)"
 
 

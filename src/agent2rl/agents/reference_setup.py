@@ -149,10 +149,9 @@ def prepare(agent: str, workspace: Path, env: dict[str, str], budget_s: float) -
     ws = Path(workspace)
     timeout = agent_timeout_s(budget_s)
     (ws / "AGENTS.md").write_text(AGENTS_MD, encoding="utf-8")
-    deadline = int(env.get("DEADLINE") or 0)
-    start = deadline - int(budget_s) if deadline else 0
+    deadline = int(env.get("DEADLINE") or 0)  # the agent's clock starts with the run
     timer = ws / "timer.sh"
-    timer.write_text(_TIMER.format(deadline=start + timeout if deadline else 0))
+    timer.write_text(_TIMER.format(deadline=deadline - int(budget_s) + timeout if deadline else 0))
     os.chmod(timer, 0o755)
     env.update(REFERENCE_ENV.get(agent, {}))
 

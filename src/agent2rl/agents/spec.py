@@ -163,8 +163,7 @@ def load_spec(path: Path) -> AgentSpec:
     part of the run directory's name, so ``../x`` or ``a/b`` would put the run outside
     ``--runs-dir``)."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
-        data = tomllib.loads(text)
+        data = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
         raise UserError(
             f"agent spec {path} is not UTF-8 text (byte {err.start}): save it as UTF-8"
@@ -191,7 +190,7 @@ def load_spec(path: Path) -> AgentSpec:
         command=cmd,
         env=_str_table(path, data, "env"),
         source=Path(path),
-        tested_versions=_tested_versions(path, data),
+        tested_versions=data.get("tested_versions", "").strip(),
         driver_format=_str_table(path, data, "driver_format"),
         config_files=_str_table(path, data, "config_files"),
         # a string such as "false" is refused rather than read as truthy
@@ -214,7 +213,8 @@ _TEXT_LIST_KEYS = ("files", "version_args")
 
 
 def _check_types(path: Path, data: dict) -> None:
-    """The keys' TOML types, and the name's form, each with one message naming the fix."""
+    """The keys' TOML types, the name's form and the ``tested_versions`` range (PEP 440),
+    each with one message naming the fix."""
     name = data["name"]
     if not isinstance(name, str):
         raise UserError(f'agent spec {path}: name must be a string (name = "my-agent")')
@@ -230,6 +230,14 @@ def _check_types(path: Path, data: dict) -> None:
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UserError(f"agent spec {path}: {key} must be a list of strings")
+    tested = data.get("tested_versions", "").strip()
+    try:
+        SpecifierSet(tested)  # "" too: no range declared
+    except InvalidSpecifier:
+        raise UserError(
+            f"agent spec {path}: tested_versions {tested!r} is not a version range: write PEP "
+            'specifiers such as ">=0.169,<0.170"'
+        ) from None
 
 
 def _str_table(path: Path, data: dict, key: str) -> dict[str, str]:
@@ -239,22 +247,6 @@ def _str_table(path: Path, data: dict, key: str) -> dict[str, str]:
     if not isinstance(table, dict) or not all(isinstance(v, scalar) for v in table.values()):
         raise UserError(f"agent spec {path}: [{key}] must be a table of strings")
     return {str(k): str(v) for k, v in table.items()}
-
-
-def _tested_versions(path: Path, data: dict) -> str:
-    """The ``tested_versions`` range as written (stripped); a range PEP 440 cannot read is a
-    :class:`UserError` with an example."""
-    text = str(data.get("tested_versions", "")).strip()
-    if not text:
-        return ""
-    try:
-        SpecifierSet(text)
-    except InvalidSpecifier:
-        raise UserError(
-            f"agent spec {path}: tested_versions {text!r} is not a version range: write PEP "
-            'specifiers such as ">=0.169,<0.170"'
-        ) from None
-    return text
 
 
 def _flag(path: Path, data: dict, key: str, hint: str = "") -> bool:

@@ -7,9 +7,7 @@ orchestrator kills those that survived, including ones that double-forked away f
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -18,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from agent2rl.devices import nvidia_smi
+from agent2rl.files import append_jsonl_line
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ class ResourceSampler:
         gpu = self._gpu_mem_bytes({p.pid for p in procs})
         if gpu is not None:
             record["gpu_mem_bytes"] = gpu
-        self._append(record)
+        append_jsonl_line(self.out_path, record)  # one write: a reader never sees half a line
         return record
 
     def _loop(self) -> None:
@@ -143,9 +142,8 @@ class ResourceSampler:
         return [p for p in found.values() if _is_running(p)]
 
     def _gpu_mem_bytes(self, pids: set[int]) -> int | None:
-        if not self._gpus:
-            return None
-        rows = nvidia_smi("--query-compute-apps=pid,used_memory", _NVIDIA_SMI_TIMEOUT_S)
+        query = "--query-compute-apps=pid,used_memory"
+        rows = nvidia_smi(query, _NVIDIA_SMI_TIMEOUT_S) if self._gpus else None
         if rows is None:
             return None
         total_mib = sum(
@@ -154,15 +152,6 @@ class ResourceSampler:
             if len(r) == 2 and r[0].isdigit() and r[1].isdigit() and int(r[0]) in pids
         )
         return total_mib * 1024 * 1024
-
-    def _append(self, record: dict[str, float | int]) -> None:
-        # One write() of one whole line on an O_APPEND fd: a reader never sees half a line.
-        line = (json.dumps(record) + "\n").encode()
-        fd = os.open(self.out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
 
 
 def _is_running(proc: psutil.Process) -> bool:

@@ -14,8 +14,6 @@ on a lock file inside the repository.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -30,6 +28,8 @@ from dataclasses import astuple, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from agent2rl.locks import file_lock
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +53,14 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 COMMIT_ID = re.compile(r"[0-9a-fA-F]{4,64}")
 
 LOCK_NAME = "agent2rl-snapshot.lock"
-_BRANCH = "main"
+#: the snapshot commits' author and committer
+_RECORDER = {
+    "GIT_AUTHOR_NAME": "agent2rl recorder",
+    "GIT_AUTHOR_EMAIL": "recorder@agent2rl.invalid",
+    "GIT_COMMITTER_NAME": "agent2rl recorder",
+    "GIT_COMMITTER_EMAIL": "recorder@agent2rl.invalid",
+}
 _GIT_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One file to put in the tree: its git mode, blob id and workspace-relative path."""
-
-    mode: str
-    sha: str
-    path: str
 
 
 class CodeRecorder:
@@ -80,8 +77,6 @@ class CodeRecorder:
         self.git_dir = Path(git_dir).absolute()
         self.workspace = Path(workspace).absolute()
 
-    # ----------------------------------------------------------------------------- public API
-
     def snapshot(self, message: str) -> str:
         """Commit the current workspace contents and return the commit id.
 
@@ -89,9 +84,9 @@ class CodeRecorder:
         The very first snapshot always commits, even an empty tree (e.g. a missing workspace),
         so that every later diff has a base. Safe to call concurrently from several processes.
         """
-        self.git_dir.mkdir(parents=True, exist_ok=True)
-        with self._locked():
-            self._ensure_repo()
+        with file_lock(self.git_dir / LOCK_NAME):  # creates git_dir
+            if not (self.git_dir / "HEAD").exists():
+                self._git("init", "--quiet", "--bare", "--initial-branch=main", str(self.git_dir))
             tree = self._write_tree(self._collect_entries())
             head = self.head()
             if head is not None and self._tree_of(head) == tree:
@@ -107,20 +102,6 @@ class CodeRecorder:
             return None  # unborn branch: repository created, nothing committed yet
         return proc.stdout.decode().strip()
 
-    # ----------------------------------------------------------------------------- git plumbing
-
-    def _env(self, index_file: str | None = None) -> dict[str, str]:
-        env = _git_env(self.git_dir)
-        env.update(
-            GIT_AUTHOR_NAME="agent2rl recorder",
-            GIT_AUTHOR_EMAIL="recorder@agent2rl.invalid",
-            GIT_COMMITTER_NAME="agent2rl recorder",
-            GIT_COMMITTER_EMAIL="recorder@agent2rl.invalid",
-        )
-        if index_file is not None:
-            env["GIT_INDEX_FILE"] = index_file
-        return env
-
     def _git(
         self,
         *args: str,
@@ -130,11 +111,14 @@ class CodeRecorder:
     ) -> subprocess.CompletedProcess[bytes]:
         # core.protectNTFS/HFS would reject names that are legal here (e.g. "GIT~1"); off.
         argv = ["git", "-c", "core.protectNTFS=false", "-c", "core.protectHFS=false", *args]
+        env = _git_env(self.git_dir) | _RECORDER
+        if index_file is not None:
+            env["GIT_INDEX_FILE"] = index_file
         proc = subprocess.run(
             argv,
             input=input,
             capture_output=True,
-            env=self._env(index_file),
+            env=env,
             cwd=self.git_dir,
             timeout=_GIT_TIMEOUT_S,
         )
@@ -142,19 +126,6 @@ class CodeRecorder:
             err = proc.stderr.decode(errors="replace").strip()
             raise RuntimeError(f"git {args[0]} failed in {self.git_dir}: {err}")
         return proc
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self.git_dir / LOCK_NAME, "a+b") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-    def _ensure_repo(self) -> None:
-        if not (self.git_dir / "HEAD").exists():
-            self._git("init", "--quiet", "--bare", f"--initial-branch={_BRANCH}", str(self.git_dir))
 
     def _tree_of(self, commit: str) -> str:
         return self._git("rev-parse", f"{commit}^{{tree}}").stdout.decode().strip()
@@ -167,11 +138,11 @@ class CodeRecorder:
         self._git("update-ref", "-m", "snapshot", "HEAD", commit, parent or "")
         return commit
 
-    def _write_tree(self, entries: list[_Entry]) -> str:
+    def _write_tree(self, entries: list[tuple[str, str, str]]) -> str:
         with tempfile.TemporaryDirectory(prefix="index.", dir=self.git_dir) as tmp:
             index = os.path.join(tmp, "index")
             add = partial(self._git, "update-index", "-z", "--index-info", index_file=index)
-            lines = [f"{e.mode} {e.sha}\t{e.path}".encode() + b"\0" for e in entries]
+            lines = [f"{mode} {sha}\t{rel}".encode() + b"\0" for mode, sha, rel in entries]
             if add(input=b"".join(lines), check=False).returncode != 0:
                 # Some path was refused by git's own checks; add one by one, skipping refusals.
                 Path(index).unlink(missing_ok=True)
@@ -179,10 +150,9 @@ class CodeRecorder:
                     add(input=line, check=False)
             return self._git("write-tree", index_file=index).stdout.decode().strip()
 
-    # ------------------------------------------------------------------------------ the walk
-
-    def _collect_entries(self) -> list[_Entry]:
-        """Walk the workspace, store every new blob, and return the tree entries."""
+    def _collect_entries(self) -> list[tuple[str, str, str]]:
+        """Walk the workspace, store every new blob, and return the tree entries: (git mode,
+        blob id, workspace-relative path) per file."""
         candidates = list(_walk(self.workspace))
         existing = self._existing_objects({sha for _, _, sha, _ in candidates})
         entries = []
@@ -194,7 +164,7 @@ class CodeRecorder:
                     continue
                 sha = self._store_blob(blob)
                 existing.add(sha)
-            entries.append(_Entry(mode, sha, rel))
+            entries.append((mode, sha, rel))
         return entries
 
     def _existing_objects(self, shas: set[str]) -> set[str]:
@@ -444,10 +414,8 @@ class PeriodicSnapshotter:
         self._thread.start()
 
     def stop(self) -> str | None:
-        """Stop and join the thread, then take a final snapshot and return its commit id.
-
-        Returns None if the final snapshot failed (the error is logged). Safe to call twice.
-        """
+        """Stop and join the thread, then take a final snapshot and return its commit id (None
+        if it failed: the error is logged). Safe to call twice."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -166,11 +166,6 @@ class ProcessGames:
         opened = worker.call("open", handle, (game.game_id, max_steps))
         return RemoteEpisode(worker, lane, handle, game, opened)
 
-    @property
-    def pids(self) -> list[int]:
-        """The running workers' process ids (empty before the first :meth:`open`)."""
-        return [w.proc.pid for w in self._workers if w.proc.pid is not None]
-
     def _start(self) -> list[_Worker]:
         # spawn: the grader holds torch's threads, which a fork would copy mid-state
         ctx = mp.get_context("spawn")
@@ -182,10 +177,9 @@ class ProcessGames:
         Idempotent."""
         with self._lock:
             self._checked = False
-            if self.persistent and all(w.proc.is_alive() for w in self._workers):
-                return
-            workers, self._workers = self._workers, []
-        _stop(workers)
+            keep = self.persistent and all(w.proc.is_alive() for w in self._workers)
+        if not keep:
+            self.close()
 
     def close(self) -> None:
         """Stop the workers, persistent or not (their episodes end with them). Idempotent."""

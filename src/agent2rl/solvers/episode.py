@@ -116,16 +116,14 @@ class EpisodeSolver:
     An output's ``trace``: ``actions``, ``won``, ``reward`` (the episode's return), ``steps``,
     ``goal`` and ``group``. An action the environment refuses outright (``ValueError`` from
     ``step``) still uses one of the episode's ``max_steps`` turns, so a model that repeats
-    it cannot stall the evaluation. Deterministic for a given model and backend, and the
-    same whatever ``max_open`` and ``batch_size`` (see the module docstring).
+    it cannot stall the evaluation.
 
     ``max_open``: the most episodes open at once, all stepped by one ``generate`` call per
-    step (at least 1); ``batch_size``: prompts per forward pass inside that call. With
-    ``max_open <= batch_size`` a step is one forward pass. ``timings`` is where the last
+    step (at least 1); ``batch_size``: prompts per forward pass inside that call (neither
+    changes an output, see the module docstring). ``timings`` is where the last
     :meth:`solve` spent its time. An exception from an environment (one that is down:
     :class:`~agent2rl.rollout.env.EnvironmentUnavailable`) or the backend ends the solve;
-    every open episode is closed first.
-    """
+    every open episode is closed first."""
 
     source: GameSource
     protocol: EpisodeProtocol

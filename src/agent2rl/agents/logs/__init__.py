@@ -21,17 +21,8 @@ kind                meaning (fields used)
 ``final``           the agent's final answer or exit status: ``text``, ``is_error``
 ==================  ==================================================================
 
-Formats, by module::
-
-    claude_code.py     claude-stream-json   Claude Code ``-p --output-format stream-json``
-    codex.py           codex-jsonl          ``codex exec --json``
-    gemini_cli.py      gemini-stream-json   Gemini CLI ``-o stream-json``
-    opencode.py        opencode-json        ``opencode run --format json``
-    openhands.py       openhands-jsonl      ``openhands --headless --json`` (and the older
-                                            V0 trajectory entries)
-    mini_swe_agent.py  mini-swe-agent       a mini-SWE-agent trajectory file
-    text.py            text                 anything else
-    base.py            Event, AgentLog, total_usage and the helpers the parsers share
+Each format's module names the CLI command that writes it (``text.py``: anything else);
+``base.py`` holds Event, AgentLog, total_usage and the helpers the parsers share.
 
 Parsers are tolerant: agent logs interleave stderr with the JSON lines and may end in a torn
 line (the agent was killed at the deadline). Lines that are not JSON objects are skipped,

@@ -81,10 +81,6 @@ def total_usage(events: list[Event]) -> TokenCounts:
     return total
 
 
-# --------------------------------------------------------------------------------------------
-# Helpers
-
-
 def short(text: Any, limit: int = TEXT_LIMIT) -> str:
     """``text`` as a stripped string of at most ``limit`` characters (cut with ``…``);
     None is ``""`` and anything else its ``str``."""

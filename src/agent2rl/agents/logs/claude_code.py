@@ -84,10 +84,8 @@ def parse(text: str) -> list[Event]:
             for block in as_list(msg.get("content")):
                 block = as_dict(block)
                 if block.get("type") == "tool_result":
-                    output = tool_output(block.get("content"))
-                    out.result(
-                        str(block.get("tool_use_id", "")), output, bool(block.get("is_error"))
-                    )
+                    call_id, failed = str(block.get("tool_use_id", "")), bool(block.get("is_error"))
+                    out.result(call_id, tool_output(block.get("content")), failed)
         elif kind == "result":
             is_error = bool(obj.get("is_error")) or str(obj.get("subtype", "")).startswith("error")
             model_usage = [as_dict(v) for v in as_dict(obj.get("modelUsage")).values()]

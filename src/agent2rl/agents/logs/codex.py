@@ -88,11 +88,8 @@ def parse(text: str) -> list[Event]:
             out.add("error", text=short(item.get("message", "")))
         elif kind == "turn.completed":
             usage = as_dict(obj.get("usage"))
-            out.add(
-                "usage",
-                tokens=read_tokens(usage, "input_tokens", "output_tokens", "cached_input_tokens"),
-                cumulative=True,
-            )
+            tokens = read_tokens(usage, "input_tokens", "output_tokens", "cached_input_tokens")
+            out.add("usage", tokens=tokens, cumulative=True)
             out.add("final", text=short(last_message))
         elif kind == "turn.failed":
             out.fail(short(as_dict(obj.get("error")).get("message", "turn failed")))

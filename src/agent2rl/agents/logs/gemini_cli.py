@@ -63,13 +63,9 @@ def parse(text: str) -> list[Event]:
         elif kind == "error":
             out.add("error", text=short(obj.get("message", "")))
         elif kind == "result":
-            stats = as_dict(obj.get("stats"))
-            if stats:
-                out.add(
-                    "usage",
-                    tokens=read_tokens(stats, "input_tokens", "output_tokens", "cached"),
-                    cumulative=True,
-                )
+            if stats := as_dict(obj.get("stats")):
+                tokens = read_tokens(stats, "input_tokens", "output_tokens", "cached")
+                out.add("usage", tokens=tokens, cumulative=True)
             if obj.get("status") == "error":
                 out.fail(short(as_dict(obj.get("error")).get("message", "")) or "error")
             else:

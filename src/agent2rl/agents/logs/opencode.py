@@ -46,16 +46,10 @@ def parse(text: str) -> list[Event]:
             tokens = as_dict(part.get("tokens"))
             cache = as_dict(tokens.get("cache"))
             read, write = token_count(cache.get("read")), token_count(cache.get("write"))
+            total_in = token_count(tokens.get("input")) + read + write
             output = token_count(tokens.get("output")) + token_count(tokens.get("reasoning"))
-            out.add(
-                "usage",
-                tokens=TokenCounts(
-                    input=token_count(tokens.get("input")) + read + write,
-                    output=output,
-                    cached=read,
-                    cache_write=write,
-                ),
-            )
+            counts = TokenCounts(input=total_in, output=output, cached=read, cache_write=write)
+            out.add("usage", tokens=counts)
             if part.get("reason") not in (None, "tool-calls", "tool_calls"):
                 out.add("final", text=short(last_message))
         elif kind == "error":

@@ -174,11 +174,11 @@ def parse(text: str) -> list[Event]:
             out.message("assistant", tool_output(obj.get("thought")))
             call = as_dict(obj.get("tool_call"))
             tool = str(obj.get("tool_name") or call.get("name", ""))
+            action = as_dict(obj.get("action"))
             arguments = call.get("arguments")
             if arguments is None:
-                arguments = {k: v for k, v in as_dict(obj.get("action")).items() if k != "kind"}
+                arguments = {k: v for k, v in action.items() if k != "kind"}
             if tool == "finish":
-                action = as_dict(obj.get("action"))
                 out.add("final", text=short(action.get("message") or summarize_args(arguments)))
             else:
                 args = _editor_args(obj) if tool in _EDITORS else summarize_args(arguments)

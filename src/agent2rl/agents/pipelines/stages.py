@@ -80,6 +80,9 @@ FEEDBACK_HEADER = "\n## Feedback from stage {i} (written by the pipeline)\n\n"
 TRAIN_SCRIPT = "code/train.sh"
 #: where the pipeline puts stage i's training log, relative to the workspace
 TRAIN_LOG = "stage-logs/train-{i}.log"
+#: the folder stage i's train.sh saves its model in, relative to the workspace (a folder of
+#: its own per stage: a graded one is never overwritten)
+MODEL_DIR = "output/stage-{i}"
 #: where the pipeline writes the outcome of the last stage, next to the prompt file
 FEEDBACK_FILE = ".stage-feedback.md"
 #: how long a process group gets between SIGTERM and SIGKILL
@@ -97,19 +100,8 @@ SUBMIT_TIMEOUT_S = 3600.0
 _running: subprocess.Popen[bytes] | None = None
 
 
-def stage_model_dir(i: int) -> str:
-    """The folder stage ``i``'s train.sh saves its model in, relative to the workspace
-    (a folder of its own per stage: a graded one is never overwritten)."""
-    return f"output/stage-{i}"
-
-
 def stage_prompt(
-    prompt: str,
-    i: int,
-    n: int,
-    max_steps: int | None = None,
-    train_timeout: float | None = None,
-    feedback: str = "",
+    prompt: str, i: int, n: int, max_steps: int | None, train_timeout: float | None, feedback: str
 ) -> str:
     """The prompt stage ``i`` (1-based) of ``n`` gets: the run's prompt, the stage note, the
     step cap's note when there is a cap, the training note when the pipeline trains, and
@@ -118,7 +110,7 @@ def stage_prompt(
     if max_steps is not None:
         text += STEPS_NOTE.format(steps=max_steps)
     if train_timeout is not None:
-        text += TRAIN_NOTE.format(model_dir=stage_model_dir(i), timeout=f"{train_timeout:g}")
+        text += TRAIN_NOTE.format(model_dir=MODEL_DIR.format(i=i), timeout=f"{train_timeout:g}")
     if feedback:
         text += FEEDBACK_HEADER.format(i=i - 1) + feedback.rstrip("\n") + "\n"
     return text
@@ -162,19 +154,11 @@ class StepCounter:
 
 
 def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphan's
-    zombie waits for a reaper that may never come (a container's pid 1 that does not reap)
-    and would keep ``kill(-pgid, 0)`` succeeding. Read from /proc; without it, that call."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # a member we may not signal: still there
-            return True
-        return True
-    for entry in proc.iterdir():
+    """Whether a process of group ``pgid`` still runs, read from /proc (Linux, and the
+    sandbox mounts its own). Zombies do not count: an orphan's zombie waits for a reaper that
+    may never come (a container's pid 1 that does not reap) and would keep ``kill(-pgid, 0)``
+    succeeding."""
+    for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
@@ -266,10 +250,8 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
-def run_training(
-    workdir: Path, script: str, model_dir: str, timeout_s: float, log_path: Path
-) -> Training:
-    """Run ``bash script model_dir`` in ``workdir`` (``$STAGE_MODEL_DIR`` set too) in its
+def run_training(workdir: Path, model_dir: str, timeout_s: float, log_path: Path) -> Training:
+    """Run ``bash code/train.sh model_dir`` in ``workdir`` (``$STAGE_MODEL_DIR`` set too) in its
     own process group, output to ``log_path``, ended after ``timeout_s`` seconds; whatever
     it left running when it exited is ended as well (the training stage is over)."""
     global _running
@@ -277,7 +259,7 @@ def run_training(
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            ["bash", script, model_dir],
+            ["bash", TRAIN_SCRIPT, model_dir],
             cwd=workdir,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -339,7 +321,7 @@ def training_feedback(i: int, workdir: Path, timeout_s: float, env: dict[str, st
     feedback says so; a train.sh that left no model folder: nothing is submitted; a folder
     is submitted whatever train.sh exited with (a timed-out training may have saved one).
     Without ``GRADING_SERVER_URL``/``GRADING_TOKEN`` in ``env`` nothing is submitted."""
-    model_dir = stage_model_dir(i)
+    model_dir = MODEL_DIR.format(i=i)
     if not (workdir / TRAIN_SCRIPT).is_file():
         return (
             f"Stage {i} left no `{TRAIN_SCRIPT}`: nothing was trained or submitted. Write it "
@@ -347,7 +329,7 @@ def training_feedback(i: int, workdir: Path, timeout_s: float, env: dict[str, st
         )
     log_name = TRAIN_LOG.format(i=i)
     print(f"[stages] stage {i}: bash {TRAIN_SCRIPT} {model_dir}", file=sys.stderr, flush=True)
-    run = run_training(workdir, TRAIN_SCRIPT, model_dir, timeout_s, workdir / log_name)
+    run = run_training(workdir, model_dir, timeout_s, workdir / log_name)
     if run.status is None:
         ended = f"was killed at the {timeout_s:g} s timeout"
     else:
@@ -364,12 +346,6 @@ def training_feedback(i: int, workdir: Path, timeout_s: float, env: dict[str, st
         text += f"Submission of `{model_dir}`: {submit(model_dir, url, token)}\n"
     print(f"[stages] stage {i}: training {ended}", file=sys.stderr, flush=True)
     return text
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _fill(cmd: Iterable[str], stage_file: Path, text: str) -> list[str]:
@@ -410,17 +386,19 @@ def main(argv: list[str] | None = None) -> int:
     prompt = args.prompt_file.read_text(encoding="utf-8")
     stage_file = args.prompt_file.with_name(".stage-prompt.md")
     feedback_file = args.prompt_file.with_name(FEEDBACK_FILE)
+    feedback_tmp = feedback_file.with_name(FEEDBACK_FILE + ".tmp")  # replaced atomically
     workdir = Path.cwd()
     feedback = ""
     for i in range(1, args.stages + 1):
         text = stage_prompt(prompt, i, args.stages, args.max_steps, args.train_timeout, feedback)
         stage_file.write_text(text, encoding="utf-8")
         print(f"[stages] stage {i}/{args.stages}: {cmd[0]}", file=sys.stderr, flush=True)
+        argv = _fill(cmd, stage_file, text)
         try:
             if args.max_steps is None:
-                rc = subprocess.call(_fill(cmd, stage_file, text))
+                rc = subprocess.call(argv)
             else:
-                rc, steps, capped = run_capped(_fill(cmd, stage_file, text), args.max_steps)
+                rc, steps, capped = run_capped(argv, args.max_steps)
                 why = f"ended at the cap of {args.max_steps} steps" if capped else f"{steps} steps"
                 print(f"[stages] stage {i}: {why}", file=sys.stderr, flush=True)
         except FileNotFoundError:
@@ -429,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[stages] stage {i} exited {rc}", file=sys.stderr, flush=True)
         if args.train_timeout is not None:
             feedback = training_feedback(i, workdir, args.train_timeout, dict(os.environ))
-            write_atomic(feedback_file, feedback)
+            feedback_tmp.write_text(feedback, encoding="utf-8")
+            os.replace(feedback_tmp, feedback_file)
     return 0
 
 

@@ -254,7 +254,6 @@ def sft(
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    quiet()
     stop_at = time.time() + seconds
     args = SFTConfig(
         **_trainer_args(SFTConfig, seed, max_steps, lr),
@@ -311,7 +310,6 @@ def grpo(
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    quiet()
     started = time.time()
     stop_at = started + seconds
     args = GRPOConfig(
@@ -428,7 +426,6 @@ def dpo(
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
-    quiet()
     stop_at = time.time() + seconds
     args = DPOConfig(
         **_trainer_args(DPOConfig, seed, max_steps, lr),
@@ -473,9 +470,11 @@ def _trainer_args(config_cls, seed: int, max_steps: int | None, lr: float) -> di
     """The config kwargs every trainer here shares: the learning rate ``lr``, scratch output
     under ``code/.trainer``, no checkpoints, no reporting, no progress bars, the CPU when
     there is no CUDA (fp32, no dataloader workers, no gradient checkpointing), and
-    ``max_steps`` (None: stop on time only, via :func:`time_callback`)."""
+    ``max_steps`` (None: stop on time only, via :func:`time_callback`). Calls :func:`quiet`
+    first: every trainer here builds its config with this before anything else."""
     import torch
 
+    quiet()
     return {
         "output_dir": str(Path("code") / ".trainer"),
         "max_steps": max_steps or 1_000_000,

@@ -283,15 +283,13 @@ def _padded(rows: list[list[int]], value: int, device):
     return torch.tensor([r + [value] * (width - len(r)) for r in rows], device=device)
 
 
+#: the rollouts' sampling temperature, and the turns per forward and backward pass of an update
+TEMPERATURE = 1.0
+MICRO_BATCH = 16
+
+
 def grpo(
-    model,
-    tokenizer,
-    seconds: float,
-    lr: float,
-    group_size: int = 8,
-    temperature: float = 1.0,
-    seed: int = 0,
-    micro_batch: int = 16,
+    model, tokenizer, seconds: float, lr: float, group_size: int = 8, seed: int = 0
 ) -> tuple[object, dict]:
     """Multi-turn GRPO for about ``seconds``: each step plays ``group_size`` episodes of one
     random public game through the rollout service, scores each by its return, and
@@ -310,7 +308,7 @@ def grpo(
     while time.time() < stop_at:
         model.eval()
         trajs = rollout_group(
-            model, tokenizer, client, prompter, rng.choice(games), group_size, temperature
+            model, tokenizer, client, prompter, rng.choice(games), group_size, TEMPERATURE
         )
         rewards = [t.reward for t in trajs]
         stats["steps"] += 1
@@ -323,7 +321,7 @@ def grpo(
         model.train()
         optimizer.zero_grad()
         loss = policy_loss(
-            model, tokenizer, trajs, [(r - mean) / std for r in rewards], micro_batch
+            model, tokenizer, trajs, [(r - mean) / std for r in rewards], MICRO_BATCH
         )
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
