@@ -127,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     from agent2rl.grading.app import GradingContext, GradingService, create_app
     from agent2rl.grading.evaluator import EvalSpec
     from agent2rl.grading.submission import SubmissionLimits
-    from agent2rl.inference.backend import BackendConfig
     from agent2rl.recording import CodeRecorder
 
     ap = argparse.ArgumentParser(description=__doc__)
@@ -144,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     paths = RunPaths(args.run_dir.resolve())
     recorder = CodeRecorder(paths.code_git, paths.workspace)
     info = RunInfo.load(paths)
-    # The run's evaluation settings come from run.json, exactly as the baseline used them.
-    spec = EvalSpec(info.task, info.task_options or {}, BackendConfig.from_dict(info.backend))
     # Under the validation protocol the app grades on the validation split (GradingContext).
     ctx = GradingContext(
         paths=paths,
@@ -155,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         limits=SubmissionLimits(max_bytes=args.max_bytes),
         eval_timeout_s=args.eval_timeout,
         base_model_dir=args.base_model,
-        eval_spec=spec,
+        eval_spec=EvalSpec.of_run(info),
         snapshot=recorder.snapshot,
         feedback=info.feedback,
         **{name: value for name in OPTIONS if (value := getattr(args, name)) is not None},
