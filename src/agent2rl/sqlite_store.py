@@ -357,9 +357,8 @@ class SQLiteStore:
 
 class TypedStore:
     """The base of a database's typed interface (the run's ledger, the rollout record): its
-    methods use ``self._db``, a :class:`SQLiteStore` opened with :attr:`options` (the schema,
-    migrations...) or, by :meth:`reader`, only to read. :meth:`close` or the end of a ``with``
-    block closes it."""
+    methods use ``self._db``, a :class:`SQLiteStore` opened with :attr:`options` (schema,
+    migrations...) or, by :meth:`reader`, only to read; closed by :meth:`close` or ``with``."""
 
     #: the keyword arguments of :class:`SQLiteStore` a writer opens the database with
     options: ClassVar[dict[str, Any]] = {}
@@ -370,10 +369,8 @@ class TypedStore:
 
     @classmethod
     def reader(cls, path: Path, *, settled: bool = False) -> Self | None:
-        """The database ``path`` opened only to read (:meth:`SQLiteStore.reader`): no schema,
-        no migrations, no file created (None when there is none), immutable once ``settled``
-        (its writer is gone for good). Columns an older version lacks read as None; writers
-        fail (``attempt to write a readonly database``)."""
+        """The database ``path`` opened only to read (:meth:`SQLiteStore.reader`; None when
+        there is none). Columns an older version lacks read as None; writers fail."""
         store = SQLiteStore.reader(path, settled=settled)
         return None if store is None else cls(path, store=store)
 

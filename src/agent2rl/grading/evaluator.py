@@ -164,16 +164,14 @@ class EvalWorkers:
         with self._lock:
             self._procs.discard(proc)
 
-    def stop(self) -> int:
-        """Refuse new workers and SIGKILL the groups of running ones; returns how many were
-        signalled. Safe to call from a signal handler (no waiting, no locks held for long)
-        and more than once."""
+    def stop(self) -> None:
+        """Refuse new workers and SIGKILL the groups of running ones. Safe to call from a
+        signal handler (no waiting, no locks held for long) and more than once."""
         self.stopped.set()
         with self._lock:
             procs = list(self._procs)
         for proc in procs:
             signal_group(proc)
-        return len(procs)
 
 
 def run_evaluation(

@@ -26,10 +26,8 @@ service starts, and the analysis reads it afterwards. Tables:
     ``split`` is the split ``score`` is on; NULL in an older ledger, read as ``private``.
 ``rejections``
     one row per refused attempt (bad path, bad files, bad token...), for the report. The
-    attempt is untrusted and may come before any authentication: its ``path`` and ``reason``
-    are cut to :data:`MAX_REJECTION_FIELD_BYTES` each (:func:`cap_text`), so a flood of
-    rejections grows the ledger by a bounded amount per row (the service also rate-limits
-    the rows stored, :mod:`agent2rl.grading.app`).
+    attempt may be unauthenticated: its ``path`` and ``reason`` are cut (:func:`cap_text`),
+    so each row's size is bounded (and :mod:`agent2rl.grading.app` rate-limits the rows).
 
 A ledger written by an older version gains the newer columns when it is opened
 (:data:`ADDED_COLUMNS`); its failed rows have no ``failure_kind`` and count as retryable.

@@ -250,9 +250,8 @@ def evaluate_to(
     warm: WarmState | None = None,
     requested_at: float | None = None,
 ) -> dict | None:
-    """Evaluate and write results into ``out``; returns the result dict. An exception is
-    logged and written to ``out/error.json`` instead (see the module docstring; whose fault
-    it was, :func:`failure_kind`, follows from the stage it happened in): None.
+    """Evaluate and write results into ``out``; returns the result dict, or None after an
+    exception, which is logged and written to ``out/error.json`` (the module docstring).
 
     ``warm``: a warm worker's state, reused and updated (the prepared task when the spec is
     the same; the loaded model when the submission's structure is the same, its weights then
@@ -467,15 +466,8 @@ def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
         if not line.strip():
             continue
         req = json.loads(line)
-        summary = evaluate_to(
-            EvalSpec.from_json(req["spec"]),
-            Path(req["model"]),
-            Path(req["out"]),
-            store,
-            locks,
-            warm,
-            req.get("at"),
-        )
+        spec, model, out = EvalSpec.from_json(req["spec"]), Path(req["model"]), Path(req["out"])
+        summary = evaluate_to(spec, model, out, store, locks, warm, req.get("at"))
         print(f"warm worker: loads={warm.loads} reloads={warm.reloads}", flush=True)
         replies.write(json.dumps({"rc": 0 if summary is not None else 1}) + "\n")
         replies.flush()
@@ -503,13 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.store, args.locks, sys.stdin, replies)
     if args.spec is None or args.model is None or args.out is None:
         ap.error("--spec, --model and --out are required without --serve")
+    spec = EvalSpec.from_json(args.spec)
     summary = evaluate_to(
-        EvalSpec.from_json(args.spec),
-        args.model,
-        args.out,
-        args.store,
-        args.locks,
-        requested_at=args.requested_at,
+        spec, args.model, args.out, args.store, args.locks, None, args.requested_at
     )
     if summary is None:  # the parent reads error.json and records the failure
         return 1
