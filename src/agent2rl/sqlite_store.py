@@ -340,8 +340,7 @@ class SQLiteStore:
             return conn.execute(sql, params).lastrowid
 
     def close(self) -> None:
-        """Close the connection (idempotent). A lazy store reopens on its next use; any
-        other store refuses to be used again."""
+        """Close the connection (idempotent; a lazy store reopens, the class docstring)."""
         with self.lock:
             if self._conn is not None:
                 self._conn.close()

@@ -98,9 +98,8 @@ class FinalRequest(BaseModel):
 class GradingContext:
     """What the service needs to grade one run.
 
-    ``eval_lock_wait_s``: how long an evaluation may wait for its device (held by other
-    runs) before it fails as ``harness``; None: :func:`run_evaluation`'s default. The
-    ``eval_timeout_s`` clock starts only once the device is held.
+    ``eval_lock_wait_s``, ``eval_timeout_s``: :func:`run_evaluation`'s two clocks (None: its
+    default wait for the device).
     ``staging_slots``: submissions copied at once. ``disk_margin_bytes``: free space the
     grader's disk must keep beyond a submission's size for it to be copied.
     ``rejections_per_minute``: refusals stored row by row in any minute (the rest: 429).

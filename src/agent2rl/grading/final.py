@@ -65,10 +65,6 @@ class GradeStatus(StrEnum):
     GRADING = "grading"
 
 
-#: Statuses after which :func:`grade_final` does nothing more.
-SETTLED = frozenset({GradeStatus.GRADED, GradeStatus.NO_SUBMISSION})
-
-
 @dataclass
 class FinalGrade:
     """The end-of-run grade of the ``validation`` protocol (ledger meta ``final_grade``).
@@ -184,7 +180,7 @@ def grade_final(paths: RunPaths, *, pending: str | None = None) -> FinalGrade | 
             return None
         done = read_final_grade(ledger)
         if done is not None and (
-            done.status in SETTLED
+            done.status in (GradeStatus.GRADED, GradeStatus.NO_SUBMISSION)
             or (
                 done.status == GradeStatus.FAILED
                 and (pending is not None or done.failure_kind == "model")
@@ -241,8 +237,7 @@ def _evaluate(paths: RunPaths, sub_id: int) -> Any:
 
     timeout_s = get_task(info.task, info.task_options).eval_timeout_s
     out = paths.root / "grading" / "final"  # items.jsonl, result.json, eval.log
-    shutil.rmtree(out, ignore_errors=True)  # a retry starts clean
-    out.mkdir(parents=True)
+    shutil.rmtree(out, ignore_errors=True)  # a retry starts clean (run_evaluation makes it)
     model = paths.submission_dir(sub_id) / "model"
     return run_evaluation(EvalSpec.of_run(info), model, out, load_settings(), timeout_s)
 

@@ -759,8 +759,8 @@ def check_weights_match_config(
 
 
 def _meta_model(model_dir: Path) -> Any:
-    """The model ``model_dir``'s config describes, built on the ``meta`` device (no memory,
-    no custom code) with the class the evaluator loads; 400 when transformers cannot."""
+    """The model :func:`check_weights_match_config` compares with; 400 when transformers
+    cannot build it."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -848,11 +848,7 @@ class SubmissionPipeline:
     """
 
     def __init__(
-        self,
-        ctx: GradingContext,
-        ledger: Ledger,
-        baseline: dict[str, Any],
-        warm: WarmWorker | None,
+        self, ctx: GradingContext, ledger: Ledger, baseline: dict[str, Any], warm: WarmWorker | None
     ) -> None:
         self.ctx, self.ledger, self.baseline, self.warm = ctx, ledger, baseline, warm
         self.base_hash: str | None = ledger.get_meta("base_weights_hash")
@@ -936,9 +932,7 @@ class SubmissionPipeline:
                     " on device): it was not accepted; submit again later",
                     507,
                 ) from None
-            copy = sub_dir / "model"
-            partial.rename(copy)
-        return copy
+            return partial.rename(sub_dir / "model")
 
     def _snapshot(self, sub_id: int, rel: str) -> None:
         """The code snapshot for this submission; a failure is logged, never fatal."""

@@ -9,9 +9,8 @@ Evaluations on one device are serialised across runs by a file lock per physical
 (:func:`device_lock_names`); the worker writes ``started.json`` once it holds them.
 
 ``--serve`` (the warm grader, :class:`agent2rl.grading.evaluator.WarmWorker`) keeps one such
-process for a run (:func:`serve`, :class:`WarmState`); a vLLM engine sleeps between
-evaluations under the rules of :mod:`agent2rl.inference.warm`. The device lock is taken per
-evaluation, not for the worker's life.
+process for a run (:func:`serve`, :class:`WarmState`), taking the device lock per evaluation;
+a vLLM engine sleeps between evaluations under the rules of :mod:`agent2rl.inference.warm`.
 
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
 "harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
