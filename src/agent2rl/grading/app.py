@@ -183,11 +183,8 @@ class GradingService:
         self.meta_lock = threading.Lock()
         self.keep_lock = threading.Lock()  # marking final and pruning kept weights, one at a time
         self.answering: set[int] = set()  # rows whose /submit has not answered yet
-        self.warm = (
-            WarmWorker(ctx.settings, ctx.paths.root / "grading" / "warm_worker.log")
-            if ctx.grader == "warm"
-            else None
-        )
+        warm_log = ctx.paths.root / "grading" / "warm_worker.log"
+        self.warm = WarmWorker(ctx.settings, warm_log) if ctx.grader == "warm" else None
         self.pipeline = SubmissionPipeline(ctx, self.ledger, self.baseline, self.warm)
         # run.json's clock, for a service restarted on a running run; then only tell_clock
         self.start, self.deadline = ctx.info.start, ctx.info.deadline

@@ -142,10 +142,8 @@ def grading_overhead_s(timings: dict[str, Any] | None) -> float | None:
 class EvalWorkers:
     """The evaluation workers this process is running, so that a stopping grading service can
     kill them (each is in its own process group) instead of leaving them holding a device.
-
-    Thread-safe: evaluations run in the service's request threads. After :meth:`stop` no new
-    worker starts (:func:`run_evaluation` answers a harness failure at once) and every running
-    one gets SIGKILL; the outcome of each says the service stopped.
+    Thread-safe: evaluations run in the service's request threads. After :meth:`stop` every
+    outcome (at once for a worker not started yet) is a harness failure saying so.
     """
 
     def __init__(self) -> None:
@@ -195,10 +193,9 @@ def run_evaluation(
 
     The child runs in its own session (its group is killed as one) and gets SIGKILL from the
     kernel if this thread's process dies (``PR_SET_PDEATHSIG``), so a grading service killed
-    by SIGKILL leaves no worker holding the device. ``workers``, if given, registers the child
-    so that :meth:`EvalWorkers.stop` can kill it; a stopped registry starts nothing. The
-    child's output is appended to ``out/eval.log``. A failure is ``model`` only when the
-    worker said so in ``error.json`` (:func:`agent2rl.grading.worker.failure_kind`); a
+    by SIGKILL leaves no worker holding the device; ``workers`` registers it for
+    :meth:`EvalWorkers.stop`. Its output is appended to ``out/eval.log``. A failure is
+    ``model`` only when the worker said so in ``error.json`` (its ``failure_kind``); a
     timeout, a signal, or an exit without it (or with an unknown kind in it) is ``harness``.
     ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead, with the same
     clocks, files in ``out`` and failure kinds.

@@ -25,9 +25,8 @@ validation and drops every other one's weights (:func:`prune_weights`), so a run
 submissions does not fill the grader's disk. An agent that marks an older submission whose
 copy was dropped is told to submit the same directory again with ``"final": true``.
 
-The end-of-run grade is the harness's work, not the agent's: it happens however the agent
-ended (exited, killed at the deadline, over a cap); a run interrupted (Ctrl-C, SIGTERM) or
-whose harness died is graded by ``agent2rl report`` (:func:`grade_final` is idempotent).
+The end-of-run grade happens however the agent ended (:func:`finish_feedback`); a run
+interrupted or whose harness died is graded by ``agent2rl report`` (:func:`grade_final`).
 """
 
 from __future__ import annotations

@@ -81,7 +81,6 @@ CREATE INDEX IF NOT EXISTS rejections_at ON rejections(at);
 """
 
 
-# Columns added after the first release: an older ledger gains them on open.
 ADDED_COLUMNS = {
     "failure_kind": "TEXT",
     "retry_of": "INTEGER",

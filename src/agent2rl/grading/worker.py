@@ -114,9 +114,8 @@ def failure_kind(stage: Stage, err: BaseException) -> FailureKind:
 class _TimedBackend:
     """``backend`` with the time spent in its ``generate`` calls added up (``generate_s``),
     so that an evaluation's time splits into generation and the rest (scoring, the solver's
-    own work, an environment's steps). Every other attribute is the backend's own.
-    ``check``: the submission's tokenizer check
-    (:class:`~agent2rl.inference.tokenizer_check.TokenizerCheck`), run on every prompt of a
+    own work, an environment's steps). ``check``, the submission's tokenizer check
+    (:class:`~agent2rl.inference.tokenizer_check.TokenizerCheck`), runs on every prompt of a
     call before any is generated."""
 
     def __init__(self, backend: Any, check: Any = None) -> None:
