@@ -9,9 +9,6 @@ Every error a service answers is ``{"error": "..."}`` naming the fix, never a tr
 - Starlette's own errors (404, 405) keep their status, as JSON;
 - anything else is a bug of the service: a JSON 500 naming the exception's type, the
   traceback on the service's stderr.
-
-A service that must do more on a refusal (the grading service records refused submissions)
-passes its own ``on_refused``/``bad_body`` coroutine functions.
 """
 
 from __future__ import annotations
@@ -58,17 +55,15 @@ def require_bearer(request: Request, token: str, variable: str) -> None:
         )
 
 
-OnRefused = Callable[["Request", Refused], Awaitable["JSONResponse"]]
-
-
 def install_errors(
     app: FastAPI,
     service: str,
     bad_body: Callable[[Request], Awaitable[JSONResponse]] | None = None,
-    on_refused: OnRefused | None = None,
+    on_refused: Callable[[Request, Refused], Awaitable[JSONResponse]] | None = None,
 ) -> None:
     """Answer every error of ``app`` as JSON (the module docstring); ``service`` names it in
-    a 500's message. Without ``bad_body`` an invalid body is a plain 400."""
+    a 500's message. A service that must do more (the grading service records refused
+    submissions) passes its own ``on_refused``; without ``bad_body`` a bad body is a plain 400."""
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 

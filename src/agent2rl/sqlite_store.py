@@ -48,7 +48,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 from urllib.parse import quote
 
 from agent2rl.errors import UserError
@@ -224,9 +224,7 @@ class SQLiteStore:
                 self._connection()
 
     @classmethod
-    def reader(
-        cls, path: Path, *, settled: bool = False, timeout: float = 2.0
-    ) -> SQLiteStore | None:
+    def reader(cls, path: Path, *, settled: bool = False, timeout: float = 2.0) -> Self | None:
         """The existing database ``path`` opened only to read (``mode=ro``), None when there is
         no such file: nothing is created, no schema or migration runs, no write lock is taken
         (a write raises ``attempt to write a readonly database``). ``settled``: its writer is
@@ -342,15 +340,43 @@ class SQLiteStore:
             return conn.execute(sql, params).lastrowid
 
     def close(self) -> None:
-        """Close the connection (idempotent). A lazy store reopens on its next use; any
-        other store refuses to be used again."""
+        """Close the connection (idempotent; a lazy store reopens, the class docstring)."""
         with self.lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
             self._closed = not self._lazy
 
-    def __enter__(self) -> SQLiteStore:
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TypedStore:
+    """The base of a database's typed interface (the run's ledger, the rollout record): its
+    methods use ``self._db``, a :class:`SQLiteStore` opened with :attr:`options` (schema,
+    migrations...) or, by :meth:`reader`, only to read; closed by :meth:`close` or ``with``."""
+
+    #: the keyword arguments of :class:`SQLiteStore` a writer opens the database with
+    options: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, path: Path, *, store: SQLiteStore | None = None) -> None:
+        self.path = Path(path)
+        self._db = store or SQLiteStore(self.path, **self.options)
+
+    @classmethod
+    def reader(cls, path: Path, *, settled: bool = False) -> Self | None:
+        """The database ``path`` opened only to read (:meth:`SQLiteStore.reader`; None when
+        there is none). Columns an older version lacks read as None; writers fail."""
+        store = SQLiteStore.reader(path, settled=settled)
+        return None if store is None else cls(path, store=store)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

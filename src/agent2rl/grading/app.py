@@ -16,13 +16,10 @@ The clock is told (:mod:`agent2rl.grading.service`): until then every submission
 "the run has not started yet". Stopped (SIGTERM), the service kills its evaluation worker at
 once and ends its unsettled rows ``failed``/``harness`` (:meth:`GradingService.close`).
 
-A submission's answer (and its row in ``GET /submissions``) says, besides the score, whose
-fault a failure was (``failure_kind``, :mod:`agent2rl.grading.evaluator`; ``retry_of`` names
-the harness failure it evaluates again), ``identity`` (:mod:`agent2rl.integrity.identity`;
-it never changes the score) and the ``split`` its score is on. Under the ``validation``
-protocol (:mod:`agent2rl.grading.final`) every score, baseline and interval answered is on
-the validation split, and the answers name ``final_submission_id``; under ``private``,
-``POST /final`` and ``"final": true`` are refused (409/400).
+A submission's answer is its ledger row's public part (:meth:`GradingService.public_view`).
+Under the ``validation`` protocol (:mod:`agent2rl.grading.final`) every score, baseline and
+interval answered is on the validation split, and the answers name ``final_submission_id``;
+under ``private``, ``POST /final`` and ``"final": true`` are refused (409/400).
 """
 
 from __future__ import annotations
@@ -101,18 +98,16 @@ class FinalRequest(BaseModel):
 class GradingContext:
     """What the service needs to grade one run.
 
-    ``eval_lock_wait_s``: how long an evaluation may wait for its device (held by other
-    runs) before it fails as ``harness``; None: :func:`run_evaluation`'s default. The
-    ``eval_timeout_s`` clock starts only once the device is held.
+    ``eval_lock_wait_s``, ``eval_timeout_s``: :func:`run_evaluation`'s two clocks (None: its
+    default wait for the device).
     ``staging_slots``: submissions copied at once. ``disk_margin_bytes``: free space the
     grader's disk must keep beyond a submission's size for it to be copied.
     ``rejections_per_minute``: refusals stored row by row in any minute (the rest: 429).
     ``grader``: ``warm`` evaluates every submission in one long-lived worker that keeps the
     task and the model loaded (:class:`~agent2rl.grading.evaluator.WarmWorker`; same files,
     scores and failure kinds as a cold one), ``cold`` starts a fresh process per submission.
-    ``feedback``: ``private`` grades on ``eval_spec``'s split (the private one) and answers
-    that score; ``validation`` grades every submission on the validation split instead,
-    against the ledger's ``validation_baseline`` (:mod:`agent2rl.grading.final`).
+    ``feedback``: ``private`` grades on ``eval_spec``'s split, ``validation`` on the validation
+    split (:mod:`agent2rl.grading.final`).
     """
 
     paths: RunPaths
@@ -159,15 +154,11 @@ class RejectionLimiter:
 
 
 class GradingService:
-    """One run's grading: the state behind the HTTP API. Each public method is what one
-    endpoint does, callable without HTTP; a refusal raises
-    :class:`~agent2rl.grading.submission.SubmissionError` (recorded with
-    :meth:`record_refusal` when it refuses a ``/submit``).
-
-    Built from a ledger that already holds the baseline (and, under the ``validation``
-    protocol, the validation baseline): a ``ValueError`` otherwise, or for an unknown
-    ``feedback`` or ``grader``. :meth:`close` (the service's stop) settles its unsettled rows.
-    """
+    """One run's grading: one public method per endpoint; a refusal raises
+    :class:`~agent2rl.grading.submission.SubmissionError` (:meth:`record_refusal` stores a
+    refused ``/submit``). Built from a ledger that already holds the baseline (and, under the
+    ``validation`` protocol, the validation baseline): a ``ValueError`` otherwise, or for an
+    unknown ``feedback`` or ``grader``."""
 
     def __init__(self, ctx: GradingContext) -> None:
         if ctx.feedback not in FEEDBACK_PROTOCOLS:
@@ -192,14 +183,10 @@ class GradingService:
         self.meta_lock = threading.Lock()
         self.keep_lock = threading.Lock()  # marking final and pruning kept weights, one at a time
         self.answering: set[int] = set()  # rows whose /submit has not answered yet
-        self.warm = (
-            WarmWorker(ctx.settings, ctx.paths.root / "grading" / "warm_worker.log")
-            if ctx.grader == "warm"
-            else None
-        )
+        warm_log = ctx.paths.root / "grading" / "warm_worker.log"
+        self.warm = WarmWorker(ctx.settings, warm_log) if ctx.grader == "warm" else None
         self.pipeline = SubmissionPipeline(ctx, self.ledger, self.baseline, self.warm)
-        # The clock as run.json has it at start (a service restarted on a running run); the
-        # orchestrator tells it when the run starts (tell_clock), run.json is not read again.
+        # run.json's clock, for a service restarted on a running run; then only tell_clock
         self.start, self.deadline = ctx.info.start, ctx.info.deadline
 
     # -- the clock

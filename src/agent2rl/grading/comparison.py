@@ -35,11 +35,8 @@ S = TypeVar("S", bound=Scored)
 
 def comparable(eval_hash: str | None, baseline_hash: str | None) -> bool:
     """True when a score graded under ``eval_hash`` may be compared with the baseline graded
-    under ``baseline_hash``: both are known (neither None nor empty) and equal.
-
-    A baseline recorded without a hash (an older ledger) makes every score incomparable, and
-    so does a submission without one: unknown settings are never assumed to match.
-    """
+    under ``baseline_hash``: both are known (neither None nor empty, as in an older ledger's
+    baseline) and equal."""
     return bool(eval_hash) and bool(baseline_hash) and eval_hash == baseline_hash
 
 

@@ -36,6 +36,7 @@ from typing import Any, Literal, TypeVar
 from agent2rl.child_process import kill_group, signal_group, spawn_child, spawner
 from agent2rl.dataset import Split
 from agent2rl.inference.backend import BackendConfig
+from agent2rl.rundir import RunInfo
 from agent2rl.settings import Settings
 
 T = TypeVar("T")
@@ -60,6 +61,12 @@ class EvalSpec:
 
     def to_json(self) -> str:
         return json.dumps({**vars(self), "backend": self.backend.to_dict()}, sort_keys=True)
+
+    @classmethod
+    def of_run(cls, info: RunInfo, split: Split = "private") -> EvalSpec:
+        """A run's evaluation settings, from its run.json (as its baseline used them)."""
+        backend = BackendConfig.from_dict(info.backend)
+        return cls(info.task, info.task_options or {}, backend, split=split)
 
     @classmethod
     def from_json(cls, text: str) -> EvalSpec:
@@ -135,10 +142,8 @@ def grading_overhead_s(timings: dict[str, Any] | None) -> float | None:
 class EvalWorkers:
     """The evaluation workers this process is running, so that a stopping grading service can
     kill them (each is in its own process group) instead of leaving them holding a device.
-
-    Thread-safe: evaluations run in the service's request threads. After :meth:`stop` no new
-    worker starts (:func:`run_evaluation` answers a harness failure at once) and every running
-    one gets SIGKILL; the outcome of each says the service stopped.
+    Thread-safe: evaluations run in the service's request threads. After :meth:`stop` every
+    outcome (at once for a worker not started yet) is a harness failure saying so.
     """
 
     def __init__(self) -> None:
@@ -157,16 +162,14 @@ class EvalWorkers:
         with self._lock:
             self._procs.discard(proc)
 
-    def stop(self) -> int:
-        """Refuse new workers and SIGKILL the groups of running ones; returns how many were
-        signalled. Safe to call from a signal handler (no waiting, no locks held for long)
-        and more than once."""
+    def stop(self) -> None:
+        """Refuse new workers and SIGKILL the groups of running ones. Safe to call from a
+        signal handler (no waiting, no locks held for long) and more than once."""
         self.stopped.set()
         with self._lock:
             procs = list(self._procs)
         for proc in procs:
             signal_group(proc)
-        return len(procs)
 
 
 def run_evaluation(
@@ -190,10 +193,9 @@ def run_evaluation(
 
     The child runs in its own session (its group is killed as one) and gets SIGKILL from the
     kernel if this thread's process dies (``PR_SET_PDEATHSIG``), so a grading service killed
-    by SIGKILL leaves no worker holding the device. ``workers``, if given, registers the child
-    so that :meth:`EvalWorkers.stop` can kill it; a stopped registry starts nothing. The
-    child's output is appended to ``out/eval.log``. A failure is ``model`` only when the
-    worker said so in ``error.json`` (:func:`agent2rl.grading.worker.failure_kind`); a
+    by SIGKILL leaves no worker holding the device; ``workers`` registers it for
+    :meth:`EvalWorkers.stop`. Its output is appended to ``out/eval.log``. A failure is
+    ``model`` only when the worker said so in ``error.json`` (its ``failure_kind``); a
     timeout, a signal, or an exit without it (or with an unknown kind in it) is ``harness``.
     ``warm``: evaluate in that long-lived worker (:class:`WarmWorker`) instead, with the same
     clocks, files in ``out`` and failure kinds.
@@ -207,15 +209,10 @@ def run_evaluation(
         return _stopped_outcome(0.0)
     if warm is not None:
         return warm.evaluate(spec, model_dir, out, settings, timeout_s, lock_wait_s, workers)
-    cmd = _worker_cmd(
-        settings,
-        *("--spec", spec.to_json(), "--model", str(model_dir), "--out", str(out)),
-        *("--requested-at", repr(time.time())),
-    )
+    args = ["--spec", spec.to_json(), "--model", str(model_dir), "--out", str(out)]
     started = time.time()
     with open(out / "eval.log", "ab") as log:
-        # SIGKILL, not SIGTERM: a worker stuck in a CUDA call may ignore SIGTERM.
-        proc = spawn_child(cmd, env=_worker_env(), stdout=log, death_signal=signal.SIGKILL)
+        proc = _spawn_worker(settings, [*args, "--requested-at", repr(started)], stdout=log)
     if workers is not None and not workers._add(proc):  # stopped while it was starting
         kill_group(proc)
         return _stopped_outcome(time.time() - started)
@@ -234,19 +231,15 @@ def run_evaluation(
     return _outcome(proc.returncode, out, seconds)
 
 
-def _worker_cmd(settings: Settings, *args: str) -> list[str]:
-    """The evaluation worker's command line: ``args``, then the task store and the locks."""
+def _spawn_worker(settings: Settings, args: list[str], **io: Any) -> subprocess.Popen:
+    """``python -m agent2rl.grading.worker ARGS`` with the task store and the locks, its
+    standard streams as ``io`` says. SIGKILL, not SIGTERM, as its parent-death signal: a
+    worker stuck in a CUDA call may ignore SIGTERM."""
     paths = ["--store", str(settings.task_store), "--locks", str(settings.locks)]
-    return [sys.executable, "-m", "agent2rl.grading.worker", *args, *paths]
-
-
-def _worker_env() -> dict[str, str]:
-    return {
-        "OMP_WAIT_POLICY": "PASSIVE",
-        **os.environ,
-        "TOKENIZERS_PARALLELISM": "false",
-        "HF_HUB_OFFLINE": "1",
-    }
+    cmd = [sys.executable, "-m", "agent2rl.grading.worker", *args, *paths]
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+    env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    return spawn_child(cmd, env=env, death_signal=signal.SIGKILL, **io)
 
 
 def _outcome(returncode: int | None, out: Path, seconds: float) -> EvalOutcome:
@@ -296,14 +289,9 @@ class WarmWorker:
     def _popen(self) -> subprocess.Popen:
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "ab") as log:
-            return spawn_child(
-                _worker_cmd(self._settings, "--serve"),
-                env=_worker_env(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                death_signal=signal.SIGKILL,
-            )
+            # requests in, replies out, everything else it prints to the log
+            streams = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": log}
+            return _spawn_worker(self._settings, ["--serve"], **streams)
 
     def _start(self, workers: EvalWorkers | None) -> subprocess.Popen | None:
         proc = spawner().submit(self._popen).result()  # its error, if any, raised here

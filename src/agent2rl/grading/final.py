@@ -25,9 +25,8 @@ validation and drops every other one's weights (:func:`prune_weights`), so a run
 submissions does not fill the grader's disk. An agent that marks an older submission whose
 copy was dropped is told to submit the same directory again with ``"final": true``.
 
-The end-of-run grade is the harness's work, not the agent's: it happens however the agent
-ended (exited, killed at the deadline, over a cap); a run interrupted (Ctrl-C, SIGTERM) or
-whose harness died is graded by ``agent2rl report`` (:func:`grade_final` is idempotent).
+The end-of-run grade happens however the agent ended (:func:`finish_feedback`); a run
+interrupted or whose harness died is graded by ``agent2rl report`` (:func:`grade_final`).
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ from agent2rl.dataset import PreparedTask
 from agent2rl.errors import UserError
 from agent2rl.grading.evaluator import EvalSpec, run_evaluation
 from agent2rl.grading.ledger import Ledger, Submission, SubmissionStatus
-from agent2rl.inference.backend import BackendConfig
 from agent2rl.rundir import RunInfo, RunPaths, RunStatus
 from agent2rl.settings import load_settings
 
@@ -64,10 +62,6 @@ class GradeStatus(StrEnum):
     NO_SUBMISSION = "no_submission"
     PENDING = "pending"
     GRADING = "grading"
-
-
-#: Statuses after which :func:`grade_final` does nothing more.
-SETTLED = frozenset({GradeStatus.GRADED, GradeStatus.NO_SUBMISSION})
 
 
 @dataclass
@@ -185,7 +179,7 @@ def grade_final(paths: RunPaths, *, pending: str | None = None) -> FinalGrade | 
             return None
         done = read_final_grade(ledger)
         if done is not None and (
-            done.status in SETTLED
+            done.status in (GradeStatus.GRADED, GradeStatus.NO_SUBMISSION)
             or (
                 done.status == GradeStatus.FAILED
                 and (pending is not None or done.failure_kind == "model")
@@ -238,20 +232,13 @@ def _evaluate(paths: RunPaths, sub_id: int) -> Any:
     evaluation settings (run.json, as the service and the baseline use them) and the task's
     evaluation timeout."""
     info = RunInfo.load(paths)
-    spec = EvalSpec(
-        info.task,
-        info.task_options or {},
-        BackendConfig.from_dict(info.backend),
-        split="private",
-    )
     from agent2rl.tasks import get_task
 
     timeout_s = get_task(info.task, info.task_options).eval_timeout_s
     out = paths.root / "grading" / "final"  # items.jsonl, result.json, eval.log
-    shutil.rmtree(out, ignore_errors=True)  # a retry starts clean
-    out.mkdir(parents=True)
+    shutil.rmtree(out, ignore_errors=True)  # a retry starts clean (run_evaluation makes it)
     model = paths.submission_dir(sub_id) / "model"
-    return run_evaluation(spec, model, out, load_settings(), timeout_s)
+    return run_evaluation(EvalSpec.of_run(info), model, out, load_settings(), timeout_s)
 
 
 def check_feedback(feedback: str, task: str, prepared: PreparedTask) -> None:
@@ -272,15 +259,14 @@ def finish_feedback(paths: RunPaths, status: str, say: Callable[[str], Any] = pr
     (:func:`grade_final`), whatever ended the agent; an interrupted run records the grade
     ``pending`` instead (``agent2rl report`` does it). Never raises: a failure is said and
     recorded, the run's report is still written."""
+    pending = None
+    if status == RunStatus.INTERRUPTED:
+        pending = (
+            "the run was interrupted before its end-of-run grade on the private split:"
+            f" `agent2rl report {paths.root}` does it"
+        )
     try:
-        if status == RunStatus.INTERRUPTED:
-            grade = grade_final(
-                paths,
-                pending="the run was interrupted before its end-of-run grade on the private"
-                f" split: `agent2rl report {paths.root}` does it",
-            )
-        else:
-            grade = grade_final(paths)
+        grade = grade_final(paths, pending=pending)
     except Exception as err:  # noqa: BLE001 - the report must still be written
         say(f"[red]the end-of-run grade on the private split failed: {err}[/]")
         grade_final(paths, pending=f"the end-of-run grade failed ({type(err).__name__}: {err})")

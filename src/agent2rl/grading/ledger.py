@@ -26,10 +26,8 @@ service starts, and the analysis reads it afterwards. Tables:
     ``split`` is the split ``score`` is on; NULL in an older ledger, read as ``private``.
 ``rejections``
     one row per refused attempt (bad path, bad files, bad token...), for the report. The
-    attempt is untrusted and may come before any authentication: its ``path`` and ``reason``
-    are cut to :data:`MAX_REJECTION_FIELD_BYTES` each (:func:`cap_text`), so a flood of
-    rejections grows the ledger by a bounded amount per row (the service also rate-limits
-    the rows stored, :mod:`agent2rl.grading.app`).
+    attempt may be unauthenticated: its ``path`` and ``reason`` are cut (:func:`cap_text`),
+    so each row's size is bounded (and :mod:`agent2rl.grading.app` rate-limits the rows).
 
 A ledger written by an older version gains the newer columns when it is opened
 (:data:`ADDED_COLUMNS`); its failed rows have no ``failure_kind`` and count as retryable.
@@ -40,13 +38,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from agent2rl.grading import comparison
-from agent2rl.sqlite_store import SQLiteStore
+from agent2rl.sqlite_store import TypedStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -84,7 +81,6 @@ CREATE INDEX IF NOT EXISTS rejections_at ON rejections(at);
 """
 
 
-# Columns added after the first release: an older ledger gains them on open.
 ADDED_COLUMNS = {
     "failure_kind": "TEXT",
     "retry_of": "INTEGER",
@@ -147,9 +143,6 @@ class Submission:
         """Graded with a score (copies and duplicates of valid submissions count as valid)."""
         return self.status == SubmissionStatus.GRADED and self.score is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class Rejection:
@@ -186,42 +179,21 @@ def cap_text(text: str, limit: int = MAX_REJECTION_FIELD_BYTES) -> str:
     return keep.decode("utf-8", "ignore") + mark  # "ignore": drops a cut last character
 
 
-class Ledger:
+class Ledger(TypedStore):
     """A connection to one run's ledger. Safe to share between threads (one connection
     behind one lock, :class:`~agent2rl.sqlite_store.SQLiteStore`) and to open from several
-    processes (WAL + busy timeout).
+    processes (WAL + busy timeout); :meth:`reader` opens it read-only.
 
     Each method is its own transaction; readers never see a half-written submission.
     """
 
-    def __init__(self, path: Path, *, store: SQLiteStore | None = None) -> None:
-        self.path = Path(path)
-        self._db = store or SQLiteStore(self.path, schema=SCHEMA, migrate=_add_columns)
-
-    @classmethod
-    def reader(cls, path: Path, *, settled: bool = False) -> Ledger | None:
-        """The ledger ``path`` opened only to read (:meth:`SQLiteStore.reader`): no schema,
-        no migrations, no file created (None when there is none), immutable once
-        ``settled`` (the run ended). A ledger of an older version reads its missing columns
-        as None; its writers fail (``attempt to write a readonly database``)."""
-        store = SQLiteStore.reader(path, settled=settled)
-        return None if store is None else cls(path, store=store)
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    options = {"schema": SCHEMA, "migrate": _add_columns}
 
     # -- meta -----------------------------------------------------------------------------
     def set_meta(self, key: str, value: Any) -> None:
-        with self._db.transaction() as c:
-            c.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value))
-            )
+        self._db.write(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value))
+        )
 
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self._db.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
@@ -245,21 +217,14 @@ class Ledger:
         split: str = "private",
     ) -> int:
         """Insert a row ``evaluating`` whose score will be on ``split``; returns its id."""
-        with self._db.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO submissions(submitted_at, path, weights_hash, status, eval_hash,"
-                " snapshot, split) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    at if at is not None else time.time(),
-                    path,
-                    weights_hash,
-                    SubmissionStatus.EVALUATING,
-                    eval_hash,
-                    snapshot,
-                    split,
-                ),
-            )
-            return int(cur.lastrowid)
+        at = time.time() if at is None else at
+        status = SubmissionStatus.EVALUATING
+        rowid = self._db.write(
+            "INSERT INTO submissions(submitted_at, path, weights_hash, status, eval_hash,"
+            " snapshot, split) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (at, path, weights_hash, status, eval_hash, snapshot, split),
+        )
+        return int(rowid or 0)
 
     def update_submission(self, submission_id: int, **values: Any) -> None:
         """Set columns of one row; unknown column names raise ``ValueError``. Booleans are
@@ -329,10 +294,8 @@ class Ledger:
     def rejection_count(self, since: float | None = None) -> int:
         """How many rejections are recorded (at or after time ``since``, if given): an
         index count, cheap enough to call on every request (to rate-limit them)."""
-        if since is None:
-            row = self._db.fetchone("SELECT COUNT(*) AS n FROM rejections")
-        else:
-            row = self._db.fetchone("SELECT COUNT(*) AS n FROM rejections WHERE at >= ?", (since,))
+        where, args = ("WHERE at >= ?", (since,)) if since is not None else ("", ())
+        row = self._db.fetchone(f"SELECT COUNT(*) AS n FROM rejections {where}", args)
         return int(row["n"]) if row else 0
 
     def rejections(self) -> list[Rejection]:

@@ -12,11 +12,8 @@ run starts (:func:`tell_clock`): one JSON line ``{"start": ..., "deadline": ...}
 stdin, a pipe only the orchestrator holds (the agent holds the grading token, so an HTTP
 endpoint would let it move its own deadline). The service never reads run.json again.
 
-The run's end, so that every accepted submission is settled or says why not: while the
-agent is gone but the service runs, :func:`wait_for_in_flight` waits for rows still
-``evaluating`` (queued ones included, as long as each keeps settling within a per-row
-timeout); once the service is stopped, :func:`close_unfinished` ends any row left
-``evaluating`` (the service was killed) as a ``harness`` failure saying the run ended.
+The run's end settles every accepted submission or says why not: :func:`wait_for_in_flight`
+while the service still runs, then :func:`close_unfinished`.
 """
 
 from __future__ import annotations
@@ -127,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     from agent2rl.grading.app import GradingContext, GradingService, create_app
     from agent2rl.grading.evaluator import EvalSpec
     from agent2rl.grading.submission import SubmissionLimits
-    from agent2rl.inference.backend import BackendConfig
     from agent2rl.recording import CodeRecorder
 
     ap = argparse.ArgumentParser(description=__doc__)
@@ -142,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if not token:
         raise UserError(f"{TOKEN_ENV} is not set")
     paths = RunPaths(args.run_dir.resolve())
-    recorder = CodeRecorder(paths.code_git, paths.workspace)
     info = RunInfo.load(paths)
-    # The run's evaluation settings come from run.json, exactly as the baseline used them.
-    spec = EvalSpec(info.task, info.task_options or {}, BackendConfig.from_dict(info.backend))
-    # Under the validation protocol the app grades on the validation split (GradingContext).
     ctx = GradingContext(
         paths=paths,
         info=info,
@@ -155,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         limits=SubmissionLimits(max_bytes=args.max_bytes),
         eval_timeout_s=args.eval_timeout,
         base_model_dir=args.base_model,
-        eval_spec=spec,
-        snapshot=recorder.snapshot,
+        eval_spec=EvalSpec.of_run(info),
+        snapshot=CodeRecorder(paths.code_git, paths.workspace).snapshot,
         feedback=info.feedback,
         **{name: value for name in OPTIONS if (value := getattr(args, name)) is not None},
     )

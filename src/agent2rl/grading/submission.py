@@ -11,7 +11,7 @@ So nothing here trusts a path the agent can change:
   handle, one component at a time, following a symlink only while it stays beneath
   ``output/`` (the rule of ``openat2(RESOLVE_BENEATH)``); a path outside is refused from
   its text alone, so the answer never reveals whether a host path exists.
-- :func:`precheck_submission`, :func:`needed_files` and :func:`stage_submission` open the
+- :func:`precheck_submission` and :func:`stage_submission` open the
   resolved directory again component by component from ``/`` with ``O_NOFOLLOW``: a symlink
   swapped in after the resolution fails instead of being followed.
 - The grader *copies* the files it needs into the run's private grading directory and checks
@@ -164,21 +164,15 @@ def _beneath_output(path: PurePosixPath, outputs: list[PurePosixPath]) -> list[s
 
 
 def resolve_submission(model_path: str, workspace: Path) -> Path:
-    """The real directory behind ``model_path`` (absolute, or relative to the workspace).
+    """The real directory behind ``model_path`` (absolute, or relative to the workspace),
+    walked from a handle on the workspace's real ``output/`` (the module docstring):
+    ``realpath(workspace)/output/<components>``, free of symlinks at the time of the walk.
 
-    The path is walked from a handle on the workspace's real ``output/`` directory (see
-    the module docstring). Raises :class:`SubmissionError`:
-
-    - 403 if ``output`` itself is a symlink, or the path, or a symlink met on the way, leads
-      outside ``output/`` (``../``, absolute paths elsewhere, escaping links) or to
-      ``output/`` itself. This is decided from the text alone, before anything outside
-      ``output/`` is looked at: an absolute path outside gets the same 403 whether or not
-      it exists on the host;
-    - 404 if it does not exist inside ``output/``; 400 if it is not a directory or has too
-      many symlinks.
-
-    Returns ``realpath(workspace)/output/<components>``, a path without symlinks at the
-    time of the walk (later callers open it again with ``O_NOFOLLOW``).
+    Raises :class:`SubmissionError`: 403 if ``output`` is a symlink, or the path or a symlink
+    on the way leads outside ``output/`` (``../``, absolute paths elsewhere, escaping links)
+    or to ``output/`` itself, decided from the text alone (an absolute path outside gets the
+    same 403 whether or not it exists on the host); 404 if it does not exist inside
+    ``output/``; 400 if it is not a directory or has too many symlinks.
     """
     if not isinstance(model_path, str) or not model_path.strip() or "\x00" in model_path:
         raise SubmissionError("model_path must be a non-empty path string, e.g. 'output/v1'")
@@ -765,8 +759,8 @@ def check_weights_match_config(
 
 
 def _meta_model(model_dir: Path) -> Any:
-    """The model ``model_dir``'s config describes, built on the ``meta`` device (no memory,
-    no custom code) with the class the evaluator loads; 400 when transformers cannot."""
+    """The model :func:`check_weights_match_config` compares with; 400 when transformers
+    cannot build it."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -854,11 +848,7 @@ class SubmissionPipeline:
     """
 
     def __init__(
-        self,
-        ctx: GradingContext,
-        ledger: Ledger,
-        baseline: dict[str, Any],
-        warm: WarmWorker | None,
+        self, ctx: GradingContext, ledger: Ledger, baseline: dict[str, Any], warm: WarmWorker | None
     ) -> None:
         self.ctx, self.ledger, self.baseline, self.warm = ctx, ledger, baseline, warm
         self.base_hash: str | None = ledger.get_meta("base_weights_hash")
@@ -942,9 +932,7 @@ class SubmissionPipeline:
                     " on device): it was not accepted; submit again later",
                     507,
                 ) from None
-            copy = sub_dir / "model"
-            partial.rename(copy)
-        return copy
+            return partial.rename(sub_dir / "model")
 
     def _snapshot(self, sub_id: int, rel: str) -> None:
         """The code snapshot for this submission; a failure is logged, never fatal."""

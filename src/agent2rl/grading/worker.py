@@ -9,9 +9,8 @@ Evaluations on one device are serialised across runs by a file lock per physical
 (:func:`device_lock_names`); the worker writes ``started.json`` once it holds them.
 
 ``--serve`` (the warm grader, :class:`agent2rl.grading.evaluator.WarmWorker`) keeps one such
-process for a run (:func:`serve`, :class:`WarmState`); a vLLM engine sleeps between
-evaluations under the rules of :mod:`agent2rl.inference.warm`. The device lock is taken per
-evaluation, not for the worker's life.
+process for a run (:func:`serve`, :class:`WarmState`), taking the device lock per evaluation;
+a vLLM engine sleeps between evaluations under the rules of :mod:`agent2rl.inference.warm`.
 
 On an exception it writes ``error.json``: ``{"error": one line, "failure": "model" |
 "harness", "stage": "setup" | "load" | "evaluate"}``. :func:`failure_kind` decides whose fault
@@ -115,9 +114,8 @@ def failure_kind(stage: Stage, err: BaseException) -> FailureKind:
 class _TimedBackend:
     """``backend`` with the time spent in its ``generate`` calls added up (``generate_s``),
     so that an evaluation's time splits into generation and the rest (scoring, the solver's
-    own work, an environment's steps). Every other attribute is the backend's own.
-    ``check``: the submission's tokenizer check
-    (:class:`~agent2rl.inference.tokenizer_check.TokenizerCheck`), run on every prompt of a
+    own work, an environment's steps). ``check``, the submission's tokenizer check
+    (:class:`~agent2rl.inference.tokenizer_check.TokenizerCheck`), runs on every prompt of a
     call before any is generated."""
 
     def __init__(self, backend: Any, check: Any = None) -> None:
@@ -250,9 +248,8 @@ def evaluate_to(
     warm: WarmState | None = None,
     requested_at: float | None = None,
 ) -> dict | None:
-    """Evaluate and write results into ``out``; returns the result dict. An exception is
-    logged and written to ``out/error.json`` instead (see the module docstring; whose fault
-    it was, :func:`failure_kind`, follows from the stage it happened in): None.
+    """Evaluate and write results into ``out``; returns the result dict, or None after an
+    exception, which is logged and written to ``out/error.json`` (the module docstring).
 
     ``warm``: a warm worker's state, reused and updated (the prepared task when the spec is
     the same; the loaded model when the submission's structure is the same, its weights then
@@ -467,15 +464,8 @@ def serve(store: Path, locks: Path, requests: Any, replies: Any) -> int:
         if not line.strip():
             continue
         req = json.loads(line)
-        summary = evaluate_to(
-            EvalSpec.from_json(req["spec"]),
-            Path(req["model"]),
-            Path(req["out"]),
-            store,
-            locks,
-            warm,
-            req.get("at"),
-        )
+        spec, model, out = EvalSpec.from_json(req["spec"]), Path(req["model"]), Path(req["out"])
+        summary = evaluate_to(spec, model, out, store, locks, warm, req.get("at"))
         print(f"warm worker: loads={warm.loads} reloads={warm.reloads}", flush=True)
         replies.write(json.dumps({"rc": 0 if summary is not None else 1}) + "\n")
         replies.flush()
@@ -503,13 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.store, args.locks, sys.stdin, replies)
     if args.spec is None or args.model is None or args.out is None:
         ap.error("--spec, --model and --out are required without --serve")
+    spec = EvalSpec.from_json(args.spec)
     summary = evaluate_to(
-        EvalSpec.from_json(args.spec),
-        args.model,
-        args.out,
-        args.store,
-        args.locks,
-        requested_at=args.requested_at,
+        spec, args.model, args.out, args.store, args.locks, None, args.requested_at
     )
     if summary is None:  # the parent reads error.json and records the failure
         return 1

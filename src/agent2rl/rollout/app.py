@@ -17,8 +17,7 @@ never given the private games). Every endpoint but ``/health`` needs
   down (a search provider), 503 with ``Retry-After``: the step was not played.
 - ``DELETE /sessions/{id}``: end a session. ``GET /sessions``: the open ones.
 
-Anything else an environment raises is a 500 with ``{"error": ...}`` naming it; a session
-whose environment fails to close is freed all the same.
+Anything else an environment raises is a 500 naming it (a session that fails to close is freed).
 
 Limits: at most ``max_sessions`` open sessions (429 beyond, naming DELETE), ``steps_per_s``
 steps per second over all sessions with bursts of as many (429 with ``Retry-After``), and

@@ -54,16 +54,9 @@ class EnvClient:
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One call; returns the decoded JSON answer (see the module docstring for errors)."""
         data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         for attempt in range(self.retries + 1):
-            req = urllib.request.Request(
-                self.url + path,
-                data=data,
-                method=method,
-                headers={
-                    "Authorization": f"Bearer {self.token}",
-                    "Content-Type": "application/json",
-                },
-            )
+            req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                     return json.loads(resp.read())

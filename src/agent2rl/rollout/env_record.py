@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agent2rl.rollout.env import SearchRecord
-from agent2rl.sqlite_store import SQLiteStore
+from agent2rl.sqlite_store import TypedStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -89,32 +89,12 @@ def _add_kind(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE steps ADD COLUMN kind TEXT NOT NULL DEFAULT 'step'")
 
 
-class EnvLedger:
+class EnvLedger(TypedStore):
     """A connection to one run's rollout record; thread-safe (one connection behind one
-    lock, :class:`~agent2rl.sqlite_store.SQLiteStore`)."""
+    lock, :class:`~agent2rl.sqlite_store.SQLiteStore`); :meth:`reader` opens it read-only."""
 
-    def __init__(self, path: Path, *, store: SQLiteStore | None = None) -> None:
-        self.path = Path(path)
-        # A lost last step on a power cut is acceptable; a slow commit per step is not.
-        self._db = store or SQLiteStore(
-            self.path, schema=SCHEMA, migrate=_add_kind, synchronous="NORMAL"
-        )
-
-    @classmethod
-    def reader(cls, path: Path, *, settled: bool = False) -> EnvLedger | None:
-        """The record ``path`` opened only to read, None when there is none (as
-        :meth:`agent2rl.grading.ledger.Ledger.reader`)."""
-        store = SQLiteStore.reader(path, settled=settled)
-        return None if store is None else cls(path, store=store)
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> EnvLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # A lost last step on a power cut is acceptable; a slow commit per step is not.
+    options = {"schema": SCHEMA, "migrate": _add_kind, "synchronous": "NORMAL"}
 
     def open_session(self, game_id: str, group: str | None, at: float | None = None) -> int:
         rowid = self._db.write(
