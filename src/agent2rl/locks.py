@@ -36,6 +36,3 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
-
-
-__all__ = ["file_lock"]

@@ -191,6 +191,3 @@ def _describe(obj: object) -> str:
     if module and qual:
         return f"{module}.{qual}"
     return f"a {type(obj).__module__}.{type(obj).__qualname__} object"
-
-
-__all__ = ["ENTRY_POINT_PREFIX", "Registry", "RegistryConflict", "UnknownName"]

@@ -174,6 +174,3 @@ class JsonlTail:
         with open(self.path, "rb") as f:
             f.seek(offset)
             return json_object(f.readline())
-
-
-__all__ = ["EnvRecord", "JsonlTail", "LedgerRecord", "RunRecord"]

@@ -381,15 +381,3 @@ class TypedStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-__all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "JOURNAL_MODE_ENV",
-    "NETWORK_FILESYSTEMS",
-    "SQLiteStore",
-    "connect",
-    "filesystem_type",
-    "journal_mode",
-    "schema_statements",
-]

@@ -252,14 +252,3 @@ def doctor(
     check = partial(check_agent, environ=environ, versions=versions, timeout_s=timeout_s)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(items)))) as pool:
         return list(pool.map(check, items))
-
-
-__all__ = [
-    "DOCTOR_COLUMNS",
-    "DoctorRow",
-    "check_agent",
-    "cli_version_record",
-    "doctor",
-    "in_tested_range",
-    "version_warning",
-]

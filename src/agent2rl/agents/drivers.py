@@ -153,14 +153,3 @@ def real_key(driver: Driver, environ: Mapping[str, str] | None = None) -> str:
         f"{driver.key_env}=...{alt}. Only the metering proxy uses it; the agent gets a "
         "per-run proxy key."
     )
-
-
-__all__ = [
-    "COMPATIBLE_KEY_ENV",
-    "DRIVER_FORMS",
-    "KEY_ENVS",
-    "Driver",
-    "driver_for",
-    "real_key",
-    "resolve_driver",
-]

@@ -120,6 +120,3 @@ def build_launch(
             raise RuntimeError(f"agent {spec.name}: the real key would reach the agent via {leaks}")
     log_path = workspace / spec.log_file if spec.log_file else None
     return Launch(argv, env, files, log_path, driver if spec.uses_llm else None)
-
-
-__all__ = ["PROXIED_APIS", "Launch", "build_launch", "driver_values", "proxy_endpoints"]

@@ -150,6 +150,3 @@ def mode_contradictions(
         if interactive and env_steps <= 0:
             found.append("rl-oriented run on an interactive task took no environment steps")
     return found
-
-
-__all__ = ["RL_METHODS", "detect_methods", "mode_contradictions"]

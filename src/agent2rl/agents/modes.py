@@ -70,6 +70,3 @@ def get_mode(name: str) -> Mode:
     if name not in MODES:
         raise UserError(f"unknown mode {name!r}: choose one of {', '.join(MODES)}")
     return MODES[name]
-
-
-__all__ = ["MODES", "Mode", "get_mode"]

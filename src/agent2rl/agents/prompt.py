@@ -154,12 +154,3 @@ def render_prompt(
     if "{mode_text}" not in template:
         prompt = f"{prompt.rstrip()}\n\n# Method ({m.name})\n{m.text}\n"
     return prompt
-
-
-__all__ = [
-    "AGENT_PROMPT",
-    "HARNESS_DIRS",
-    "data_sample",
-    "render_prompt",
-    "workspace_listing",
-]

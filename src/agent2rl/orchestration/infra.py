@@ -99,6 +99,3 @@ def _exec_failed(log: Path) -> bool:
     except OSError:
         return False
     return any(line.startswith("bwrap: execvp ") for line in tail.splitlines())
-
-
-__all__ = ["INFRASTRUCTURE", "QUICK_EXIT_S", "infrastructure_failure"]

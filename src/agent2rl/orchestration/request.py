@@ -151,6 +151,3 @@ def grading_backend(requested: BackendConfig, task: Task, model: str, path: Path
     the user set in the task's options wins over the protocol's table."""
     limit = getattr(task.config, "max_new_tokens", 0)
     return requested.for_run(task.name, model, path, limit)
-
-
-__all__ = ["NETWORK_MODES", "SANDBOX_MODES", "RunRequest", "backend_config", "grading_backend"]

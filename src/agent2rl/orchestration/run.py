@@ -732,6 +732,3 @@ def _finalize(ctx: RunContext) -> RunMetrics | None:
         ctx.console.print(f"[red]could not write the report: {err}[/]")
         return None
     return metrics
-
-
-__all__ = ["RunInterrupted", "RunOutcome", "execute_run", "resolve_run", "resolve_sandbox"]

@@ -173,6 +173,3 @@ class RunServices:
         except Exception as err:
             self._warn(f"{what} failed: {type(err).__name__}: {err}")
         self.stopped.append(what)
-
-
-__all__ = ["GuardService", "Launched", "Named", "RunServices", "Service", "ServiceNotReady"]

@@ -298,19 +298,3 @@ def network_isolation_available() -> bool:
         return False
     probe = [shutil.which("bwrap") or "bwrap", *system_mounts(), "--unshare-net"]
     return succeeds([*probe, "--unshare-pid", "--die-with-parent", "true"])
-
-
-__all__ = [
-    "NETWORK_POLICIES",
-    "SANDBOX_NETBRIDGE",
-    "SANDBOX_NET_DIR",
-    "NetworkPolicy",
-    "ServiceBridge",
-    "confine",
-    "forwarder_argv",
-    "network_isolation_available",
-    "network_record",
-    "parse_network_policy",
-    "proxy_env",
-    "sandbox_binds",
-]

@@ -501,14 +501,3 @@ def signal_name(sig: int) -> str:
 def one_line(text: str) -> str:
     """``text`` with its whitespace runs collapsed to single spaces, cut to 300 characters."""
     return " ".join(text.split())[:_REASON_CHARS]
-
-
-__all__ = [
-    "ExecLimits",
-    "ExecResult",
-    "Isolation",
-    "Status",
-    "isolation",
-    "run_program",
-    "run_programs",
-]

@@ -75,7 +75,6 @@ from agent2rl.sandbox.programs import (
     Mode,
     Running,
     Status,
-    boot_source,
     cpu_count,
     exit_signal,
     last_verdict,
@@ -313,6 +312,3 @@ def _judge(
 def _text(source: str) -> str:
     """``source`` with any lone surrogate (from a lossy decode) replaced, so it compiles."""
     return source.encode("utf-8", "replace").decode("utf-8")
-
-
-__all__ = ["FunctionUnderTest", "boot_source", "check_function", "check_functions"]

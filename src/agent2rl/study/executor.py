@@ -560,6 +560,3 @@ class _Driver:
             _end(self.state, att.row.id, att.n, result)
             self.tally.running.pop((att.row.id, att.n), None)
             self.reporter.note(f"{att.view.label}: {status or 'interrupted'}")
-
-
-__all__ = ["StudyOptions", "StudyResult", "run_study"]

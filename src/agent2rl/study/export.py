@@ -181,6 +181,3 @@ def write_export(runs: list[StudyRun], out: Path, title: str = "Task coverage") 
     write_text_atomic(svg, coverage_svg(coverage, title))
     paths[svg.name] = svg
     return paths
-
-
-__all__ = ["export", "main_table_rows", "run_rows", "submission_rows", "write_export"]

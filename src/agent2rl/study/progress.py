@@ -204,6 +204,3 @@ def make_reporter(tally: Tally, console: Console | None = None) -> Reporter:
     """The live display on a terminal, else one line per event."""
     console = console or Console()
     return LiveReporter(tally, console) if console.is_terminal else LineReporter(tally, console)
-
-
-__all__ = ["AttemptView", "LineReporter", "LiveReporter", "Reporter", "Tally", "make_reporter"]

@@ -84,6 +84,3 @@ def _study_runs(path: Path) -> tuple[list[StudyRun], Overview]:
     if unfinished:
         notes.append(f"{unfinished} slot(s) not finished yet: `agent2rl study run` resumes them.")
     return runs, Overview(f"agent2rl study: {meta.get('name')}", lines, notes)
-
-
-__all__ = ["load_runs"]

@@ -272,6 +272,3 @@ def describe(spec: StudySpec, n_slots: int) -> str:
         f"{spec.name}: {n_slots} runs ({' x '.join(parts)}), "
         f"budget {format_duration(spec.budget_s)} each"
     )
-
-
-__all__ = ["RunSlot", "StudySpec", "describe", "expand", "load_study", "validate"]

@@ -345,16 +345,3 @@ def read_state(study_dir: Path) -> tuple[dict[str, Any], list[SlotRow], list[Att
     with StudyReader(study_dir) as db, db.snapshot():
         meta = {k: db.get_meta(k) for k in ("name", "spec", "run_settings", "last_run")}
         return meta, db.slots(), db.attempts()
-
-
-__all__ = [
-    "STATE_DB",
-    "AttemptRow",
-    "SlotRow",
-    "StudyReader",
-    "StudyState",
-    "attempt_outcome",
-    "is_study_dir",
-    "read_state",
-    "state_path",
-]

@@ -17,11 +17,10 @@ import pytest
 from agent2rl.sandbox import two_process
 from agent2rl.sandbox.bwrap import bwrap_available
 from agent2rl.sandbox.programs import Ended as _Ended
-from agent2rl.sandbox.programs import ExecLimits, Mode
+from agent2rl.sandbox.programs import ExecLimits, Mode, boot_source
 from agent2rl.sandbox.two_process import (
     FunctionUnderTest,
     _judge,
-    boot_source,
     check_function,
     check_functions,
 )
