@@ -53,15 +53,23 @@ def judge_client(
     api_key: str | None = None,
     meter: LLMMeter | None = None,
     *,
+    max_attempts: int | None = None,
+    backoff_s: float | None = None,
+    timeout_s: float | None = None,
+    concurrency: int | None = None,
     cache_path: Path | None = None,
-    **options: float | None,
 ) -> LLMClient:
     """The :class:`LLMClient` of a judge: the host's key (``api_key`` None:
-    :func:`judge_api_key`), the host's retry settings (``AGENT2RL_JUDGE_*``) where
-    ``options`` (``max_attempts``, ``backoff_s``, ``timeout_s``, ``concurrency``) does not
-    give them, errors raised as :class:`JudgeUnavailable` and named "judge <model> at
-    <url>"; ``cache_path`` (None: none) holds its response cache."""
-    options = LLMClient.options_from_env(OPTIONS_ENV_PREFIX, **options)
+    :func:`judge_api_key`), the host's retry settings where not given
+    (``AGENT2RL_JUDGE_*``), errors raised as :class:`JudgeUnavailable` and named "judge
+    <model> at <url>"; ``cache_path`` (None: none) holds its response cache."""
+    options = LLMClient.options_from_env(
+        OPTIONS_ENV_PREFIX,
+        max_attempts=max_attempts,
+        backoff_s=backoff_s,
+        timeout_s=timeout_s,
+        concurrency=concurrency,
+    )
     return LLMClient(
         model,
         base_url,
