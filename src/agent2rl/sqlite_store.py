@@ -354,10 +354,26 @@ class SQLiteStore:
         self.close()
 
 
-class TypedStore:
+class StoreHandle:
+    """An object over one :class:`SQLiteStore`, ``self._db``: closed by :meth:`close` or
+    ``with``."""
+
+    _db: SQLiteStore
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TypedStore(StoreHandle):
     """The base of a database's typed interface (the run's ledger, the rollout record): its
     methods use ``self._db``, a :class:`SQLiteStore` opened with :attr:`options` (schema,
-    migrations...) or, by :meth:`reader`, only to read; closed by :meth:`close` or ``with``."""
+    migrations...) or, by :meth:`reader`, only to read."""
 
     #: the keyword arguments of :class:`SQLiteStore` a writer opens the database with
     options: ClassVar[dict[str, Any]] = {}
@@ -372,12 +388,3 @@ class TypedStore:
         there is none). Columns an older version lacks read as None; writers fail."""
         store = SQLiteStore.reader(path, settled=settled)
         return None if store is None else cls(path, store=store)
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -30,11 +30,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from agent2rl.errors import UserError
 from agent2rl.rundir import FINISHED_RUN_STATUSES, RunStatus
-from agent2rl.sqlite_store import SQLiteStore
+from agent2rl.sqlite_store import SQLiteStore, StoreHandle
 from agent2rl.study.spec import RunSlot, StudySpec
 
 STATE_DB = "study.db"
@@ -149,7 +149,7 @@ def _not_a_study(study_dir: Path) -> UserError:
     )
 
 
-class StudyReader:
+class StudyReader(StoreHandle):
     """The state database of one study directory, opened only to read
     (:meth:`SQLiteStore.reader <agent2rl.sqlite_store.SQLiteStore.reader>`): no file is
     created, no schema or migration runs and no write lock is taken, so a live driver is
@@ -164,15 +164,6 @@ class StudyReader:
             raise _not_a_study(study_dir)
         self.path = store.path
         self._db = store
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def snapshot(self) -> AbstractContextManager[Any]:
         """A read transaction: the reads inside it see one state of the database."""
